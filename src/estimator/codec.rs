@@ -1,0 +1,301 @@
+//! A compact, versioned binary encoding of a [`ModelState`].
+//!
+//! Layout (little-endian), format version 1:
+//!
+//! ```text
+//! magic "MRDT" · version u16 · features u32 · intercept u8 · transform u8 · outputs m u32
+//! totals: N f64 · G lower triangle, column by column, p(p+1)/2 f64 · B p·m f64 (column-major)
+//!         · q m f64 · nonzero m f64
+//! per output: tag u8 (0 untrained, 1 trained); trained: s f64 · v p f64
+//!         · A lower triangle |J|(|J|+1)/2 f64 · c |J| f64        (J = {j : v_j > 0})
+//! crc32 (IEEE) of everything before it, u32
+//! ```
+//!
+//! Only the primary quantities are stored; the Cholesky factor and the mean are recomputed on
+//! decoding by the same code that computed them, so a round trip reproduces the state exactly.
+
+use faer::Mat;
+
+use super::model::{ModelState, OutputState};
+use super::posterior::{OutputPosterior, active_set};
+use super::statistics::BatchStatistics;
+use super::{Basis, EstimatorError, Transform};
+
+const MAGIC: &[u8; 4] = b"MRDT";
+/// The format version written by [`encode`].
+pub const FORMAT_VERSION: u16 = 1;
+/// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
+const MAX_DIM: usize = 1 << 16;
+
+/// Why a blob could not be decoded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("not a mordant model state (bad magic bytes)")]
+    BadMagic,
+    #[error(
+        "model state format version {0} is not supported (this build reads version {FORMAT_VERSION})"
+    )]
+    UnsupportedVersion(u16),
+    #[error("model state is truncated")]
+    Truncated,
+    #[error("model state checksum mismatch (corrupt blob)")]
+    Checksum,
+    #[error("model state is invalid: {0}")]
+    Invalid(&'static str),
+}
+
+/// Encodes a model state.
+pub fn encode(state: &ModelState) -> Vec<u8> {
+    let basis = state.basis();
+    let totals = state.totals();
+    let (p, m) = (totals.dim(), totals.outputs());
+    let mut w = Writer(Vec::with_capacity(
+        64 + 8 * (p * (p + 1) / 2 + p * m + 2 * m),
+    ));
+    w.bytes(MAGIC);
+    w.u16(FORMAT_VERSION);
+    w.u32(basis.features as u32);
+    w.u8(u8::from(basis.intercept));
+    w.u8(match basis.transform {
+        Transform::Identity => 0,
+        Transform::KubelkaMunk => 1,
+    });
+    w.u32(m as u32);
+    w.f64(totals.rows());
+    w.lower(totals.g());
+    for k in 0..m {
+        for j in 0..p {
+            w.f64(totals.b()[(j, k)]);
+        }
+    }
+    totals.q().iter().for_each(|v| w.f64(*v));
+    totals.nonzero().iter().for_each(|v| w.f64(*v));
+    for output in state.outputs() {
+        match output {
+            OutputState::Untrained => w.u8(0),
+            OutputState::Trained(post) => {
+                w.u8(1);
+                w.f64(post.noise_variance());
+                post.prior_variance().iter().for_each(|v| w.f64(*v));
+                w.lower(post.precision_data());
+                post.natural_mean().iter().for_each(|v| w.f64(*v));
+            }
+        }
+    }
+    let crc = crc32fast::hash(&w.0);
+    w.u32(crc);
+    w.0
+}
+
+/// Decodes a blob written by [`encode`], checking magic, version, checksum and consistency.
+pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
+    if bytes.len() < 4 || &bytes[..4] != MAGIC {
+        return Err(DecodeError::BadMagic.into());
+    }
+    if bytes.len() < 6 {
+        return Err(DecodeError::Truncated.into());
+    }
+    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+    if version != FORMAT_VERSION {
+        return Err(DecodeError::UnsupportedVersion(version).into());
+    }
+    if bytes.len() < 10 {
+        return Err(DecodeError::Truncated.into());
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    let crc = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    if crc32fast::hash(body) != crc {
+        return Err(DecodeError::Checksum.into());
+    }
+    let mut r = Reader { bytes: body, at: 6 };
+    let features = r.u32()? as usize;
+    let intercept = match r.u8()? {
+        0 => false,
+        1 => true,
+        _ => return Err(DecodeError::Invalid("intercept flag").into()),
+    };
+    let transform = match r.u8()? {
+        0 => Transform::Identity,
+        1 => Transform::KubelkaMunk,
+        _ => return Err(DecodeError::Invalid("transform").into()),
+    };
+    let m = r.u32()? as usize;
+    if features >= MAX_DIM || m >= MAX_DIM {
+        return Err(DecodeError::Invalid("dimensions").into());
+    }
+    let basis = Basis::new(features, intercept, transform);
+    let p = basis.dim();
+    let n = r.f64()?;
+    let g = r.lower(p)?;
+    let mut b = Mat::zeros(p, m);
+    for k in 0..m {
+        for j in 0..p {
+            b[(j, k)] = r.f64()?;
+        }
+    }
+    let q = r.vec(m)?;
+    let nonzero = r.vec(m)?;
+    let totals = BatchStatistics::from_parts(g, b, q, nonzero, n);
+    if !totals.is_finite() {
+        return Err(DecodeError::Invalid("non-finite statistics").into());
+    }
+    let mut outputs = Vec::with_capacity(m);
+    for _ in 0..m {
+        match r.u8()? {
+            0 => outputs.push(OutputState::Untrained),
+            1 => {
+                let s = r.f64()?;
+                let v = r.vec(p)?;
+                if v.iter().any(|x| !(x.is_finite() && *x >= 0.0)) {
+                    return Err(DecodeError::Invalid("prior variances").into());
+                }
+                let active = active_set(&v).len();
+                let a = r.lower(active)?;
+                let c = r.vec(active)?;
+                let post = OutputPosterior::from_natural(v, s, a, c)
+                    .map_err(|_| DecodeError::Invalid("posterior"))?;
+                outputs.push(OutputState::Trained(post));
+            }
+            _ => return Err(DecodeError::Invalid("output tag").into()),
+        }
+    }
+    if r.at != body.len() {
+        return Err(DecodeError::Invalid("trailing bytes").into());
+    }
+    ModelState::from_parts(basis, totals, outputs)
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn bytes(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
+    }
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.bytes(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_le_bytes());
+    }
+    fn f64(&mut self, v: f64) {
+        self.bytes(&v.to_le_bytes());
+    }
+    fn lower(&mut self, a: faer::MatRef<'_, f64>) {
+        for j in 0..a.ncols() {
+            for i in j..a.nrows() {
+                self.f64(a[(i, j)]);
+            }
+        }
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let end = self.at.checked_add(N).ok_or(DecodeError::Truncated)?;
+        let slice = self.bytes.get(self.at..end).ok_or(DecodeError::Truncated)?;
+        self.at = end;
+        let mut out = [0u8; N];
+        out.copy_from_slice(slice);
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn f64(&mut self) -> Result<f64, DecodeError> {
+        Ok(f64::from_le_bytes(self.take()?))
+    }
+    fn vec(&mut self, len: usize) -> Result<Vec<f64>, DecodeError> {
+        self.ensure(len)?;
+        (0..len).map(|_| self.f64()).collect()
+    }
+    /// A symmetric matrix from its lower triangle.
+    fn lower(&mut self, n: usize) -> Result<Mat<f64>, DecodeError> {
+        self.ensure(n * (n + 1) / 2)?;
+        let mut a = Mat::zeros(n, n);
+        for j in 0..n {
+            for i in j..n {
+                let v = self.f64()?;
+                a[(i, j)] = v;
+                a[(j, i)] = v;
+            }
+        }
+        Ok(a)
+    }
+    /// Fails early when fewer than `count` f64 remain, before anything is allocated.
+    fn ensure(&self, count: usize) -> Result<(), DecodeError> {
+        let needed = count.checked_mul(8).ok_or(DecodeError::Truncated)?;
+        if self.bytes.len().saturating_sub(self.at) < needed {
+            return Err(DecodeError::Truncated);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimator::{ModelConfig, Transform};
+
+    fn small_state() -> ModelState {
+        let basis = Basis::new(2, true, Transform::Identity);
+        let x = faer::mat![[1.0, 0.5], [0.2, 1.5], [2.0, -1.0], [0.3, 0.3], [1.1, 0.9]];
+        let y = faer::mat![[1.0, 0.0], [2.0, 0.0], [0.5, 0.0], [0.7, 0.0], [1.4, 0.0]];
+        let phi = basis.design(x.as_ref()).unwrap();
+        let stats = BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap();
+        ModelState::fit(&ModelConfig::new(basis, 2), stats).unwrap()
+    }
+
+    #[test]
+    fn round_trip_is_exact() {
+        let state = small_state();
+        assert_eq!(decode(&encode(&state)).unwrap(), state);
+    }
+
+    #[test]
+    fn foreign_blob_is_refused() {
+        assert_eq!(
+            decode(b"PK\x03\x04 not ours"),
+            Err(EstimatorError::Decode(DecodeError::BadMagic))
+        );
+    }
+
+    #[test]
+    fn newer_version_is_refused() {
+        let mut blob = encode(&small_state());
+        blob[4] = 9;
+        assert_eq!(
+            decode(&blob),
+            Err(EstimatorError::Decode(DecodeError::UnsupportedVersion(9)))
+        );
+    }
+
+    #[test]
+    fn flipped_bit_is_caught_by_the_checksum() {
+        let mut blob = encode(&small_state());
+        let mid = blob.len() / 2;
+        blob[mid] ^= 0x10;
+        assert_eq!(
+            decode(&blob),
+            Err(EstimatorError::Decode(DecodeError::Checksum))
+        );
+    }
+
+    #[test]
+    fn truncated_blob_is_refused() {
+        let blob = encode(&small_state());
+        for len in [0, 3, 5, 9, blob.len() - 1] {
+            assert!(decode(&blob[..len]).is_err(), "length {len} decoded");
+        }
+    }
+}

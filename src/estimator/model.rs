@@ -1,0 +1,319 @@
+//! A model's whole state: running statistics and one posterior per output.
+
+use faer::linalg::matmul::matmul;
+use faer::{Accum, Mat, MatRef, Par};
+use rayon::prelude::*;
+
+use super::evidence::{OutputData, evidence};
+use super::incremental::one_step;
+use super::posterior::OutputPosterior;
+use super::statistics::BatchStatistics;
+use super::{Basis, EstimatorError, FitOptions, NoisePrior};
+
+/// How a model learns from a batch after its first fit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UpdateMethod {
+    /// Algorithm 3: one Bayesian step with the hyperparameters held fixed.
+    #[default]
+    OneStep,
+    /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`.
+    Refit,
+}
+
+/// Exponential forgetting: a row's weight halves after `half_life_rows` further rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Forgetting {
+    pub half_life_rows: f64,
+}
+
+impl Forgetting {
+    /// `2^(−N′/h)`, the weight of the old statistics before a batch of `rows` rows is added.
+    pub fn weight(&self, rows: f64) -> f64 {
+        (-rows / self.half_life_rows).exp2()
+    }
+}
+
+/// What a model is: its basis, outputs and how it learns. Not part of the stored state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub basis: Basis,
+    pub outputs: usize,
+    pub update: UpdateMethod,
+    pub forgetting: Option<Forgetting>,
+    /// Starting prior variance of every basis function in Algorithm 2.
+    pub prior_variance: f64,
+    pub options: FitOptions,
+}
+
+impl ModelConfig {
+    pub fn new(basis: Basis, outputs: usize) -> Self {
+        Self {
+            basis,
+            outputs,
+            update: UpdateMethod::OneStep,
+            forgetting: None,
+            prior_variance: 1.0,
+            options: FitOptions::default(),
+        }
+    }
+
+    fn forgetting_weight(&self, rows: f64) -> f64 {
+        self.forgetting.map_or(1.0, |f| f.weight(rows))
+    }
+}
+
+/// One output: fitted, or waiting for enough informative rows (see [`FitOptions`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputState {
+    Untrained,
+    Trained(OutputPosterior),
+}
+
+impl OutputState {
+    pub fn posterior(&self) -> Option<&OutputPosterior> {
+        match self {
+            OutputState::Untrained => None,
+            OutputState::Trained(p) => Some(p),
+        }
+    }
+}
+
+/// Predicted means and variances, rows × outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Predictions {
+    pub mean: Mat<f64>,
+    pub variance: Mat<f64>,
+}
+
+/// Everything a model has learnt: the basis it speaks, the (forgetting-weighted) statistics of
+/// all rows folded so far, and the state of each output. Immutable: every fold makes a new one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelState {
+    basis: Basis,
+    totals: BatchStatistics,
+    outputs: Vec<OutputState>,
+}
+
+impl ModelState {
+    pub(crate) fn from_parts(
+        basis: Basis,
+        totals: BatchStatistics,
+        outputs: Vec<OutputState>,
+    ) -> Result<Self, EstimatorError> {
+        if totals.dim() != basis.dim() {
+            return Err(EstimatorError::Dimension {
+                what: "basis functions",
+                expected: basis.dim(),
+                found: totals.dim(),
+            });
+        }
+        if totals.outputs() != outputs.len() {
+            return Err(EstimatorError::Dimension {
+                what: "outputs",
+                expected: totals.outputs(),
+                found: outputs.len(),
+            });
+        }
+        Ok(Self {
+            basis,
+            totals,
+            outputs,
+        })
+    }
+
+    /// The first fit: Algorithm 2 from `v = prior_variance`, `s = q/N` on every output that has
+    /// enough informative rows.
+    pub fn fit(config: &ModelConfig, stats: BatchStatistics) -> Result<Self, EstimatorError> {
+        check_config(config, &stats)?;
+        let outputs = (0..config.outputs)
+            .into_par_iter()
+            .map(|k| fit_output(config, &stats, k, None))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::from_parts(config.basis, stats, outputs)
+    }
+
+    /// Learns one more batch with the model's update method (and forgetting, if any).
+    pub fn update(
+        &self,
+        config: &ModelConfig,
+        batch: &BatchStatistics,
+    ) -> Result<Self, EstimatorError> {
+        check_config(config, batch)?;
+        let weight = config.forgetting_weight(batch.rows());
+        let rows_before = self.totals.rows();
+        let mut totals = self.totals.clone();
+        if weight != 1.0 {
+            totals.scale(weight);
+        }
+        totals.add(batch)?;
+        let outputs = self
+            .outputs
+            .par_iter()
+            .enumerate()
+            .map(|(k, output)| match (output, config.update) {
+                (OutputState::Trained(post), UpdateMethod::OneStep) => {
+                    let noise = noise_prior(config, &totals, k);
+                    let data = output_data(batch, k);
+                    one_step(post, rows_before, data, weight, noise).map(OutputState::Trained)
+                }
+                (OutputState::Trained(post), UpdateMethod::Refit) => {
+                    fit_output(config, &totals, k, Some(post))
+                }
+                (OutputState::Untrained, _) => fit_output(config, &totals, k, None),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::from_parts(self.basis, totals, outputs)
+    }
+
+    /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`.
+    pub fn refit(&self, config: &ModelConfig) -> Result<Self, EstimatorError> {
+        check_config(config, &self.totals)?;
+        let outputs = self
+            .outputs
+            .par_iter()
+            .enumerate()
+            .map(|(k, output)| fit_output(config, &self.totals, k, output.posterior()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::from_parts(self.basis, self.totals.clone(), outputs)
+    }
+
+    pub fn basis(&self) -> &Basis {
+        &self.basis
+    }
+
+    /// The (forgetting-weighted) statistics of every row folded.
+    pub fn totals(&self) -> &BatchStatistics {
+        &self.totals
+    }
+
+    pub fn outputs(&self) -> &[OutputState] {
+        &self.outputs
+    }
+
+    /// Posterior means of all outputs as a p × m matrix (zero columns for untrained outputs).
+    pub fn coefficients(&self) -> Mat<f64> {
+        let p = self.basis.dim();
+        let mut w = Mat::zeros(p, self.outputs.len());
+        for (k, output) in self.outputs.iter().enumerate() {
+            if let Some(post) = output.posterior() {
+                for (j, &mu) in post.mean().iter().enumerate() {
+                    w[(j, k)] = mu;
+                }
+            }
+        }
+        w
+    }
+
+    /// Predictions for the raw input rows `x` (rows × d): `mean_k = φᵀμ_k` and
+    /// `variance_k = s_k + φᵀΣ_kφ`. An untrained output predicts 0 with the mean square of its
+    /// non-zero values (the noise floor if it has none).
+    pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
+        let phi = self.basis.design(x)?;
+        Ok(self.predict_design(phi.as_ref()))
+    }
+
+    /// Predictions for a design matrix `Φ` (rows × p): the means as one product `Φ W`, the
+    /// variances with one triangular solve per output.
+    pub fn predict_design(&self, phi: MatRef<'_, f64>) -> Predictions {
+        let rows = phi.nrows();
+        let m = self.outputs.len();
+        let mut mean = Mat::zeros(rows, m);
+        matmul(
+            mean.as_mut(),
+            Accum::Replace,
+            phi,
+            self.coefficients().as_ref(),
+            1.0,
+            Par::Seq,
+        );
+        let mut variance = Mat::zeros(rows, m);
+        for (k, output) in self.outputs.iter().enumerate() {
+            match output {
+                OutputState::Trained(post) => {
+                    let s = post.noise_variance();
+                    for (r, wv) in post.weight_variances(phi).into_iter().enumerate() {
+                        variance[(r, k)] = s + wv;
+                    }
+                }
+                OutputState::Untrained => {
+                    let v = self.untrained_variance(k);
+                    for r in 0..rows {
+                        variance[(r, k)] = v;
+                    }
+                }
+            }
+        }
+        Predictions { mean, variance }
+    }
+
+    /// Mean square of an untrained output's non-zero values, what a prediction of 0 misses by
+    /// when the dye is in fact used.
+    fn untrained_variance(&self, k: usize) -> f64 {
+        let nonzero = self.totals.nonzero()[k];
+        let scale = if nonzero > 0.0 {
+            self.totals.q()[k] / nonzero
+        } else {
+            0.0
+        };
+        scale.max(super::DEFAULT_NOISE_FLOOR)
+    }
+}
+
+fn check_config(config: &ModelConfig, stats: &BatchStatistics) -> Result<(), EstimatorError> {
+    if stats.dim() != config.basis.dim() {
+        return Err(EstimatorError::Dimension {
+            what: "basis functions",
+            expected: config.basis.dim(),
+            found: stats.dim(),
+        });
+    }
+    if stats.outputs() != config.outputs {
+        return Err(EstimatorError::Dimension {
+            what: "outputs",
+            expected: config.outputs,
+            found: stats.outputs(),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn output_data(stats: &BatchStatistics, k: usize) -> OutputData<'_> {
+    OutputData {
+        g: stats.g(),
+        b: stats.b_col(k),
+        q: stats.q()[k],
+        n: stats.rows(),
+    }
+}
+
+fn noise_prior(config: &ModelConfig, stats: &BatchStatistics, k: usize) -> NoisePrior {
+    NoisePrior::for_output(stats.q()[k], stats.nonzero()[k], &config.options)
+}
+
+/// Algorithm 2 for output `k` on `stats`, from `warm` or from the prior, if the output has
+/// enough informative rows.
+fn fit_output(
+    config: &ModelConfig,
+    stats: &BatchStatistics,
+    k: usize,
+    warm: Option<&OutputPosterior>,
+) -> Result<OutputState, EstimatorError> {
+    if warm.is_none() && stats.nonzero()[k] < config.options.min_informative_rows {
+        return Ok(OutputState::Untrained);
+    }
+    let data = output_data(stats, k);
+    let (v, s) = match warm {
+        Some(post) => (post.prior_variance().to_vec(), post.noise_variance()),
+        None => (
+            vec![config.prior_variance; stats.dim()],
+            if data.q > 0.0 && data.n > 0.0 {
+                data.q / data.n
+            } else {
+                1.0
+            },
+        ),
+    };
+    let noise = noise_prior(config, stats, k);
+    let fit = evidence(data, v, s, noise, &config.options)?;
+    Ok(OutputState::Trained(fit.posterior))
+}

@@ -1,0 +1,215 @@
+//! Sufficient statistics of a set of rows.
+
+use faer::linalg::matmul::matmul;
+use faer::linalg::matmul::triangular::{self, BlockStructure};
+use faer::{Accum, Mat, MatRef, Par};
+
+use super::EstimatorError;
+
+/// The sufficient statistics of a set of rows for `m` independent linear regressions that share
+/// one design matrix `Φ` (rows × p) and have targets `Y` (rows × m):
+///
+/// * `G = ΦᵀΦ` (p × p, exactly symmetric, shared by every output),
+/// * `B = ΦᵀY` (p × m), column `k` is `b_k = Σ φ y_k`,
+/// * `q_k = Σ y_k²`,
+/// * `N`, the (possibly forgetting-weighted) row count,
+/// * `nonzero_k`, the weighted count of rows in which output `k` is not zero. It is what tells a
+///   dye that has been used from one that merely appears in the schema (see
+///   [`super::FitOptions::min_informative_rows`]).
+///
+/// Statistics of disjoint sets add up; every later step costs O(p³) per output whatever the
+/// number of rows behind them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchStatistics {
+    g: Mat<f64>,
+    b: Mat<f64>,
+    q: Vec<f64>,
+    nonzero: Vec<f64>,
+    n: f64,
+}
+
+impl BatchStatistics {
+    /// Statistics of no rows.
+    pub fn zeros(p: usize, m: usize) -> Self {
+        Self {
+            g: Mat::zeros(p, p),
+            b: Mat::zeros(p, m),
+            q: vec![0.0; m],
+            nonzero: vec![0.0; m],
+            n: 0.0,
+        }
+    }
+
+    /// Statistics of the rows of a design matrix `phi` (rows × p) and targets `y` (rows × m),
+    /// computed with two matrix products (`G` as a symmetric rank-k update of its lower half,
+    /// mirrored so that it is exactly symmetric).
+    pub fn from_design(phi: MatRef<'_, f64>, y: MatRef<'_, f64>) -> Result<Self, EstimatorError> {
+        if phi.nrows() != y.nrows() {
+            return Err(EstimatorError::Dimension {
+                what: "target rows",
+                expected: phi.nrows(),
+                found: y.nrows(),
+            });
+        }
+        if !all_finite(phi) || !all_finite(y) {
+            return Err(EstimatorError::NonFinite("batch values"));
+        }
+        let (p, m) = (phi.ncols(), y.ncols());
+        let mut g = Mat::zeros(p, p);
+        triangular::matmul(
+            g.as_mut(),
+            BlockStructure::TriangularLower,
+            Accum::Replace,
+            phi.transpose(),
+            BlockStructure::Rectangular,
+            phi,
+            BlockStructure::Rectangular,
+            1.0,
+            Par::Seq,
+        );
+        mirror_lower(g.as_mut());
+        let mut b = Mat::zeros(p, m);
+        matmul(
+            b.as_mut(),
+            Accum::Replace,
+            phi.transpose(),
+            y,
+            1.0,
+            Par::Seq,
+        );
+        let q = (0..m).map(|k| y.col(k).squared_norm_l2()).collect();
+        let nonzero = (0..m)
+            .map(|k| y.col(k).iter().filter(|v| **v != 0.0).count() as f64)
+            .collect();
+        let stats = Self {
+            g,
+            b,
+            q,
+            nonzero,
+            n: phi.nrows() as f64,
+        };
+        if !stats.is_finite() {
+            return Err(EstimatorError::NonFinite("batch statistics"));
+        }
+        Ok(stats)
+    }
+
+    /// Reassembles statistics from their parts (used by the state decoder).
+    pub(crate) fn from_parts(
+        g: Mat<f64>,
+        b: Mat<f64>,
+        q: Vec<f64>,
+        nonzero: Vec<f64>,
+        n: f64,
+    ) -> Self {
+        Self {
+            g,
+            b,
+            q,
+            nonzero,
+            n,
+        }
+    }
+
+    pub fn dim(&self) -> usize {
+        self.g.nrows()
+    }
+
+    pub fn outputs(&self) -> usize {
+        self.b.ncols()
+    }
+
+    /// `G = Σ φφᵀ`.
+    pub fn g(&self) -> MatRef<'_, f64> {
+        self.g.as_ref()
+    }
+
+    /// `B = Σ φ yᵀ`.
+    pub fn b(&self) -> MatRef<'_, f64> {
+        self.b.as_ref()
+    }
+
+    /// Column `k` of `B`, i.e. `b_k = Σ φ y_k`.
+    pub fn b_col(&self, k: usize) -> &[f64] {
+        self.b.col_as_slice(k)
+    }
+
+    /// `q_k = Σ y_k²`.
+    pub fn q(&self) -> &[f64] {
+        &self.q
+    }
+
+    /// Weighted count of rows in which each output is not zero.
+    pub fn nonzero(&self) -> &[f64] {
+        &self.nonzero
+    }
+
+    /// `N`.
+    pub fn rows(&self) -> f64 {
+        self.n
+    }
+
+    /// Adds the statistics of another, disjoint set of rows.
+    pub fn add(&mut self, other: &BatchStatistics) -> Result<(), EstimatorError> {
+        self.check_same_shape(other)?;
+        self.g += &other.g;
+        self.b += &other.b;
+        for (a, b) in self.q.iter_mut().zip(&other.q) {
+            *a += b;
+        }
+        for (a, b) in self.nonzero.iter_mut().zip(&other.nonzero) {
+            *a += b;
+        }
+        self.n += other.n;
+        Ok(())
+    }
+
+    /// Multiplies every statistic by `weight` (forgetting: each row's weight decays).
+    pub fn scale(&mut self, weight: f64) {
+        self.g *= faer::Scale(weight);
+        self.b *= faer::Scale(weight);
+        self.q.iter_mut().for_each(|v| *v *= weight);
+        self.nonzero.iter_mut().for_each(|v| *v *= weight);
+        self.n *= weight;
+    }
+
+    pub fn is_finite(&self) -> bool {
+        all_finite(self.g.as_ref())
+            && all_finite(self.b.as_ref())
+            && self.q.iter().all(|v| v.is_finite())
+            && self.nonzero.iter().all(|v| v.is_finite())
+            && self.n.is_finite()
+    }
+
+    pub(crate) fn check_same_shape(&self, other: &BatchStatistics) -> Result<(), EstimatorError> {
+        if self.dim() != other.dim() {
+            return Err(EstimatorError::Dimension {
+                what: "basis functions",
+                expected: self.dim(),
+                found: other.dim(),
+            });
+        }
+        if self.outputs() != other.outputs() {
+            return Err(EstimatorError::Dimension {
+                what: "outputs",
+                expected: self.outputs(),
+                found: other.outputs(),
+            });
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn all_finite(m: MatRef<'_, f64>) -> bool {
+    (0..m.ncols()).all(|j| m.col(j).iter().all(|v| v.is_finite()))
+}
+
+/// Copies the strict lower triangle onto the upper one, making the matrix exactly symmetric.
+pub(crate) fn mirror_lower(mut a: faer::MatMut<'_, f64>) {
+    let n = a.nrows();
+    for j in 0..n {
+        for i in 0..j {
+            a[(i, j)] = a[(j, i)];
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Scores of predictions against held-out values.
+
+use faer::MatRef;
+
+/// R² averaged uniformly over outputs, with scikit-learn's `r2_score` convention: an output
+/// whose true values are constant scores 1 if predicted exactly and 0 otherwise.
+pub fn r2_uniform(truth: MatRef<'_, f64>, pred: MatRef<'_, f64>) -> f64 {
+    let (n, m) = (truth.nrows(), truth.ncols());
+    let total: f64 = (0..m)
+        .map(|k| {
+            let mean = truth.col(k).sum() / n as f64;
+            let mut ss_res = 0.0;
+            let mut ss_tot = 0.0;
+            for i in 0..n {
+                ss_res += (truth[(i, k)] - pred[(i, k)]).powi(2);
+                ss_tot += (truth[(i, k)] - mean).powi(2);
+            }
+            match (ss_res != 0.0, ss_tot != 0.0) {
+                (false, _) => 1.0,
+                (true, false) => 0.0,
+                (true, true) => 1.0 - ss_res / ss_tot,
+            }
+        })
+        .sum();
+    total / m as f64
+}
+
+/// Fraction of entries inside their central 95 % normal predictive interval, over all entries
+/// and over the entries whose true value is not zero (`None` if there are none).
+pub fn coverage95(
+    truth: MatRef<'_, f64>,
+    mean: MatRef<'_, f64>,
+    variance: MatRef<'_, f64>,
+) -> (f64, Option<f64>) {
+    const Z: f64 = 1.959_963_984_540_054;
+    let (mut inside, mut total, mut nz_inside, mut nz_total) = (0usize, 0usize, 0usize, 0usize);
+    for k in 0..truth.ncols() {
+        for i in 0..truth.nrows() {
+            let y = truth[(i, k)];
+            let hit = (y - mean[(i, k)]).abs() <= Z * variance[(i, k)].sqrt();
+            total += 1;
+            inside += usize::from(hit);
+            if y != 0.0 {
+                nz_total += 1;
+                nz_inside += usize::from(hit);
+            }
+        }
+    }
+    let nz = (nz_total > 0).then(|| nz_inside as f64 / nz_total as f64);
+    (inside as f64 / total.max(1) as f64, nz)
+}
+
+/// Largest `|ŷ| / max|y_train|` over all predictions, per output's own training range
+/// (infinite when an output that was always 0 in training is predicted non-zero).
+pub fn max_abs_ratio(train: MatRef<'_, f64>, pred: MatRef<'_, f64>) -> f64 {
+    let mut worst: f64 = 0.0;
+    for k in 0..train.ncols() {
+        let range = train.col(k).iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        for i in 0..pred.nrows() {
+            let p = pred[(i, k)].abs();
+            let ratio = if p == 0.0 { 0.0 } else { p / range };
+            worst = worst.max(ratio);
+        }
+    }
+    worst
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r2_follows_scikit_learn_for_constant_columns() {
+        let truth = faer::mat![[0.0, 1.0], [0.0, 2.0], [0.0, 3.0]];
+        let exact = faer::mat![[0.0, 1.0], [0.0, 2.0], [0.0, 3.0]];
+        assert_eq!(r2_uniform(truth.as_ref(), exact.as_ref()), 1.0);
+        let off = faer::mat![[0.1, 1.0], [0.0, 2.0], [0.0, 3.0]];
+        assert_eq!(r2_uniform(truth.as_ref(), off.as_ref()), 0.5);
+        let mean_only = faer::mat![[0.0, 2.0], [0.0, 2.0], [0.0, 2.0]];
+        assert_eq!(r2_uniform(truth.as_ref(), mean_only.as_ref()), 0.5);
+    }
+
+    #[test]
+    fn coverage_counts_intervals_and_non_zero_entries() {
+        let truth = faer::mat![[0.0], [1.0], [5.0]];
+        let mean = faer::mat![[0.0], [1.5], [0.0]];
+        let var = faer::mat![[1.0], [1.0], [1.0]];
+        let (all, nz) = coverage95(truth.as_ref(), mean.as_ref(), var.as_ref());
+        assert!((all - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(nz, Some(0.5));
+    }
+
+    #[test]
+    fn ratio_is_relative_to_each_outputs_training_range() {
+        let train = faer::mat![[2.0, 0.0], [-4.0, 0.0]];
+        let pred = faer::mat![[8.0, 0.0], [1.0, 0.0]];
+        assert_eq!(max_abs_ratio(train.as_ref(), pred.as_ref()), 2.0);
+        let pred = faer::mat![[1.0, 0.1]];
+        assert!(max_abs_ratio(train.as_ref(), pred.as_ref()).is_infinite());
+    }
+}

@@ -1,0 +1,389 @@
+//! `mordant evaluate`: the experiment of Song & Zhang on a data set, and the comparison models.
+//!
+//! Protocol per trial: shuffle the rows; 20 % test; the other 80 % split 60/40 into "old" and
+//! "new" training rows. Learn old, score; learn new, score again. Each cell of the table is the
+//! median over trials of R² averaged uniformly over the outputs.
+
+pub mod baselines;
+pub mod dataset;
+pub mod metrics;
+
+use std::time::Instant;
+
+use anyhow::Context;
+use faer::{Mat, MatRef};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use serde::Serialize;
+
+use crate::estimator::{
+    Basis, BatchStatistics, FitOptions, ModelConfig, ModelState, Transform, UpdateMethod,
+};
+pub use dataset::Dataset;
+use metrics::{coverage95, max_abs_ratio, r2_uniform};
+
+/// The rows of the table, in order.
+pub const MODELS: [&str; 7] = [
+    "incremental",
+    "incremental_refit",
+    "old_only",
+    "new_only",
+    "one_shot",
+    "ols",
+    "bayesian_ridge",
+];
+
+/// How to run the experiment.
+#[derive(Clone, Debug)]
+pub struct EvaluateOptions {
+    pub trials: usize,
+    pub seed: u64,
+    pub fit: FitOptions,
+    pub transform: Transform,
+}
+
+impl Default for EvaluateOptions {
+    fn default() -> Self {
+        Self {
+            trials: 20,
+            seed: 0,
+            fit: FitOptions::default(),
+            transform: Transform::Identity,
+        }
+    }
+}
+
+/// The table: one row per model, each cell a median over trials (`None` where it does not
+/// apply to that model).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub trials: usize,
+    pub rows: Vec<ReportRow>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ReportRow {
+    pub model: String,
+    pub old_train: Option<f64>,
+    pub old_test: Option<f64>,
+    pub new_train: Option<f64>,
+    pub new_test: Option<f64>,
+    pub test1: Option<f64>,
+    pub test2: Option<f64>,
+    pub time1_s: Option<f64>,
+    pub time2_s: Option<f64>,
+    pub coverage95: Option<f64>,
+    pub coverage95_nonzero: Option<f64>,
+    /// Lowest test-2 score of any trial.
+    pub worst_test2: Option<f64>,
+    /// Largest `|prediction| / max |training value|` of any test prediction in any trial,
+    /// per output's own training range.
+    pub max_abs_ratio: Option<f64>,
+}
+
+/// One model's cells in one trial.
+#[derive(Clone, Debug, Default)]
+struct TrialScores {
+    old_train: Option<f64>,
+    old_test: Option<f64>,
+    new_train: Option<f64>,
+    new_test: Option<f64>,
+    test1: Option<f64>,
+    test2: Option<f64>,
+    time1_s: Option<f64>,
+    time2_s: Option<f64>,
+    coverage95: Option<f64>,
+    coverage95_nonzero: Option<f64>,
+    max_abs_ratio: Option<f64>,
+}
+
+/// The rows of one trial.
+struct Split {
+    old_x: Mat<f64>,
+    old_y: Mat<f64>,
+    new_x: Mat<f64>,
+    new_y: Mat<f64>,
+    all_x: Mat<f64>,
+    all_y: Mat<f64>,
+    test_x: Mat<f64>,
+    test_y: Mat<f64>,
+}
+
+impl Split {
+    fn new(data: &Dataset, seed: u64) -> Self {
+        let mut order: Vec<usize> = (0..data.rows()).collect();
+        order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+        let n_test = (data.rows() as f64 * 0.2).round() as usize;
+        let (test, train) = order.split_at(n_test);
+        let n_old = (train.len() as f64 * 0.6).round() as usize;
+        let (old, new) = train.split_at(n_old);
+        let (old_x, old_y) = data.select(old);
+        let (new_x, new_y) = data.select(new);
+        let (all_x, all_y) = data.select(train);
+        let (test_x, test_y) = data.select(test);
+        Self {
+            old_x,
+            old_y,
+            new_x,
+            new_y,
+            all_x,
+            all_y,
+            test_x,
+            test_y,
+        }
+    }
+}
+
+/// Runs the experiment; `tick` is called once per model and trial (for a progress bar).
+pub fn run(
+    data: &Dataset,
+    options: &EvaluateOptions,
+    mut tick: impl FnMut(&str),
+) -> anyhow::Result<Report> {
+    anyhow::ensure!(options.trials > 0, "at least one trial is needed");
+    anyhow::ensure!(
+        data.rows() >= 10,
+        "at least 10 rows are needed, found {}",
+        data.rows()
+    );
+    let basis = Basis::new(data.x.ncols(), true, options.transform);
+    let config = |update| ModelConfig {
+        update,
+        options: options.fit,
+        ..ModelConfig::new(basis, data.y.ncols())
+    };
+    let mut per_model: Vec<Vec<TrialScores>> = vec![Vec::new(); MODELS.len()];
+    for trial in 0..options.trials {
+        let split = Split::new(data, options.seed.wrapping_add(trial as u64));
+        let results = [
+            bayesian_two_stage(&split, &config(UpdateMethod::OneStep), Stage2::Update)?,
+            bayesian_two_stage(&split, &config(UpdateMethod::Refit), Stage2::Update)?,
+            bayesian_two_stage(&split, &config(UpdateMethod::OneStep), Stage2::None)?,
+            bayesian_new_only(&split, &config(UpdateMethod::OneStep))?,
+            bayesian_two_stage(&split, &config(UpdateMethod::OneStep), Stage2::FromScratch)?,
+            baseline(&split, baselines::ols)?,
+            baseline(&split, baselines::bayesian_ridge)?,
+        ];
+        for (k, scores) in results.into_iter().enumerate() {
+            per_model[k].push(scores);
+            tick(MODELS[k]);
+        }
+    }
+    let rows = MODELS
+        .iter()
+        .zip(&per_model)
+        .map(|(name, trials)| summarise(name, trials))
+        .collect();
+    Ok(Report {
+        trials: options.trials,
+        rows,
+    })
+}
+
+fn statistics(
+    basis: &Basis,
+    x: MatRef<'_, f64>,
+    y: MatRef<'_, f64>,
+) -> anyhow::Result<BatchStatistics> {
+    let phi = basis.design(x)?;
+    Ok(BatchStatistics::from_design(phi.as_ref(), y)?)
+}
+
+fn score(state: &ModelState, x: MatRef<'_, f64>, y: MatRef<'_, f64>) -> anyhow::Result<f64> {
+    let pred = state.predict(x)?;
+    Ok(r2_uniform(y, pred.mean.as_ref()))
+}
+
+/// Coverage and range ratio of a Bayesian model's test predictions.
+fn test_uncertainty(
+    state: &ModelState,
+    split: &Split,
+    train_y: MatRef<'_, f64>,
+    scores: &mut TrialScores,
+) -> anyhow::Result<()> {
+    let pred = state.predict(split.test_x.as_ref())?;
+    let (all, nz) = coverage95(
+        split.test_y.as_ref(),
+        pred.mean.as_ref(),
+        pred.variance.as_ref(),
+    );
+    scores.coverage95 = Some(all);
+    scores.coverage95_nonzero = nz;
+    let ratio = max_abs_ratio(train_y, pred.mean.as_ref());
+    scores.max_abs_ratio = Some(scores.max_abs_ratio.map_or(ratio, |r| r.max(ratio)));
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage2 {
+    /// Learn the new rows with the model's update method.
+    Update,
+    /// Do not learn them (old data only).
+    None,
+    /// Fit again from scratch on old and new rows (one-shot).
+    FromScratch,
+}
+
+fn bayesian_two_stage(
+    split: &Split,
+    config: &ModelConfig,
+    stage2: Stage2,
+) -> anyhow::Result<TrialScores> {
+    let basis = &config.basis;
+    let mut scores = TrialScores::default();
+    let start = Instant::now();
+    let old = statistics(basis, split.old_x.as_ref(), split.old_y.as_ref())?;
+    let state = ModelState::fit(config, old).context("first fit")?;
+    scores.time1_s = Some(start.elapsed().as_secs_f64());
+    scores.old_train = Some(score(&state, split.old_x.as_ref(), split.old_y.as_ref())?);
+    scores.new_test = Some(score(&state, split.new_x.as_ref(), split.new_y.as_ref())?);
+    scores.test1 = Some(score(&state, split.test_x.as_ref(), split.test_y.as_ref())?);
+    test_uncertainty(&state, split, split.old_y.as_ref(), &mut scores)?;
+    let start = Instant::now();
+    let state = match stage2 {
+        Stage2::None => return Ok(scores),
+        Stage2::Update => {
+            let new = statistics(basis, split.new_x.as_ref(), split.new_y.as_ref())?;
+            state.update(config, &new).context("update")?
+        }
+        Stage2::FromScratch => {
+            let all = statistics(basis, split.all_x.as_ref(), split.all_y.as_ref())?;
+            ModelState::fit(config, all).context("one-shot fit")?
+        }
+    };
+    scores.time2_s = Some(start.elapsed().as_secs_f64());
+    scores.old_test = Some(score(&state, split.old_x.as_ref(), split.old_y.as_ref())?);
+    scores.new_train = Some(score(&state, split.new_x.as_ref(), split.new_y.as_ref())?);
+    scores.test2 = Some(score(&state, split.test_x.as_ref(), split.test_y.as_ref())?);
+    test_uncertainty(&state, split, split.all_y.as_ref(), &mut scores)?;
+    Ok(scores)
+}
+
+fn bayesian_new_only(split: &Split, config: &ModelConfig) -> anyhow::Result<TrialScores> {
+    let mut scores = TrialScores::default();
+    let start = Instant::now();
+    let new = statistics(&config.basis, split.new_x.as_ref(), split.new_y.as_ref())?;
+    let state = ModelState::fit(config, new).context("fit on new rows")?;
+    scores.time2_s = Some(start.elapsed().as_secs_f64());
+    scores.old_test = Some(score(&state, split.old_x.as_ref(), split.old_y.as_ref())?);
+    scores.new_train = Some(score(&state, split.new_x.as_ref(), split.new_y.as_ref())?);
+    scores.test2 = Some(score(&state, split.test_x.as_ref(), split.test_y.as_ref())?);
+    test_uncertainty(&state, split, split.new_y.as_ref(), &mut scores)?;
+    Ok(scores)
+}
+
+/// OLS or Bayesian ridge: fit on old rows, then again on all training rows.
+fn baseline(
+    split: &Split,
+    fit: fn(MatRef<'_, f64>, MatRef<'_, f64>) -> anyhow::Result<baselines::LinearFit>,
+) -> anyhow::Result<TrialScores> {
+    let mut scores = TrialScores::default();
+    let r2 = |model: &baselines::LinearFit, x: &Mat<f64>, y: &Mat<f64>| {
+        r2_uniform(y.as_ref(), model.predict(x.as_ref()).mean.as_ref())
+    };
+    let start = Instant::now();
+    let model = fit(split.old_x.as_ref(), split.old_y.as_ref())?;
+    scores.time1_s = Some(start.elapsed().as_secs_f64());
+    scores.old_train = Some(r2(&model, &split.old_x, &split.old_y));
+    scores.new_test = Some(r2(&model, &split.new_x, &split.new_y));
+    scores.test1 = Some(r2(&model, &split.test_x, &split.test_y));
+    let ratio1 = max_abs_ratio(
+        split.old_y.as_ref(),
+        model.predict(split.test_x.as_ref()).mean.as_ref(),
+    );
+    let start = Instant::now();
+    let model = fit(split.all_x.as_ref(), split.all_y.as_ref())?;
+    scores.time2_s = Some(start.elapsed().as_secs_f64());
+    scores.old_test = Some(r2(&model, &split.old_x, &split.old_y));
+    scores.new_train = Some(r2(&model, &split.new_x, &split.new_y));
+    scores.test2 = Some(r2(&model, &split.test_x, &split.test_y));
+    let pred = model.predict(split.test_x.as_ref());
+    if let Some(variance) = &pred.variance {
+        let (all, nz) = coverage95(split.test_y.as_ref(), pred.mean.as_ref(), variance.as_ref());
+        scores.coverage95 = Some(all);
+        scores.coverage95_nonzero = nz;
+    }
+    let ratio2 = max_abs_ratio(split.all_y.as_ref(), pred.mean.as_ref());
+    scores.max_abs_ratio = Some(ratio1.max(ratio2));
+    Ok(scores)
+}
+
+fn median(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let mut v: Vec<f64> = values.flatten().collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn summarise(model: &str, trials: &[TrialScores]) -> ReportRow {
+    let med = |f: fn(&TrialScores) -> Option<f64>| median(trials.iter().map(f));
+    ReportRow {
+        model: model.to_owned(),
+        old_train: med(|t| t.old_train),
+        old_test: med(|t| t.old_test),
+        new_train: med(|t| t.new_train),
+        new_test: med(|t| t.new_test),
+        test1: med(|t| t.test1),
+        test2: med(|t| t.test2),
+        time1_s: med(|t| t.time1_s),
+        time2_s: med(|t| t.time2_s),
+        coverage95: med(|t| t.coverage95),
+        coverage95_nonzero: med(|t| t.coverage95_nonzero),
+        worst_test2: trials.iter().filter_map(|t| t.test2).min_by(f64::total_cmp),
+        max_abs_ratio: trials
+            .iter()
+            .filter_map(|t| t.max_abs_ratio)
+            .max_by(f64::total_cmp),
+    }
+}
+
+impl Report {
+    /// The table as Markdown.
+    pub fn to_markdown(&self) -> String {
+        let header = [
+            "model",
+            "old train",
+            "old test",
+            "new train",
+            "new test",
+            "test 1",
+            "test 2",
+            "time 1 (s)",
+            "time 2 (s)",
+            "coverage95",
+            "coverage95 non-zero",
+            "worst test 2",
+            "max |ŷ|/train range",
+        ];
+        let mut out = format!("| {} |\n", header.join(" | "));
+        out.push_str(&format!("|{}\n", " --- |".repeat(header.len())));
+        let cell =
+            |v: Option<f64>, digits: usize| v.map_or("—".to_owned(), |x| format!("{x:.digits$}"));
+        for r in &self.rows {
+            let cells = [
+                r.model.clone(),
+                cell(r.old_train, 4),
+                cell(r.old_test, 4),
+                cell(r.new_train, 4),
+                cell(r.new_test, 4),
+                cell(r.test1, 4),
+                cell(r.test2, 4),
+                cell(r.time1_s, 4),
+                cell(r.time2_s, 4),
+                cell(r.coverage95, 3),
+                cell(r.coverage95_nonzero, 3),
+                cell(r.worst_test2, 4),
+                cell(r.max_abs_ratio, 2),
+            ];
+            out.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
+        out
+    }
+}
