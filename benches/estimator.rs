@@ -1,1 +1,124 @@
-fn main() {}
+//! Estimator benchmarks at the dyeing data's size (p = 126, m = 82, real rows) and at a
+//! 31-band spectrum's size (p = 32, m = 3, synthetic rows).
+//!
+//! `cargo bench --bench estimator`
+
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use faer::Mat;
+use mordant::estimator::{
+    Basis, BatchStatistics, ModelConfig, ModelState, Transform, UpdateMethod,
+};
+use mordant::evaluate::Dataset;
+use mordant::evaluate::dataset::{DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES};
+use rand::{Rng, SeedableRng};
+
+/// First-fit rows, update rows and prediction rows of one problem.
+struct Problem {
+    name: &'static str,
+    config: ModelConfig,
+    first: (Mat<f64>, Mat<f64>),
+    batch: (Mat<f64>, Mat<f64>),
+    probe: Mat<f64>,
+}
+
+fn rows(a: &Mat<f64>, from: usize, to: usize) -> Mat<f64> {
+    Mat::from_fn(to - from, a.ncols(), |i, j| a[(from + i, j)])
+}
+
+fn dyeing() -> Problem {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/dyeing/data.csv");
+    let strings = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let data = Dataset::from_csv(
+        &path,
+        &strings(&DYEING_FEATURE_PREFIXES),
+        &strings(&DYEING_OUTPUT_PREFIXES),
+    )
+    .expect("dyeing data");
+    let basis = Basis::new(data.x.ncols(), true, Transform::Identity);
+    Problem {
+        name: "dyeing_p126_m82",
+        config: ModelConfig::new(basis, data.y.ncols()),
+        first: (rows(&data.x, 0, 1543), rows(&data.y, 0, 1543)),
+        batch: (rows(&data.x, 1543, 2571), rows(&data.y, 1543, 2571)),
+        probe: rows(&data.x, 2214, 3214),
+    }
+}
+
+/// Reflectance at 31 bands; three outputs linear in their Kubelka–Munk values plus noise.
+fn spectrum() -> Problem {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+    let n = 3000;
+    let x = Mat::from_fn(n, 31, |_, _| rng.random_range(0.05..0.95));
+    let w = Mat::from_fn(31, 3, |j, k| if (j + k) % 4 == 0 { 0.3 } else { 0.0 });
+    let km = Mat::from_fn(n, 31, |i, j| Transform::KubelkaMunk.apply(x[(i, j)]));
+    let noise = Mat::from_fn(n, 3, |_, _| rng.random_range(-0.01..0.01));
+    let y = &km * &w + &noise;
+    let basis = Basis::new(31, true, Transform::KubelkaMunk);
+    Problem {
+        name: "spectrum_p32_m3",
+        config: ModelConfig::new(basis, 3),
+        first: (rows(&x, 0, 2000), rows(&y, 0, 2000)),
+        batch: (rows(&x, 2000, 3000), rows(&y, 2000, 3000)),
+        probe: rows(&x, 0, 1000),
+    }
+}
+
+fn statistics(config: &ModelConfig, (x, y): &(Mat<f64>, Mat<f64>)) -> BatchStatistics {
+    let phi = config.basis.design(x.as_ref()).expect("design");
+    BatchStatistics::from_design(phi.as_ref(), y.as_ref()).expect("statistics")
+}
+
+fn bench_problem(c: &mut Criterion, problem: Problem) {
+    let config = &problem.config;
+    let first = statistics(config, &problem.first);
+    let batch = statistics(config, &problem.batch);
+    let state = ModelState::fit(config, first.clone()).expect("fit");
+    let refit_config = ModelConfig {
+        update: UpdateMethod::Refit,
+        ..config.clone()
+    };
+    let mut group = c.benchmark_group(problem.name);
+    group.bench_function("statistics_1000_rows", |b| {
+        b.iter(|| statistics(config, &problem.batch))
+    });
+    group.bench_function("first_fit", |b| {
+        b.iter_batched(
+            || first.clone(),
+            |stats| ModelState::fit(config, stats).expect("fit"),
+            BatchSize::LargeInput,
+        )
+    });
+    group.bench_function("one_step", |b| {
+        b.iter(|| state.update(config, &batch).expect("one_step"))
+    });
+    group.bench_function("refit_update", |b| {
+        b.iter(|| state.update(&refit_config, &batch).expect("refit"))
+    });
+    let one_row = rows(&problem.probe, 0, 1);
+    group.bench_function("predict_1_row", |b| {
+        b.iter(|| state.predict(one_row.as_ref()).expect("predict"))
+    });
+    let many = rows(&problem.probe, 0, problem.probe.nrows().min(1000));
+    group.bench_function(format!("predict_{}_rows", many.nrows()), |b| {
+        b.iter(|| state.predict(many.as_ref()).expect("predict"))
+    });
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    bench_problem(c, dyeing());
+    bench_problem(c, spectrum());
+}
+
+criterion_group! {
+    name = estimator;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    targets = benches
+}
+criterion_main!(estimator);

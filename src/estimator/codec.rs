@@ -154,7 +154,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
                 let c = r.vec(active)?;
                 let post = OutputPosterior::from_natural(v, s, a, c)
                     .map_err(|_| DecodeError::Invalid("posterior"))?;
-                outputs.push(OutputState::Trained(post));
+                outputs.push(OutputState::Trained(Box::new(post)));
             }
             _ => return Err(DecodeError::Invalid("output tag").into()),
         }

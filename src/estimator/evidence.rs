@@ -1,19 +1,11 @@
 //! Algorithm 2: the evidence approximation (type-II maximum likelihood) with ARD.
 
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
-use faer::{Mat, MatRef, Par};
+use faer::{Mat, Par};
 
 use super::posterior::{OutputPosterior, active_set, lower_inverse, scaled_precision_factor};
+pub use super::statistics::OutputData;
 use super::{EstimatorError, FitOptions, NoisePrior};
-
-/// The statistics of one output: `G` (shared), `b = Σ φ y`, `q = Σ y²`, `N`.
-#[derive(Clone, Copy, Debug)]
-pub struct OutputData<'a> {
-    pub g: MatRef<'a, f64>,
-    pub b: &'a [f64],
-    pub q: f64,
-    pub n: f64,
-}
 
 /// What Algorithm 2 returns: the posterior at the final `(v, s)` and how it got there.
 #[derive(Clone, Debug)]

@@ -4,7 +4,7 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
 use rayon::prelude::*;
 
-use super::evidence::{OutputData, evidence};
+use super::evidence::evidence;
 use super::incremental::one_step;
 use super::posterior::OutputPosterior;
 use super::statistics::BatchStatistics;
@@ -66,7 +66,7 @@ impl ModelConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub enum OutputState {
     Untrained,
-    Trained(OutputPosterior),
+    Trained(Box<OutputPosterior>),
 }
 
 impl OutputState {
@@ -153,8 +153,8 @@ impl ModelState {
             .map(|(k, output)| match (output, config.update) {
                 (OutputState::Trained(post), UpdateMethod::OneStep) => {
                     let noise = noise_prior(config, &totals, k);
-                    let data = output_data(batch, k);
-                    one_step(post, rows_before, data, weight, noise).map(OutputState::Trained)
+                    let data = batch.output(k);
+                    one_step(post, rows_before, data, weight, noise).map(|p| OutputState::Trained(Box::new(p)))
                 }
                 (OutputState::Trained(post), UpdateMethod::Refit) => {
                     fit_output(config, &totals, k, Some(post))
@@ -277,15 +277,6 @@ fn check_config(config: &ModelConfig, stats: &BatchStatistics) -> Result<(), Est
     Ok(())
 }
 
-pub(crate) fn output_data(stats: &BatchStatistics, k: usize) -> OutputData<'_> {
-    OutputData {
-        g: stats.g(),
-        b: stats.b_col(k),
-        q: stats.q()[k],
-        n: stats.rows(),
-    }
-}
-
 fn noise_prior(config: &ModelConfig, stats: &BatchStatistics, k: usize) -> NoisePrior {
     NoisePrior::for_output(stats.q()[k], stats.nonzero()[k], &config.options)
 }
@@ -301,7 +292,7 @@ fn fit_output(
     if warm.is_none() && stats.nonzero()[k] < config.options.min_informative_rows {
         return Ok(OutputState::Untrained);
     }
-    let data = output_data(stats, k);
+    let data = stats.output(k);
     let (v, s) = match warm {
         Some(post) => (post.prior_variance().to_vec(), post.noise_variance()),
         None => (
@@ -315,5 +306,5 @@ fn fit_output(
     };
     let noise = noise_prior(config, stats, k);
     let fit = evidence(data, v, s, noise, &config.options)?;
-    Ok(OutputState::Trained(fit.posterior))
+    Ok(OutputState::Trained(Box::new(fit.posterior)))
 }

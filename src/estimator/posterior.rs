@@ -151,9 +151,15 @@ impl OutputPosterior {
     pub fn covariance_active(&self) -> Mat<f64> {
         let m_inv = inverse_from_factor(self.chol.as_ref());
         let sqrt_v = self.sqrt_prior_variance();
-        Mat::from_fn(m_inv.nrows(), m_inv.ncols(), |i, j| {
-            sqrt_v[i] * m_inv[(i, j)] * sqrt_v[j]
-        })
+        let mut sigma = Mat::from_fn(m_inv.nrows(), m_inv.ncols(), |i, j| {
+            if j <= i {
+                sqrt_v[i] * m_inv[(i, j)] * sqrt_v[j]
+            } else {
+                0.0
+            }
+        });
+        mirror_lower(sigma.as_mut());
+        sigma
     }
 
     /// The full posterior covariance `Σ` (p × p, zero rows and columns outside `J`).

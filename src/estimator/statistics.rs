@@ -6,6 +6,15 @@ use faer::{Accum, Mat, MatRef, Par};
 
 use super::EstimatorError;
 
+/// The statistics of one output: `G` (shared), `b = Σ φ y`, `q = Σ y²`, `N`.
+#[derive(Clone, Copy, Debug)]
+pub struct OutputData<'a> {
+    pub g: MatRef<'a, f64>,
+    pub b: &'a [f64],
+    pub q: f64,
+    pub n: f64,
+}
+
 /// The sufficient statistics of a set of rows for `m` independent linear regressions that share
 /// one design matrix `Φ` (rows × p) and have targets `Y` (rows × m):
 ///
@@ -132,6 +141,16 @@ impl BatchStatistics {
     /// Column `k` of `B`, i.e. `b_k = Σ φ y_k`.
     pub fn b_col(&self, k: usize) -> &[f64] {
         self.b.col_as_slice(k)
+    }
+
+    /// The statistics of output `k` alone.
+    pub fn output(&self, k: usize) -> OutputData<'_> {
+        OutputData {
+            g: self.g.as_ref(),
+            b: self.b_col(k),
+            q: self.q[k],
+            n: self.n,
+        }
     }
 
     /// `q_k = Σ y_k²`.

@@ -97,20 +97,21 @@ struct TrialScores {
     max_abs_ratio: Option<f64>,
 }
 
-/// The rows of one trial.
-struct Split {
-    old_x: Mat<f64>,
-    old_y: Mat<f64>,
-    new_x: Mat<f64>,
-    new_y: Mat<f64>,
-    all_x: Mat<f64>,
-    all_y: Mat<f64>,
-    test_x: Mat<f64>,
-    test_y: Mat<f64>,
+/// The rows of one trial: old (48 %), new (32 %), all training rows (old then new), test (20 %).
+pub struct Split {
+    pub old_x: Mat<f64>,
+    pub old_y: Mat<f64>,
+    pub new_x: Mat<f64>,
+    pub new_y: Mat<f64>,
+    pub all_x: Mat<f64>,
+    pub all_y: Mat<f64>,
+    pub test_x: Mat<f64>,
+    pub test_y: Mat<f64>,
 }
 
 impl Split {
-    fn new(data: &Dataset, seed: u64) -> Self {
+    /// The split of trial seed `seed`: the rows shuffled by ChaCha8 seeded with `seed`.
+    pub fn new(data: &Dataset, seed: u64) -> Self {
         let mut order: Vec<usize> = (0..data.rows()).collect();
         order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
         let n_test = (data.rows() as f64 * 0.2).round() as usize;

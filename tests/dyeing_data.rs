@@ -1,0 +1,127 @@
+//! Checks on the real production data: the failure mode of the published algorithm on sparse
+//! outputs, and the experiment's headline numbers.
+
+mod common;
+
+use common::*;
+use mordant::estimator::{FitOptions, ModelConfig, ModelState};
+use mordant::evaluate::{self, EvaluateOptions, Split};
+
+/// A first fit on the old rows of trial seed 3, with the given options.
+fn first_fit(options: FitOptions) -> (Split, ModelState) {
+    let data = dyeing();
+    let split = Split::new(data, 3);
+    let basis = identity_basis(data.x.ncols());
+    let config = ModelConfig {
+        options,
+        ..ModelConfig::new(basis, data.y.ncols())
+    };
+    let state = ModelState::fit(&config, stats(&basis, &split.old_x, &split.old_y)).unwrap();
+    (split, state)
+}
+
+/// `(row, output)` of the test prediction with the largest absolute error.
+fn worst_error(split: &Split, state: &ModelState) -> (usize, usize) {
+    let pred = state.predict(split.test_x.as_ref()).unwrap();
+    let mut worst = (0, 0, 0.0);
+    for k in 0..pred.mean.ncols() {
+        for i in 0..pred.mean.nrows() {
+            let err = (pred.mean[(i, k)] - split.test_y[(i, k)]).abs();
+            if err > worst.2 {
+                worst = (i, k, err);
+            }
+        }
+    }
+    (worst.0, worst.1)
+}
+
+/// `max |y|` of output `k` in the old rows.
+fn training_range(split: &Split, k: usize) -> f64 {
+    (0..split.old_y.nrows()).fold(0.0f64, |a, i| a.max(split.old_y[(i, k)].abs()))
+}
+
+/// A dye used in three rows of the first batch: Algorithm 2 as published fits them exactly,
+/// drives σ² to its floor and predicts a concentration far outside anything seen, with a
+/// standard deviation that excludes the truth by hundreds of σ. With mordant's safeguards the
+/// same prediction is modest and its interval honest.
+#[test]
+fn sparse_dye_is_absurd_and_overconfident_only_without_safeguards() {
+    let (split, plain) = first_fit(FitOptions::plain());
+    let (i, k) = worst_error(&split, &plain);
+    let name = &dyeing().output_names[k];
+    let pred = plain.predict(split.test_x.as_ref()).unwrap();
+    let (mean, sd, truth) = (
+        pred.mean[(i, k)],
+        pred.variance[(i, k)].sqrt(),
+        split.test_y[(i, k)],
+    );
+    let range = training_range(&split, k);
+    assert!(
+        mean.abs() > 10.0 * range,
+        "{name}: {mean} within 10× of {range}"
+    );
+    assert!(
+        (mean - truth).abs() > 100.0 * sd,
+        "{name}: {mean} ± {sd} for {truth}"
+    );
+
+    let (_, safe) = first_fit(FitOptions::default());
+    let pred = safe.predict(split.test_x.as_ref()).unwrap();
+    let (mean, sd) = (pred.mean[(i, k)], pred.variance[(i, k)].sqrt());
+    assert!(
+        mean.abs() <= range,
+        "{name}: safeguarded prediction {mean} beyond {range}"
+    );
+    assert!(
+        (mean - truth).abs() <= 3.3 * sd,
+        "{name}: {mean} ± {sd} for {truth}"
+    );
+}
+
+/// With mordant's safeguards the same split predicts nothing beyond 10× an output's training
+/// range.
+#[test]
+fn safeguarded_fit_stays_within_the_training_range_on_the_same_split() {
+    let (split, state) = first_fit(FitOptions::default());
+    let pred = state.predict(split.test_x.as_ref()).unwrap();
+    let ratio = mordant::evaluate::metrics::max_abs_ratio(split.old_y.as_ref(), pred.mean.as_ref());
+    assert!(
+        ratio <= 10.0,
+        "a prediction reaches {ratio}× its output's training range"
+    );
+}
+
+/// Three trials of the paper's protocol: the incremental model beats the paper's figure and
+/// OLS, learning the new rows helps, and no prediction leaves 10× the training range.
+#[test]
+fn incremental_model_beats_the_paper_and_ols() {
+    let options = EvaluateOptions {
+        trials: 3,
+        ..EvaluateOptions::default()
+    };
+    let report = evaluate::run(dyeing(), &options, |_| {}).unwrap();
+    let row = |name: &str| {
+        report
+            .rows
+            .iter()
+            .find(|r| r.model == name)
+            .unwrap_or_else(|| panic!("row {name}"))
+            .clone()
+    };
+    let incremental = row("incremental");
+    let ols = row("ols");
+    let test2 = incremental.test2.unwrap();
+    assert!(test2 >= 0.78, "incremental test 2 = {test2}");
+    assert!(
+        test2 > ols.test2.unwrap(),
+        "OLS {:?} ≥ incremental {test2}",
+        ols.test2
+    );
+    assert!(
+        test2 > incremental.test1.unwrap(),
+        "learning the new rows did not help"
+    );
+    assert!(incremental.max_abs_ratio.unwrap() <= 10.0);
+    let coverage = incremental.coverage95.unwrap();
+    assert!(coverage > 0.9, "95 % intervals cover only {coverage}");
+}

@@ -1,0 +1,383 @@
+//! The invariants of DESIGN.md §1, on random data and on the dyeing data.
+
+mod common;
+
+use common::*;
+use faer::Mat;
+use mordant::estimator::evidence::evidence;
+use mordant::estimator::incremental::{condition, one_step};
+use mordant::estimator::{
+    BatchStatistics, FitOptions, ModelConfig, ModelState, NoisePrior, OutputPosterior,
+    UpdateMethod, codec,
+};
+use proptest::prelude::*;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// The prior as a posterior of no data: `A = 0`, `c = 0`.
+fn prior(v: Vec<f64>, s: f64) -> OutputPosterior {
+    let n = v.iter().filter(|x| **x > 0.0).count();
+    OutputPosterior::from_natural(v, s, Mat::zeros(n, n), vec![0.0; n]).expect("prior")
+}
+
+/// Prior variances with some basis functions pruned (never all of them).
+fn random_prior_variances(rng: &mut ChaCha8Rng, p: usize) -> Vec<f64> {
+    let mut v: Vec<f64> = (0..p)
+        .map(|_| {
+            if rng.random_bool(0.3) {
+                0.0
+            } else {
+                rng.random_range(0.05..5.0)
+            }
+        })
+        .collect();
+    v[0] = 1.0;
+    v
+}
+
+fn assert_symmetric_psd(cov: &Mat<f64>) {
+    for i in 0..cov.nrows() {
+        for j in 0..i {
+            assert_eq!(
+                cov[(i, j)],
+                cov[(j, i)],
+                "Σ not exactly symmetric at ({i},{j})"
+            );
+        }
+    }
+    let eig = cov
+        .as_ref()
+        .self_adjoint_eigenvalues(faer::Side::Lower)
+        .expect("eigenvalues");
+    let top = eig.iter().fold(0.0f64, |a, e| a.max(e.abs()));
+    for e in eig {
+        assert!(
+            e >= -1e-12 * top.max(1e-300),
+            "Σ has eigenvalue {e} (largest {top})"
+        );
+    }
+}
+
+fn assert_state_finite(state: &ModelState, x: &Mat<f64>) {
+    let pred = state.predict(x.as_ref()).expect("predict");
+    for k in 0..pred.mean.ncols() {
+        for i in 0..pred.mean.nrows() {
+            assert!(pred.mean[(i, k)].is_finite(), "mean ({i},{k}) not finite");
+            assert!(
+                pred.variance[(i, k)].is_finite(),
+                "variance ({i},{k}) not finite"
+            );
+            assert!(
+                pred.variance[(i, k)] > 0.0,
+                "variance ({i},{k}) not positive"
+            );
+        }
+    }
+    for output in state.outputs() {
+        if let Some(post) = output.posterior() {
+            assert!(post.noise_variance().is_finite() && post.noise_variance() > 0.0);
+            assert!(post.mean().iter().all(|m| m.is_finite()));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(48) })]
+
+    /// Statistics add up and do not depend on row order or on how rows are split in batches.
+    #[test]
+    fn statistics_are_additive_and_order_free(
+        seed in any::<u64>(), n in 2usize..60, d in 1usize..8, m in 1usize..4, cut in 0.0f64..1.0,
+    ) {
+        let (x, y) = random_problem(seed, n, d, m);
+        let basis = identity_basis(d);
+        let whole = stats(&basis, &x, &y);
+        let split = ((n as f64) * cut) as usize;
+        let mut parts = stats(&basis, &rows(&x, 0..split), &rows(&y, 0..split));
+        parts.add(&stats(&basis, &rows(&x, split..n), &rows(&y, split..n))).unwrap();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 1));
+        let shuffled = stats(&basis, &pick(&x, &order), &pick(&y, &order));
+        for other in [&parts, &shuffled] {
+            prop_assert!(rel_diff(&whole.g().to_owned(), &other.g().to_owned()) < 1e-12);
+            prop_assert!(rel_diff(&whole.b().to_owned(), &other.b().to_owned()) < 1e-12);
+            prop_assert!(rel_diff_slice(whole.q(), other.q()) < 1e-12);
+            prop_assert_eq!(whole.nonzero(), other.nonzero());
+            prop_assert_eq!(whole.rows(), other.rows());
+        }
+    }
+
+    /// With `v` and `s` held fixed, conditioning on batches one after another gives the
+    /// posterior of all their rows at once.
+    #[test]
+    fn fixed_hyperparameter_steps_equal_the_one_shot_posterior(
+        seed in any::<u64>(), batches in 1usize..6, per_batch in 1usize..12, d in 1usize..8,
+    ) {
+        let n = batches * per_batch;
+        let (x, y) = random_problem(seed, n, d, 2);
+        let basis = identity_basis(d);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 2);
+        let v = random_prior_variances(&mut rng, basis.dim());
+        let s = rng.random_range(0.01..2.0);
+        let total = stats(&basis, &x, &y);
+        for k in 0..2 {
+            let mut post = prior(v.clone(), s);
+            for b in 0..batches {
+                let r = b * per_batch..(b + 1) * per_batch;
+                let batch = stats(&basis, &rows(&x, r.clone()), &rows(&y, r));
+                post = condition(&post, batch.output(k), 1.0).unwrap();
+            }
+            let one_shot = OutputPosterior::from_statistics(
+                v.clone(), s, total.g(), total.b_col(k)).unwrap();
+            prop_assert!(rel_diff_slice(one_shot.mean(), post.mean()) < 1e-9,
+                "means differ: {:?} vs {:?}", one_shot.mean(), post.mean());
+            prop_assert!(rel_diff(&one_shot.covariance(), &post.covariance()) < 1e-9);
+        }
+    }
+
+    /// Update method `refit` is Algorithm 2 on the concatenated rows from the current `(v, s)`.
+    #[test]
+    fn refit_equals_evidence_on_all_rows_from_the_same_start(
+        seed in any::<u64>(), n1 in 8usize..40, n2 in 1usize..30, d in 1usize..6,
+    ) {
+        let (x, y) = random_problem(seed, n1 + n2, d, 2);
+        let basis = identity_basis(d);
+        let config = ModelConfig { update: UpdateMethod::Refit, ..ModelConfig::new(basis, 2) };
+        let first = ModelState::fit(&config, stats(&basis, &rows(&x, 0..n1), &rows(&y, 0..n1))).unwrap();
+        let refit = first
+            .update(&config, &stats(&basis, &rows(&x, n1..n1 + n2), &rows(&y, n1..n1 + n2)))
+            .unwrap();
+        let all = stats(&basis, &x, &y);
+        for k in 0..2 {
+            let start = first.outputs()[k].posterior().expect("trained after the first fit");
+            let noise = NoisePrior::for_output(all.q()[k], all.nonzero()[k], &config.options);
+            let direct = evidence(
+                all.output(k), start.prior_variance().to_vec(), start.noise_variance(),
+                noise, &config.options,
+            ).unwrap().posterior;
+            let got = refit.outputs()[k].posterior().unwrap();
+            prop_assert!(rel_diff_slice(direct.mean(), got.mean()) < 1e-6);
+            prop_assert!((direct.noise_variance() - got.noise_variance()).abs()
+                <= 1e-6 * direct.noise_variance());
+        }
+    }
+
+    /// Σ is exactly symmetric and positive semi-definite, and the predictive variance is at
+    /// least the noise variance, after a first fit and after one-step updates.
+    #[test]
+    fn covariance_is_psd_and_predictive_variance_at_least_noise(
+        seed in any::<u64>(), n1 in 6usize..40, n2 in 1usize..20, d in 1usize..8,
+    ) {
+        let (x, y) = random_problem(seed, n1 + n2, d, 2);
+        let basis = identity_basis(d);
+        let config = ModelConfig::new(basis, 2);
+        let first = ModelState::fit(&config, stats(&basis, &rows(&x, 0..n1), &rows(&y, 0..n1))).unwrap();
+        let second = first
+            .update(&config, &stats(&basis, &rows(&x, n1..n1 + n2), &rows(&y, n1..n1 + n2)))
+            .unwrap();
+        let (probe, _) = random_problem(seed ^ 3, 7, d, 1);
+        for state in [&first, &second] {
+            let pred = state.predict(probe.as_ref()).unwrap();
+            let phi = basis.design(probe.as_ref()).unwrap();
+            for (k, output) in state.outputs().iter().enumerate() {
+                let Some(post) = output.posterior() else { continue };
+                assert_symmetric_psd(&post.covariance());
+                for i in 0..probe.nrows() {
+                    prop_assert!(pred.variance[(i, k)] >= post.noise_variance());
+                    let row: Vec<f64> = (0..basis.dim()).map(|j| phi[(i, j)]).collect();
+                    let single = post.noise_variance() + post.weight_variance(&row);
+                    prop_assert!((single - pred.variance[(i, k)]).abs() <= 1e-12 * single);
+                }
+            }
+        }
+    }
+
+    /// A pruned basis function (`v_j = 0`) keeps a coefficient of exactly 0 through one-step
+    /// updates and refits.
+    #[test]
+    fn pruned_coefficients_stay_exactly_zero(
+        seed in any::<u64>(), n in 4usize..40, d in 2usize..8,
+    ) {
+        let (x, y) = random_problem(seed, 2 * n, d, 1);
+        let basis = identity_basis(d);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 4);
+        let v = random_prior_variances(&mut rng, basis.dim());
+        let first = stats(&basis, &rows(&x, 0..n), &rows(&y, 0..n));
+        let second = stats(&basis, &rows(&x, n..2 * n), &rows(&y, n..2 * n));
+        let post = OutputPosterior::from_statistics(v.clone(), 0.5, first.g(), first.b_col(0)).unwrap();
+        let options = FitOptions::default();
+        let noise = NoisePrior::for_output(first.q()[0], first.nonzero()[0], &options);
+        let stepped = one_step(&post, first.rows(), second.output(0), 1.0, noise).unwrap();
+        let mut total = first.clone();
+        total.add(&second).unwrap();
+        let refit = evidence(total.output(0), v.clone(), 0.5, noise, &options).unwrap().posterior;
+        for (j, vj) in v.iter().enumerate() {
+            if *vj == 0.0 {
+                for got in [&post, &stepped, &refit] {
+                    prop_assert_eq!(got.mean()[j], 0.0);
+                    prop_assert_eq!(got.prior_variance()[j], 0.0);
+                }
+            }
+        }
+    }
+
+    /// All-zero outputs, constant and duplicate features and single-row batches give finite
+    /// states and predictions.
+    #[test]
+    fn degenerate_inputs_stay_finite(seed in any::<u64>(), n in 1usize..30, d in 3usize..7) {
+        let (mut x, mut y) = random_problem(seed, n, d, 3);
+        for i in 0..n {
+            x[(i, 1)] = x[(i, 0)]; // duplicate feature
+            x[(i, 2)] = 5.0; // constant feature
+            y[(i, 2)] = 0.0; // an output that is always 0
+        }
+        let basis = identity_basis(d);
+        for options in [FitOptions::default(), FitOptions::plain()] {
+            let config = ModelConfig { options, ..ModelConfig::new(basis, 3) };
+            let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+            assert_state_finite(&state, &x);
+            let one_row = stats(&basis, &rows(&x, 0..1), &rows(&y, 0..1));
+            let stepped = state.update(&config, &one_row).unwrap();
+            assert_state_finite(&stepped, &x);
+            let refit = stepped.refit(&config).unwrap();
+            assert_state_finite(&refit, &x);
+            let from_one_row = ModelState::fit(&config, one_row).unwrap();
+            assert_state_finite(&from_one_row, &x);
+            let pred = refit.predict(x.as_ref()).unwrap();
+            for i in 0..n {
+                prop_assert_eq!(pred.mean[(i, 2)], 0.0);
+            }
+        }
+    }
+
+    /// The binary encoding reproduces a state exactly, with and without forgetting.
+    #[test]
+    fn encoding_round_trips(seed in any::<u64>(), n in 1usize..30, d in 1usize..6, half_life in 5.0f64..100.0) {
+        let (x, y) = random_problem(seed, 2 * n, d, 2);
+        let basis = identity_basis(d);
+        let config = ModelConfig {
+            forgetting: Some(mordant::estimator::Forgetting { half_life_rows: half_life }),
+            ..ModelConfig::new(basis, 2)
+        };
+        let state = ModelState::fit(&config, stats(&basis, &rows(&x, 0..n), &rows(&y, 0..n)))
+            .unwrap()
+            .update(&config, &stats(&basis, &rows(&x, n..2 * n), &rows(&y, n..2 * n)))
+            .unwrap();
+        let decoded = codec::decode(&codec::encode(&state)).unwrap();
+        prop_assert_eq!(decoded, state);
+    }
+}
+
+/// Forgetting multiplies the old statistics by `2^(−N′/h)` before adding a batch.
+#[test]
+fn forgetting_weighs_old_rows_down_by_the_half_life() {
+    let (x, y) = random_problem(7, 30, 3, 1);
+    let basis = identity_basis(3);
+    let config = ModelConfig {
+        forgetting: Some(mordant::estimator::Forgetting {
+            half_life_rows: 10.0,
+        }),
+        ..ModelConfig::new(basis, 1)
+    };
+    let old = stats(&basis, &rows(&x, 0..20), &rows(&y, 0..20));
+    let new = stats(&basis, &rows(&x, 20..30), &rows(&y, 20..30));
+    let state = ModelState::fit(&config, old.clone())
+        .unwrap()
+        .update(&config, &new)
+        .unwrap();
+    let mut expected = old;
+    expected.scale(0.5);
+    expected.add(&new).unwrap();
+    assert!(rel_diff(&expected.g().to_owned(), &state.totals().g().to_owned()) < 1e-14);
+    assert_eq!(state.totals().rows(), 20.0 * 0.5 + 10.0);
+}
+
+// ---- the same invariants on the dyeing data ----
+
+fn dyeing_rows(order: &[usize]) -> (Mat<f64>, Mat<f64>) {
+    dyeing().select(order)
+}
+
+fn shuffled_dyeing(seed: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..dyeing().rows()).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    order
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(6) })]
+
+    #[test]
+    fn dyeing_statistics_are_additive_and_order_free(seed in any::<u64>(), cut in 1usize..600) {
+        let order = shuffled_dyeing(seed);
+        let data = dyeing();
+        let basis = identity_basis(data.x.ncols());
+        let (x, y) = dyeing_rows(&order[..600]);
+        let whole = stats(&basis, &x, &y);
+        let mut parts = stats(&basis, &rows(&x, 0..cut), &rows(&y, 0..cut));
+        parts.add(&stats(&basis, &rows(&x, cut..600), &rows(&y, cut..600))).unwrap();
+        let mut sorted = order[..600].to_vec();
+        sorted.sort_unstable();
+        let (xs, ys) = dyeing_rows(&sorted);
+        let reordered = stats(&basis, &xs, &ys);
+        for other in [&parts, &reordered] {
+            prop_assert!(rel_diff(&whole.g().to_owned(), &other.g().to_owned()) < 1e-12);
+            prop_assert!(rel_diff(&whole.b().to_owned(), &other.b().to_owned()) < 1e-12);
+            prop_assert!(rel_diff_slice(whole.q(), other.q()) < 1e-12);
+            prop_assert_eq!(whole.nonzero(), other.nonzero());
+        }
+    }
+
+    /// On real spectra and recipes, with the `(v, s)` a first fit found, batch-by-batch
+    /// conditioning equals the one-shot posterior; Σ is PSD; predictive variance ≥ s; the
+    /// state survives encoding.
+    #[test]
+    fn dyeing_one_step_invariants(seed in any::<u64>(), batches in 1usize..4) {
+        let order = shuffled_dyeing(seed);
+        let data = dyeing();
+        let basis = identity_basis(data.x.ncols());
+        let config = ModelConfig::new(basis, data.y.ncols());
+        let (x0, y0) = dyeing_rows(&order[..800]);
+        let first = ModelState::fit(&config, stats(&basis, &x0, &y0)).unwrap();
+        let per_batch = 150;
+        let batch_stats: Vec<BatchStatistics> = (0..batches)
+            .map(|b| {
+                let (x, y) = dyeing_rows(&order[800 + b * per_batch..800 + (b + 1) * per_batch]);
+                stats(&basis, &x, &y)
+            })
+            .collect();
+        let mut total = BatchStatistics::zeros(basis.dim(), data.y.ncols());
+        batch_stats.iter().for_each(|b| total.add(b).unwrap());
+        let mut checked = 0;
+        for (k, output) in first.outputs().iter().enumerate() {
+            let Some(post) = output.posterior() else { continue };
+            let mut stepped = post.clone();
+            for b in &batch_stats {
+                stepped = condition(&stepped, b.output(k), 1.0).unwrap();
+            }
+            // one shot: the first fit's data precision plus all new rows at once
+            let direct = condition(post, total.output(k), 1.0).unwrap();
+            let scale = direct.mean().iter().fold(0.0f64, |a, m| a.max(m.abs())).max(1e-12);
+            let diff = direct.mean().iter().zip(stepped.mean())
+                .fold(0.0f64, |a, (p, q)| a.max((p - q).abs()));
+            prop_assert!(diff <= 1e-7 * scale, "output {k}: means differ by {diff} (scale {scale})");
+            checked += 1;
+        }
+        prop_assert!(checked > 10, "only {checked} outputs trained");
+        let mut state = first.clone();
+        for b in &batch_stats {
+            state = state.update(&config, b).unwrap();
+        }
+        let (probe, _) = dyeing_rows(&order[3000..3100]);
+        let pred = state.predict(probe.as_ref()).unwrap();
+        for (k, output) in state.outputs().iter().enumerate() {
+            let Some(post) = output.posterior() else { continue };
+            assert_symmetric_psd(&post.covariance_active());
+            for i in 0..probe.nrows() {
+                prop_assert!(pred.variance[(i, k)] >= post.noise_variance());
+            }
+        }
+        prop_assert_eq!(codec::decode(&codec::encode(&state)).unwrap(), state);
+    }
+}
