@@ -108,6 +108,60 @@ proptest! {
         }
     }
 
+    /// The posterior computed through `M = I + D^½ G D^½ / s` and its Cholesky factor agrees
+    /// with the textbook form `Σ = (D⁻¹ + G/s)⁻¹`, `μ = Σ b / s` solved by LU.
+    #[test]
+    fn posterior_matches_the_textbook_formula(
+        seed in any::<u64>(), n in 1usize..40, d in 1usize..8,
+    ) {
+        let (x, y) = random_problem(seed, n, d, 1);
+        let basis = identity_basis(d);
+        let p = basis.dim();
+        let st = stats(&basis, &x, &y);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 5);
+        let v: Vec<f64> = (0..p).map(|_| rng.random_range(0.1..4.0)).collect();
+        let s = rng.random_range(0.05..2.0);
+        let post = OutputPosterior::from_statistics(v.clone(), s, st.g(), st.b_col(0)).unwrap();
+        let precision = Mat::from_fn(p, p, |i, j| {
+            st.g()[(i, j)] / s + if i == j { 1.0 / v[i] } else { 0.0 }
+        });
+        let lu = precision.partial_piv_lu();
+        let rhs = Mat::from_fn(p, 1, |j, _| st.b_col(0)[j] / s);
+        use faer::linalg::solvers::{DenseSolveCore, Solve};
+        let mu = lu.solve(&rhs);
+        let sigma = lu.inverse();
+        let mu_vec: Vec<f64> = (0..p).map(|j| mu[(j, 0)]).collect();
+        prop_assert!(rel_diff_slice(&mu_vec, post.mean()) < 1e-8);
+        prop_assert!(rel_diff(&sigma, &post.covariance()) < 1e-8);
+    }
+
+    /// A converged Algorithm 2 is at its fixed point: `v_j = μ_j²/γ_j` with
+    /// `γ_j = 1 − Σ_jj/v_j`, and `s = RSS/(N − Σγ)`.
+    #[test]
+    fn evidence_converges_to_its_fixed_point(seed in any::<u64>(), n in 20usize..80, d in 1usize..6) {
+        let (x, y) = random_problem(seed, n, d, 1);
+        let basis = identity_basis(d);
+        let st = stats(&basis, &x, &y);
+        let options = FitOptions::plain();
+        let noise = NoisePrior::for_output(st.q()[0], st.nonzero()[0], &options);
+        let start_s = st.q()[0] / st.rows();
+        let fit = evidence(st.output(0), vec![1.0; basis.dim()], start_s, noise, &options).unwrap();
+        prop_assume!(fit.converged);
+        let post = &fit.posterior;
+        let sigma = post.covariance();
+        let mut gamma_sum = 0.0;
+        for &j in post.active() {
+            let v = post.prior_variance()[j];
+            let gamma = 1.0 - sigma[(j, j)] / v;
+            gamma_sum += gamma;
+            let next = post.mean()[j].powi(2) / gamma;
+            prop_assert!((next - v).abs() <= 1e-4 * v, "v_{j} = {v}, next {next}");
+        }
+        let rss = mordant::estimator::incremental::residual_sum_of_squares(post.mean(), st.output(0));
+        let s = rss / (st.rows() - gamma_sum);
+        prop_assert!((s - post.noise_variance()).abs() <= 1e-4 * s.max(options.noise_floor));
+    }
+
     /// With `v` and `s` held fixed, conditioning on batches one after another gives the
     /// posterior of all their rows at once.
     #[test]

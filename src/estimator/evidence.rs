@@ -102,8 +102,7 @@ fn iterate(
         });
     }
     let sqrt_v: Vec<f64> = active.iter().map(|&j| v[j].sqrt()).collect();
-    let g_jj = Mat::from_fn(n, n, |i, k| data.g[(active[i], active[k])]);
-    let l = scaled_precision_factor(&sqrt_v, g_jj.as_ref(), 1.0 / s)?;
+    let l = scaled_precision_factor(&sqrt_v, data.g, Some(&active), 1.0 / s)?;
     let l_inv = lower_inverse(l.as_ref());
     // μ_J = D^½ L⁻ᵀ L⁻¹ D^½ b_J / s
     let mut t = Mat::from_fn(n, 1, |i, _| sqrt_v[i] * data.b[active[i]] / s);
@@ -128,12 +127,10 @@ fn iterate(
     }
     // RSS = μᵀ G μ − 2 μᵀ b + q on the active set
     let mut quad = 0.0;
-    for a in 0..n {
-        let mut row = 0.0;
-        for c in 0..n {
-            row += g_jj[(a, c)] * mu[c];
-        }
-        quad += mu[a] * (row - 2.0 * data.b[active[a]]);
+    for (c, &jc) in active.iter().enumerate() {
+        let g_col = data.g.col(jc);
+        let g_mu: f64 = active.iter().zip(&mu).map(|(&ja, m)| g_col[ja] * m).sum();
+        quad += mu[c] * (g_mu - 2.0 * data.b[jc]);
     }
     let rss = (quad + data.q).max(0.0);
     if !rss.is_finite() || v_new.iter().any(|x| !x.is_finite()) {

@@ -85,9 +85,9 @@ impl Default for FitOptions {
         Self {
             tol: 1e-6,
             max_iter: 100,
-            prune_gamma: 1e-10,
+            prune_gamma: 1e-6,
             noise_floor: DEFAULT_NOISE_FLOOR,
-            noise_floor_fraction: 1e-4,
+            noise_floor_fraction: 1e-2,
             noise_prior_rows: 2.0,
             noise_prior_fraction: 1e-2,
             min_informative_rows: 5.0,

@@ -62,7 +62,7 @@ impl OutputPosterior {
             return Err(EstimatorError::NonFinite("noise variance"));
         }
         let sqrt_v: Vec<f64> = active.iter().map(|&j| prior_variance[j].sqrt()).collect();
-        let chol = scaled_precision_factor(&sqrt_v, precision_data.as_ref(), 1.0)?;
+        let chol = scaled_precision_factor(&sqrt_v, precision_data.as_ref(), None, 1.0)?;
         // μ_J = D^½ M⁻¹ D^½ c = D^½ L⁻ᵀ L⁻¹ (D^½ c)
         let mut t = Mat::from_fn(n, 1, |i, _| sqrt_v[i] * natural_mean[i]);
         solve_lower_triangular_in_place(chol.as_ref(), t.as_mut(), Par::Seq);
@@ -214,17 +214,27 @@ pub fn active_set(prior_variance: &[f64]) -> Vec<usize> {
         .collect()
 }
 
-/// Lower Cholesky factor of `M = I + D^½ A D^½ · scale` with `D^½ = diag(sqrt_v)`.
+/// Lower Cholesky factor of `M = I + scale · D^½ A_II D^½` with `D^½ = diag(sqrt_v)`, where
+/// `A_II` is `A` itself (`index = None`) or its rows and columns `index`. Only the lower
+/// triangle of `M` is formed.
 pub(crate) fn scaled_precision_factor(
     sqrt_v: &[f64],
     a: MatRef<'_, f64>,
+    index: Option<&[usize]>,
     scale: f64,
 ) -> Result<Mat<f64>, EstimatorError> {
     let n = sqrt_v.len();
-    let m = Mat::from_fn(n, n, |i, j| {
-        let off = sqrt_v[i] * a[(i, j)] * sqrt_v[j] * scale;
-        if i == j { 1.0 + off } else { off }
-    });
+    let at = |k: usize| index.map_or(k, |ix| ix[k]);
+    let mut m = Mat::<f64>::zeros(n, n);
+    for c in 0..n {
+        let a_col = a.col(at(c));
+        let w = sqrt_v[c] * scale;
+        let out = m.col_as_slice_mut(c);
+        for r in c..n {
+            out[r] = sqrt_v[r] * a_col[at(r)] * w;
+        }
+        out[c] += 1.0;
+    }
     cholesky_lower(m)
 }
 
