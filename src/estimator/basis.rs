@@ -68,11 +68,28 @@ impl Basis {
                 found: x.ncols(),
             });
         }
-        let d = self.features;
-        let t = self.transform;
-        Ok(Mat::from_fn(x.nrows(), self.dim(), |i, j| {
-            if j < d { t.apply(x[(i, j)]) } else { 1.0 }
-        }))
+        let rows = x.nrows();
+        let mut phi = Mat::<f64>::zeros(rows, self.dim());
+        for j in 0..self.features {
+            let out = phi.col_as_slice_mut(j);
+            let src = x.col(j);
+            match self.transform {
+                Transform::Identity => {
+                    for (o, v) in out.iter_mut().zip(src.iter()) {
+                        *o = *v;
+                    }
+                }
+                Transform::KubelkaMunk => {
+                    for (o, v) in out.iter_mut().zip(src.iter()) {
+                        *o = Transform::KubelkaMunk.apply(*v);
+                    }
+                }
+            }
+        }
+        if self.intercept {
+            phi.col_as_slice_mut(self.features).fill(1.0);
+        }
+        Ok(phi)
     }
 
     /// The basis vector `φ(x)` of one row.

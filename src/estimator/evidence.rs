@@ -44,6 +44,13 @@ pub fn evidence(
         });
     }
     let mut v = start_v;
+    // A basis function that is 0 in every row has G_jj = 0, hence γ_j = 0: the first iteration
+    // would prune it, so do it before paying for the factorisation.
+    for (j, vj) in v.iter_mut().enumerate() {
+        if data.g[(j, j)] == 0.0 {
+            *vj = 0.0;
+        }
+    }
     let mut s = start_s.max(noise.floor);
     let mut iterations = 0;
     let mut converged = false;

@@ -154,7 +154,8 @@ impl ModelState {
                 (OutputState::Trained(post), UpdateMethod::OneStep) => {
                     let noise = noise_prior(config, &totals, k);
                     let data = batch.output(k);
-                    one_step(post, rows_before, data, weight, noise).map(|p| OutputState::Trained(Box::new(p)))
+                    one_step(post, rows_before, data, weight, noise)
+                        .map(|p| OutputState::Trained(Box::new(p)))
                 }
                 (OutputState::Trained(post), UpdateMethod::Refit) => {
                     fit_output(config, &totals, k, Some(post))
