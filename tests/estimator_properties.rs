@@ -59,6 +59,23 @@ fn assert_symmetric_psd(cov: &Mat<f64>) {
     }
 }
 
+/// Σ of every trained output is symmetric PSD and every predictive variance is at least `s`.
+fn assert_uncertainty_consistent(state: &ModelState, probe: &Mat<f64>) {
+    let pred = state.predict(probe.as_ref()).expect("predict");
+    for (k, output) in state.outputs().iter().enumerate() {
+        let Some(post) = output.posterior() else {
+            continue;
+        };
+        assert_symmetric_psd(&post.covariance_active());
+        for i in 0..probe.nrows() {
+            assert!(
+                pred.variance[(i, k)] >= post.noise_variance(),
+                "variance < s at ({i},{k})"
+            );
+        }
+    }
+}
+
 fn assert_state_finite(state: &ModelState, x: &Mat<f64>) {
     let pred = state.predict(x.as_ref()).expect("predict");
     for k in 0..pred.mean.ncols() {
@@ -232,13 +249,12 @@ proptest! {
             .unwrap();
         let (probe, _) = random_problem(seed ^ 3, 7, d, 1);
         for state in [&first, &second] {
+            assert_uncertainty_consistent(state, &probe);
             let pred = state.predict(probe.as_ref()).unwrap();
             let phi = basis.design(probe.as_ref()).unwrap();
             for (k, output) in state.outputs().iter().enumerate() {
                 let Some(post) = output.posterior() else { continue };
-                assert_symmetric_psd(&post.covariance());
                 for i in 0..probe.nrows() {
-                    prop_assert!(pred.variance[(i, k)] >= post.noise_variance());
                     let row: Vec<f64> = (0..basis.dim()).map(|j| phi[(i, j)]).collect();
                     let single = post.noise_variance() + post.weight_variance(&row);
                     prop_assert!((single - pred.variance[(i, k)]).abs() <= 1e-12 * single);
@@ -424,14 +440,7 @@ proptest! {
             state = state.update(&config, b).unwrap();
         }
         let (probe, _) = dyeing_rows(&order[3000..3100]);
-        let pred = state.predict(probe.as_ref()).unwrap();
-        for (k, output) in state.outputs().iter().enumerate() {
-            let Some(post) = output.posterior() else { continue };
-            assert_symmetric_psd(&post.covariance_active());
-            for i in 0..probe.nrows() {
-                prop_assert!(pred.variance[(i, k)] >= post.noise_variance());
-            }
-        }
+        assert_uncertainty_consistent(&state, &probe);
         prop_assert_eq!(codec::decode(&codec::encode(&state)).unwrap(), state);
     }
 }

@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use super::evidence::evidence;
 use super::incremental::one_step;
 use super::posterior::OutputPosterior;
-use super::statistics::BatchStatistics;
+use super::statistics::{BatchStatistics, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior};
 
 /// How a model learns from a batch after its first fit.
@@ -100,20 +100,7 @@ impl ModelState {
         totals: BatchStatistics,
         outputs: Vec<OutputState>,
     ) -> Result<Self, EstimatorError> {
-        if totals.dim() != basis.dim() {
-            return Err(EstimatorError::Dimension {
-                what: "basis functions",
-                expected: basis.dim(),
-                found: totals.dim(),
-            });
-        }
-        if totals.outputs() != outputs.len() {
-            return Err(EstimatorError::Dimension {
-                what: "outputs",
-                expected: totals.outputs(),
-                found: outputs.len(),
-            });
-        }
+        check_shape(totals.dim(), outputs.len(), basis.dim(), totals.outputs())?;
         Ok(Self {
             basis,
             totals,
@@ -261,21 +248,12 @@ impl ModelState {
 }
 
 fn check_config(config: &ModelConfig, stats: &BatchStatistics) -> Result<(), EstimatorError> {
-    if stats.dim() != config.basis.dim() {
-        return Err(EstimatorError::Dimension {
-            what: "basis functions",
-            expected: config.basis.dim(),
-            found: stats.dim(),
-        });
-    }
-    if stats.outputs() != config.outputs {
-        return Err(EstimatorError::Dimension {
-            what: "outputs",
-            expected: config.outputs,
-            found: stats.outputs(),
-        });
-    }
-    Ok(())
+    check_shape(
+        stats.dim(),
+        stats.outputs(),
+        config.basis.dim(),
+        config.outputs,
+    )
 }
 
 fn noise_prior(config: &ModelConfig, stats: &BatchStatistics, k: usize) -> NoisePrior {

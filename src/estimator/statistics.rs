@@ -201,22 +201,32 @@ impl BatchStatistics {
     }
 
     pub(crate) fn check_same_shape(&self, other: &BatchStatistics) -> Result<(), EstimatorError> {
-        if self.dim() != other.dim() {
-            return Err(EstimatorError::Dimension {
-                what: "basis functions",
-                expected: self.dim(),
-                found: other.dim(),
-            });
-        }
-        if self.outputs() != other.outputs() {
-            return Err(EstimatorError::Dimension {
-                what: "outputs",
-                expected: self.outputs(),
-                found: other.outputs(),
-            });
-        }
-        Ok(())
+        check_shape(other.dim(), other.outputs(), self.dim(), self.outputs())
     }
+}
+
+/// `Ok` when `(dim, outputs)` equals the expected `(p, m)`, else a [`EstimatorError::Dimension`].
+pub(crate) fn check_shape(
+    dim: usize,
+    outputs: usize,
+    expected_dim: usize,
+    expected_outputs: usize,
+) -> Result<(), EstimatorError> {
+    if dim != expected_dim {
+        return Err(EstimatorError::Dimension {
+            what: "basis functions",
+            expected: expected_dim,
+            found: dim,
+        });
+    }
+    if outputs != expected_outputs {
+        return Err(EstimatorError::Dimension {
+            what: "outputs",
+            expected: expected_outputs,
+            found: outputs,
+        });
+    }
+    Ok(())
 }
 
 pub(crate) fn all_finite(m: MatRef<'_, f64>) -> bool {

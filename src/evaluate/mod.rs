@@ -253,11 +253,21 @@ fn bayesian_two_stage(
         }
     };
     scores.time2_s = Some(start.elapsed().as_secs_f64());
-    scores.old_test = Some(score(&state, split.old_x.as_ref(), split.old_y.as_ref())?);
-    scores.new_train = Some(score(&state, split.new_x.as_ref(), split.new_y.as_ref())?);
-    scores.test2 = Some(score(&state, split.test_x.as_ref(), split.test_y.as_ref())?);
-    test_uncertainty(&state, split, split.all_y.as_ref(), &mut scores)?;
+    score_second_stage(&state, split, split.all_y.as_ref(), &mut scores)?;
     Ok(scores)
+}
+
+/// The cells of a model that has learnt the new rows.
+fn score_second_stage(
+    state: &ModelState,
+    split: &Split,
+    train_y: MatRef<'_, f64>,
+    scores: &mut TrialScores,
+) -> anyhow::Result<()> {
+    scores.old_test = Some(score(state, split.old_x.as_ref(), split.old_y.as_ref())?);
+    scores.new_train = Some(score(state, split.new_x.as_ref(), split.new_y.as_ref())?);
+    scores.test2 = Some(score(state, split.test_x.as_ref(), split.test_y.as_ref())?);
+    test_uncertainty(state, split, train_y, scores)
 }
 
 fn bayesian_new_only(split: &Split, config: &ModelConfig) -> anyhow::Result<TrialScores> {
@@ -266,10 +276,7 @@ fn bayesian_new_only(split: &Split, config: &ModelConfig) -> anyhow::Result<Tria
     let new = statistics(&config.basis, split.new_x.as_ref(), split.new_y.as_ref())?;
     let state = ModelState::fit(config, new).context("fit on new rows")?;
     scores.time2_s = Some(start.elapsed().as_secs_f64());
-    scores.old_test = Some(score(&state, split.old_x.as_ref(), split.old_y.as_ref())?);
-    scores.new_train = Some(score(&state, split.new_x.as_ref(), split.new_y.as_ref())?);
-    scores.test2 = Some(score(&state, split.test_x.as_ref(), split.test_y.as_ref())?);
-    test_uncertainty(&state, split, split.new_y.as_ref(), &mut scores)?;
+    score_second_stage(&state, split, split.new_y.as_ref(), &mut scores)?;
     Ok(scores)
 }
 
