@@ -339,6 +339,33 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(32) })]
+
+    /// With forgetting weight `λ` and `v`, `s` fixed, a step equals the one-shot posterior on
+    /// the old statistics weighted by `λ` plus the batch.
+    #[test]
+    fn forgetting_weighs_the_posterior_like_the_statistics(
+        seed in any::<u64>(), n in 3usize..30, d in 1usize..6, weight in 0.05f64..1.0,
+    ) {
+        let (x, y) = random_problem(seed, 2 * n, d, 1);
+        let basis = identity_basis(d);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 6);
+        let v = random_prior_variances(&mut rng, basis.dim());
+        let s = rng.random_range(0.05..2.0);
+        let old = stats(&basis, &rows(&x, 0..n), &rows(&y, 0..n));
+        let new = stats(&basis, &rows(&x, n..2 * n), &rows(&y, n..2 * n));
+        let post = OutputPosterior::from_statistics(v.clone(), s, old.g(), old.b_col(0)).unwrap();
+        let stepped = condition(&post, new.output(0), weight).unwrap();
+        let mut weighted = old.clone();
+        weighted.scale(weight);
+        weighted.add(&new).unwrap();
+        let direct = OutputPosterior::from_statistics(v, s, weighted.g(), weighted.b_col(0)).unwrap();
+        prop_assert!(rel_diff_slice(direct.mean(), stepped.mean()) < 1e-9);
+        prop_assert!(rel_diff(&direct.covariance(), &stepped.covariance()) < 1e-9);
+    }
+}
+
 /// Forgetting multiplies the old statistics by `2^(−N′/h)` before adding a batch.
 #[test]
 fn forgetting_weighs_old_rows_down_by_the_half_life() {

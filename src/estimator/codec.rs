@@ -127,6 +127,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     let p = basis.dim();
     let n = r.f64()?;
     let g = r.lower(p)?;
+    r.ensure(p * m + 2 * m)?;
     let mut b = Mat::zeros(p, m);
     for k in 0..m {
         for j in 0..p {

@@ -57,7 +57,7 @@ pub fn evidence(
     while iterations < options.max_iter {
         iterations += 1;
         let step = iterate(data, &v, s, options)?;
-        let s_new = noise_update(step.rss, data.n - step.gamma_sum, noise);
+        let s_new = noise_update(step.rss, data.n - step.gamma_sum, s, noise);
         let change = v
             .iter()
             .zip(&step.v)
@@ -78,10 +78,15 @@ pub fn evidence(
     })
 }
 
-/// `s = max(s_floor, (RSS + ν₀ s₀) / (dof + ν₀))`: the mode of the noise variance under the
-/// inverse-gamma prior of [`NoisePrior`] given `dof` effective residual degrees of freedom.
-pub fn noise_update(rss: f64, dof: f64, noise: NoisePrior) -> f64 {
-    let denominator = (dof + noise.rows).max(f64::EPSILON);
+/// `s = max(s_floor, (RSS + ν₀ s_p) / (dof + ν₀))`: MacKay's update `RSS / (N − Σγ)` with
+/// `ν₀` pseudo-rows of mean squared error `s_p` from [`NoisePrior`] added. When fewer than one
+/// residual degree of freedom is left (`dof + ν₀ < 1`, possible when forgetting has shrunk the
+/// weighted row count below `Σγ`) the rows say nothing about the noise, and `s` is kept.
+pub fn noise_update(rss: f64, dof: f64, previous: f64, noise: NoisePrior) -> f64 {
+    let denominator = dof + noise.rows;
+    if denominator < 1.0 {
+        return previous.max(noise.floor);
+    }
     ((rss + noise.rows * noise.scale) / denominator).max(noise.floor)
 }
 
