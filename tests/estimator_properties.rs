@@ -160,7 +160,7 @@ proptest! {
         let basis = identity_basis(d);
         let st = stats(&basis, &x, &y);
         let options = FitOptions::plain();
-        let noise = NoisePrior::for_output(st.q()[0], st.nonzero()[0], &options);
+        let noise = NoisePrior::for_output(&st, 0, &options);
         let start_s = st.q()[0] / st.rows();
         let fit = evidence(st.output(0), vec![1.0; basis.dim()], start_s, noise, &options).unwrap();
         prop_assume!(fit.converged);
@@ -222,7 +222,7 @@ proptest! {
         let all = stats(&basis, &x, &y);
         for k in 0..2 {
             let start = first.outputs()[k].posterior().expect("trained after the first fit");
-            let noise = NoisePrior::for_output(all.q()[k], all.nonzero()[k], &config.options);
+            let noise = NoisePrior::for_output(&all, k, &config.options);
             let direct = evidence(
                 all.output(k), start.prior_variance().to_vec(), start.noise_variance(),
                 noise, &config.options,
@@ -277,7 +277,7 @@ proptest! {
         let second = stats(&basis, &rows(&x, n..2 * n), &rows(&y, n..2 * n));
         let post = OutputPosterior::from_statistics(v.clone(), 0.5, first.g(), first.b_col(0)).unwrap();
         let options = FitOptions::default();
-        let noise = NoisePrior::for_output(first.q()[0], first.nonzero()[0], &options);
+        let noise = NoisePrior::for_output(&first, 0, &options);
         let stepped = one_step(&post, first.rows(), second.output(0), 1.0, noise).unwrap();
         let mut total = first.clone();
         total.add(&second).unwrap();

@@ -125,9 +125,9 @@ pub struct NoisePrior {
 }
 
 impl NoisePrior {
-    /// The prior for an output with `q = Σy²` over `nonzero` non-zero rows.
-    pub fn for_output(q: f64, nonzero: f64, options: &FitOptions) -> Self {
-        let scale = if nonzero > 0.0 { q / nonzero } else { 0.0 };
+    /// The prior for output `k` of the statistics `stats`.
+    pub fn for_output(stats: &BatchStatistics, k: usize, options: &FitOptions) -> Self {
+        let scale = stats.nonzero_mean_square(k);
         Self {
             rows: options.noise_prior_rows,
             scale: options.noise_prior_fraction * scale,

@@ -237,13 +237,9 @@ impl ModelState {
     /// Mean square of an untrained output's non-zero values, what a prediction of 0 misses by
     /// when the dye is in fact used.
     fn untrained_variance(&self, k: usize) -> f64 {
-        let nonzero = self.totals.nonzero()[k];
-        let scale = if nonzero > 0.0 {
-            self.totals.q()[k] / nonzero
-        } else {
-            0.0
-        };
-        scale.max(super::DEFAULT_NOISE_FLOOR)
+        self.totals
+            .nonzero_mean_square(k)
+            .max(super::DEFAULT_NOISE_FLOOR)
     }
 }
 
@@ -257,7 +253,7 @@ fn check_config(config: &ModelConfig, stats: &BatchStatistics) -> Result<(), Est
 }
 
 fn noise_prior(config: &ModelConfig, stats: &BatchStatistics, k: usize) -> NoisePrior {
-    NoisePrior::for_output(stats.q()[k], stats.nonzero()[k], &config.options)
+    NoisePrior::for_output(stats, k, &config.options)
 }
 
 /// Algorithm 2 for output `k` on `stats`, from `warm` or from the prior, if the output has

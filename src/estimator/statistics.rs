@@ -163,6 +163,16 @@ impl BatchStatistics {
         &self.nonzero
     }
 
+    /// `q_k / nonzero_k`, the mean square of output `k`'s non-zero values (0 if it has none):
+    /// the scale of a concentration of that dye when it is used.
+    pub fn nonzero_mean_square(&self, k: usize) -> f64 {
+        if self.nonzero[k] > 0.0 {
+            self.q[k] / self.nonzero[k]
+        } else {
+            0.0
+        }
+    }
+
     /// `N`.
     pub fn rows(&self) -> f64 {
         self.n
