@@ -6,8 +6,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use mordant::config::Settings;
 use mordant::estimator::FitOptions;
 use mordant::evaluate::{self, Dataset, EvaluateOptions, MODELS};
+use mordant::startup::{Application, shutdown_on_signal};
+use mordant::store::Store;
+use mordant::telemetry;
+use tokio_util::sync::CancellationToken;
 
 /// Incremental Bayesian linear regression for dye-concentration prediction.
 #[derive(Parser)]
@@ -19,6 +24,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the HTTP service (configuration: config/, MORDANT_ENV, DATABASE_URL, MORDANT_ADDR).
+    Serve,
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Print the OpenAPI document (the committed openapi/openapi.json is this output).
+    Openapi,
     /// Reproduce the paper's experiment on a CSV file and print the table of scores.
     Evaluate(EvaluateArgs),
 }
@@ -54,6 +65,9 @@ struct EvaluateArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve => run_async(serve),
+        Command::Migrate => run_async(migrate),
+        Command::Openapi => print_openapi(),
         Command::Evaluate(args) => run_evaluate(args),
     };
     match result {
@@ -63,6 +77,42 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_async<F: Future<Output = anyhow::Result<()>>>(f: impl FnOnce() -> F) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(f())
+}
+
+async fn serve() -> anyhow::Result<()> {
+    let (environment, settings) = Settings::load()?;
+    telemetry::init(&settings.log);
+    tracing::info!(
+        environment = environment.as_str(),
+        "starting mordant {}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let app = Application::build(settings).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(shutdown_on_signal(shutdown.clone()));
+    app.run_until_stopped(shutdown).await
+}
+
+async fn migrate() -> anyhow::Result<()> {
+    let (_, settings) = Settings::load()?;
+    telemetry::init(&settings.log);
+    let store = Store::connect_lazy(&settings.database).context("invalid database URL")?;
+    store.migrate().await.context("migration failed")?;
+    tracing::info!("migrations applied");
+    Ok(())
+}
+
+fn print_openapi() -> anyhow::Result<()> {
+    println!("{}", mordant::http::openapi_json()?);
+    Ok(())
 }
 
 fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
@@ -100,8 +150,8 @@ fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     );
     let mut done = 0usize;
     let report = evaluate::run(&data, &options, |model| {
-        done += 1;
         bar.set_message(format!("{} ({model})", done / MODELS.len() + 1));
+        done += 1;
         bar.inc(1);
     })?;
     bar.finish_and_clear();

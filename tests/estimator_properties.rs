@@ -125,6 +125,26 @@ proptest! {
         }
     }
 
+    /// Mostly-zero columns (one-hot features, unused dyes) take a sparse path through the
+    /// products; the statistics equal the plain dense products `ΦᵀΦ`, `ΦᵀY` all the same.
+    #[test]
+    fn sparse_columns_give_the_dense_products(
+        seed in any::<u64>(), n in 1usize..80, p in 1usize..12, m in 1usize..6,
+    ) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut sparse_matrix = |cols: usize| {
+            let density: Vec<f64> = (0..cols).map(|_| [0.0, 0.03, 0.1, 0.5, 1.0][rng.random_range(0..5)]).collect();
+            Mat::from_fn(n, cols, |_, j| if rng.random::<f64>() < density[j] { rng.random_range(-3.0..3.0) } else { 0.0 })
+        };
+        let (phi, y) = (sparse_matrix(p), sparse_matrix(m));
+        let stats = BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap();
+        let g = phi.transpose() * &phi;
+        let b = phi.transpose() * &y;
+        prop_assert!(rel_diff(&stats.g().to_owned(), &g) < 1e-13);
+        prop_assert!(rel_diff(&stats.b().to_owned(), &b) < 1e-13);
+        prop_assert!(stats.g() == stats.g().transpose());
+    }
+
     /// The posterior computed through `M = I + D^½ G D^½ / s` and its Cholesky factor agrees
     /// with the textbook form `Σ = (D⁻¹ + G/s)⁻¹`, `μ = Σ b / s` solved by LU.
     #[test]

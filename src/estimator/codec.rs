@@ -22,6 +22,7 @@ use super::statistics::BatchStatistics;
 use super::{Basis, EstimatorError, Transform};
 
 const MAGIC: &[u8; 4] = b"MRDT";
+const STATISTICS_MAGIC: &[u8; 4] = b"MRDS";
 /// The format version written by [`encode`].
 pub const FORMAT_VERSION: u16 = 1;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
@@ -61,15 +62,7 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
         Transform::KubelkaMunk => 1,
     });
     w.u32(m as u32);
-    w.f64(totals.rows());
-    w.lower(totals.g());
-    for k in 0..m {
-        for j in 0..p {
-            w.f64(totals.b()[(j, k)]);
-        }
-    }
-    totals.q().iter().for_each(|v| w.f64(*v));
-    totals.nonzero().iter().for_each(|v| w.f64(*v));
+    w.statistics(totals);
     for output in state.outputs() {
         match output {
             OutputState::Untrained => w.u8(0),
@@ -82,32 +75,12 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
             }
         }
     }
-    let crc = crc32fast::hash(&w.0);
-    w.u32(crc);
-    w.0
+    w.finish()
 }
 
 /// Decodes a blob written by [`encode`], checking magic, version, checksum and consistency.
 pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
-    if bytes.len() < 4 || &bytes[..4] != MAGIC {
-        return Err(DecodeError::BadMagic.into());
-    }
-    if bytes.len() < 6 {
-        return Err(DecodeError::Truncated.into());
-    }
-    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if version != FORMAT_VERSION {
-        return Err(DecodeError::UnsupportedVersion(version).into());
-    }
-    if bytes.len() < 10 {
-        return Err(DecodeError::Truncated.into());
-    }
-    let (body, crc) = bytes.split_at(bytes.len() - 4);
-    let crc = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    if crc32fast::hash(body) != crc {
-        return Err(DecodeError::Checksum.into());
-    }
-    let mut r = Reader { bytes: body, at: 6 };
+    let mut r = Reader::open(bytes, MAGIC)?;
     let features = r.u32()? as usize;
     let intercept = match r.u8()? {
         0 => false,
@@ -125,21 +98,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     }
     let basis = Basis::new(features, intercept, transform);
     let p = basis.dim();
-    let n = r.f64()?;
-    let g = r.lower(p)?;
-    r.ensure(p * m + 2 * m)?;
-    let mut b = Mat::zeros(p, m);
-    for k in 0..m {
-        for j in 0..p {
-            b[(j, k)] = r.f64()?;
-        }
-    }
-    let q = r.vec(m)?;
-    let nonzero = r.vec(m)?;
-    let totals = BatchStatistics::from_parts(g, b, q, nonzero, n);
-    if !totals.is_finite() {
-        return Err(DecodeError::Invalid("non-finite statistics").into());
-    }
+    let totals = r.statistics(p, m)?;
     let mut outputs = Vec::with_capacity(m);
     for _ in 0..m {
         match r.u8()? {
@@ -160,10 +119,38 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             _ => return Err(DecodeError::Invalid("output tag").into()),
         }
     }
-    if r.at != body.len() {
-        return Err(DecodeError::Invalid("trailing bytes").into());
-    }
+    r.finish()?;
     ModelState::from_parts(basis, totals, outputs)
+}
+
+/// Encodes the statistics of one batch (what the service stores beside a batch's raw rows).
+///
+/// Layout: magic "MRDS" · version u16 · p u32 · m u32 · the statistics as in a model state ·
+/// crc32 u32.
+pub fn encode_statistics(stats: &BatchStatistics) -> Vec<u8> {
+    let (p, m) = (stats.dim(), stats.outputs());
+    let mut w = Writer(Vec::with_capacity(
+        32 + 8 * (p * (p + 1) / 2 + p * m + 2 * m),
+    ));
+    w.bytes(STATISTICS_MAGIC);
+    w.u16(FORMAT_VERSION);
+    w.u32(p as u32);
+    w.u32(m as u32);
+    w.statistics(stats);
+    w.finish()
+}
+
+/// Decodes a blob written by [`encode_statistics`].
+pub fn decode_statistics(bytes: &[u8]) -> Result<BatchStatistics, EstimatorError> {
+    let mut r = Reader::open(bytes, STATISTICS_MAGIC)?;
+    let p = r.u32()? as usize;
+    let m = r.u32()? as usize;
+    if p == 0 || p >= MAX_DIM || m >= MAX_DIM {
+        return Err(DecodeError::Invalid("dimensions").into());
+    }
+    let stats = r.statistics(p, m)?;
+    r.finish()?;
+    Ok(stats)
 }
 
 struct Writer(Vec<u8>);
@@ -184,6 +171,24 @@ impl Writer {
     fn f64(&mut self, v: f64) {
         self.bytes(&v.to_le_bytes());
     }
+    fn statistics(&mut self, stats: &BatchStatistics) {
+        let (p, m) = (stats.dim(), stats.outputs());
+        self.f64(stats.rows());
+        self.lower(stats.g());
+        for k in 0..m {
+            for j in 0..p {
+                self.f64(stats.b()[(j, k)]);
+            }
+        }
+        stats.q().iter().for_each(|v| self.f64(*v));
+        stats.nonzero().iter().for_each(|v| self.f64(*v));
+    }
+    /// Appends the checksum of everything written so far.
+    fn finish(mut self) -> Vec<u8> {
+        let crc = crc32fast::hash(&self.0);
+        self.u32(crc);
+        self.0
+    }
     fn lower(&mut self, a: faer::MatRef<'_, f64>) {
         for j in 0..a.ncols() {
             for i in j..a.nrows() {
@@ -196,6 +201,57 @@ impl Writer {
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// Checks magic, format version and checksum; the reader starts after the version.
+    fn open(bytes: &'a [u8], magic: &[u8; 4]) -> Result<Self, EstimatorError> {
+        if bytes.len() < 4 || &bytes[..4] != magic {
+            return Err(DecodeError::BadMagic.into());
+        }
+        if bytes.len() < 6 {
+            return Err(DecodeError::Truncated.into());
+        }
+        let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+        if version != FORMAT_VERSION {
+            return Err(DecodeError::UnsupportedVersion(version).into());
+        }
+        if bytes.len() < 10 {
+            return Err(DecodeError::Truncated.into());
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        let crc = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+        if crc32fast::hash(body) != crc {
+            return Err(DecodeError::Checksum.into());
+        }
+        Ok(Self { bytes: body, at: 6 })
+    }
+
+    fn statistics(&mut self, p: usize, m: usize) -> Result<BatchStatistics, EstimatorError> {
+        let n = self.f64()?;
+        let g = self.lower(p)?;
+        self.ensure(p * m + 2 * m)?;
+        let mut b = Mat::zeros(p, m);
+        for k in 0..m {
+            for j in 0..p {
+                b[(j, k)] = self.f64()?;
+            }
+        }
+        let q = self.vec(m)?;
+        let nonzero = self.vec(m)?;
+        let stats = BatchStatistics::from_parts(g, b, q, nonzero, n);
+        if !stats.is_finite() || n < 0.0 {
+            return Err(DecodeError::Invalid("non-finite statistics").into());
+        }
+        Ok(stats)
+    }
+
+    fn finish(&self) -> Result<(), EstimatorError> {
+        if self.at != self.bytes.len() {
+            return Err(DecodeError::Invalid("trailing bytes").into());
+        }
+        Ok(())
+    }
 }
 
 impl Reader<'_> {

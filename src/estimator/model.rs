@@ -178,6 +178,26 @@ impl ModelState {
         &self.outputs
     }
 
+    /// Whether every number of the state (statistics, means, noise variances) is finite: the
+    /// service never stores a state that is not.
+    pub fn is_finite(&self) -> bool {
+        self.totals.is_finite()
+            && self.outputs.iter().all(|output| match output {
+                OutputState::Untrained => true,
+                OutputState::Trained(post) => {
+                    post.noise_variance().is_finite() && post.mean().iter().all(|v| v.is_finite())
+                }
+            })
+    }
+
+    /// σ² of every output, `None` for an untrained one.
+    pub fn noise_variances(&self) -> Vec<Option<f64>> {
+        self.outputs
+            .iter()
+            .map(|o| o.posterior().map(OutputPosterior::noise_variance))
+            .collect()
+    }
+
     /// Posterior means of all outputs as a p × m matrix (zero columns for untrained outputs).
     pub fn coefficients(&self) -> Mat<f64> {
         let p = self.basis.dim();

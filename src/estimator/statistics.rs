@@ -2,7 +2,9 @@
 
 use faer::linalg::matmul::matmul;
 use faer::linalg::matmul::triangular::{self, BlockStructure};
-use faer::{Accum, Mat, MatRef, Par};
+use faer::sparse::linalg::matmul::dense_sparse_matmul;
+use faer::sparse::{SparseColMatRef, SymbolicSparseColMatRef};
+use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use super::EstimatorError;
 
@@ -64,28 +66,9 @@ impl BatchStatistics {
             return Err(EstimatorError::NonFinite("batch values"));
         }
         let (p, m) = (phi.ncols(), y.ncols());
-        let mut g = Mat::zeros(p, p);
-        triangular::matmul(
-            g.as_mut(),
-            BlockStructure::TriangularLower,
-            Accum::Replace,
-            phi.transpose(),
-            BlockStructure::Rectangular,
-            phi,
-            BlockStructure::Rectangular,
-            1.0,
-            Par::Seq,
-        );
-        mirror_lower(g.as_mut());
+        let g = gram(phi);
         let mut b = Mat::zeros(p, m);
-        matmul(
-            b.as_mut(),
-            Accum::Replace,
-            phi.transpose(),
-            y,
-            1.0,
-            Par::Seq,
-        );
+        targets_product(b.as_mut(), phi, y);
         let q = (0..m).map(|k| y.col(k).squared_norm_l2()).collect();
         let nonzero = (0..m)
             .map(|k| y.col(k).iter().filter(|v| **v != 0.0).count() as f64)
@@ -250,5 +233,137 @@ pub(crate) fn mirror_lower(mut a: faer::MatMut<'_, f64>) {
         for i in 0..j {
             a[(i, j)] = a[(j, i)];
         }
+    }
+}
+
+/// Columns with at most this fraction of non-zero entries enter the products in compressed
+/// sparse column form. Dye-house data is mostly zeros: a recipe uses three dyes out of dozens, and
+/// fabric classes and recipe combinations are one-hot columns.
+const SPARSE_DENSITY: f64 = 0.125;
+
+/// Selected columns of a matrix, in compressed sparse column form.
+struct SparseColumns {
+    rows: usize,
+    col_ptr: Vec<usize>,
+    row_idx: Vec<usize>,
+    values: Vec<f64>,
+}
+
+impl SparseColumns {
+    fn gather(a: MatRef<'_, f64>, columns: &[usize]) -> Self {
+        let mut col_ptr = Vec::with_capacity(columns.len() + 1);
+        let (mut row_idx, mut values) = (Vec::new(), Vec::new());
+        col_ptr.push(0);
+        for &j in columns {
+            for (i, v) in a.col(j).iter().enumerate() {
+                if *v != 0.0 {
+                    row_idx.push(i);
+                    values.push(*v);
+                }
+            }
+            col_ptr.push(row_idx.len());
+        }
+        Self {
+            rows: a.nrows(),
+            col_ptr,
+            row_idx,
+            values,
+        }
+    }
+
+    fn as_ref(&self) -> SparseColMatRef<'_, usize, f64> {
+        let ncols = self.col_ptr.len() - 1;
+        let symbolic = SymbolicSparseColMatRef::new_checked(
+            self.rows,
+            ncols,
+            &self.col_ptr,
+            None,
+            &self.row_idx,
+        );
+        SparseColMatRef::new(symbolic, &self.values)
+    }
+}
+
+/// Splits the column indices of `a` into (dense, sparse) by [`SPARSE_DENSITY`].
+fn split_by_density(a: MatRef<'_, f64>) -> (Vec<usize>, Vec<usize>) {
+    let limit = SPARSE_DENSITY * a.nrows() as f64;
+    (0..a.ncols()).partition(|&j| a.col(j).iter().filter(|v| **v != 0.0).count() as f64 > limit)
+}
+
+/// `G = ΦᵀΦ`, exactly symmetric. The block of dense columns `D` is a symmetric rank-k update
+/// (`DᵀD`, lower half); every column of a sparse block `S` is `ΦᵀS`, a dense × sparse product
+/// costing `p · nnz(S)`.
+fn gram(phi: MatRef<'_, f64>) -> Mat<f64> {
+    let p = phi.ncols();
+    let mut g = Mat::zeros(p, p);
+    let (dense, sparse) = split_by_density(phi);
+    if sparse.is_empty() {
+        triangular::matmul(
+            g.as_mut(),
+            BlockStructure::TriangularLower,
+            Accum::Replace,
+            phi.transpose(),
+            BlockStructure::Rectangular,
+            phi,
+            BlockStructure::Rectangular,
+            1.0,
+            Par::Seq,
+        );
+    } else {
+        let d = Mat::from_fn(phi.nrows(), dense.len(), |i, a| phi[(i, dense[a])]);
+        let mut gdd = Mat::zeros(dense.len(), dense.len());
+        triangular::matmul(
+            gdd.as_mut(),
+            BlockStructure::TriangularLower,
+            Accum::Replace,
+            d.transpose(),
+            BlockStructure::Rectangular,
+            d.as_ref(),
+            BlockStructure::Rectangular,
+            1.0,
+            Par::Seq,
+        );
+        for (b, &jb) in dense.iter().enumerate() {
+            for (a, &ja) in dense.iter().enumerate().skip(b) {
+                g[(ja, jb)] = gdd[(a, b)];
+            }
+        }
+        let s = SparseColumns::gather(phi, &sparse);
+        let mut x = Mat::zeros(p, sparse.len());
+        dense_sparse_matmul(
+            x.as_mut(),
+            Accum::Replace,
+            phi.transpose(),
+            s.as_ref(),
+            1.0,
+            Par::Seq,
+        );
+        for (c, &j) in sparse.iter().enumerate() {
+            for i in 0..p {
+                g[(i, j)] = x[(i, c)];
+                g[(j, i)] = x[(i, c)];
+            }
+        }
+    }
+    mirror_lower(g.as_mut());
+    g
+}
+
+/// `B = ΦᵀY`, with `Y` in sparse form when few targets are non-zero (cost `p · nnz(Y)`).
+fn targets_product(b: MatMut<'_, f64>, phi: MatRef<'_, f64>, y: MatRef<'_, f64>) {
+    let (dense, _) = split_by_density(y);
+    if dense.is_empty() {
+        let all: Vec<usize> = (0..y.ncols()).collect();
+        let y_sparse = SparseColumns::gather(y, &all);
+        dense_sparse_matmul(
+            b,
+            Accum::Replace,
+            phi.transpose(),
+            y_sparse.as_ref(),
+            1.0,
+            Par::Seq,
+        );
+    } else {
+        matmul(b, Accum::Replace, phi.transpose(), y, 1.0, Par::Seq);
     }
 }

@@ -1,0 +1,229 @@
+//! The in-memory posterior cache predictions are served from.
+//!
+//! It holds every model (also untrained ones, so predict can tell "unknown" from "not trained"
+//! without the database) at its current version. It follows new versions written by this
+//! process directly, and those written by other replicas through notifications on
+//! [`MODELS_CHANNEL`] with a periodic check of every model's version as a fallback.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::ModelSpec;
+use crate::estimator::{ModelConfig, ModelState, codec};
+use crate::store::{MODELS_CHANNEL, Store, StoreError};
+
+/// One model as predict sees it.
+#[derive(Debug)]
+pub struct CachedModel {
+    pub id: i64,
+    pub spec: ModelSpec,
+    pub config: ModelConfig,
+    pub version: i64,
+    /// `None` until the first fit.
+    pub state: Option<Arc<ModelState>>,
+}
+
+impl CachedModel {
+    pub fn new(id: i64, spec: ModelSpec, version: i64, state: Option<Arc<ModelState>>) -> Self {
+        Self {
+            id,
+            config: spec.config(),
+            spec,
+            version,
+            state,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct PosteriorCache {
+    models: RwLock<HashMap<String, Arc<CachedModel>>>,
+}
+
+impl PosteriorCache {
+    pub fn get(&self, name: &str) -> Option<Arc<CachedModel>> {
+        self.read().get(name).cloned()
+    }
+
+    /// Every model's name and served version, sorted by name.
+    pub fn versions(&self) -> Vec<(String, i64)> {
+        let mut v: Vec<_> = self
+            .read()
+            .iter()
+            .map(|(n, m)| (n.clone(), m.version))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Puts a model unless the cache already holds a newer version of the same model.
+    pub fn put(&self, model: CachedModel) {
+        let mut models = self.write();
+        let name = model.spec.name.as_str().to_owned();
+        let stale = models
+            .get(&name)
+            .is_some_and(|old| old.id == model.id && old.version > model.version);
+        if !stale {
+            models.insert(name, Arc::new(model));
+        }
+    }
+
+    /// Forgets a model (it was deleted).
+    pub fn remove(&self, name: &str, id: i64) {
+        let mut models = self.write();
+        if models.get(name).is_some_and(|m| m.id == id) {
+            models.remove(name);
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<CachedModel>>> {
+        // A panic while holding the lock cannot leave the map half-updated (every write is
+        // one insert or remove), so a poisoned lock is still consistent.
+        self.models.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<CachedModel>>> {
+        self.models.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Brings every model up to the database's current version and forgets deleted ones.
+    pub async fn sync_all(&self, store: &Store) -> Result<(), StoreError> {
+        let heads = store.heads().await?;
+        let stale: Vec<i64> = {
+            let models = self.read();
+            heads
+                .iter()
+                .filter(|h| {
+                    models
+                        .get(&h.name)
+                        .is_none_or(|m| m.id != h.id || m.version < h.version)
+                })
+                .map(|h| h.id)
+                .collect()
+        };
+        {
+            let mut models = self.write();
+            models.retain(|name, m| heads.iter().any(|h| &h.name == name && h.id == m.id));
+        }
+        for id in stale {
+            self.sync_model(store, id).await?;
+        }
+        Ok(())
+    }
+
+    /// Loads one model's current version (or forgets it if it no longer exists).
+    pub async fn sync_model(&self, store: &Store, id: i64) -> Result<(), StoreError> {
+        let Some((spec, version, blob)) = store.current_state(id).await? else {
+            let mut models = self.write();
+            models.retain(|_, m| m.id != id);
+            return Ok(());
+        };
+        if self
+            .get(spec.name.as_str())
+            .is_some_and(|m| m.id == id && m.version >= version)
+        {
+            return Ok(());
+        }
+        let state = match blob {
+            None => None,
+            Some(blob) => {
+                let state = tokio::task::spawn_blocking(move || codec::decode(&blob))
+                    .await
+                    .map_err(|e| StoreError::Corrupt(format!("decoder task: {e}")))?
+                    .map_err(|e| {
+                        StoreError::Corrupt(format!("model {id} version {version}: {e}"))
+                    })?;
+                Some(Arc::new(state))
+            }
+        };
+        self.put(CachedModel::new(id, spec, version, state));
+        Ok(())
+    }
+}
+
+/// Keeps `cache` current until `shutdown`: a full sync at start and every `poll`, and a sync
+/// of one model whenever a notification names it. Database errors are logged and retried.
+pub async fn follow(
+    cache: Arc<PosteriorCache>,
+    store: Store,
+    poll: Duration,
+    max_backoff: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut listener = match PgListener::connect_with(store.pool()).await {
+            Ok(mut l) => match l.listen(MODELS_CHANNEL).await {
+                Ok(()) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cache: cannot listen for new versions");
+                    if sleep_or_stop(&shutdown, &mut backoff, max_backoff).await {
+                        return;
+                    }
+                    continue;
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "cache: database unreachable, retrying");
+                if sleep_or_stop(&shutdown, &mut backoff, max_backoff).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        // Armed before syncing, so no version written meanwhile is missed.
+        if let Err(e) = cache.sync_all(&store).await {
+            tracing::warn!(error = %e, "cache: sync failed");
+        }
+        backoff = Duration::from_millis(100);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(poll) => {
+                    if let Err(e) = cache.sync_all(&store).await {
+                        tracing::warn!(error = %e, "cache: periodic sync failed");
+                    }
+                }
+                notification = listener.try_recv() => match notification {
+                    Ok(Some(n)) => {
+                        let Ok(id) = n.payload().parse::<i64>() else { continue };
+                        if let Err(e) = cache.sync_model(&store, id).await {
+                            tracing::warn!(error = %e, model_id = id, "cache: sync failed");
+                        }
+                    }
+                    // The connection was lost and re-established: notifications may be lost.
+                    Ok(None) => {
+                        if let Err(e) = cache.sync_all(&store).await {
+                            tracing::warn!(error = %e, "cache: sync after reconnect failed");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cache: notification listener failed");
+                        break;
+                    }
+                },
+            }
+        }
+        if sleep_or_stop(&shutdown, &mut backoff, max_backoff).await {
+            return;
+        }
+    }
+}
+
+/// Sleeps for `backoff` (doubling it up to `max`); `true` when shutdown came first.
+pub(crate) async fn sleep_or_stop(
+    shutdown: &CancellationToken,
+    backoff: &mut Duration,
+    max: Duration,
+) -> bool {
+    let pause = *backoff;
+    *backoff = (*backoff * 2).min(max);
+    tokio::select! {
+        _ = shutdown.cancelled() => true,
+        _ = tokio::time::sleep(pause) => false,
+    }
+}

@@ -1,0 +1,141 @@
+//! Observation batches as clients send them.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
+
+/// Longest batch id.
+const MAX_BATCH_ID_LEN: usize = 128;
+
+/// A client's name for a batch (or its `Idempotency-Key`): 1 to 128 characters from
+/// `A-Z a-z 0-9 . _ : -`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BatchId(String);
+
+impl BatchId {
+    pub fn parse(id: &str) -> Result<Self, String> {
+        let ok = !id.is_empty()
+            && id.len() <= MAX_BATCH_ID_LEN
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
+        if ok {
+            Ok(Self(id.to_owned()))
+        } else {
+            Err(format!(
+                "must be 1 to {MAX_BATCH_ID_LEN} characters from A-Z, a-z, 0-9, '.', '_', ':' \
+                 and '-', found {id:?}"
+            ))
+        }
+    }
+
+    /// A fresh random id for a batch posted without one.
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::new_v4().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A validated batch: rows of the model's width, all finite, at least one row.
+#[derive(Clone, Debug)]
+pub struct NewBatch {
+    pub batch_id: BatchId,
+    pub x: Rows,
+    pub y: Rows,
+}
+
+impl NewBatch {
+    /// Parses `{"batch_id"?, "x": [[p]], "y": [[m]]}` for `spec`. `idempotency_key` is the
+    /// request's `Idempotency-Key` header; it must agree with `batch_id` when both are given.
+    pub fn parse(
+        body: &Value,
+        spec: &ModelSpec,
+        idempotency_key: Option<&str>,
+    ) -> Result<Self, Invalid> {
+        let Value::Object(fields) = body else {
+            return Err(Invalid::one(
+                "",
+                format!("the body must be a JSON object, found {}", describe(body)),
+            ));
+        };
+        let mut details = Details::default();
+        for key in fields.keys() {
+            if !matches!(key.as_str(), "batch_id" | "x" | "y") {
+                details.push(format!("/{}", pointer_token(key)), "unknown field");
+            }
+        }
+        let body_id = match fields.get("batch_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => BatchId::parse(s)
+                .map_err(|e| details.push("/batch_id", e))
+                .ok(),
+            Some(other) => {
+                details.push(
+                    "/batch_id",
+                    format!("must be a string, found {}", describe(other)),
+                );
+                None
+            }
+        };
+        let header_id = match idempotency_key {
+            None => None,
+            Some(key) => match BatchId::parse(key) {
+                Ok(id) => Some(id),
+                Err(e) => return Err(Invalid::one("", format!("Idempotency-Key header {e}"))),
+            },
+        };
+        if let (Some(a), Some(b)) = (&body_id, &header_id) {
+            if a != b {
+                details.push(
+                    "/batch_id",
+                    format!("differs from the Idempotency-Key header {:?}", b.as_str()),
+                );
+            }
+        }
+        for key in ["x", "y"] {
+            if matches!(fields.get(key), Some(Value::Array(rows)) if rows.is_empty()) {
+                details.push(format!("/{key}"), "a batch needs at least one row");
+            }
+        }
+        let x = parse_rows(fields.get("x"), "/x", spec.features.len(), &mut details);
+        let y = parse_rows(fields.get("y"), "/y", spec.outputs.len(), &mut details);
+        if let (Some(x), Some(y)) = (&x, &y) {
+            if x.rows() != y.rows() {
+                details.push(
+                    "/y",
+                    format!("has {} rows but x has {}", y.rows(), x.rows()),
+                );
+            }
+        }
+        details.finish("invalid batch")?;
+        match (x, y) {
+            (Some(x), Some(y)) => Ok(Self {
+                batch_id: body_id.or(header_id).unwrap_or_else(BatchId::generate),
+                x,
+                y,
+            }),
+            _ => Err(Invalid::one("", "invalid batch")),
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.x.rows()
+    }
+
+    /// SHA-256 of the batch's content (shape and the bits of every value), which tells a retry
+    /// of this batch from a different batch under the same id.
+    pub fn content_hash(&self) -> [u8; 32] {
+        let mut hash = Sha256::new();
+        for n in [self.x.rows(), self.x.width(), self.y.width()] {
+            hash.update((n as u64).to_le_bytes());
+        }
+        for v in self.x.values().iter().chain(self.y.values()) {
+            hash.update(v.to_le_bytes());
+        }
+        hash.finalize().into()
+    }
+}

@@ -1,0 +1,394 @@
+//! Model names and specifications.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Details, Invalid, describe};
+use crate::estimator::{Basis, Forgetting, ModelConfig, Transform, UpdateMethod};
+
+/// Longest model name.
+const MAX_NAME_LEN: usize = 63;
+/// Longest feature or output name.
+const MAX_COLUMN_NAME_LEN: usize = 200;
+/// Bounds on a model's size: the state holds p² numbers per output.
+pub const MAX_FEATURES: usize = 2048;
+pub const MAX_OUTPUTS: usize = 1024;
+
+/// A model's name: a slug (`[a-z0-9][a-z0-9_-]*`, at most 63 characters), safe in a URL path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ModelName(String);
+
+impl ModelName {
+    pub fn parse(name: &str) -> Result<Self, String> {
+        let mut chars = name.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let rest_ok =
+            chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if name.len() > MAX_NAME_LEN || !first_ok || !rest_ok {
+            return Err(format!(
+                "must be a slug: 1 to {MAX_NAME_LEN} characters from a-z, 0-9, '-' and '_', \
+                 starting with a letter or digit, found {name:?}"
+            ));
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for ModelName {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::parse(&value)
+    }
+}
+
+impl From<ModelName> for String {
+    fn from(value: ModelName) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for ModelName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The basis transform, as the API names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TransformName {
+    None,
+    KubelkaMunk,
+}
+
+/// The update method, as the API names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum UpdateName {
+    OneStep,
+    Refit,
+}
+
+/// Forgetting by half-life, as the API names it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ForgettingSpec {
+    /// A row's weight halves after this many further rows (> 0).
+    #[schema(example = 5000.0)]
+    pub half_life_rows: f64,
+}
+
+/// A validated model specification. Stored as JSON with the model; immutable once created.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    pub name: ModelName,
+    pub features: Vec<String>,
+    pub outputs: Vec<String>,
+    pub intercept: bool,
+    pub transform: TransformName,
+    pub update: UpdateName,
+    pub forgetting: Option<ForgettingSpec>,
+    pub prior_variance: f64,
+    /// Rows that must be queued before the first fit runs (default: the number of basis
+    /// functions, `p`).
+    pub first_fit_rows: u64,
+}
+
+const SPEC_FIELDS: [&str; 9] = [
+    "name",
+    "features",
+    "outputs",
+    "intercept",
+    "transform",
+    "update",
+    "forgetting",
+    "prior_variance",
+    "first_fit_rows",
+];
+
+impl ModelSpec {
+    /// Parses the body of `POST /v1/models`, reporting every invalid field.
+    pub fn parse(body: &Value) -> Result<Self, Invalid> {
+        let Value::Object(fields) = body else {
+            return Err(Invalid::one(
+                "",
+                format!("the body must be a JSON object, found {}", describe(body)),
+            ));
+        };
+        let mut details = Details::default();
+        for key in fields.keys() {
+            if !SPEC_FIELDS.contains(&key.as_str()) {
+                details.push(format!("/{}", super::pointer_token(key)), "unknown field");
+            }
+        }
+        let name = match fields.get("name") {
+            Some(Value::String(s)) => ModelName::parse(s)
+                .map_err(|e| details.push("/name", e))
+                .ok(),
+            Some(other) => {
+                details.push(
+                    "/name",
+                    format!("must be a string, found {}", describe(other)),
+                );
+                None
+            }
+            None => {
+                details.push("/name", "is required");
+                None
+            }
+        };
+        let features = column_names(
+            fields.get("features"),
+            "/features",
+            MAX_FEATURES,
+            &mut details,
+        );
+        let outputs = column_names(fields.get("outputs"), "/outputs", MAX_OUTPUTS, &mut details);
+        // Checked on the raw names, so the overlap is reported even beside other problems.
+        let strings = |key: &str| -> Vec<Option<&str>> {
+            fields
+                .get(key)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().map(Value::as_str).collect())
+                .unwrap_or_default()
+        };
+        let feature_set: HashSet<&str> = strings("features").into_iter().flatten().collect();
+        for (k, name) in strings("outputs").into_iter().enumerate() {
+            if let Some(name) = name.filter(|n| feature_set.contains(n)) {
+                details.push(
+                    format!("/outputs/{k}"),
+                    format!("{name:?} is also a feature name"),
+                );
+            }
+        }
+        let intercept = match fields.get("intercept") {
+            None | Some(Value::Null) => true,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                details.push(
+                    "/intercept",
+                    format!("must be true or false, found {}", describe(other)),
+                );
+                true
+            }
+        };
+        let transform = enum_field(
+            fields.get("transform"),
+            "/transform",
+            TransformName::None,
+            "\"none\", \"kubelka_munk\"",
+            &mut details,
+        );
+        let update = enum_field(
+            fields.get("update"),
+            "/update",
+            UpdateName::OneStep,
+            "\"one_step\", \"refit\"",
+            &mut details,
+        );
+        let forgetting = match fields.get("forgetting") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(f)) => {
+                for key in f.keys().filter(|k| k.as_str() != "half_life_rows") {
+                    details.push(
+                        format!("/forgetting/{}", super::pointer_token(key)),
+                        "unknown field",
+                    );
+                }
+                positive(
+                    f.get("half_life_rows"),
+                    "/forgetting/half_life_rows",
+                    &mut details,
+                )
+                .map(|half_life_rows| ForgettingSpec { half_life_rows })
+            }
+            Some(other) => {
+                details.push(
+                    "/forgetting",
+                    format!(
+                        "must be null or {{\"half_life_rows\": h}}, found {}",
+                        describe(other)
+                    ),
+                );
+                None
+            }
+        };
+        let prior_variance = match fields.get("prior_variance") {
+            None | Some(Value::Null) => Some(1.0),
+            value => positive(value, "/prior_variance", &mut details),
+        };
+        let p = features.as_ref().map_or(0, |f| f.len()) + usize::from(intercept);
+        let first_fit_rows = match fields.get("first_fit_rows") {
+            None | Some(Value::Null) => Some(p.max(1) as u64),
+            Some(value) => match value.as_u64() {
+                Some(n) if n > 0 => Some(n),
+                _ => {
+                    details.push(
+                        "/first_fit_rows",
+                        format!("must be a positive integer, found {}", describe(value)),
+                    );
+                    None
+                }
+            },
+        };
+        if let Some(features) = &features {
+            if features.is_empty() && !intercept {
+                details.push(
+                    "/features",
+                    "a model without intercept needs at least one feature",
+                );
+            }
+        }
+        details.finish("invalid model specification")?;
+        match (name, features, outputs, prior_variance, first_fit_rows) {
+            (
+                Some(name),
+                Some(features),
+                Some(outputs),
+                Some(prior_variance),
+                Some(first_fit_rows),
+            ) => Ok(Self {
+                name,
+                features,
+                outputs,
+                intercept,
+                transform,
+                update,
+                forgetting,
+                prior_variance,
+                first_fit_rows,
+            }),
+            _ => Err(Invalid::one("", "invalid model specification")),
+        }
+    }
+
+    /// The estimator's configuration for this model.
+    pub fn config(&self) -> ModelConfig {
+        let transform = match self.transform {
+            TransformName::None => Transform::Identity,
+            TransformName::KubelkaMunk => Transform::KubelkaMunk,
+        };
+        let mut config = ModelConfig::new(
+            Basis::new(self.features.len(), self.intercept, transform),
+            self.outputs.len(),
+        );
+        config.update = match self.update {
+            UpdateName::OneStep => UpdateMethod::OneStep,
+            UpdateName::Refit => UpdateMethod::Refit,
+        };
+        config.forgetting = self.forgetting.map(|f| Forgetting {
+            half_life_rows: f.half_life_rows,
+        });
+        config.prior_variance = self.prior_variance;
+        config
+    }
+
+    /// Names of the basis functions: the features, then `"intercept"` if there is one.
+    pub fn basis_names(&self) -> Vec<String> {
+        let mut names = self.features.clone();
+        if self.intercept {
+            names.push("intercept".to_owned());
+        }
+        names
+    }
+}
+
+/// A non-empty list of distinct, non-blank names without control characters.
+fn column_names(
+    value: Option<&Value>,
+    path: &str,
+    max: usize,
+    details: &mut Details,
+) -> Option<Vec<String>> {
+    let Some(value) = value else {
+        details.push(path, "is required");
+        return None;
+    };
+    let Value::Array(items) = value else {
+        details.push(
+            path,
+            format!("must be an array of names, found {}", describe(value)),
+        );
+        return None;
+    };
+    if items.is_empty() && path == "/outputs" {
+        details.push(path, "must name at least one output");
+        return None;
+    }
+    if items.len() > max {
+        details.push(
+            path,
+            format!("at most {max} names are allowed, found {}", items.len()),
+        );
+        return None;
+    }
+    let mut seen = HashSet::new();
+    let mut names = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("{path}/{i}");
+        match item {
+            Value::String(s) if s.trim().is_empty() => {
+                details.push(at, "must not be blank");
+                ok = false;
+            }
+            Value::String(s)
+                if s.chars().count() > MAX_COLUMN_NAME_LEN || s.chars().any(char::is_control) =>
+            {
+                details.push(at, format!("must be at most {MAX_COLUMN_NAME_LEN} characters without control characters"));
+                ok = false;
+            }
+            Value::String(s) => {
+                if !seen.insert(s.as_str()) {
+                    details.push(at, format!("duplicate name {s:?}"));
+                    ok = false;
+                }
+                names.push(s.clone());
+            }
+            other => {
+                details.push(at, format!("must be a string, found {}", describe(other)));
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(names)
+}
+
+fn enum_field<T: serde::de::DeserializeOwned>(
+    value: Option<&Value>,
+    path: &str,
+    default: T,
+    allowed: &str,
+    details: &mut Details,
+) -> T {
+    match value {
+        None | Some(Value::Null) => default,
+        Some(v) => serde_json::from_value(v.clone()).unwrap_or_else(|_| {
+            details.push(
+                path,
+                format!("must be one of {allowed}, found {}", describe(v)),
+            );
+            default
+        }),
+    }
+}
+
+fn positive(value: Option<&Value>, path: &str, details: &mut Details) -> Option<f64> {
+    match value.and_then(Value::as_f64) {
+        Some(v) if v.is_finite() && v > 0.0 => Some(v),
+        _ => {
+            let found = value.map_or("nothing".to_owned(), describe);
+            details.push(path, format!("must be a positive number, found {found}"));
+            None
+        }
+    }
+}

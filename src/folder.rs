@@ -1,0 +1,315 @@
+//! The folder: the background task that folds queued batches into new model versions.
+//!
+//! Work is claimed one model at a time with `FOR NO KEY UPDATE SKIP LOCKED` (see
+//! [`crate::store::ModelLock`]), so any number of replicas can fold against one database and
+//! each batch is folded exactly once, in arrival order. A fold reads the current version,
+//! computes, writes the next version and marks the batches, all in one transaction. The task
+//! is woken by notifications on [`BATCHES_CHANNEL`] and polls as a fallback; while the
+//! database is unreachable it backs off instead of spinning.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::{CachedModel, PosteriorCache, sleep_or_stop};
+use crate::config::FolderSettings;
+use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec};
+use crate::store::{BATCHES_CHANNEL, ModelLock, QueuedBatch, Store, StoreError};
+
+/// What folding a model's queue gives: the new state (if any batch was folded), the batches
+/// folded into it, and the batches rejected with their reasons. Batches in neither list stay
+/// queued (an untrained model waiting for more rows).
+#[derive(Debug, Default)]
+pub struct FoldPlan {
+    pub state: Option<ModelState>,
+    pub folded: Vec<i64>,
+    pub rejected: Vec<(i64, String)>,
+}
+
+/// Folds `batches` (oldest first) into `current`.
+///
+/// Without a current state the first fit (Algorithm 2) runs on the shortest prefix of the
+/// queue holding at least `first_fit_rows` rows; every later batch is then learnt by the
+/// model's update method, one batch at a time. So the result depends only on the order of the
+/// batches, never on how the folder happened to group them into folds.
+///
+/// A batch whose statistics cannot be decoded, or whose update fails or would make the state
+/// non-finite, is rejected with the reason and the state stays what it was before it. If the
+/// first fit itself fails, every batch of its prefix is rejected.
+pub fn plan_fold(
+    config: &ModelConfig,
+    current: Option<&ModelState>,
+    batches: &[(i64, &[u8])],
+    first_fit_rows: f64,
+) -> FoldPlan {
+    let mut plan = FoldPlan::default();
+    let mut queue = batches.iter();
+    let mut state: Option<ModelState> = None;
+    if current.is_none() {
+        let p = config.basis.dim();
+        let mut totals = BatchStatistics::zeros(p, config.outputs);
+        let mut prefix = Vec::new();
+        for &(seq, blob) in queue.by_ref() {
+            match decode(blob, config).and_then(|stats| {
+                let mut sum = totals.clone();
+                sum.add(&stats).map_err(|e| e.to_string())?;
+                Ok(sum)
+            }) {
+                Ok(sum) => {
+                    totals = sum;
+                    prefix.push(seq);
+                }
+                Err(reason) => plan.rejected.push((seq, reason)),
+            }
+            if totals.rows() >= first_fit_rows {
+                break;
+            }
+        }
+        if totals.rows() < first_fit_rows {
+            return plan;
+        }
+        match ModelState::fit(config, totals) {
+            Ok(fitted) if fitted.is_finite() => {
+                state = Some(fitted);
+                plan.folded = prefix;
+            }
+            outcome => {
+                let reason = match outcome {
+                    Err(e) => format!("first fit failed: {e}"),
+                    Ok(_) => "first fit would make the model state non-finite".to_owned(),
+                };
+                plan.rejected
+                    .extend(prefix.into_iter().map(|seq| (seq, reason.clone())));
+                return plan;
+            }
+        }
+    }
+    for &(seq, blob) in queue {
+        let Some(base) = state.as_ref().or(current) else {
+            break;
+        };
+        let next = decode(blob, config).and_then(|stats| {
+            let next = base
+                .update(config, &stats)
+                .map_err(|e| format!("update failed: {e}"))?;
+            if next.is_finite() {
+                Ok(next)
+            } else {
+                Err("the update would make the model state non-finite".to_owned())
+            }
+        });
+        match next {
+            Ok(next) => {
+                state = Some(next);
+                plan.folded.push(seq);
+            }
+            Err(reason) => plan.rejected.push((seq, reason)),
+        }
+    }
+    plan.state = state;
+    plan
+}
+
+fn decode(blob: &[u8], config: &ModelConfig) -> Result<BatchStatistics, String> {
+    let stats = codec::decode_statistics(blob).map_err(|e| format!("stored statistics: {e}"))?;
+    if stats.dim() != config.basis.dim() || stats.outputs() != config.outputs {
+        return Err("stored statistics do not match the model's shape".to_owned());
+    }
+    Ok(stats)
+}
+
+/// Outcome of one fold, for logs and tests.
+#[derive(Debug)]
+pub struct FoldReport {
+    pub model_id: i64,
+    pub version: Option<i64>,
+    pub folded: usize,
+    pub rejected: usize,
+}
+
+/// Claims one model with work and folds its queue. `Ok(None)` when there is no work.
+pub async fn fold_once(
+    store: &Store,
+    cache: &PosteriorCache,
+) -> Result<Option<FoldReport>, StoreError> {
+    let Some(mut lock) = store.claim_fold().await? else {
+        return Ok(None);
+    };
+    let started = std::time::Instant::now();
+    let config = lock.spec.config();
+    let current = current_state(&mut lock, cache).await?;
+    let queued = lock.queued_batches().await?;
+    let first_fit_rows = lock.spec.first_fit_rows as f64;
+    let (plan, queued) = {
+        let current = current.clone();
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || {
+            let blobs: Vec<(i64, &[u8])> = queued
+                .iter()
+                .map(|b| (b.seq, b.statistics.as_slice()))
+                .collect();
+            let plan = plan_fold(&config, current.as_deref(), &blobs, first_fit_rows);
+            (plan, queued)
+        })
+        .await
+        .map_err(|e| StoreError::Corrupt(format!("fold task failed: {e}")))?
+    };
+    let model_id = lock.model_id;
+    for (seq, reason) in &plan.rejected {
+        let batch = queued
+            .iter()
+            .find(|b| b.seq == *seq)
+            .map(|b| b.batch_id.as_str());
+        tracing::warn!(model = %lock.name, batch_id = batch, reason, "batch rejected");
+        lock.mark_rejected(*seq, reason).await?;
+    }
+    let mut version = None;
+    let mut new_state = None;
+    if let Some(state) = plan.state {
+        let state = Arc::new(state);
+        let blob = {
+            let state = state.clone();
+            tokio::task::spawn_blocking(move || codec::encode(&state))
+                .await
+                .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
+        };
+        let v = lock
+            .write_version(
+                "fold",
+                None,
+                state.totals().rows(),
+                &state.noise_variances(),
+                &blob,
+            )
+            .await?;
+        lock.mark_folded(&plan.folded, v).await?;
+        version = Some(v);
+        new_state = Some(state);
+    }
+    let (name, spec) = (lock.name.clone(), lock.spec.clone());
+    lock.commit().await?;
+    if let (Some(v), Some(state)) = (version, new_state) {
+        cache.put(CachedModel::new(model_id, spec, v, Some(state)));
+        tracing::info!(
+            model = %name,
+            version = v,
+            batches = plan.folded.len(),
+            rows = rows_of(&queued, &plan.folded),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "folded"
+        );
+    }
+    Ok(Some(FoldReport {
+        model_id,
+        version,
+        folded: plan.folded.len(),
+        rejected: plan.rejected.len(),
+    }))
+}
+
+fn rows_of(queued: &[QueuedBatch], seqs: &[i64]) -> i64 {
+    queued
+        .iter()
+        .filter(|b| seqs.contains(&b.seq))
+        .map(|b| i64::from(b.rows))
+        .sum()
+}
+
+/// The model's current state: from the cache when it holds that version, else decoded from the
+/// database.
+async fn current_state(
+    lock: &mut ModelLock,
+    cache: &PosteriorCache,
+) -> Result<Option<Arc<ModelState>>, StoreError> {
+    if lock.version == 0 {
+        return Ok(None);
+    }
+    if let Some(cached) = cache.get(&lock.name) {
+        if cached.id == lock.model_id && cached.version == lock.version {
+            if let Some(state) = &cached.state {
+                return Ok(Some(state.clone()));
+            }
+        }
+    }
+    let version = lock.version;
+    let blob = lock.state(version).await?.ok_or_else(|| {
+        StoreError::Corrupt(format!("model {} has no version {version}", lock.name))
+    })?;
+    let state = tokio::task::spawn_blocking(move || codec::decode(&blob))
+        .await
+        .map_err(|e| StoreError::Corrupt(format!("decoder task failed: {e}")))?
+        .map_err(|e| StoreError::Corrupt(format!("model {} version {version}: {e}", lock.name)))?;
+    Ok(Some(Arc::new(state)))
+}
+
+/// Runs the folder until `shutdown`. A fold in progress when shutdown is requested finishes.
+pub async fn run(
+    store: Store,
+    cache: Arc<PosteriorCache>,
+    settings: FolderSettings,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(100);
+    'connect: loop {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let mut listener = match PgListener::connect_with(store.pool()).await {
+            Ok(mut l) => match l.listen(BATCHES_CHANNEL).await {
+                Ok(()) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "folder: cannot listen for batches");
+                    if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {
+                        return;
+                    }
+                    continue;
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "folder: database unreachable, retrying");
+                if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        loop {
+            // Drain the work there is; the listener is armed, so nothing queued meanwhile is
+            // missed.
+            loop {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                match fold_once(&store, &cache).await {
+                    Ok(Some(_)) => backoff = Duration::from_millis(100),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "folder: fold failed");
+                        if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {
+                            return;
+                        }
+                        if matches!(e, StoreError::Unavailable(_)) {
+                            continue 'connect;
+                        }
+                        break;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(settings.poll_interval()) => {}
+                notification = listener.try_recv() => {
+                    if let Err(e) = notification {
+                        tracing::warn!(error = %e, "folder: notification listener failed");
+                        if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {
+                            return;
+                        }
+                        continue 'connect;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! `/v1/models/{name}/batches`: durable, idempotent ingestion and batch status.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::extract::{JsonBody, check_rows};
+use super::{AppState, model_name};
+use crate::domain::{Invalid, NewBatch};
+use crate::estimator::{BatchStatistics, codec};
+use crate::store::BatchRecord;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/models/{name}/batches", post(ingest))
+        .route("/v1/models/{name}/batches/{batch_id}", get(status))
+}
+
+/// Body of `POST /v1/models/{name}/batches`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[schema(example = json!({
+    "batch_id": "lot-2026-11-22-0042",
+    "x": [[1.0, 0.412, 0.388, 0.351], [1.0, 0.275, 0.262, 0.249]],
+    "y": [[1.2, 0.0, 0.35], [2.5, 0.8, 0.0]]
+}))]
+pub struct BatchRequest {
+    /// The client's id for the batch; the `Idempotency-Key` header may carry it instead.
+    /// Without either, the service assigns one (and a retry is then a new batch).
+    pub batch_id: Option<String>,
+    /// Input rows, each with one finite number per feature.
+    pub x: Vec<Vec<f64>>,
+    /// Output rows (concentrations used), one per input row, one number per output.
+    pub y: Vec<Vec<f64>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchAccepted {
+    #[schema(example = "lot-2026-11-22-0042")]
+    pub batch_id: String,
+    /// `queued` for a new batch; a replayed batch shows its current status.
+    #[schema(example = "queued")]
+    pub status: String,
+    #[schema(example = 2)]
+    pub rows: i32,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchView {
+    pub batch_id: String,
+    /// `queued`, `folded` or `rejected`.
+    #[schema(example = "folded")]
+    pub status: String,
+    pub rows: i32,
+    pub received_at: DateTime<Utc>,
+    pub folded_at: Option<DateTime<Utc>>,
+    /// The version the batch was folded into.
+    pub version: Option<i64>,
+    /// Why the batch was rejected.
+    pub error: Option<String>,
+}
+
+impl From<BatchRecord> for BatchView {
+    fn from(b: BatchRecord) -> Self {
+        Self {
+            batch_id: b.batch_id,
+            status: b.status,
+            rows: b.rows,
+            received_at: b.received_at,
+            folded_at: b.folded_at,
+            version: b.version,
+            error: b.error,
+        }
+    }
+}
+
+/// Queue a batch of observations.
+///
+/// The answer leaves only once the batch (raw rows and statistics) is committed. Posting the
+/// same `batch_id` (or `Idempotency-Key`) again with the same content answers with the stored
+/// batch and adds nothing; with different content, 409.
+#[utoipa::path(post, path = "/v1/models/{name}/batches", tag = "batches",
+    params(
+        ("name" = String, Path, description = "Model name"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Batch id, if not in the body"),
+    ),
+    request_body = BatchRequest,
+    responses(
+        (status = 202, description = "Stored and queued (or replayed)", body = BatchAccepted),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 404, description = "No such model", body = ErrorBody),
+        (status = 409, description = "Batch id reused with different content", body = ErrorBody),
+        (status = 413, description = "Body or row count over the limit", body = ErrorBody),
+        (status = 422, description = "Invalid rows", body = ErrorBody),
+        (status = 503, description = "Database unavailable", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip_all, fields(model = %name))]
+pub async fn ingest(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> Result<impl IntoResponse, ApiError> {
+    let name = model_name(&name)?;
+    let (model_id, spec) = match app.cache.get(name.as_str()) {
+        Some(m) => (m.id, m.spec.clone()),
+        // Created on another replica since the cache last synced.
+        None => app
+            .store
+            .model(&name)
+            .await?
+            .map(|m| (m.id, m.spec))
+            .ok_or_else(|| ApiError::not_found_model(name.as_str()))?,
+    };
+    let limit = app.limits.max_rows_per_request;
+    check_rows(&body, "x", limit)?;
+    check_rows(&body, "y", limit)?;
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| Invalid::one("", "the Idempotency-Key header is not ASCII"))?
+                .to_owned(),
+        ),
+    };
+    let (batch, statistics) = tokio::task::spawn_blocking(move || {
+        let batch = NewBatch::parse(&body, &spec, key.as_deref())?;
+        let config = spec.config();
+        let stats = config
+            .basis
+            .design(batch.x.to_mat().as_ref())
+            .and_then(|phi| BatchStatistics::from_design(phi.as_ref(), batch.y.to_mat().as_ref()))
+            .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
+        Ok::<_, ApiError>((batch, codec::encode_statistics(&stats)))
+    })
+    .await
+    .map_err(ApiError::internal)??;
+    let ingested = app
+        .store
+        .insert_batch(model_id, &batch, &statistics)
+        .await?;
+    let b = ingested.batch;
+    let mut response = (
+        StatusCode::ACCEPTED,
+        Json(BatchAccepted {
+            batch_id: b.batch_id,
+            status: b.status,
+            rows: b.rows,
+        }),
+    )
+        .into_response();
+    if ingested.replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+/// A batch's status.
+#[utoipa::path(get, path = "/v1/models/{name}/batches/{batch_id}", tag = "batches",
+    params(
+        ("name" = String, Path, description = "Model name"),
+        ("batch_id" = String, Path, description = "Batch id"),
+    ),
+    responses(
+        (status = 200, description = "The batch", body = BatchView),
+        (status = 404, description = "No such model or batch", body = ErrorBody),
+    ))]
+pub async fn status(
+    State(app): State<AppState>,
+    Path((name, batch_id)): Path<(String, String)>,
+) -> Result<Json<BatchView>, ApiError> {
+    let name = model_name(&name)?;
+    let model = app
+        .store
+        .model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    let batch = app
+        .store
+        .batch(model.id, &batch_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("model {name} has no batch {batch_id:?}")))?;
+    Ok(Json(batch.into()))
+}

@@ -1,0 +1,133 @@
+//! The one error type of the HTTP layer and its JSON form:
+//! `{"error": {"code", "message", "details": [{"path", "message"}]}}`.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::domain::{Detail, Invalid};
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not JSON (or not UTF-8).
+    #[error("{0}")]
+    Malformed(String),
+    /// Well-formed JSON that does not describe a valid request.
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    /// The model has no posterior yet.
+    #[error("{0}")]
+    NotTrained(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// The database is unreachable: retry later.
+    #[error("the database is unavailable, retry later")]
+    Unavailable,
+    /// Anything else: logged in full, answered opaquely.
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+/// The error body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorInfo,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorInfo {
+    /// Stable, machine-readable code.
+    #[schema(example = "invalid_input")]
+    pub code: &'static str,
+    #[schema(example = "invalid batch: 2 invalid values")]
+    pub message: String,
+    /// One entry per invalid value (empty for errors that are not about input values).
+    pub details: Vec<Detail>,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Malformed(_) => StatusCode::BAD_REQUEST,
+            Self::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) | Self::NotTrained(_) => StatusCode::CONFLICT,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Malformed(_) => "malformed_json",
+            Self::Invalid(_) => "invalid_input",
+            Self::UnsupportedMediaType(_) => "unsupported_media_type",
+            Self::NotFound(_) => "not_found",
+            Self::Conflict(_) => "conflict",
+            Self::NotTrained(_) => "model_not_trained",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::Unavailable => "database_unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    pub fn not_found_model(name: &str) -> Self {
+        Self::NotFound(format!("no model named {name:?}"))
+    }
+
+    pub fn internal(e: impl Into<anyhow::Error>) -> Self {
+        Self::Internal(e.into())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(m) => Self::NotFound(m),
+            StoreError::Conflict(m) => Self::Conflict(m),
+            StoreError::Unavailable(e) => {
+                tracing::warn!(error = %e, "database unavailable");
+                Self::Unavailable
+            }
+            e @ (StoreError::Corrupt(_) | StoreError::Database(_)) => Self::Internal(e.into()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let Self::Internal(e) = &self {
+            tracing::error!(error = ?e, "internal error");
+        }
+        let status = self.status();
+        let details = match &self {
+            Self::Invalid(invalid) => invalid.details.clone(),
+            _ => Vec::new(),
+        };
+        let body = ErrorBody {
+            error: ErrorInfo {
+                code: self.code(),
+                message: self.to_string(),
+                details,
+            },
+        };
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        response
+    }
+}

@@ -1,0 +1,58 @@
+//! Request bodies: read within the size limit, checked to be JSON, parsed into a value that the
+//! domain parsers then validate (so every invalid value is reported with its path).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{StatusCode, header};
+use serde_json::Value;
+
+use super::error::ApiError;
+
+/// A JSON request body, parsed but not yet validated.
+pub struct JsonBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let mime = content_type.split(';').next().unwrap_or("").trim();
+        if !mime.eq_ignore_ascii_case("application/json") {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "expected Content-Type: application/json, found {:?}",
+                content_type
+            )));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge("the request body exceeds the configured limit".into())
+            } else {
+                ApiError::Malformed(format!("cannot read the request body: {rejection}"))
+            }
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))
+    }
+}
+
+/// The number of rows in `body[key]` when it is an array, to enforce the per-request limit
+/// before any value is parsed.
+pub fn row_count(body: &Value, key: &str) -> usize {
+    body.get(key).and_then(Value::as_array).map_or(0, Vec::len)
+}
+
+/// Refuses a request with more than `limit` rows (413).
+pub fn check_rows(body: &Value, key: &str, limit: usize) -> Result<(), ApiError> {
+    let rows = row_count(body, key);
+    if rows > limit {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "too many rows: {rows} in one request, the limit is {limit}"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! The HTTP API (DESIGN.md §3): one module per resource, one error type, one router.
+
+pub mod batches;
+pub mod error;
+pub mod extract;
+pub mod models;
+pub mod ops;
+pub mod predict;
+pub mod versions;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Request};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
+use utoipa::OpenApi;
+
+use crate::cache::PosteriorCache;
+use crate::config::Limits;
+use crate::domain::ModelName;
+use crate::store::Store;
+use error::ApiError;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub cache: Arc<PosteriorCache>,
+    pub limits: Limits,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "mordant",
+        description = "Incremental Bayesian linear regression from spectra and lab results to \
+                       dye concentrations, with the uncertainty of every prediction.",
+        license(name = "MIT"),
+    ),
+    paths(
+        models::create, models::list, models::read, models::delete, models::posterior,
+        batches::ingest, batches::status,
+        predict::predict,
+        versions::list, versions::restore, versions::refit,
+        ops::healthz, ops::readyz, ops::metrics, ops::openapi, ops::docs,
+    ),
+    tags(
+        (name = "models", description = "Model specifications and posteriors"),
+        (name = "batches", description = "Observation batches (the learning queue)"),
+        (name = "predict", description = "Concentrations with their uncertainty"),
+        (name = "versions", description = "Model history, restore and refit"),
+        (name = "operations", description = "Health, readiness, metrics, documentation"),
+    )
+)]
+pub struct ApiDoc;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The application's router with its middleware.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.limits.max_body_bytes;
+    Router::new()
+        .merge(models::router())
+        .merge(batches::router())
+        .merge(predict::router())
+        .merge(versions::router())
+        .merge(ops::router())
+        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request<_>| {
+                    let id = request
+                        .headers()
+                        .get(&REQUEST_ID)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-");
+                    tracing::info_span!(
+                        "request",
+                        request_id = %id,
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                    )
+                })
+                .on_response(DefaultOnResponse::new().level(Level::INFO)),
+        )
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// A model name from a URL path; a name that is not a slug cannot exist.
+pub fn model_name(name: &str) -> Result<ModelName, ApiError> {
+    ModelName::parse(name)
+        .map_err(|e| ApiError::NotFound(format!("no model named {name:?}: names {e}")))
+}
+
+/// The OpenAPI document as committed in `openapi/openapi.json` (pretty JSON, final newline
+/// omitted).
+pub fn openapi_json() -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(&ApiDoc::openapi())
+}

@@ -1,0 +1,274 @@
+//! `/v1/models`: create, list, read, delete, and the posterior of a model.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::extract::JsonBody;
+use super::{AppState, model_name};
+use crate::cache::CachedModel;
+use crate::domain::model::ForgettingSpec;
+use crate::domain::{ModelSpec, TransformName, UpdateName};
+use crate::store::ModelRecord;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/models", get(list).post(create))
+        .route("/v1/models/{name}", get(read).delete(delete))
+        .route("/v1/models/{name}/posterior", get(posterior))
+}
+
+/// Body of `POST /v1/models`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "cotton-reactive",
+    "features": ["fabric_cotton", "R400", "R410", "R420"],
+    "outputs": ["reactive_red_195", "reactive_yellow_145", "reactive_blue_222"],
+    "intercept": true,
+    "transform": "none",
+    "update": "one_step",
+    "forgetting": null,
+    "prior_variance": 1.0
+}))]
+pub struct CreateModel {
+    /// A slug: `[a-z0-9][a-z0-9_-]*`, at most 63 characters.
+    pub name: String,
+    /// Input feature names (lab results, spectrum bands), distinct.
+    pub features: Vec<String>,
+    /// Output names (dyes), distinct and different from the features.
+    pub outputs: Vec<String>,
+    /// Append a constant basis function (default true).
+    #[serde(default)]
+    pub intercept: Option<bool>,
+    /// Basis transform of the features (default `none`).
+    #[serde(default)]
+    pub transform: Option<TransformName>,
+    /// Update method after the first fit (default `one_step`).
+    #[serde(default)]
+    pub update: Option<UpdateName>,
+    /// Exponential forgetting (default none).
+    #[serde(default)]
+    pub forgetting: Option<ForgettingSpec>,
+    /// Starting prior variance of every basis function (default 1).
+    #[serde(default)]
+    pub prior_variance: Option<f64>,
+    /// Rows queued before the first fit runs (default: the number of basis functions).
+    #[serde(default)]
+    pub first_fit_rows: Option<u64>,
+}
+
+/// A model: its specification and where it stands.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelView {
+    #[schema(example = "cotton-reactive")]
+    pub name: String,
+    pub features: Vec<String>,
+    pub outputs: Vec<String>,
+    pub intercept: bool,
+    pub transform: TransformName,
+    pub update: UpdateName,
+    pub forgetting: Option<ForgettingSpec>,
+    pub prior_variance: f64,
+    pub first_fit_rows: u64,
+    /// The current version; 0 while the model has not been trained.
+    pub version: i64,
+    /// Rows learnt (forgetting-weighted).
+    pub observations: f64,
+    /// Batches waiting to be folded.
+    pub pending_batches: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<ModelRecord> for ModelView {
+    fn from(m: ModelRecord) -> Self {
+        let s = m.spec;
+        Self {
+            name: s.name.to_string(),
+            features: s.features,
+            outputs: s.outputs,
+            intercept: s.intercept,
+            transform: s.transform,
+            update: s.update,
+            forgetting: s.forgetting,
+            prior_variance: s.prior_variance,
+            first_fit_rows: s.first_fit_rows,
+            version: m.version,
+            observations: m.observations,
+            pending_batches: m.pending_batches,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelList {
+    pub models: Vec<ModelView>,
+}
+
+/// Create a model.
+#[utoipa::path(post, path = "/v1/models", tag = "models",
+    request_body = CreateModel,
+    responses(
+        (status = 201, description = "Created", body = ModelView),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 409, description = "A model with this name exists", body = ErrorBody),
+        (status = 422, description = "Invalid specification", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip_all)]
+pub async fn create(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<impl IntoResponse, ApiError> {
+    let spec = ModelSpec::parse(&body)?;
+    let record = app.store.create_model(&spec).await?;
+    app.cache.put(CachedModel::new(
+        record.id,
+        record.spec.clone(),
+        record.version,
+        None,
+    ));
+    Ok((StatusCode::CREATED, Json(ModelView::from(record))))
+}
+
+/// List models.
+#[utoipa::path(get, path = "/v1/models", tag = "models",
+    responses((status = 200, description = "All models, by name", body = ModelList)))]
+pub async fn list(State(app): State<AppState>) -> Result<Json<ModelList>, ApiError> {
+    let models = app.store.list_models().await?;
+    Ok(Json(ModelList {
+        models: models.into_iter().map(ModelView::from).collect(),
+    }))
+}
+
+/// Read one model.
+#[utoipa::path(get, path = "/v1/models/{name}", tag = "models",
+    params(("name" = String, Path, description = "Model name")),
+    responses(
+        (status = 200, description = "The model", body = ModelView),
+        (status = 404, description = "No such model", body = ErrorBody),
+    ))]
+pub async fn read(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<ModelView>, ApiError> {
+    let name = model_name(&name)?;
+    let record = app
+        .store
+        .model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    Ok(Json(record.into()))
+}
+
+/// Delete a model with its batches and versions.
+#[utoipa::path(delete, path = "/v1/models/{name}", tag = "models",
+    params(("name" = String, Path, description = "Model name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such model", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip(app))]
+pub async fn delete(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let name = model_name(&name)?;
+    let cached = app.cache.get(name.as_str());
+    if !app.store.delete_model(&name).await? {
+        return Err(ApiError::not_found_model(name.as_str()));
+    }
+    if let Some(cached) = cached {
+        app.cache.remove(name.as_str(), cached.id);
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The posterior of one output.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OutputPosteriorView {
+    #[schema(example = "reactive_red_195")]
+    pub name: String,
+    /// False while the output has too few informative rows (it then predicts 0).
+    pub trained: bool,
+    /// σ², null while untrained.
+    pub noise_variance: Option<f64>,
+    /// Posterior mean of each basis function's weight (same order as `basis`).
+    pub coefficients: Vec<f64>,
+    /// Prior variance of each basis function (0 = pruned).
+    pub prior_variance: Vec<f64>,
+    /// Basis functions with a non-zero prior variance.
+    pub active_features: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PosteriorView {
+    pub model: String,
+    pub version: i64,
+    /// Basis function names: the features, then `intercept` if the model has one.
+    pub basis: Vec<String>,
+    pub outputs: Vec<OutputPosteriorView>,
+}
+
+/// The current posterior of every output.
+#[utoipa::path(get, path = "/v1/models/{name}/posterior", tag = "models",
+    params(("name" = String, Path, description = "Model name")),
+    responses(
+        (status = 200, description = "The posterior", body = PosteriorView),
+        (status = 404, description = "No such model", body = ErrorBody),
+        (status = 409, description = "Not trained yet", body = ErrorBody),
+    ))]
+pub async fn posterior(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<PosteriorView>, ApiError> {
+    let model = app
+        .cache
+        .get(&name)
+        .ok_or_else(|| ApiError::not_found_model(&name))?;
+    let state = model.state.as_ref().ok_or_else(|| not_trained(&name))?;
+    let basis = model.spec.basis_names();
+    let coefficients = state.coefficients();
+    let outputs = state
+        .outputs()
+        .iter()
+        .enumerate()
+        .map(|(k, output)| {
+            let post = output.posterior();
+            let prior_variance =
+                post.map_or_else(|| vec![0.0; basis.len()], |p| p.prior_variance().to_vec());
+            OutputPosteriorView {
+                name: model.spec.outputs[k].clone(),
+                trained: post.is_some(),
+                noise_variance: post.map(|p| p.noise_variance()),
+                coefficients: coefficients.col(k).iter().copied().collect(),
+                active_features: basis
+                    .iter()
+                    .zip(&prior_variance)
+                    .filter(|(_, v)| **v > 0.0)
+                    .map(|(n, _)| n.clone())
+                    .collect(),
+                prior_variance,
+            }
+        })
+        .collect();
+    Ok(Json(PosteriorView {
+        model: name,
+        version: model.version,
+        basis,
+        outputs,
+    }))
+}
+
+pub fn not_trained(name: &str) -> ApiError {
+    ApiError::NotTrained(format!(
+        "model {name:?} has no posterior yet: it is trained once enough rows are queued"
+    ))
+}

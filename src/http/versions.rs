@@ -1,0 +1,204 @@
+//! `/v1/models/{name}/versions`, restore and refit.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::models::not_trained;
+use super::{AppState, model_name};
+use crate::cache::CachedModel;
+use crate::domain::Invalid;
+use crate::estimator::{ModelState, codec};
+use crate::store::{ModelLock, VersionRecord};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/models/{name}/versions", get(list))
+        .route(
+            "/v1/models/{name}/versions/{version}/restore",
+            post(restore),
+        )
+        .route("/v1/models/{name}/refit", post(refit))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VersionView {
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    /// `fold`, `restore` or `refit`.
+    #[schema(example = "fold")]
+    pub origin: String,
+    /// For a restore: the version it copies.
+    pub restored_from: Option<i64>,
+    pub observations: f64,
+    /// Batches folded into this version, in arrival order.
+    pub batches: Vec<String>,
+    /// σ² per output (null while an output is untrained).
+    pub noise_variances: Vec<Option<f64>>,
+}
+
+impl From<VersionRecord> for VersionView {
+    fn from(v: VersionRecord) -> Self {
+        Self {
+            version: v.version,
+            created_at: v.created_at,
+            origin: v.origin,
+            restored_from: v.restored_from,
+            observations: v.observations,
+            batches: v.batches,
+            noise_variances: v.noise_variances,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VersionList {
+    pub model: String,
+    pub versions: Vec<VersionView>,
+}
+
+/// A model's history, oldest first.
+#[utoipa::path(get, path = "/v1/models/{name}/versions", tag = "versions",
+    params(("name" = String, Path, description = "Model name")),
+    responses(
+        (status = 200, description = "Every version", body = VersionList),
+        (status = 404, description = "No such model", body = ErrorBody),
+    ))]
+pub async fn list(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<VersionList>, ApiError> {
+    let name = model_name(&name)?;
+    let model = app
+        .store
+        .model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    let versions = app.store.versions(model.id).await?;
+    Ok(Json(VersionList {
+        model: name.to_string(),
+        versions: versions.into_iter().map(VersionView::from).collect(),
+    }))
+}
+
+/// Make a new version whose state equals version `version` (history is kept).
+#[utoipa::path(post, path = "/v1/models/{name}/versions/{version}/restore", tag = "versions",
+    params(
+        ("name" = String, Path, description = "Model name"),
+        ("version" = i64, Path, description = "The version to restore"),
+    ),
+    responses(
+        (status = 201, description = "The new version", body = VersionView),
+        (status = 404, description = "No such model or version", body = ErrorBody),
+        (status = 422, description = "Not a version number", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip(app))]
+pub async fn restore(
+    State(app): State<AppState>,
+    Path((name, version)): Path<(String, String)>,
+) -> Result<(StatusCode, Json<VersionView>), ApiError> {
+    let name = model_name(&name)?;
+    let source: i64 = version.parse().ok().filter(|v| *v > 0).ok_or_else(|| {
+        Invalid::one("", format!("{version:?} is not a version number (1, 2, …)"))
+    })?;
+    let mut lock = app
+        .store
+        .lock_model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    let blob = lock
+        .state(source)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("model {name} has no version {source}")))?;
+    let state = decode(blob.clone()).await?;
+    let view = write(&app, lock, "restore", Some(source), state, blob).await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+/// Run Algorithm 2 on the accumulated statistics, warm-started from the current
+/// hyperparameters, and make the result a new version.
+#[utoipa::path(post, path = "/v1/models/{name}/refit", tag = "versions",
+    params(("name" = String, Path, description = "Model name")),
+    responses(
+        (status = 201, description = "The new version", body = VersionView),
+        (status = 404, description = "No such model", body = ErrorBody),
+        (status = 409, description = "Not trained yet", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip(app))]
+pub async fn refit(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<(StatusCode, Json<VersionView>), ApiError> {
+    let name = model_name(&name)?;
+    let mut lock = app
+        .store
+        .lock_model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    if lock.version == 0 {
+        return Err(not_trained(name.as_str()));
+    }
+    let current = lock.version;
+    let blob = lock.state(current).await?.ok_or_else(|| {
+        ApiError::internal(anyhow::anyhow!("model {name} lacks version {current}"))
+    })?;
+    let config = lock.spec.config();
+    let (state, blob) = tokio::task::spawn_blocking(move || {
+        let state = codec::decode(&blob)?.refit(&config)?;
+        let blob = codec::encode(&state);
+        Ok::<_, crate::estimator::EstimatorError>((state, blob))
+    })
+    .await
+    .map_err(ApiError::internal)?
+    .map_err(ApiError::internal)?;
+    if !state.is_finite() {
+        return Err(ApiError::Conflict(
+            "the refit would make the model state non-finite".into(),
+        ));
+    }
+    let view = write(&app, lock, "refit", None, state, blob).await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+async fn decode(blob: Vec<u8>) -> Result<ModelState, ApiError> {
+    tokio::task::spawn_blocking(move || codec::decode(&blob))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)
+}
+
+/// Writes `state` as the model's next version, commits, and updates the cache.
+async fn write(
+    app: &AppState,
+    mut lock: ModelLock,
+    origin: &str,
+    restored_from: Option<i64>,
+    state: ModelState,
+    blob: Vec<u8>,
+) -> Result<VersionView, ApiError> {
+    let observations = state.totals().rows();
+    let noise = state.noise_variances();
+    let version = lock
+        .write_version(origin, restored_from, observations, &noise, &blob)
+        .await?;
+    let (id, spec) = (lock.model_id, lock.spec.clone());
+    lock.commit().await?;
+    app.cache
+        .put(CachedModel::new(id, spec, version, Some(Arc::new(state))));
+    Ok(VersionView {
+        version,
+        created_at: Utc::now(),
+        origin: origin.to_owned(),
+        restored_from,
+        observations,
+        batches: Vec::new(),
+        noise_variances: noise,
+    })
+}

@@ -1,0 +1,151 @@
+//! Building and running the application: the listener, the database, the folder, the cache
+//! follower, and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::{self, PosteriorCache};
+use crate::config::Settings;
+use crate::folder;
+use crate::http::{self, AppState};
+use crate::store::Store;
+
+/// A bound, migrated application, ready to run.
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+    settings: Settings,
+}
+
+impl Application {
+    /// Connects to the database (retrying for `database.startup_timeout_secs`), applies the
+    /// migrations, loads the posterior cache and binds the listener.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let store = Store::connect_lazy(&settings.database).context("invalid database URL")?;
+        migrate_with_retry(
+            &store,
+            Duration::from_secs(settings.database.startup_timeout_secs),
+        )
+        .await?;
+        let cache = Arc::new(PosteriorCache::default());
+        cache
+            .sync_all(&store)
+            .await
+            .context("cannot load the models into the posterior cache")?;
+        let listener = TcpListener::bind(&settings.server.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.server.addr))?;
+        let state = AppState {
+            store,
+            cache,
+            limits: settings.limits.clone(),
+        };
+        Ok(Self {
+            listener,
+            state,
+            settings,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        // A bound TCP listener always has a local address.
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.state.store
+    }
+
+    /// Serves until `shutdown` is cancelled, then stops accepting, lets in-flight requests and
+    /// the current fold finish, and returns.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let Self {
+            listener,
+            state,
+            settings,
+        } = self;
+        tracing::info!(addr = %listener.local_addr()?, "mordant listening");
+        let background = CancellationToken::new();
+        let follower = tokio::spawn(cache::follow(
+            state.cache.clone(),
+            state.store.clone(),
+            Duration::from_millis(settings.cache.poll_interval_ms.max(1)),
+            settings.folder.max_backoff(),
+            background.clone(),
+        ));
+        let folder = settings.folder.enabled.then(|| {
+            tokio::spawn(folder::run(
+                state.store.clone(),
+                state.cache.clone(),
+                settings.folder.clone(),
+                background.clone(),
+            ))
+        });
+        let app = http::router(state);
+        let server =
+            axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        let result = server.await.context("server failed");
+        // The folder finishes the fold it is in, then stops.
+        background.cancel();
+        if let Some(folder) = folder {
+            let _ = folder.await;
+        }
+        let _ = follower.await;
+        tracing::info!("mordant stopped");
+        result
+    }
+}
+
+async fn migrate_with_retry(store: &Store, timeout: Duration) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(200);
+    loop {
+        match store.migrate().await {
+            Ok(()) => return Ok(()),
+            Err(e) if start.elapsed() < timeout => {
+                tracing::warn!(error = %e, "database not ready, retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => {
+                return Err(e).context(
+                    "cannot migrate the database (is PostgreSQL running and DATABASE_URL right?)",
+                );
+            }
+        }
+    }
+}
+
+/// Cancels `token` on SIGTERM or Ctrl-C.
+pub async fn shutdown_on_signal(token: CancellationToken) {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutdown requested");
+    token.cancel();
+}

@@ -1,0 +1,180 @@
+//! A model's write lock: the transaction in which a fold, a restore or a refit reads the current
+//! version and writes the next one.
+//!
+//! The lock is the model's row, taken `FOR NO KEY UPDATE`: it excludes other folds, restores
+//! and refits of the same model, but not ingestion, whose foreign key only needs `KEY SHARE`.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres, Row, Transaction};
+
+use super::{MODELS_CHANNEL, StoreError, notify, parse_spec};
+use crate::domain::{ModelName, ModelSpec};
+
+/// A queued batch, in arrival order.
+#[derive(Clone, Debug)]
+pub struct QueuedBatch {
+    pub seq: i64,
+    pub batch_id: String,
+    pub rows: i32,
+    pub statistics: Vec<u8>,
+    pub received_at: DateTime<Utc>,
+}
+
+/// An open transaction holding one model's write lock. Dropping it rolls back.
+pub struct ModelLock {
+    tx: Transaction<'static, Postgres>,
+    pub model_id: i64,
+    pub name: String,
+    pub spec: ModelSpec,
+    pub version: i64,
+}
+
+impl ModelLock {
+    pub(super) async fn acquire(
+        pool: &PgPool,
+        name: &ModelName,
+    ) -> Result<Option<Self>, StoreError> {
+        let mut tx = pool.begin().await?;
+        let row = sqlx::query(
+            "SELECT id, name, spec, version FROM models WHERE name = $1 FOR NO KEY UPDATE",
+        )
+        .bind(name.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        row.map(|row| Self::from_row(tx, &row)).transpose()
+    }
+
+    /// The model whose oldest queued batch is oldest among models with work: trained models
+    /// with any queued batch, untrained ones once `first_fit_rows` rows are queued.
+    pub(super) async fn claim(pool: &PgPool) -> Result<Option<Self>, StoreError> {
+        let mut tx = pool.begin().await?;
+        let row = sqlx::query(
+            "SELECT m.id, m.name, m.spec, m.version FROM models m \
+             JOIN LATERAL (SELECT min(b.seq) AS first, sum(b.rows) AS rows FROM batches b \
+                           WHERE b.model_id = m.id AND b.status = 'queued') q ON true \
+             WHERE q.first IS NOT NULL AND (m.version > 0 OR q.rows >= m.first_fit_rows) \
+             ORDER BY q.first \
+             LIMIT 1 \
+             FOR NO KEY UPDATE OF m SKIP LOCKED",
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        row.map(|row| Self::from_row(tx, &row)).transpose()
+    }
+
+    fn from_row(
+        tx: Transaction<'static, Postgres>,
+        row: &sqlx::postgres::PgRow,
+    ) -> Result<Self, StoreError> {
+        Ok(Self {
+            model_id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            spec: parse_spec(row.try_get("spec")?)?,
+            version: row.try_get("version")?,
+            tx,
+        })
+    }
+
+    /// The encoded state of one of this model's versions.
+    pub async fn state(&mut self, version: i64) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT state FROM versions WHERE model_id = $1 AND version = $2")
+                .bind(self.model_id)
+                .bind(version)
+                .fetch_optional(&mut *self.tx)
+                .await?,
+        )
+    }
+
+    /// The model's queued batches, oldest first.
+    pub async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, batch_id, rows, statistics, received_at FROM batches \
+             WHERE model_id = $1 AND status = 'queued' ORDER BY seq",
+        )
+        .bind(self.model_id)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(QueuedBatch {
+                    seq: r.try_get("seq")?,
+                    batch_id: r.try_get("batch_id")?,
+                    rows: r.try_get("rows")?,
+                    statistics: r.try_get("statistics")?,
+                    received_at: r.try_get("received_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Writes the next version and makes it current; returns its number.
+    pub async fn write_version(
+        &mut self,
+        origin: &str,
+        restored_from: Option<i64>,
+        observations: f64,
+        noise_variances: &[Option<f64>],
+        state: &[u8],
+    ) -> Result<i64, StoreError> {
+        let version = self.version + 1;
+        sqlx::query(
+            "INSERT INTO versions (model_id, version, origin, restored_from, observations, \
+                                   noise_variances, state) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(self.model_id)
+        .bind(version)
+        .bind(origin)
+        .bind(restored_from)
+        .bind(observations)
+        .bind(noise_variances)
+        .bind(state)
+        .execute(&mut *self.tx)
+        .await?;
+        sqlx::query(
+            "UPDATE models SET version = $2, observations = $3, updated_at = now() WHERE id = $1",
+        )
+        .bind(self.model_id)
+        .bind(version)
+        .bind(observations)
+        .execute(&mut *self.tx)
+        .await?;
+        notify(&mut self.tx, MODELS_CHANNEL, self.model_id).await?;
+        self.version = version;
+        Ok(version)
+    }
+
+    /// Marks batches as folded into `version`.
+    pub async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE batches SET status = 'folded', version = $2, folded_at = now() \
+             WHERE seq = ANY($1) AND model_id = $3 AND status = 'queued'",
+        )
+        .bind(seqs)
+        .bind(version)
+        .bind(self.model_id)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Marks a batch as rejected with the reason.
+    pub async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE batches SET status = 'rejected', error = $2, folded_at = now() \
+             WHERE seq = $1 AND model_id = $3 AND status = 'queued'",
+        )
+        .bind(seq)
+        .bind(reason)
+        .bind(self.model_id)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,358 @@
+//! Starting the real application on a random port against a fresh PostgreSQL database.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mordant::config::{Environment, Settings};
+use mordant::startup::Application;
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+use sqlx::Connection;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The server tests create their databases on: `DATABASE_URL` (pointing at any database
+/// there), else the local default.
+pub fn server_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// `url` with its database name replaced by `database`.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[authority_start..].find('/') {
+        Some(i) => &base[..authority_start + i],
+        None => base,
+    };
+    format!("{base}/{database}{query}")
+}
+
+/// Creates an empty database and returns its URL.
+pub async fn fresh_database() -> String {
+    let name = format!("mordant_test_{}", uuid::Uuid::new_v4().simple());
+    let admin = server_url();
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("PostgreSQL must answer at DATABASE_URL (or 127.0.0.1:5432)");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    with_database(&admin, &name)
+}
+
+pub fn test_settings(database_url: &str) -> Settings {
+    let mut settings = Settings::load_from(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("config"),
+        Environment::Development,
+    )
+    .expect("test settings");
+    settings.server.addr = "127.0.0.1:0".into();
+    settings.database.url = database_url.to_owned();
+    settings.database.max_connections = 8;
+    settings.database.acquire_timeout_secs = 2;
+    settings.folder.poll_interval_ms = 200;
+    settings.folder.max_backoff_secs = 1;
+    settings.cache.poll_interval_ms = 200;
+    settings.log.filter = "warn".into();
+    settings
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    shutdown: CancellationToken,
+    handle: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+/// The application on a fresh database.
+pub async fn spawn_app() -> TestApp {
+    let database_url = fresh_database().await;
+    spawn_with(test_settings(&database_url)).await
+}
+
+pub async fn spawn_with(settings: Settings) -> TestApp {
+    mordant::telemetry::init(&settings.log);
+    let app = Application::build(settings)
+        .await
+        .expect("build application");
+    let address = format!("http://{}", app.local_addr());
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    TestApp {
+        address,
+        client: reqwest::Client::new(),
+        shutdown,
+        handle: Some(handle),
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.address, path)
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.client.get(self.url(path)).send().await.expect("GET")
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Response {
+        self.client
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .expect("POST")
+    }
+
+    /// POST with a raw body and content type.
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> Response {
+        self.client
+            .post(self.url(path))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("POST")
+    }
+
+    pub async fn create_model(&self, spec: &Value) -> Value {
+        let response = self.post("/v1/models", spec).await;
+        assert_eq!(response.status(), StatusCode::CREATED, "create model");
+        response.json().await.expect("model JSON")
+    }
+
+    pub async fn post_batch(&self, model: &str, batch: &Value) -> Response {
+        self.post(&format!("/v1/models/{model}/batches"), batch)
+            .await
+    }
+
+    /// Waits until the batch has left the queue; returns its status document.
+    pub async fn wait_for_batch(&self, model: &str, batch_id: &str) -> Value {
+        wait_until(Duration::from_secs(30), || async {
+            let b: Value = self
+                .get(&format!("/v1/models/{model}/batches/{batch_id}"))
+                .await
+                .json()
+                .await
+                .ok()?;
+            (b["status"] != "queued").then_some(b)
+        })
+        .await
+        .unwrap_or_else(|| panic!("batch {batch_id} was not folded in time"))
+    }
+
+    /// Predicts once this replica's cache serves at least `version`.
+    pub async fn predict_at(&self, model: &str, x: &Value, version: i64) -> Value {
+        wait_until(Duration::from_secs(30), || async {
+            let r = self
+                .post(&format!("/v1/models/{model}/predict"), &json!({ "x": x }))
+                .await;
+            let body: Value = r.json().await.ok()?;
+            (body["version"].as_i64()? >= version).then_some(body)
+        })
+        .await
+        .unwrap_or_else(|| panic!("predict never reached version {version}"))
+    }
+
+    /// Graceful stop, as on SIGTERM.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(handle) = self.handle.take() {
+            handle.await.expect("join").expect("clean shutdown");
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Polls `check` every 50 ms until it gives a value or `timeout` passes.
+pub async fn wait_until<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A TCP proxy in front of PostgreSQL that can be cut, to play a database outage or restart
+/// without touching the shared server.
+pub struct DbProxy {
+    pub url: String,
+    up: Arc<AtomicBool>,
+    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl DbProxy {
+    pub async fn start(database_url: &str) -> Self {
+        let upstream = upstream_addr(database_url);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("proxy addr").port();
+        let url = database_url.replacen(&upstream, &format!("127.0.0.1:{port}"), 1);
+        let up = Arc::new(AtomicBool::new(true));
+        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (up2, conns2) = (up.clone(), connections.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                if !up2.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                conns2.lock().expect("lock").push(task);
+            }
+        });
+        Self {
+            url,
+            up,
+            connections,
+        }
+    }
+
+    /// Drops every connection and refuses new ones.
+    pub fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for task in self.connections.lock().expect("lock").drain(..) {
+            task.abort();
+        }
+    }
+
+    pub fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+/// `host:port` of a PostgreSQL URL.
+fn upstream_addr(url: &str) -> String {
+    let rest = &url[url.find("://").map_or(0, |i| i + 3)..];
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let host_port = authority.rsplit('@').next().unwrap_or(authority);
+    if host_port.contains(':') {
+        host_port.to_owned()
+    } else {
+        format!("{host_port}:5432")
+    }
+}
+
+/// Inputs and outputs of a batch, as JSON rows.
+pub type RowsXY = (Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+/// A random regression problem: `rows` rows of `d` features and `m` outputs.
+pub fn random_rows(seed: u64, rows: usize, d: usize, m: usize) -> RowsXY {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let w: Vec<Vec<f64>> = (0..m)
+        .map(|_| (0..d).map(|_| rng.random_range(-2.0..2.0)).collect())
+        .collect();
+    let x: Vec<Vec<f64>> = (0..rows)
+        .map(|_| (0..d).map(|_| rng.random_range(0.0..1.0)).collect())
+        .collect();
+    let y = x
+        .iter()
+        .map(|row| {
+            w.iter()
+                .map(|wk| {
+                    let clean: f64 = wk.iter().zip(row).map(|(a, b)| a * b).sum();
+                    clean + 0.5 + rng.random_range(-0.05..0.05)
+                })
+                .collect()
+        })
+        .collect();
+    (x, y)
+}
+
+pub fn spec(name: &str, d: usize, m: usize) -> Value {
+    json!({
+        "name": name,
+        "features": (0..d).map(|j| format!("R{}", 400 + 10 * j)).collect::<Vec<_>>(),
+        "outputs": (0..m).map(|k| format!("dye_{k}")).collect::<Vec<_>>(),
+    })
+}
+
+/// Rows as a faer matrix.
+pub fn mat(rows: &[Vec<f64>]) -> faer::Mat<f64> {
+    let width = rows.first().map_or(0, Vec::len);
+    faer::Mat::from_fn(rows.len(), width, |i, j| rows[i][j])
+}
+
+/// What the estimator computes directly from `batches` in this order, as the service should:
+/// the first fit on the shortest prefix with `first_fit_rows` rows, then one update per batch.
+pub fn direct_state(
+    config: &mordant::estimator::ModelConfig,
+    batches: &[RowsXY],
+    first_fit_rows: usize,
+) -> mordant::estimator::ModelState {
+    use mordant::estimator::{BatchStatistics, ModelState};
+    let stats = |(x, y): &RowsXY| {
+        let phi = config.basis.design(mat(x).as_ref()).unwrap();
+        BatchStatistics::from_design(phi.as_ref(), mat(y).as_ref()).unwrap()
+    };
+    let mut totals = BatchStatistics::zeros(config.basis.dim(), config.outputs);
+    let mut used = 0;
+    for batch in batches {
+        totals.add(&stats(batch)).unwrap();
+        used += 1;
+        if totals.rows() >= first_fit_rows as f64 {
+            break;
+        }
+    }
+    let mut state = ModelState::fit(config, totals).unwrap();
+    for batch in &batches[used..] {
+        state = state.update(config, &stats(batch)).unwrap();
+    }
+    state
+}
+
+/// Asserts that the API's predictions are exactly the estimator's.
+pub fn assert_same_predictions(api: &Value, expected: &mordant::estimator::Predictions) {
+    let predictions = api["predictions"].as_array().expect("predictions");
+    assert_eq!(predictions.len(), expected.mean.nrows());
+    for (r, p) in predictions.iter().enumerate() {
+        for k in 0..expected.mean.ncols() {
+            assert_eq!(
+                p["mean"][k].as_f64().unwrap(),
+                expected.mean[(r, k)],
+                "mean row {r} output {k}"
+            );
+            assert_eq!(
+                p["variance"][k].as_f64().unwrap(),
+                expected.variance[(r, k)],
+                "variance row {r} output {k}"
+            );
+        }
+    }
+}

@@ -1,0 +1,201 @@
+use mordant::estimator::{Basis, ModelConfig, Transform};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+#[tokio::test]
+async fn a_model_trained_through_the_api_predicts_what_the_estimator_computes() {
+    let app = spawn_app().await;
+    let (d, m) = (4, 3);
+    app.create_model(&spec("lab", d, m)).await;
+    let batches: Vec<_> = [(1, 12), (2, 7), (3, 1), (4, 30)]
+        .iter()
+        .map(|&(seed, rows)| random_rows(seed, rows, d, m))
+        .collect();
+    for (i, (x, y)) in batches.iter().enumerate() {
+        let response = app
+            .post_batch("lab", &json!({"batch_id": format!("b{i}"), "x": x, "y": y}))
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["batch_id"], format!("b{i}"));
+        assert_eq!(body["rows"], x.len());
+        assert!(body["status"] == "queued" || body["status"] == "folded");
+    }
+    let last = app.wait_for_batch("lab", "b3").await;
+    assert_eq!(last["status"], "folded");
+    let version = last["version"].as_i64().unwrap();
+
+    let (probe, _) = random_rows(99, 5, d, m);
+    let api = app.predict_at("lab", &json!(probe), version).await;
+    assert_eq!(api["version"], version);
+    let config = ModelConfig::new(Basis::new(d, true, Transform::Identity), m);
+    let expected = direct_state(&config, &batches, d + 1)
+        .predict(mat(&probe).as_ref())
+        .unwrap();
+    assert_same_predictions(&api, &expected);
+
+    let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
+    assert_eq!(model["observations"], 50.0);
+    assert_eq!(model["pending_batches"], 0);
+}
+
+#[tokio::test]
+async fn predict_answers_409_until_the_first_fit_and_batches_wait_for_enough_rows() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 4, 1)).await;
+    let (x, y) = random_rows(1, 3, 4, 1);
+    let response = app
+        .post_batch("lab", &json!({"batch_id": "small", "x": x, "y": y}))
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    // 3 rows < p = 5: the batch stays queued through several folder polls.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let batch: Value = app
+        .get("/v1/models/lab/batches/small")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(batch["status"], "queued");
+    let response = app
+        .post(
+            "/v1/models/lab/predict",
+            &json!({"x": [[0.1, 0.2, 0.3, 0.4]]}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "model_not_trained");
+
+    let (x, y) = random_rows(2, 2, 4, 1);
+    app.post_batch("lab", &json!({"batch_id": "enough", "x": x, "y": y}))
+        .await;
+    assert_eq!(app.wait_for_batch("lab", "enough").await["version"], 1);
+    assert_eq!(app.wait_for_batch("lab", "small").await["version"], 1);
+}
+
+#[tokio::test]
+async fn reposting_a_batch_adds_nothing_and_different_content_is_a_conflict() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let (x, y) = random_rows(1, 10, 2, 1);
+    let batch = json!({"batch_id": "lot-1", "x": x, "y": y});
+    let first = app.post_batch("lab", &batch).await;
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    app.wait_for_batch("lab", "lot-1").await;
+
+    let again = app.post_batch("lab", &batch).await;
+    assert_eq!(again.status(), StatusCode::ACCEPTED);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let body: Value = again.json().await.unwrap();
+    assert_eq!(
+        body["status"], "folded",
+        "the replay shows the stored batch"
+    );
+
+    let (x2, y2) = random_rows(2, 10, 2, 1);
+    let conflict = app
+        .post_batch("lab", &json!({"batch_id": "lot-1", "x": x2, "y": y2}))
+        .await;
+    assert_eq!(conflict.status(), StatusCode::CONFLICT);
+    let body: Value = conflict.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "conflict");
+
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
+    assert_eq!(model["observations"], 10.0);
+    assert_eq!(model["version"], 1);
+    let versions: Value = app
+        .get("/v1/models/lab/versions")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(versions["versions"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_idempotency_key_header_names_the_batch() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let (x, y) = random_rows(1, 4, 2, 1);
+    let post = || {
+        app.client
+            .post(app.url("/v1/models/lab/batches"))
+            .header("Idempotency-Key", "mes-7f3a")
+            .json(&json!({"x": x, "y": y}))
+            .send()
+    };
+    let first = post().await.unwrap();
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+    let body: Value = first.json().await.unwrap();
+    assert_eq!(body["batch_id"], "mes-7f3a");
+    let second = post().await.unwrap();
+    assert_eq!(second.headers()["idempotent-replayed"], "true");
+    let folded = app.wait_for_batch("lab", "mes-7f3a").await;
+    assert_eq!(folded["rows"], 4);
+    let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
+    assert_eq!(model["observations"], 4.0);
+}
+
+#[tokio::test]
+async fn a_batch_that_cannot_be_folded_is_rejected_and_the_model_keeps_its_last_good_version() {
+    let app = spawn_app().await;
+    let (d, m) = (2, 1);
+    app.create_model(&spec("lab", d, m)).await;
+    let good1 = random_rows(1, 10, d, m);
+    app.post_batch(
+        "lab",
+        &json!({"batch_id": "good-1", "x": good1.0, "y": good1.1}),
+    )
+    .await;
+    assert_eq!(app.wait_for_batch("lab", "good-1").await["version"], 1);
+
+    // Each value is finite, and so are the batch's own statistics (y² ≈ 1.4e308), but the
+    // model's running sum of y² would overflow.
+    let huge = json!({"batch_id": "huge", "x": [[0.5, 0.5]], "y": [[1.2e154]]});
+    assert_eq!(
+        app.post_batch("lab", &huge).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let huge2 = json!({"batch_id": "huge-2", "x": [[0.4, 0.5]], "y": [[1.2e154]]});
+    assert_eq!(
+        app.post_batch("lab", &huge2).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let good2 = random_rows(2, 10, d, m);
+    app.post_batch(
+        "lab",
+        &json!({"batch_id": "good-2", "x": good2.0, "y": good2.1}),
+    )
+    .await;
+
+    let rejected = app.wait_for_batch("lab", "huge-2").await;
+    assert_eq!(rejected["status"], "rejected");
+    assert!(
+        rejected["error"].as_str().unwrap().contains("finite"),
+        "{rejected}"
+    );
+    assert_eq!(rejected["version"], Value::Null);
+    let folded = app.wait_for_batch("lab", "good-2").await;
+    assert_eq!(folded["status"], "folded");
+
+    // The model learnt exactly the batches that were folded.
+    let huge_status = app.wait_for_batch("lab", "huge").await;
+    let mut learnt = vec![good1];
+    if huge_status["status"] == "folded" {
+        learnt.push((vec![vec![0.5, 0.5]], vec![vec![1.2e154]]));
+    }
+    learnt.push(good2);
+    let version = folded["version"].as_i64().unwrap();
+    let probe = vec![vec![0.3, 0.6]];
+    let api = app.predict_at("lab", &json!(probe), version).await;
+    let config = ModelConfig::new(Basis::new(d, true, Transform::Identity), m);
+    let expected = direct_state(&config, &learnt, d + 1)
+        .predict(mat(&probe).as_ref())
+        .unwrap();
+    assert_same_predictions(&api, &expected);
+}

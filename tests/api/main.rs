@@ -1,0 +1,10 @@
+//! API tests: the real application on a random port, a real PostgreSQL, a fresh database per
+//! test.
+
+mod helpers;
+mod ingest;
+mod models;
+mod replicas;
+mod resilience;
+mod validation;
+mod versions;

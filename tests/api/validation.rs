@@ -1,0 +1,171 @@
+//! Bad input gets a clear error, with a path for every invalid value, and changes nothing.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+async fn error_of(response: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(response.status(), status);
+    let body: Value = response.json().await.expect("error body is JSON");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+    body["error"].clone()
+}
+
+fn paths(error: &Value) -> Vec<String> {
+    error["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The model is as it was: nothing queued, never trained.
+async fn assert_untouched(app: &TestApp) {
+    let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
+    assert_eq!(model["pending_batches"], 0);
+    assert_eq!(model["version"], 0);
+    assert_eq!(model["observations"], 0.0);
+}
+
+#[tokio::test]
+async fn malformed_json_is_400() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let response = app
+        .post_raw(
+            "/v1/models/lab/batches",
+            "application/json",
+            r#"{"x": [[1, 2]], "y": [[1]"#,
+        )
+        .await;
+    let error = error_of(response, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["code"], "malformed_json");
+    // JSON has no NaN literal, and 1e999 is out of range.
+    for body in [
+        r#"{"x": [[NaN, 1]], "y": [[1]]}"#,
+        r#"{"x": [[1e999, 1]], "y": [[1]]}"#,
+    ] {
+        let response = app
+            .post_raw("/v1/models/lab/batches", "application/json", body)
+            .await;
+        assert_eq!(
+            error_of(response, StatusCode::BAD_REQUEST).await["code"],
+            "malformed_json"
+        );
+    }
+    let response = app
+        .post_raw("/v1/models/lab/batches", "text/plain", "x=1")
+        .await;
+    let error = error_of(response, StatusCode::UNSUPPORTED_MEDIA_TYPE).await;
+    assert_eq!(error["code"], "unsupported_media_type");
+    assert_untouched(&app).await;
+}
+
+#[tokio::test]
+async fn every_invalid_value_is_reported_with_its_path() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let response = app
+        .post_batch(
+            "lab",
+            &json!({
+                "x": [[1.0, 2.0], [1.0], [1.0, "NaN"], [1.0, "Infinity"], "row", [null, true]],
+                "y": [[1.0], [1.0, 2.0], [1.0], [1.0], [1.0], [1.0]],
+                "extra": 1
+            }),
+        )
+        .await;
+    let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(error["code"], "invalid_input");
+    let paths = paths(&error);
+    for expected in [
+        "/x/1", "/x/2/1", "/x/3/1", "/x/4", "/x/5/0", "/x/5/1", "/y/1", "/extra",
+    ] {
+        assert!(
+            paths.contains(&expected.to_owned()),
+            "{expected} missing from {paths:?}"
+        );
+    }
+    let nan = error["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["path"] == "/x/2/1")
+        .unwrap();
+    assert!(nan["message"].as_str().unwrap().contains("\"NaN\""));
+    assert_untouched(&app).await;
+}
+
+#[tokio::test]
+async fn row_counts_must_agree_and_a_batch_needs_rows() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let response = app
+        .post_batch("lab", &json!({"x": [[1.0, 2.0], [3.0, 4.0]], "y": [[1.0]]}))
+        .await;
+    let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(paths(&error), ["/y"]);
+    let response = app.post_batch("lab", &json!({"x": [], "y": []})).await;
+    let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(paths(&error), ["/x", "/y"]);
+    let response = app.post_batch("lab", &json!({"y": [[1.0]]})).await;
+    let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(paths(&error), ["/x"]);
+    let response = app.post_batch("lab", &json!([1, 2])).await;
+    error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    let response = app
+        .post_batch(
+            "lab",
+            &json!({"batch_id": "no spaces", "x": [[1.0, 2.0]], "y": [[1.0]]}),
+        )
+        .await;
+    let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(paths(&error), ["/batch_id"]);
+    assert_untouched(&app).await;
+}
+
+#[tokio::test]
+async fn predict_validates_its_rows_too() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let response = app
+        .post(
+            "/v1/models/lab/predict",
+            &json!({"x": [[1.0, "NaN"], [1.0]]}),
+        )
+        .await;
+    let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(paths(&error), ["/x/0/1", "/x/1"]);
+    let response = app.post("/v1/models/lab/predict", &json!({"x": []})).await;
+    error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+}
+
+#[tokio::test]
+async fn oversized_bodies_and_too_many_rows_are_413() {
+    let database_url = fresh_database().await;
+    let mut settings = test_settings(&database_url);
+    settings.limits.max_body_bytes = 4096;
+    settings.limits.max_rows_per_request = 50;
+    let app = spawn_with(settings).await;
+    app.create_model(&spec("lab", 2, 1)).await;
+
+    let (x, y) = random_rows(1, 200, 2, 1);
+    let response = app.post_batch("lab", &json!({"x": x, "y": y})).await;
+    let error = error_of(response, StatusCode::PAYLOAD_TOO_LARGE).await;
+    assert_eq!(error["code"], "payload_too_large");
+
+    let x: Vec<[f64; 2]> = vec![[1.0, 2.0]; 60];
+    let y: Vec<[f64; 1]> = vec![[1.0]; 60];
+    let response = app.post_batch("lab", &json!({"x": x, "y": y})).await;
+    let error = error_of(response, StatusCode::PAYLOAD_TOO_LARGE).await;
+    assert!(error["message"].as_str().unwrap().contains("too many rows"));
+    let response = app.post("/v1/models/lab/predict", &json!({"x": x})).await;
+    error_of(response, StatusCode::PAYLOAD_TOO_LARGE).await;
+    assert_untouched(&app).await;
+}
