@@ -5,7 +5,7 @@
 //! process directly, and those written by other replicas through notifications on
 //! [`MODELS_CHANNEL`] with a periodic check of every model's version as a fallback.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -39,20 +39,31 @@ impl CachedModel {
     }
 }
 
+/// Model ids only grow (an identity column), so `(id, version)` orders every state a name has
+/// ever had: a put that is not newer than what the cache holds is stale and ignored, and a
+/// deleted id is remembered so a late put (a fold that committed just before the delete)
+/// cannot bring it back.
 #[derive(Debug, Default)]
 pub struct PosteriorCache {
-    models: RwLock<HashMap<String, Arc<CachedModel>>>,
+    inner: RwLock<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    models: HashMap<String, Arc<CachedModel>>,
+    deleted: HashSet<i64>,
 }
 
 impl PosteriorCache {
     pub fn get(&self, name: &str) -> Option<Arc<CachedModel>> {
-        self.read().get(name).cloned()
+        self.read().models.get(name).cloned()
     }
 
     /// Every model's name and served version, sorted by name.
     pub fn versions(&self) -> Vec<(String, i64)> {
         let mut v: Vec<_> = self
             .read()
+            .models
             .iter()
             .map(|(n, m)| (n.clone(), m.version))
             .collect();
@@ -60,57 +71,75 @@ impl PosteriorCache {
         v
     }
 
-    /// Puts a model unless the cache already holds a newer version of the same model.
+    /// Puts a model unless the cache already holds the same or a newer state under its name,
+    /// or the model was deleted.
     pub fn put(&self, model: CachedModel) {
-        let mut models = self.write();
+        let mut inner = self.write();
+        if inner.deleted.contains(&model.id) {
+            return;
+        }
         let name = model.spec.name.as_str().to_owned();
-        let stale = models
+        let newer = inner
+            .models
             .get(&name)
-            .is_some_and(|old| old.id == model.id && old.version > model.version);
-        if !stale {
-            models.insert(name, Arc::new(model));
+            .is_none_or(|old| (model.id, model.version) > (old.id, old.version));
+        if newer {
+            inner.models.insert(name, Arc::new(model));
         }
     }
 
-    /// Forgets a model (it was deleted).
-    pub fn remove(&self, name: &str, id: i64) {
-        let mut models = self.write();
-        if models.get(name).is_some_and(|m| m.id == id) {
-            models.remove(name);
-        }
+    /// Forgets a deleted model for good.
+    pub fn remove(&self, id: i64) {
+        let mut inner = self.write();
+        inner.deleted.insert(id);
+        inner.models.retain(|_, m| m.id != id);
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<CachedModel>>> {
-        // A panic while holding the lock cannot leave the map half-updated (every write is
-        // one insert or remove), so a poisoned lock is still consistent.
-        self.models.read().unwrap_or_else(|e| e.into_inner())
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        // Every write is one insert or remove, so a lock poisoned by a panic elsewhere still
+        // guards a consistent map.
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<CachedModel>>> {
-        self.models.write().unwrap_or_else(|e| e.into_inner())
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Brings every model up to the database's current version and forgets deleted ones.
+    /// Brings every model up to the database's current version and forgets deleted ones. A
+    /// model that cannot be loaded (a corrupt state) is logged and skipped: the others are
+    /// still served.
     pub async fn sync_all(&self, store: &Store) -> Result<(), StoreError> {
         let heads = store.heads().await?;
         let stale: Vec<i64> = {
-            let models = self.read();
+            let mut inner = self.write();
+            let live: HashSet<i64> = heads.iter().map(|h| h.id).collect();
+            let gone: Vec<i64> = inner
+                .models
+                .values()
+                .map(|m| m.id)
+                .filter(|id| !live.contains(id))
+                .collect();
+            for id in gone {
+                inner.deleted.insert(id);
+                inner.models.retain(|_, m| m.id != id);
+            }
             heads
                 .iter()
                 .filter(|h| {
-                    models
+                    inner
+                        .models
                         .get(&h.name)
-                        .is_none_or(|m| m.id != h.id || m.version < h.version)
+                        .is_none_or(|m| (m.id, m.version) < (h.id, h.version))
                 })
                 .map(|h| h.id)
                 .collect()
         };
-        {
-            let mut models = self.write();
-            models.retain(|name, m| heads.iter().any(|h| &h.name == name && h.id == m.id));
-        }
         for id in stale {
-            self.sync_model(store, id).await?;
+            match self.sync_model(store, id).await {
+                Ok(()) => {}
+                Err(e @ StoreError::Unavailable(_)) => return Err(e),
+                Err(e) => tracing::error!(error = %e, model_id = id, "cache: cannot load model"),
+            }
         }
         Ok(())
     }
@@ -118,13 +147,12 @@ impl PosteriorCache {
     /// Loads one model's current version (or forgets it if it no longer exists).
     pub async fn sync_model(&self, store: &Store, id: i64) -> Result<(), StoreError> {
         let Some((spec, version, blob)) = store.current_state(id).await? else {
-            let mut models = self.write();
-            models.retain(|_, m| m.id != id);
+            self.remove(id);
             return Ok(());
         };
         if self
             .get(spec.name.as_str())
-            .is_some_and(|m| m.id == id && m.version >= version)
+            .is_some_and(|m| (m.id, m.version) >= (id, version))
         {
             return Ok(());
         }
@@ -180,10 +208,13 @@ pub async fn follow(
             tracing::warn!(error = %e, "cache: sync failed");
         }
         backoff = Duration::from_millis(100);
+        let mut ticks = tokio::time::interval(poll);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(poll) => {
+                _ = ticks.tick() => {
                     if let Err(e) = cache.sync_all(&store).await {
                         tracing::warn!(error = %e, "cache: periodic sync failed");
                     }

@@ -7,8 +7,9 @@
 //! is woken by notifications on [`BATCHES_CHANNEL`] and polls as a fallback; while the
 //! database is unreachable it backs off instead of spinning.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
@@ -129,14 +130,43 @@ pub struct FoldReport {
     pub rejected: usize,
 }
 
-/// Claims one model with work and folds its queue. `Ok(None)` when there is no work.
+/// Why a fold failed, and which model it was (so the folder can set that model aside).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct FoldError {
+    pub model_id: Option<i64>,
+    #[source]
+    pub error: StoreError,
+}
+
+/// Claims one model with work (other than those in `skip`) and folds its queue. `Ok(None)`
+/// when there is no work.
 pub async fn fold_once(
     store: &Store,
     cache: &PosteriorCache,
-) -> Result<Option<FoldReport>, StoreError> {
-    let Some(mut lock) = store.claim_fold().await? else {
+    skip: &[i64],
+) -> Result<Option<FoldReport>, FoldError> {
+    let lock = store.claim_fold(skip).await.map_err(|error| FoldError {
+        model_id: None,
+        error,
+    })?;
+    let Some(lock) = lock else {
         return Ok(None);
     };
+    let model_id = lock.model_id;
+    fold_claimed(lock, cache)
+        .await
+        .map(Some)
+        .map_err(|error| FoldError {
+            model_id: Some(model_id),
+            error,
+        })
+}
+
+async fn fold_claimed(
+    mut lock: ModelLock,
+    cache: &PosteriorCache,
+) -> Result<FoldReport, StoreError> {
     let started = std::time::Instant::now();
     let config = lock.spec.config();
     let current = current_state(&mut lock, cache).await?;
@@ -175,7 +205,7 @@ pub async fn fold_once(
                 .await
                 .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
         };
-        let v = lock
+        let (v, _) = lock
             .write_version(
                 "fold",
                 None,
@@ -201,12 +231,12 @@ pub async fn fold_once(
             "folded"
         );
     }
-    Ok(Some(FoldReport {
+    Ok(FoldReport {
         model_id,
         version,
         folded: plan.folded.len(),
         rejected: plan.rejected.len(),
-    }))
+    })
 }
 
 fn rows_of(queued: &[QueuedBatch], seqs: &[i64]) -> i64 {
@@ -244,6 +274,10 @@ async fn current_state(
     Ok(Some(Arc::new(state)))
 }
 
+/// How long a model whose fold failed for a reason other than the database being unreachable
+/// (a corrupt stored state, say) is set aside, so that it does not hold up every other model.
+const SET_ASIDE: Duration = Duration::from_secs(60);
+
 /// Runs the folder until `shutdown`. A fold in progress when shutdown is requested finishes.
 pub async fn run(
     store: Store,
@@ -252,6 +286,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
+    let mut set_aside: HashMap<i64, Instant> = HashMap::new();
     'connect: loop {
         if shutdown.is_cancelled() {
             return;
@@ -275,6 +310,8 @@ pub async fn run(
                 continue;
             }
         };
+        let mut ticks = tokio::time::interval(settings.poll_interval());
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Drain the work there is; the listener is armed, so nothing queued meanwhile is
             // missed.
@@ -282,24 +319,45 @@ pub async fn run(
                 if shutdown.is_cancelled() {
                     return;
                 }
-                match fold_once(&store, &cache).await {
+                set_aside.retain(|_, until| *until > Instant::now());
+                let skip: Vec<i64> = set_aside.keys().copied().collect();
+                match fold_once(&store, &cache, &skip).await {
                     Ok(Some(_)) => backoff = Duration::from_millis(100),
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::error!(error = %e, "folder: fold failed");
+                    Ok(None) => {
+                        backoff = Duration::from_millis(100);
+                        break;
+                    }
+                    Err(FoldError {
+                        error: e @ StoreError::Unavailable(_),
+                        ..
+                    }) => {
+                        tracing::warn!(error = %e, "folder: database unavailable");
                         if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {
                             return;
                         }
-                        if matches!(e, StoreError::Unavailable(_)) {
-                            continue 'connect;
+                        continue 'connect;
+                    }
+                    Err(FoldError { model_id, error }) => {
+                        tracing::error!(error = %error, model_id, "folder: fold failed, model set aside");
+                        match model_id {
+                            Some(id) => {
+                                set_aside.insert(id, Instant::now() + SET_ASIDE);
+                            }
+                            None => {
+                                if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff())
+                                    .await
+                                {
+                                    return;
+                                }
+                                break;
+                            }
                         }
-                        break;
                     }
                 }
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(settings.poll_interval()) => {}
+                _ = ticks.tick() => {}
                 notification = listener.try_recv() => {
                     if let Err(e) = notification {
                         tracing::warn!(error = %e, "folder: notification listener failed");

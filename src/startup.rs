@@ -33,10 +33,11 @@ impl Application {
         )
         .await?;
         let cache = Arc::new(PosteriorCache::default());
-        cache
-            .sync_all(&store)
-            .await
-            .context("cannot load the models into the posterior cache")?;
+        // A database that is down now is not fatal: the cache follower loads the models when
+        // it comes back, and until then `/readyz` says not ready.
+        if let Err(e) = cache.sync_all(&store).await {
+            tracing::warn!(error = %e, "cannot load the models into the posterior cache yet");
+        }
         let listener = TcpListener::bind(&settings.server.addr)
             .await
             .with_context(|| format!("cannot listen on {}", settings.server.addr))?;

@@ -14,13 +14,14 @@ pub fn init(settings: &LogSettings) {
         .with_env_filter(filter)
         .with_span_events(FmtSpan::NONE)
         .with_writer(std::io::stderr);
-    // A second initialisation (tests start several applications) keeps the first subscriber.
+    // JSON lines carry every enclosing span, so the request span's `request_id` is on each line
+    // logged while serving a request. A second initialisation (tests start several applications) keeps the first subscriber.
     let _ = match settings.format {
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
             .with_current_span(true)
-            .with_span_list(false)
+            .with_span_list(true)
             .try_init(),
         LogFormat::Pretty => builder.try_init(),
     };

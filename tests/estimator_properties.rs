@@ -357,6 +357,26 @@ proptest! {
         let decoded = codec::decode(&codec::encode(&state)).unwrap();
         prop_assert_eq!(decoded, state);
     }
+
+    /// A batch's statistics survive storage exactly; any flipped byte is caught, and a model
+    /// state is not mistaken for statistics.
+    #[test]
+    fn statistics_encoding_round_trips_and_detects_corruption(
+        seed in any::<u64>(), n in 1usize..30, d in 1usize..6, m in 1usize..4, flip in any::<usize>(),
+    ) {
+        let (x, y) = random_problem(seed, n, d, m);
+        let basis = identity_basis(d);
+        let batch = stats(&basis, &x, &y);
+        let blob = codec::encode_statistics(&batch);
+        prop_assert_eq!(&codec::decode_statistics(&blob).unwrap(), &batch);
+        let mut corrupt = blob.clone();
+        let at = flip % corrupt.len();
+        corrupt[at] ^= 0x20;
+        prop_assert!(codec::decode_statistics(&corrupt).is_err());
+        prop_assert!(codec::decode_statistics(&blob[..blob.len() - 1]).is_err());
+        let state = ModelState::fit(&ModelConfig::new(basis, m), batch).unwrap();
+        prop_assert!(codec::decode_statistics(&codec::encode(&state)).is_err());
+    }
 }
 
 proptest! {

@@ -16,6 +16,11 @@ const MAX_COLUMN_NAME_LEN: usize = 200;
 /// Bounds on a model's size: the state holds p² numbers per output.
 pub const MAX_FEATURES: usize = 2048;
 pub const MAX_OUTPUTS: usize = 1024;
+/// Bound on `p² · m`: each output keeps two p × p matrices, so this caps a model's state near
+/// 512 MiB (the dyeing data's model, p = 127 and m = 82, is 1.3 M).
+pub const MAX_STATE_ENTRIES: usize = 1 << 25;
+/// Bound on `first_fit_rows`.
+pub const MAX_FIRST_FIT_ROWS: u64 = 1 << 40;
 
 /// A model's name: a slug (`[a-z0-9][a-z0-9_-]*`, at most 63 characters), safe in a URL path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -230,16 +235,31 @@ impl ModelSpec {
         let first_fit_rows = match fields.get("first_fit_rows") {
             None | Some(Value::Null) => Some(p.max(1) as u64),
             Some(value) => match value.as_u64() {
-                Some(n) if n > 0 => Some(n),
+                Some(n) if n > 0 && n <= MAX_FIRST_FIT_ROWS => Some(n),
                 _ => {
                     details.push(
                         "/first_fit_rows",
-                        format!("must be a positive integer, found {}", describe(value)),
+                        format!(
+                            "must be an integer from 1 to {MAX_FIRST_FIT_ROWS}, found {}",
+                            describe(value)
+                        ),
                     );
                     None
                 }
             },
         };
+        if let (Some(features), Some(outputs)) = (&features, &outputs) {
+            let entries = p.saturating_mul(p).saturating_mul(outputs.len());
+            if entries > MAX_STATE_ENTRIES && !features.is_empty() {
+                details.push(
+                    "/features",
+                    format!(
+                        "the model is too large: (features + intercept)² × outputs = {entries} \
+                         exceeds {MAX_STATE_ENTRIES}"
+                    ),
+                );
+            }
+        }
         if let Some(features) = &features {
             if features.is_empty() && !intercept {
                 details.push(

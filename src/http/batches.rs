@@ -12,9 +12,9 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, check_rows};
 use super::{AppState, model_name};
-use crate::domain::{Invalid, NewBatch};
+use crate::domain::{Invalid, ModelName, ModelSpec, NewBatch};
 use crate::estimator::{BatchStatistics, codec};
-use crate::store::BatchRecord;
+use crate::store::{BatchRecord, StoreError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -107,15 +107,11 @@ pub async fn ingest(
     JsonBody(body): JsonBody,
 ) -> Result<impl IntoResponse, ApiError> {
     let name = model_name(&name)?;
-    let (model_id, spec) = match app.cache.get(name.as_str()) {
-        Some(m) => (m.id, m.spec.clone()),
+    let cached = app.cache.get(name.as_str()).map(|m| (m.id, m.spec.clone()));
+    let (model_id, spec) = match cached {
+        Some(model) => model,
         // Created on another replica since the cache last synced.
-        None => app
-            .store
-            .model(&name)
-            .await?
-            .map(|m| (m.id, m.spec))
-            .ok_or_else(|| ApiError::not_found_model(name.as_str()))?,
+        None => current_model(&app, &name).await?,
     };
     let limit = app.limits.max_rows_per_request;
     check_rows(&body, "x", limit)?;
@@ -128,7 +124,9 @@ pub async fn ingest(
                 .to_owned(),
         ),
     };
+    let parse_spec = spec.clone();
     let (batch, statistics) = tokio::task::spawn_blocking(move || {
+        let spec = parse_spec;
         let batch = NewBatch::parse(&body, &spec, key.as_deref())?;
         let config = spec.config();
         let stats = config
@@ -140,10 +138,20 @@ pub async fn ingest(
     })
     .await
     .map_err(ApiError::internal)??;
-    let ingested = app
-        .store
-        .insert_batch(model_id, &batch, &statistics)
-        .await?;
+    let ingested = match app.store.insert_batch(model_id, &batch, &statistics).await {
+        // The cached model was deleted; a model of the same name may exist now, with another
+        // specification: the batch was validated against the old one.
+        Err(StoreError::NotFound(_)) => {
+            let (id, current) = current_model(&app, &name).await?;
+            if current != spec {
+                return Err(ApiError::Conflict(format!(
+                    "model {name} was replaced while the batch was being read; post it again"
+                )));
+            }
+            app.store.insert_batch(id, &batch, &statistics).await?
+        }
+        other => other?,
+    };
     let b = ingested.batch;
     let mut response = (
         StatusCode::ACCEPTED,
@@ -160,6 +168,14 @@ pub async fn ingest(
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(response)
+}
+
+async fn current_model(app: &AppState, name: &ModelName) -> Result<(i64, ModelSpec), ApiError> {
+    app.store
+        .model(name)
+        .await?
+        .map(|m| (m.id, m.spec))
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))
 }
 
 /// A batch's status.

@@ -22,6 +22,8 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     NotFound(String),
+    #[error("this method is not allowed on this path")]
+    MethodNotAllowed,
     #[error("{0}")]
     Conflict(String),
     /// The model has no posterior yet.
@@ -61,6 +63,7 @@ impl ApiError {
             Self::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict(_) | Self::NotTrained(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -74,6 +77,7 @@ impl ApiError {
             Self::Invalid(_) => "invalid_input",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
             Self::Conflict(_) => "conflict",
             Self::NotTrained(_) => "model_not_trained",
             Self::PayloadTooLarge(_) => "payload_too_large",

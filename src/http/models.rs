@@ -181,13 +181,12 @@ pub async fn delete(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let name = model_name(&name)?;
-    let cached = app.cache.get(name.as_str());
-    if !app.store.delete_model(&name).await? {
-        return Err(ApiError::not_found_model(name.as_str()));
-    }
-    if let Some(cached) = cached {
-        app.cache.remove(name.as_str(), cached.id);
-    }
+    let id = app
+        .store
+        .delete_model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    app.cache.remove(id);
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -151,13 +151,15 @@ pub async fn refit(
     })?;
     let config = lock.spec.config();
     let (state, blob) = tokio::task::spawn_blocking(move || {
-        let state = codec::decode(&blob)?.refit(&config)?;
+        let state = codec::decode(&blob)
+            .map_err(ApiError::internal)?
+            .refit(&config)
+            .map_err(|e| ApiError::Conflict(format!("the refit failed: {e}")))?;
         let blob = codec::encode(&state);
-        Ok::<_, crate::estimator::EstimatorError>((state, blob))
+        Ok::<_, ApiError>((state, blob))
     })
     .await
-    .map_err(ApiError::internal)?
-    .map_err(ApiError::internal)?;
+    .map_err(ApiError::internal)??;
     if !state.is_finite() {
         return Err(ApiError::Conflict(
             "the refit would make the model state non-finite".into(),
@@ -185,7 +187,7 @@ async fn write(
 ) -> Result<VersionView, ApiError> {
     let observations = state.totals().rows();
     let noise = state.noise_variances();
-    let version = lock
+    let (version, created_at) = lock
         .write_version(origin, restored_from, observations, &noise, &blob)
         .await?;
     let (id, spec) = (lock.model_id, lock.spec.clone());
@@ -194,7 +196,7 @@ async fn write(
         .put(CachedModel::new(id, spec, version, Some(Arc::new(state))));
     Ok(VersionView {
         version,
-        created_at: Utc::now(),
+        created_at,
         origin: origin.to_owned(),
         restored_from,
         observations,

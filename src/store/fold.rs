@@ -46,17 +46,19 @@ impl ModelLock {
 
     /// The model whose oldest queued batch is oldest among models with work: trained models
     /// with any queued batch, untrained ones once `first_fit_rows` rows are queued.
-    pub(super) async fn claim(pool: &PgPool) -> Result<Option<Self>, StoreError> {
+    pub(super) async fn claim(pool: &PgPool, skip: &[i64]) -> Result<Option<Self>, StoreError> {
         let mut tx = pool.begin().await?;
         let row = sqlx::query(
             "SELECT m.id, m.name, m.spec, m.version FROM models m \
              JOIN LATERAL (SELECT min(b.seq) AS first, sum(b.rows) AS rows FROM batches b \
                            WHERE b.model_id = m.id AND b.status = 'queued') q ON true \
              WHERE q.first IS NOT NULL AND (m.version > 0 OR q.rows >= m.first_fit_rows) \
+               AND m.id <> ALL($1) \
              ORDER BY q.first \
              LIMIT 1 \
              FOR NO KEY UPDATE OF m SKIP LOCKED",
         )
+        .bind(skip)
         .fetch_optional(&mut *tx)
         .await?;
         row.map(|row| Self::from_row(tx, &row)).transpose()
@@ -108,7 +110,7 @@ impl ModelLock {
             .collect()
     }
 
-    /// Writes the next version and makes it current; returns its number.
+    /// Writes the next version and makes it current; returns its number and time.
     pub async fn write_version(
         &mut self,
         origin: &str,
@@ -116,12 +118,12 @@ impl ModelLock {
         observations: f64,
         noise_variances: &[Option<f64>],
         state: &[u8],
-    ) -> Result<i64, StoreError> {
+    ) -> Result<(i64, DateTime<Utc>), StoreError> {
         let version = self.version + 1;
-        sqlx::query(
+        let created_at: DateTime<Utc> = sqlx::query_scalar(
             "INSERT INTO versions (model_id, version, origin, restored_from, observations, \
-                                   noise_variances, state) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                                   noise_variances, state, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp()) RETURNING created_at",
         )
         .bind(self.model_id)
         .bind(version)
@@ -130,10 +132,11 @@ impl ModelLock {
         .bind(observations)
         .bind(noise_variances)
         .bind(state)
-        .execute(&mut *self.tx)
+        .fetch_one(&mut *self.tx)
         .await?;
         sqlx::query(
-            "UPDATE models SET version = $2, observations = $3, updated_at = now() WHERE id = $1",
+            "UPDATE models SET version = $2, observations = $3, updated_at = clock_timestamp() \
+             WHERE id = $1",
         )
         .bind(self.model_id)
         .bind(version)
@@ -142,13 +145,13 @@ impl ModelLock {
         .await?;
         notify(&mut self.tx, MODELS_CHANNEL, self.model_id).await?;
         self.version = version;
-        Ok(version)
+        Ok((version, created_at))
     }
 
     /// Marks batches as folded into `version`.
     pub async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE batches SET status = 'folded', version = $2, folded_at = now() \
+            "UPDATE batches SET status = 'folded', version = $2, folded_at = clock_timestamp() \
              WHERE seq = ANY($1) AND model_id = $3 AND status = 'queued'",
         )
         .bind(seqs)
@@ -162,7 +165,7 @@ impl ModelLock {
     /// Marks a batch as rejected with the reason.
     pub async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE batches SET status = 'rejected', error = $2, folded_at = now() \
+            "UPDATE batches SET status = 'rejected', error = $2, folded_at = clock_timestamp() \
              WHERE seq = $1 AND model_id = $3 AND status = 'queued'",
         )
         .bind(seq)

@@ -45,9 +45,11 @@ pub enum StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
-                Self::Unavailable(e)
-            }
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::Io(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::Tls(_) => Self::Unavailable(e),
             sqlx::Error::Database(ref db) if is_unavailable_code(db.code().as_deref()) => {
                 Self::Unavailable(e)
             }
@@ -56,9 +58,17 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// SQLSTATE classes 08 (connection exception) and 57P (operator intervention: shutdown).
+/// SQLSTATEs that mean "try again later": classes 08 (connection exception), 53
+/// (insufficient resources, e.g. too many connections) and 57P (shutdown), serialization
+/// failures and deadlocks (40001, 40P01), a read-only server after a failover (25006) and a
+/// lock timeout (55P03).
 fn is_unavailable_code(code: Option<&str>) -> bool {
-    code.is_some_and(|c| c.starts_with("08") || c.starts_with("57P"))
+    code.is_some_and(|c| {
+        c.starts_with("08")
+            || c.starts_with("53")
+            || c.starts_with("57P")
+            || matches!(c, "40001" | "40P01" | "25006" | "55P03")
+    })
 }
 
 /// A model as stored, with its queue length.
@@ -175,7 +185,7 @@ impl Store {
         )
         .bind(spec.name.as_str())
         .bind(json)
-        .bind(spec.first_fit_rows as i64)
+        .bind(i64::try_from(spec.first_fit_rows).unwrap_or(i64::MAX))
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
@@ -221,9 +231,9 @@ impl Store {
         row.as_ref().map(model_record).transpose()
     }
 
-    /// Deletes a model with its batches and versions; `false` if there was none.
+    /// Deletes a model with its batches and versions; its id, `None` if there was none.
     #[tracing::instrument(skip(self))]
-    pub async fn delete_model(&self, name: &ModelName) -> Result<bool, StoreError> {
+    pub async fn delete_model(&self, name: &ModelName) -> Result<Option<i64>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let id: Option<i64> = sqlx::query_scalar("DELETE FROM models WHERE name = $1 RETURNING id")
             .bind(name.as_str())
@@ -233,7 +243,7 @@ impl Store {
             notify(&mut tx, MODELS_CHANNEL, id).await?;
         }
         tx.commit().await?;
-        Ok(id.is_some())
+        Ok(id)
     }
 
     /// Stores a batch durably (raw rows and statistics) and queues it, idempotently: a batch id
@@ -387,9 +397,10 @@ impl Store {
         ModelLock::acquire(&self.pool, name).await
     }
 
-    /// Claims the next model with foldable batches, skipping models another folder holds.
-    pub async fn claim_fold(&self) -> Result<Option<ModelLock>, StoreError> {
-        ModelLock::claim(&self.pool).await
+    /// Claims the next model with foldable batches, skipping models another folder holds and
+    /// the models in `skip`.
+    pub async fn claim_fold(&self, skip: &[i64]) -> Result<Option<ModelLock>, StoreError> {
+        ModelLock::claim(&self.pool, skip).await
     }
 }
 

@@ -35,8 +35,15 @@ pub fn with_database(url: &str, database: &str) -> String {
     format!("{base}/{database}{query}")
 }
 
-/// Creates an empty database and returns its URL.
-pub async fn fresh_database() -> String {
+/// An empty database of its own for one test, dropped (with any connections left) when the
+/// guard is.
+pub struct TestDatabase {
+    pub name: String,
+    pub url: String,
+}
+
+/// Creates an empty database.
+pub async fn fresh_database() -> TestDatabase {
     let name = format!("mordant_test_{}", uuid::Uuid::new_v4().simple());
     let admin = server_url();
     let mut conn = sqlx::PgConnection::connect(&admin)
@@ -46,7 +53,31 @@ pub async fn fresh_database() -> String {
         .execute(&mut conn)
         .await
         .expect("create test database");
-    with_database(&admin, &name)
+    TestDatabase {
+        url: with_database(&admin, &name),
+        name,
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime: do the async work on a thread of its own.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&server_url()).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
 }
 
 pub fn test_settings(database_url: &str) -> Settings {
@@ -68,6 +99,8 @@ pub fn test_settings(database_url: &str) -> Settings {
 
 pub struct TestApp {
     pub address: String,
+    /// The database `spawn_app` made for this application (dropped after it stops).
+    database: Option<TestDatabase>,
     pub client: reqwest::Client,
     shutdown: CancellationToken,
     handle: Option<JoinHandle<anyhow::Result<()>>>,
@@ -75,8 +108,10 @@ pub struct TestApp {
 
 /// The application on a fresh database.
 pub async fn spawn_app() -> TestApp {
-    let database_url = fresh_database().await;
-    spawn_with(test_settings(&database_url)).await
+    let database = fresh_database().await;
+    let mut app = spawn_with(test_settings(&database.url)).await;
+    app.database = Some(database);
+    app
 }
 
 pub async fn spawn_with(settings: Settings) -> TestApp {
@@ -89,6 +124,7 @@ pub async fn spawn_with(settings: Settings) -> TestApp {
     let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     TestApp {
         address,
+        database: None,
         client: reqwest::Client::new(),
         shutdown,
         handle: Some(handle),

@@ -11,9 +11,9 @@ use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_fold_every_batch_exactly_once_and_in_order() {
-    let database_url = fresh_database().await;
-    let a = spawn_with(test_settings(&database_url)).await;
-    let b = spawn_with(test_settings(&database_url)).await;
+    let database = fresh_database().await;
+    let a = spawn_with(test_settings(&database.url)).await;
+    let b = spawn_with(test_settings(&database.url)).await;
     let (d, m) = (3, 2);
     a.create_model(&spec("shared", d, m)).await;
 
@@ -109,4 +109,96 @@ async fn two_replicas_fold_every_batch_exactly_once_and_in_order() {
         assert_eq!(api["version"], final_version);
         assert_same_predictions(&api, &expected);
     }
+}
+
+/// With polling effectively off, notifications alone wake the folder and keep the other
+/// replica's cache current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_wake_the_folder_and_the_other_replicas_cache() {
+    let database = fresh_database().await;
+    let quiet = || {
+        let mut settings = test_settings(&database.url);
+        settings.folder.poll_interval_ms = 600_000;
+        settings.cache.poll_interval_ms = 600_000;
+        settings
+    };
+    let a = spawn_with(quiet()).await;
+    let b = spawn_with(quiet()).await;
+    a.create_model(&spec("lab", 2, 1)).await;
+    let (x, y) = random_rows(1, 10, 2, 1);
+    let started = std::time::Instant::now();
+    let response = b
+        .post_batch("lab", &json!({"batch_id": "n1", "x": x, "y": y}))
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let probe = json!([[0.5, 0.5]]);
+    let seen = wait_until(std::time::Duration::from_secs(10), || async {
+        let a_version = a
+            .post("/v1/models/lab/predict", &json!({"x": probe}))
+            .await
+            .json::<Value>()
+            .await
+            .ok()?["version"]
+            .as_i64()?;
+        let b_version = b
+            .post("/v1/models/lab/predict", &json!({"x": probe}))
+            .await
+            .json::<Value>()
+            .await
+            .ok()?["version"]
+            .as_i64()?;
+        (a_version == 1 && b_version == 1).then_some(())
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "both replicas serve version 1 without polling"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
+/// A model deleted and created again under the same name is a new model on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_model_never_serves_the_deleted_ones_posterior() {
+    let database = fresh_database().await;
+    let a = spawn_with(test_settings(&database.url)).await;
+    let b = spawn_with(test_settings(&database.url)).await;
+    a.create_model(&spec("lab", 2, 1)).await;
+    let (x, y) = random_rows(1, 10, 2, 1);
+    a.post_batch("lab", &json!({"batch_id": "old", "x": x, "y": y}))
+        .await;
+    a.wait_for_batch("lab", "old").await;
+    b.predict_at("lab", &json!([[0.5, 0.5]]), 1).await;
+
+    let response = a
+        .client
+        .delete(a.url("/v1/models/lab"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    a.create_model(&spec("lab", 3, 1)).await;
+    for app in [&a, &b] {
+        let answer = wait_until(std::time::Duration::from_secs(10), || async {
+            let r = app
+                .post("/v1/models/lab/predict", &json!({"x": [[0.5, 0.5, 0.5]]}))
+                .await;
+            (r.status() == StatusCode::CONFLICT).then_some(())
+        })
+        .await;
+        assert!(
+            answer.is_some(),
+            "the new model is untrained on every replica"
+        );
+        let old_shape = app
+            .post_batch("lab", &json!({"x": [[0.5, 0.5]], "y": [[1.0]]}))
+            .await;
+        assert_eq!(old_shape.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    let status = a.get("/v1/models/lab/batches/old").await;
+    assert_eq!(
+        status.status(),
+        StatusCode::NOT_FOUND,
+        "the old model's batches went with it"
+    );
 }

@@ -9,8 +9,8 @@ use crate::helpers::*;
 
 #[tokio::test]
 async fn the_service_rides_out_a_database_restart() {
-    let database_url = fresh_database().await;
-    let proxy = DbProxy::start(&database_url).await;
+    let database = fresh_database().await;
+    let proxy = DbProxy::start(&database.url).await;
     let app = spawn_with(test_settings(&proxy.url)).await;
     app.create_model(&spec("lab", 2, 1)).await;
     let (x, y) = random_rows(1, 10, 2, 1);
@@ -61,16 +61,40 @@ async fn the_service_rides_out_a_database_restart() {
 }
 
 #[tokio::test]
-async fn shutdown_lets_in_flight_work_finish() {
+async fn shutdown_lets_an_in_flight_request_finish() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let app = spawn_app().await;
     app.create_model(&spec("lab", 2, 1)).await;
-    let (x, y) = random_rows(1, 10, 2, 1);
-    let response = app
-        .post_batch("lab", &json!({"batch_id": "last", "x": x, "y": y}))
-        .await;
-    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let body =
+        serde_json::to_vec(&json!({"batch_id": "in-flight", "x": [[0.1, 0.2]], "y": [[1.0]]}))
+            .unwrap();
+    let host = app.address.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let head = format!(
+        "POST /v1/models/lab/batches HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body[..10]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // SIGTERM arrives while the request's body is still on its way.
     let address = app.address.clone();
-    app.stop().await;
+    let stopping = tokio::spawn(app.stop());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !stopping.is_finished(),
+        "shutdown waits for the request in flight"
+    );
+    stream.write_all(&body[10..]).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 202"), "{response}");
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("shutdown completes")
+        .unwrap();
     assert!(
         reqwest::get(format!("{address}/healthz")).await.is_err(),
         "the listener is closed after shutdown"

@@ -148,8 +148,8 @@ async fn predict_validates_its_rows_too() {
 
 #[tokio::test]
 async fn oversized_bodies_and_too_many_rows_are_413() {
-    let database_url = fresh_database().await;
-    let mut settings = test_settings(&database_url);
+    let database = fresh_database().await;
+    let mut settings = test_settings(&database.url);
     settings.limits.max_body_bytes = 4096;
     settings.limits.max_rows_per_request = 50;
     let app = spawn_with(settings).await;
@@ -167,5 +167,30 @@ async fn oversized_bodies_and_too_many_rows_are_413() {
     assert!(error["message"].as_str().unwrap().contains("too many rows"));
     let response = app.post("/v1/models/lab/predict", &json!({"x": x})).await;
     error_of(response, StatusCode::PAYLOAD_TOO_LARGE).await;
+    assert_untouched(&app).await;
+}
+
+#[tokio::test]
+async fn a_batch_id_that_differs_from_the_idempotency_key_is_refused() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let response = app
+        .client
+        .post(app.url("/v1/models/lab/batches"))
+        .header("Idempotency-Key", "key-1")
+        .json(&json!({"batch_id": "key-2", "x": [[1.0, 2.0]], "y": [[1.0]]}))
+        .send()
+        .await
+        .unwrap();
+    let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(paths(&error), ["/batch_id"]);
+    let response = app
+        .client
+        .put(app.url("/v1/models/lab"))
+        .send()
+        .await
+        .unwrap();
+    let error = error_of(response, StatusCode::METHOD_NOT_ALLOWED).await;
+    assert_eq!(error["code"], "method_not_allowed");
     assert_untouched(&app).await;
 }
