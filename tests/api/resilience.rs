@@ -100,3 +100,28 @@ async fn shutdown_lets_an_in_flight_request_finish() {
         "the listener is closed after shutdown"
     );
 }
+
+#[tokio::test]
+async fn mordant_migrate_applies_the_embedded_migrations() {
+    let database = fresh_database().await;
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+        .arg("migrate")
+        .env("DATABASE_URL", &database.url)
+        .env(
+            "MORDANT_CONFIG_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
+        )
+        .output()
+        .await
+        .expect("run mordant migrate");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let store = mordant::store::Store::from_pool(
+        sqlx::PgPool::connect(&database.url).await.expect("connect"),
+    );
+    assert_eq!(store.ready().await, Ok(()), "every migration is applied");
+    store.pool().close().await;
+}
