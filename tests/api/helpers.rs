@@ -1,7 +1,7 @@
 //! Starting the real application on a random port against a fresh PostgreSQL database.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -242,6 +242,7 @@ where
 pub struct DbProxy {
     pub url: String,
     up: Arc<AtomicBool>,
+    refused: Arc<AtomicUsize>,
     connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
@@ -252,14 +253,16 @@ impl DbProxy {
         let port = listener.local_addr().expect("proxy addr").port();
         let url = database_url.replacen(&upstream, &format!("127.0.0.1:{port}"), 1);
         let up = Arc::new(AtomicBool::new(true));
+        let refused = Arc::new(AtomicUsize::new(0));
         let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (up2, conns2) = (up.clone(), connections.clone());
+        let (up2, conns2, refused2) = (up.clone(), connections.clone(), refused.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
                     return;
                 };
                 if !up2.load(Ordering::SeqCst) {
+                    refused2.fetch_add(1, Ordering::SeqCst);
                     drop(client);
                     continue;
                 }
@@ -275,8 +278,14 @@ impl DbProxy {
         Self {
             url,
             up,
+            refused,
             connections,
         }
+    }
+
+    /// Connection attempts refused while cut.
+    pub fn refused(&self) -> usize {
+        self.refused.load(Ordering::SeqCst)
     }
 
     /// Drops every connection and refuses new ones.

@@ -42,7 +42,15 @@ async fn the_service_rides_out_a_database_restart() {
         StatusCode::SERVICE_UNAVAILABLE
     );
     assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let refused_before = proxy.refused();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The folder and the cache follower retry with a doubling pause: a handful of attempts in
+    // 3 s, not a spin.
+    let attempts = proxy.refused() - refused_before;
+    assert!(
+        attempts <= 30,
+        "{attempts} connection attempts in 3 s while the database was down"
+    );
 
     proxy.restore();
     let accepted = wait_until(Duration::from_secs(30), || async {
