@@ -59,6 +59,11 @@ impl PosteriorCache {
         self.read().models.get(name).cloned()
     }
 
+    /// Every cached model.
+    pub fn models(&self) -> Vec<Arc<CachedModel>> {
+        self.read().models.values().cloned().collect()
+    }
+
     /// Every model's name and served version, sorted by name.
     pub fn versions(&self) -> Vec<(String, i64)> {
         let mut v: Vec<_> = self

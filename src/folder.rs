@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::{CachedModel, PosteriorCache, sleep_or_stop};
 use crate::config::FolderSettings;
 use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec};
+use crate::metrics::Metrics;
 use crate::store::{BATCHES_CHANNEL, ModelLock, QueuedBatch, Store, StoreError};
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches
@@ -144,6 +145,7 @@ pub struct FoldError {
 pub async fn fold_once(
     store: &Store,
     cache: &PosteriorCache,
+    metrics: &Metrics,
     skip: &[i64],
 ) -> Result<Option<FoldReport>, FoldError> {
     let lock = store.claim_fold(skip).await.map_err(|error| FoldError {
@@ -154,7 +156,7 @@ pub async fn fold_once(
         return Ok(None);
     };
     let model_id = lock.model_id;
-    fold_claimed(lock, cache)
+    fold_claimed(lock, cache, metrics)
         .await
         .map(Some)
         .map_err(|error| FoldError {
@@ -166,6 +168,7 @@ pub async fn fold_once(
 async fn fold_claimed(
     mut lock: ModelLock,
     cache: &PosteriorCache,
+    metrics: &Metrics,
 ) -> Result<FoldReport, StoreError> {
     let started = std::time::Instant::now();
     let config = lock.spec.config();
@@ -220,6 +223,20 @@ async fn fold_claimed(
     }
     let (name, spec) = (lock.name.clone(), lock.spec.clone());
     lock.commit().await?;
+    let committed = chrono::Utc::now();
+    let lags: Vec<f64> = queued
+        .iter()
+        .filter(|b| plan.folded.contains(&b.seq))
+        .map(|b| (committed - b.received_at).as_seconds_f64())
+        .collect();
+    metrics.fold(
+        &name,
+        plan.folded.len(),
+        plan.rejected.len(),
+        rows_of(&queued, &plan.folded).max(0) as u64,
+        started.elapsed().as_secs_f64(),
+        &lags,
+    );
     if let (Some(v), Some(state)) = (version, new_state) {
         cache.put(CachedModel::new(model_id, spec, v, Some(state)));
         tracing::info!(
@@ -282,6 +299,7 @@ const SET_ASIDE: Duration = Duration::from_secs(60);
 pub async fn run(
     store: Store,
     cache: Arc<PosteriorCache>,
+    metrics: Arc<Metrics>,
     settings: FolderSettings,
     shutdown: CancellationToken,
 ) {
@@ -321,7 +339,7 @@ pub async fn run(
                 }
                 set_aside.retain(|_, until| *until > Instant::now());
                 let skip: Vec<i64> = set_aside.keys().copied().collect();
-                match fold_once(&store, &cache, &skip).await {
+                match fold_once(&store, &cache, &metrics, &skip).await {
                     Ok(Some(_)) => backoff = Duration::from_millis(100),
                     Ok(None) => {
                         backoff = Duration::from_millis(100);

@@ -12,6 +12,7 @@ pub mod estimator;
 pub mod evaluate;
 pub mod folder;
 pub mod http;
+pub mod metrics;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

@@ -13,6 +13,7 @@ use crate::cache::{self, PosteriorCache};
 use crate::config::Settings;
 use crate::folder;
 use crate::http::{self, AppState};
+use crate::metrics::Metrics;
 use crate::store::Store;
 
 /// A bound, migrated application, ready to run.
@@ -41,9 +42,11 @@ impl Application {
         let listener = TcpListener::bind(&settings.server.addr)
             .await
             .with_context(|| format!("cannot listen on {}", settings.server.addr))?;
+        let metrics = Arc::new(Metrics::new().context("cannot register the metrics")?);
         let state = AppState {
             store,
             cache,
+            metrics,
             limits: settings.limits.clone(),
         };
         Ok(Self {
@@ -85,6 +88,7 @@ impl Application {
             tokio::spawn(folder::run(
                 state.store.clone(),
                 state.cache.clone(),
+                state.metrics.clone(),
                 settings.folder.clone(),
                 background.clone(),
             ))

@@ -162,6 +162,9 @@ pub async fn ingest(
         }),
     )
         .into_response();
+    if !ingested.replayed {
+        app.metrics.batch_accepted(name.as_str());
+    }
     if ingested.replayed {
         response
             .headers_mut()

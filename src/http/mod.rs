@@ -10,10 +10,15 @@ pub mod versions;
 
 use std::sync::Arc;
 
+use std::time::Instant;
+
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, MatchedPath, State};
 use axum::http::{HeaderName, Request};
+use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
+use axum::response::Response;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
@@ -23,6 +28,7 @@ use utoipa::OpenApi;
 use crate::cache::PosteriorCache;
 use crate::config::Limits;
 use crate::domain::ModelName;
+use crate::metrics::Metrics;
 use crate::store::Store;
 use error::ApiError;
 
@@ -31,6 +37,7 @@ use error::ApiError;
 pub struct AppState {
     pub store: Store,
     pub cache: Arc<PosteriorCache>,
+    pub metrics: Arc<Metrics>,
     pub limits: Limits,
 }
 
@@ -64,12 +71,14 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// The application's router with its middleware.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.limits.max_body_bytes;
+    let metrics = state.metrics.clone();
     Router::new()
         .merge(models::router())
         .merge(batches::router())
         .merge(predict::router())
         .merge(versions::router())
         .merge(ops::router())
+        .route_layer(middleware::from_fn_with_state(metrics, track))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
@@ -98,6 +107,28 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// Counts and times every request by its matched route.
+async fn track(
+    State(metrics): State<Arc<Metrics>>,
+    request: Request<Body>,
+    next: Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().clone();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    metrics.observe_request(
+        &route,
+        method.as_str(),
+        response.status().as_u16(),
+        start.elapsed().as_secs_f64(),
+    );
+    response
 }
 
 /// A model name from a URL path; a name that is not a slug cannot exist.

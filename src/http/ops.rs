@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
 
+use super::error::ApiError;
 use super::{ApiDoc, AppState};
 
 pub fn router() -> Router<AppState> {
@@ -68,30 +69,25 @@ pub async fn readyz(State(app): State<AppState>) -> (StatusCode, Json<Health>) {
 /// Prometheus metrics (text exposition format).
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Metrics", content_type = "text/plain", body = String)))]
-pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
-    let mut out = String::new();
-    let _ = writeln!(out, "# HELP mordant_build_info Build information.");
-    let _ = writeln!(out, "# TYPE mordant_build_info gauge");
-    let _ = writeln!(
-        out,
-        "mordant_build_info{{version=\"{}\"}} 1",
-        env!("CARGO_PKG_VERSION")
-    );
-    let _ = writeln!(
-        out,
-        "# HELP mordant_model_version Version served for each model."
-    );
-    let _ = writeln!(out, "# TYPE mordant_model_version gauge");
-    for (name, version) in app.cache.versions() {
-        let _ = writeln!(out, "mordant_model_version{{model=\"{name}\"}} {version}");
-    }
-    (
+pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+    let queue = match app.store.queue_depth().await {
+        Ok(q) => Some(q),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: cannot read the queue depth");
+            None
+        }
+    };
+    let text = app
+        .metrics
+        .render(&app.cache, queue.as_deref())
+        .map_err(ApiError::internal)?;
+    Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        out,
-    )
+        text,
+    ))
 }
 
 /// This document.

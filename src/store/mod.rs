@@ -115,6 +115,14 @@ pub struct ModelHead {
     pub version: i64,
 }
 
+/// Batches and rows waiting in one model's queue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueDepth {
+    pub model: String,
+    pub batches: i64,
+    pub rows: i64,
+}
+
 /// What ingestion did with a batch.
 #[derive(Clone, Debug)]
 pub struct Ingested {
@@ -353,6 +361,26 @@ impl Store {
                     observations: row.try_get("observations")?,
                     noise_variances: row.try_get("noise_variances")?,
                     batches: row.try_get("batches")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Every model's queue.
+    pub async fn queue_depth(&self) -> Result<Vec<QueueDepth>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT m.name, count(b.seq) AS batches, COALESCE(sum(b.rows), 0)::BIGINT AS rows \
+             FROM models m LEFT JOIN batches b ON b.model_id = m.id AND b.status = 'queued' \
+             GROUP BY m.name ORDER BY m.name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(QueueDepth {
+                    model: r.try_get("name")?,
+                    batches: r.try_get("batches")?,
+                    rows: r.try_get("rows")?,
                 })
             })
             .collect()

@@ -3,6 +3,7 @@
 
 mod helpers;
 mod ingest;
+mod metrics;
 mod models;
 mod replicas;
 mod resilience;

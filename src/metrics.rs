@@ -1,0 +1,219 @@
+//! Prometheus metrics, one registry per application (tests run several in one process).
+//!
+//! Names follow Prometheus conventions: the `mordant_` prefix, base units (seconds), `_total`
+//! counters. Labels are bounded: routes are the API's path templates, models are created by
+//! administrators; batch ids never become labels. Values that describe the current state
+//! (model versions, σ², queue depth) are read when scraped.
+
+use prometheus::{
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::cache::PosteriorCache;
+use crate::store::QueueDepth;
+
+/// Latency buckets from 0.5 ms to about 33 s.
+fn latency_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(0.0005, 2.0, 17).unwrap_or_default()
+}
+
+pub struct Metrics {
+    registry: Registry,
+    http_requests: IntCounterVec,
+    http_duration: HistogramVec,
+    batches_accepted: IntCounterVec,
+    batches_folded: IntCounterVec,
+    batches_rejected: IntCounterVec,
+    rows_folded: IntCounterVec,
+    fold_duration: Histogram,
+    fold_lag: Histogram,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new_custom(Some("mordant".into()), None)?;
+        let counter =
+            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
+                let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+                registry.register(Box::new(c.clone()))?;
+                Ok(c)
+            };
+        let http_requests = counter(
+            "http_requests_total",
+            "HTTP requests by matched route, method and status.",
+            &["route", "method", "status"],
+        )?;
+        let batches_accepted = counter(
+            "batches_accepted_total",
+            "Batches durably accepted (replays of a stored batch are not counted).",
+            &["model"],
+        )?;
+        let batches_folded = counter(
+            "batches_folded_total",
+            "Batches folded into a model version.",
+            &["model"],
+        )?;
+        let batches_rejected = counter(
+            "batches_rejected_total",
+            "Batches rejected by the folder (see the batch's error).",
+            &["model"],
+        )?;
+        let rows_folded = counter(
+            "rows_folded_total",
+            "Rows folded into model versions.",
+            &["model"],
+        )?;
+        let http_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "http_request_duration_seconds",
+                "HTTP request latency by matched route and method.",
+            )
+            .buckets(latency_buckets()),
+            &["route", "method"],
+        )?;
+        registry.register(Box::new(http_duration.clone()))?;
+        let fold_duration = Histogram::with_opts(
+            HistogramOpts::new("fold_duration_seconds", "Time to fold one model's queue.")
+                .buckets(latency_buckets()),
+        )?;
+        registry.register(Box::new(fold_duration.clone()))?;
+        let fold_lag = Histogram::with_opts(
+            HistogramOpts::new(
+                "fold_lag_seconds",
+                "Time from a batch's acceptance to the commit of the version it was folded into.",
+            )
+            .buckets(latency_buckets()),
+        )?;
+        registry.register(Box::new(fold_lag.clone()))?;
+        Ok(Self {
+            registry,
+            http_requests,
+            http_duration,
+            batches_accepted,
+            batches_folded,
+            batches_rejected,
+            rows_folded,
+            fold_duration,
+            fold_lag,
+        })
+    }
+
+    pub fn observe_request(&self, route: &str, method: &str, status: u16, seconds: f64) {
+        let method = match method {
+            "GET" | "POST" | "PUT" | "DELETE" | "PATCH" | "HEAD" | "OPTIONS" => method,
+            _ => "other",
+        };
+        self.http_requests
+            .with_label_values(&[route, method, &status.to_string()])
+            .inc();
+        self.http_duration
+            .with_label_values(&[route, method])
+            .observe(seconds);
+    }
+
+    pub fn batch_accepted(&self, model: &str) {
+        self.batches_accepted.with_label_values(&[model]).inc();
+    }
+
+    /// One fold: how many batches were folded and rejected, the rows folded, how long it took,
+    /// and each folded batch's lag from acceptance.
+    pub fn fold(
+        &self,
+        model: &str,
+        folded: usize,
+        rejected: usize,
+        rows: u64,
+        seconds: f64,
+        lags: &[f64],
+    ) {
+        self.batches_folded
+            .with_label_values(&[model])
+            .inc_by(folded as u64);
+        self.batches_rejected
+            .with_label_values(&[model])
+            .inc_by(rejected as u64);
+        self.rows_folded.with_label_values(&[model]).inc_by(rows);
+        self.fold_duration.observe(seconds);
+        for lag in lags {
+            self.fold_lag.observe(lag.max(0.0));
+        }
+    }
+
+    /// The text exposition of every metric: the counters and histograms, then the state read
+    /// now from the cache and (when the database answered) the queue.
+    pub fn render(
+        &self,
+        cache: &PosteriorCache,
+        queue: Option<&[QueueDepth]>,
+    ) -> Result<String, prometheus::Error> {
+        let state = Registry::new_custom(Some("mordant".into()), None)?;
+        let gauge_vec =
+            |name: &str, help: &str, labels: &[&str]| -> Result<GaugeVec, prometheus::Error> {
+                let g = GaugeVec::new(Opts::new(name, help), labels)?;
+                state.register(Box::new(g.clone()))?;
+                Ok(g)
+            };
+        let build = gauge_vec("build_info", "Build information; always 1.", &["version"])?;
+        build
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1.0);
+        let version = gauge_vec(
+            "model_version",
+            "Version each model is served at (0: untrained).",
+            &["model"],
+        )?;
+        let observations = gauge_vec(
+            "model_observations",
+            "Rows each model has learnt (forgetting-weighted).",
+            &["model"],
+        )?;
+        let noise = gauge_vec(
+            "model_noise_variance",
+            "σ² of each trained output of each model.",
+            &["model", "output"],
+        )?;
+        for model in cache.models() {
+            let name = model.spec.name.as_str();
+            version.with_label_values(&[name]).set(model.version as f64);
+            if let Some(s) = &model.state {
+                observations
+                    .with_label_values(&[name])
+                    .set(s.totals().rows());
+                for (output, sigma2) in model.spec.outputs.iter().zip(s.noise_variances()) {
+                    if let Some(sigma2) = sigma2 {
+                        noise.with_label_values(&[name, output]).set(sigma2);
+                    }
+                }
+            } else {
+                observations.with_label_values(&[name]).set(0.0);
+            }
+        }
+        let up = Gauge::with_opts(Opts::new(
+            "database_up",
+            "1 when the last scrape could read the queue from the database.",
+        ))?;
+        state.register(Box::new(up.clone()))?;
+        if let Some(queue) = queue {
+            up.set(1.0);
+            let batches = gauge_vec("queue_batches", "Batches waiting to be folded.", &["model"])?;
+            let rows = gauge_vec("queue_rows", "Rows waiting to be folded.", &["model"])?;
+            for q in queue {
+                batches.with_label_values(&[&q.model]).set(q.batches as f64);
+                rows.with_label_values(&[&q.model]).set(q.rows as f64);
+            }
+        }
+        let mut families = self.registry.gather();
+        families.extend(state.gather());
+        families.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&families, &mut out)?;
+        String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
+    }
+}
