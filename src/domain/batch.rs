@@ -40,6 +40,15 @@ impl BatchId {
     }
 }
 
+/// Why a CSV batch was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CsvError {
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    #[error("too many rows: the limit is {0} per request")]
+    TooManyRows(usize),
+}
+
 /// A validated batch: rows of the model's width, all finite, at least one row.
 #[derive(Clone, Debug)]
 pub struct NewBatch {
@@ -120,6 +129,125 @@ impl NewBatch {
             }),
             _ => Err(Invalid::one("", "invalid batch")),
         }
+    }
+
+    /// Parses a CSV batch: a header naming every feature and output of `spec` once, in any
+    /// order, then one row per observation. The batch id comes from the `Idempotency-Key`
+    /// header. Invalid cells are reported as `/rows/{i}/{column}` (i counts data rows from 0).
+    pub fn parse_csv(
+        body: &[u8],
+        spec: &ModelSpec,
+        idempotency_key: Option<&str>,
+        max_rows: usize,
+    ) -> Result<Self, CsvError> {
+        let batch_id = match idempotency_key {
+            None => BatchId::generate(),
+            Some(key) => BatchId::parse(key)
+                .map_err(|e| Invalid::one("", format!("Idempotency-Key header {e}")))?,
+        };
+        let mut reader = csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .from_reader(body);
+        let header = reader
+            .headers()
+            .map_err(|e| Invalid::one("/header", format!("cannot read the CSV header: {e}")))?
+            .clone();
+        let mut details = Details::default();
+        // Where each column goes: (is_output, index).
+        let mut targets = Vec::with_capacity(header.len());
+        let mut seen = std::collections::HashSet::new();
+        for (c, name) in header.iter().enumerate() {
+            let target = spec
+                .features
+                .iter()
+                .position(|f| f == name)
+                .map(|j| (false, j))
+                .or_else(|| {
+                    spec.outputs
+                        .iter()
+                        .position(|o| o == name)
+                        .map(|k| (true, k))
+                });
+            match target {
+                None => details.push(
+                    format!("/header/{c}"),
+                    format!("column {name:?} is neither a feature nor an output of the model"),
+                ),
+                Some(_) if !seen.insert(name) => details.push(
+                    format!("/header/{c}"),
+                    format!("column {name:?} appears twice"),
+                ),
+                Some(_) => {}
+            }
+            targets.push(target);
+        }
+        for name in spec.features.iter().chain(&spec.outputs) {
+            if !seen.contains(name.as_str()) {
+                details.push("/header", format!("column {name:?} is missing"));
+            }
+        }
+        details.finish("invalid CSV header")?;
+        let mut details = Details::default();
+        let (p, m) = (spec.features.len(), spec.outputs.len());
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        let mut rows = 0usize;
+        let mut record = csv::StringRecord::new();
+        loop {
+            match reader.read_record(&mut record) {
+                Ok(false) => break,
+                Ok(true) => {}
+                Err(e) => {
+                    details.push(format!("/rows/{rows}"), format!("unreadable CSV row: {e}"));
+                    break;
+                }
+            }
+            if rows == max_rows {
+                return Err(CsvError::TooManyRows(max_rows));
+            }
+            if record.len() != header.len() {
+                details.push(
+                    format!("/rows/{rows}"),
+                    format!(
+                        "has {} values, the header has {}",
+                        record.len(),
+                        header.len()
+                    ),
+                );
+                rows += 1;
+                continue;
+            }
+            let (xr, yr) = (x.len(), y.len());
+            x.resize(xr + p, 0.0);
+            y.resize(yr + m, 0.0);
+            for (cell, (&target, name)) in record.iter().zip(targets.iter().zip(header.iter())) {
+                let Some((is_output, index)) = target else {
+                    continue;
+                };
+                match cell.parse::<f64>() {
+                    Ok(v) if v.is_finite() => {
+                        if is_output {
+                            y[yr + index] = v;
+                        } else {
+                            x[xr + index] = v;
+                        }
+                    }
+                    _ => details.push(
+                        format!("/rows/{rows}/{}", pointer_token(name)),
+                        format!("must be a finite number, found {cell:?}"),
+                    ),
+                }
+            }
+            rows += 1;
+        }
+        if rows == 0 {
+            details.push("/rows", "a batch needs at least one row");
+        }
+        details.finish("invalid CSV batch")?;
+        Ok(Self {
+            batch_id,
+            x: Rows::from_row_major(rows, p, x),
+            y: Rows::from_row_major(rows, m, y),
+        })
     }
 
     pub fn rows(&self) -> usize {

@@ -7,7 +7,7 @@ mod batch;
 pub mod model;
 mod rows;
 
-pub use batch::{BatchId, NewBatch};
+pub use batch::{BatchId, CsvError, NewBatch};
 pub use model::{ModelName, ModelSpec, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};
 

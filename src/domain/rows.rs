@@ -15,6 +15,16 @@ pub struct Rows {
 }
 
 impl Rows {
+    /// Rows from row-major values (`values.len()` must be `rows · width`).
+    pub(crate) fn from_row_major(rows: usize, width: usize, values: Vec<f64>) -> Self {
+        debug_assert_eq!(values.len(), rows * width);
+        Self {
+            rows,
+            width,
+            values,
+        }
+    }
+
     pub fn rows(&self) -> usize {
         self.rows
     }

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{JsonBody, check_rows};
+use super::extract::{BatchBody, check_rows};
 use super::{AppState, model_name};
-use crate::domain::{Invalid, ModelName, ModelSpec, NewBatch};
+use crate::domain::{CsvError, Invalid, ModelName, ModelSpec, NewBatch};
 use crate::estimator::{BatchStatistics, codec};
 use crate::store::{BatchRecord, StoreError};
 
@@ -79,9 +79,11 @@ impl From<BatchRecord> for BatchView {
     }
 }
 
-/// Queue a batch of observations.
+/// Queue a batch of observations, as JSON or as CSV.
 ///
-/// The answer leaves only once the batch (raw rows and statistics) is committed. Posting the
+/// CSV (`text/csv`): a header naming each of the model's features and outputs once, in any
+/// order, then one row per observation; the batch id comes from the `Idempotency-Key` header.
+/// The same rows sent as JSON or CSV are the same batch. The answer leaves only once the batch (raw rows and statistics) is committed. Posting the
 /// same `batch_id` (or `Idempotency-Key`) again with the same content answers with the stored
 /// batch and adds nothing; with different content, 409.
 #[utoipa::path(post, path = "/v1/models/{name}/batches", tag = "batches",
@@ -89,13 +91,17 @@ impl From<BatchRecord> for BatchView {
         ("name" = String, Path, description = "Model name"),
         ("Idempotency-Key" = Option<String>, Header, description = "Batch id, if not in the body"),
     ),
-    request_body = BatchRequest,
+    request_body(content(
+        (BatchRequest = "application/json"),
+        (String = "text/csv", example = "R400,R410,R420,red_195,yellow_145\n0.41,0.39,0.35,1.2,0.3\n0.28,0.26,0.25,2.5,0.8\n"),
+    )),
     responses(
         (status = 202, description = "Stored and queued (or replayed)", body = BatchAccepted),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 404, description = "No such model", body = ErrorBody),
         (status = 409, description = "Batch id reused with different content", body = ErrorBody),
         (status = 413, description = "Body or row count over the limit", body = ErrorBody),
+        (status = 415, description = "Neither JSON nor CSV", body = ErrorBody),
         (status = 422, description = "Invalid rows", body = ErrorBody),
         (status = 503, description = "Database unavailable", body = ErrorBody),
     ))]
@@ -104,7 +110,7 @@ pub async fn ingest(
     State(app): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody,
+    body: BatchBody,
 ) -> Result<impl IntoResponse, ApiError> {
     let name = model_name(&name)?;
     let cached = app.cache.get(name.as_str()).map(|m| (m.id, m.spec.clone()));
@@ -114,8 +120,10 @@ pub async fn ingest(
         None => current_model(&app, &name).await?,
     };
     let limit = app.limits.max_rows_per_request;
-    check_rows(&body, "x", limit)?;
-    check_rows(&body, "y", limit)?;
+    if let BatchBody::Json(body) = &body {
+        check_rows(body, "x", limit)?;
+        check_rows(body, "y", limit)?;
+    }
     let key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(
@@ -127,7 +135,16 @@ pub async fn ingest(
     let parse_spec = spec.clone();
     let (batch, statistics) = tokio::task::spawn_blocking(move || {
         let spec = parse_spec;
-        let batch = NewBatch::parse(&body, &spec, key.as_deref())?;
+        let batch = match body {
+            BatchBody::Json(body) => NewBatch::parse(&body, &spec, key.as_deref())?,
+            BatchBody::Csv(bytes) => NewBatch::parse_csv(&bytes, &spec, key.as_deref(), limit)
+                .map_err(|e| match e {
+                    CsvError::Invalid(invalid) => ApiError::Invalid(invalid),
+                    too_many @ CsvError::TooManyRows(_) => {
+                        ApiError::PayloadTooLarge(too_many.to_string())
+                    }
+                })?,
+        };
         let config = spec.config();
         let stats = config
             .basis

@@ -15,29 +15,66 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let content_type = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let mime = content_type.split(';').next().unwrap_or("").trim();
+        let mime = media_type(&req);
         if !mime.eq_ignore_ascii_case("application/json") {
             return Err(ApiError::UnsupportedMediaType(format!(
-                "expected Content-Type: application/json, found {:?}",
-                content_type
+                "expected Content-Type: application/json, found {mime:?}"
             )));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge("the request body exceeds the configured limit".into())
-            } else {
-                ApiError::Malformed(format!("cannot read the request body: {rejection}"))
-            }
-        })?;
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))
+        parse_json(&read_body(req, state).await?).map(JsonBody)
     }
+}
+
+/// A batch body: JSON, or CSV for MES systems that export tables.
+pub enum BatchBody {
+    Json(Value),
+    Csv(Bytes),
+}
+
+impl<S: Send + Sync> FromRequest<S> for BatchBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let mime = media_type(&req);
+        if mime.eq_ignore_ascii_case("application/json") {
+            parse_json(&read_body(req, state).await?).map(BatchBody::Json)
+        } else if mime.eq_ignore_ascii_case("text/csv") {
+            Ok(BatchBody::Csv(read_body(req, state).await?))
+        } else {
+            Err(ApiError::UnsupportedMediaType(format!(
+                "expected Content-Type: application/json or text/csv, found {mime:?}"
+            )))
+        }
+    }
+}
+
+/// The media type of the request, without parameters.
+fn media_type(req: &Request) -> String {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_owned()
+}
+
+/// The whole body, within the configured size limit (413 above it).
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge("the request body exceeds the configured limit".into())
+        } else {
+            ApiError::Malformed(format!("cannot read the request body: {rejection}"))
+        }
+    })
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))
 }
 
 /// The number of rows in `body[key]` when it is an array, to enforce the per-request limit

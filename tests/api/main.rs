@@ -1,6 +1,7 @@
 //! API tests: the real application on a random port, a real PostgreSQL, a fresh database per
 //! test.
 
+mod csv_ingest;
 mod helpers;
 mod ingest;
 mod metrics;
