@@ -179,13 +179,12 @@ pub async fn ingest(
         }),
     )
         .into_response();
-    if !ingested.replayed {
-        app.metrics.batch_accepted(name.as_str());
-    }
     if ingested.replayed {
         response
             .headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    } else {
+        app.metrics.batch_accepted(name.as_str());
     }
     Ok(response)
 }

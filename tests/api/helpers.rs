@@ -132,6 +132,15 @@ pub async fn spawn_with(settings: Settings) -> TestApp {
 }
 
 impl TestApp {
+    /// The URL of the database `spawn_app` created.
+    pub fn database_url(&self) -> String {
+        self.database
+            .as_ref()
+            .expect("spawn_app's database")
+            .url
+            .clone()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.address, path)
     }

@@ -133,3 +133,27 @@ async fn mordant_migrate_applies_the_embedded_migrations() {
     assert_eq!(store.ready().await, Ok(()), "every migration is applied");
     store.pool().close().await;
 }
+
+#[tokio::test]
+async fn readyz_reports_a_missing_migration() {
+    let app = spawn_app().await;
+    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
+    let database = app.database_url();
+    let pool = sqlx::PgPool::connect(&database).await.expect("connect");
+    sqlx::query("DELETE FROM _sqlx_migrations")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let response = app.get("/readyz").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("migrations not applied"),
+        "{body}"
+    );
+    assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
+    pool.close().await;
+}
