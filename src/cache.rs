@@ -115,20 +115,17 @@ impl PosteriorCache {
     /// still served.
     pub async fn sync_all(&self, store: &Store) -> Result<(), StoreError> {
         let heads = store.heads().await?;
+        let live: HashSet<i64> = heads.iter().map(|h| h.id).collect();
         let stale: Vec<i64> = {
-            let mut inner = self.write();
-            let live: HashSet<i64> = heads.iter().map(|h| h.id).collect();
-            let gone: Vec<i64> = inner
+            let inner = self.read();
+            // Cached models missing from the list: deleted, or created after the list was read.
+            // `sync_model` tells which, from the database.
+            let missing = inner
                 .models
                 .values()
                 .map(|m| m.id)
-                .filter(|id| !live.contains(id))
-                .collect();
-            for id in gone {
-                inner.deleted.insert(id);
-                inner.models.retain(|_, m| m.id != id);
-            }
-            heads
+                .filter(|id| !live.contains(id));
+            let behind = heads
                 .iter()
                 .filter(|h| {
                     inner
@@ -136,8 +133,8 @@ impl PosteriorCache {
                         .get(&h.name)
                         .is_none_or(|m| (m.id, m.version) < (h.id, h.version))
                 })
-                .map(|h| h.id)
-                .collect()
+                .map(|h| h.id);
+            missing.chain(behind).collect()
         };
         for id in stale {
             match self.sync_model(store, id).await {

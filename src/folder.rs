@@ -208,7 +208,7 @@ async fn fold_claimed(
                 .await
                 .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
         };
-        let (v, _) = lock
+        let (v, created_at) = lock
             .write_version(
                 "fold",
                 None,
@@ -218,12 +218,14 @@ async fn fold_claimed(
             )
             .await?;
         lock.mark_folded(&plan.folded, v).await?;
-        version = Some(v);
+        version = Some((v, created_at));
         new_state = Some(state);
     }
     let (name, spec) = (lock.name.clone(), lock.spec.clone());
     lock.commit().await?;
-    let committed = chrono::Utc::now();
+    // Both times are the database's clock.
+    let committed = version.map_or_else(chrono::Utc::now, |(_, at)| at);
+    let version = version.map(|(v, _)| v);
     let lags: Vec<f64> = queued
         .iter()
         .filter(|b| plan.folded.contains(&b.seq))

@@ -84,12 +84,13 @@ impl Metrics {
                 .buckets(latency_buckets()),
         )?;
         registry.register(Box::new(fold_duration.clone()))?;
+        // Up to about 6 hours: an untrained model's batches wait for its first fit.
         let fold_lag = Histogram::with_opts(
             HistogramOpts::new(
                 "fold_lag_seconds",
                 "Time from a batch's acceptance to the commit of the version it was folded into.",
             )
-            .buckets(latency_buckets()),
+            .buckets(prometheus::exponential_buckets(0.005, 2.0, 23).unwrap_or_default()),
         )?;
         registry.register(Box::new(fold_lag.clone()))?;
         Ok(Self {
@@ -116,6 +117,18 @@ impl Metrics {
         self.http_duration
             .with_label_values(&[route, method])
             .observe(seconds);
+    }
+
+    /// Drops a deleted model's series.
+    pub fn forget_model(&self, model: &str) {
+        for family in [
+            &self.batches_accepted,
+            &self.batches_folded,
+            &self.batches_rejected,
+            &self.rows_folded,
+        ] {
+            let _ = family.remove_label_values(&[model]);
+        }
     }
 
     pub fn batch_accepted(&self, model: &str) {

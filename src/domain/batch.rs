@@ -43,6 +43,9 @@ impl BatchId {
 /// Why a CSV batch was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum CsvError {
+    /// Not readable as CSV (bad UTF-8, broken quoting).
+    #[error("{0}")]
+    Malformed(String),
     #[error(transparent)]
     Invalid(#[from] Invalid),
     #[error("too many rows: the limit is {0} per request")]
@@ -145,12 +148,14 @@ impl NewBatch {
             Some(key) => BatchId::parse(key)
                 .map_err(|e| Invalid::one("", format!("Idempotency-Key header {e}")))?,
         };
+        // Flexible: a row of the wrong length is reported with its number, not as a syntax error.
         let mut reader = csv::ReaderBuilder::new()
             .trim(csv::Trim::All)
+            .flexible(true)
             .from_reader(body);
         let header = reader
             .headers()
-            .map_err(|e| Invalid::one("/header", format!("cannot read the CSV header: {e}")))?
+            .map_err(|e| CsvError::Malformed(format!("cannot read the CSV header: {e}")))?
             .clone();
         let mut details = Details::default();
         // Where each column goes: (is_output, index).
@@ -197,9 +202,14 @@ impl NewBatch {
                 Ok(false) => break,
                 Ok(true) => {}
                 Err(e) => {
-                    details.push(format!("/rows/{rows}"), format!("unreadable CSV row: {e}"));
-                    break;
+                    return Err(CsvError::Malformed(format!(
+                        "unreadable CSV row {rows}: {e}"
+                    )));
                 }
+            }
+            // Spreadsheets end tables with lines of empty cells.
+            if record.iter().all(str::is_empty) {
+                continue;
             }
             if rows == max_rows {
                 return Err(CsvError::TooManyRows(max_rows));

@@ -361,6 +361,11 @@ fn column_names(
                 details.push(at, "must not be blank");
                 ok = false;
             }
+            // CSV headers are trimmed: a name with edge spaces could never be matched.
+            Value::String(s) if s.trim() != s => {
+                details.push(at, format!("must not start or end with spaces: {s:?}"));
+                ok = false;
+            }
             Value::String(s)
                 if s.chars().count() > MAX_COLUMN_NAME_LEN || s.chars().any(char::is_control) =>
             {

@@ -97,7 +97,7 @@ impl From<BatchRecord> for BatchView {
     )),
     responses(
         (status = 202, description = "Stored and queued (or replayed)", body = BatchAccepted),
-        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 400, description = "Malformed JSON or CSV", body = ErrorBody),
         (status = 404, description = "No such model", body = ErrorBody),
         (status = 409, description = "Batch id reused with different content", body = ErrorBody),
         (status = 413, description = "Body or row count over the limit", body = ErrorBody),
@@ -139,6 +139,7 @@ pub async fn ingest(
             BatchBody::Json(body) => NewBatch::parse(&body, &spec, key.as_deref())?,
             BatchBody::Csv(bytes) => NewBatch::parse_csv(&bytes, &spec, key.as_deref(), limit)
                 .map_err(|e| match e {
+                    CsvError::Malformed(message) => ApiError::MalformedCsv(message),
                     CsvError::Invalid(invalid) => ApiError::Invalid(invalid),
                     too_many @ CsvError::TooManyRows(_) => {
                         ApiError::PayloadTooLarge(too_many.to_string())

@@ -15,6 +15,9 @@ pub enum ApiError {
     /// The body is not JSON (or not UTF-8).
     #[error("{0}")]
     Malformed(String),
+    /// The body is not readable as CSV.
+    #[error("{0}")]
+    MalformedCsv(String),
     /// Well-formed JSON that does not describe a valid request.
     #[error(transparent)]
     Invalid(#[from] Invalid),
@@ -59,7 +62,7 @@ pub struct ErrorInfo {
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Malformed(_) => StatusCode::BAD_REQUEST,
+            Self::Malformed(_) | Self::MalformedCsv(_) => StatusCode::BAD_REQUEST,
             Self::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
@@ -74,6 +77,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Malformed(_) => "malformed_json",
+            Self::MalformedCsv(_) => "malformed_csv",
             Self::Invalid(_) => "invalid_input",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::NotFound(_) => "not_found",

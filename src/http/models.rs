@@ -187,6 +187,7 @@ pub async fn delete(
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
     app.cache.remove(id);
+    app.metrics.forget_model(name.as_str());
     Ok(StatusCode::NO_CONTENT)
 }
 

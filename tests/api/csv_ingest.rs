@@ -108,8 +108,19 @@ async fn csv_errors_name_the_column_or_cell() {
             "{body:?}: {path} missing from {paths:?}"
         );
     }
+    let not_utf8 = b"R400,R410,dye_0\n1,\xff,3\n".to_vec();
+    let r = app
+        .post_raw("/v1/models/lab/batches", "text/csv", not_utf8)
+        .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "not UTF-8");
+    let error: Value = r.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "malformed_csv");
     let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
     assert_eq!(model["pending_batches"], 0, "nothing was queued");
+    // Lines of empty cells, as spreadsheets write them, are not rows.
+    let r = post_csv(&app, None, "R400,R410,dye_0\n1,2,3\n,,\n\n".to_owned()).await;
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    assert_eq!(r.json::<Value>().await.unwrap()["rows"], 1);
     let r = app
         .post_raw("/v1/models/lab/batches", "application/xml", "<x/>")
         .await;

@@ -65,7 +65,7 @@ async fn an_invalid_specification_names_every_bad_field() {
             "/v1/models",
             &json!({
                 "name": "Cotton Reactive",
-                "features": ["R400", "R410", "R400", ""],
+                "features": ["R400", "R410", "R400", "", " R420"],
                 "outputs": ["red", "R410"],
                 "transform": "log",
                 "prior_variance": -1,
@@ -87,6 +87,7 @@ async fn an_invalid_specification_names_every_bad_field() {
         "/name",
         "/features/2",
         "/features/3",
+        "/features/4",
         "/outputs/1",
         "/transform",
         "/prior_variance",
