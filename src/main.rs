@@ -30,6 +30,12 @@ enum Command {
     Migrate,
     /// Print the OpenAPI document (the committed openapi/openapi.json is this output).
     Openapi,
+    /// Exit 0 when the service answers 200 at URL (the container's HEALTHCHECK).
+    Healthcheck {
+        /// An http:// URL, e.g. http://127.0.0.1:8080/healthz.
+        #[arg(long, default_value = "http://127.0.0.1:8080/healthz")]
+        url: String,
+    },
     /// Reproduce the paper's experiment on a CSV file and print the table of scores.
     Evaluate(EvaluateArgs),
 }
@@ -68,6 +74,7 @@ fn main() -> ExitCode {
         Command::Serve => run_async(serve),
         Command::Migrate => run_async(migrate),
         Command::Openapi => print_openapi(),
+        Command::Healthcheck { url } => healthcheck(&url),
         Command::Evaluate(args) => run_evaluate(args),
     };
     match result {
@@ -107,6 +114,36 @@ async fn migrate() -> anyhow::Result<()> {
     let store = Store::connect_lazy(&settings.database).context("invalid database URL")?;
     store.migrate().await.context("migration failed")?;
     tracing::info!("migrations applied");
+    Ok(())
+}
+
+/// A plain HTTP/1.0 GET with a 3 s timeout: the runtime image has no curl.
+fn healthcheck(url: &str) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    use std::net::{TcpStream, ToSocketAddrs};
+    use std::time::Duration;
+    let rest = url
+        .strip_prefix("http://")
+        .with_context(|| format!("{url:?} is not an http:// URL"))?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let address = authority
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {authority}"))?
+        .next()
+        .with_context(|| format!("{authority} has no address"))?;
+    let timeout = Duration::from_secs(3);
+    let mut stream = TcpStream::connect_timeout(&address, timeout)
+        .with_context(|| format!("cannot connect to {authority}"))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    write!(stream, "GET /{path} HTTP/1.0\r\nHost: {authority}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.take(64 * 1024).read_to_string(&mut response)?;
+    let status = response.lines().next().unwrap_or("");
+    anyhow::ensure!(
+        status.split(' ').nth(1) == Some("200"),
+        "unhealthy: {status:?}"
+    );
     Ok(())
 }
 

@@ -13,6 +13,26 @@ use prometheus::{
 use crate::cache::PosteriorCache;
 use crate::store::QueueDepth;
 
+/// Every metric family `/metrics` can show (dashboards are checked against this list, and the
+/// metrics test checks the list against a real scrape).
+pub const FAMILIES: &[&str] = &[
+    "mordant_http_requests_total",
+    "mordant_http_request_duration_seconds",
+    "mordant_batches_accepted_total",
+    "mordant_batches_folded_total",
+    "mordant_batches_rejected_total",
+    "mordant_rows_folded_total",
+    "mordant_fold_duration_seconds",
+    "mordant_fold_lag_seconds",
+    "mordant_queue_batches",
+    "mordant_queue_rows",
+    "mordant_model_version",
+    "mordant_model_observations",
+    "mordant_model_noise_variance",
+    "mordant_database_up",
+    "mordant_build_info",
+];
+
 /// Latency buckets from 0.5 ms to about 33 s.
 fn latency_buckets() -> Vec<f64> {
     prometheus::exponential_buckets(0.0005, 2.0, 17).unwrap_or_default()

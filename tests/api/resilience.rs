@@ -157,3 +157,25 @@ async fn readyz_reports_a_missing_migration() {
     assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
     pool.close().await;
 }
+
+#[tokio::test]
+async fn the_healthcheck_command_follows_the_service() {
+    let app = spawn_app().await;
+    let run = |url: String| async move {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+            .args(["healthcheck", "--url", &url])
+            .output()
+            .await
+            .expect("run mordant healthcheck")
+            .status
+            .success()
+    };
+    assert!(run(app.url("/healthz")).await, "healthy service");
+    assert!(!run(app.url("/no-such-page")).await, "a 404 is not healthy");
+    let address = app.address.clone();
+    app.stop().await;
+    assert!(
+        !run(format!("{address}/healthz")).await,
+        "a stopped service is not healthy"
+    );
+}
