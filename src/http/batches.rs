@@ -52,14 +52,19 @@ pub struct BatchAccepted {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct BatchView {
+    #[schema(example = "lot-2026-11-22-0042")]
     pub batch_id: String,
     /// `queued`, `folded` or `rejected`.
     #[schema(example = "folded")]
     pub status: String,
+    #[schema(example = 1028)]
     pub rows: i32,
+    #[schema(example = "2026-11-21T08:15:02.417Z")]
     pub received_at: DateTime<Utc>,
+    #[schema(example = "2026-11-21T08:15:02.489Z")]
     pub folded_at: Option<DateTime<Utc>>,
     /// The version the batch was folded into.
+    #[schema(example = 13)]
     pub version: Option<i64>,
     /// Why the batch was rejected.
     pub error: Option<String>,

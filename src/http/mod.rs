@@ -1,6 +1,7 @@
 //! The HTTP API (DESIGN.md §3): one module per resource, one error type, one router.
 
 pub mod batches;
+pub mod docs;
 pub mod error;
 pub mod extract;
 pub mod models;
@@ -54,7 +55,8 @@ pub struct AppState {
         batches::ingest, batches::status,
         predict::predict,
         versions::list, versions::restore, versions::refit,
-        ops::healthz, ops::readyz, ops::metrics, ops::openapi, ops::docs,
+        ops::healthz, ops::readyz, ops::metrics, ops::openapi,
+        docs::redirect, docs::page, docs::asset,
     ),
     tags(
         (name = "models", description = "Model specifications and posteriors"),
@@ -78,6 +80,7 @@ pub fn router(state: AppState) -> Router {
         .merge(predict::router())
         .merge(versions::router())
         .merge(ops::router())
+        .merge(docs::router())
         .route_layer(middleware::from_fn_with_state(metrics, track))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

@@ -70,19 +70,27 @@ pub struct ModelView {
     pub name: String,
     pub features: Vec<String>,
     pub outputs: Vec<String>,
+    #[schema(example = true)]
     pub intercept: bool,
     pub transform: TransformName,
     pub update: UpdateName,
     pub forgetting: Option<ForgettingSpec>,
+    #[schema(example = 1.0)]
     pub prior_variance: f64,
+    #[schema(example = 127)]
     pub first_fit_rows: u64,
     /// The current version; 0 while the model has not been trained.
+    #[schema(example = 13)]
     pub version: i64,
     /// Rows learnt (forgetting-weighted).
+    #[schema(example = 5140.0)]
     pub observations: f64,
     /// Batches waiting to be folded.
+    #[schema(example = 0)]
     pub pending_batches: i64,
+    #[schema(example = "2026-11-20T07:02:11.031Z")]
     pub created_at: DateTime<Utc>,
+    #[schema(example = "2026-11-21T08:15:02.417Z")]
     pub updated_at: DateTime<Utc>,
 }
 
@@ -197,8 +205,10 @@ pub struct OutputPosteriorView {
     #[schema(example = "reactive_red_195")]
     pub name: String,
     /// False while the output has too few informative rows (it then predicts 0).
+    #[schema(example = true)]
     pub trained: bool,
     /// σ², null while untrained.
+    #[schema(example = 0.0021)]
     pub noise_variance: Option<f64>,
     /// Posterior mean of each basis function's weight (same order as `basis`).
     pub coefficients: Vec<f64>,
@@ -210,7 +220,9 @@ pub struct OutputPosteriorView {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PosteriorView {
+    #[schema(example = "cotton-reactive")]
     pub model: String,
+    #[schema(example = 13)]
     pub version: i64,
     /// Basis function names: the features, then `intercept` if the model has one.
     pub basis: Vec<String>,

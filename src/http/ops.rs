@@ -1,10 +1,8 @@
-//! Operations endpoints: health, readiness, metrics, the OpenAPI document and its reference page.
-
-use std::fmt::Write;
+//! Operations endpoints: health, readiness, metrics and the OpenAPI document.
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::{Html, IntoResponse};
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
@@ -19,7 +17,6 @@ pub fn router() -> Router<AppState> {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
-        .route("/docs", get(docs))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -95,43 +92,4 @@ pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, A
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object)))]
 pub async fn openapi() -> impl IntoResponse {
     Json(ApiDoc::openapi())
-}
-
-/// A reference page of the API, self-contained (nothing is loaded from elsewhere).
-#[utoipa::path(get, path = "/docs", tag = "operations",
-    responses((status = 200, description = "HTML reference", content_type = "text/html", body = String)))]
-pub async fn docs() -> Html<String> {
-    let doc = ApiDoc::openapi();
-    let mut rows = String::new();
-    for (path, item) in &doc.paths.paths {
-        for (method, op) in [
-            ("GET", &item.get),
-            ("POST", &item.post),
-            ("PUT", &item.put),
-            ("DELETE", &item.delete),
-        ] {
-            if let Some(op) = op {
-                let summary = op.summary.clone().unwrap_or_default();
-                let _ = write!(
-                    rows,
-                    "<tr><td><code>{method}</code></td><td><code>{}</code></td><td>{}</td></tr>",
-                    escape(path),
-                    escape(&summary)
-                );
-            }
-        }
-    }
-    Html(format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>mordant API</title>\
-         <style>body{{font-family:sans-serif;margin:2em}}td{{padding:.2em 1em}}</style></head>\
-         <body><h1>mordant API {}</h1><p>The full document: <a href=\"/openapi.json\">/openapi.json</a>.</p>\
-         <table>{rows}</table></body></html>",
-        escape(&doc.info.version)
-    ))
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }

@@ -37,8 +37,10 @@ pub struct Prediction {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PredictResponse {
+    #[schema(example = "cotton-reactive")]
     pub model: String,
     /// The version the predictions come from.
+    #[schema(example = 13)]
     pub version: i64,
     pub predictions: Vec<Prediction>,
 }

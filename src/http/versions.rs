@@ -30,13 +30,16 @@ pub fn router() -> Router<AppState> {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct VersionView {
+    #[schema(example = 13)]
     pub version: i64,
+    #[schema(example = "2026-11-21T08:15:02.417Z")]
     pub created_at: DateTime<Utc>,
     /// `fold`, `restore` or `refit`.
     #[schema(example = "fold")]
     pub origin: String,
     /// For a restore: the version it copies.
     pub restored_from: Option<i64>,
+    #[schema(example = 5140.0)]
     pub observations: f64,
     /// Batches folded into this version, in arrival order.
     pub batches: Vec<String>,
@@ -60,6 +63,7 @@ impl From<VersionRecord> for VersionView {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct VersionList {
+    #[schema(example = "cotton-reactive")]
     pub model: String,
     pub versions: Vec<VersionView>,
 }

@@ -2,10 +2,12 @@
 //! test.
 
 mod csv_ingest;
+mod docs;
 mod helpers;
 mod ingest;
 mod metrics;
 mod models;
+mod readme;
 mod replicas;
 mod resilience;
 mod validation;
