@@ -12,9 +12,10 @@ use std::time::Duration;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::KeyRing;
 use crate::domain::ModelSpec;
 use crate::estimator::{ModelConfig, ModelState, codec};
-use crate::store::{MODELS_CHANNEL, Store, StoreError};
+use crate::store::{KEYS_CHANNEL, MODELS_CHANNEL, Store, StoreError};
 
 /// One model as predict sees it.
 #[derive(Debug)]
@@ -175,10 +176,12 @@ impl PosteriorCache {
     }
 }
 
-/// Keeps `cache` current until `shutdown`: a full sync at start and every `poll`, and a sync
-/// of one model whenever a notification names it. Database errors are logged and retried.
+/// Keeps `cache` and `keys` current until `shutdown`: a full sync at start and every `poll`, a
+/// sync of one model whenever a notification names it, and of the keys when they change.
+/// Database errors are logged and retried.
 pub async fn follow(
     cache: Arc<PosteriorCache>,
+    keys: Arc<KeyRing>,
     store: Store,
     poll: Duration,
     max_backoff: Duration,
@@ -187,7 +190,7 @@ pub async fn follow(
     let mut backoff = Duration::from_millis(100);
     loop {
         let mut listener = match PgListener::connect_with(store.pool()).await {
-            Ok(mut l) => match l.listen(MODELS_CHANNEL).await {
+            Ok(mut l) => match l.listen_all([MODELS_CHANNEL, KEYS_CHANNEL]).await {
                 Ok(()) => l,
                 Err(e) => {
                     tracing::warn!(error = %e, "cache: cannot listen for new versions");
@@ -206,9 +209,7 @@ pub async fn follow(
             }
         };
         // Armed before syncing, so no version written meanwhile is missed.
-        if let Err(e) = cache.sync_all(&store).await {
-            tracing::warn!(error = %e, "cache: sync failed");
-        }
+        sync_everything(&cache, &keys, &store, "sync").await;
         backoff = Duration::from_millis(100);
         let mut ticks = tokio::time::interval(poll);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -216,12 +217,13 @@ pub async fn follow(
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = ticks.tick() => {
-                    if let Err(e) = cache.sync_all(&store).await {
-                        tracing::warn!(error = %e, "cache: periodic sync failed");
-                    }
-                }
+                _ = ticks.tick() => sync_everything(&cache, &keys, &store, "periodic sync").await,
                 notification = listener.try_recv() => match notification {
+                    Ok(Some(n)) if n.channel() == KEYS_CHANNEL => {
+                        if let Err(e) = sync_keys(&keys, &store).await {
+                            tracing::warn!(error = %e, "cache: API key sync failed");
+                        }
+                    }
                     Ok(Some(n)) => {
                         let Ok(id) = n.payload().parse::<i64>() else { continue };
                         if let Err(e) = cache.sync_model(&store, id).await {
@@ -230,9 +232,7 @@ pub async fn follow(
                     }
                     // The connection was lost and re-established: notifications may be lost.
                     Ok(None) => {
-                        if let Err(e) = cache.sync_all(&store).await {
-                            tracing::warn!(error = %e, "cache: sync after reconnect failed");
-                        }
+                        sync_everything(&cache, &keys, &store, "sync after reconnect").await;
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "cache: notification listener failed");
@@ -244,6 +244,24 @@ pub async fn follow(
         if sleep_or_stop(&shutdown, &mut backoff, max_backoff).await {
             return;
         }
+    }
+}
+
+/// Syncs every model and the API keys, logging what fails.
+async fn sync_everything(cache: &PosteriorCache, keys: &KeyRing, store: &Store, what: &str) {
+    if let Err(e) = cache.sync_all(store).await {
+        tracing::warn!(error = %e, "cache: {what} of the models failed");
+    }
+    if let Err(e) = sync_keys(keys, store).await {
+        tracing::warn!(error = %e, "cache: {what} of the API keys failed");
+    }
+}
+
+async fn sync_keys(keys: &KeyRing, store: &Store) -> Result<(), StoreError> {
+    if keys.is_enforced() {
+        keys.sync(store).await
+    } else {
+        Ok(())
     }
 }
 

@@ -42,7 +42,11 @@ impl Environment {
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct Settings {
+    /// Set from `MORDANT_ENV` by [`Settings::load`], not from the files.
+    #[serde(skip, default = "development")]
+    pub environment: Environment,
     pub server: ServerSettings,
+    pub auth: AuthSettings,
     pub database: DatabaseSettings,
     pub limits: Limits,
     pub folder: FolderSettings,
@@ -50,9 +54,43 @@ pub struct Settings {
     pub log: LogSettings,
 }
 
+fn development() -> Environment {
+    Environment::Development
+}
+
 #[derive(Clone, Debug, Deserialize)]
 pub struct ServerSettings {
     pub addr: String,
+    /// Where `/metrics` is served when not on `addr` (empty: on `addr`).
+    pub metrics_addr: String,
+    /// Origins allowed by CORS; `*` for any.
+    pub cors_origins: Vec<String>,
+}
+
+#[derive(Clone, Deserialize)]
+pub struct AuthSettings {
+    /// The bootstrap admin key; empty for none.
+    pub admin_key: String,
+}
+
+impl AuthSettings {
+    pub fn admin_key(&self) -> Option<&str> {
+        Some(self.admin_key.as_str()).filter(|k| !k.is_empty())
+    }
+}
+
+impl fmt::Debug for AuthSettings {
+    // A key is a secret: never print it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = if self.admin_key.is_empty() {
+            "<none>"
+        } else {
+            "<redacted>"
+        };
+        f.debug_struct("AuthSettings")
+            .field("admin_key", &key)
+            .finish()
+    }
 }
 
 #[derive(Clone, Deserialize)]
@@ -79,6 +117,7 @@ impl fmt::Debug for DatabaseSettings {
 pub struct Limits {
     pub max_body_bytes: usize,
     pub max_rows_per_request: usize,
+    pub request_timeout_secs: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -86,6 +125,7 @@ pub struct FolderSettings {
     pub enabled: bool,
     pub poll_interval_ms: u64,
     pub max_backoff_secs: u64,
+    pub max_concurrent_folds: usize,
 }
 
 impl FolderSettings {
@@ -138,7 +178,9 @@ impl Settings {
                 config::Environment::with_prefix("MORDANT")
                     .prefix_separator("__")
                     .separator("__")
-                    .try_parsing(true),
+                    .try_parsing(true)
+                    .list_separator(",")
+                    .with_list_parse_key("server.cors_origins"),
             );
         if let Ok(url) = std::env::var("DATABASE_URL") {
             builder = builder.set_override("database.url", url)?;
@@ -146,9 +188,46 @@ impl Settings {
         if let Ok(addr) = std::env::var("MORDANT_ADDR") {
             builder = builder.set_override("server.addr", addr)?;
         }
-        builder
+        let mut settings: Self = builder
             .build()
             .and_then(|c| c.try_deserialize())
-            .with_context(|| format!("invalid configuration (directory {})", dir.display()))
+            .with_context(|| format!("invalid configuration (directory {})", dir.display()))?;
+        settings.environment = environment;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Refuses settings the service cannot run with, naming the setting.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        match self.auth.admin_key() {
+            None if self.environment == Environment::Production => anyhow::bail!(
+                "MORDANT_ENV=production needs a bootstrap admin key: set MORDANT__AUTH__ADMIN_KEY \
+                 (at least {} characters, e.g. from `openssl rand -hex 32`)",
+                crate::auth::MIN_CONFIGURED_KEY_LEN
+            ),
+            Some(key) if key.chars().count() < crate::auth::MIN_CONFIGURED_KEY_LEN => {
+                anyhow::bail!(
+                    "auth.admin_key is too short: at least {} characters",
+                    crate::auth::MIN_CONFIGURED_KEY_LEN
+                )
+            }
+            Some(key) if key.trim() != key || key.contains(char::is_whitespace) => {
+                anyhow::bail!("auth.admin_key must not contain spaces")
+            }
+            _ => {}
+        }
+        anyhow::ensure!(
+            self.folder.max_concurrent_folds >= 1,
+            "folder.max_concurrent_folds must be at least 1"
+        );
+        anyhow::ensure!(
+            self.limits.request_timeout_secs >= 1,
+            "limits.request_timeout_secs must be at least 1"
+        );
+        anyhow::ensure!(
+            self.limits.max_rows_per_request >= 1 && self.limits.max_body_bytes >= 1,
+            "limits.max_rows_per_request and limits.max_body_bytes must be at least 1"
+        );
+        Ok(())
     }
 }

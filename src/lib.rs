@@ -5,6 +5,7 @@
 //! learns queued batches, the posterior [`cache`] predict reads, and the [`http`] API, put
 //! together by [`startup`].
 
+pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod domain;

@@ -1,6 +1,7 @@
 //! Building and running the application: the listener, the database, the folder, the cache
 //! follower, and graceful shutdown.
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::KeyRing;
 use crate::cache::{self, PosteriorCache};
 use crate::config::Settings;
 use crate::folder;
@@ -19,6 +21,8 @@ use crate::store::Store;
 /// A bound, migrated application, ready to run.
 pub struct Application {
     listener: TcpListener,
+    /// `/metrics` on its own address (`server.metrics_addr`).
+    metrics_listener: Option<TcpListener>,
     state: AppState,
     settings: Settings,
 }
@@ -39,18 +43,45 @@ impl Application {
         if let Err(e) = cache.sync_all(&store).await {
             tracing::warn!(error = %e, "cannot load the models into the posterior cache yet");
         }
+        settings.validate()?;
+        let keys = Arc::new(match settings.auth.admin_key() {
+            Some(key) => KeyRing::enforced(Some(key)),
+            None => {
+                tracing::warn!(
+                    "NO ADMIN KEY CONFIGURED: the API is open to anyone who can reach it. \
+                     This is allowed in development only; set MORDANT__AUTH__ADMIN_KEY to \
+                     require API keys."
+                );
+                KeyRing::open()
+            }
+        });
+        if keys.is_enforced()
+            && let Err(e) = keys.sync(&store).await
+        {
+            tracing::warn!(error = %e, "cannot load the API keys yet (only the admin key works)");
+        }
         let listener = TcpListener::bind(&settings.server.addr)
             .await
             .with_context(|| format!("cannot listen on {}", settings.server.addr))?;
+        let metrics_listener = match settings.server.metrics_addr.as_str() {
+            "" => None,
+            addr => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen for /metrics on {addr}"))?,
+            ),
+        };
         let metrics = Arc::new(Metrics::new().context("cannot register the metrics")?);
         let state = AppState {
             store,
             cache,
             metrics,
+            keys,
             limits: settings.limits.clone(),
         };
         Ok(Self {
             listener,
+            metrics_listener,
             state,
             settings,
         })
@@ -63,6 +94,13 @@ impl Application {
             .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
+    /// Where `/metrics` is served when it has its own address.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
     pub fn store(&self) -> &Store {
         &self.state.store
     }
@@ -72,6 +110,7 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let Self {
             listener,
+            metrics_listener,
             state,
             settings,
         } = self;
@@ -79,28 +118,50 @@ impl Application {
         let background = CancellationToken::new();
         let follower = tokio::spawn(cache::follow(
             state.cache.clone(),
+            state.keys.clone(),
             state.store.clone(),
             Duration::from_millis(settings.cache.poll_interval_ms.max(1)),
             settings.folder.max_backoff(),
             background.clone(),
         ));
-        let folder = settings.folder.enabled.then(|| {
-            tokio::spawn(folder::run(
-                state.store.clone(),
-                state.cache.clone(),
-                state.metrics.clone(),
-                settings.folder.clone(),
-                background.clone(),
-            ))
+        // Each worker claims a different model (`SKIP LOCKED`), so up to
+        // `max_concurrent_folds` models are folded at once.
+        let workers = if settings.folder.enabled {
+            settings.folder.max_concurrent_folds
+        } else {
+            0
+        };
+        let folders: Vec<_> = (0..workers)
+            .map(|_| {
+                tokio::spawn(folder::run(
+                    state.store.clone(),
+                    state.cache.clone(),
+                    state.metrics.clone(),
+                    settings.folder.clone(),
+                    background.clone(),
+                ))
+            })
+            .collect();
+        let metrics_server = metrics_listener.map(|listener| {
+            tracing::info!(addr = ?listener.local_addr().ok(), "/metrics listening");
+            let app = http::metrics_router(state.clone());
+            tokio::spawn(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+                    .into_future(),
+            )
         });
-        let app = http::router(state);
+        let app = http::router(state, &settings.server)?;
         let server =
             axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
         let result = server.await.context("server failed");
-        // The folder finishes the fold it is in, then stops.
+        // The folders finish the fold they are in, then stop.
         background.cancel();
-        if let Some(folder) = folder {
+        for folder in folders {
             let _ = folder.await;
+        }
+        if let Some(server) = metrics_server {
+            let _ = server.await;
         }
         let _ = follower.await;
         tracing::info!("mordant stopped");

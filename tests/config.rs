@@ -13,10 +13,36 @@ fn layers_apply_in_order() {
         std::env::remove_var("DATABASE_URL");
         std::env::remove_var("MORDANT_ADDR");
         std::env::remove_var("MORDANT__LIMITS__MAX_ROWS_PER_REQUEST");
+        std::env::remove_var("MORDANT__AUTH__ADMIN_KEY");
     }
     let development = Settings::load_from(&dir, Environment::Development).unwrap();
     assert_eq!(development.server.addr, "127.0.0.1:8080");
     assert_eq!(development.log.format, LogFormat::Pretty);
+    assert_eq!(
+        development.auth.admin_key(),
+        None,
+        "development may run open"
+    );
+
+    // Production refuses to start without a bootstrap admin key, and says how to set one.
+    let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
+    assert!(
+        format!("{error:#}").contains("MORDANT__AUTH__ADMIN_KEY"),
+        "{error:#}"
+    );
+    unsafe { std::env::set_var("MORDANT__AUTH__ADMIN_KEY", "short") };
+    let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
+    assert!(format!("{error:#}").contains("too short"), "{error:#}");
+    unsafe {
+        std::env::set_var(
+            "MORDANT__AUTH__ADMIN_KEY",
+            "k3y-material-that-is-long-enough-0123456789",
+        );
+        std::env::set_var(
+            "MORDANT__SERVER__CORS_ORIGINS",
+            "https://colour.plant.example,https://lab.plant.example",
+        );
+    }
     let production = Settings::load_from(&dir, Environment::Production).unwrap();
     assert_eq!(
         production.server.addr, "0.0.0.0:8080",
@@ -38,6 +64,14 @@ fn layers_apply_in_order() {
         !format!("{settings:?}").contains("secret"),
         "the database password never appears in logs"
     );
+    assert!(
+        !format!("{settings:?}").contains("k3y-material"),
+        "the admin key never appears in logs"
+    );
+    assert_eq!(
+        settings.server.cors_origins,
+        ["https://colour.plant.example", "https://lab.plant.example"]
+    );
 
     unsafe { std::env::set_var("MORDANT__LIMITS__MAX_ROWS_PER_REQUEST", "many") };
     let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
@@ -45,4 +79,18 @@ fn layers_apply_in_order() {
         format!("{error:#}").contains("max_rows_per_request"),
         "{error:#}"
     );
+
+    // The binary itself refuses to serve in production without a key, before touching the
+    // database, and names the setting.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+        .arg("serve")
+        .env_clear()
+        .env("MORDANT_ENV", "production")
+        .env("MORDANT_CONFIG_DIR", &dir)
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("MORDANT__AUTH__ADMIN_KEY"), "{stderr}");
 }

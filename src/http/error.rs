@@ -34,6 +34,15 @@ pub enum ApiError {
     NotTrained(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// No API key, or an unknown or revoked one.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A valid API key without the scope the endpoint needs.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The request took longer than the configured limit.
+    #[error("{0}")]
+    Timeout(String),
     /// The database is unreachable: retry later.
     #[error("the database is unavailable, retry later")]
     Unavailable,
@@ -69,7 +78,9 @@ impl ApiError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict(_) | Self::NotTrained(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Timeout(_) | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -85,6 +96,9 @@ impl ApiError {
             Self::Conflict(_) => "conflict",
             Self::NotTrained(_) => "model_not_trained",
             Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::Unauthorized(_) => "unauthorized",
+            Self::Forbidden(_) => "forbidden",
+            Self::Timeout(_) => "timeout",
             Self::Unavailable => "database_unavailable",
             Self::Internal(_) => "internal",
         }
@@ -131,6 +145,11 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()

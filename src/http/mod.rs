@@ -1,9 +1,11 @@
 //! The HTTP API (DESIGN.md §3): one module per resource, one error type, one router.
 
+pub mod auth;
 pub mod batches;
 pub mod docs;
 pub mod error;
 pub mod extract;
+pub mod keys;
 pub mod models;
 pub mod ops;
 pub mod predict;
@@ -11,26 +13,30 @@ pub mod versions;
 
 use std::sync::Arc;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, MatchedPath, State};
-use axum::http::{HeaderName, Request};
+use axum::http::{HeaderName, HeaderValue, Method, Request, header};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::response::Response;
+use axum::routing::get;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 use utoipa::OpenApi;
 
+use crate::auth::KeyRing;
 use crate::cache::PosteriorCache;
-use crate::config::Limits;
+use crate::config::{Limits, ServerSettings};
 use crate::domain::ModelName;
 use crate::metrics::Metrics;
 use crate::store::Store;
+use auth::SecurityAddon;
 use error::ApiError;
 
 /// What every handler can reach.
@@ -39,6 +45,7 @@ pub struct AppState {
     pub store: Store,
     pub cache: Arc<PosteriorCache>,
     pub metrics: Arc<Metrics>,
+    pub keys: Arc<KeyRing>,
     pub limits: Limits,
 }
 
@@ -55,6 +62,7 @@ pub struct AppState {
         batches::ingest, batches::status,
         predict::predict,
         versions::list, versions::restore, versions::refit,
+        keys::create, keys::list, keys::revoke,
         ops::healthz, ops::readyz, ops::metrics, ops::openapi,
         docs::redirect, docs::page, docs::asset,
     ),
@@ -63,24 +71,40 @@ pub struct AppState {
         (name = "batches", description = "Observation batches (the learning queue)"),
         (name = "predict", description = "Concentrations with their uncertainty"),
         (name = "versions", description = "Model history, restore and refit"),
+        (name = "keys", description = "API keys and their scopes (admin)"),
         (name = "operations", description = "Health, readiness, metrics, documentation"),
-    )
+    ),
+    modifiers(&SecurityAddon),
 )]
 pub struct ApiDoc;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The application's router with its middleware.
-pub fn router(state: AppState) -> Router {
+/// The application's router with its middleware. `/metrics` is on it unless
+/// `server.metrics_addr` moves it to [`metrics_router`].
+pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router> {
     let body_limit = state.limits.max_body_bytes;
+    let timeout = Duration::from_secs(state.limits.request_timeout_secs);
     let metrics = state.metrics.clone();
-    Router::new()
+    let mut api = Router::new()
         .merge(models::router())
         .merge(batches::router())
         .merge(predict::router())
         .merge(versions::router())
+        .merge(keys::router())
         .merge(ops::router())
-        .merge(docs::router())
+        .merge(docs::router());
+    if server.metrics_addr.is_empty() {
+        api = api.route("/metrics", get(ops::metrics));
+    }
+    let router = api
+        // Order matters: the last route layer runs first. Requests are counted and timed
+        // (even those refused), then checked for a key, then given their time limit.
+        .route_layer(middleware::from_fn_with_state(timeout, limit_time))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ))
         .route_layer(middleware::from_fn_with_state(metrics, track))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -109,7 +133,72 @@ pub fn router(state: AppState) -> Router {
                 .on_response(DefaultOnResponse::new().level(Level::INFO)),
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid));
+    Ok(match cors(&server.cors_origins)? {
+        Some(cors) => router.layer(cors),
+        None => router,
+    })
+}
+
+/// `/metrics` alone, for `server.metrics_addr`.
+pub fn metrics_router(state: AppState) -> Router {
+    let metrics = state.metrics.clone();
+    Router::new()
+        .route("/metrics", get(ops::metrics))
+        .route_layer(middleware::from_fn_with_state(metrics, track))
+        .fallback(|| async { ApiError::NotFound("this listener serves /metrics only".into()) })
+        .with_state(state)
+}
+
+/// The CORS layer for `origins` (`None` when there are none: browsers then refuse other
+/// origins, as they do by default).
+fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let list = origins
+            .iter()
+            .map(|o| {
+                HeaderValue::from_str(o.trim_end_matches('/'))
+                    .map_err(|_| anyhow::anyhow!("server.cors_origins: {o:?} is not an origin"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        AllowOrigin::list(list)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("idempotency-key"),
+                REQUEST_ID,
+            ])
+            .expose_headers([
+                REQUEST_ID,
+                HeaderName::from_static("idempotent-replayed"),
+                header::RETRY_AFTER,
+            ])
+            .max_age(Duration::from_secs(600)),
+    ))
+}
+
+/// Answers `503 timeout` when a request (its body included) takes longer than the limit.
+/// A batch whose request timed out may still have been stored: its retry with the same id is
+/// answered from the stored batch.
+async fn limit_time(State(limit): State<Duration>, request: Request<Body>, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Timeout(format!(
+            "the request took longer than the limit of {} s",
+            limit.as_secs()
+        ))
+        .into_response(),
+    }
 }
 
 /// Counts and times every request by its matched route.

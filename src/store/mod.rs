@@ -3,11 +3,13 @@
 //! All SQL of the service lives here. Two channels carry notifications (delivered on commit):
 //! [`BATCHES_CHANNEL`] when a batch is queued (wakes the folders) and [`MODELS_CHANNEL`] when a
 //! model is created, deleted or gets a new version (keeps every replica's posterior cache
-//! current). Both carry the model's id.
+//! current). Both carry the model's id. A third, `KEYS_CHANNEL`, announces API key changes.
 
 mod fold;
+mod keys;
 
 pub use fold::{ModelLock, QueuedBatch};
+pub use keys::{KEYS_CHANNEL, KeyRecord};
 
 use std::time::Duration;
 

@@ -99,6 +99,8 @@ pub fn test_settings(database_url: &str) -> Settings {
 
 pub struct TestApp {
     pub address: String,
+    /// `http://host:port` of the `/metrics` listener, when it has its own.
+    pub metrics_address: Option<String>,
     /// The database `spawn_app` made for this application (dropped after it stops).
     database: Option<TestDatabase>,
     pub client: reqwest::Client,
@@ -108,8 +110,15 @@ pub struct TestApp {
 
 /// The application on a fresh database.
 pub async fn spawn_app() -> TestApp {
+    spawn_configured(|_| {}).await
+}
+
+/// The application on a fresh database, with settings changed by `configure`.
+pub async fn spawn_configured(configure: impl FnOnce(&mut Settings)) -> TestApp {
     let database = fresh_database().await;
-    let mut app = spawn_with(test_settings(&database.url)).await;
+    let mut settings = test_settings(&database.url);
+    configure(&mut settings);
+    let mut app = spawn_with(settings).await;
     app.database = Some(database);
     app
 }
@@ -120,10 +129,12 @@ pub async fn spawn_with(settings: Settings) -> TestApp {
         .await
         .expect("build application");
     let address = format!("http://{}", app.local_addr());
+    let metrics_address = app.metrics_addr().map(|a| format!("http://{a}"));
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     TestApp {
         address,
+        metrics_address,
         database: None,
         client: reqwest::Client::new(),
         shutdown,

@@ -1,10 +1,12 @@
 //! API tests: the real application on a random port, a real PostgreSQL, a fresh database per
 //! test.
 
+mod auth;
 mod csv_ingest;
 mod docs;
 mod helpers;
 mod ingest;
+mod limits;
 mod metrics;
 mod models;
 mod readme;

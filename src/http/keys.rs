@@ -1,0 +1,221 @@
+//! `/v1/keys`: create (the key is shown once), list and revoke API keys. Admin only.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody};
+use super::extract::JsonBody;
+use crate::auth::{self, Principal, Scope};
+use crate::domain::{Details, Invalid, describe};
+use crate::store::KeyRecord;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/keys", get(list).post(create))
+        .route("/v1/keys/{id}", delete(revoke))
+}
+
+/// Longest key name.
+const MAX_NAME_CHARS: usize = 100;
+
+/// Body of `POST /v1/keys`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"name": "mes-line-3", "scopes": ["ingest"]}))]
+pub struct CreateKey {
+    /// What the key is for (1 to 100 characters).
+    pub name: String,
+    /// `admin`, `ingest` and/or `predict`.
+    pub scopes: Vec<Scope>,
+}
+
+/// A key as listed (never its secret).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyView {
+    #[schema(example = 3)]
+    pub id: i64,
+    #[schema(example = "mes-line-3")]
+    pub name: String,
+    /// The first characters of the key.
+    #[schema(example = "mdk_5f1c09ab")]
+    pub prefix: String,
+    pub scopes: Vec<Scope>,
+    #[schema(example = "2026-11-22T08:00:00Z")]
+    pub created_at: DateTime<Utc>,
+    #[schema(example = json!(null))]
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<KeyRecord> for KeyView {
+    fn from(k: KeyRecord) -> Self {
+        Self {
+            id: k.id,
+            name: k.name,
+            prefix: k.prefix,
+            scopes: k.scopes,
+            created_at: k.created_at,
+            revoked_at: k.revoked_at,
+        }
+    }
+}
+
+/// A new key: the only time its secret is shown.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NewKey {
+    /// The key to send as `Authorization: Bearer <key>`. Store it now: it cannot be shown again.
+    #[schema(example = "mdk_5f1c09ab3e…")]
+    pub key: String,
+    #[serde(flatten)]
+    pub view: KeyView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyList {
+    pub keys: Vec<KeyView>,
+}
+
+/// Create an API key; its secret is in this response only.
+#[utoipa::path(post, path = "/v1/keys", tag = "keys",
+    request_body = CreateKey,
+    responses(
+        (status = 201, description = "Created; `key` is shown only now", body = NewKey),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 422, description = "Invalid name or scopes", body = ErrorBody),
+    ))]
+pub async fn create(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<impl IntoResponse, ApiError> {
+    let (name, scopes) = parse_create(&body)?;
+    let key = auth::generate_key()
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("no random bytes for a key: {e}")))?;
+    let hash = auth::hash_key(&key);
+    let record = app
+        .store
+        .create_key(&name, &auth::display_prefix(&key), &hash, &scopes)
+        .await?;
+    app.keys.insert(
+        hash,
+        Principal {
+            key_id: Some(record.id),
+            name: record.name.clone(),
+            scopes: record.scopes.clone(),
+        },
+    );
+    tracing::info!(key_id = record.id, name = %record.name, scopes = ?record.scopes, "API key created");
+    Ok((
+        StatusCode::CREATED,
+        Json(NewKey {
+            key,
+            view: record.into(),
+        }),
+    ))
+}
+
+/// List API keys, revoked ones included (never their secrets).
+#[utoipa::path(get, path = "/v1/keys", tag = "keys",
+    responses((status = 200, description = "Every key, oldest first", body = KeyList)))]
+pub async fn list(State(app): State<AppState>) -> Result<Json<KeyList>, ApiError> {
+    let keys = app.store.list_keys().await?;
+    Ok(Json(KeyList {
+        keys: keys.into_iter().map(KeyView::from).collect(),
+    }))
+}
+
+/// Revoke an API key (at once on this replica, within a notification on the others).
+#[utoipa::path(delete, path = "/v1/keys/{id}", tag = "keys",
+    params(("id" = i64, Path, description = "Key id")),
+    responses(
+        (status = 200, description = "Revoked (revoking again changes nothing)", body = KeyView),
+        (status = 404, description = "No such key", body = ErrorBody),
+    ))]
+pub async fn revoke(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<KeyView>, ApiError> {
+    let not_found = || ApiError::NotFound(format!("no API key with id {id:?}"));
+    let key_id: i64 = id.parse().map_err(|_| not_found())?;
+    let record = app.store.revoke_key(key_id).await?.ok_or_else(not_found)?;
+    app.keys.revoke(key_id);
+    tracing::info!(key_id, name = %record.name, "API key revoked");
+    Ok(Json(record.into()))
+}
+
+fn parse_create(body: &Value) -> Result<(String, Vec<Scope>), ApiError> {
+    let Some(object) = body.as_object() else {
+        let problem = format!("must be an object, found {}", describe(body));
+        return Err(Invalid::one("", format!("invalid key: {problem}")).into());
+    };
+    let mut details = Details::default();
+    for field in object.keys() {
+        if !matches!(field.as_str(), "name" | "scopes") {
+            details.push(
+                format!("/{}", crate::domain::pointer_token(field)),
+                "unknown field (expected name, scopes)",
+            );
+        }
+    }
+    let name = match object.get("name") {
+        Some(Value::String(s)) if s.trim().is_empty() => {
+            details.push("/name", "must not be empty");
+            String::new()
+        }
+        Some(Value::String(s)) if s.chars().count() > MAX_NAME_CHARS => {
+            details.push(
+                "/name",
+                format!("must be at most {MAX_NAME_CHARS} characters"),
+            );
+            String::new()
+        }
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            details.push(
+                "/name",
+                format!("must be a string, found {}", describe(other)),
+            );
+            String::new()
+        }
+        None => {
+            details.push("/name", "is required");
+            String::new()
+        }
+    };
+    let mut scopes = Vec::new();
+    match object.get("scopes") {
+        Some(Value::Array(items)) if items.is_empty() => {
+            details.push("/scopes", "must name at least one scope");
+        }
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str().and_then(Scope::parse) {
+                    Some(s) if scopes.contains(&s) => {
+                        details.push(format!("/scopes/{i}"), format!("{s} is listed twice"));
+                    }
+                    Some(s) => scopes.push(s),
+                    None => details.push(
+                        format!("/scopes/{i}"),
+                        format!(
+                            "must be \"admin\", \"ingest\" or \"predict\", found {}",
+                            describe(item)
+                        ),
+                    ),
+                }
+            }
+        }
+        Some(other) => details.push(
+            "/scopes",
+            format!("must be an array of scopes, found {}", describe(other)),
+        ),
+        None => details.push("/scopes", "is required"),
+    }
+    details.finish("invalid key")?;
+    scopes.sort();
+    Ok((name, scopes))
+}

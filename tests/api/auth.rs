@@ -1,0 +1,451 @@
+//! API keys and scopes: every endpoint against every kind of caller, the key lifecycle
+//! (shown once, stored hashed, revoked at once and on other replicas), CORS and the separate
+//! metrics listener.
+
+use std::time::Duration;
+
+use mordant::auth::Scope;
+use mordant::http::auth::{Access, POLICY};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::helpers::{fresh_database, spawn_configured, spawn_with, test_settings, wait_until};
+
+const ADMIN_KEY: &str = "test-bootstrap-admin-key-0123456789abcdef";
+
+fn model_spec() -> Value {
+    json!({"name": "cotton", "features": ["R400", "R410"], "outputs": ["red"]})
+}
+
+/// A request to `route` (placeholders filled in) with a body that the endpoint accepts.
+fn concrete(route: &str, key_id: i64) -> (String, Option<Value>) {
+    let path = route
+        .replace("{name}", "cotton")
+        .replace("{batch_id}", "lot-1")
+        .replace("{version}", "1")
+        .replace("{id}", &key_id.to_string())
+        .replace("{file}", "swagger-ui.css");
+    let body = match route {
+        "/v1/models" => Some(model_spec()),
+        "/v1/models/{name}/batches" => Some(json!({
+            "batch_id": "lot-2",
+            "x": [[0.4, 0.3], [0.2, 0.5], [0.7, 0.1], [0.3, 0.3]],
+            "y": [[1.0], [2.0], [0.5], [1.5]],
+        })),
+        "/v1/models/{name}/predict" => Some(json!({"x": [[0.4, 0.3]]})),
+        "/v1/keys" => Some(json!({"name": "spare", "scopes": ["predict"]})),
+        _ => None,
+    };
+    (path, body)
+}
+
+async fn call(
+    client: &reqwest::Client,
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    key: Option<&str>,
+) -> reqwest::Response {
+    let mut request = client.request(
+        Method::from_bytes(method.as_bytes()).unwrap(),
+        format!("{base}{path}"),
+    );
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    request.send().await.unwrap()
+}
+
+async fn new_key(app: &crate::helpers::TestApp, name: &str, scopes: &[&str]) -> (i64, String) {
+    let response = call(
+        &app.client,
+        &app.address,
+        "POST",
+        "/v1/keys",
+        Some(&json!({"name": name, "scopes": scopes})),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let body: Value = response.json().await.unwrap();
+    (
+        body["id"].as_i64().unwrap(),
+        body["key"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn every_endpoint_against_every_scope() {
+    let app = spawn_configured(|s| s.auth.admin_key = ADMIN_KEY.into()).await;
+    let (_, admin) = new_key(&app, "ops", &["admin"]).await;
+    let (_, ingest) = new_key(&app, "mes-line-3", &["ingest"]).await;
+    let (_, predict) = new_key(&app, "colour-desk", &["predict"]).await;
+    let (spare_id, _) = new_key(&app, "to-revoke", &["predict"]).await;
+    // A model with a folded batch, so that every read has something to read.
+    let (path, body) = concrete("/v1/models", 0);
+    let created = call(
+        &app.client,
+        &app.address,
+        "POST",
+        &path,
+        body.as_ref(),
+        Some(&admin),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let batch = json!({"batch_id": "lot-1", "x": [[0.1, 0.2], [0.3, 0.1], [0.5, 0.5]], "y": [[1.0], [0.4], [2.0]]});
+    let posted = call(
+        &app.client,
+        &app.address,
+        "POST",
+        "/v1/models/cotton/batches",
+        Some(&batch),
+        Some(&ingest),
+    )
+    .await;
+    assert_eq!(posted.status(), StatusCode::ACCEPTED);
+
+    // Destructive requests last, so the others see the model.
+    let mut policy: Vec<_> = POLICY.to_vec();
+    policy.sort_by_key(|(method, _, _)| *method == "DELETE");
+    let callers = [
+        ("ingest", Some(Scope::Ingest), ingest.as_str()),
+        ("predict", Some(Scope::Predict), predict.as_str()),
+        ("admin", Some(Scope::Admin), admin.as_str()),
+        ("bootstrap", Some(Scope::Admin), ADMIN_KEY),
+    ];
+    let mut checked = 0;
+    for (method, route, access) in policy {
+        let (path, body) = concrete(route, spare_id);
+        let anonymous = call(
+            &app.client,
+            &app.address,
+            method,
+            &path,
+            body.as_ref(),
+            None,
+        )
+        .await;
+        let Access::Scopes(allowed) = access else {
+            assert!(
+                !matches!(
+                    anonymous.status(),
+                    StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+                ),
+                "{method} {route} is open but answered {}",
+                anonymous.status()
+            );
+            continue;
+        };
+        assert_eq!(
+            anonymous.status(),
+            StatusCode::UNAUTHORIZED,
+            "{method} {route} without a key"
+        );
+        assert_eq!(anonymous.headers()["www-authenticate"], "Bearer");
+        let error: Value = anonymous.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "unauthorized");
+
+        let unknown = call(
+            &app.client,
+            &app.address,
+            method,
+            &path,
+            body.as_ref(),
+            Some("mdk_00000000000000000000000000000000"),
+        )
+        .await;
+        assert_eq!(
+            unknown.status(),
+            StatusCode::UNAUTHORIZED,
+            "{method} {route} with an unknown key"
+        );
+
+        for (who, scope, key) in callers {
+            let scope = scope.unwrap();
+            let response = call(
+                &app.client,
+                &app.address,
+                method,
+                &path,
+                body.as_ref(),
+                Some(key),
+            )
+            .await;
+            let status = response.status();
+            if scope == Scope::Admin || allowed.contains(&scope) {
+                assert!(
+                    !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN),
+                    "{who} may call {method} {route} but got {status}"
+                );
+            } else {
+                assert_eq!(status, StatusCode::FORBIDDEN, "{who} on {method} {route}");
+                let error: Value = response.json().await.unwrap();
+                assert_eq!(error["error"]["code"], "forbidden");
+                let message = error["error"]["message"].as_str().unwrap();
+                assert!(
+                    message.contains(who) || message.contains(route),
+                    "{message}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 14 * 4, "{checked} checks");
+
+    // A header that is not `Bearer <key>` is refused with a reason.
+    let response = app
+        .client
+        .get(app.url("/v1/models"))
+        .header("authorization", format!("Basic {ADMIN_KEY}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let error: Value = response.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Bearer")
+    );
+}
+
+#[test]
+fn the_policy_covers_exactly_the_documented_endpoints() {
+    let doc: Value = serde_json::from_str(&mordant::http::openapi_json().unwrap()).unwrap();
+    let mut documented = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in ["get", "post", "put", "delete", "patch"] {
+            if let Some(operation) = item.get(method) {
+                documented.push((method.to_uppercase(), path.clone(), operation.clone()));
+            }
+        }
+    }
+    let mut listed: Vec<(String, String)> = POLICY
+        .iter()
+        .map(|(m, r, _)| (m.to_string(), r.to_string()))
+        .collect();
+    listed.sort();
+    let mut names: Vec<(String, String)> = documented
+        .iter()
+        .map(|(m, p, _)| (m.clone(), p.clone()))
+        .collect();
+    names.sort();
+    assert_eq!(listed, names, "POLICY and the OpenAPI document differ");
+    // The document says which operations need a key, and what they answer without one.
+    for (method, path, operation) in documented {
+        let access = mordant::http::auth::access(&method, &path);
+        let secured = operation.get("security").is_some();
+        assert_eq!(secured, access != Access::Open, "{method} {path}");
+        if secured {
+            assert!(
+                operation["responses"].get("401").is_some(),
+                "{method} {path}"
+            );
+            assert!(
+                operation["responses"].get("403").is_some(),
+                "{method} {path}"
+            );
+        }
+    }
+    assert_eq!(
+        doc["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
+}
+
+#[tokio::test]
+async fn keys_are_shown_once_stored_hashed_and_revoked_everywhere() {
+    let database = fresh_database().await;
+    let mut settings = test_settings(&database.url);
+    settings.auth.admin_key = ADMIN_KEY.into();
+    let a = spawn_with(settings.clone()).await;
+    let b = spawn_with(settings).await;
+
+    let (id, key) = new_key(&a, "mes-line-3", &["ingest", "predict"]).await;
+    assert!(key.starts_with("mdk_") && key.len() == 68, "{key}");
+
+    // Listed without the secret.
+    let list = call(
+        &a.client,
+        &a.address,
+        "GET",
+        "/v1/keys",
+        None,
+        Some(ADMIN_KEY),
+    )
+    .await;
+    let text = list.text().await.unwrap();
+    assert!(!text.contains(&key), "the listing shows a key");
+    let list: Value = serde_json::from_str(&text).unwrap();
+    let listed = &list["keys"][0];
+    assert_eq!(listed["name"], "mes-line-3");
+    assert_eq!(listed["scopes"], json!(["ingest", "predict"]));
+    assert_eq!(listed["prefix"], key[..12]);
+    assert!(listed.get("key").is_none());
+
+    // Stored as its SHA-256 only: the key's text is nowhere in the table.
+    let pool = sqlx::PgPool::connect(&database.url).await.unwrap();
+    let (hash, dump): (Vec<u8>, String) =
+        sqlx::query_as("SELECT hash, row_to_json(k)::text FROM api_keys k WHERE id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(hash, Sha256::digest(key.as_bytes()).to_vec());
+    assert!(!dump.contains(&key[4..]), "{dump}");
+
+    // The other replica learns the new key by notification (its polling is slow here, 200 ms,
+    // but the check below allows for it either way) and then accepts it.
+    let accepted = wait_until(Duration::from_secs(5), || async {
+        let r = call(&b.client, &b.address, "GET", "/v1/models", None, Some(&key)).await;
+        (r.status() == StatusCode::OK).then_some(())
+    })
+    .await;
+    assert!(accepted.is_some(), "replica b never accepted the new key");
+
+    // Invalid bodies are answered with every problem.
+    let bad = call(
+        &a.client,
+        &a.address,
+        "POST",
+        "/v1/keys",
+        Some(&json!({"name": "", "scopes": ["root", "predict", "predict"], "extra": 1})),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let bad: Value = bad.json().await.unwrap();
+    let paths: Vec<&str> = bad["error"]["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/extra", "/name", "/scopes/0", "/scopes/2"]);
+
+    // Revoked: refused at once by the replica that revoked it, and soon by the other.
+    let revoked = call(
+        &a.client,
+        &a.address,
+        "DELETE",
+        &format!("/v1/keys/{id}"),
+        None,
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(revoked.status(), StatusCode::OK);
+    let revoked: Value = revoked.json().await.unwrap();
+    assert!(revoked["revoked_at"].is_string());
+    let now = call(&a.client, &a.address, "GET", "/v1/models", None, Some(&key)).await;
+    assert_eq!(now.status(), StatusCode::UNAUTHORIZED);
+    let refused = wait_until(Duration::from_secs(5), || async {
+        let r = call(&b.client, &b.address, "GET", "/v1/models", None, Some(&key)).await;
+        (r.status() == StatusCode::UNAUTHORIZED).then_some(())
+    })
+    .await;
+    assert!(refused.is_some(), "replica b still accepts a revoked key");
+    let missing = call(
+        &a.client,
+        &a.address,
+        "DELETE",
+        "/v1/keys/999999",
+        None,
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn cors_allows_the_configured_origins_only() {
+    let app = spawn_configured(|s| {
+        s.auth.admin_key = ADMIN_KEY.into();
+        s.server.cors_origins = vec!["https://colour.plant.example".into()];
+    })
+    .await;
+    let preflight = |origin: &'static str| {
+        app.client
+            .request(Method::OPTIONS, app.url("/v1/models/cotton/predict"))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization, content-type",
+            )
+            .send()
+    };
+    let allowed = preflight("https://colour.plant.example").await.unwrap();
+    assert!(allowed.status().is_success(), "{}", allowed.status());
+    assert_eq!(
+        allowed.headers()["access-control-allow-origin"],
+        "https://colour.plant.example"
+    );
+    let methods = allowed.headers()["access-control-allow-methods"]
+        .to_str()
+        .unwrap();
+    assert!(methods.contains("POST"), "{methods}");
+    let headers = allowed.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(headers.contains("authorization"), "{headers}");
+
+    let other = preflight("https://elsewhere.example").await.unwrap();
+    assert!(other.headers().get("access-control-allow-origin").is_none());
+
+    // A real request from the allowed origin carries the header (and still needs a key).
+    let response = app
+        .client
+        .get(app.url("/v1/models"))
+        .header("origin", "https://colour.plant.example")
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()["access-control-allow-origin"],
+        "https://colour.plant.example"
+    );
+}
+
+#[tokio::test]
+async fn metrics_can_move_to_their_own_listener() {
+    let app = spawn_configured(|s| s.server.metrics_addr = "127.0.0.1:0".into()).await;
+    let metrics_address = app.metrics_address.clone().expect("a metrics listener");
+    assert_eq!(app.get("/metrics").await.status(), StatusCode::NOT_FOUND);
+    let response = app
+        .client
+        .get(format!("{metrics_address}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response
+            .text()
+            .await
+            .unwrap()
+            .contains("mordant_build_info")
+    );
+    // The metrics listener serves nothing else.
+    let other = app
+        .client
+        .get(format!("{metrics_address}/v1/models"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    // The API still answers on its own address.
+    assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
+}
