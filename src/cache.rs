@@ -13,7 +13,7 @@ use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyRing;
-use crate::domain::ModelSpec;
+use crate::domain::{ModelName, ModelSpec};
 use crate::estimator::{ModelConfig, ModelState, codec};
 use crate::store::{KEYS_CHANNEL, MODELS_CHANNEL, Store, StoreError};
 
@@ -148,6 +148,26 @@ impl PosteriorCache {
     }
 
     /// Loads one model's current version (or forgets it if it no longer exists).
+    /// The cached model, or, when this replica has not heard of it yet (it was just created
+    /// through another replica), the database's. `None` when there is no such model.
+    pub async fn get_or_load(
+        &self,
+        store: &Store,
+        name: &str,
+    ) -> Result<Option<Arc<CachedModel>>, StoreError> {
+        if let Some(model) = self.get(name) {
+            return Ok(Some(model));
+        }
+        let Ok(name) = ModelName::parse(name) else {
+            return Ok(None);
+        };
+        let Some(record) = store.model(&name).await? else {
+            return Ok(None);
+        };
+        self.sync_model(store, record.id).await?;
+        Ok(self.get(name.as_str()))
+    }
+
     pub async fn sync_model(&self, store: &Store, id: i64) -> Result<(), StoreError> {
         let Some((spec, version, blob)) = store.current_state(id).await? else {
             self.remove(id);

@@ -64,7 +64,8 @@ pub async fn predict(
 ) -> Result<Json<PredictResponse>, ApiError> {
     let model = app
         .cache
-        .get(&name)
+        .get_or_load(&app.store, &name)
+        .await?
         .ok_or_else(|| ApiError::not_found_model(&name))?;
     check_rows(&body, "x", app.limits.max_rows_per_request)?;
     let mut details = Details::default();

@@ -2,13 +2,16 @@
 //! test.
 
 mod auth;
+mod crash;
 mod csv_ingest;
 mod docs;
 mod helpers;
 mod ingest;
 mod limits;
+mod load;
 mod metrics;
 mod models;
+mod process;
 mod readme;
 mod replicas;
 mod resilience;
