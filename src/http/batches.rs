@@ -34,8 +34,10 @@ pub struct BatchRequest {
     /// Without either, the service assigns one (and a retry is then a new batch).
     pub batch_id: Option<String>,
     /// Input rows, each with one finite number per feature.
+    #[schema(min_items = 1)]
     pub x: Vec<Vec<f64>>,
     /// Output rows (concentrations used), one per input row, one number per output.
+    #[schema(min_items = 1)]
     pub y: Vec<Vec<f64>>,
 }
 

@@ -30,9 +30,11 @@ const MAX_NAME_CHARS: usize = 100;
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(example = json!({"name": "mes-line-3", "scopes": ["ingest"]}))]
 pub struct CreateKey {
-    /// What the key is for (1 to 100 characters).
+    /// What the key is for (1 to 100 characters, not only spaces).
+    #[schema(min_length = 1, max_length = 100, pattern = r"\S")]
     pub name: String,
-    /// `admin`, `ingest` and/or `predict`.
+    /// `admin`, `ingest` and/or `predict`, each at most once.
+    #[schema(min_items = 1, max_items = 3)]
     pub scopes: Vec<Scope>,
 }
 
@@ -87,6 +89,7 @@ pub struct KeyList {
     responses(
         (status = 201, description = "Created; `key` is shown only now", body = NewKey),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
         (status = 422, description = "Invalid name or scopes", body = ErrorBody),
     ))]
 pub async fn create(

@@ -38,10 +38,13 @@ pub fn router() -> Router<AppState> {
 }))]
 pub struct CreateModel {
     /// A slug: `[a-z0-9][a-z0-9_-]*`, at most 63 characters.
+    #[schema(pattern = "^[a-z0-9][a-z0-9_-]{0,62}$")]
     pub name: String,
-    /// Input feature names (lab results, spectrum bands), distinct.
+    /// Input feature names (lab results, spectrum bands), distinct. Empty only with an
+    /// intercept (the model then learns each output's mean).
     pub features: Vec<String>,
     /// Output names (dyes), distinct and different from the features.
+    #[schema(min_items = 1)]
     pub outputs: Vec<String>,
     /// Append a constant basis function (default true).
     #[serde(default)]
@@ -57,9 +60,11 @@ pub struct CreateModel {
     pub forgetting: Option<ForgettingSpec>,
     /// Starting prior variance of every basis function (default 1).
     #[serde(default)]
+    #[schema(exclusive_minimum = 0.0)]
     pub prior_variance: Option<f64>,
     /// Rows queued before the first fit runs (default: the number of basis functions).
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub first_fit_rows: Option<u64>,
 }
 
@@ -128,6 +133,7 @@ pub struct ModelList {
         (status = 201, description = "Created", body = ModelView),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 409, description = "A model with this name exists", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
         (status = 422, description = "Invalid specification", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all)]

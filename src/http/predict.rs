@@ -23,6 +23,7 @@ const INLINE_VALUES: usize = 16 * 1024;
 #[schema(example = json!({"x": [[1.0, 0.412, 0.388, 0.351]]}))]
 pub struct PredictRequest {
     /// Input rows, each with one finite number per feature.
+    #[schema(min_items = 1)]
     pub x: Vec<Vec<f64>>,
 }
 
@@ -55,6 +56,7 @@ pub struct PredictResponse {
         (status = 404, description = "No such model", body = ErrorBody),
         (status = 409, description = "Not trained yet", body = ErrorBody),
         (status = 413, description = "Body or row count over the limit", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
         (status = 422, description = "Invalid rows", body = ErrorBody),
     ))]
 pub async fn predict(

@@ -96,7 +96,7 @@ pub async fn list(
 #[utoipa::path(post, path = "/v1/models/{name}/versions/{version}/restore", tag = "versions",
     params(
         ("name" = String, Path, description = "Model name"),
-        ("version" = i64, Path, description = "The version to restore"),
+        ("version" = i64, Path, description = "The version to restore", minimum = 1),
     ),
     responses(
         (status = 201, description = "The new version", body = VersionView),

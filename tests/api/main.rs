@@ -15,5 +15,6 @@ mod process;
 mod readme;
 mod replicas;
 mod resilience;
+mod schemathesis;
 mod validation;
 mod versions;
