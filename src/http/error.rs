@@ -43,6 +43,11 @@ pub enum ApiError {
     /// The request took longer than the configured limit.
     #[error("{0}")]
     Timeout(String),
+    /// A stored state or statistics blob cannot be decoded.
+    #[error(
+        "{0}; restore an earlier version (POST /v1/models/{{name}}/versions/{{version}}/restore)"
+    )]
+    CorruptState(String),
     /// The database is unreachable: retry later.
     #[error("the database is unavailable, retry later")]
     Unavailable,
@@ -81,7 +86,7 @@ impl ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::Timeout(_) | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::CorruptState(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -100,6 +105,7 @@ impl ApiError {
             Self::Forbidden(_) => "forbidden",
             Self::Timeout(_) => "timeout",
             Self::Unavailable => "database_unavailable",
+            Self::CorruptState(_) => "corrupt_state",
             Self::Internal(_) => "internal",
         }
     }
@@ -122,7 +128,11 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %e, "database unavailable");
                 Self::Unavailable
             }
-            e @ (StoreError::Corrupt(_) | StoreError::Database(_)) => Self::Internal(e.into()),
+            StoreError::Corrupt(m) => {
+                tracing::error!(error = %m, "corrupt stored data");
+                Self::CorruptState(format!("corrupt stored data: {m}"))
+            }
+            e @ StoreError::Database(_) => Self::Internal(e.into()),
         }
     }
 }

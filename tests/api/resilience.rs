@@ -179,3 +179,87 @@ async fn the_healthcheck_command_follows_the_service() {
         "a stopped service is not healthy"
     );
 }
+
+/// A stored state that no longer decodes is reported (predict names the model, the version and
+/// the way out), never a panic; the model's other versions and the other models keep working,
+/// and restoring an earlier version repairs it.
+#[tokio::test]
+async fn a_corrupt_stored_state_is_reported_and_can_be_restored_past() {
+    let database = fresh_database().await;
+    let a = spawn_with(test_settings(&database.url)).await;
+    a.create_model(&spec("lab", 2, 1)).await;
+    a.create_model(&spec("other", 2, 1)).await;
+    for (model, id, seed) in [("lab", "b1", 1), ("lab", "b2", 2), ("other", "o1", 3)] {
+        let (x, y) = random_rows(seed, 6, 2, 1);
+        let r = a
+            .post_batch(model, &json!({"batch_id": id, "x": x, "y": y}))
+            .await;
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        assert_eq!(a.wait_for_batch(model, id).await["status"], "folded");
+    }
+    a.stop().await;
+
+    // Flip bytes in the middle of version 2's state, as a disk or a careless hand might.
+    let pool = sqlx::PgPool::connect(&database.url).await.unwrap();
+    let changed = sqlx::query(
+        "UPDATE versions SET state = overlay(state PLACING '\\xdeadbeef'::bytea FROM 40) \
+         WHERE version = 2 AND model_id = (SELECT id FROM models WHERE name = 'lab')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(changed.rows_affected(), 1);
+
+    // A fresh process starts, serves the healthy model, and reports the corrupt one.
+    let b = spawn_with(test_settings(&database.url)).await;
+    let (probe, _) = random_rows(9, 1, 2, 1);
+    let healthy = b
+        .post("/v1/models/other/predict", &json!({"x": probe}))
+        .await;
+    assert_eq!(healthy.status(), StatusCode::OK);
+    let broken = b.post("/v1/models/lab/predict", &json!({"x": probe})).await;
+    assert_eq!(broken.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let error: Value = broken.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "corrupt_state");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("version 2")
+            && message.contains("checksum")
+            && message.contains("restore"),
+        "{message}"
+    );
+
+    // New batches wait (the folder sets the model aside instead of crashing) ...
+    let (x, y) = random_rows(4, 6, 2, 1);
+    let r = b
+        .post_batch("lab", &json!({"batch_id": "b3", "x": x, "y": y}))
+        .await;
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let queued: Value = b
+        .get("/v1/models/lab/batches/b3")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(queued["status"], "queued");
+    assert_eq!(b.get("/healthz").await.status(), StatusCode::OK);
+
+    // ... and restoring version 1 repairs the model: predictions come back.
+    let restored = b
+        .post("/v1/models/lab/versions/1/restore", &json!({}))
+        .await;
+    assert_eq!(restored.status(), StatusCode::CREATED);
+    let restored: Value = restored.json().await.unwrap();
+    assert_eq!(restored["version"], 3);
+    let answer = wait_until(Duration::from_secs(5), || async {
+        let r = b.post("/v1/models/lab/predict", &json!({"x": probe})).await;
+        (r.status() == StatusCode::OK).then_some(())
+    })
+    .await;
+    assert!(
+        answer.is_some(),
+        "predict did not recover after the restore"
+    );
+    b.stop().await;
+}
