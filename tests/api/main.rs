@@ -11,6 +11,7 @@ mod limits;
 mod load;
 mod metrics;
 mod models;
+mod outage;
 mod process;
 mod readme;
 mod replicas;

@@ -1,0 +1,211 @@
+//! A real PostgreSQL server stopped (`pg_ctl stop -m fast`: sessions are terminated, the port
+//! closes) and started again while the service runs: predict keeps answering from the cache,
+//! ingest answers 503 with Retry-After, /readyz says not ready; afterwards everything resumes
+//! without a restart and nothing that was queued is lost.
+//!
+//! The test runs its own throw-away cluster (Debian's PostgreSQL server binaries, as
+//! `scripts/with-postgres` uses). CI sets `MORDANT_REQUIRE_PG_SERVER=1`; elsewhere the test is
+//! skipped when the binaries are absent.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+use crate::process::free_port;
+
+/// A private PostgreSQL cluster in a temporary directory, stopped and removed on drop.
+struct Cluster {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Cluster {
+    fn create() -> Option<Self> {
+        let required = std::env::var("MORDANT_REQUIRE_PG_SERVER").is_ok_and(|v| v == "1");
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .and_then(|versions| {
+                versions
+                    .filter_map(Result::ok)
+                    .map(|v| v.path().join("bin"))
+                    .filter(|b| b.join("pg_ctl").is_file())
+                    .max()
+            });
+        let Some(bin) = bin else {
+            assert!(
+                !required,
+                "MORDANT_REQUIRE_PG_SERVER=1 but no /usr/lib/postgresql/*/bin"
+            );
+            eprintln!("PostgreSQL server binaries not found: the outage test is skipped here");
+            return None;
+        };
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("outage-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cluster = Self {
+            bin,
+            dir,
+            port: free_port(),
+        };
+        if is_root() {
+            // PostgreSQL refuses to run as root: the package's postgres user runs it.
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&cluster.dir)
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        cluster.run(
+            "initdb",
+            &["-U", "postgres", "--auth=trust", "-E", "UTF8", "-D"],
+        );
+        cluster.start();
+        Some(cluster)
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn start(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log");
+        let log = log.to_str().unwrap();
+        self.run("pg_ctl", &["-w", "-l", log, "-o", &options, "start", "-D"]);
+    }
+
+    fn stop(&self) {
+        self.run("pg_ctl", &["-w", "-m", "fast", "stop", "-D"]);
+    }
+
+    /// Runs `tool args… <data directory>` (as the postgres user when we are root).
+    fn run(&self, tool: &str, args: &[&str]) {
+        let output = self.command(tool, args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{tool} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn command(&self, tool: &str, args: &[&str]) -> Command {
+        let program = self.bin.join(tool);
+        let mut command = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&program);
+            c
+        } else {
+            Command::new(&program)
+        };
+        command
+            .args(args)
+            .arg(self.dir.join("data"))
+            .current_dir(&self.dir);
+        command
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl", &["-m", "immediate", "stop", "-D"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+#[tokio::test]
+async fn the_service_rides_out_postgresql_being_stopped_and_started() {
+    let Some(cluster) = Cluster::create() else {
+        return;
+    };
+    let app = spawn_with(test_settings(&cluster.url())).await;
+    // One model trained, one with a batch queued that waits for more rows.
+    app.create_model(&spec("lab", 2, 1)).await;
+    let mut waiting = spec("waiting", 2, 1);
+    waiting["first_fit_rows"] = json!(20);
+    app.create_model(&waiting).await;
+    let (x, y) = random_rows(1, 10, 2, 1);
+    app.post_batch("lab", &json!({"batch_id": "before", "x": x, "y": y}))
+        .await;
+    app.wait_for_batch("lab", "before").await;
+    let (wx, wy) = random_rows(2, 10, 2, 1);
+    let queued = app
+        .post_batch("waiting", &json!({"batch_id": "w1", "x": wx, "y": wy}))
+        .await;
+    assert_eq!(queued.status(), StatusCode::ACCEPTED);
+    let probe = json!([[0.2, 0.7]]);
+    let before = app.predict_at("lab", &probe, 1).await;
+
+    cluster.stop();
+    let response = app
+        .post("/v1/models/lab/predict", &json!({"x": probe}))
+        .await;
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "predict answers from the cache"
+    );
+    assert_eq!(response.json::<Value>().await.unwrap(), before);
+    let (x2, y2) = random_rows(3, 10, 2, 1);
+    let batch = json!({"batch_id": "after", "x": x2, "y": y2});
+    let response = app.post_batch("lab", &batch).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key("retry-after"));
+    let readiness = wait_until(Duration::from_secs(5), || async {
+        (app.get("/readyz").await.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(())
+    })
+    .await;
+    assert!(
+        readiness.is_some(),
+        "/readyz still says ready with the database stopped"
+    );
+    assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    cluster.start();
+    let accepted = wait_until(Duration::from_secs(30), || async {
+        (app.post_batch("lab", &batch).await.status() == StatusCode::ACCEPTED).then_some(())
+    })
+    .await;
+    assert!(accepted.is_some(), "ingest resumes when PostgreSQL is back");
+    assert_eq!(app.wait_for_batch("lab", "after").await["version"], 2);
+    let after = app.predict_at("lab", &probe, 2).await;
+    assert_ne!(after["predictions"], before["predictions"]);
+    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
+
+    // The batch queued before the stop is still there, and is folded with the next one.
+    let (wx2, wy2) = random_rows(4, 10, 2, 1);
+    let more = app
+        .post_batch("waiting", &json!({"batch_id": "w2", "x": wx2, "y": wy2}))
+        .await;
+    assert_eq!(more.status(), StatusCode::ACCEPTED);
+    let first = app.wait_for_batch("waiting", "w1").await;
+    let second = app.wait_for_batch("waiting", "w2").await;
+    assert_eq!(first["status"], "folded");
+    assert_eq!(
+        (first["version"].clone(), second["version"].clone()),
+        (json!(1), json!(1))
+    );
+    let model: Value = app.get("/v1/models/waiting").await.json().await.unwrap();
+    assert_eq!(model["observations"], 20.0);
+    app.stop().await;
+}
