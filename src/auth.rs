@@ -5,7 +5,7 @@
 //! [`KeyRing`], so authentication never waits on the database: predict keeps answering while
 //! PostgreSQL is down, and revoking a key reaches every replica by notification.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::RwLock;
 
@@ -106,7 +106,15 @@ pub struct KeyRing {
     /// `false`: development without a configured admin key, every request is let through.
     enforced: bool,
     bootstrap: Option<[u8; 32]>,
-    keys: RwLock<HashMap<[u8; 32], Principal>>,
+    inner: RwLock<Keys>,
+}
+
+#[derive(Default)]
+struct Keys {
+    by_hash: HashMap<[u8; 32], Principal>,
+    /// Ids revoked while this process ran. Key ids are never reused, so a snapshot read before
+    /// a revocation committed can never bring the key back.
+    revoked: HashSet<i64>,
 }
 
 /// The outcome of checking a request's key.
@@ -126,7 +134,7 @@ impl KeyRing {
         Self {
             enforced: true,
             bootstrap: admin_key.map(hash_key),
-            keys: RwLock::default(),
+            inner: RwLock::default(),
         }
     }
 
@@ -135,7 +143,7 @@ impl KeyRing {
         Self {
             enforced: false,
             bootstrap: None,
-            keys: RwLock::default(),
+            inner: RwLock::default(),
         }
     }
 
@@ -159,8 +167,8 @@ impl KeyRing {
                 scopes: vec![Scope::Admin],
             }
         } else {
-            let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
-            match keys.get(&hash) {
+            let keys = self.inner.read().unwrap_or_else(|e| e.into_inner());
+            match keys.by_hash.get(&hash) {
                 Some(p) => p.clone(),
                 None => return Verdict::Unauthenticated,
             }
@@ -172,40 +180,57 @@ impl KeyRing {
         }
     }
 
-    /// Replaces the stored keys with the database's active ones.
+    /// Replaces the stored keys with the database's active ones. Keys this process created
+    /// after the snapshot was read are kept; keys it revoked are never brought back.
     pub async fn sync(&self, store: &Store) -> Result<(), StoreError> {
-        let active = store.active_keys().await?;
-        let map = active
+        let (newest, active) = store.active_keys().await?;
+        let active = active
             .into_iter()
             .map(|k| {
-                (
-                    k.hash,
-                    Principal {
-                        key_id: Some(k.id),
-                        name: k.name,
-                        scopes: k.scopes,
-                    },
-                )
+                let principal = Principal {
+                    key_id: Some(k.id),
+                    name: k.name,
+                    scopes: k.scopes,
+                };
+                (k.hash, principal)
             })
             .collect();
-        *self.keys.write().unwrap_or_else(|e| e.into_inner()) = map;
+        self.replace(newest, active);
         Ok(())
+    }
+
+    /// Installs a snapshot of the active keys, taken when `newest` was the highest key id:
+    /// keys newer than that (created here after the snapshot) are kept, and every key revoked
+    /// here is dropped.
+    fn replace(&self, newest: i64, snapshot: Vec<([u8; 32], Principal)>) {
+        let mut keys = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let Keys { by_hash, revoked } = &mut *keys;
+        let mut fresh: HashMap<[u8; 32], Principal> = by_hash
+            .drain()
+            .filter(|(_, p)| p.key_id.is_some_and(|id| id > newest))
+            .collect();
+        fresh.extend(snapshot);
+        fresh.retain(|_, p| p.key_id.is_none_or(|id| !revoked.contains(&id)));
+        *by_hash = fresh;
     }
 
     /// Makes a key valid at once in this process (others learn it by notification).
     pub fn insert(&self, hash: [u8; 32], principal: Principal) {
-        self.keys
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(hash, principal);
+        let mut keys = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        if principal
+            .key_id
+            .is_some_and(|id| keys.revoked.contains(&id))
+        {
+            return;
+        }
+        keys.by_hash.insert(hash, principal);
     }
 
-    /// Makes a key invalid at once in this process.
+    /// Makes a key invalid at once in this process, for good.
     pub fn revoke(&self, key_id: i64) {
-        self.keys
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, p| p.key_id != Some(key_id));
+        let mut keys = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        keys.revoked.insert(key_id);
+        keys.by_hash.retain(|_, p| p.key_id != Some(key_id));
     }
 }
 
@@ -264,6 +289,47 @@ mod tests {
         assert_eq!(
             KeyRing::open().check(None, &[Scope::Admin]),
             Verdict::Allowed(None)
+        );
+    }
+
+    fn principal(id: i64) -> Principal {
+        Principal {
+            key_id: Some(id),
+            name: format!("key {id}"),
+            scopes: vec![Scope::Predict],
+        }
+    }
+
+    #[test]
+    fn a_stale_snapshot_neither_revives_a_revoked_key_nor_drops_a_new_one() {
+        let ring = KeyRing::enforced(None);
+        let (old, new) = ("mdk_old", "mdk_new");
+        ring.insert(hash_key(old), principal(1));
+        // Read before key 2 was created here and before key 1 was revoked here.
+        let stale = vec![(hash_key(old), principal(1))];
+        ring.insert(hash_key(new), principal(2));
+        ring.revoke(1);
+        ring.replace(1, stale);
+        assert_eq!(
+            ring.check(Some(old), &[Scope::Predict]),
+            Verdict::Unauthenticated
+        );
+        assert!(matches!(
+            ring.check(Some(new), &[Scope::Predict]),
+            Verdict::Allowed(Some(_))
+        ));
+        // A revoked key cannot be inserted back either.
+        ring.insert(hash_key(old), principal(1));
+        assert_eq!(
+            ring.check(Some(old), &[Scope::Predict]),
+            Verdict::Unauthenticated
+        );
+        // A snapshot that knows key 2 but does not list it removes it (revoked elsewhere),
+        // even when no key is active any more.
+        ring.replace(2, Vec::new());
+        assert_eq!(
+            ring.check(Some(new), &[Scope::Predict]),
+            Verdict::Unauthenticated
         );
     }
 }

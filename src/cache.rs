@@ -185,8 +185,10 @@ impl PosteriorCache {
                 let state = tokio::task::spawn_blocking(move || codec::decode(&blob))
                     .await
                     .map_err(|e| StoreError::Corrupt(format!("decoder task: {e}")))?
-                    .map_err(|e| {
-                        StoreError::Corrupt(format!("model {id} version {version}: {e}"))
+                    .map_err(|e| StoreError::CorruptState {
+                        model: spec.name.to_string(),
+                        version,
+                        reason: e.to_string(),
                     })?;
                 Some(Arc::new(state))
             }

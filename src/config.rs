@@ -211,15 +211,34 @@ impl Settings {
                     crate::auth::MIN_CONFIGURED_KEY_LEN
                 )
             }
-            Some(key) if key.trim() != key || key.contains(char::is_whitespace) => {
-                anyhow::bail!("auth.admin_key must not contain spaces")
+            Some(key) if !key.bytes().all(|b| b.is_ascii_graphic()) => {
+                anyhow::bail!(
+                    "auth.admin_key must be printable ASCII without spaces (it travels in an \
+                     HTTP header)"
+                )
             }
             _ => {}
         }
+        // Each fold worker holds a listening connection and, while folding, one more; leave
+        // the API at least two.
         anyhow::ensure!(
-            self.folder.max_concurrent_folds >= 1,
-            "folder.max_concurrent_folds must be at least 1"
+            self.folder.max_concurrent_folds >= 1
+                && 2 * self.folder.max_concurrent_folds + 2
+                    <= self.database.max_connections as usize,
+            "folder.max_concurrent_folds must be at least 1 and at most \
+             (database.max_connections - 2) / 2 = {}",
+            (self.database.max_connections as usize).saturating_sub(2) / 2
         );
+        for origin in &self.server.cors_origins {
+            let plain = origin == "*"
+                || ((origin.starts_with("http://") || origin.starts_with("https://"))
+                    && origin.bytes().all(|b| b.is_ascii_graphic()));
+            anyhow::ensure!(
+                plain,
+                "server.cors_origins: {origin:?} is not an origin such as \
+                 \"https://colour.plant.example\" (or \"*\")"
+            );
+        }
         anyhow::ensure!(
             self.limits.request_timeout_secs >= 1,
             "limits.request_timeout_secs must be at least 1"

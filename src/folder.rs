@@ -289,7 +289,11 @@ async fn current_state(
     let state = tokio::task::spawn_blocking(move || codec::decode(&blob))
         .await
         .map_err(|e| StoreError::Corrupt(format!("decoder task failed: {e}")))?
-        .map_err(|e| StoreError::Corrupt(format!("model {} version {version}: {e}", lock.name)))?;
+        .map_err(|e| StoreError::CorruptState {
+            model: lock.name.to_string(),
+            version,
+            reason: e.to_string(),
+        })?;
     Ok(Some(Arc::new(state)))
 }
 

@@ -31,6 +31,7 @@ impl Application {
     /// Connects to the database (retrying for `database.startup_timeout_secs`), applies the
     /// migrations, loads the posterior cache and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        settings.validate()?;
         let store = Store::connect_lazy(&settings.database).context("invalid database URL")?;
         migrate_with_retry(
             &store,
@@ -43,7 +44,6 @@ impl Application {
         if let Err(e) = cache.sync_all(&store).await {
             tracing::warn!(error = %e, "cannot load the models into the posterior cache yet");
         }
-        settings.validate()?;
         let keys = Arc::new(match settings.auth.admin_key() {
             Some(key) => KeyRing::enforced(Some(key)),
             None => {

@@ -7,7 +7,7 @@
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, State};
-use axum::http::{Method, Request, header};
+use axum::http::{Request, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -65,6 +65,12 @@ pub const POLICY: &[(&str, &str, Access)] = &[
 
 /// What `method route` needs; routes not in [`POLICY`] need `admin` (fail closed).
 pub fn access(method: &str, route: &str) -> Access {
+    // Axum answers HEAD with the GET handler: the same rule applies.
+    let method = if method.eq_ignore_ascii_case("HEAD") {
+        "GET"
+    } else {
+        method
+    };
     POLICY
         .iter()
         .find(|(m, r, _)| m.eq_ignore_ascii_case(method) && *r == route)
@@ -77,17 +83,14 @@ pub async fn authorize(
     request: Request<Body>,
     next: Next,
 ) -> Response {
+    if !app.keys.is_enforced() {
+        return next.run(request).await;
+    }
+    // A route layer always sees the matched route; without one, nothing is open (fail closed).
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned());
-    let Some(route) = route else {
-        return next.run(request).await;
-    };
-    // CORS preflights carry no credentials; the CORS layer answers them.
-    if request.method() == Method::OPTIONS {
-        return next.run(request).await;
-    }
+        .map_or_else(String::new, |p| p.as_str().to_owned());
     let Access::Scopes(allowed) = access(request.method().as_str(), &route) else {
         return next.run(request).await;
     };

@@ -45,9 +45,14 @@ pub enum ApiError {
     Timeout(String),
     /// A stored state or statistics blob cannot be decoded.
     #[error(
-        "{0}; restore an earlier version (POST /v1/models/{{name}}/versions/{{version}}/restore)"
+        "the stored state of model {model:?} version {version} is corrupt ({reason}); restore \
+         an earlier version: POST /v1/models/{model}/versions/{{n}}/restore with n < {version}"
     )]
-    CorruptState(String),
+    CorruptState {
+        model: String,
+        version: i64,
+        reason: String,
+    },
     /// The database is unreachable: retry later.
     #[error("the database is unavailable, retry later")]
     Unavailable,
@@ -86,7 +91,7 @@ impl ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::Timeout(_) | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::CorruptState(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::CorruptState { .. } | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -105,7 +110,7 @@ impl ApiError {
             Self::Forbidden(_) => "forbidden",
             Self::Timeout(_) => "timeout",
             Self::Unavailable => "database_unavailable",
-            Self::CorruptState(_) => "corrupt_state",
+            Self::CorruptState { .. } => "corrupt_state",
             Self::Internal(_) => "internal",
         }
     }
@@ -128,11 +133,19 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %e, "database unavailable");
                 Self::Unavailable
             }
-            StoreError::Corrupt(m) => {
-                tracing::error!(error = %m, "corrupt stored data");
-                Self::CorruptState(format!("corrupt stored data: {m}"))
+            StoreError::CorruptState {
+                model,
+                version,
+                reason,
+            } => {
+                tracing::error!(model, version, reason, "corrupt stored state");
+                Self::CorruptState {
+                    model,
+                    version,
+                    reason,
+                }
             }
-            e @ StoreError::Database(_) => Self::Internal(e.into()),
+            e @ (StoreError::Corrupt(_) | StoreError::Database(_)) => Self::Internal(e.into()),
         }
     }
 }

@@ -98,6 +98,8 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
         api = api.route("/metrics", get(ops::metrics));
     }
     let router = api
+        // Before the route layers, so that 405 answers are counted like the rest.
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         // Order matters: the last route layer runs first. Requests are counted and timed
         // (even those refused), then checked for a key, then given their time limit.
         .route_layer(middleware::from_fn_with_state(timeout, limit_time))
@@ -107,7 +109,6 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
         ))
         .route_layer(middleware::from_fn_with_state(metrics, track))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(

@@ -57,14 +57,19 @@ impl Store {
         rows.iter().map(key_record).collect()
     }
 
-    /// The keys that are valid now.
-    pub async fn active_keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+    /// The keys that are valid now, with the highest key id there was before they were read
+    /// (every key up to that id is either among them or revoked).
+    pub async fn active_keys(&self) -> Result<(i64, Vec<KeyRecord>), StoreError> {
+        let newest: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM api_keys")
+            .fetch_one(&self.pool)
+            .await?;
         let rows = sqlx::query(&format!(
             "SELECT {KEY_COLUMNS} FROM api_keys WHERE revoked_at IS NULL"
         ))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(key_record).collect()
+        let keys = rows.iter().map(key_record).collect::<Result<_, _>>()?;
+        Ok((newest, keys))
     }
 
     /// Revokes a key (revoking it again changes nothing); `None` when there is no such key.

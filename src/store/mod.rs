@@ -40,6 +40,13 @@ pub enum StoreError {
     Unavailable(#[source] sqlx::Error),
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// A version's stored state does not decode; restoring an earlier version repairs it.
+    #[error("the stored state of model {model:?} version {version} is corrupt: {reason}")]
+    CorruptState {
+        model: String,
+        version: i64,
+        reason: String,
+    },
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
 }

@@ -198,6 +198,20 @@ async fn every_endpoint_against_every_scope() {
     }
     assert!(checked >= 14 * 4, "{checked} checks");
 
+    // HEAD follows GET's rule: open stays open, a read scope may read.
+    let head = app.client.head(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    let head = app
+        .client
+        .head(app.url("/v1/models"))
+        .bearer_auth(&predict)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    let head = app.client.head(app.url("/v1/models")).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::UNAUTHORIZED);
+
     // A header that is not `Bearer <key>` is refused with a reason.
     let response = app
         .client
