@@ -421,3 +421,29 @@ pub fn assert_same_predictions(api: &Value, expected: &mordant::estimator::Predi
         }
     }
 }
+
+/// `GET url`, its JSON body.
+pub async fn get_json(client: &reqwest::Client, url: &str) -> Value {
+    let response = client.get(url).send().await.expect("GET");
+    response.json().await.expect("a JSON body")
+}
+
+/// A model's fold history from `GET …/versions` at `base`: (version, batch id) in fold order,
+/// after checking that the versions run 1, 2, 3, … without a gap.
+pub async fn fold_history(client: &reqwest::Client, base: &str, model: &str) -> Vec<(i64, String)> {
+    let list = get_json(client, &format!("{base}/v1/models/{model}/versions")).await;
+    let mut history = Vec::new();
+    for (i, v) in list["versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .enumerate()
+    {
+        let version = i as i64 + 1;
+        assert_eq!(v["version"], version, "{model}: versions are consecutive");
+        for b in v["batches"].as_array().expect("batches") {
+            history.push((version, b.as_str().expect("a batch id").to_owned()));
+        }
+    }
+    history
+}

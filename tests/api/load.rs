@@ -139,24 +139,9 @@ async fn three_replicas_under_load_lose_nothing_and_serve_complete_versions() {
     let config = ModelConfig::new(Basis::new(D, true, Transform::Identity), M);
     let mut versions_total = 0;
     for model in MODELS {
-        let list: Value = client
-            .get(format!("{}/v1/models/{model}/versions", addresses[1]))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let versions = list["versions"].as_array().unwrap();
-        versions_total += versions.len();
         // Exactly once each, in consecutive versions, in arrival order per model.
-        let mut fold_order: Vec<(usize, String)> = Vec::new();
-        for (i, v) in versions.iter().enumerate() {
-            assert_eq!(v["version"], i + 1, "{model}: versions are consecutive");
-            for b in v["batches"].as_array().unwrap() {
-                fold_order.push((i + 1, b.as_str().unwrap().to_owned()));
-            }
-        }
+        let fold_order = fold_history(&client, &addresses[1], model).await;
+        versions_total += fold_order.last().map_or(0, |(v, _)| *v);
         let mine: HashSet<&String> = acknowledged
             .iter()
             .filter(|(_, (m, _))| m == model)
@@ -213,7 +198,7 @@ async fn three_replicas_under_load_lose_nothing_and_serve_complete_versions() {
 /// `first_fit_rows` rows, then one update per batch, as the service folds them.
 fn states_by_version(
     config: &ModelConfig,
-    fold_order: &[(usize, String)],
+    fold_order: &[(i64, String)],
     rows: &HashMap<String, (String, RowsXY)>,
     first_fit_rows: usize,
 ) -> HashMap<i64, ModelState> {
@@ -237,7 +222,7 @@ fn states_by_version(
         let last_of_version = fold_order.get(i + 1).is_none_or(|(v, _)| v != version);
         if last_of_version {
             let s = state.clone().expect("a version holds a fitted state");
-            states.insert(*version as i64, s);
+            states.insert(*version, s);
         }
     }
     states
