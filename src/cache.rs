@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyRing;
 use crate::domain::{ModelName, ModelSpec};
-use crate::estimator::{ModelConfig, ModelState, codec};
+use crate::estimator::{ModelConfig, ModelState, Predictor, codec};
 use crate::store::{KEYS_CHANNEL, MODELS_CHANNEL, Store, StoreError};
 
 /// One model as predict sees it.
@@ -26,6 +26,8 @@ pub struct CachedModel {
     pub version: i64,
     /// `None` until the first fit.
     pub state: Option<Arc<ModelState>>,
+    /// What predictions need of `state`, formed once per version.
+    pub predictor: Option<Arc<Predictor>>,
 }
 
 impl CachedModel {
@@ -35,6 +37,7 @@ impl CachedModel {
             config: spec.config(),
             spec,
             version,
+            predictor: state.as_deref().map(|s| Arc::new(Predictor::new(s))),
             state,
         }
     }

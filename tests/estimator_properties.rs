@@ -172,6 +172,43 @@ proptest! {
         prop_assert!(rel_diff(&sigma, &post.covariance()) < 1e-8);
     }
 
+    /// Predictions (row by row for a few rows, blocked products for many) are the textbook
+    /// `φᵀμ` and `s + φᵀΣφ` with the full covariance `Σ`, and a row predicts the same alone as
+    /// among many others.
+    #[test]
+    fn predictions_match_the_textbook_formula(
+        seed in any::<u64>(), n in 10usize..60, d in 1usize..8, m in 1usize..4, probe_rows in 1usize..20,
+    ) {
+        let (x, y) = random_problem(seed, n, d, m);
+        let basis = identity_basis(d);
+        let config = ModelConfig::new(basis, m);
+        let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+        let (probe, _) = random_problem(seed ^ 9, probe_rows, d, 1);
+        let pred = state.predict(probe.as_ref()).unwrap();
+        let phi = basis.design(probe.as_ref()).unwrap();
+        for (k, output) in state.outputs().iter().enumerate() {
+            let Some(post) = output.posterior() else { continue };
+            let sigma = post.covariance();
+            for r in 0..probe_rows {
+                let f: Vec<f64> = (0..basis.dim()).map(|j| phi[(r, j)]).collect();
+                let mean: f64 = f.iter().zip(post.mean()).map(|(a, b)| a * b).sum();
+                let quad: f64 = (0..f.len())
+                    .map(|i| (0..f.len()).map(|j| f[i] * sigma[(i, j)] * f[j]).sum::<f64>())
+                    .sum();
+                let scale = f.iter().map(|v| v.abs()).sum::<f64>().max(1.0);
+                prop_assert!((pred.mean[(r, k)] - mean).abs() <= 1e-10 * scale * scale * (1.0 + mean.abs()));
+                let variance = post.noise_variance() + quad;
+                prop_assert!((pred.variance[(r, k)] - variance).abs() <= 1e-9 * variance);
+                prop_assert!(pred.variance[(r, k)] >= post.noise_variance());
+            }
+        }
+        let alone = state.predict(rows(&probe, 0..1).as_ref()).unwrap();
+        for k in 0..m {
+            prop_assert!((alone.mean[(0, k)] - pred.mean[(0, k)]).abs() <= 1e-12 * (1.0 + pred.mean[(0, k)].abs()));
+            prop_assert!((alone.variance[(0, k)] - pred.variance[(0, k)]).abs() <= 1e-12 * pred.variance[(0, k)]);
+        }
+    }
+
     /// A converged Algorithm 2 is at its fixed point: `v_j = μ_j²/γ_j` with
     /// `γ_j = 1 − Σ_jj/v_j`, and `s = RSS/(N − Σγ)`.
     #[test]

@@ -3,6 +3,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::fast_rows_object;
 use super::{Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
 
 /// Longest batch id.
@@ -132,6 +133,38 @@ impl NewBatch {
             }),
             _ => Err(Invalid::one("", "invalid batch")),
         }
+    }
+
+    /// [`Self::parse`] straight from the bytes of a well-formed JSON body, without building a
+    /// `serde_json::Value` first. `None` when the body is anything but a valid batch for `spec`
+    /// (or its id disagrees with `idempotency_key`): [`Self::parse`] then says what is wrong.
+    pub fn parse_fast(
+        body: &[u8],
+        spec: &ModelSpec,
+        idempotency_key: Option<&str>,
+    ) -> Option<Self> {
+        let object = fast_rows_object(
+            body,
+            &[("x", spec.features.len()), ("y", spec.outputs.len())],
+            true,
+        )?;
+        let body_id = match object.batch_id {
+            None => None,
+            Some(id) => Some(BatchId::parse(&id).ok()?),
+        };
+        let header_id = match idempotency_key {
+            None => None,
+            Some(key) => Some(BatchId::parse(key).ok()?),
+        };
+        if matches!((&body_id, &header_id), (Some(a), Some(b)) if a != b) {
+            return None;
+        }
+        let [x, y] = <[Rows; 2]>::try_from(object.rows).ok()?;
+        (x.rows() == y.rows()).then(|| Self {
+            batch_id: body_id.or(header_id).unwrap_or_else(BatchId::generate),
+            x,
+            y,
+        })
     }
 
     /// Parses a CSV batch: a header naming every feature and output of `spec` once, in any
@@ -271,9 +304,8 @@ impl NewBatch {
         for n in [self.x.rows(), self.x.width(), self.y.width()] {
             hash.update((n as u64).to_le_bytes());
         }
-        for v in self.x.values().iter().chain(self.y.values()) {
-            hash.update(v.to_le_bytes());
-        }
+        hash.update(self.x.to_le_bytes());
+        hash.update(self.y.to_le_bytes());
         hash.finalize().into()
     }
 }

@@ -4,10 +4,12 @@
 //! JSON pointer of the offending value, so a client fixes a request in one round trip.
 
 mod batch;
+mod fast;
 pub mod model;
 mod rows;
 
 pub use batch::{BatchId, CsvError, NewBatch};
+pub use fast::{FastObject, fast_rows_object};
 pub use model::{ModelName, ModelSpec, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};
 

@@ -46,7 +46,11 @@ impl Rows {
 
     /// Little-endian bytes of the row-major values, for storage.
     pub fn to_le_bytes(&self) -> Vec<u8> {
-        self.values.iter().flat_map(|v| v.to_le_bytes()).collect()
+        let mut bytes = Vec::with_capacity(self.values.len() * 8);
+        for v in &self.values {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        bytes
     }
 }
 

@@ -92,6 +92,16 @@ impl Basis {
         Ok(phi)
     }
 
+    /// Writes `φ(x)` of one row (its `d` values) into `phi` (length p).
+    pub(crate) fn fill_row(&self, x: impl Iterator<Item = f64>, phi: &mut [f64]) {
+        for (o, v) in phi.iter_mut().zip(x) {
+            *o = self.transform.apply(v);
+        }
+        if self.intercept {
+            phi[self.features] = 1.0;
+        }
+    }
+
     /// The basis vector `φ(x)` of one row.
     pub fn row(&self, x: &[f64]) -> Result<Vec<f64>, EstimatorError> {
         if x.len() != self.features {

@@ -12,12 +12,14 @@ pub mod evidence;
 pub mod incremental;
 pub mod model;
 pub mod posterior;
+pub mod predictor;
 pub mod statistics;
 
 pub use basis::{Basis, Transform};
 pub use codec::DecodeError;
 pub use model::{Forgetting, ModelConfig, ModelState, OutputState, Predictions, UpdateMethod};
 pub use posterior::OutputPosterior;
+pub use predictor::Predictor;
 pub use statistics::BatchStatistics;
 
 /// Errors of the estimator. Each names what was wrong so the caller can report it.

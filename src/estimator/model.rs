@@ -1,12 +1,12 @@
 //! A model's whole state: running statistics and one posterior per output.
 
-use faer::linalg::matmul::matmul;
-use faer::{Accum, Mat, MatRef, Par};
+use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
 use super::evidence::evidence;
 use super::incremental::one_step;
 use super::posterior::OutputPosterior;
+use super::predictor::Predictor;
 use super::statistics::{BatchStatistics, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior};
 
@@ -213,50 +213,21 @@ impl ModelState {
     }
 
     /// Predictions for the raw input rows `x` (rows × d): `mean_k = φᵀμ_k` and
-    /// `variance_k = s_k + φᵀΣ_kφ`. An untrained output predicts 0 with the mean square of its
-    /// non-zero values (the noise floor if it has none).
+    /// `variance_k = s_k + φᵀΣ_kφ` (see [`Predictor`], which a server keeps per version). An
+    /// untrained output predicts 0 with the mean square of its non-zero values (the noise floor
+    /// if it has none).
     pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
-        let phi = self.basis.design(x)?;
-        Ok(self.predict_design(phi.as_ref()))
+        Predictor::new(self).predict(x)
     }
 
-    /// Predictions for a design matrix `Φ` (rows × p): the means as one product `Φ W`, the
-    /// variances with one triangular solve per output.
+    /// Predictions for a design matrix `Φ` (rows × p).
     pub fn predict_design(&self, phi: MatRef<'_, f64>) -> Predictions {
-        let rows = phi.nrows();
-        let m = self.outputs.len();
-        let mut mean = Mat::zeros(rows, m);
-        matmul(
-            mean.as_mut(),
-            Accum::Replace,
-            phi,
-            self.coefficients().as_ref(),
-            1.0,
-            Par::Seq,
-        );
-        let mut variance = Mat::zeros(rows, m);
-        for (k, output) in self.outputs.iter().enumerate() {
-            match output {
-                OutputState::Trained(post) => {
-                    let s = post.noise_variance();
-                    for (r, wv) in post.weight_variances(phi).into_iter().enumerate() {
-                        variance[(r, k)] = s + wv;
-                    }
-                }
-                OutputState::Untrained => {
-                    let v = self.untrained_variance(k);
-                    for r in 0..rows {
-                        variance[(r, k)] = v;
-                    }
-                }
-            }
-        }
-        Predictions { mean, variance }
+        Predictor::new(self).predict_design(phi)
     }
 
     /// Mean square of an untrained output's non-zero values, what a prediction of 0 misses by
     /// when the dye is in fact used.
-    fn untrained_variance(&self, k: usize) -> f64 {
+    pub(crate) fn untrained_variance(&self, k: usize) -> f64 {
         self.totals
             .nonzero_mean_square(k)
             .max(super::DEFAULT_NOISE_FLOOR)

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{BatchBody, check_rows};
+use super::extract::{BatchBody, check_rows, parse_json};
 use super::{AppState, model_name};
 use crate::domain::{CsvError, Invalid, ModelName, ModelSpec, NewBatch};
 use crate::estimator::{BatchStatistics, codec};
@@ -127,10 +127,6 @@ pub async fn ingest(
         None => current_model(&app, &name).await?,
     };
     let limit = app.limits.max_rows_per_request;
-    if let BatchBody::Json(body) = &body {
-        check_rows(body, "x", limit)?;
-        check_rows(body, "y", limit)?;
-    }
     let key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(
@@ -143,7 +139,16 @@ pub async fn ingest(
     let (batch, statistics) = tokio::task::spawn_blocking(move || {
         let spec = parse_spec;
         let batch = match body {
-            BatchBody::Json(body) => NewBatch::parse(&body, &spec, key.as_deref())?,
+            BatchBody::Json(bytes) => match NewBatch::parse_fast(&bytes, &spec, key.as_deref()) {
+                Some(batch) if batch.rows() <= limit => batch,
+                // Not a well-formed batch (or too long): the full parse says what is wrong.
+                _ => {
+                    let body = parse_json(&bytes)?;
+                    check_rows(&body, "x", limit)?;
+                    check_rows(&body, "y", limit)?;
+                    NewBatch::parse(&body, &spec, key.as_deref())?
+                }
+            },
             BatchBody::Csv(bytes) => NewBatch::parse_csv(&bytes, &spec, key.as_deref(), limit)
                 .map_err(|e| match e {
                     CsvError::Malformed(message) => ApiError::MalformedCsv(message),

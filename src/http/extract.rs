@@ -25,9 +25,27 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     }
 }
 
-/// A batch body: JSON, or CSV for MES systems that export tables.
+/// The bytes of a JSON request body (checked to be `application/json`, not yet parsed), for
+/// handlers that read well-formed bodies without building a [`Value`] first.
+pub struct RawJson(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawJson {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let mime = media_type(&req);
+        if !mime.eq_ignore_ascii_case("application/json") {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "expected Content-Type: application/json, found {mime:?}"
+            )));
+        }
+        read_body(req, state).await.map(RawJson)
+    }
+}
+
+/// A batch body: JSON (not yet parsed), or CSV for MES systems that export tables.
 pub enum BatchBody {
-    Json(Value),
+    Json(Bytes),
     Csv(Bytes),
 }
 
@@ -37,7 +55,7 @@ impl<S: Send + Sync> FromRequest<S> for BatchBody {
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let mime = media_type(&req);
         if mime.eq_ignore_ascii_case("application/json") {
-            parse_json(&read_body(req, state).await?).map(BatchBody::Json)
+            Ok(BatchBody::Json(read_body(req, state).await?))
         } else if mime.eq_ignore_ascii_case("text/csv") {
             Ok(BatchBody::Csv(read_body(req, state).await?))
         } else {
@@ -72,7 +90,7 @@ async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Api
     })
 }
 
-fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+pub fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))
 }

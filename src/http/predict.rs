@@ -8,9 +8,11 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
-use super::extract::{JsonBody, check_rows};
+use super::extract::{RawJson, check_rows, parse_json};
 use super::models::not_trained;
-use crate::domain::{Details, Invalid, parse_rows, pointer_token};
+use crate::domain::{
+    Details, FastObject, Invalid, Rows, fast_rows_object, parse_rows, pointer_token,
+};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/models/{name}/predict", post(predict))
@@ -62,41 +64,33 @@ pub struct PredictResponse {
 pub async fn predict(
     State(app): State<AppState>,
     Path(name): Path<String>,
-    JsonBody(body): JsonBody,
+    RawJson(bytes): RawJson,
 ) -> Result<Json<PredictResponse>, ApiError> {
-    let model = app
-        .cache
-        .get_or_load(&app.store, &name)
-        .await?
-        .ok_or_else(|| ApiError::not_found_model(&name))?;
-    check_rows(&body, "x", app.limits.max_rows_per_request)?;
-    let mut details = Details::default();
-    if let serde_json::Value::Object(fields) = &body {
-        for key in fields.keys().filter(|k| k.as_str() != "x") {
-            details.push(format!("/{}", pointer_token(key)), "unknown field");
-        }
-    } else {
-        return Err(Invalid::one("", "the body must be a JSON object with \"x\"").into());
-    }
-    if matches!(body.get("x"), Some(serde_json::Value::Array(rows)) if rows.is_empty()) {
-        details.push("/x", "needs at least one row");
-    }
-    let x = parse_rows(body.get("x"), "/x", model.spec.features.len(), &mut details);
-    details.finish("invalid predict request")?;
-    let x = x.ok_or_else(|| Invalid::one("/x", "invalid rows"))?;
-    let state = model.state.clone().ok_or_else(|| not_trained(&name))?;
+    let Some(model) = app.cache.get_or_load(&app.store, &name).await? else {
+        // A malformed body is reported as such whatever the model.
+        parse_json(&bytes)?;
+        return Err(ApiError::not_found_model(&name));
+    };
+    let limit = app.limits.max_rows_per_request;
+    let width = model.spec.features.len();
+    let x = match fast_rows_object(&bytes, &[("x", width)], false) {
+        Some(FastObject { mut rows, .. }) if rows[0].rows() <= limit => rows.swap_remove(0),
+        // Not a well-formed request (or too long): the full parse says what is wrong.
+        _ => parse_request(&bytes, width, limit)?,
+    };
+    let predictor = model.predictor.clone().ok_or_else(|| not_trained(&name))?;
+    let inline = x.values().len() <= INLINE_VALUES;
     let compute = move || {
-        state
+        predictor
             .predict(x.to_mat().as_ref())
             .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))
     };
-    let values = x_len(&body);
-    let predictions = if values > INLINE_VALUES {
+    let predictions = if inline {
+        compute()?
+    } else {
         tokio::task::spawn_blocking(compute)
             .await
             .map_err(ApiError::internal)??
-    } else {
-        compute()?
     };
     let (mean, variance) = (&predictions.mean, &predictions.variance);
     let predictions = (0..mean.nrows())
@@ -112,8 +106,23 @@ pub async fn predict(
     }))
 }
 
-fn x_len(body: &serde_json::Value) -> usize {
-    body.get("x").and_then(|x| x.as_array()).map_or(0, |rows| {
-        rows.iter().map(|r| r.as_array().map_or(0, Vec::len)).sum()
-    })
+/// The rows of a predict request that the fast path did not accept, every problem reported
+/// with its path.
+fn parse_request(bytes: &[u8], width: usize, limit: usize) -> Result<Rows, ApiError> {
+    let body = parse_json(bytes)?;
+    check_rows(&body, "x", limit)?;
+    let mut details = Details::default();
+    if let serde_json::Value::Object(fields) = &body {
+        for key in fields.keys().filter(|k| k.as_str() != "x") {
+            details.push(format!("/{}", pointer_token(key)), "unknown field");
+        }
+    } else {
+        return Err(Invalid::one("", "the body must be a JSON object with \"x\"").into());
+    }
+    if matches!(body.get("x"), Some(serde_json::Value::Array(rows)) if rows.is_empty()) {
+        details.push("/x", "needs at least one row");
+    }
+    let x = parse_rows(body.get("x"), "/x", width, &mut details);
+    details.finish("invalid predict request")?;
+    Ok(x.ok_or_else(|| Invalid::one("/x", "invalid rows"))?)
 }
