@@ -53,6 +53,13 @@ pub enum CsvError {
     TooManyRows(usize),
 }
 
+/// What [`NewBatch::encode`] makes of a batch for storage.
+pub struct EncodedBatch {
+    pub x: Vec<u8>,
+    pub y: Vec<u8>,
+    pub content_hash: [u8; 32],
+}
+
 /// A validated batch: rows of the model's width, all finite, at least one row.
 #[derive(Clone, Debug)]
 pub struct NewBatch {
@@ -182,8 +189,10 @@ impl NewBatch {
                 .map_err(|e| Invalid::one("", format!("Idempotency-Key header {e}")))?,
         };
         // Flexible: a row of the wrong length is reported with its number, not as a syntax error.
+        // Only the header is trimmed by the reader; data cells are trimmed as they are parsed,
+        // which spares a copy of every record.
         let mut reader = csv::ReaderBuilder::new()
-            .trim(csv::Trim::All)
+            .trim(csv::Trim::Headers)
             .flexible(true)
             .from_reader(body);
         let header = reader
@@ -229,9 +238,9 @@ impl NewBatch {
         let (p, m) = (spec.features.len(), spec.outputs.len());
         let (mut x, mut y) = (Vec::new(), Vec::new());
         let mut rows = 0usize;
-        let mut record = csv::StringRecord::new();
+        let mut record = csv::ByteRecord::new();
         loop {
-            match reader.read_record(&mut record) {
+            match reader.read_byte_record(&mut record) {
                 Ok(false) => break,
                 Ok(true) => {}
                 Err(e) => {
@@ -240,19 +249,24 @@ impl NewBatch {
                     )));
                 }
             }
+            let cells = record
+                .iter()
+                .map(|cell| std::str::from_utf8(cell).map(str::trim))
+                .collect::<Result<Vec<&str>, _>>()
+                .map_err(|e| CsvError::Malformed(format!("unreadable CSV row {rows}: {e}")))?;
             // Spreadsheets end tables with lines of empty cells.
-            if record.iter().all(str::is_empty) {
+            if cells.iter().all(|c| c.is_empty()) {
                 continue;
             }
             if rows == max_rows {
                 return Err(CsvError::TooManyRows(max_rows));
             }
-            if record.len() != header.len() {
+            if cells.len() != header.len() {
                 details.push(
                     format!("/rows/{rows}"),
                     format!(
                         "has {} values, the header has {}",
-                        record.len(),
+                        cells.len(),
                         header.len()
                     ),
                 );
@@ -262,7 +276,7 @@ impl NewBatch {
             let (xr, yr) = (x.len(), y.len());
             x.resize(xr + p, 0.0);
             y.resize(yr + m, 0.0);
-            for (cell, (&target, name)) in record.iter().zip(targets.iter().zip(header.iter())) {
+            for (cell, (&target, name)) in cells.iter().zip(targets.iter().zip(header.iter())) {
                 let Some((is_output, index)) = target else {
                     continue;
                 };
@@ -297,15 +311,22 @@ impl NewBatch {
         self.x.rows()
     }
 
-    /// SHA-256 of the batch's content (shape and the bits of every value), which tells a retry
-    /// of this batch from a different batch under the same id.
-    pub fn content_hash(&self) -> [u8; 32] {
+    /// The batch as stored: its raw rows as little-endian bytes, and the SHA-256 of its
+    /// content (shape and the bits of every value), which tells a retry of this batch from a
+    /// different batch under the same id.
+    pub fn encode(&self) -> EncodedBatch {
+        let x = self.x.to_le_bytes();
+        let y = self.y.to_le_bytes();
         let mut hash = Sha256::new();
         for n in [self.x.rows(), self.x.width(), self.y.width()] {
             hash.update((n as u64).to_le_bytes());
         }
-        hash.update(self.x.to_le_bytes());
-        hash.update(self.y.to_le_bytes());
-        hash.finalize().into()
+        hash.update(&x);
+        hash.update(&y);
+        EncodedBatch {
+            x,
+            y,
+            content_hash: hash.finalize().into(),
+        }
     }
 }

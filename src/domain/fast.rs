@@ -29,7 +29,13 @@ pub fn fast_rows_object(
     fields: &[(&'static str, usize)],
     accept_batch_id: bool,
 ) -> Option<FastObject> {
-    let mut scan = Scanner { bytes: body, at: 0 };
+    // Validated once here, so that every number's text below is a cheap slice of it.
+    let text = std::str::from_utf8(body).ok()?;
+    let mut scan = Scanner {
+        text,
+        bytes: body,
+        at: 0,
+    };
     let mut rows: Vec<Option<Rows>> = vec![None; fields.len()];
     let mut batch_id: Option<Option<String>> = None;
     scan.expect(b'{')?;
@@ -70,6 +76,8 @@ pub fn fast_rows_object(
 }
 
 struct Scanner<'a> {
+    text: &'a str,
+    /// `text` as bytes.
     bytes: &'a [u8],
     at: usize,
 }
@@ -107,7 +115,7 @@ impl<'a> Scanner<'a> {
                 _ => self.at += 1,
             }
         }
-        let text = std::str::from_utf8(&self.bytes[start..self.at]).ok()?;
+        let text = self.text.get(start..self.at)?;
         self.at += 1;
         Some(text)
     }
@@ -152,9 +160,7 @@ impl<'a> Scanner<'a> {
                 return None;
             }
         }
-        // ASCII by construction.
-        let text = std::str::from_utf8(&self.bytes[start..self.at]).ok()?;
-        let value: f64 = text.parse().ok()?;
+        let value: f64 = self.text.get(start..self.at)?.parse().ok()?;
         value.is_finite().then_some(value)
     }
 

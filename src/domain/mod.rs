@@ -8,7 +8,7 @@ mod fast;
 pub mod model;
 mod rows;
 
-pub use batch::{BatchId, CsvError, NewBatch};
+pub use batch::{BatchId, CsvError, EncodedBatch, NewBatch};
 pub use fast::{FastObject, fast_rows_object};
 pub use model::{ModelName, ModelSpec, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};

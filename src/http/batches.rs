@@ -136,7 +136,7 @@ pub async fn ingest(
         ),
     };
     let parse_spec = spec.clone();
-    let (batch, statistics) = tokio::task::spawn_blocking(move || {
+    let (batch, encoded, statistics) = tokio::task::spawn_blocking(move || {
         let spec = parse_spec;
         let batch = match body {
             BatchBody::Json(bytes) => match NewBatch::parse_fast(&bytes, &spec, key.as_deref()) {
@@ -164,11 +164,16 @@ pub async fn ingest(
             .design(batch.x.to_mat().as_ref())
             .and_then(|phi| BatchStatistics::from_design(phi.as_ref(), batch.y.to_mat().as_ref()))
             .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
-        Ok::<_, ApiError>((batch, codec::encode_statistics(&stats)))
+        let encoded = batch.encode();
+        Ok::<_, ApiError>((batch, encoded, codec::encode_statistics(&stats)))
     })
     .await
     .map_err(ApiError::internal)??;
-    let ingested = match app.store.insert_batch(model_id, &batch, &statistics).await {
+    let ingested = match app
+        .store
+        .insert_batch(model_id, &batch, &encoded, &statistics)
+        .await
+    {
         // The cached model was deleted; a model of the same name may exist now, with another
         // specification: the batch was validated against the old one.
         Err(StoreError::NotFound(_)) => {
@@ -178,7 +183,9 @@ pub async fn ingest(
                     "model {name} was replaced while the batch was being read; post it again"
                 )));
             }
-            app.store.insert_batch(id, &batch, &statistics).await?
+            app.store
+                .insert_batch(id, &batch, &encoded, &statistics)
+                .await?
         }
         other => other?,
     };

@@ -18,7 +18,7 @@ use sqlx::postgres::{PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 
 use crate::config::DatabaseSettings;
-use crate::domain::{ModelName, ModelSpec, NewBatch};
+use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
 
 pub const BATCHES_CHANNEL: &str = "mordant_batches";
 pub const MODELS_CHANNEL: &str = "mordant_models";
@@ -275,9 +275,10 @@ impl Store {
         &self,
         model_id: i64,
         batch: &NewBatch,
+        encoded: &EncodedBatch,
         statistics: &[u8],
     ) -> Result<Ingested, StoreError> {
-        let hash = batch.content_hash();
+        let hash = encoded.content_hash;
         let mut tx = self.pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
             .bind(INGEST_LOCK_CLASS)
@@ -320,8 +321,8 @@ impl Store {
         .bind(batch.batch_id.as_str())
         .bind(&hash[..])
         .bind(batch.rows() as i32)
-        .bind(batch.x.to_le_bytes())
-        .bind(batch.y.to_le_bytes())
+        .bind(&encoded.x)
+        .bind(&encoded.y)
         .bind(statistics)
         .fetch_one(&mut *tx)
         .await?;

@@ -1,0 +1,72 @@
+# Shared by the bench/ scripts: a release build of the service on a free loopback port,
+# against a database of its own on the PostgreSQL that scripts/with-postgres finds or starts,
+# stopped and dropped on exit.
+#
+#   source bench/lib.sh
+#   start_service NAME [VAR=VALUE ...]    # sets $base, $service (pid), $work, $database_url
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need() { # command, how to install it
+    command -v "$1" >/dev/null || { echo "$(basename "$0") needs $1: $2" >&2; exit 1; }
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+cleanup() {
+    if [[ -n "${service:-}" ]]; then
+        kill "$service" 2>/dev/null || true
+        wait "$service" 2>/dev/null || true
+    fi
+    if [[ -n "${database_url:-}" ]]; then
+        psql "${database_url%/*}/postgres" -qc "DROP DATABASE IF EXISTS \"${database_url##*/}\" WITH (FORCE)" \
+            >/dev/null 2>&1 || true
+    fi
+    [[ -n "${work:-}" ]] && rm -rf "$work"
+}
+trap cleanup EXIT
+
+start_service() { # name, extra environment...
+    local name=$1
+    shift
+    cargo build --release --quiet
+    database_url=$(scripts/with-postgres --database "mordant_bench_${name}_$$" printenv DATABASE_URL)
+    local port
+    port=$(free_port)
+    base="http://127.0.0.1:$port"
+    work=$(mktemp -d)
+    env DATABASE_URL="$database_url" MORDANT_ADDR="127.0.0.1:$port" MORDANT__LOG__FILTER=warn "$@" \
+        target/release/mordant serve >"$work/service.log" 2>&1 &
+    service=$!
+    for _ in $(seq 100); do
+        curl -sf "$base/healthz" >/dev/null && return 0
+        sleep 0.1
+    done
+    echo "the service did not start:" >&2
+    cat "$work/service.log" >&2
+    exit 1
+}
+
+# Resident memory of the service, in kB.
+rss_kb() {
+    awk '/^VmRSS:/ {print $2}' "/proc/$service/status"
+}
+
+# POST a JSON file; fail loudly.
+post_json() { # path, file
+    curl -sf "$base$1" -H 'content-type: application/json' -d @"$2"
+}
+
+# Waits until every batch of model $1 is folded.
+wait_folded() { # model name
+    for _ in $(seq 6000); do
+        local queued
+        queued=$(psql "$database_url" -Atc "SELECT count(*) FROM batches b JOIN models m ON m.id = b.model_id WHERE m.name = '$1' AND b.status = 'queued'")
+        [[ "$queued" == 0 ]] && return 0
+        sleep 0.05
+    done
+    echo "model $1 still has queued batches" >&2
+    exit 1
+}
