@@ -14,13 +14,6 @@ use mordant::store::Store;
 use mordant::telemetry;
 use tokio_util::sync::CancellationToken;
 
-/// mimalloc instead of the system allocator: a request allocates and frees dozens of small
-/// blocks across tokio's worker threads, where glibc's malloc spent a sixth of the service's
-/// time under a predict load (`perf`, BENCHMARKS.md); its per-thread free lists also return
-/// memory that a large batch body used.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Incremental Bayesian linear regression for dye-concentration prediction.
 #[derive(Parser)]
 #[command(name = "mordant", version, about, long_about = None)]

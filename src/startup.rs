@@ -78,6 +78,9 @@ impl Application {
             metrics,
             keys,
             limits: settings.limits.clone(),
+            cpu: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, usize::from),
+            )),
         };
         Ok(Self {
             listener,

@@ -1,6 +1,6 @@
 //! Matrices of numbers sent as JSON arrays of rows.
 
-use faer::Mat;
+use faer::MatRef;
 use serde_json::Value;
 
 use super::{Details, describe};
@@ -38,10 +38,9 @@ impl Rows {
         &self.values
     }
 
-    pub fn to_mat(&self) -> Mat<f64> {
-        Mat::from_fn(self.rows, self.width, |i, j| {
-            self.values[i * self.width + j]
-        })
+    /// The rows as a matrix, without a copy.
+    pub fn as_mat(&self) -> MatRef<'_, f64> {
+        MatRef::from_row_major_slice(&self.values, self.rows, self.width)
     }
 
     /// Little-endian bytes of the row-major values, for storage.

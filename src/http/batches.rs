@@ -136,39 +136,40 @@ pub async fn ingest(
         ),
     };
     let parse_spec = spec.clone();
-    let (batch, encoded, statistics) = tokio::task::spawn_blocking(move || {
-        let spec = parse_spec;
-        let batch = match body {
-            BatchBody::Json(bytes) => match NewBatch::parse_fast(&bytes, &spec, key.as_deref()) {
-                Some(batch) if batch.rows() <= limit => batch,
-                // Not a well-formed batch (or too long): the full parse says what is wrong.
-                _ => {
-                    let body = parse_json(&bytes)?;
-                    check_rows(&body, "x", limit)?;
-                    check_rows(&body, "y", limit)?;
-                    NewBatch::parse(&body, &spec, key.as_deref())?
-                }
-            },
-            BatchBody::Csv(bytes) => NewBatch::parse_csv(&bytes, &spec, key.as_deref(), limit)
-                .map_err(|e| match e {
-                    CsvError::Malformed(message) => ApiError::MalformedCsv(message),
-                    CsvError::Invalid(invalid) => ApiError::Invalid(invalid),
-                    too_many @ CsvError::TooManyRows(_) => {
-                        ApiError::PayloadTooLarge(too_many.to_string())
+    let (batch, encoded, statistics) = app
+        .cpu_bound(move || {
+            let spec = parse_spec;
+            let batch = match body {
+                BatchBody::Json(bytes) => match NewBatch::parse_fast(&bytes, &spec, key.as_deref())
+                {
+                    Some(batch) if batch.rows() <= limit => batch,
+                    // Not a well-formed batch (or too long): the full parse says what is wrong.
+                    _ => {
+                        let body = parse_json(&bytes)?;
+                        check_rows(&body, "x", limit)?;
+                        check_rows(&body, "y", limit)?;
+                        NewBatch::parse(&body, &spec, key.as_deref())?
                     }
-                })?,
-        };
-        let config = spec.config();
-        let stats = config
-            .basis
-            .design(batch.x.to_mat().as_ref())
-            .and_then(|phi| BatchStatistics::from_design(phi.as_ref(), batch.y.to_mat().as_ref()))
-            .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
-        let encoded = batch.encode();
-        Ok::<_, ApiError>((batch, encoded, codec::encode_statistics(&stats)))
-    })
-    .await
-    .map_err(ApiError::internal)??;
+                },
+                BatchBody::Csv(bytes) => NewBatch::parse_csv(&bytes, &spec, key.as_deref(), limit)
+                    .map_err(|e| match e {
+                        CsvError::Malformed(message) => ApiError::MalformedCsv(message),
+                        CsvError::Invalid(invalid) => ApiError::Invalid(invalid),
+                        too_many @ CsvError::TooManyRows(_) => {
+                            ApiError::PayloadTooLarge(too_many.to_string())
+                        }
+                    })?,
+            };
+            let config = spec.config();
+            let stats = config
+                .basis
+                .design(batch.x.as_mat())
+                .and_then(|phi| BatchStatistics::from_design(phi.as_ref(), batch.y.as_mat()))
+                .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
+            let encoded = batch.encode();
+            Ok::<_, ApiError>((batch, encoded, codec::encode_statistics(&stats)))
+        })
+        .await??;
     let ingested = match app
         .store
         .insert_batch(model_id, &batch, &encoded, &statistics)

@@ -47,6 +47,23 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub keys: Arc<KeyRing>,
     pub limits: Limits,
+    /// Permits for CPU-heavy request work (parsing a batch, a large predict), one per core:
+    /// more at once would only share the cores, and each blocking thread that parses a batch
+    /// keeps an allocator heap of its own.
+    pub cpu: Arc<tokio::sync::Semaphore>,
+}
+
+impl AppState {
+    /// Runs `work` on the blocking pool once a CPU permit is free.
+    pub async fn cpu_bound<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let _permit = self.cpu.acquire().await.map_err(ApiError::internal)?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(ApiError::internal)
+    }
 }
 
 #[derive(OpenApi)]

@@ -82,15 +82,13 @@ pub async fn predict(
     let inline = x.values().len() <= INLINE_VALUES;
     let compute = move || {
         predictor
-            .predict(x.to_mat().as_ref())
+            .predict(x.as_mat())
             .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))
     };
     let predictions = if inline {
         compute()?
     } else {
-        tokio::task::spawn_blocking(compute)
-            .await
-            .map_err(ApiError::internal)??
+        app.cpu_bound(compute).await??
     };
     let (mean, variance) = (&predictions.mean, &predictions.variance);
     let predictions = (0..mean.nrows())
