@@ -9,7 +9,7 @@ use std::time::Duration;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use faer::Mat;
 use mordant::estimator::{
-    Basis, BatchStatistics, ModelConfig, ModelState, Transform, UpdateMethod,
+    Basis, BatchStatistics, ModelConfig, ModelState, Predictor, Transform, UpdateMethod,
 };
 use mordant::evaluate::Dataset;
 use mordant::evaluate::dataset::{DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES};
@@ -101,9 +101,17 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
     group.bench_function("predict_1_row", |b| {
         b.iter(|| state.predict(one_row.as_ref()).expect("predict"))
     });
+    // What the service does: the Predictor is formed once per model version.
+    let predictor = Predictor::new(&state);
+    group.bench_function("prepared_predict_1_row", |b| {
+        b.iter(|| predictor.predict(one_row.as_ref()).expect("predict"))
+    });
     let many = rows(&problem.probe, 0, problem.probe.nrows().min(1000));
     group.bench_function(format!("predict_{}_rows", many.nrows()), |b| {
         b.iter(|| state.predict(many.as_ref()).expect("predict"))
+    });
+    group.bench_function(format!("prepared_predict_{}_rows", many.nrows()), |b| {
+        b.iter(|| predictor.predict(many.as_ref()).expect("predict"))
     });
     group.finish();
 }
