@@ -3,16 +3,16 @@
 //!
 //! `cargo bench --bench estimator`
 
-use std::path::Path;
+mod common;
+
 use std::time::Duration;
 
+use common::{dyeing_data, rows};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use faer::Mat;
 use mordant::estimator::{
     Basis, BatchStatistics, ModelConfig, ModelState, Predictor, Transform, UpdateMethod,
 };
-use mordant::evaluate::Dataset;
-use mordant::evaluate::dataset::{DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES};
 use rand::{Rng, SeedableRng};
 
 /// First-fit rows, update rows and prediction rows of one problem.
@@ -24,19 +24,8 @@ struct Problem {
     probe: Mat<f64>,
 }
 
-fn rows(a: &Mat<f64>, from: usize, to: usize) -> Mat<f64> {
-    Mat::from_fn(to - from, a.ncols(), |i, j| a[(from + i, j)])
-}
-
 fn dyeing() -> Problem {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/dyeing/data.csv");
-    let strings = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let data = Dataset::from_csv(
-        &path,
-        &strings(&DYEING_FEATURE_PREFIXES),
-        &strings(&DYEING_OUTPUT_PREFIXES),
-    )
-    .expect("dyeing data");
+    let data = dyeing_data();
     let basis = Basis::new(data.x.ncols(), true, Transform::Identity);
     Problem {
         name: "dyeing_p126_m82",

@@ -15,16 +15,17 @@
 //!
 //! `cargo bench --bench peers -- DIR`
 
+mod common;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use common::{dyeing_data, rows};
 use faer::Mat;
 use mordant::estimator::{
     Basis, BatchStatistics, ModelConfig, ModelState, OutputPosterior, Transform,
 };
-use mordant::evaluate::Dataset;
-use mordant::evaluate::dataset::{DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES};
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
@@ -38,20 +39,9 @@ struct Problem {
     probe: (Mat<f64>, Mat<f64>),
 }
 
-fn rows(a: &Mat<f64>, from: usize, to: usize) -> Mat<f64> {
-    Mat::from_fn(to - from, a.ncols(), |i, j| a[(from + i, j)])
-}
-
 /// The dyeing data: first fit on 1,543 rows, update with the next 1,000, probe the last 671.
 fn dyeing() -> Problem {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/dyeing/data.csv");
-    let strings = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let data = Dataset::from_csv(
-        &path,
-        &strings(&DYEING_FEATURE_PREFIXES),
-        &strings(&DYEING_OUTPUT_PREFIXES),
-    )
-    .expect("dyeing data");
+    let data = dyeing_data();
     let (n, first) = (data.rows(), 1543);
     let update = first + UPDATE_ROWS;
     Problem {

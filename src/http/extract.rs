@@ -15,13 +15,8 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let mime = media_type(&req);
-        if !mime.eq_ignore_ascii_case("application/json") {
-            return Err(ApiError::UnsupportedMediaType(format!(
-                "expected Content-Type: application/json, found {mime:?}"
-            )));
-        }
-        parse_json(&read_body(req, state).await?).map(JsonBody)
+        let RawJson(bytes) = RawJson::from_request(req, state).await?;
+        parse_json(&bytes).map(JsonBody)
     }
 }
 
