@@ -1,194 +1,244 @@
 //! mordant's side of the comparison with scikit-learn and River (`bench/peers` runs both).
 //!
-//! For each problem it writes the rows it uses as CSV (`{name}_{first,update,probe}_{x,y}.csv`)
-//! so that the Python peers fit byte-identical data, then times, `REPEATS` times after a
-//! warm-up:
+//! ```text
+//! cargo bench --bench peers -- DIR [OUT.json]
+//! ```
+//!
+//! (or `PEERS_DIR`, `PEERS_OUT`; `PEERS_REPEATS` runs, default 15). `DIR` holds the rows that
+//! `bench/peers.py data DIR` wrote, `{name}_{first,update,probe}.csv` for the problems `dyeing`
+//! and `spectrum`, each with columns `x0, …` and `y0, …`: both sides read the same doubles. For
+//! each problem this times, `REPEATS` times after a warm-up run:
 //!
 //! * the first fit: the statistics of the first-fit rows and Algorithm 2 (`ModelState::fit`);
-//! * a 1,000-row update: the statistics of the new rows and one Bayesian step
-//!   (`ModelState::update`).
+//! * the update: the statistics of the 1,000 new rows and one Bayesian step
+//!   (`ModelState::update` with the default `UpdateMethod::OneStep`);
 //!
-//! and writes `mordant.json`: min / median / max seconds of each, the predicted means on the
-//! probe rows after the first fit and after the update, and those of the exact posterior of all
-//! rows under one fixed prior (variance 1 for every weight, noise variance 1), which is River's
-//! `BayesianLinearRegression` with its defaults.
-//!
-//! `cargo bench --bench peers -- DIR`
+//! and writes `OUT.json` (default `DIR/mordant.json`): min / median / max seconds of each, every
+//! run, the coefficients and the predicted means on the probe rows after the first fit and
+//! after the update, and the predicted means of the exact posterior under one fixed prior
+//! (variance 1 for every weight, noise variance 1; River's `BayesianLinearRegression` with its
+//! defaults) of the first-fit rows and of all rows.
 
+#[allow(dead_code)] // `rows` is for the criterion benches
 mod common;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{dyeing_data, rows};
+use common::dyeing_data;
 use faer::Mat;
 use mordant::estimator::{
     Basis, BatchStatistics, ModelConfig, ModelState, OutputPosterior, Transform,
 };
-use rand::{Rng, SeedableRng};
+use mordant::evaluate::Dataset;
 use serde_json::{Value, json};
 
-const REPEATS: usize = 15;
+const DEFAULT_REPEATS: usize = 15;
 const UPDATE_ROWS: usize = 1000;
+
+/// Inputs and targets of some rows.
+struct Rows {
+    x: Mat<f64>,
+    y: Mat<f64>,
+}
 
 struct Problem {
     name: &'static str,
-    first: (Mat<f64>, Mat<f64>),
-    update: (Mat<f64>, Mat<f64>),
-    probe: (Mat<f64>, Mat<f64>),
+    first: Rows,
+    update: Rows,
+    probe: Rows,
 }
 
-/// The dyeing data: first fit on 1,543 rows, update with the next 1,000, probe the last 671.
-fn dyeing() -> Problem {
+fn read_rows(dir: &Path, name: &str, part: &str) -> Rows {
+    let path = dir.join(format!("{name}_{part}.csv"));
+    let data = Dataset::from_csv(&path, &["x".to_owned()], &["y".to_owned()])
+        .unwrap_or_else(|e| panic!("{e:#} (run `python3 bench/peers.py data DIR` first)"));
+    Rows {
+        x: data.x,
+        y: data.y,
+    }
+}
+
+fn read_problem(dir: &Path, name: &'static str) -> Problem {
+    let problem = Problem {
+        name,
+        first: read_rows(dir, name, "first"),
+        update: read_rows(dir, name, "update"),
+        probe: read_rows(dir, name, "probe"),
+    };
+    assert_eq!(
+        problem.update.x.nrows(),
+        UPDATE_ROWS,
+        "{name}: the update has {} rows, not {UPDATE_ROWS}",
+        problem.update.x.nrows()
+    );
+    problem
+}
+
+/// The dyeing rows in `dir` must be those of `tests/data/dyeing/data.csv` as the service reads
+/// them (same columns, same order, same doubles), first fit, update and probe in file order.
+fn check_dyeing(problem: &Problem) {
     let data = dyeing_data();
-    let (n, first) = (data.rows(), 1543);
-    let update = first + UPDATE_ROWS;
-    Problem {
-        name: "dyeing",
-        first: (rows(&data.x, 0, first), rows(&data.y, 0, first)),
-        update: (rows(&data.x, first, update), rows(&data.y, first, update)),
-        probe: (rows(&data.x, update, n), rows(&data.y, update, n)),
-    }
-}
-
-/// 31 spectral features (Kubelka–Munk values of reflectances between 0.05 and 0.95) and an
-/// intercept, p = 32; three outputs linear in them, each using a quarter of the bands, plus
-/// noise. First fit on 2,000 rows, update with 1,000, probe 1,000.
-fn spectrum() -> Problem {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(32);
-    let n = 4000;
-    let x = Mat::from_fn(n, 31, |_, _| {
-        Transform::KubelkaMunk.apply(rng.random_range(0.05..0.95))
-    });
-    let w = Mat::from_fn(31, 3, |j, k| {
-        if (j + k) % 4 == 0 {
-            0.3 + 0.1 * k as f64
-        } else {
-            0.0
-        }
-    });
-    let noise = Mat::from_fn(n, 3, |_, _| rng.random_range(-0.05..0.05));
-    let y = &x * &w + &noise;
-    Problem {
-        name: "spectrum",
-        first: (rows(&x, 0, 2000), rows(&y, 0, 2000)),
-        update: (rows(&x, 2000, 3000), rows(&y, 2000, 3000)),
-        probe: (rows(&x, 3000, 4000), rows(&y, 3000, 4000)),
-    }
-}
-
-fn write_csv(path: &Path, m: &Mat<f64>) {
-    let mut text = String::with_capacity(m.nrows() * m.ncols() * 20);
-    for i in 0..m.nrows() {
-        for j in 0..m.ncols() {
-            if j > 0 {
-                text.push(',');
+    let mut row = 0;
+    for part in [&problem.first, &problem.update, &problem.probe] {
+        for (ours, theirs) in [(&data.x, &part.x), (&data.y, &part.y)] {
+            assert_eq!(ours.ncols(), theirs.ncols(), "dyeing: columns differ");
+            for i in 0..theirs.nrows() {
+                for j in 0..theirs.ncols() {
+                    assert!(
+                        ours[(row + i, j)].to_bits() == theirs[(i, j)].to_bits(),
+                        "dyeing: row {}, column {j} differs from tests/data/dyeing/data.csv",
+                        row + i
+                    );
+                }
             }
-            // Shortest text that reads back to the same f64.
-            write!(text, "{:?}", m[(i, j)]).expect("format");
         }
-        text.push('\n');
+        row += part.x.nrows();
     }
-    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(row, data.rows(), "dyeing: rows missing");
 }
 
-fn statistics(config: &ModelConfig, (x, y): &(Mat<f64>, Mat<f64>)) -> BatchStatistics {
-    let phi = config.basis.design(x.as_ref()).expect("design");
-    BatchStatistics::from_design(phi.as_ref(), y.as_ref()).expect("statistics")
+fn statistics(config: &ModelConfig, rows: &Rows) -> BatchStatistics {
+    let phi = config.basis.design(rows.x.as_ref()).expect("design");
+    BatchStatistics::from_design(phi.as_ref(), rows.y.as_ref()).expect("statistics")
 }
 
-/// Min, median and max seconds of `REPEATS` runs of `f`, after one warm-up run.
-fn time<T>(mut f: impl FnMut() -> T) -> (Value, T) {
+/// Min, median and max seconds (and every run) of `repeats` runs of `f` after one warm-up run,
+/// and the last result.
+fn time<T>(repeats: usize, mut f: impl FnMut() -> T) -> (Value, T) {
     let mut last = f();
-    let mut seconds: Vec<f64> = (0..REPEATS)
+    let runs: Vec<f64> = (0..repeats)
         .map(|_| {
             let start = Instant::now();
             last = std::hint::black_box(f());
             start.elapsed().as_secs_f64()
         })
         .collect();
-    seconds.sort_by(f64::total_cmp);
+    let mut sorted = runs.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = if repeats % 2 == 1 {
+        sorted[repeats / 2]
+    } else {
+        (sorted[repeats / 2 - 1] + sorted[repeats / 2]) / 2.0
+    };
     let summary = json!({
-        "min": seconds[0],
-        "median": seconds[REPEATS / 2],
-        "max": seconds[REPEATS - 1],
+        "min": sorted[0],
+        "median": median,
+        "max": sorted[repeats - 1],
+        "runs": runs,
     });
     (summary, last)
 }
 
-fn means(state: &ModelState, x: &Mat<f64>) -> Vec<Vec<f64>> {
-    let pred = state.predict(x.as_ref()).expect("predict");
-    (0..pred.mean.nrows())
-        .map(|i| (0..pred.mean.ncols()).map(|k| pred.mean[(i, k)]).collect())
+/// Rows × columns as nested lists.
+fn nested(m: &Mat<f64>) -> Vec<Vec<f64>> {
+    (0..m.nrows())
+        .map(|i| (0..m.ncols()).map(|j| m[(i, j)]).collect())
         .collect()
 }
 
-fn run(problem: &Problem, dir: &Path) -> Value {
-    for (part, (x, y)) in [
-        ("first", &problem.first),
-        ("update", &problem.update),
-        ("probe", &problem.probe),
-    ] {
-        write_csv(&dir.join(format!("{}_{part}_x.csv", problem.name)), x);
-        write_csv(&dir.join(format!("{}_{part}_y.csv", problem.name)), y);
+/// Predicted means, probe rows × outputs.
+fn means(state: &ModelState, x: &Mat<f64>) -> Vec<Vec<f64>> {
+    nested(&state.predict(x.as_ref()).expect("predict").mean)
+}
+
+/// Coefficients, outputs × basis functions (the intercept last).
+fn coefficients(state: &ModelState) -> Vec<Vec<f64>> {
+    nested(&state.coefficients().transpose().to_owned())
+}
+
+/// Predicted means (probe rows × outputs) of the posterior with prior variance 1 for every
+/// weight and noise variance 1, given the statistics `stats`.
+fn fixed_prior_means(basis: &Basis, stats: &BatchStatistics, x: &Mat<f64>) -> Vec<Vec<f64>> {
+    let p = basis.dim();
+    let phi = basis.design(x.as_ref()).expect("design");
+    let mut mean = Mat::<f64>::zeros(phi.nrows(), stats.outputs());
+    for k in 0..stats.outputs() {
+        let post = OutputPosterior::from_statistics(vec![1.0; p], 1.0, stats.g(), stats.b_col(k))
+            .expect("fixed-prior posterior");
+        for i in 0..phi.nrows() {
+            mean[(i, k)] = (0..p).map(|j| phi[(i, j)] * post.mean()[j]).sum();
+        }
     }
-    let basis = Basis::new(problem.first.0.ncols(), true, Transform::Identity);
-    let config = ModelConfig::new(basis, problem.first.1.ncols());
-    let (first_fit, state) =
-        time(|| ModelState::fit(&config, statistics(&config, &problem.first)).expect("first fit"));
-    let (update, updated) = time(|| {
+    nested(&mean)
+}
+
+fn run(problem: &Problem, repeats: usize) -> Value {
+    let basis = Basis::new(problem.first.x.ncols(), true, Transform::Identity);
+    let config = ModelConfig::new(basis, problem.first.y.ncols());
+    let (first_fit, state) = time(repeats, || {
+        ModelState::fit(&config, statistics(&config, &problem.first)).expect("first fit")
+    });
+    let (update, updated) = time(repeats, || {
         state
             .update(&config, &statistics(&config, &problem.update))
             .expect("update")
     });
-    // Where the models coincide: one prior variance 1 for every weight and noise variance 1
-    // (River's defaults, alpha = beta = 1), the exact posterior of all rows.
-    let mut all = statistics(&config, &problem.first);
+    let first_stats = statistics(&config, &problem.first);
+    let mut all = first_stats.clone();
     all.add(&statistics(&config, &problem.update))
         .expect("statistics");
-    let phi = basis.design(problem.probe.0.as_ref()).expect("design");
-    let fixed: Vec<Vec<f64>> = (0..config.outputs)
-        .map(|k| {
-            let post = OutputPosterior::from_statistics(
-                vec![1.0; basis.dim()],
-                1.0,
-                all.g(),
-                all.b_col(k),
-            )
-            .expect("posterior");
-            (0..phi.nrows())
-                .map(|i| (0..basis.dim()).map(|j| phi[(i, j)] * post.mean()[j]).sum())
-                .collect()
-        })
-        .collect();
+    let untrained = |s: &ModelState| s.outputs().iter().filter(|o| o.posterior().is_none()).count();
+    eprintln!(
+        "peers: {}: first fit median {:.3} ms, update median {:.3} ms",
+        problem.name,
+        first_fit["median"].as_f64().unwrap_or(f64::NAN) * 1e3,
+        update["median"].as_f64().unwrap_or(f64::NAN) * 1e3,
+    );
     json!({
-        "predict_fixed_prior_by_output": fixed,
-        "rows": {"first": problem.first.0.nrows(), "update": problem.update.0.nrows(),
-                 "probe": problem.probe.0.nrows()},
         "p": basis.dim(),
         "m": config.outputs,
+        "rows": {
+            "first": problem.first.x.nrows(),
+            "update": problem.update.x.nrows(),
+            "probe": problem.probe.x.nrows(),
+        },
+        "untrained_after_first_fit": untrained(&state),
+        "untrained_after_update": untrained(&updated),
         "first_fit": first_fit,
         "update": update,
-        "predict_after_first_fit": means(&state, &problem.probe.0),
-        "predict_after_update": means(&updated, &problem.probe.0),
+        "predict_after_first_fit": means(&state, &problem.probe.x),
+        "predict_after_update": means(&updated, &problem.probe.x),
+        "coefficients_after_first_fit": coefficients(&state),
+        "coefficients_after_update": coefficients(&updated),
+        "predict_fixed_prior_first": fixed_prior_means(&basis, &first_stats, &problem.probe.x),
+        "predict_fixed_prior_all": fixed_prior_means(&basis, &all, &problem.probe.x),
     })
 }
 
 fn main() {
-    // `cargo bench` adds `--bench`; the directory is the first other argument.
-    let dir: PathBuf = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with("--"))
-        .expect("usage: cargo bench --bench peers -- DIR")
+    // `cargo bench` passes `--bench`; the other arguments are DIR and OUT.
+    let mut args = std::env::args().skip(1).filter(|a| !a.starts_with("--"));
+    let dir: PathBuf = args
+        .next()
+        .or_else(|| std::env::var("PEERS_DIR").ok())
+        .expect("usage: cargo bench --bench peers -- DIR [OUT.json] (or PEERS_DIR)")
         .into();
-    std::fs::create_dir_all(&dir).expect("output directory");
-    let report = json!({
-        "repeats": REPEATS,
-        "dyeing": run(&dyeing(), &dir),
-        "spectrum": run(&spectrum(), &dir),
+    let out: PathBuf = args
+        .next()
+        .or_else(|| std::env::var("PEERS_OUT").ok())
+        .map_or_else(|| dir.join("mordant.json"), PathBuf::from);
+    let repeats = std::env::var("PEERS_REPEATS").map_or(DEFAULT_REPEATS, |v| {
+        v.parse()
+            .ok()
+            .filter(|&r| r > 0)
+            .expect("PEERS_REPEATS: a positive number of runs")
     });
-    let path = dir.join("mordant.json");
-    std::fs::write(&path, report.to_string()).expect("write mordant.json");
-    eprintln!("peers: wrote {}", path.display());
+    let dyeing = read_problem(&dir, "dyeing");
+    check_dyeing(&dyeing);
+    let spectrum = read_problem(&dir, "spectrum");
+    let report = json!({
+        "repeats": repeats,
+        "threads": rayon::current_num_threads(),
+        "problems": {
+            "dyeing": run(&dyeing, repeats),
+            "spectrum": run(&spectrum, repeats),
+        },
+    });
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent).expect("output directory");
+    }
+    std::fs::write(&out, report.to_string())
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
+    eprintln!("peers: wrote {}", out.display());
 }
