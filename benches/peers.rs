@@ -178,7 +178,12 @@ fn run(problem: &Problem, repeats: usize) -> Value {
     let mut all = first_stats.clone();
     all.add(&statistics(&config, &problem.update))
         .expect("statistics");
-    let untrained = |s: &ModelState| s.outputs().iter().filter(|o| o.posterior().is_none()).count();
+    let untrained = |s: &ModelState| {
+        s.outputs()
+            .iter()
+            .filter(|o| o.posterior().is_none())
+            .count()
+    };
     eprintln!(
         "peers: {}: first fit median {:.3} ms, update median {:.3} ms",
         problem.name,
