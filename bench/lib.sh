@@ -70,3 +70,27 @@ wait_folded() { # model name
     echo "model $1 still has queued batches" >&2
     exit 1
 }
+
+# The predict benchmarks' model "bench" (p = 32 features, m = 3 outputs), trained on 2,000 rows
+# and folded; writes $work/one.json (one row) and $work/thousand.json (1,000 rows) to predict.
+predict_fixture() {
+    python3 - "$work" <<'PY'
+import json, random, sys
+work = sys.argv[1]
+random.seed(1)
+p, m = 32, 3
+features = [f"R{400 + 10 * i}" for i in range(p)]
+json.dump({"name": "bench", "features": features, "outputs": ["red", "yellow", "blue"]},
+          open(f"{work}/model.json", "w"))
+weights = [[random.gauss(0, 1) for _ in range(p)] for _ in range(m)]
+x = [[random.random() for _ in range(p)] for _ in range(2000)]
+y = [[sum(w * v for w, v in zip(weights[k], row)) + random.gauss(0, 0.05) for k in range(m)]
+     for row in x]
+json.dump({"batch_id": "train", "x": x, "y": y}, open(f"{work}/train.json", "w"))
+json.dump({"x": x[:1]}, open(f"{work}/one.json", "w"))
+json.dump({"x": x[:1000]}, open(f"{work}/thousand.json", "w"))
+PY
+    post_json /v1/models "$work/model.json" >/dev/null
+    post_json /v1/models/bench/batches "$work/train.json" >/dev/null
+    wait_folded bench
+}

@@ -71,7 +71,10 @@ struct EvaluateArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve => run_async(serve),
+        Command::Serve => {
+            return_large_buffers_to_the_os();
+            run_async(serve)
+        }
         Command::Migrate => run_async(migrate),
         Command::Openapi => print_openapi(),
         Command::Healthcheck { url } => healthcheck(&url),
@@ -85,6 +88,27 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// Large buffers (a 1,000-row batch is about 700 kB of JSON and 280 kB of values) go straight
+/// back to the operating system when freed. By default glibc raises its mmap threshold after
+/// the first such buffer is freed and serves later ones from its heaps, which then keep the
+/// peak of concurrent uploads resident for good (`bench/memory`: a million rows into one model
+/// grew the resident memory by 20 MB after the first 10,000 with the default, by 3 MB with
+/// this).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn return_large_buffers_to_the_os() {
+    /// glibc's own default starting threshold, here kept fixed.
+    const THRESHOLD: libc::c_int = 128 * 1024;
+    // SAFETY: `mallopt` only sets an allocator parameter (glibc serialises it with its own
+    // locks); it is called before the runtime starts any thread.
+    let done = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD) };
+    if done != 1 {
+        eprintln!("warning: cannot set glibc's mmap threshold; memory may stay resident");
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn return_large_buffers_to_the_os() {}
 
 fn run_async<F: Future<Output = anyhow::Result<()>>>(f: impl FnOnce() -> F) -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread()
