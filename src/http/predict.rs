@@ -132,7 +132,7 @@ impl Serialize for PredictBody<'_> {
         body.serialize_field("version", &self.version)?;
         body.serialize_field(
             "predictions",
-            &RowsOf((0..mean.nrows()).map(|r| PredictionRow {
+            &Seq((0..mean.nrows()).map(|r| PredictionRow {
                 mean: mean.row(r),
                 variance: variance.row(r),
             })),
@@ -157,14 +157,14 @@ impl Serialize for PredictionRow<'_> {
 }
 
 /// The values of a matrix row, as a sequence.
-fn values(row: RowRef<'_, f64>) -> RowsOf<impl Iterator<Item = f64> + Clone + '_> {
-    RowsOf((0..row.ncols()).map(move |k| row[k]))
+fn values(row: RowRef<'_, f64>) -> Seq<impl Iterator<Item = f64> + Clone + '_> {
+    Seq((0..row.ncols()).map(move |k| row[k]))
 }
 
-/// A sequence serialised from an iterator that can be cloned (walked again on demand).
-struct RowsOf<I>(I);
+/// A sequence serialised from an iterator (cloned, since serialising takes `&self`).
+struct Seq<I>(I);
 
-impl<I: Iterator<Item = T> + Clone, T: Serialize> Serialize for RowsOf<I> {
+impl<I: Iterator<Item = T> + Clone, T: Serialize> Serialize for Seq<I> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_seq(self.0.clone())
     }
