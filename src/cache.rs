@@ -3,19 +3,18 @@
 //! It holds every model (also untrained ones, so predict can tell "unknown" from "not trained"
 //! without the database) at its current version. It follows new versions written by this
 //! process directly, and those written by other replicas through notifications on
-//! [`MODELS_CHANNEL`] with a periodic check of every model's version as a fallback.
+//! [`Topic::Models`] with a periodic check of every model's version as a fallback.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyRing;
 use crate::domain::{ModelName, ModelSpec};
 use crate::estimator::{ModelConfig, ModelState, Predictor, codec};
-use crate::store::{KEYS_CHANNEL, MODELS_CHANNEL, Store, StoreError};
+use crate::store::{Store, StoreError, Topic};
 
 /// One model as predict sees it.
 #[derive(Debug)]
@@ -214,17 +213,8 @@ pub async fn follow(
 ) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        let mut listener = match PgListener::connect_with(store.pool()).await {
-            Ok(mut l) => match l.listen_all([MODELS_CHANNEL, KEYS_CHANNEL]).await {
-                Ok(()) => l,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cache: cannot listen for new versions");
-                    if sleep_or_stop(&shutdown, &mut backoff, max_backoff).await {
-                        return;
-                    }
-                    continue;
-                }
-            },
+        let mut listener = match store.subscribe(&[Topic::Models, Topic::Keys]).await {
+            Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "cache: database unreachable, retrying");
                 if sleep_or_stop(&shutdown, &mut backoff, max_backoff).await {
@@ -243,19 +233,19 @@ pub async fn follow(
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = ticks.tick() => sync_everything(&cache, &keys, &store, "periodic sync").await,
-                notification = listener.try_recv() => match notification {
-                    Ok(Some(n)) if n.channel() == KEYS_CHANNEL => {
+                notification = listener.recv() => match notification {
+                    Ok(Some(n)) if n.topic == Topic::Keys => {
                         if let Err(e) = sync_keys(&keys, &store).await {
                             tracing::warn!(error = %e, "cache: API key sync failed");
                         }
                     }
                     Ok(Some(n)) => {
-                        let Ok(id) = n.payload().parse::<i64>() else { continue };
+                        let Some(id) = n.model_id else { continue };
                         if let Err(e) = cache.sync_model(&store, id).await {
                             tracing::warn!(error = %e, model_id = id, "cache: sync failed");
                         }
                     }
-                    // The connection was lost and re-established: notifications may be lost.
+                    // Notifications may have been lost (a reconnection, or this task fell behind).
                     Ok(None) => {
                         sync_everything(&cache, &keys, &store, "sync after reconnect").await;
                     }

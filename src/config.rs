@@ -95,7 +95,10 @@ impl fmt::Debug for AuthSettings {
 
 #[derive(Clone, Deserialize)]
 pub struct DatabaseSettings {
+    /// A PostgreSQL URL; empty for the embedded SQLite store at `path`.
     pub url: String,
+    /// The embedded store's file, used when `url` is empty.
+    pub path: String,
     pub max_connections: u32,
     pub acquire_timeout_secs: u64,
     pub startup_timeout_secs: u64,
@@ -106,6 +109,7 @@ impl fmt::Debug for DatabaseSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DatabaseSettings")
             .field("url", &"<redacted>")
+            .field("path", &self.path)
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout_secs", &self.acquire_timeout_secs)
             .field("startup_timeout_secs", &self.startup_timeout_secs)
@@ -229,6 +233,7 @@ impl Settings {
              (database.max_connections - 2) / 2 = {}",
             (self.database.max_connections as usize).saturating_sub(2) / 2
         );
+        crate::store::Location::of(&self.database)?;
         for origin in &self.server.cors_origins {
             let plain = origin == "*"
                 || ((origin.starts_with("http://") || origin.starts_with("https://"))

@@ -4,21 +4,20 @@
 //! [`crate::store::ModelLock`]), so any number of replicas can fold against one database and
 //! each batch is folded exactly once, in arrival order. A fold reads the current version,
 //! computes, writes the next version and marks the batches, all in one transaction. The task
-//! is woken by notifications on [`BATCHES_CHANNEL`] and polls as a fallback; while the
+//! is woken by notifications on [`Topic::Batches`] and polls as a fallback; while the
 //! database is unreachable it backs off instead of spinning.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::{CachedModel, PosteriorCache, sleep_or_stop};
 use crate::config::FolderSettings;
 use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec};
 use crate::metrics::Metrics;
-use crate::store::{BATCHES_CHANNEL, ModelLock, QueuedBatch, Store, StoreError};
+use crate::store::{ModelLock, QueuedBatch, Store, StoreError, Topic};
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches
 /// folded into it, and the batches rejected with their reasons. Batches in neither list stay
@@ -275,12 +274,12 @@ async fn current_state(
     if lock.version == 0 {
         return Ok(None);
     }
-    if let Some(cached) = cache.get(&lock.name) {
-        if cached.id == lock.model_id && cached.version == lock.version {
-            if let Some(state) = &cached.state {
-                return Ok(Some(state.clone()));
-            }
-        }
+    if let Some(cached) = cache.get(&lock.name)
+        && cached.id == lock.model_id
+        && cached.version == lock.version
+        && let Some(state) = &cached.state
+    {
+        return Ok(Some(state.clone()));
     }
     let version = lock.version;
     let blob = lock.state(version).await?.ok_or_else(|| {
@@ -315,17 +314,8 @@ pub async fn run(
         if shutdown.is_cancelled() {
             return;
         }
-        let mut listener = match PgListener::connect_with(store.pool()).await {
-            Ok(mut l) => match l.listen(BATCHES_CHANNEL).await {
-                Ok(()) => l,
-                Err(e) => {
-                    tracing::warn!(error = %e, "folder: cannot listen for batches");
-                    if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {
-                        return;
-                    }
-                    continue;
-                }
-            },
+        let mut listener = match store.subscribe(&[Topic::Batches]).await {
+            Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "folder: database unreachable, retrying");
                 if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {
@@ -382,7 +372,7 @@ pub async fn run(
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = ticks.tick() => {}
-                notification = listener.try_recv() => {
+                notification = listener.recv() => {
                     if let Err(e) = notification {
                         tracing::warn!(error = %e, "folder: notification listener failed");
                         if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {

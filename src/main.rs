@@ -136,8 +136,9 @@ async fn serve() -> anyhow::Result<()> {
 async fn migrate() -> anyhow::Result<()> {
     let (_, settings) = Settings::load()?;
     telemetry::init(&settings.log);
-    let store = Store::connect_lazy(&settings.database).context("invalid database URL")?;
+    let store = Store::open(&settings.database).await?;
     store.migrate().await.context("migration failed")?;
+    store.close().await;
     tracing::info!("migrations applied");
     Ok(())
 }

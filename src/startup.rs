@@ -32,7 +32,8 @@ impl Application {
     /// migrations, loads the posterior cache and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         settings.validate()?;
-        let store = Store::connect_lazy(&settings.database).context("invalid database URL")?;
+        let store = Store::open(&settings.database).await?;
+        tracing::info!(store = store.kind(), "store opened");
         migrate_with_retry(
             &store,
             Duration::from_secs(settings.database.startup_timeout_secs),
@@ -154,6 +155,7 @@ impl Application {
                     .into_future(),
             )
         });
+        let store = state.store.clone();
         let app = http::router(state, &settings.server)?;
         let server =
             axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
@@ -167,6 +169,9 @@ impl Application {
             let _ = server.await;
         }
         let _ = follower.await;
+        // Every task that used the store has stopped: close it (the embedded store checkpoints
+        // its log, and its file is free for the next process once this one has exited).
+        store.close().await;
         tracing::info!("mordant stopped");
         result
     }
@@ -183,11 +188,12 @@ async fn migrate_with_retry(store: &Store, timeout: Duration) -> anyhow::Result<
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
-            Err(e) => {
+            Err(e) if store.kind() == "postgres" => {
                 return Err(e).context(
                     "cannot migrate the database (is PostgreSQL running and DATABASE_URL right?)",
                 );
             }
+            Err(e) => return Err(e).context("cannot migrate the embedded database"),
         }
     }
 }

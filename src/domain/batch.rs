@@ -108,13 +108,13 @@ impl NewBatch {
                 Err(e) => return Err(Invalid::one("", format!("Idempotency-Key header {e}"))),
             },
         };
-        if let (Some(a), Some(b)) = (&body_id, &header_id) {
-            if a != b {
-                details.push(
-                    "/batch_id",
-                    format!("differs from the Idempotency-Key header {:?}", b.as_str()),
-                );
-            }
+        if let (Some(a), Some(b)) = (&body_id, &header_id)
+            && a != b
+        {
+            details.push(
+                "/batch_id",
+                format!("differs from the Idempotency-Key header {:?}", b.as_str()),
+            );
         }
         for key in ["x", "y"] {
             if matches!(fields.get(key), Some(Value::Array(rows)) if rows.is_empty()) {
@@ -123,13 +123,13 @@ impl NewBatch {
         }
         let x = parse_rows(fields.get("x"), "/x", spec.features.len(), &mut details);
         let y = parse_rows(fields.get("y"), "/y", spec.outputs.len(), &mut details);
-        if let (Some(x), Some(y)) = (&x, &y) {
-            if x.rows() != y.rows() {
-                details.push(
-                    "/y",
-                    format!("has {} rows but x has {}", y.rows(), x.rows()),
-                );
-            }
+        if let (Some(x), Some(y)) = (&x, &y)
+            && x.rows() != y.rows()
+        {
+            details.push(
+                "/y",
+                format!("has {} rows but x has {}", y.rows(), x.rows()),
+            );
         }
         details.finish("invalid batch")?;
         match (x, y) {

@@ -260,13 +260,14 @@ impl ModelSpec {
                 );
             }
         }
-        if let Some(features) = &features {
-            if features.is_empty() && !intercept {
-                details.push(
-                    "/features",
-                    "a model without intercept needs at least one feature",
-                );
-            }
+        if let Some(features) = &features
+            && features.is_empty()
+            && !intercept
+        {
+            details.push(
+                "/features",
+                "a model without intercept needs at least one feature",
+            );
         }
         details.finish("invalid model specification")?;
         match (name, features, outputs, prior_variance, first_fit_rows) {

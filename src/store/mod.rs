@@ -1,32 +1,34 @@
-//! Persistence in PostgreSQL: models, the queue of batches, and immutable versions.
+//! Persistence: models, the queue of batches, immutable versions and API keys, behind one
+//! trait ([`Backend`]) with two implementations.
 //!
-//! All SQL of the service lives here. Two channels carry notifications (delivered on commit):
-//! [`BATCHES_CHANNEL`] when a batch is queued (wakes the folders) and [`MODELS_CHANNEL`] when a
-//! model is created, deleted or gets a new version (keeps every replica's posterior cache
-//! current). Both carry the model's id. A third, `KEYS_CHANNEL`, announces API key changes.
+//! * [`postgres`]: PostgreSQL, for production and for several replicas against one database.
+//!   Notifications travel through `LISTEN/NOTIFY`, so every replica hears every change.
+//! * [`sqlite`]: an embedded SQLite file, the default when no PostgreSQL URL is configured.
+//!   One process owns the file (a second one is refused at start); notifications stay inside
+//!   that process.
+//!
+//! Both keep the same promises, checked by one conformance suite (`tests/store.rs`) and the API
+//! tests: a batch is on disk when ingestion returns; a model's batches are folded exactly once,
+//! in arrival order; versions are immutable; a notification is sent only once the change it
+//! announces is committed.
+//!
+//! [`Store`] is the cheap, cloneable handle the rest of the service holds.
 
-mod fold;
-mod keys;
+pub mod postgres;
+pub mod sqlite;
 
-pub use fold::{ModelLock, QueuedBatch};
-pub use keys::{KEYS_CHANNEL, KeyRecord};
+use std::fmt;
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use std::time::Duration;
-
+use anyhow::Context;
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgPoolOptions, PgRow};
-use sqlx::{PgPool, Row};
 
+use crate::auth::Scope;
 use crate::config::DatabaseSettings;
 use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
-
-pub const BATCHES_CHANNEL: &str = "mordant_batches";
-pub const MODELS_CHANNEL: &str = "mordant_models";
-
-/// Advisory-lock class of the per-model ingestion lock (`pg_advisory_xact_lock(class, id)`).
-const INGEST_LOCK_CLASS: i32 = 0x6d6f_7264;
-
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// Errors of the store, as the HTTP layer needs to tell them apart.
 #[derive(Debug, thiserror::Error)]
@@ -53,31 +55,29 @@ pub enum StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        match e {
+        let unavailable = match &e {
             sqlx::Error::PoolTimedOut
             | sqlx::Error::Io(_)
             | sqlx::Error::PoolClosed
             | sqlx::Error::Protocol(_)
-            | sqlx::Error::Tls(_) => Self::Unavailable(e),
-            sqlx::Error::Database(ref db) if is_unavailable_code(db.code().as_deref()) => {
-                Self::Unavailable(e)
+            | sqlx::Error::Tls(_) => true,
+            sqlx::Error::Database(db) => {
+                if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                    postgres::is_unavailable_code(pg.code())
+                } else if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                    sqlite::is_unavailable_code(db.code().as_deref())
+                } else {
+                    false
+                }
             }
-            e => Self::Database(e),
+            _ => false,
+        };
+        if unavailable {
+            Self::Unavailable(e)
+        } else {
+            Self::Database(e)
         }
     }
-}
-
-/// SQLSTATEs that mean "try again later": classes 08 (connection exception), 53
-/// (insufficient resources, e.g. too many connections) and 57P (shutdown), serialization
-/// failures and deadlocks (40001, 40P01), a read-only server after a failover (25006) and a
-/// lock timeout (55P03).
-fn is_unavailable_code(code: Option<&str>) -> bool {
-    code.is_some_and(|c| {
-        c.starts_with("08")
-            || c.starts_with("53")
-            || c.starts_with("57P")
-            || matches!(c, "40001" | "40P01" | "25006" | "55P03")
-    })
 }
 
 /// A model as stored, with its queue length.
@@ -93,7 +93,7 @@ pub struct ModelRecord {
 }
 
 /// A batch's status as stored.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct BatchRecord {
     pub batch_id: String,
     pub status: String,
@@ -105,7 +105,7 @@ pub struct BatchRecord {
 }
 
 /// One entry of a model's history.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct VersionRecord {
     pub version: i64,
     pub created_at: DateTime<Utc>,
@@ -140,345 +140,383 @@ pub struct Ingested {
     pub replayed: bool,
 }
 
+/// A queued batch, in arrival order.
 #[derive(Clone, Debug)]
-pub struct Store {
-    pool: PgPool,
+pub struct QueuedBatch {
+    pub seq: i64,
+    pub batch_id: String,
+    pub rows: i32,
+    pub statistics: Vec<u8>,
+    pub received_at: DateTime<Utc>,
 }
 
-const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
-     (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending";
+/// A stored API key (never its text).
+#[derive(Clone, Debug)]
+pub struct KeyRecord {
+    pub id: i64,
+    pub name: String,
+    pub prefix: String,
+    pub hash: [u8; 32],
+    pub scopes: Vec<Scope>,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
 
-const BATCH_COLUMNS: &str = "batch_id, status, rows, received_at, folded_at, version, error";
+/// What a notification is about. Each carries the model's id, except [`Topic::Keys`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Topic {
+    /// A batch was queued (wakes the folders).
+    Batches,
+    /// A model was created or deleted, or got a new version (keeps posterior caches current).
+    Models,
+    /// An API key was created or revoked.
+    Keys,
+}
 
-impl Store {
-    /// A pool that connects lazily: the service starts, and answers `/readyz` with 503, while
-    /// the database is down.
-    pub fn connect_lazy(settings: &DatabaseSettings) -> Result<Self, sqlx::Error> {
-        let pool = PgPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(Duration::from_secs(settings.acquire_timeout_secs.max(1)))
-            .connect_lazy(&settings.url)?;
-        Ok(Self { pool })
-    }
+impl Topic {
+    pub const ALL: [Topic; 3] = [Topic::Batches, Topic::Models, Topic::Keys];
+}
 
-    pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
-    }
+/// A committed change, announced to subscribers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Notification {
+    pub topic: Topic,
+    pub model_id: Option<i64>,
+}
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
+/// A stream of notifications on the topics subscribed to.
+#[async_trait]
+pub trait Subscription: Send {
+    /// The next notification. `Ok(None)` means some may have been lost (a reconnection, or a
+    /// subscriber that fell behind): resynchronise from the store.
+    async fn recv(&mut self) -> Result<Option<Notification>, StoreError>;
+}
 
-    /// Applies the embedded migrations.
-    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        MIGRATOR.run(&self.pool).await
-    }
+/// The transaction behind a [`ModelLock`]: the writes of a fold, a restore or a refit become
+/// visible together, when it commits, or not at all.
+#[async_trait]
+pub trait ModelTransaction: Send {
+    /// The encoded state of one of the model's versions.
+    async fn state(&mut self, version: i64) -> Result<Option<Vec<u8>>, StoreError>;
+    /// The model's queued batches, oldest first.
+    async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError>;
+    /// Writes `version` (the current one plus one) and makes it current; returns its time.
+    async fn write_version(
+        &mut self,
+        version: &NewVersion<'_>,
+    ) -> Result<DateTime<Utc>, StoreError>;
+    /// Marks queued batches as folded into `version`.
+    async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError>;
+    /// Marks a queued batch as rejected with the reason.
+    async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError>;
+    /// Makes every write visible and releases the lock.
+    async fn commit(self: Box<Self>) -> Result<(), StoreError>;
+}
 
+/// A version about to be written.
+#[derive(Clone, Copy, Debug)]
+pub struct NewVersion<'a> {
+    pub version: i64,
+    /// `fold`, `restore` or `refit`.
+    pub origin: &'a str,
+    pub restored_from: Option<i64>,
+    pub observations: f64,
+    pub noise_variances: &'a [Option<f64>],
+    pub state: &'a [u8],
+}
+
+/// One storage backend. Every method is one transaction (or one read) of its own, except the
+/// [`ModelLock`]s, which hold theirs until they commit or are dropped.
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// `"postgres"` or `"sqlite"`, for logs and `/readyz`.
+    fn kind(&self) -> &'static str;
+    /// Applies the backend's embedded migrations.
+    async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError>;
     /// The database answers and every embedded migration has been applied.
-    pub async fn ready(&self) -> Result<(), String> {
-        let applied: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&self.pool)
-                .await
-                .map_err(|e| format!("database: {e}"))?;
-        let missing = MIGRATOR
-            .iter()
-            .filter(|m| !applied.contains(&m.version))
-            .count();
-        if missing > 0 {
-            return Err(format!("{missing} migrations not applied"));
-        }
-        Ok(())
-    }
+    async fn ready(&self) -> Result<(), String>;
+    /// Closes the connections (waiting for those in use to be returned).
+    async fn close(&self);
 
-    #[tracing::instrument(skip_all, fields(model = %spec.name))]
-    pub async fn create_model(&self, spec: &ModelSpec) -> Result<ModelRecord, StoreError> {
-        let json = serde_json::to_value(spec)
-            .map_err(|e| StoreError::Corrupt(format!("model spec: {e}")))?;
-        let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(
-            "INSERT INTO models (name, spec, first_fit_rows) VALUES ($1, $2, $3) \
-             ON CONFLICT (name) DO NOTHING RETURNING id",
-        )
-        .bind(spec.name.as_str())
-        .bind(json)
-        .bind(i64::try_from(spec.first_fit_rows).unwrap_or(i64::MAX))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            return Err(StoreError::Conflict(format!(
-                "a model named {:?} already exists",
-                spec.name.as_str()
-            )));
-        };
-        let id: i64 = row.try_get("id")?;
-        notify(&mut tx, MODELS_CHANNEL, id).await?;
-        tx.commit().await?;
-        self.model_by_id(id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("model {:?}", spec.name.as_str())))
-    }
+    async fn create_model(&self, spec: &ModelSpec) -> Result<ModelRecord, StoreError>;
+    /// Every model, by name.
+    async fn list_models(&self) -> Result<Vec<ModelRecord>, StoreError>;
+    async fn model(&self, name: &ModelName) -> Result<Option<ModelRecord>, StoreError>;
+    async fn model_by_id(&self, id: i64) -> Result<Option<ModelRecord>, StoreError>;
+    /// Deletes a model with its batches and versions (waiting for a fold of it to finish); its
+    /// id, `None` if there was none.
+    async fn delete_model(&self, name: &ModelName) -> Result<Option<i64>, StoreError>;
 
-    pub async fn list_models(&self) -> Result<Vec<ModelRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MODEL_COLUMNS} FROM models m ORDER BY m.name"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(model_record).collect()
-    }
-
-    pub async fn model(&self, name: &ModelName) -> Result<Option<ModelRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {MODEL_COLUMNS} FROM models m WHERE m.name = $1"
-        ))
-        .bind(name.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(model_record).transpose()
-    }
-
-    pub async fn model_by_id(&self, id: i64) -> Result<Option<ModelRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {MODEL_COLUMNS} FROM models m WHERE m.id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(model_record).transpose()
-    }
-
-    /// Deletes a model with its batches and versions; its id, `None` if there was none.
-    #[tracing::instrument(skip(self))]
-    pub async fn delete_model(&self, name: &ModelName) -> Result<Option<i64>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let id: Option<i64> = sqlx::query_scalar("DELETE FROM models WHERE name = $1 RETURNING id")
-            .bind(name.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        if let Some(id) = id {
-            notify(&mut tx, MODELS_CHANNEL, id).await?;
-        }
-        tx.commit().await?;
-        Ok(id)
-    }
-
-    /// Stores a batch durably (raw rows and statistics) and queues it, idempotently: a batch id
-    /// the model has seen answers with the stored batch when the content is the same, and a
-    /// conflict when it differs.
-    ///
-    /// Ingestion holds a per-model advisory lock until it commits, so a model's batches are
-    /// committed in the order of their `seq` and a folder never sees a later batch without the
-    /// earlier ones.
-    #[tracing::instrument(skip_all, fields(model_id, batch_id = batch.batch_id.as_str(), rows = batch.rows()))]
-    pub async fn insert_batch(
+    /// Stores a batch durably (raw rows and statistics) and queues it, idempotently: a batch
+    /// id the model has seen answers with the stored batch when the content is the same, and
+    /// a conflict when it differs. Within a model, batches are committed in the order of
+    /// their `seq`, so a folder never sees a later batch without the earlier ones.
+    async fn insert_batch(
         &self,
         model_id: i64,
         batch: &NewBatch,
         encoded: &EncodedBatch,
         statistics: &[u8],
-    ) -> Result<Ingested, StoreError> {
-        let hash = encoded.content_hash;
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-            .bind(INGEST_LOCK_CLASS)
-            .bind(model_id as i32)
-            .execute(&mut *tx)
-            .await?;
-        let exists: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM models WHERE id = $1 FOR KEY SHARE")
-                .bind(model_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if exists.is_none() {
-            return Err(StoreError::NotFound("the model was deleted".into()));
-        }
-        let existing = sqlx::query(&format!(
-            "SELECT content_hash, {BATCH_COLUMNS} FROM batches WHERE model_id = $1 AND batch_id = $2"
-        ))
-        .bind(model_id)
-        .bind(batch.batch_id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(row) = existing {
-            let stored: Vec<u8> = row.try_get("content_hash")?;
-            if stored != hash {
-                return Err(StoreError::Conflict(format!(
-                    "batch {:?} was already accepted with different content",
-                    batch.batch_id.as_str()
-                )));
-            }
-            return Ok(Ingested {
-                batch: batch_record(&row)?,
-                replayed: true,
-            });
-        }
-        let row = sqlx::query(&format!(
-            "INSERT INTO batches (model_id, batch_id, content_hash, rows, x, y, statistics, received_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp()) RETURNING {BATCH_COLUMNS}"
-        ))
-        .bind(model_id)
-        .bind(batch.batch_id.as_str())
-        .bind(&hash[..])
-        .bind(batch.rows() as i32)
-        .bind(&encoded.x)
-        .bind(&encoded.y)
-        .bind(statistics)
-        .fetch_one(&mut *tx)
-        .await?;
-        notify(&mut tx, BATCHES_CHANNEL, model_id).await?;
-        tx.commit().await?;
-        Ok(Ingested {
-            batch: batch_record(&row)?,
-            replayed: false,
-        })
-    }
-
-    pub async fn batch(
-        &self,
-        model_id: i64,
-        batch_id: &str,
-    ) -> Result<Option<BatchRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {BATCH_COLUMNS} FROM batches WHERE model_id = $1 AND batch_id = $2"
-        ))
-        .bind(model_id)
-        .bind(batch_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(batch_record).transpose()
-    }
-
-    pub async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT v.version, v.created_at, v.origin, v.restored_from, v.observations, \
-                    v.noise_variances, \
-                    COALESCE((SELECT array_agg(b.batch_id ORDER BY b.seq) FROM batches b \
-                              WHERE b.model_id = v.model_id AND b.version = v.version \
-                                AND b.status = 'folded'), '{}') AS batches \
-             FROM versions v WHERE v.model_id = $1 ORDER BY v.version",
-        )
-        .bind(model_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(VersionRecord {
-                    version: row.try_get("version")?,
-                    created_at: row.try_get("created_at")?,
-                    origin: row.try_get("origin")?,
-                    restored_from: row.try_get("restored_from")?,
-                    observations: row.try_get("observations")?,
-                    noise_variances: row.try_get("noise_variances")?,
-                    batches: row.try_get("batches")?,
-                })
-            })
-            .collect()
-    }
-
-    /// Every model's queue.
-    pub async fn queue_depth(&self) -> Result<Vec<QueueDepth>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT m.name, count(b.seq) AS batches, COALESCE(sum(b.rows), 0)::BIGINT AS rows \
-             FROM models m LEFT JOIN batches b ON b.model_id = m.id AND b.status = 'queued' \
-             GROUP BY m.name ORDER BY m.name",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(QueueDepth {
-                    model: r.try_get("name")?,
-                    batches: r.try_get("batches")?,
-                    rows: r.try_get("rows")?,
-                })
-            })
-            .collect()
-    }
-
+    ) -> Result<Ingested, StoreError>;
+    async fn batch(&self, model_id: i64, batch_id: &str)
+    -> Result<Option<BatchRecord>, StoreError>;
+    /// A model's history, oldest first, each version with the batches folded into it.
+    async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError>;
+    /// Every model's queue, by name.
+    async fn queue_depth(&self) -> Result<Vec<QueueDepth>, StoreError>;
     /// Every model's id, name and current version (the posterior cache's view of the world).
-    pub async fn heads(&self) -> Result<Vec<ModelHead>, StoreError> {
-        let rows = sqlx::query("SELECT id, name, version FROM models")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(ModelHead {
-                    id: r.try_get("id")?,
-                    name: r.try_get("name")?,
-                    version: r.try_get("version")?,
-                })
-            })
-            .collect()
-    }
-
+    async fn heads(&self) -> Result<Vec<ModelHead>, StoreError>;
     /// A model's spec, current version and that version's encoded state (`None` at version 0).
-    pub async fn current_state(
+    async fn current_state(
         &self,
         model_id: i64,
-    ) -> Result<Option<(ModelSpec, i64, Option<Vec<u8>>)>, StoreError> {
-        let row = sqlx::query(
-            "SELECT m.spec, m.version, v.state FROM models m \
-             LEFT JOIN versions v ON v.model_id = m.id AND v.version = m.version \
-             WHERE m.id = $1",
-        )
-        .bind(model_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let spec = parse_spec(row.try_get("spec")?)?;
-        Ok(Some((spec, row.try_get("version")?, row.try_get("state")?)))
-    }
+    ) -> Result<Option<(ModelSpec, i64, Option<Vec<u8>>)>, StoreError>;
 
     /// Takes a model's write lock (waiting for a running fold), for restore and refit.
-    pub async fn lock_model(&self, name: &ModelName) -> Result<Option<ModelLock>, StoreError> {
-        ModelLock::acquire(&self.pool, name).await
+    async fn lock_model(&self, name: &ModelName) -> Result<Option<ModelLock>, StoreError>;
+    /// Claims the model whose oldest queued batch is oldest among models with work (trained
+    /// models with any queued batch, untrained ones once `first_fit_rows` rows are queued),
+    /// skipping models whose lock is held and the models in `skip`.
+    async fn claim_fold(&self, skip: &[i64]) -> Result<Option<ModelLock>, StoreError>;
+
+    async fn create_key(
+        &self,
+        name: &str,
+        prefix: &str,
+        hash: &[u8; 32],
+        scopes: &[Scope],
+    ) -> Result<KeyRecord, StoreError>;
+    /// Every key, revoked ones included, oldest first.
+    async fn list_keys(&self) -> Result<Vec<KeyRecord>, StoreError>;
+    /// The keys that are valid now, with the highest key id there was before they were read
+    /// (every key up to that id is either among them or revoked).
+    async fn active_keys(&self) -> Result<(i64, Vec<KeyRecord>), StoreError>;
+    /// Revokes a key (revoking it again changes nothing); `None` when there is no such key.
+    async fn revoke_key(&self, id: i64) -> Result<Option<KeyRecord>, StoreError>;
+
+    /// Notifications on `topics`, from now on.
+    async fn subscribe(&self, topics: &[Topic]) -> Result<Box<dyn Subscription>, StoreError>;
+}
+
+/// An open transaction holding one model's write lock: it excludes other folds, restores,
+/// refits and the deletion of the same model, never ingestion. Dropping it rolls back.
+pub struct ModelLock {
+    pub model_id: i64,
+    pub name: String,
+    pub spec: ModelSpec,
+    pub version: i64,
+    tx: Box<dyn ModelTransaction>,
+}
+
+impl fmt::Debug for ModelLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelLock")
+            .field("model_id", &self.model_id)
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ModelLock {
+    pub fn new(
+        model_id: i64,
+        name: String,
+        spec: ModelSpec,
+        version: i64,
+        tx: Box<dyn ModelTransaction>,
+    ) -> Self {
+        Self {
+            model_id,
+            name,
+            spec,
+            version,
+            tx,
+        }
     }
 
-    /// Claims the next model with foldable batches, skipping models another folder holds and
-    /// the models in `skip`.
-    pub async fn claim_fold(&self, skip: &[i64]) -> Result<Option<ModelLock>, StoreError> {
-        ModelLock::claim(&self.pool, skip).await
+    /// The encoded state of one of this model's versions.
+    pub async fn state(&mut self, version: i64) -> Result<Option<Vec<u8>>, StoreError> {
+        self.tx.state(version).await
+    }
+
+    /// The model's queued batches, oldest first.
+    pub async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
+        self.tx.queued_batches().await
+    }
+
+    /// Writes the next version and makes it current; returns its number and time.
+    pub async fn write_version(
+        &mut self,
+        origin: &str,
+        restored_from: Option<i64>,
+        observations: f64,
+        noise_variances: &[Option<f64>],
+        state: &[u8],
+    ) -> Result<(i64, DateTime<Utc>), StoreError> {
+        let version = self.version + 1;
+        let created_at = self
+            .tx
+            .write_version(&NewVersion {
+                version,
+                origin,
+                restored_from,
+                observations,
+                noise_variances,
+                state,
+            })
+            .await?;
+        self.version = version;
+        Ok((version, created_at))
+    }
+
+    /// Marks batches as folded into `version`.
+    pub async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {
+        self.tx.mark_folded(seqs, version).await
+    }
+
+    /// Marks a batch as rejected with the reason.
+    pub async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError> {
+        self.tx.mark_rejected(seq, reason).await
+    }
+
+    pub async fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().await
     }
 }
 
-async fn notify(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    channel: &str,
-    model_id: i64,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(channel)
-        .bind(model_id.to_string())
-        .execute(&mut **tx)
-        .await
-        .map(|_| ())
+/// Where the data lives, from `database.url` and `database.path`.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A PostgreSQL URL (`postgres://` or `postgresql://`).
+    Postgres(String),
+    /// An embedded SQLite file: `database.path` when the URL is empty, or a `sqlite:` URL.
+    Sqlite(PathBuf),
 }
 
-fn parse_spec(json: serde_json::Value) -> Result<ModelSpec, StoreError> {
-    serde_json::from_value(json).map_err(|e| StoreError::Corrupt(format!("model spec: {e}")))
+impl fmt::Debug for Location {
+    // A PostgreSQL URL may carry a password: never print it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Postgres(_) => f.write_str("Postgres(<redacted>)"),
+            Self::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
+        }
+    }
 }
 
-fn model_record(row: &PgRow) -> Result<ModelRecord, StoreError> {
-    Ok(ModelRecord {
-        id: row.try_get("id")?,
-        spec: parse_spec(row.try_get("spec")?)?,
-        version: row.try_get("version")?,
-        observations: row.try_get("observations")?,
-        pending_batches: row.try_get("pending")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
+impl Location {
+    pub fn of(settings: &DatabaseSettings) -> anyhow::Result<Self> {
+        let url = settings.url.trim();
+        if url.is_empty() {
+            anyhow::ensure!(
+                !settings.path.trim().is_empty(),
+                "database.path is empty: set it to the embedded database's file, or set \
+                 DATABASE_URL to a PostgreSQL URL"
+            );
+            return Ok(Self::Sqlite(PathBuf::from(settings.path.trim())));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Self::Postgres(url.to_owned()));
+        }
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            anyhow::ensure!(
+                !path.is_empty() && !path.contains('?'),
+                "DATABASE_URL {url:?}: a sqlite URL names a file, as in sqlite://data/mordant.db \
+                 (no options)"
+            );
+            return Ok(Self::Sqlite(PathBuf::from(path)));
+        }
+        let scheme = url.split(':').next().unwrap_or_default();
+        anyhow::bail!(
+            "DATABASE_URL (database.url) must be a PostgreSQL URL (postgres://…), a sqlite: URL, \
+             or empty for the embedded database at database.path; found scheme {scheme:?}"
+        )
+    }
 }
 
-fn batch_record(row: &PgRow) -> Result<BatchRecord, StoreError> {
-    Ok(BatchRecord {
-        batch_id: row.try_get("batch_id")?,
-        status: row.try_get("status")?,
-        rows: row.try_get("rows")?,
-        received_at: row.try_get("received_at")?,
-        folded_at: row.try_get("folded_at")?,
-        version: row.try_get("version")?,
-        error: row.try_get("error")?,
-    })
+/// The store the service holds: one backend behind a cheap, cloneable handle.
+#[derive(Clone, Debug)]
+pub struct Store(Arc<dyn Backend>);
+
+impl Deref for Store {
+    type Target = dyn Backend;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl Store {
+    pub fn new(backend: impl Backend) -> Self {
+        Self(Arc::new(backend))
+    }
+
+    /// Opens the configured backend. PostgreSQL connects lazily (the service starts, and
+    /// answers `/readyz` with 503, while the database is down); the embedded file is opened
+    /// now, and refused if another process holds it.
+    pub async fn open(settings: &DatabaseSettings) -> anyhow::Result<Self> {
+        match Location::of(settings)? {
+            Location::Postgres(url) => Ok(Self::new(
+                postgres::PgStore::connect_lazy(&url, settings)
+                    .context("invalid PostgreSQL URL")?,
+            )),
+            Location::Sqlite(path) => {
+                Ok(Self::new(sqlite::SqliteStore::open(&path, settings).await?))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(url: &str, path: &str) -> DatabaseSettings {
+        DatabaseSettings {
+            url: url.to_owned(),
+            path: path.to_owned(),
+            max_connections: 4,
+            acquire_timeout_secs: 1,
+            startup_timeout_secs: 1,
+        }
+    }
+
+    #[test]
+    fn no_url_means_the_embedded_file_and_urls_choose_their_backend() {
+        let at = |url: &str, path: &str| Location::of(&settings(url, path));
+        assert_eq!(
+            at("", "data/mordant.db").unwrap(),
+            Location::Sqlite("data/mordant.db".into())
+        );
+        assert_eq!(
+            at("postgres://u:pw@db/plant", "x").unwrap(),
+            Location::Postgres("postgres://u:pw@db/plant".into())
+        );
+        assert!(matches!(
+            at("postgresql://db/plant", "").unwrap(),
+            Location::Postgres(_)
+        ));
+        assert_eq!(
+            at("sqlite:///var/lib/mordant/m.db", "x").unwrap(),
+            Location::Sqlite("/var/lib/mordant/m.db".into())
+        );
+        assert_eq!(
+            at("sqlite:m.db", "x").unwrap(),
+            Location::Sqlite("m.db".into())
+        );
+        let error = at("mysql://db/plant", "x").unwrap_err().to_string();
+        assert!(
+            error.contains("DATABASE_URL") && error.contains("mysql"),
+            "{error}"
+        );
+        assert!(at("", " ").is_err(), "no URL and no path");
+        assert!(at("sqlite://m.db?mode=ro", "").is_err());
+        assert!(
+            !format!("{:?}", at("postgres://u:pw@db/plant", "").unwrap()).contains("pw"),
+            "a URL's password never reaches the logs"
+        );
+    }
 }

@@ -1,18 +1,14 @@
-//! API keys and scopes: every endpoint against every kind of caller, the key lifecycle
-//! (shown once, stored hashed, revoked at once and on other replicas), CORS and the separate
-//! metrics listener.
-
-use std::time::Duration;
+//! API keys and scopes: every endpoint against every kind of caller, CORS and the separate
+//! metrics listener. (The key lifecycle across replicas is in `replicas.rs`.)
 
 use mordant::auth::Scope;
 use mordant::http::auth::{Access, POLICY};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
-use crate::helpers::{fresh_database, spawn_configured, spawn_with, test_settings, wait_until};
+use crate::helpers::spawn_configured;
 
-const ADMIN_KEY: &str = "test-bootstrap-admin-key-0123456789abcdef";
+pub(crate) const ADMIN_KEY: &str = "test-bootstrap-admin-key-0123456789abcdef";
 
 fn model_spec() -> Value {
     json!({"name": "cotton", "features": ["R400", "R410"], "outputs": ["red"]})
@@ -40,7 +36,7 @@ fn concrete(route: &str, key_id: i64) -> (String, Option<Value>) {
     (path, body)
 }
 
-async fn call(
+pub(crate) async fn call(
     client: &reqwest::Client,
     base: &str,
     method: &str,
@@ -61,7 +57,11 @@ async fn call(
     request.send().await.unwrap()
 }
 
-async fn new_key(app: &crate::helpers::TestApp, name: &str, scopes: &[&str]) -> (i64, String) {
+pub(crate) async fn new_key(
+    app: &crate::helpers::TestApp,
+    name: &str,
+    scopes: &[&str],
+) -> (i64, String) {
     let response = call(
         &app.client,
         &app.address,
@@ -272,112 +272,6 @@ fn the_policy_covers_exactly_the_documented_endpoints() {
         doc["components"]["securitySchemes"]["api_key"]["scheme"],
         "bearer"
     );
-}
-
-#[tokio::test]
-async fn keys_are_shown_once_stored_hashed_and_revoked_everywhere() {
-    let database = fresh_database().await;
-    let mut settings = test_settings(&database.url);
-    settings.auth.admin_key = ADMIN_KEY.into();
-    let a = spawn_with(settings.clone()).await;
-    let b = spawn_with(settings).await;
-
-    let (id, key) = new_key(&a, "mes-line-3", &["ingest", "predict"]).await;
-    assert!(key.starts_with("mdk_") && key.len() == 68, "{key}");
-
-    // Listed without the secret.
-    let list = call(
-        &a.client,
-        &a.address,
-        "GET",
-        "/v1/keys",
-        None,
-        Some(ADMIN_KEY),
-    )
-    .await;
-    let text = list.text().await.unwrap();
-    assert!(!text.contains(&key), "the listing shows a key");
-    let list: Value = serde_json::from_str(&text).unwrap();
-    let listed = &list["keys"][0];
-    assert_eq!(listed["name"], "mes-line-3");
-    assert_eq!(listed["scopes"], json!(["ingest", "predict"]));
-    assert_eq!(listed["prefix"], key[..12]);
-    assert!(listed.get("key").is_none());
-
-    // Stored as its SHA-256 only: the key's text is nowhere in the table.
-    let pool = sqlx::PgPool::connect(&database.url).await.unwrap();
-    let (hash, dump): (Vec<u8>, String) =
-        sqlx::query_as("SELECT hash, row_to_json(k)::text FROM api_keys k WHERE id = $1")
-            .bind(id)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(hash, Sha256::digest(key.as_bytes()).to_vec());
-    assert!(!dump.contains(&key[4..]), "{dump}");
-
-    // The other replica learns the new key by notification (its polling is slow here, 200 ms,
-    // but the check below allows for it either way) and then accepts it.
-    let accepted = wait_until(Duration::from_secs(5), || async {
-        let r = call(&b.client, &b.address, "GET", "/v1/models", None, Some(&key)).await;
-        (r.status() == StatusCode::OK).then_some(())
-    })
-    .await;
-    assert!(accepted.is_some(), "replica b never accepted the new key");
-
-    // Invalid bodies are answered with every problem.
-    let bad = call(
-        &a.client,
-        &a.address,
-        "POST",
-        "/v1/keys",
-        Some(&json!({"name": "", "scopes": ["root", "predict", "predict"], "extra": 1})),
-        Some(ADMIN_KEY),
-    )
-    .await;
-    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let bad: Value = bad.json().await.unwrap();
-    let paths: Vec<&str> = bad["error"]["details"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["path"].as_str().unwrap())
-        .collect();
-    assert_eq!(paths, ["/extra", "/name", "/scopes/0", "/scopes/2"]);
-
-    // Revoked: refused at once by the replica that revoked it, and soon by the other.
-    let revoked = call(
-        &a.client,
-        &a.address,
-        "DELETE",
-        &format!("/v1/keys/{id}"),
-        None,
-        Some(ADMIN_KEY),
-    )
-    .await;
-    assert_eq!(revoked.status(), StatusCode::OK);
-    let revoked: Value = revoked.json().await.unwrap();
-    assert!(revoked["revoked_at"].is_string());
-    let now = call(&a.client, &a.address, "GET", "/v1/models", None, Some(&key)).await;
-    assert_eq!(now.status(), StatusCode::UNAUTHORIZED);
-    let refused = wait_until(Duration::from_secs(5), || async {
-        let r = call(&b.client, &b.address, "GET", "/v1/models", None, Some(&key)).await;
-        (r.status() == StatusCode::UNAUTHORIZED).then_some(())
-    })
-    .await;
-    assert!(refused.is_some(), "replica b still accepts a revoked key");
-    let missing = call(
-        &a.client,
-        &a.address,
-        "DELETE",
-        "/v1/keys/999999",
-        None,
-        Some(ADMIN_KEY),
-    )
-    .await;
-    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
-
-    a.stop().await;
-    b.stop().await;
 }
 
 #[tokio::test]

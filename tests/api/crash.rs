@@ -105,11 +105,7 @@ async fn acknowledged_batches_survive_sigkill_exactly_once() {
         .await;
         assert!(folded.is_some(), "{id} was acknowledged but never folded");
     }
-    let pool = sqlx::PgPool::connect(&database.url).await.unwrap();
-    let stored: Vec<String> = sqlx::query_scalar("SELECT batch_id FROM batches")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let stored = database.strings("SELECT batch_id FROM batches").await;
     assert_eq!(
         stored.iter().collect::<HashSet<_>>(),
         acknowledged.keys().collect::<HashSet<_>>(),

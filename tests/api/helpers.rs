@@ -1,4 +1,6 @@
-//! Starting the real application on a random port against a fresh PostgreSQL database.
+//! Starting the real application on a random port against a fresh database of the test
+//! binary's backend ([`crate::BACKEND`]): a PostgreSQL database of its own, or an embedded
+//! SQLite file in a directory of its own.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -35,15 +37,45 @@ pub fn with_database(url: &str, database: &str) -> String {
     format!("{base}/{database}{query}")
 }
 
+/// The store a test binary runs the application on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
 /// An empty database of its own for one test, dropped (with any connections left) when the
 /// guard is.
 pub struct TestDatabase {
     pub name: String,
+    /// `postgres://…` or `sqlite://<file>`.
     pub url: String,
+    /// The embedded store's directory (removed on drop); `None` on PostgreSQL.
+    dir: Option<std::path::PathBuf>,
 }
 
-/// Creates an empty database.
+/// Creates an empty database on the test binary's backend.
 pub async fn fresh_database() -> TestDatabase {
+    match crate::BACKEND {
+        Backend::Postgres => fresh_postgres_database().await,
+        Backend::Sqlite => fresh_sqlite_database(),
+    }
+}
+
+/// A directory of its own, where the application creates its SQLite file.
+pub fn fresh_sqlite_database() -> TestDatabase {
+    let name = format!("mordant_test_{}", uuid::Uuid::new_v4().simple());
+    let dir = std::env::temp_dir().join(&name);
+    std::fs::create_dir_all(&dir).expect("create the test database's directory");
+    TestDatabase {
+        url: format!("sqlite://{}", dir.join("mordant.db").display()),
+        name,
+        dir: Some(dir),
+    }
+}
+
+/// An empty PostgreSQL database.
+pub async fn fresh_postgres_database() -> TestDatabase {
     let name = format!("mordant_test_{}", uuid::Uuid::new_v4().simple());
     let admin = server_url();
     let mut conn = sqlx::PgConnection::connect(&admin)
@@ -56,11 +88,49 @@ pub async fn fresh_database() -> TestDatabase {
     TestDatabase {
         url: with_database(&admin, &name),
         name,
+        dir: None,
+    }
+}
+
+impl TestDatabase {
+    /// Runs a statement on the database behind the application's back (to corrupt it, say);
+    /// the rows it changed.
+    pub async fn execute(&self, postgres: &str, sqlite: &str) -> u64 {
+        if self.dir.is_some() {
+            let pool = sqlx::SqlitePool::connect(&self.url).await.expect("open");
+            let done = sqlx::query(sqlite).execute(&pool).await.expect(sqlite);
+            pool.close().await;
+            done.rows_affected()
+        } else {
+            let pool = sqlx::PgPool::connect(&self.url).await.expect("connect");
+            let done = sqlx::query(postgres).execute(&pool).await.expect(postgres);
+            pool.close().await;
+            done.rows_affected()
+        }
+    }
+
+    /// The first column of a query's rows, as text (the same SQL on both backends).
+    pub async fn strings(&self, sql: &str) -> Vec<String> {
+        if self.dir.is_some() {
+            let pool = sqlx::SqlitePool::connect(&self.url).await.expect("open");
+            let rows = sqlx::query_scalar(sql).fetch_all(&pool).await.expect(sql);
+            pool.close().await;
+            rows
+        } else {
+            let pool = sqlx::PgPool::connect(&self.url).await.expect("connect");
+            let rows = sqlx::query_scalar(sql).fetch_all(&pool).await.expect(sql);
+            pool.close().await;
+            rows
+        }
     }
 }
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+            return;
+        }
         let name = self.name.clone();
         // Drop runs inside the test's runtime: do the async work on a thread of its own.
         let _ = std::thread::spawn(move || {
@@ -143,13 +213,9 @@ pub async fn spawn_with(settings: Settings) -> TestApp {
 }
 
 impl TestApp {
-    /// The URL of the database `spawn_app` created.
-    pub fn database_url(&self) -> String {
-        self.database
-            .as_ref()
-            .expect("spawn_app's database")
-            .url
-            .clone()
+    /// The database `spawn_app` created.
+    pub fn database(&self) -> &TestDatabase {
+        self.database.as_ref().expect("spawn_app's database")
     }
 
     pub fn url(&self, path: &str) -> String {

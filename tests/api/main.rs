@@ -1,5 +1,6 @@
 //! API tests: the real application on a random port, a real PostgreSQL, a fresh database per
-//! test.
+//! test. The tests that do not depend on the backend also run on the embedded store
+//! (`tests/api_sqlite`).
 
 mod auth;
 mod crash;
@@ -19,3 +20,6 @@ mod resilience;
 mod schemathesis;
 mod validation;
 mod versions;
+
+/// The store every test of this binary runs the application on.
+pub const BACKEND: helpers::Backend = helpers::Backend::Postgres;

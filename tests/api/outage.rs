@@ -209,3 +209,65 @@ async fn the_service_rides_out_postgresql_being_stopped_and_started() {
     assert_eq!(model["observations"], 20.0);
     app.stop().await;
 }
+
+/// The same through a TCP proxy that drops every connection: a restart as the service sees it.
+#[tokio::test]
+async fn the_service_rides_out_a_database_restart() {
+    let database = fresh_database().await;
+    let proxy = DbProxy::start(&database.url).await;
+    let app = spawn_with(test_settings(&proxy.url)).await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let (x, y) = random_rows(1, 10, 2, 1);
+    app.post_batch("lab", &json!({"batch_id": "before", "x": x, "y": y}))
+        .await;
+    app.wait_for_batch("lab", "before").await;
+    let probe = json!([[0.2, 0.7]]);
+    let before = app.predict_at("lab", &probe, 1).await;
+
+    proxy.cut();
+    // Predict keeps answering from the cache.
+    let response = app
+        .post("/v1/models/lab/predict", &json!({"x": probe}))
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.json::<Value>().await.unwrap(), before);
+    // Ingest says to come back later; readiness says not ready.
+    let (x2, y2) = random_rows(2, 10, 2, 1);
+    let batch = json!({"batch_id": "after", "x": x2, "y": y2});
+    let response = app.post_batch("lab", &batch).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key("retry-after"));
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["error"]["code"],
+        "database_unavailable"
+    );
+    assert_eq!(
+        app.get("/readyz").await.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
+    let refused_before = proxy.refused();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The folder and the cache follower retry with a doubling pause: a handful of attempts in
+    // 3 s, not a spin.
+    let attempts = proxy.refused() - refused_before;
+    assert!(
+        attempts <= 30,
+        "{attempts} connection attempts in 3 s while the database was down"
+    );
+
+    proxy.restore();
+    let accepted = wait_until(Duration::from_secs(30), || async {
+        (app.post_batch("lab", &batch).await.status() == StatusCode::ACCEPTED).then_some(())
+    })
+    .await;
+    assert!(
+        accepted.is_some(),
+        "ingest resumes when the database is back"
+    );
+    let folded = app.wait_for_batch("lab", "after").await;
+    assert_eq!(folded["version"], 2, "the folder reconnected by itself");
+    let after = app.predict_at("lab", &probe, 2).await;
+    assert_ne!(after["predictions"], before["predictions"]);
+    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
+}

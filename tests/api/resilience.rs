@@ -1,4 +1,5 @@
-//! A database restart, and graceful shutdown.
+//! Graceful shutdown, migrations and readiness, the healthcheck command, and a corrupt stored
+//! state.
 
 use std::time::Duration;
 
@@ -6,67 +7,6 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::*;
-
-#[tokio::test]
-async fn the_service_rides_out_a_database_restart() {
-    let database = fresh_database().await;
-    let proxy = DbProxy::start(&database.url).await;
-    let app = spawn_with(test_settings(&proxy.url)).await;
-    app.create_model(&spec("lab", 2, 1)).await;
-    let (x, y) = random_rows(1, 10, 2, 1);
-    app.post_batch("lab", &json!({"batch_id": "before", "x": x, "y": y}))
-        .await;
-    app.wait_for_batch("lab", "before").await;
-    let probe = json!([[0.2, 0.7]]);
-    let before = app.predict_at("lab", &probe, 1).await;
-
-    proxy.cut();
-    // Predict keeps answering from the cache.
-    let response = app
-        .post("/v1/models/lab/predict", &json!({"x": probe}))
-        .await;
-    assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(response.json::<Value>().await.unwrap(), before);
-    // Ingest says to come back later; readiness says not ready.
-    let (x2, y2) = random_rows(2, 10, 2, 1);
-    let batch = json!({"batch_id": "after", "x": x2, "y": y2});
-    let response = app.post_batch("lab", &batch).await;
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(response.headers().contains_key("retry-after"));
-    assert_eq!(
-        response.json::<Value>().await.unwrap()["error"]["code"],
-        "database_unavailable"
-    );
-    assert_eq!(
-        app.get("/readyz").await.status(),
-        StatusCode::SERVICE_UNAVAILABLE
-    );
-    assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
-    let refused_before = proxy.refused();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    // The folder and the cache follower retry with a doubling pause: a handful of attempts in
-    // 3 s, not a spin.
-    let attempts = proxy.refused() - refused_before;
-    assert!(
-        attempts <= 30,
-        "{attempts} connection attempts in 3 s while the database was down"
-    );
-
-    proxy.restore();
-    let accepted = wait_until(Duration::from_secs(30), || async {
-        (app.post_batch("lab", &batch).await.status() == StatusCode::ACCEPTED).then_some(())
-    })
-    .await;
-    assert!(
-        accepted.is_some(),
-        "ingest resumes when the database is back"
-    );
-    let folded = app.wait_for_batch("lab", "after").await;
-    assert_eq!(folded["version"], 2, "the folder reconnected by itself");
-    let after = app.predict_at("lab", &probe, 2).await;
-    assert_ne!(after["predictions"], before["predictions"]);
-    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
-}
 
 #[tokio::test]
 async fn shutdown_lets_an_in_flight_request_finish() {
@@ -127,23 +67,19 @@ async fn mordant_migrate_applies_the_embedded_migrations() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let store = mordant::store::Store::from_pool(
-        sqlx::PgPool::connect(&database.url).await.expect("connect"),
-    );
+    let mut settings = test_settings(&database.url).database;
+    settings.max_connections = 1;
+    let store = mordant::store::Store::open(&settings).await.expect("open");
     assert_eq!(store.ready().await, Ok(()), "every migration is applied");
-    store.pool().close().await;
+    store.close().await;
 }
 
 #[tokio::test]
 async fn readyz_reports_a_missing_migration() {
     let app = spawn_app().await;
     assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
-    let database = app.database_url();
-    let pool = sqlx::PgPool::connect(&database).await.expect("connect");
-    sqlx::query("DELETE FROM _sqlx_migrations")
-        .execute(&pool)
-        .await
-        .unwrap();
+    let sql = "DELETE FROM _sqlx_migrations";
+    assert!(app.database().execute(sql, sql).await > 0);
     let response = app.get("/readyz").await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body: Value = response.json().await.unwrap();
@@ -155,7 +91,6 @@ async fn readyz_reports_a_missing_migration() {
         "{body}"
     );
     assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
-    pool.close().await;
 }
 
 #[tokio::test]
@@ -200,15 +135,15 @@ async fn a_corrupt_stored_state_is_reported_and_can_be_restored_past() {
     a.stop().await;
 
     // Flip bytes in the middle of version 2's state, as a disk or a careless hand might.
-    let pool = sqlx::PgPool::connect(&database.url).await.unwrap();
-    let changed = sqlx::query(
-        "UPDATE versions SET state = overlay(state PLACING '\\xdeadbeef'::bytea FROM 40) \
-         WHERE version = 2 AND model_id = (SELECT id FROM models WHERE name = 'lab')",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    assert_eq!(changed.rows_affected(), 1);
+    let changed = database
+        .execute(
+            "UPDATE versions SET state = overlay(state PLACING '\\xdeadbeef'::bytea FROM 40) \
+             WHERE version = 2 AND model_id = (SELECT id FROM models WHERE name = 'lab')",
+            "UPDATE versions SET state = unhex(substr(hex(state), 1, 78) || 'DEADBEEF' || substr(hex(state), 87)) \
+             WHERE version = 2 AND model_id = (SELECT id FROM models WHERE name = 'lab')",
+        )
+        .await;
+    assert_eq!(changed, 1);
 
     // A fresh process starts, serves the healthy model, and reports the corrupt one.
     let b = spawn_with(test_settings(&database.url)).await;

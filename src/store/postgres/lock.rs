@@ -1,0 +1,159 @@
+//! A model's write lock on PostgreSQL: the transaction in which a fold, a restore or a refit reads the current
+//! version and writes the next one.
+//!
+//! The lock is the model's row, taken `FOR NO KEY UPDATE`: it excludes other folds, restores
+//! and refits of the same model, but not ingestion, whose foreign key only needs `KEY SHARE`.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres, Row, Transaction};
+
+use super::{notify, parse_spec};
+use crate::domain::ModelName;
+use crate::store::{ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, Topic};
+
+/// The transaction of a [`ModelLock`], holding the model's row lock.
+struct PgModelTransaction {
+    tx: Transaction<'static, Postgres>,
+    model_id: i64,
+}
+
+pub(super) async fn acquire(
+    pool: &PgPool,
+    name: &ModelName,
+) -> Result<Option<ModelLock>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let row =
+        sqlx::query("SELECT id, name, spec, version FROM models WHERE name = $1 FOR NO KEY UPDATE")
+            .bind(name.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+    row.map(|row| from_row(tx, &row)).transpose()
+}
+
+/// The model whose oldest queued batch is oldest among models with work: trained models
+/// with any queued batch, untrained ones once `first_fit_rows` rows are queued.
+pub(super) async fn claim(pool: &PgPool, skip: &[i64]) -> Result<Option<ModelLock>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let row = sqlx::query(
+        "SELECT m.id, m.name, m.spec, m.version FROM models m \
+             JOIN LATERAL (SELECT min(b.seq) AS first, sum(b.rows) AS rows FROM batches b \
+                           WHERE b.model_id = m.id AND b.status = 'queued') q ON true \
+             WHERE q.first IS NOT NULL AND (m.version > 0 OR q.rows >= m.first_fit_rows) \
+               AND m.id <> ALL($1) \
+             ORDER BY q.first \
+             LIMIT 1 \
+             FOR NO KEY UPDATE OF m SKIP LOCKED",
+    )
+    .bind(skip)
+    .fetch_optional(&mut *tx)
+    .await?;
+    row.map(|row| from_row(tx, &row)).transpose()
+}
+
+fn from_row(
+    tx: Transaction<'static, Postgres>,
+    row: &sqlx::postgres::PgRow,
+) -> Result<ModelLock, StoreError> {
+    let model_id = row.try_get("id")?;
+    Ok(ModelLock::new(
+        model_id,
+        row.try_get("name")?,
+        parse_spec(row.try_get("spec")?)?,
+        row.try_get("version")?,
+        Box::new(PgModelTransaction { tx, model_id }),
+    ))
+}
+
+#[async_trait]
+impl ModelTransaction for PgModelTransaction {
+    async fn state(&mut self, version: i64) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT state FROM versions WHERE model_id = $1 AND version = $2")
+                .bind(self.model_id)
+                .bind(version)
+                .fetch_optional(&mut *self.tx)
+                .await?,
+        )
+    }
+
+    async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, batch_id, rows, statistics, received_at FROM batches \
+             WHERE model_id = $1 AND status = 'queued' ORDER BY seq",
+        )
+        .bind(self.model_id)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(QueuedBatch {
+                    seq: r.try_get("seq")?,
+                    batch_id: r.try_get("batch_id")?,
+                    rows: r.try_get("rows")?,
+                    statistics: r.try_get("statistics")?,
+                    received_at: r.try_get("received_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn write_version(&mut self, v: &NewVersion<'_>) -> Result<DateTime<Utc>, StoreError> {
+        let created_at: DateTime<Utc> = sqlx::query_scalar(
+            "INSERT INTO versions (model_id, version, origin, restored_from, observations, \
+                                   noise_variances, state, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp()) RETURNING created_at",
+        )
+        .bind(self.model_id)
+        .bind(v.version)
+        .bind(v.origin)
+        .bind(v.restored_from)
+        .bind(v.observations)
+        .bind(v.noise_variances)
+        .bind(v.state)
+        .fetch_one(&mut *self.tx)
+        .await?;
+        sqlx::query(
+            "UPDATE models SET version = $2, observations = $3, updated_at = clock_timestamp() \
+             WHERE id = $1",
+        )
+        .bind(self.model_id)
+        .bind(v.version)
+        .bind(v.observations)
+        .execute(&mut *self.tx)
+        .await?;
+        notify(&mut self.tx, Topic::Models, self.model_id).await?;
+        Ok(created_at)
+    }
+
+    async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE batches SET status = 'folded', version = $2, folded_at = clock_timestamp() \
+             WHERE seq = ANY($1) AND model_id = $3 AND status = 'queued'",
+        )
+        .bind(seqs)
+        .bind(version)
+        .bind(self.model_id)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE batches SET status = 'rejected', error = $2, folded_at = clock_timestamp() \
+             WHERE seq = $1 AND model_id = $3 AND status = 'queued'",
+        )
+        .bind(seq)
+        .bind(reason)
+        .bind(self.model_id)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn commit(self: Box<Self>) -> Result<(), StoreError> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,446 @@
+//! The PostgreSQL backend: for production, and for several replicas against one database.
+//!
+//! Three channels carry notifications (delivered on commit, to every replica):
+//! `mordant_batches` when a batch is queued (wakes the folders), `mordant_models` when a model
+//! is created, deleted or gets a new version (keeps every replica's posterior cache current),
+//! both with the model's id, and `mordant_keys` when an API key changes.
+
+mod keys;
+mod lock;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgListener, PgPoolOptions, PgRow};
+use sqlx::{PgPool, Row};
+
+use super::{
+    Backend, BatchRecord, Ingested, KeyRecord, ModelHead, ModelLock, ModelRecord, Notification,
+    QueueDepth, StoreError, Subscription, Topic, VersionRecord,
+};
+use crate::auth::Scope;
+use crate::config::DatabaseSettings;
+use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
+
+const BATCHES_CHANNEL: &str = "mordant_batches";
+const MODELS_CHANNEL: &str = "mordant_models";
+const KEYS_CHANNEL: &str = "mordant_keys";
+
+fn channel(topic: Topic) -> &'static str {
+    match topic {
+        Topic::Batches => BATCHES_CHANNEL,
+        Topic::Models => MODELS_CHANNEL,
+        Topic::Keys => KEYS_CHANNEL,
+    }
+}
+
+/// Advisory-lock class of the per-model ingestion lock (`pg_advisory_xact_lock(class, id)`).
+const INGEST_LOCK_CLASS: i32 = 0x6d6f_7264;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// SQLSTATEs that mean "try again later": classes 08 (connection exception), 53
+/// (insufficient resources, e.g. too many connections) and 57P (shutdown), serialization
+/// failures and deadlocks (40001, 40P01), a read-only server after a failover (25006) and a
+/// lock timeout (55P03).
+pub(super) fn is_unavailable_code(code: &str) -> bool {
+    Some(code).is_some_and(|c| {
+        c.starts_with("08")
+            || c.starts_with("53")
+            || c.starts_with("57P")
+            || matches!(c, "40001" | "40P01" | "25006" | "55P03")
+    })
+}
+
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
+     (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending";
+
+const BATCH_COLUMNS: &str = "batch_id, status, rows, received_at, folded_at, version, error";
+
+impl PgStore {
+    /// A pool that connects lazily: the service starts, and answers `/readyz` with 503, while
+    /// the database is down.
+    pub fn connect_lazy(url: &str, settings: &DatabaseSettings) -> Result<Self, sqlx::Error> {
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(Duration::from_secs(settings.acquire_timeout_secs.max(1)))
+            .connect_lazy(url)?;
+        Ok(Self { pool })
+    }
+
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+}
+
+#[async_trait]
+impl Backend for PgStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        MIGRATOR.run(&self.pool).await
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        let applied: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| format!("database: {e}"))?;
+        let missing = MIGRATOR
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .count();
+        if missing > 0 {
+            return Err(format!("{missing} migrations not applied"));
+        }
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    #[tracing::instrument(skip_all, fields(model = %spec.name))]
+    async fn create_model(&self, spec: &ModelSpec) -> Result<ModelRecord, StoreError> {
+        let json = serde_json::to_value(spec)
+            .map_err(|e| StoreError::Corrupt(format!("model spec: {e}")))?;
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "INSERT INTO models (name, spec, first_fit_rows) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO NOTHING RETURNING id",
+        )
+        .bind(spec.name.as_str())
+        .bind(json)
+        .bind(i64::try_from(spec.first_fit_rows).unwrap_or(i64::MAX))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Err(StoreError::Conflict(format!(
+                "a model named {:?} already exists",
+                spec.name.as_str()
+            )));
+        };
+        let id: i64 = row.try_get("id")?;
+        notify(&mut tx, Topic::Models, id).await?;
+        tx.commit().await?;
+        self.model_by_id(id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("model {:?}", spec.name.as_str())))
+    }
+
+    async fn list_models(&self) -> Result<Vec<ModelRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {MODEL_COLUMNS} FROM models m ORDER BY m.name"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(model_record).collect()
+    }
+
+    async fn model(&self, name: &ModelName) -> Result<Option<ModelRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {MODEL_COLUMNS} FROM models m WHERE m.name = $1"
+        ))
+        .bind(name.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(model_record).transpose()
+    }
+
+    async fn model_by_id(&self, id: i64) -> Result<Option<ModelRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {MODEL_COLUMNS} FROM models m WHERE m.id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(model_record).transpose()
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn delete_model(&self, name: &ModelName) -> Result<Option<i64>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let id: Option<i64> = sqlx::query_scalar("DELETE FROM models WHERE name = $1 RETURNING id")
+            .bind(name.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(id) = id {
+            notify(&mut tx, Topic::Models, id).await?;
+        }
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Ingestion holds a per-model advisory lock until it commits, so a model's batches are
+    /// committed in the order of their `seq` and a folder never sees a later batch without the
+    /// earlier ones.
+    #[tracing::instrument(skip_all, fields(model_id, batch_id = batch.batch_id.as_str(), rows = batch.rows()))]
+    async fn insert_batch(
+        &self,
+        model_id: i64,
+        batch: &NewBatch,
+        encoded: &EncodedBatch,
+        statistics: &[u8],
+    ) -> Result<Ingested, StoreError> {
+        let hash = encoded.content_hash;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+            .bind(INGEST_LOCK_CLASS)
+            .bind(model_id as i32)
+            .execute(&mut *tx)
+            .await?;
+        let exists: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM models WHERE id = $1 FOR KEY SHARE")
+                .bind(model_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound("the model was deleted".into()));
+        }
+        let existing = sqlx::query(&format!(
+            "SELECT content_hash, {BATCH_COLUMNS} FROM batches WHERE model_id = $1 AND batch_id = $2"
+        ))
+        .bind(model_id)
+        .bind(batch.batch_id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(row) = existing {
+            let stored: Vec<u8> = row.try_get("content_hash")?;
+            if stored != hash {
+                return Err(StoreError::Conflict(format!(
+                    "batch {:?} was already accepted with different content",
+                    batch.batch_id.as_str()
+                )));
+            }
+            return Ok(Ingested {
+                batch: batch_record(&row)?,
+                replayed: true,
+            });
+        }
+        let row = sqlx::query(&format!(
+            "INSERT INTO batches (model_id, batch_id, content_hash, rows, x, y, statistics, received_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp()) RETURNING {BATCH_COLUMNS}"
+        ))
+        .bind(model_id)
+        .bind(batch.batch_id.as_str())
+        .bind(&hash[..])
+        .bind(batch.rows() as i32)
+        .bind(&encoded.x)
+        .bind(&encoded.y)
+        .bind(statistics)
+        .fetch_one(&mut *tx)
+        .await?;
+        notify(&mut tx, Topic::Batches, model_id).await?;
+        tx.commit().await?;
+        Ok(Ingested {
+            batch: batch_record(&row)?,
+            replayed: false,
+        })
+    }
+
+    async fn batch(
+        &self,
+        model_id: i64,
+        batch_id: &str,
+    ) -> Result<Option<BatchRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {BATCH_COLUMNS} FROM batches WHERE model_id = $1 AND batch_id = $2"
+        ))
+        .bind(model_id)
+        .bind(batch_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(batch_record).transpose()
+    }
+
+    async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT v.version, v.created_at, v.origin, v.restored_from, v.observations, \
+                    v.noise_variances, \
+                    COALESCE((SELECT array_agg(b.batch_id ORDER BY b.seq) FROM batches b \
+                              WHERE b.model_id = v.model_id AND b.version = v.version \
+                                AND b.status = 'folded'), '{}') AS batches \
+             FROM versions v WHERE v.model_id = $1 ORDER BY v.version",
+        )
+        .bind(model_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(VersionRecord {
+                    version: row.try_get("version")?,
+                    created_at: row.try_get("created_at")?,
+                    origin: row.try_get("origin")?,
+                    restored_from: row.try_get("restored_from")?,
+                    observations: row.try_get("observations")?,
+                    noise_variances: row.try_get("noise_variances")?,
+                    batches: row.try_get("batches")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn queue_depth(&self) -> Result<Vec<QueueDepth>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT m.name, count(b.seq) AS batches, COALESCE(sum(b.rows), 0)::BIGINT AS rows \
+             FROM models m LEFT JOIN batches b ON b.model_id = m.id AND b.status = 'queued' \
+             GROUP BY m.name ORDER BY m.name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(QueueDepth {
+                    model: r.try_get("name")?,
+                    batches: r.try_get("batches")?,
+                    rows: r.try_get("rows")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn heads(&self) -> Result<Vec<ModelHead>, StoreError> {
+        let rows = sqlx::query("SELECT id, name, version FROM models")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ModelHead {
+                    id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    version: r.try_get("version")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn current_state(
+        &self,
+        model_id: i64,
+    ) -> Result<Option<(ModelSpec, i64, Option<Vec<u8>>)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT m.spec, m.version, v.state FROM models m \
+             LEFT JOIN versions v ON v.model_id = m.id AND v.version = m.version \
+             WHERE m.id = $1",
+        )
+        .bind(model_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let spec = parse_spec(row.try_get("spec")?)?;
+        Ok(Some((spec, row.try_get("version")?, row.try_get("state")?)))
+    }
+
+    async fn lock_model(&self, name: &ModelName) -> Result<Option<ModelLock>, StoreError> {
+        lock::acquire(&self.pool, name).await
+    }
+
+    async fn claim_fold(&self, skip: &[i64]) -> Result<Option<ModelLock>, StoreError> {
+        lock::claim(&self.pool, skip).await
+    }
+
+    async fn create_key(
+        &self,
+        name: &str,
+        prefix: &str,
+        hash: &[u8; 32],
+        scopes: &[Scope],
+    ) -> Result<KeyRecord, StoreError> {
+        keys::create(&self.pool, name, prefix, hash, scopes).await
+    }
+
+    async fn list_keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        keys::list(&self.pool).await
+    }
+
+    async fn active_keys(&self) -> Result<(i64, Vec<KeyRecord>), StoreError> {
+        keys::active(&self.pool).await
+    }
+
+    async fn revoke_key(&self, id: i64) -> Result<Option<KeyRecord>, StoreError> {
+        keys::revoke(&self.pool, id).await
+    }
+
+    async fn subscribe(&self, topics: &[Topic]) -> Result<Box<dyn Subscription>, StoreError> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener
+            .listen_all(topics.iter().map(|&t| channel(t)))
+            .await?;
+        Ok(Box::new(PgSubscription { listener }))
+    }
+}
+
+/// `LISTEN` on a connection of its own; it reconnects by itself after a loss.
+struct PgSubscription {
+    listener: PgListener,
+}
+
+#[async_trait]
+impl Subscription for PgSubscription {
+    async fn recv(&mut self) -> Result<Option<Notification>, StoreError> {
+        loop {
+            let Some(n) = self.listener.try_recv().await? else {
+                // The connection was lost and re-established: notifications may be lost.
+                return Ok(None);
+            };
+            let Some(topic) = Topic::ALL.into_iter().find(|&t| channel(t) == n.channel()) else {
+                continue;
+            };
+            return Ok(Some(Notification {
+                topic,
+                model_id: n.payload().parse().ok(),
+            }));
+        }
+    }
+}
+
+/// Announces a change on commit (`pg_notify` is transactional); the payload is the model's id,
+/// empty for [`Topic::Keys`].
+async fn notify(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    topic: Topic,
+    model_id: impl ToString,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel(topic))
+        .bind(model_id.to_string())
+        .execute(&mut **tx)
+        .await
+        .map(|_| ())
+}
+
+fn parse_spec(json: serde_json::Value) -> Result<ModelSpec, StoreError> {
+    serde_json::from_value(json).map_err(|e| StoreError::Corrupt(format!("model spec: {e}")))
+}
+
+fn model_record(row: &PgRow) -> Result<ModelRecord, StoreError> {
+    Ok(ModelRecord {
+        id: row.try_get("id")?,
+        spec: parse_spec(row.try_get("spec")?)?,
+        version: row.try_get("version")?,
+        observations: row.try_get("observations")?,
+        pending_batches: row.try_get("pending")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+fn batch_record(row: &PgRow) -> Result<BatchRecord, StoreError> {
+    Ok(BatchRecord {
+        batch_id: row.try_get("batch_id")?,
+        status: row.try_get("status")?,
+        rows: row.try_get("rows")?,
+        received_at: row.try_get("received_at")?,
+        folded_at: row.try_get("folded_at")?,
+        version: row.try_get("version")?,
+        error: row.try_get("error")?,
+    })
+}

@@ -1,0 +1,227 @@
+//! A model's write lock on SQLite.
+//!
+//! The lock is an in-process mutex per model (one process owns the file). While it is held,
+//! nothing else changes the model's version or the status of its batches: only folds,
+//! restores and refits do, and each takes the lock; deleting the model waits for it too. So
+//! the reads of a fold can use the readers' pool, and its writes are kept until it commits
+//! and then applied in one write transaction: ingestion (the only other writer) waits for
+//! that short transaction, never for the fold's computation.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use tokio::sync::OwnedMutexGuard;
+
+use super::{SqliteStore, parse_spec};
+use crate::store::{ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, Topic};
+
+/// The lock on `model_id`, already held: the model as it is now, `None` if it was deleted.
+pub(super) async fn locked(
+    store: SqliteStore,
+    model_id: i64,
+    guard: OwnedMutexGuard<()>,
+) -> Result<Option<ModelLock>, StoreError> {
+    let row = sqlx::query("SELECT name, spec, version FROM models WHERE id = ?1")
+        .bind(model_id)
+        .fetch_optional(&store.inner.readers)
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    Ok(Some(ModelLock::new(
+        model_id,
+        row.try_get("name")?,
+        parse_spec(&row.try_get::<String, _>("spec")?)?,
+        row.try_get("version")?,
+        Box::new(SqliteModelTransaction {
+            store,
+            model_id,
+            writes: Vec::new(),
+            _guard: guard,
+        }),
+    )))
+}
+
+/// A write kept until commit.
+enum Write {
+    Version {
+        version: i64,
+        origin: String,
+        restored_from: Option<i64>,
+        observations: f64,
+        noise_variances: String,
+        state: Vec<u8>,
+        at: DateTime<Utc>,
+    },
+    Folded {
+        seqs: Vec<i64>,
+        version: i64,
+        at: DateTime<Utc>,
+    },
+    Rejected {
+        seq: i64,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+}
+
+struct SqliteModelTransaction {
+    store: SqliteStore,
+    model_id: i64,
+    writes: Vec<Write>,
+    _guard: OwnedMutexGuard<()>,
+}
+
+#[async_trait]
+impl ModelTransaction for SqliteModelTransaction {
+    async fn state(&mut self, version: i64) -> Result<Option<Vec<u8>>, StoreError> {
+        let pending = self.writes.iter().find_map(|w| match w {
+            Write::Version {
+                version: v, state, ..
+            } if *v == version => Some(state.clone()),
+            _ => None,
+        });
+        if pending.is_some() {
+            return Ok(pending);
+        }
+        Ok(
+            sqlx::query_scalar("SELECT state FROM versions WHERE model_id = ?1 AND version = ?2")
+                .bind(self.model_id)
+                .bind(version)
+                .fetch_optional(&self.store.inner.readers)
+                .await?,
+        )
+    }
+
+    async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, batch_id, rows, statistics, received_at FROM batches \
+             WHERE model_id = ?1 AND status = 'queued' ORDER BY seq",
+        )
+        .bind(self.model_id)
+        .fetch_all(&self.store.inner.readers)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(QueuedBatch {
+                    seq: r.try_get("seq")?,
+                    batch_id: r.try_get("batch_id")?,
+                    rows: r.try_get("rows")?,
+                    statistics: r.try_get("statistics")?,
+                    received_at: r.try_get("received_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn write_version(&mut self, v: &NewVersion<'_>) -> Result<DateTime<Utc>, StoreError> {
+        let at = Utc::now();
+        let noise_variances = serde_json::to_string(v.noise_variances)
+            .map_err(|e| StoreError::Corrupt(format!("noise variances: {e}")))?;
+        self.writes.push(Write::Version {
+            version: v.version,
+            origin: v.origin.to_owned(),
+            restored_from: v.restored_from,
+            observations: v.observations,
+            noise_variances,
+            state: v.state.to_vec(),
+            at,
+        });
+        Ok(at)
+    }
+
+    async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {
+        self.writes.push(Write::Folded {
+            seqs: seqs.to_vec(),
+            version,
+            at: Utc::now(),
+        });
+        Ok(())
+    }
+
+    async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError> {
+        self.writes.push(Write::Rejected {
+            seq,
+            reason: reason.to_owned(),
+            at: Utc::now(),
+        });
+        Ok(())
+    }
+
+    async fn commit(self: Box<Self>) -> Result<(), StoreError> {
+        if self.writes.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.store.write().await?;
+        let mut new_version = false;
+        for write in &self.writes {
+            match write {
+                Write::Version {
+                    version,
+                    origin,
+                    restored_from,
+                    observations,
+                    noise_variances,
+                    state,
+                    at,
+                } => {
+                    sqlx::query(
+                        "INSERT INTO versions (model_id, version, origin, restored_from, \
+                                               observations, noise_variances, state, created_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    )
+                    .bind(self.model_id)
+                    .bind(version)
+                    .bind(origin)
+                    .bind(restored_from)
+                    .bind(observations)
+                    .bind(noise_variances)
+                    .bind(state)
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query(
+                        "UPDATE models SET version = ?2, observations = ?3, updated_at = ?4 \
+                         WHERE id = ?1",
+                    )
+                    .bind(self.model_id)
+                    .bind(version)
+                    .bind(observations)
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?;
+                    new_version = true;
+                }
+                Write::Folded { seqs, version, at } => {
+                    for seq in seqs {
+                        sqlx::query(
+                            "UPDATE batches SET status = 'folded', version = ?2, folded_at = ?3 \
+                             WHERE seq = ?1 AND model_id = ?4 AND status = 'queued'",
+                        )
+                        .bind(seq)
+                        .bind(version)
+                        .bind(at)
+                        .bind(self.model_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+                Write::Rejected { seq, reason, at } => {
+                    sqlx::query(
+                        "UPDATE batches SET status = 'rejected', error = ?2, folded_at = ?3 \
+                         WHERE seq = ?1 AND model_id = ?4 AND status = 'queued'",
+                    )
+                    .bind(seq)
+                    .bind(reason)
+                    .bind(at)
+                    .bind(self.model_id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
+        }
+        tx.commit().await?;
+        if new_version {
+            self.store.notify(Topic::Models, Some(self.model_id));
+        }
+        Ok(())
+    }
+}

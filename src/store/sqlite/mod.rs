@@ -1,0 +1,680 @@
+//! The embedded backend: one SQLite file, for a single process (a lab PC, a laptop, a demo).
+//!
+//! * **Durability.** The file is in WAL mode with `synchronous = FULL`: a commit returns once
+//!   the write-ahead log is on disk, so a 2xx means the batch is on disk, as on PostgreSQL.
+//! * **One process.** At open, the process takes an exclusive lock (`flock`) on `<file>.lock`
+//!   and keeps it while the store lives; a second process on the same file is refused with a
+//!   message that names the file and the process holding it. SQLite's own locks would let a
+//!   second writer in, and its folder would fold the same queue a second time.
+//! * **One writer.** Writes go through a pool of one connection (`BEGIN IMMEDIATE`), so
+//!   batches are committed in the order of their `seq`; reads use a pool of their own and,
+//!   thanks to WAL, never wait for a write.
+//! * **Model locks** are in-process mutexes: a fold, restore or refit holds its model's mutex
+//!   while it reads and computes, and writes everything in one short write transaction when it
+//!   commits (see [`lock`]). Ingestion never waits for a fold's computation.
+//! * **Notifications** are in-process, sent once the change they announce is committed.
+
+mod keys;
+mod lock;
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, Transaction};
+use tokio::sync::broadcast;
+
+use super::{
+    Backend, BatchRecord, Ingested, KeyRecord, ModelHead, ModelLock, ModelRecord, Notification,
+    QueueDepth, StoreError, Subscription, Topic, VersionRecord,
+};
+use crate::auth::Scope;
+use crate::config::DatabaseSettings;
+use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// Notifications a subscriber may fall behind by before it is told to resynchronise.
+const NOTIFICATION_BUFFER: usize = 4096;
+
+/// SQLite result codes that mean "try again later" (the primary code, the low byte of the
+/// extended one): busy (5), locked (6), I/O error (10), disk full (13), cannot open (14).
+pub(super) fn is_unavailable_code(code: Option<&str>) -> bool {
+    code.and_then(|c| c.parse::<i32>().ok())
+        .is_some_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13 | 14))
+}
+
+/// The embedded store. Cloning is cheap; the file stays locked until the last clone is dropped.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    /// One connection: every write transaction, in turn.
+    writer: SqlitePool,
+    readers: SqlitePool,
+    events: broadcast::Sender<Notification>,
+    /// Each model's write lock (see [`lock`]).
+    model_locks: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    /// Holds the `flock` on `<file>.lock` for as long as the store lives.
+    _owner: File,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `<file>.lock`, next to the database file.
+pub fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Takes the exclusive lock that makes this process the file's only user, and writes the
+/// process id into the lock file for whoever is refused next.
+fn take_ownership(path: &Path) -> anyhow::Result<File> {
+    let lock = lock_path(path);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock)
+        .with_context(|| format!("cannot open the lock file {}", lock.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => String::new(),
+                pid => format!(" (process {pid})"),
+            };
+            anyhow::bail!(
+                "the embedded database {} is in use by another mordant process{holder}. \
+                 The embedded store serves one process only: stop the other process, give this \
+                 one its own file (database.path), or use PostgreSQL (DATABASE_URL) to run \
+                 several replicas",
+                path.display()
+            );
+        }
+        Err(TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("cannot lock {}", lock.display()));
+        }
+    }
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .with_context(|| format!("cannot write {}", lock.display()))?;
+    Ok(file)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file and its directory, and takes ownership of
+    /// it; fails when another process holds it.
+    pub async fn open(path: &Path, settings: &DatabaseSettings) -> anyhow::Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+        }
+        let owner = take_ownership(path)?;
+        let wait = Duration::from_secs(settings.acquire_timeout_secs.max(1));
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(wait);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(wait)
+            .connect_with(options.clone())
+            .await
+            .with_context(|| format!("cannot open the embedded database {}", path.display()))?;
+        let readers = SqlitePoolOptions::new()
+            .max_connections(settings.max_connections.max(1))
+            .acquire_timeout(wait)
+            .connect_lazy_with(options);
+        tracing::info!(path = %path.display(), "embedded SQLite store opened");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                writer,
+                readers,
+                events: broadcast::channel(NOTIFICATION_BUFFER).0,
+                model_locks: Mutex::new(HashMap::new()),
+                _owner: owner,
+            }),
+        })
+    }
+
+    /// A write transaction (the only one at a time).
+    async fn write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.inner.writer.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    fn notify(&self, topic: Topic, model_id: Option<i64>) {
+        // No subscriber is not an error.
+        let _ = self.inner.events.send(Notification { topic, model_id });
+    }
+
+    /// The mutex behind a model's write lock.
+    fn model_mutex(&self, model_id: i64) -> Arc<tokio::sync::Mutex<()>> {
+        self.inner
+            .model_locks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(model_id)
+            .or_default()
+            .clone()
+    }
+
+    fn forget_model_mutex(&self, model_id: i64) {
+        self.inner
+            .model_locks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&model_id);
+    }
+}
+
+const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
+     (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending";
+
+const BATCH_COLUMNS: &str = "batch_id, status, rows, received_at, folded_at, version, error";
+
+#[async_trait]
+impl Backend for SqliteStore {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        MIGRATOR.run(&self.inner.writer).await
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        let applied: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(&self.inner.readers)
+                .await
+                .map_err(|e| format!("database: {e}"))?;
+        let missing = MIGRATOR
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .count();
+        if missing > 0 {
+            return Err(format!("{missing} migrations not applied"));
+        }
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.inner.readers.close().await;
+        self.inner.writer.close().await;
+    }
+
+    #[tracing::instrument(skip_all, fields(model = %spec.name))]
+    async fn create_model(&self, spec: &ModelSpec) -> Result<ModelRecord, StoreError> {
+        let json = serde_json::to_string(spec)
+            .map_err(|e| StoreError::Corrupt(format!("model spec: {e}")))?;
+        let now = Utc::now();
+        let mut tx = self.write().await?;
+        let id: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO models (name, spec, first_fit_rows, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (name) DO NOTHING RETURNING id",
+        )
+        .bind(spec.name.as_str())
+        .bind(json)
+        .bind(i64::try_from(spec.first_fit_rows).unwrap_or(i64::MAX))
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(id) = id else {
+            return Err(StoreError::Conflict(format!(
+                "a model named {:?} already exists",
+                spec.name.as_str()
+            )));
+        };
+        tx.commit().await?;
+        self.notify(Topic::Models, Some(id));
+        self.model_by_id(id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("model {:?}", spec.name.as_str())))
+    }
+
+    async fn list_models(&self) -> Result<Vec<ModelRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {MODEL_COLUMNS} FROM models m ORDER BY m.name"
+        ))
+        .fetch_all(&self.inner.readers)
+        .await?;
+        rows.iter().map(model_record).collect()
+    }
+
+    async fn model(&self, name: &ModelName) -> Result<Option<ModelRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {MODEL_COLUMNS} FROM models m WHERE m.name = ?1"
+        ))
+        .bind(name.as_str())
+        .fetch_optional(&self.inner.readers)
+        .await?;
+        row.as_ref().map(model_record).transpose()
+    }
+
+    async fn model_by_id(&self, id: i64) -> Result<Option<ModelRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {MODEL_COLUMNS} FROM models m WHERE m.id = ?1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.inner.readers)
+        .await?;
+        row.as_ref().map(model_record).transpose()
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn delete_model(&self, name: &ModelName) -> Result<Option<i64>, StoreError> {
+        let Some(id) = model_id(&self.inner.readers, name).await? else {
+            return Ok(None);
+        };
+        // Wait for a fold, restore or refit of the model to finish, as PostgreSQL's row lock
+        // makes a DELETE wait.
+        let mutex = self.model_mutex(id);
+        let _guard = mutex.lock().await;
+        let mut tx = self.write().await?;
+        let deleted = sqlx::query("DELETE FROM models WHERE id = ?1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        if deleted == 0 {
+            return Ok(None);
+        }
+        self.forget_model_mutex(id);
+        self.notify(Topic::Models, Some(id));
+        Ok(Some(id))
+    }
+
+    /// One writer at a time: a model's batches are committed in the order of their `seq`.
+    #[tracing::instrument(skip_all, fields(model_id, batch_id = batch.batch_id.as_str(), rows = batch.rows()))]
+    async fn insert_batch(
+        &self,
+        model_id: i64,
+        batch: &NewBatch,
+        encoded: &EncodedBatch,
+        statistics: &[u8],
+    ) -> Result<Ingested, StoreError> {
+        let hash = encoded.content_hash;
+        let mut tx = self.write().await?;
+        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM models WHERE id = ?1")
+            .bind(model_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound("the model was deleted".into()));
+        }
+        let existing = sqlx::query(&format!(
+            "SELECT content_hash, {BATCH_COLUMNS} FROM batches WHERE model_id = ?1 AND batch_id = ?2"
+        ))
+        .bind(model_id)
+        .bind(batch.batch_id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(row) = existing {
+            let stored: Vec<u8> = row.try_get("content_hash")?;
+            if stored != hash {
+                return Err(StoreError::Conflict(format!(
+                    "batch {:?} was already accepted with different content",
+                    batch.batch_id.as_str()
+                )));
+            }
+            return Ok(Ingested {
+                batch: batch_record(&row)?,
+                replayed: true,
+            });
+        }
+        let row = sqlx::query(&format!(
+            "INSERT INTO batches (model_id, batch_id, content_hash, rows, statistics, received_at, x, y) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING {BATCH_COLUMNS}"
+        ))
+        .bind(model_id)
+        .bind(batch.batch_id.as_str())
+        .bind(&hash[..])
+        .bind(batch.rows() as i32)
+        .bind(statistics)
+        .bind(Utc::now())
+        .bind(&encoded.x)
+        .bind(&encoded.y)
+        .fetch_one(&mut *tx)
+        .await?;
+        let record = batch_record(&row)?;
+        tx.commit().await?;
+        self.notify(Topic::Batches, Some(model_id));
+        Ok(Ingested {
+            batch: record,
+            replayed: false,
+        })
+    }
+
+    async fn batch(
+        &self,
+        model_id: i64,
+        batch_id: &str,
+    ) -> Result<Option<BatchRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {BATCH_COLUMNS} FROM batches WHERE model_id = ?1 AND batch_id = ?2"
+        ))
+        .bind(model_id)
+        .bind(batch_id)
+        .fetch_optional(&self.inner.readers)
+        .await?;
+        row.as_ref().map(batch_record).transpose()
+    }
+
+    async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError> {
+        // One read transaction: the versions and their batches from the same snapshot.
+        let mut tx = self.inner.readers.begin().await?;
+        let rows = sqlx::query(
+            "SELECT version, created_at, origin, restored_from, observations, noise_variances \
+             FROM versions WHERE model_id = ?1 ORDER BY version",
+        )
+        .bind(model_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let folded: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT version, batch_id FROM batches \
+             WHERE model_id = ?1 AND status = 'folded' AND version IS NOT NULL ORDER BY seq",
+        )
+        .bind(model_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let mut batches: HashMap<i64, Vec<String>> = HashMap::new();
+        for (version, batch_id) in folded {
+            batches.entry(version).or_default().push(batch_id);
+        }
+        rows.iter()
+            .map(|row| {
+                let version: i64 = row.try_get("version")?;
+                let noise: String = row.try_get("noise_variances")?;
+                Ok(VersionRecord {
+                    version,
+                    created_at: row.try_get("created_at")?,
+                    origin: row.try_get("origin")?,
+                    restored_from: row.try_get("restored_from")?,
+                    observations: row.try_get("observations")?,
+                    noise_variances: serde_json::from_str(&noise).map_err(|e| {
+                        StoreError::Corrupt(format!("noise variances of version {version}: {e}"))
+                    })?,
+                    batches: batches.remove(&version).unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    async fn queue_depth(&self) -> Result<Vec<QueueDepth>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT m.name, count(b.seq) AS batches, coalesce(sum(b.rows), 0) AS rows \
+             FROM models m LEFT JOIN batches b ON b.model_id = m.id AND b.status = 'queued' \
+             GROUP BY m.id ORDER BY m.name",
+        )
+        .fetch_all(&self.inner.readers)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(QueueDepth {
+                    model: r.try_get("name")?,
+                    batches: r.try_get("batches")?,
+                    rows: r.try_get("rows")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn heads(&self) -> Result<Vec<ModelHead>, StoreError> {
+        let rows = sqlx::query("SELECT id, name, version FROM models")
+            .fetch_all(&self.inner.readers)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ModelHead {
+                    id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    version: r.try_get("version")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn current_state(
+        &self,
+        model_id: i64,
+    ) -> Result<Option<(ModelSpec, i64, Option<Vec<u8>>)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT m.spec, m.version, v.state FROM models m \
+             LEFT JOIN versions v ON v.model_id = m.id AND v.version = m.version \
+             WHERE m.id = ?1",
+        )
+        .bind(model_id)
+        .fetch_optional(&self.inner.readers)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let spec = parse_spec(&row.try_get::<String, _>("spec")?)?;
+        Ok(Some((spec, row.try_get("version")?, row.try_get("state")?)))
+    }
+
+    async fn lock_model(&self, name: &ModelName) -> Result<Option<ModelLock>, StoreError> {
+        let Some(id) = model_id(&self.inner.readers, name).await? else {
+            return Ok(None);
+        };
+        let guard = self.model_mutex(id).lock_owned().await;
+        lock::locked(self.clone(), id, guard).await
+    }
+
+    async fn claim_fold(&self, skip: &[i64]) -> Result<Option<ModelLock>, StoreError> {
+        let candidates: Vec<i64> = sqlx::query_scalar(
+            "SELECT m.id FROM models m \
+             JOIN (SELECT model_id, min(seq) AS first, sum(rows) AS rows FROM batches \
+                   WHERE status = 'queued' GROUP BY model_id) q ON q.model_id = m.id \
+             WHERE m.version > 0 OR q.rows >= m.first_fit_rows \
+             ORDER BY q.first",
+        )
+        .fetch_all(&self.inner.readers)
+        .await?;
+        for id in candidates.into_iter().filter(|id| !skip.contains(id)) {
+            // A model another fold (or a restore, a refit) holds is skipped, as with
+            // PostgreSQL's SKIP LOCKED.
+            let Ok(guard) = self.model_mutex(id).try_lock_owned() else {
+                continue;
+            };
+            if let Some(lock) = lock::locked(self.clone(), id, guard).await? {
+                return Ok(Some(lock));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn create_key(
+        &self,
+        name: &str,
+        prefix: &str,
+        hash: &[u8; 32],
+        scopes: &[Scope],
+    ) -> Result<KeyRecord, StoreError> {
+        let record = keys::create(self, name, prefix, hash, scopes).await?;
+        self.notify(Topic::Keys, None);
+        Ok(record)
+    }
+
+    async fn list_keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        keys::list(&self.inner.readers).await
+    }
+
+    async fn active_keys(&self) -> Result<(i64, Vec<KeyRecord>), StoreError> {
+        keys::active(&self.inner.readers).await
+    }
+
+    async fn revoke_key(&self, id: i64) -> Result<Option<KeyRecord>, StoreError> {
+        let record = keys::revoke(self, id).await?;
+        if record.is_some() {
+            self.notify(Topic::Keys, None);
+        }
+        Ok(record)
+    }
+
+    async fn subscribe(&self, topics: &[Topic]) -> Result<Box<dyn Subscription>, StoreError> {
+        Ok(Box::new(SqliteSubscription {
+            events: self.inner.events.subscribe(),
+            topics: topics.to_vec(),
+        }))
+    }
+}
+
+struct SqliteSubscription {
+    events: broadcast::Receiver<Notification>,
+    topics: Vec<Topic>,
+}
+
+#[async_trait]
+impl Subscription for SqliteSubscription {
+    async fn recv(&mut self) -> Result<Option<Notification>, StoreError> {
+        loop {
+            match self.events.recv().await {
+                Ok(n) if self.topics.contains(&n.topic) => return Ok(Some(n)),
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => return Ok(None),
+                Err(broadcast::error::RecvError::Closed) => {
+                    return Err(StoreError::Unavailable(sqlx::Error::PoolClosed));
+                }
+            }
+        }
+    }
+}
+
+async fn model_id(readers: &SqlitePool, name: &ModelName) -> Result<Option<i64>, StoreError> {
+    Ok(sqlx::query_scalar("SELECT id FROM models WHERE name = ?1")
+        .bind(name.as_str())
+        .fetch_optional(readers)
+        .await?)
+}
+
+fn parse_spec(json: &str) -> Result<ModelSpec, StoreError> {
+    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("model spec: {e}")))
+}
+
+fn model_record(row: &SqliteRow) -> Result<ModelRecord, StoreError> {
+    Ok(ModelRecord {
+        id: row.try_get("id")?,
+        spec: parse_spec(&row.try_get::<String, _>("spec")?)?,
+        version: row.try_get("version")?,
+        observations: row.try_get("observations")?,
+        pending_batches: row.try_get("pending")?,
+        created_at: row.try_get::<DateTime<Utc>, _>("created_at")?,
+        updated_at: row.try_get::<DateTime<Utc>, _>("updated_at")?,
+    })
+}
+
+fn batch_record(row: &SqliteRow) -> Result<BatchRecord, StoreError> {
+    Ok(BatchRecord {
+        batch_id: row.try_get("batch_id")?,
+        status: row.try_get("status")?,
+        rows: row.try_get("rows")?,
+        received_at: row.try_get("received_at")?,
+        folded_at: row.try_get("folded_at")?,
+        version: row.try_get("version")?,
+        error: row.try_get("error")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> DatabaseSettings {
+        DatabaseSettings {
+            url: String::new(),
+            path: String::new(),
+            max_connections: 2,
+            acquire_timeout_secs: 1,
+            startup_timeout_secs: 1,
+        }
+    }
+
+    fn scratch() -> PathBuf {
+        std::env::temp_dir().join(format!("mordant_unit_{}", uuid::Uuid::new_v4().simple()))
+    }
+
+    #[tokio::test]
+    async fn commits_are_durable_wal_with_full_synchronous_writes() {
+        let dir = scratch();
+        let store = SqliteStore::open(&dir.join("nested/m.db"), &settings())
+            .await
+            .unwrap();
+        for pool in [&store.inner.writer, &store.inner.readers] {
+            let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(mode, "wal");
+            // 2 = FULL: the log is synced at every commit.
+            let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(synchronous, 2);
+            let foreign_keys: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(foreign_keys, 1);
+        }
+        store.close().await;
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn one_owner_at_a_time() {
+        let dir = scratch();
+        let file = dir.join("m.db");
+        let first = SqliteStore::open(&file, &settings()).await.unwrap();
+        let owner = std::fs::read_to_string(lock_path(&file)).unwrap();
+        assert_eq!(owner.trim(), std::process::id().to_string());
+        let error = SqliteStore::open(&file, &settings()).await.unwrap_err();
+        let message = format!("{error:#}");
+        assert!(
+            message.contains("in use by another mordant process")
+                && message.contains(&format!("process {}", std::process::id())),
+            "{message}"
+        );
+        first.close().await;
+        drop(first);
+        // Released with the store: the next owner gets in.
+        let second = SqliteStore::open(&file, &settings()).await.unwrap();
+        second.close().await;
+        drop(second);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,654 @@
+//! The store's conformance suite: every promise of `mordant::store::Backend`, checked the same
+//! way on both backends (a fresh PostgreSQL database, a fresh SQLite file) through the trait
+//! alone. The service above the store relies on exactly these.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mordant::auth::Scope;
+use mordant::config::DatabaseSettings;
+use mordant::domain::{ModelName, ModelSpec, NewBatch};
+use mordant::store::{Notification, Store, StoreError, Subscription, Topic};
+use serde_json::json;
+use sqlx::Connection;
+
+/// A store on an empty database of its own, removed on drop.
+struct TestStore {
+    store: Store,
+    postgres: Option<String>,
+    dir: Option<PathBuf>,
+}
+
+fn settings(url: String) -> DatabaseSettings {
+    DatabaseSettings {
+        url,
+        path: String::new(),
+        max_connections: 8,
+        acquire_timeout_secs: 5,
+        startup_timeout_secs: 5,
+    }
+}
+
+impl TestStore {
+    async fn postgres() -> Self {
+        let server = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let name = format!("mordant_store_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = sqlx::PgConnection::connect(&server)
+            .await
+            .expect("PostgreSQL must answer at DATABASE_URL (or 127.0.0.1:5432)");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create database");
+        let (base, _) = server.rsplit_once('/').expect("a database URL");
+        let store = Store::open(&settings(format!("{base}/{name}")))
+            .await
+            .expect("open");
+        store.migrate().await.expect("migrate");
+        Self {
+            store,
+            postgres: Some(name),
+            dir: None,
+        }
+    }
+
+    async fn sqlite() -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("mordant_store_{}", uuid::Uuid::new_v4().simple()));
+        let file = dir.join("store.db");
+        let store = Store::open(&settings(format!("sqlite://{}", file.display())))
+            .await
+            .expect("open");
+        store.migrate().await.expect("migrate");
+        Self {
+            store,
+            postgres: None,
+            dir: Some(dir),
+        }
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        if let Some(name) = self.postgres.clone() {
+            let _ = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(async {
+                    let server = std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+                        "postgres://postgres@127.0.0.1:5432/postgres".to_owned()
+                    });
+                    if let Ok(mut conn) = sqlx::PgConnection::connect(&server).await {
+                        let _ =
+                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                                .execute(&mut conn)
+                                .await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// Runs each listed check on both backends: `<check>::postgres` and `<check>::sqlite`.
+macro_rules! conformance {
+    ($($check:ident),* $(,)?) => {$(
+        mod $check {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let db = super::TestStore::postgres().await;
+                super::$check(&db.store).await;
+                db.store.close().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let db = super::TestStore::sqlite().await;
+                super::$check(&db.store).await;
+                db.store.close().await;
+            }
+        }
+    )*};
+}
+
+conformance!(
+    models_are_created_read_listed_and_deleted,
+    a_batch_is_stored_once_and_its_id_never_reused_for_other_content,
+    a_fold_writes_everything_at_commit_or_nothing,
+    claims_skip_held_and_unready_models_and_follow_arrival_order,
+    restore_locks_and_deletion_wait_for_a_held_lock,
+    notifications_announce_committed_changes_only,
+    keys_are_created_listed_and_revoked,
+    concurrent_ingestion_and_folding_fold_each_batch_once_in_arrival_order,
+);
+
+fn spec(name: &str, first_fit_rows: u64) -> ModelSpec {
+    ModelSpec::parse(&json!({
+        "name": name, "features": ["f1", "f2"], "outputs": ["o"],
+        "first_fit_rows": first_fit_rows,
+    }))
+    .expect("valid spec")
+}
+
+fn name(name: &str) -> ModelName {
+    ModelName::parse(name).expect("valid name")
+}
+
+fn batch(spec: &ModelSpec, id: &str, rows: usize, seed: f64) -> NewBatch {
+    let x: Vec<[f64; 2]> = (0..rows).map(|i| [seed, i as f64]).collect();
+    let y: Vec<[f64; 1]> = (0..rows).map(|i| [seed * i as f64]).collect();
+    NewBatch::parse(&json!({"batch_id": id, "x": x, "y": y}), spec, None).expect("valid batch")
+}
+
+/// Stores a batch; the statistics are opaque to the store, so any bytes do.
+async fn ingest(store: &Store, model_id: i64, batch: &NewBatch) -> mordant::store::Ingested {
+    let statistics = format!("stats of {}", batch.batch_id.as_str()).into_bytes();
+    store
+        .insert_batch(model_id, batch, &batch.encode(), &statistics)
+        .await
+        .expect("insert batch")
+}
+
+async fn create(store: &Store, spec: &ModelSpec) -> i64 {
+    store.create_model(spec).await.expect("create model").id
+}
+
+async fn models_are_created_read_listed_and_deleted(store: &Store) {
+    let b = store.create_model(&spec("beta", 3)).await.unwrap();
+    let a = store.create_model(&spec("alpha", 3)).await.unwrap();
+    assert_eq!((a.version, a.observations, a.pending_batches), (0, 0.0, 0));
+    assert_eq!(a.spec, spec("alpha", 3));
+    assert_ne!(a.id, b.id);
+    assert!(matches!(
+        store.create_model(&spec("alpha", 5)).await,
+        Err(StoreError::Conflict(_))
+    ));
+
+    let listed: Vec<String> = store
+        .list_models()
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.spec.name.to_string())
+        .collect();
+    assert_eq!(listed, ["alpha", "beta"]);
+    assert_eq!(store.model(&name("beta")).await.unwrap().unwrap().id, b.id);
+    assert_eq!(
+        store.model_by_id(a.id).await.unwrap().unwrap().spec.name,
+        name("alpha")
+    );
+    assert!(store.model(&name("gamma")).await.unwrap().is_none());
+    let (spec_a, version, state) = store.current_state(a.id).await.unwrap().unwrap();
+    assert_eq!((spec_a, version, state), (spec("alpha", 3), 0, None));
+    let mut heads = store.heads().await.unwrap();
+    heads.sort_by_key(|h| h.id);
+    assert_eq!(heads.len(), 2);
+
+    assert_eq!(
+        store.delete_model(&name("alpha")).await.unwrap(),
+        Some(a.id)
+    );
+    assert_eq!(store.delete_model(&name("alpha")).await.unwrap(), None);
+    assert!(store.model_by_id(a.id).await.unwrap().is_none());
+    assert!(store.current_state(a.id).await.unwrap().is_none());
+    // A new model of the same name is a new model.
+    let again = store.create_model(&spec("alpha", 3)).await.unwrap();
+    assert_ne!(again.id, a.id, "a deleted model's id is never reused");
+}
+
+async fn a_batch_is_stored_once_and_its_id_never_reused_for_other_content(store: &Store) {
+    let spec = spec("lab", 3);
+    let id = create(store, &spec).await;
+    let first = ingest(store, id, &batch(&spec, "b1", 4, 1.0)).await;
+    assert!(!first.replayed);
+    assert_eq!(
+        (first.batch.batch_id.as_str(), first.batch.status.as_str()),
+        ("b1", "queued")
+    );
+    assert_eq!(first.batch.rows, 4);
+    assert!(first.batch.folded_at.is_none() && first.batch.version.is_none());
+
+    let again = ingest(store, id, &batch(&spec, "b1", 4, 1.0)).await;
+    assert!(again.replayed);
+    assert_eq!(again.batch, first.batch);
+    let other = batch(&spec, "b1", 4, 2.0);
+    let conflict = store
+        .insert_batch(id, &other, &other.encode(), b"stats")
+        .await;
+    assert!(
+        matches!(conflict, Err(StoreError::Conflict(_))),
+        "{conflict:?}"
+    );
+    let missing = store
+        .insert_batch(id + 1000, &other, &other.encode(), b"stats")
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound(_))),
+        "{missing:?}"
+    );
+
+    assert_eq!(store.batch(id, "b1").await.unwrap(), Some(first.batch));
+    assert_eq!(store.batch(id, "b2").await.unwrap(), None);
+    ingest(store, id, &batch(&spec, "b2", 2, 3.0)).await;
+    let depth = store.queue_depth().await.unwrap();
+    assert_eq!(depth.len(), 1);
+    assert_eq!((depth[0].batches, depth[0].rows), (2, 6));
+    assert_eq!(
+        store
+            .model(&name("lab"))
+            .await
+            .unwrap()
+            .unwrap()
+            .pending_batches,
+        2
+    );
+}
+
+async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
+    let spec = spec("lab", 3);
+    let id = create(store, &spec).await;
+    ingest(store, id, &batch(&spec, "b1", 4, 1.0)).await;
+    ingest(store, id, &batch(&spec, "b2", 4, 2.0)).await;
+
+    // Everything written in a lock that is dropped is gone.
+    {
+        let mut lock = store.claim_fold(&[]).await.unwrap().expect("work");
+        assert_eq!((lock.model_id, lock.version), (id, 0));
+        let queued = lock.queued_batches().await.unwrap();
+        let ids: Vec<&str> = queued.iter().map(|b| b.batch_id.as_str()).collect();
+        assert_eq!(ids, ["b1", "b2"]);
+        assert_eq!(queued[0].statistics, b"stats of b1");
+        assert!(queued[0].seq < queued[1].seq);
+        let (v, _) = lock
+            .write_version("fold", None, 4.0, &[Some(0.5)], b"state 1")
+            .await
+            .unwrap();
+        lock.mark_folded(&[queued[0].seq], v).await.unwrap();
+        lock.mark_rejected(queued[1].seq, "bad").await.unwrap();
+    }
+    let model = store.model_by_id(id).await.unwrap().unwrap();
+    assert_eq!((model.version, model.pending_batches), (0, 2));
+    assert!(store.versions(id).await.unwrap().is_empty());
+    assert_eq!(
+        store.batch(id, "b1").await.unwrap().unwrap().status,
+        "queued"
+    );
+
+    // Committed, it is all there.
+    let mut lock = store.claim_fold(&[]).await.unwrap().expect("work again");
+    let queued = lock.queued_batches().await.unwrap();
+    let (v, created_at) = lock
+        .write_version("fold", None, 4.0, &[Some(0.5), None], b"state 1")
+        .await
+        .unwrap();
+    assert_eq!((v, lock.version), (1, 1));
+    lock.mark_folded(&[queued[0].seq], v).await.unwrap();
+    lock.mark_rejected(queued[1].seq, "bad").await.unwrap();
+    lock.commit().await.unwrap();
+
+    let model = store.model_by_id(id).await.unwrap().unwrap();
+    assert_eq!(
+        (model.version, model.observations, model.pending_batches),
+        (1, 4.0, 0)
+    );
+    let versions = store.versions(id).await.unwrap();
+    assert_eq!(versions.len(), 1);
+    let version = &versions[0];
+    assert_eq!(
+        (
+            version.version,
+            version.origin.as_str(),
+            version.restored_from
+        ),
+        (1, "fold", None)
+    );
+    assert_eq!(version.noise_variances, [Some(0.5), None]);
+    assert_eq!(version.batches, ["b1"]);
+    assert_eq!(version.observations, 4.0);
+    assert!((version.created_at - created_at).num_milliseconds().abs() < 1);
+    let b1 = store.batch(id, "b1").await.unwrap().unwrap();
+    assert_eq!((b1.status.as_str(), b1.version), ("folded", Some(1)));
+    assert!(b1.folded_at.is_some_and(|at| at >= b1.received_at));
+    let b2 = store.batch(id, "b2").await.unwrap().unwrap();
+    assert_eq!(
+        (b2.status.as_str(), b2.error.as_deref(), b2.version),
+        ("rejected", Some("bad"), None)
+    );
+    let (_, current, state) = store.current_state(id).await.unwrap().unwrap();
+    assert_eq!((current, state.as_deref()), (1, Some(&b"state 1"[..])));
+    assert!(
+        store.claim_fold(&[]).await.unwrap().is_none(),
+        "no work left"
+    );
+
+    // A restore: a new version, the old one untouched.
+    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    assert_eq!(
+        lock.state(1).await.unwrap().as_deref(),
+        Some(&b"state 1"[..])
+    );
+    assert_eq!(lock.state(7).await.unwrap(), None);
+    lock.write_version("restore", Some(1), 4.0, &[Some(0.5), None], b"state 1")
+        .await
+        .unwrap();
+    lock.commit().await.unwrap();
+    let versions = store.versions(id).await.unwrap();
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[0], version.clone());
+    assert_eq!(
+        (versions[1].version, versions[1].origin.as_str()),
+        (2, "restore")
+    );
+    assert_eq!(versions[1].restored_from, Some(1));
+    assert!(versions[1].batches.is_empty());
+}
+
+async fn claims_skip_held_and_unready_models_and_follow_arrival_order(store: &Store) {
+    let (early, late, slow) = (spec("early", 3), spec("late", 3), spec("slow", 10));
+    let early_id = create(store, &early).await;
+    let late_id = create(store, &late).await;
+    let slow_id = create(store, &slow).await;
+    // The untrained model waits for its first-fit rows.
+    ingest(store, slow_id, &batch(&slow, "s1", 4, 1.0)).await;
+    assert!(store.claim_fold(&[]).await.unwrap().is_none());
+    ingest(store, late_id, &batch(&late, "l1", 2, 1.0)).await;
+    assert!(
+        store.claim_fold(&[]).await.unwrap().is_none(),
+        "2 of 3 rows"
+    );
+    ingest(store, early_id, &batch(&early, "e1", 3, 1.0)).await;
+    ingest(store, late_id, &batch(&late, "l2", 2, 1.0)).await;
+
+    // `late`'s oldest queued batch is older than `early`'s.
+    let first = store.claim_fold(&[]).await.unwrap().expect("work");
+    assert_eq!(first.model_id, late_id);
+    // A held model is skipped, and so is one the caller sets aside.
+    let second = store.claim_fold(&[]).await.unwrap().expect("more work");
+    assert_eq!(second.model_id, early_id);
+    assert!(store.claim_fold(&[]).await.unwrap().is_none());
+    drop(second);
+    assert!(store.claim_fold(&[early_id]).await.unwrap().is_none());
+    drop(first);
+    let again = store.claim_fold(&[late_id]).await.unwrap().expect("work");
+    assert_eq!(again.model_id, early_id);
+    drop(again);
+
+    ingest(store, slow_id, &batch(&slow, "s2", 6, 1.0)).await;
+    let claimed: Vec<i64> = {
+        let a = store.claim_fold(&[]).await.unwrap().unwrap();
+        let b = store.claim_fold(&[]).await.unwrap().unwrap();
+        let c = store.claim_fold(&[]).await.unwrap().unwrap();
+        vec![a.model_id, b.model_id, c.model_id]
+    };
+    assert_eq!(claimed, [slow_id, late_id, early_id]);
+}
+
+async fn restore_locks_and_deletion_wait_for_a_held_lock(store: &Store) {
+    let spec = spec("lab", 3);
+    let id = create(store, &spec).await;
+    ingest(store, id, &batch(&spec, "b1", 4, 1.0)).await;
+    let mut fold = store.claim_fold(&[]).await.unwrap().unwrap();
+
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .lock_model(&name("lab"))
+                .await
+                .map(|l| l.map(|l| l.version))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a restore lock while a fold runs");
+    let queued = fold.queued_batches().await.unwrap();
+    let (v, _) = fold
+        .write_version("fold", None, 4.0, &[Some(1.0)], b"s")
+        .await
+        .unwrap();
+    fold.mark_folded(&[queued[0].seq], v).await.unwrap();
+    fold.commit().await.unwrap();
+    let version = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the lock is taken once the fold commits")
+        .unwrap()
+        .unwrap();
+    assert_eq!(version, Some(1), "the waiter sees the fold's version");
+
+    let held = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    let deleting = tokio::spawn({
+        let store = store.clone();
+        async move { store.delete_model(&name("lab")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!deleting.is_finished(), "a deletion while a restore runs");
+    drop(held);
+    let deleted = tokio::time::timeout(Duration::from_secs(10), deleting)
+        .await
+        .expect("the deletion goes ahead once the lock is released")
+        .unwrap()
+        .unwrap();
+    assert_eq!(deleted, Some(id));
+    assert!(store.lock_model(&name("lab")).await.unwrap().is_none());
+}
+
+/// The next notification within `wait`, `None` when there is none.
+async fn next(subscription: &mut Box<dyn Subscription>, wait: Duration) -> Option<Notification> {
+    match tokio::time::timeout(wait, subscription.recv()).await {
+        Ok(received) => received.expect("subscription"),
+        Err(_) => None,
+    }
+}
+
+async fn notifications_announce_committed_changes_only(store: &Store) {
+    let mut batches = store.subscribe(&[Topic::Batches]).await.unwrap();
+    let mut models = store
+        .subscribe(&[Topic::Models, Topic::Keys])
+        .await
+        .unwrap();
+    let long = Duration::from_secs(10);
+    let short = Duration::from_millis(300);
+
+    let spec = spec("lab", 3);
+    let id = create(store, &spec).await;
+    let created = next(&mut models, long).await;
+    assert_eq!(
+        created,
+        Some(Notification {
+            topic: Topic::Models,
+            model_id: Some(id)
+        })
+    );
+    ingest(store, id, &batch(&spec, "b1", 4, 1.0)).await;
+    assert_eq!(
+        next(&mut batches, long).await,
+        Some(Notification {
+            topic: Topic::Batches,
+            model_id: Some(id)
+        })
+    );
+    // A replay adds nothing and announces nothing.
+    assert!(
+        ingest(store, id, &batch(&spec, "b1", 4, 1.0))
+            .await
+            .replayed
+    );
+    assert_eq!(next(&mut batches, short).await, None);
+
+    // A version written in a lock that is rolled back is never announced.
+    {
+        let mut lock = store.claim_fold(&[]).await.unwrap().unwrap();
+        lock.write_version("fold", None, 4.0, &[Some(1.0)], b"s")
+            .await
+            .unwrap();
+    }
+    assert_eq!(next(&mut models, short).await, None);
+    let mut lock = store.claim_fold(&[]).await.unwrap().unwrap();
+    lock.write_version("fold", None, 4.0, &[Some(1.0)], b"s")
+        .await
+        .unwrap();
+    lock.commit().await.unwrap();
+    assert_eq!(
+        next(&mut models, long).await,
+        Some(Notification {
+            topic: Topic::Models,
+            model_id: Some(id)
+        })
+    );
+    assert_eq!(next(&mut batches, short).await, None, "topics stay apart");
+
+    let key = store
+        .create_key("line-3", "mdk_0000", &[7; 32], &[Scope::Ingest])
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut models, long).await.map(|n| n.topic),
+        Some(Topic::Keys)
+    );
+    store.revoke_key(key.id).await.unwrap();
+    assert_eq!(
+        next(&mut models, long).await.map(|n| n.topic),
+        Some(Topic::Keys)
+    );
+    store.delete_model(&name("lab")).await.unwrap();
+    assert_eq!(
+        next(&mut models, long).await,
+        Some(Notification {
+            topic: Topic::Models,
+            model_id: Some(id)
+        })
+    );
+}
+
+async fn keys_are_created_listed_and_revoked(store: &Store) {
+    let a = store
+        .create_key(
+            "mes",
+            "mdk_aaaa",
+            &[1; 32],
+            &[Scope::Ingest, Scope::Predict],
+        )
+        .await
+        .unwrap();
+    let b = store
+        .create_key("admin", "mdk_bbbb", &[2; 32], &[Scope::Admin])
+        .await
+        .unwrap();
+    assert_eq!(
+        (a.name.as_str(), a.prefix.as_str(), a.hash),
+        ("mes", "mdk_aaaa", [1; 32])
+    );
+    assert_eq!(a.scopes, [Scope::Ingest, Scope::Predict]);
+    assert!(a.revoked_at.is_none() && a.id < b.id);
+    let same_hash = store
+        .create_key("copy", "mdk_aaaa", &[1; 32], &[Scope::Predict])
+        .await;
+    assert!(
+        matches!(same_hash, Err(StoreError::Database(_))),
+        "{same_hash:?}"
+    );
+
+    let listed: Vec<i64> = store
+        .list_keys()
+        .await
+        .unwrap()
+        .iter()
+        .map(|k| k.id)
+        .collect();
+    assert_eq!(listed, [a.id, b.id]);
+    let (newest, active) = store.active_keys().await.unwrap();
+    assert_eq!((newest, active.len()), (b.id, 2));
+
+    let revoked = store.revoke_key(a.id).await.unwrap().unwrap();
+    let at = revoked.revoked_at.expect("revoked");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let again = store.revoke_key(a.id).await.unwrap().unwrap();
+    assert_eq!(again.revoked_at, Some(at), "revoking again changes nothing");
+    assert!(store.revoke_key(b.id + 100).await.unwrap().is_none());
+    let (newest, active) = store.active_keys().await.unwrap();
+    assert_eq!(newest, b.id);
+    assert_eq!(active.iter().map(|k| k.id).collect::<Vec<_>>(), [b.id]);
+}
+
+async fn concurrent_ingestion_and_folding_fold_each_batch_once_in_arrival_order(store: &Store) {
+    const CLIENTS: usize = 4;
+    const BATCHES: usize = 12;
+    let spec = Arc::new(spec("lab", 3));
+    let id = create(store, &spec).await;
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let (store, spec) = (store.clone(), spec.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..BATCHES {
+                let b = batch(&spec, &format!("c{c}-{i:02}"), 3, (c * 100 + i) as f64);
+                assert!(!ingest(&store, id, &b).await.replayed);
+            }
+        }));
+    }
+    // Two folders at once, each folding whatever queue it claims into one new version.
+    let folders: Vec<_> = (0..2)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut folded = 0;
+                while folded < CLIENTS * BATCHES {
+                    let Some(mut lock) = store.claim_fold(&[]).await.unwrap() else {
+                        let queue = store.queue_depth().await.unwrap();
+                        let versions = store.versions(id).await.unwrap();
+                        let done: usize = versions.iter().map(|v| v.batches.len()).sum();
+                        if done == CLIENTS * BATCHES && queue[0].batches == 0 {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    };
+                    let queued = lock.queued_batches().await.unwrap();
+                    if queued.is_empty() {
+                        continue;
+                    }
+                    let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
+                    let (v, _) = lock
+                        .write_version("fold", None, 0.0, &[Some(1.0)], b"s")
+                        .await
+                        .unwrap();
+                    lock.mark_folded(&seqs, v).await.unwrap();
+                    lock.commit().await.unwrap();
+                    folded += seqs.len();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for folder in folders {
+        tokio::time::timeout(Duration::from_secs(60), folder)
+            .await
+            .expect("the folders finish")
+            .unwrap();
+    }
+
+    let versions = store.versions(id).await.unwrap();
+    let numbers: Vec<i64> = versions.iter().map(|v| v.version).collect();
+    assert_eq!(numbers, (1..=versions.len() as i64).collect::<Vec<_>>());
+    let order: Vec<String> = versions.into_iter().flat_map(|v| v.batches).collect();
+    assert_eq!(order.len(), CLIENTS * BATCHES, "each batch folded once");
+    // Each client's batches were folded in the order it sent them.
+    let mut last: HashMap<&str, &str> = HashMap::new();
+    for id in &order {
+        let (client, i) = id.split_once('-').unwrap();
+        if let Some(previous) = last.insert(client, i) {
+            assert!(previous < i, "{client}: {previous} folded after {i}");
+        }
+    }
+    let model = store.model_by_id(id).await.unwrap().unwrap();
+    assert_eq!(model.pending_batches, 0);
+}
