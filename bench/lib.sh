@@ -1,9 +1,11 @@
 # Shared by the bench/ scripts: a release build of the service on a free loopback port,
-# against a database of its own on the PostgreSQL that scripts/with-postgres finds or starts,
-# stopped and dropped on exit.
+# against a database of its own, stopped and dropped on exit: by default on the PostgreSQL that
+# scripts/with-postgres finds or starts; with BENCH_STORE=sqlite, an embedded SQLite file in the
+# service's work directory.
 #
 #   source bench/lib.sh
 #   start_service NAME [VAR=VALUE ...]    # sets $base, $service (pid), $work, $database_url
+#   stop_service                          # stops it and drops its database
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -15,28 +17,33 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-cleanup() {
+stop_service() {
     if [[ -n "${service:-}" ]]; then
         kill "$service" 2>/dev/null || true
         wait "$service" 2>/dev/null || true
     fi
-    if [[ -n "${database_url:-}" ]]; then
+    if [[ "${database_url:-}" == postgres* ]]; then
         psql "${database_url%/*}/postgres" -qc "DROP DATABASE IF EXISTS \"${database_url##*/}\" WITH (FORCE)" \
             >/dev/null 2>&1 || true
     fi
     [[ -n "${work:-}" ]] && rm -rf "$work"
+    service="" database_url="" work=""
 }
-trap cleanup EXIT
+trap stop_service EXIT
 
 start_service() { # name, extra environment...
     local name=$1
     shift
     cargo build --release --quiet
-    database_url=$(scripts/with-postgres --database "mordant_bench_${name}_$$" printenv DATABASE_URL)
+    work=$(mktemp -d)
+    case "${BENCH_STORE:-postgres}" in
+        postgres) database_url=$(scripts/with-postgres --database "mordant_bench_${name}_$$" printenv DATABASE_URL) ;;
+        sqlite) database_url="sqlite://$work/mordant.db" ;;
+        *) echo "BENCH_STORE must be postgres or sqlite" >&2; exit 1 ;;
+    esac
     local port
     port=$(free_port)
     base="http://127.0.0.1:$port"
-    work=$(mktemp -d)
     env DATABASE_URL="$database_url" MORDANT_ADDR="127.0.0.1:$port" MORDANT__LOG__FILTER=warn "$@" \
         target/release/mordant serve >"$work/service.log" 2>&1 &
     service=$!
@@ -59,11 +66,11 @@ post_json() { # path, file
     curl -sf "$base$1" -H 'content-type: application/json' -d @"$2"
 }
 
-# Waits until every batch of model $1 is folded.
+# Waits until every batch of model $1 is folded (asks the API: works on either store).
 wait_folded() { # model name
     for _ in $(seq 6000); do
         local queued
-        queued=$(psql "$database_url" -Atc "SELECT count(*) FROM batches b JOIN models m ON m.id = b.model_id WHERE m.name = '$1' AND b.status = 'queued'")
+        queued=$(curl -sf "$base/v1/models/$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["pending_batches"])')
         [[ "$queued" == 0 ]] && return 0
         sleep 0.05
     done
