@@ -68,7 +68,9 @@ async fn schemathesis_finds_nothing() {
     app.wait_for_batch("cotton-reactive", "lot-2026-11-22-0042")
         .await;
 
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("schemathesis");
+    // One directory per test binary: both run at once in `cargo test`.
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("schemathesis-{:?}", crate::BACKEND));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("schemathesis.toml");
     std::fs::write(

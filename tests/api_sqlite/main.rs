@@ -1,7 +1,7 @@
 //! The API tests again, on the embedded SQLite store: a fresh database file per test. The
 //! modules are `tests/api`'s, except the PostgreSQL-only ones (several replicas, a database
-//! server stopped under the service) and those that do not touch the store (the reference page,
-//! the schema fuzzer); `embedded.rs` adds what only the embedded store promises.
+//! server stopped under the service) and the reference page, which does not touch the store;
+//! `embedded.rs` adds what only the embedded store promises.
 
 // The helpers serve both test binaries; some are for PostgreSQL only.
 #[allow(dead_code)]
@@ -30,6 +30,8 @@ mod models;
 mod readme;
 #[path = "../api/resilience.rs"]
 mod resilience;
+#[path = "../api/schemathesis.rs"]
+mod schemathesis;
 #[path = "../api/validation.rs"]
 mod validation;
 #[path = "../api/versions.rs"]
