@@ -1,5 +1,5 @@
-//! A model's write lock on PostgreSQL: the transaction in which a fold, a restore or a refit reads the current
-//! version and writes the next one.
+//! A model's write lock on PostgreSQL: the transaction in which a fold, a restore or a refit
+//! reads the current version and writes the next one.
 //!
 //! The lock is the model's row, taken `FOR NO KEY UPDATE`: it excludes other folds, restores
 //! and refits of the same model, but not ingestion, whose foreign key only needs `KEY SHARE`.
