@@ -385,6 +385,42 @@ impl ModelLock {
     }
 }
 
+// The columns both backends read, with the same names and meaning.
+const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
+     (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending";
+const BATCH_COLUMNS: &str = "batch_id, status, rows, received_at, folded_at, version, error";
+const KEY_COLUMNS: &str = "id, name, prefix, hash, scopes, created_at, revoked_at";
+
+/// `/readyz`'s check: the database answered with the versions it has applied, and every
+/// embedded migration is among them.
+async fn check_migrations(
+    migrator: &sqlx::migrate::Migrator,
+    applied: impl Future<Output = Result<Vec<i64>, sqlx::Error>>,
+) -> Result<(), String> {
+    let applied = applied.await.map_err(|e| format!("database: {e}"))?;
+    let missing = migrator
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+        .count();
+    if missing > 0 {
+        return Err(format!("{missing} migrations not applied"));
+    }
+    Ok(())
+}
+
+/// A stored key's hash and scopes, checked.
+fn key_parts(hash: &[u8], scopes: &[String]) -> Result<([u8; 32], Vec<Scope>), StoreError> {
+    let hash = <[u8; 32]>::try_from(hash)
+        .map_err(|_| StoreError::Corrupt("an API key hash is not 32 bytes".into()))?;
+    let scopes = scopes
+        .iter()
+        .map(|s| {
+            Scope::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown key scope {s:?}")))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((hash, scopes))
+}
+
 /// Where the data lives, from `database.url` and `database.path`.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Location {

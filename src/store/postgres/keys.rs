@@ -6,9 +6,7 @@ use sqlx::{PgPool, Row};
 
 use super::notify;
 use crate::auth::Scope;
-use crate::store::{KeyRecord, StoreError, Topic};
-
-const KEY_COLUMNS: &str = "id, name, prefix, hash, scopes, created_at, revoked_at";
+use crate::store::{KEY_COLUMNS, KeyRecord, StoreError, Topic, key_parts};
 
 pub(super) async fn create(
     pool: &PgPool,
@@ -72,15 +70,8 @@ pub(super) async fn revoke(pool: &PgPool, id: i64) -> Result<Option<KeyRecord>, 
 
 fn key_record(row: &PgRow) -> Result<KeyRecord, StoreError> {
     let hash: Vec<u8> = row.try_get("hash")?;
-    let hash = <[u8; 32]>::try_from(hash.as_slice())
-        .map_err(|_| StoreError::Corrupt("an API key hash is not 32 bytes".into()))?;
     let scopes: Vec<String> = row.try_get("scopes")?;
-    let scopes = scopes
-        .iter()
-        .map(|s| {
-            Scope::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown key scope {s:?}")))
-        })
-        .collect::<Result<_, _>>()?;
+    let (hash, scopes) = key_parts(&hash, &scopes)?;
     Ok(KeyRecord {
         id: row.try_get("id")?,
         name: row.try_get("name")?,

@@ -15,8 +15,9 @@ use sqlx::postgres::{PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 
 use super::{
-    Backend, BatchRecord, Ingested, KeyRecord, ModelHead, ModelLock, ModelRecord, Notification,
-    QueueDepth, StoreError, Subscription, Topic, VersionRecord,
+    BATCH_COLUMNS, Backend, BatchRecord, Ingested, KeyRecord, MODEL_COLUMNS, ModelHead, ModelLock,
+    ModelRecord, Notification, QueueDepth, StoreError, Subscription, Topic, VersionRecord,
+    check_migrations,
 };
 use crate::auth::Scope;
 use crate::config::DatabaseSettings;
@@ -57,11 +58,6 @@ pub struct PgStore {
     pool: PgPool,
 }
 
-const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
-     (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending";
-
-const BATCH_COLUMNS: &str = "batch_id, status, rows, received_at, folded_at, version, error";
-
 impl PgStore {
     /// A pool that connects lazily: the service starts, and answers `/readyz` with 503, while
     /// the database is down.
@@ -89,19 +85,9 @@ impl Backend for PgStore {
     }
 
     async fn ready(&self) -> Result<(), String> {
-        let applied: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&self.pool)
-                .await
-                .map_err(|e| format!("database: {e}"))?;
-        let missing = MIGRATOR
-            .iter()
-            .filter(|m| !applied.contains(&m.version))
-            .count();
-        if missing > 0 {
-            return Err(format!("{missing} migrations not applied"));
-        }
-        Ok(())
+        let applied = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&self.pool);
+        check_migrations(&MIGRATOR, applied).await
     }
 
     async fn close(&self) {

@@ -6,9 +6,7 @@ use sqlx::{Row, SqlitePool};
 
 use super::SqliteStore;
 use crate::auth::Scope;
-use crate::store::{KeyRecord, StoreError};
-
-const KEY_COLUMNS: &str = "id, name, prefix, hash, scopes, created_at, revoked_at";
+use crate::store::{KEY_COLUMNS, KeyRecord, StoreError, key_parts};
 
 pub(super) async fn create(
     store: &SqliteStore,
@@ -74,17 +72,10 @@ pub(super) async fn revoke(store: &SqliteStore, id: i64) -> Result<Option<KeyRec
 
 fn key_record(row: &SqliteRow) -> Result<KeyRecord, StoreError> {
     let hash: Vec<u8> = row.try_get("hash")?;
-    let hash = <[u8; 32]>::try_from(hash.as_slice())
-        .map_err(|_| StoreError::Corrupt("an API key hash is not 32 bytes".into()))?;
     let scopes: String = row.try_get("scopes")?;
     let scopes: Vec<String> = serde_json::from_str(&scopes)
         .map_err(|e| StoreError::Corrupt(format!("key scopes: {e}")))?;
-    let scopes = scopes
-        .iter()
-        .map(|s| {
-            Scope::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown key scope {s:?}")))
-        })
-        .collect::<Result<_, _>>()?;
+    let (hash, scopes) = key_parts(&hash, &scopes)?;
     Ok(KeyRecord {
         id: row.try_get("id")?,
         name: row.try_get("name")?,

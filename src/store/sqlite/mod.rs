@@ -35,8 +35,9 @@ use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::broadcast;
 
 use super::{
-    Backend, BatchRecord, Ingested, KeyRecord, ModelHead, ModelLock, ModelRecord, Notification,
-    QueueDepth, StoreError, Subscription, Topic, VersionRecord,
+    BATCH_COLUMNS, Backend, BatchRecord, Ingested, KeyRecord, MODEL_COLUMNS, ModelHead, ModelLock,
+    ModelRecord, Notification, QueueDepth, StoreError, Subscription, Topic, VersionRecord,
+    check_migrations,
 };
 use crate::auth::Scope;
 use crate::config::DatabaseSettings;
@@ -199,11 +200,6 @@ impl SqliteStore {
     }
 }
 
-const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
-     (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending";
-
-const BATCH_COLUMNS: &str = "batch_id, status, rows, received_at, folded_at, version, error";
-
 #[async_trait]
 impl Backend for SqliteStore {
     fn kind(&self) -> &'static str {
@@ -215,19 +211,9 @@ impl Backend for SqliteStore {
     }
 
     async fn ready(&self) -> Result<(), String> {
-        let applied: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&self.inner.readers)
-                .await
-                .map_err(|e| format!("database: {e}"))?;
-        let missing = MIGRATOR
-            .iter()
-            .filter(|m| !applied.contains(&m.version))
-            .count();
-        if missing > 0 {
-            return Err(format!("{missing} migrations not applied"));
-        }
-        Ok(())
+        let applied = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&self.inner.readers);
+        check_migrations(&MIGRATOR, applied).await
     }
 
     async fn close(&self) {
