@@ -65,6 +65,18 @@ pub struct ServerSettings {
     pub metrics_addr: String,
     /// Origins allowed by CORS; `*` for any.
     pub cors_origins: Vec<String>,
+    /// Threads serving HTTP, each with a runtime of its own; 0: one per core.
+    pub http_threads: usize,
+}
+
+impl ServerSettings {
+    /// How many threads serve HTTP.
+    pub fn http_threads(&self) -> usize {
+        match self.http_threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+    }
 }
 
 #[derive(Clone, Deserialize)]

@@ -14,7 +14,8 @@ use crate::auth::KeyRing;
 use crate::cache::{self, PosteriorCache};
 use crate::config::Settings;
 use crate::folder;
-use crate::http::{self, AppState};
+use crate::http::serve::HttpServer;
+use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
 use crate::store::Store;
 
@@ -73,7 +74,7 @@ impl Application {
             ),
         };
         let metrics = Arc::new(Metrics::new().context("cannot register the metrics")?);
-        let state = AppState {
+        let state = AppState::from(Shared {
             store,
             cache,
             metrics,
@@ -82,7 +83,7 @@ impl Application {
             cpu: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, usize::from),
             )),
-        };
+        });
         Ok(Self {
             listener,
             metrics_listener,
@@ -118,7 +119,18 @@ impl Application {
             state,
             settings,
         } = self;
-        tracing::info!(addr = %listener.local_addr()?, "mordant listening");
+        let addr = listener.local_addr()?;
+        let store = state.store.clone();
+        let threads = settings.server.http_threads();
+        let mut server = HttpServer::start(
+            listener
+                .into_std()
+                .context("cannot take over the listening socket")?,
+            http::router(state.clone(), &settings.server)?,
+            threads,
+            shutdown.clone(),
+        )?;
+        tracing::info!(%addr, threads, "mordant listening");
         let background = CancellationToken::new();
         let follower = tokio::spawn(cache::follow(
             state.cache.clone(),
@@ -155,11 +167,7 @@ impl Application {
                     .into_future(),
             )
         });
-        let store = state.store.clone();
-        let app = http::router(state, &settings.server)?;
-        let server =
-            axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
-        let result = server.await.context("server failed");
+        let result = server.stopped().await;
         // The folders finish the fold they are in, then stop.
         background.cancel();
         for folder in folders {
@@ -172,6 +180,7 @@ impl Application {
         // Every task that used the store has stopped: close it (the embedded store checkpoints
         // its log, and its file is free for the next process once this one has exited).
         store.close().await;
+        server.release().await;
         tracing::info!("mordant stopped");
         result
     }

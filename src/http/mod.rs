@@ -9,6 +9,7 @@ pub mod keys;
 pub mod models;
 pub mod ops;
 pub mod predict;
+pub mod serve;
 pub mod versions;
 
 use std::sync::Arc;
@@ -39,9 +40,14 @@ use crate::store::Store;
 use auth::SecurityAddon;
 use error::ApiError;
 
-/// What every handler can reach.
+/// What every handler can reach: one shared allocation. axum clones a route's state for every
+/// request (the handler's and each stateful route layer's), so a clone is one reference count,
+/// not one per field.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// The contents of [`AppState`].
+pub struct Shared {
     pub store: Store,
     pub cache: Arc<PosteriorCache>,
     pub metrics: Arc<Metrics>,
@@ -51,6 +57,20 @@ pub struct AppState {
     /// more at once would only share the cores, and each blocking thread that parses a batch
     /// keeps an allocator heap of its own.
     pub cpu: Arc<tokio::sync::Semaphore>,
+}
+
+impl From<Shared> for AppState {
+    fn from(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 impl AppState {

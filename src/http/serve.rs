@@ -1,0 +1,247 @@
+//! The HTTP server: one thread per core, each with a single-threaded runtime of its own that
+//! accepts connections from the shared listening socket and serves them to the end.
+//!
+//! Why not the process's work-stealing runtime: a request with a body makes hyper's
+//! connection task wake itself twice (the handler asks for the body, then the body arrives
+//! through a channel), and on a work-stealing runtime every such wake-up also unparks another
+//! worker to come and steal. `bench/profile` put that scheduler traffic at 3 of the 9 µs by
+//! which a single-row predict cost more than `/healthz`. On a single-threaded runtime a
+//! wake-up is a push onto a local queue. The trade: a connection stays on the thread that
+//! accepted it, so a few long-lived connections may share one core; CPU-heavy request work
+//! (parsing a batch, a large predict) goes to the blocking pool either way
+//! ([`super::AppState::cpu_bound`]).
+//!
+//! Everything else (the folders, the cache follower) runs on the process's own runtime. I/O
+//! resources belong to the runtime that created them, and a pooled database connection may be
+//! opened by a request here and used later by a folder, so the serving runtimes are kept
+//! alive, idle, until [`HttpServer::release`]: after the store is closed.
+
+use std::io;
+use std::thread::JoinHandle;
+
+use anyhow::Context;
+use axum::Router;
+use axum::serve::ListenerExt;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// The serving threads, started by [`HttpServer::start`].
+pub struct HttpServer {
+    /// One per thread: how its server ended.
+    stopped: Vec<oneshot::Receiver<io::Result<()>>>,
+    threads: Vec<JoinHandle<()>>,
+    release: CancellationToken,
+}
+
+impl HttpServer {
+    /// Serves `app` on `listener` from `threads` threads (at least one) until `shutdown` is
+    /// cancelled; then each stops accepting and finishes its in-flight requests.
+    pub fn start(
+        listener: std::net::TcpListener,
+        app: Router,
+        threads: usize,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Self> {
+        listener
+            .set_nonblocking(true)
+            .context("cannot make the listening socket non-blocking")?;
+        let release = CancellationToken::new();
+        let mut server = Self {
+            stopped: Vec::new(),
+            threads: Vec::new(),
+            release: release.clone(),
+        };
+        for i in 0..threads.max(1) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start an HTTP runtime")?;
+            // Every thread's listener is the same socket: the kernel hands each new connection
+            // to one of the threads waiting in accept.
+            let listener = {
+                let _context = runtime.enter();
+                tokio::net::TcpListener::from_std(
+                    listener
+                        .try_clone()
+                        .context("cannot share the listening socket")?,
+                )
+                .context("cannot register the listening socket")?
+            };
+            let (done, stopped) = oneshot::channel();
+            let app = app.clone();
+            let shutdown = shutdown.clone();
+            let release = release.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("mordant-http-{i}"))
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        // Connections are answered as soon as their response is written, not
+                        // after Nagle's delay for the last segment.
+                        let listener = listener.tap_io(|tcp| {
+                            if let Err(e) = tcp.set_nodelay(true) {
+                                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                            }
+                        });
+                        let result = axum::serve(listener, app)
+                            .with_graceful_shutdown(shutdown.cancelled_owned())
+                            .await;
+                        let _ = done.send(result);
+                        release.cancelled().await;
+                    });
+                })
+                .context("cannot start an HTTP thread")?;
+            server.stopped.push(stopped);
+            server.threads.push(thread);
+        }
+        Ok(server)
+    }
+
+    /// Waits until every thread has stopped serving (after shutdown, its in-flight requests
+    /// answered), and says why the first that failed did.
+    pub async fn stopped(&mut self) -> anyhow::Result<()> {
+        let mut result = Ok(());
+        for stopped in self.stopped.drain(..) {
+            let outcome = match stopped.await {
+                Ok(outcome) => outcome.context("the HTTP server failed"),
+                Err(_) => Err(anyhow::anyhow!("an HTTP thread ended unexpectedly")),
+            };
+            if result.is_ok() {
+                result = outcome;
+            }
+        }
+        result
+    }
+
+    /// Lets the threads' runtimes go and joins the threads: call once nothing else uses an I/O
+    /// resource they may have created (the store is closed).
+    pub async fn release(mut self) {
+        self.release.cancel();
+        let threads = std::mem::take(&mut self.threads);
+        let joined = tokio::task::spawn_blocking(move || {
+            threads
+                .into_iter()
+                .filter_map(|thread| thread.join().err())
+                .count()
+        })
+        .await;
+        match joined {
+            Ok(0) => {}
+            Ok(panicked) => tracing::error!(threads = panicked, "HTTP threads panicked"),
+            Err(e) => tracing::error!(error = %e, "cannot join the HTTP threads"),
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    /// A server dropped without [`HttpServer::release`] (its owner failed early) lets its
+    /// threads end once their servers stop.
+    fn drop(&mut self) {
+        self.release.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    use axum::routing::get;
+
+    use super::*;
+
+    fn thread_name() -> String {
+        std::thread::current().name().unwrap_or("?").to_owned()
+    }
+
+    /// A router whose `/block` holds its serving thread from the first to the second meeting
+    /// at `meet` (the test is on the other side), and whose `/slow` waits without holding it;
+    /// all answer with the name of the thread that served them.
+    fn app(meet: Arc<Barrier>) -> Router {
+        Router::new()
+            .route(
+                "/block",
+                get(move || async move {
+                    meet.wait();
+                    meet.wait();
+                    thread_name()
+                }),
+            )
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    thread_name()
+                }),
+            )
+            .route("/name", get(|| async { thread_name() }))
+    }
+
+    fn start(threads: usize, meet: Arc<Barrier>) -> (HttpServer, String, CancellationToken) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        let shutdown = CancellationToken::new();
+        let server =
+            HttpServer::start(listener, app(meet), threads, shutdown.clone()).expect("start");
+        (server, base, shutdown)
+    }
+
+    /// GET on a connection of its own, within 10 s.
+    async fn get_text(url: String) -> String {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("client");
+        let response = client.get(url).send().await.expect("an answer");
+        assert_eq!(response.status(), 200);
+        response.text().await.expect("a body")
+    }
+
+    #[tokio::test]
+    async fn a_thread_held_by_one_request_leaves_the_others_serving() {
+        let meet = Arc::new(Barrier::new(2));
+        let (mut server, base, shutdown) = start(2, meet.clone());
+        let blocked = tokio::spawn(get_text(format!("{base}/block")));
+        let wait = meet.clone();
+        tokio::task::spawn_blocking(move || wait.wait())
+            .await
+            .expect("the blocking request holds its thread");
+        // Served while that thread is held (with one thread, this would time out).
+        let other = get_text(format!("{base}/name")).await;
+        assert!(!blocked.is_finished());
+        tokio::task::spawn_blocking(move || meet.wait())
+            .await
+            .expect("released");
+        let blocking = blocked.await.expect("the blocking request");
+        assert!(blocking.starts_with("mordant-http-"), "{blocking}");
+        assert!(other.starts_with("mordant-http-"), "{other}");
+        assert_ne!(blocking, other);
+        shutdown.cancel();
+        server.stopped().await.expect("stopped cleanly");
+        server.release().await;
+    }
+
+    #[tokio::test]
+    async fn shutdown_finishes_in_flight_requests_then_stops_accepting() {
+        let (mut server, base, shutdown) = start(3, Arc::new(Barrier::new(2)));
+        let in_flight: Vec<_> = (0..6)
+            .map(|_| tokio::spawn(get_text(format!("{base}/slow"))))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        shutdown.cancel();
+        for request in in_flight {
+            let served_by = request.await.expect("answered despite the shutdown");
+            assert!(served_by.starts_with("mordant-http-"), "{served_by}");
+        }
+        tokio::time::timeout(Duration::from_secs(5), server.stopped())
+            .await
+            .expect("every thread stops")
+            .expect("cleanly");
+        let refused = reqwest::Client::new()
+            .get(format!("{base}/name"))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        assert!(refused.is_err(), "still serving after shutdown: {refused:?}");
+        server.release().await;
+    }
+}
