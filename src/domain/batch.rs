@@ -3,7 +3,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::fast_rows_object;
+use super::fast::{fast_csv, fast_rows_object};
 use super::{Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
 
 /// Longest batch id.
@@ -188,123 +188,12 @@ impl NewBatch {
             Some(key) => BatchId::parse(key)
                 .map_err(|e| Invalid::one("", format!("Idempotency-Key header {e}")))?,
         };
-        // Flexible: a row of the wrong length is reported with its number, not as a syntax error.
-        // Only the header is trimmed by the reader; data cells are trimmed as they are parsed,
-        // which spares a copy of every record.
-        let mut reader = csv::ReaderBuilder::new()
-            .trim(csv::Trim::Headers)
-            .flexible(true)
-            .from_reader(body);
-        let header = reader
-            .headers()
-            .map_err(|e| CsvError::Malformed(format!("cannot read the CSV header: {e}")))?
-            .clone();
-        let mut details = Details::default();
-        // Where each column goes: (is_output, index).
-        let mut targets = Vec::with_capacity(header.len());
-        let mut seen = std::collections::HashSet::new();
-        for (c, name) in header.iter().enumerate() {
-            let target = spec
-                .features
-                .iter()
-                .position(|f| f == name)
-                .map(|j| (false, j))
-                .or_else(|| {
-                    spec.outputs
-                        .iter()
-                        .position(|o| o == name)
-                        .map(|k| (true, k))
-                });
-            match target {
-                None => details.push(
-                    format!("/header/{c}"),
-                    format!("column {name:?} is neither a feature nor an output of the model"),
-                ),
-                Some(_) if !seen.insert(name) => details.push(
-                    format!("/header/{c}"),
-                    format!("column {name:?} appears twice"),
-                ),
-                Some(_) => {}
-            }
-            targets.push(target);
-        }
-        for name in spec.features.iter().chain(&spec.outputs) {
-            if !seen.contains(name.as_str()) {
-                details.push("/header", format!("column {name:?} is missing"));
-            }
-        }
-        details.finish("invalid CSV header")?;
-        let mut details = Details::default();
-        let (p, m) = (spec.features.len(), spec.outputs.len());
-        let (mut x, mut y) = (Vec::new(), Vec::new());
-        let mut rows = 0usize;
-        let mut record = csv::ByteRecord::new();
-        loop {
-            match reader.read_byte_record(&mut record) {
-                Ok(false) => break,
-                Ok(true) => {}
-                Err(e) => {
-                    return Err(CsvError::Malformed(format!(
-                        "unreadable CSV row {rows}: {e}"
-                    )));
-                }
-            }
-            let cells = record
-                .iter()
-                .map(|cell| std::str::from_utf8(cell).map(str::trim))
-                .collect::<Result<Vec<&str>, _>>()
-                .map_err(|e| CsvError::Malformed(format!("unreadable CSV row {rows}: {e}")))?;
-            // Spreadsheets end tables with lines of empty cells.
-            if cells.iter().all(|c| c.is_empty()) {
-                continue;
-            }
-            if rows == max_rows {
-                return Err(CsvError::TooManyRows(max_rows));
-            }
-            if cells.len() != header.len() {
-                details.push(
-                    format!("/rows/{rows}"),
-                    format!(
-                        "has {} values, the header has {}",
-                        cells.len(),
-                        header.len()
-                    ),
-                );
-                rows += 1;
-                continue;
-            }
-            let (xr, yr) = (x.len(), y.len());
-            x.resize(xr + p, 0.0);
-            y.resize(yr + m, 0.0);
-            for (cell, (&target, name)) in cells.iter().zip(targets.iter().zip(header.iter())) {
-                let Some((is_output, index)) = target else {
-                    continue;
-                };
-                match cell.parse::<f64>() {
-                    Ok(v) if v.is_finite() => {
-                        if is_output {
-                            y[yr + index] = v;
-                        } else {
-                            x[xr + index] = v;
-                        }
-                    }
-                    _ => details.push(
-                        format!("/rows/{rows}/{}", pointer_token(name)),
-                        format!("must be a finite number, found {cell:?}"),
-                    ),
-                }
-            }
-            rows += 1;
-        }
-        if rows == 0 {
-            details.push("/rows", "a batch needs at least one row");
-        }
-        details.finish("invalid CSV batch")?;
-        Ok(Self {
-            batch_id,
-            x: Rows::from_row_major(rows, p, x),
-            y: Rows::from_row_major(rows, m, y),
-        })
+        let (x, y) = match fast_csv(body, spec, max_rows) {
+            Some(rows) => rows,
+            // Not a plain, valid batch: the csv crate reads it and says what is wrong.
+            None => read_csv(body, spec, max_rows)?,
+        };
+        Ok(Self { batch_id, x, y })
     }
 
     pub fn rows(&self) -> usize {
@@ -329,4 +218,135 @@ impl NewBatch {
             content_hash: hash.finalize().into(),
         }
     }
+}
+
+/// Where a CSV column goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Column {
+    Feature(usize),
+    Output(usize),
+}
+
+/// Maps a CSV header (its cells trimmed) onto `spec`: every column names a feature or an
+/// output, each once, and none is missing.
+pub(super) fn csv_columns(header: &[&str], spec: &ModelSpec) -> Result<Vec<Column>, Invalid> {
+    let mut details = Details::default();
+    let mut columns = Vec::with_capacity(header.len());
+    let mut seen = std::collections::HashSet::new();
+    for (c, &name) in header.iter().enumerate() {
+        let column = spec
+            .features
+            .iter()
+            .position(|f| f == name)
+            .map(Column::Feature)
+            .or_else(|| {
+                spec.outputs
+                    .iter()
+                    .position(|o| o == name)
+                    .map(Column::Output)
+            });
+        match column {
+            None => details.push(
+                format!("/header/{c}"),
+                format!("column {name:?} is neither a feature nor an output of the model"),
+            ),
+            Some(_) if !seen.insert(name) => details.push(
+                format!("/header/{c}"),
+                format!("column {name:?} appears twice"),
+            ),
+            Some(column) => columns.push(column),
+        }
+    }
+    for name in spec.features.iter().chain(&spec.outputs) {
+        if !seen.contains(name.as_str()) {
+            details.push("/header", format!("column {name:?} is missing"));
+        }
+    }
+    details.finish("invalid CSV header")?;
+    Ok(columns)
+}
+
+/// Reads a CSV batch with the csv crate (quoted fields, any line ending), reporting every
+/// problem: [`NewBatch::parse_csv`] without its fast path.
+pub(super) fn read_csv(
+    body: &[u8],
+    spec: &ModelSpec,
+    max_rows: usize,
+) -> Result<(Rows, Rows), CsvError> {
+    // Flexible: a row of the wrong length is reported with its number, not as a syntax error.
+    // Only the header is trimmed by the reader; data cells are trimmed as they are parsed,
+    // which spares a copy of every record.
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::Headers)
+        .flexible(true)
+        .from_reader(body);
+    let header = reader
+        .headers()
+        .map_err(|e| CsvError::Malformed(format!("cannot read the CSV header: {e}")))?
+        .clone();
+    let columns = csv_columns(&header.iter().collect::<Vec<_>>(), spec)?;
+    let mut details = Details::default();
+    let (p, m) = (spec.features.len(), spec.outputs.len());
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    let mut rows = 0usize;
+    let mut record = csv::ByteRecord::new();
+    loop {
+        match reader.read_byte_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                return Err(CsvError::Malformed(format!(
+                    "unreadable CSV row {rows}: {e}"
+                )));
+            }
+        }
+        let cells = record
+            .iter()
+            .map(|cell| std::str::from_utf8(cell).map(str::trim))
+            .collect::<Result<Vec<&str>, _>>()
+            .map_err(|e| CsvError::Malformed(format!("unreadable CSV row {rows}: {e}")))?;
+        // Spreadsheets end tables with lines of empty cells.
+        if cells.iter().all(|c| c.is_empty()) {
+            continue;
+        }
+        if rows == max_rows {
+            return Err(CsvError::TooManyRows(max_rows));
+        }
+        if cells.len() != header.len() {
+            details.push(
+                format!("/rows/{rows}"),
+                format!(
+                    "has {} values, the header has {}",
+                    cells.len(),
+                    header.len()
+                ),
+            );
+            rows += 1;
+            continue;
+        }
+        let (xr, yr) = (x.len(), y.len());
+        x.resize(xr + p, 0.0);
+        y.resize(yr + m, 0.0);
+        for (cell, (&column, name)) in cells.iter().zip(columns.iter().zip(header.iter())) {
+            match cell.parse::<f64>() {
+                Ok(v) if v.is_finite() => match column {
+                    Column::Feature(j) => x[xr + j] = v,
+                    Column::Output(k) => y[yr + k] = v,
+                },
+                _ => details.push(
+                    format!("/rows/{rows}/{}", pointer_token(name)),
+                    format!("must be a finite number, found {cell:?}"),
+                ),
+            }
+        }
+        rows += 1;
+    }
+    if rows == 0 {
+        details.push("/rows", "a batch needs at least one row");
+    }
+    details.finish("invalid CSV batch")?;
+    Ok((
+        Rows::from_row_major(rows, p, x),
+        Rows::from_row_major(rows, m, y),
+    ))
 }

@@ -1,16 +1,19 @@
-//! The fast path for well-formed JSON bodies of rows (`{"x": [[…]], "y": [[…]]}`).
+//! The fast paths for well-formed bodies of rows: JSON (`{"x": [[…]], "y": [[…]]}`) and plain
+//! CSV.
 //!
 //! A 1,000-row batch of 35 columns holds 35,000 numbers. Read through a `serde_json::Value`
 //! tree, each costs a heap node, and `serde_json`'s exact float reader (needed, so that a
 //! batch sent as JSON has the same bits as the same batch sent as CSV) is slow on the 17-digit
-//! numbers that instruments and scripts print. This reader accepts only the plain shape of a
-//! valid request and reads every number with the standard library's correctly rounded parser,
-//! straight into row-major values. Anything else — whitespace aside — makes it give up
-//! (`None`), and the caller parses the body through [`super::parse_rows`], which names every
-//! problem with its path. Whatever this accepts, that path accepts too, with the same values:
-//! both round every number to the nearest `f64` (tested in `tests` below).
+//! numbers that instruments and scripts print. Read through the csv crate, each record is
+//! copied into its buffers and every cell checked for UTF-8 on its own. These readers accept
+//! only the plain shape of a valid request and read every number with the standard library's
+//! correctly rounded parser, straight into row-major values. Anything else makes them give up
+//! (`None`), and the caller reads the body the full way, which names every problem with its
+//! path. Whatever they accept, the full way accepts too, with the same values (tested in
+//! `tests` below).
 
-use super::Rows;
+use super::batch::{Column, csv_columns};
+use super::{ModelSpec, Rows};
 
 /// What [`fast_rows_object`] read: the row arrays in the order of its `fields`.
 #[derive(Debug)]
@@ -191,12 +194,103 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// Reads a CSV batch for `spec` when it is plain: UTF-8 without a quote character, lines ending
+/// in `\n` or `\r\n`, a header that maps onto `spec`, then at most `max_rows` rows of exactly
+/// the header's width of finite numbers (lines that are empty or hold only empty cells are
+/// skipped, as the full reader skips them). Returns the feature and output rows; `None` for
+/// anything else, which the csv crate then reads (quoted fields, lone `\r` line ends) or
+/// refuses with every problem named.
+pub fn fast_csv(body: &[u8], spec: &ModelSpec, max_rows: usize) -> Option<(Rows, Rows)> {
+    let text = std::str::from_utf8(body).ok()?;
+    // csv strips a byte-order mark, as spreadsheets write one.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = text
+        .split('\n')
+        .map(|line| line.strip_suffix('\r').unwrap_or(line))
+        .filter(|line| !line.is_empty());
+    let header = lines.next()?;
+    if header.contains(['\r', '"']) {
+        return None;
+    }
+    let names: Vec<&str> = header.split(',').map(str::trim).collect();
+    let columns = csv_columns(&names, spec).ok()?;
+    let (p, m) = (spec.features.len(), spec.outputs.len());
+    // At most one row per line: sized once.
+    let lines_left = text.bytes().filter(|&b| b == b'\n').count() + 1;
+    let capacity = lines_left.min(max_rows);
+    let (mut x, mut y) = (
+        Vec::with_capacity(capacity * p),
+        Vec::with_capacity(capacity * m),
+    );
+    let mut rows = 0;
+    for line in lines {
+        let (xr, yr) = (x.len(), y.len());
+        x.resize(xr + p, 0.0);
+        y.resize(yr + m, 0.0);
+        if !read_csv_row(line, &columns, &mut x[xr..], &mut y[yr..])? {
+            // Spreadsheets end tables with lines of empty cells.
+            if line.split(',').all(|cell| cell.trim().is_empty()) {
+                x.truncate(xr);
+                y.truncate(yr);
+                continue;
+            }
+            return None;
+        }
+        if rows == max_rows {
+            return None;
+        }
+        rows += 1;
+    }
+    (rows > 0).then(|| {
+        (
+            Rows::from_row_major(rows, p, x),
+            Rows::from_row_major(rows, m, y),
+        )
+    })
+}
+
+/// Reads one CSV line (its ending removed) into a row of `x` and of `y`: `Some(true)` when it
+/// holds exactly one finite number per column, `Some(false)` when it does not, `None` when it
+/// holds a quote or a carriage return (the csv crate reads those differently). Cells are found
+/// byte by byte: they are short, and a search call per cell costs more than it saves.
+fn read_csv_row(line: &str, columns: &[Column], x: &mut [f64], y: &mut [f64]) -> Option<bool> {
+    let bytes = line.as_bytes();
+    let mut at = 0;
+    for (c, column) in columns.iter().enumerate() {
+        if c > 0 {
+            // Past the comma that ended the previous cell; none there: too few cells.
+            if bytes.get(at) != Some(&b',') {
+                return Some(false);
+            }
+            at += 1;
+        }
+        let start = at;
+        while let Some(&byte) = bytes.get(at) {
+            match byte {
+                b',' => break,
+                b'\r' | b'"' => return None,
+                _ => at += 1,
+            }
+        }
+        match line[start..at].trim().parse::<f64>() {
+            Ok(value) if value.is_finite() => match *column {
+                Column::Feature(j) => x[j] = value,
+                Column::Output(k) => y[k] = value,
+            },
+            _ => return Some(false),
+        }
+    }
+    // More cells than columns.
+    Some(at == bytes.len())
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
     use serde_json::Value;
 
     use super::*;
+    use crate::domain::batch::read_csv;
     use crate::domain::{Details, parse_rows};
 
     /// The slow path's reading of `body`: every field of `fields` through `parse_rows`.
@@ -353,5 +447,125 @@ mod tests {
                 ),
             }
         }
+    }
+
+    /// A model with features `a`, `b` and one output `c`.
+    fn csv_spec() -> ModelSpec {
+        ModelSpec::parse(&serde_json::json!({
+            "name": "lab", "features": ["a", "b"], "outputs": ["c"]
+        }))
+        .expect("a valid spec")
+    }
+
+    /// A CSV batch's feature and output rows.
+    type CsvRows = (Rows, Rows);
+
+    /// The two readings of `body`: the fast path's and the csv crate's (`None` when refused).
+    fn csv_both(body: &str, max_rows: usize) -> (Option<CsvRows>, Option<CsvRows>) {
+        let spec = csv_spec();
+        (
+            fast_csv(body.as_bytes(), &spec, max_rows),
+            read_csv(body.as_bytes(), &spec, max_rows).ok(),
+        )
+    }
+
+    fn csv_bits(rows: &CsvRows) -> Vec<(usize, usize, Vec<u64>)> {
+        bits(&[rows.0.clone(), rows.1.clone()])
+    }
+
+    #[test]
+    fn plain_csv_reads_as_the_csv_crate_reads_it() {
+        for body in [
+            "a,b,c\n1,2,3\n",
+            "a,b,c\n1,2,3",
+            "c,a,b\r\n3,1,2\r\n-0.5e-3,0.1,1E2\r\n",
+            " b , a ,c\n 2 ,\t1,3\n\n,,\n  \n4,5,6\n",
+            "\u{feff}a,b,c\n1,2,3\n",
+            "\n\na,b,c\n1,2,3\n",
+            "a,b,c\n0.30000000000000004,2.2250738585072011e-308,4.9e-324\n",
+            "a,b,c\n9007199254740993,-0,123456789012345678901234567890\n",
+        ] {
+            let (fast, full) = csv_both(body, 100);
+            let fast = fast.unwrap_or_else(|| panic!("fast path refused {body:?}"));
+            let full = full.unwrap_or_else(|| panic!("csv crate refused {body:?}"));
+            assert_eq!(csv_bits(&fast), csv_bits(&full), "{body:?}");
+        }
+        let (fast, _) = csv_both("c,a,b\n3,1,2\n", 100);
+        let (x, y) = fast.expect("read");
+        assert_eq!((x.values(), y.values()), (&[1.0, 2.0][..], &[3.0][..]));
+    }
+
+    #[test]
+    fn csv_beyond_the_plain_shape_is_left_to_the_csv_crate() {
+        for body in [
+            "a,b,c\n\"1\",2,3\n",
+            "a,b,c\r1,2,3\r",
+            "a,b,c\n1,2,3\r4,5,6\n",
+            "a,b,c\n1,\r2,3\n",
+            "a,b,c\n1,2\n",
+            "a,b,c\n1,2,3,4\n",
+            "a,b,c\n1,2,\n",
+            "a,b,c\n1,NaN,3\n",
+            "a,b,c\n1,inf,3\n",
+            "a,b,c\n1,1e400,3\n",
+            "a,b,c\n1,x,3\n",
+            "a,b\n1,2\n",
+            "a,b,c,d\n1,2,3,4\n",
+            "a,a,b,c\n1,1,2,3\n",
+            "a,b,c\n",
+            "a,b,c\n,,\n",
+            "",
+            "a,b,c\n1,2,3\n1,2,3\n1,2,3\n",
+        ] {
+            assert!(
+                fast_csv(body.as_bytes(), &csv_spec(), 2).is_none(),
+                "{body:?}"
+            );
+        }
+        assert!(fast_csv(b"a,b,c\n1,\xff,3\n", &csv_spec(), 2).is_none());
+    }
+
+    fn csv_cell() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => number_text(),
+            1 => Just(String::new()),
+            1 => prop::sample::select(vec![" 1", "2 ", "\t3", "x", "\"4\"", "NaN", "1e999", "\r5", "\u{a0}6"])
+                .prop_map(str::to_owned),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the fast path reads from any CSV body, the csv crate reads to the same
+        /// bits; and a plain body it always reads.
+        #[test]
+        fn the_csv_fast_path_agrees_with_the_csv_crate(
+            order in Just(vec!["a", "b", "c"]).prop_shuffle(),
+            rows in prop::collection::vec(prop::collection::vec(csv_cell(), 2..5), 0..6),
+            ending in prop::sample::select(vec!["\n", "\r\n", "\r"]),
+            max_rows in 1usize..8,
+        ) {
+            let mut body = order.join(",");
+            for row in &rows {
+                body.push_str(ending);
+                body.push_str(&row.join(","));
+            }
+            body.push_str(ending);
+            let plain = ending != "\r"
+                && (1..=max_rows).contains(&rows.len())
+                && rows.iter().all(|r| {
+                    r.len() == 3
+                        && r.iter().all(|c| !c.is_empty() && number_text_is_plain(c))
+                });
+            match csv_both(&body, max_rows) {
+                (Some(fast), Some(full)) => prop_assert_eq!(csv_bits(&fast), csv_bits(&full)),
+                (Some(_), None) => prop_assert!(false, "fast path read what the csv crate refuses: {body:?}"),
+                (None, _) => prop_assert!(!plain, "fast path refused a plain body: {body:?}"),
+            }
+        }
+    }
+
+    /// A cell that is a finite number with nothing around it.
+    fn number_text_is_plain(cell: &str) -> bool {
+        cell.trim() == cell && cell.parse::<f64>().is_ok_and(f64::is_finite)
     }
 }
