@@ -123,6 +123,7 @@ macro_rules! conformance {
 conformance!(
     models_are_created_read_listed_and_deleted,
     a_batch_is_stored_once_and_its_id_never_reused_for_other_content,
+    concurrent_requests_with_one_batch_id_store_it_once,
     a_fold_writes_everything_at_commit_or_nothing,
     claims_skip_held_and_unready_models_and_follow_arrival_order,
     restore_locks_and_deletion_wait_for_a_held_lock,
@@ -251,6 +252,57 @@ async fn a_batch_is_stored_once_and_its_id_never_reused_for_other_content(store:
             .pending_batches,
         2
     );
+}
+
+/// Clients retry while their first request is still running: of concurrent requests with one
+/// batch id, one stores the batch and the others answer with it (same content) or conflict
+/// (other content).
+async fn concurrent_requests_with_one_batch_id_store_it_once(store: &Store) {
+    const REQUESTS: usize = 8;
+    let spec = Arc::new(spec("lab", 3));
+    let id = create(store, &spec).await;
+    for round in 0..5 {
+        let batch_id = format!("retried-{round}");
+        let start = Arc::new(tokio::sync::Barrier::new(REQUESTS));
+        let tasks: Vec<_> = (0..REQUESTS)
+            .map(|r| {
+                let (store, spec, start, batch_id) =
+                    (store.clone(), spec.clone(), start.clone(), batch_id.clone());
+                // Odd requests carry other content under the same id.
+                let b = batch(&spec, &batch_id, 500, (round * 10 + r % 2) as f64);
+                tokio::spawn(async move {
+                    start.wait().await;
+                    let statistics = vec![r as u8; 64];
+                    let result = store.insert_batch(id, &b, &b.encode(), &statistics).await;
+                    (r % 2, result)
+                })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for task in tasks {
+            outcomes.push(task.await.unwrap());
+        }
+        let stored: Vec<_> = outcomes
+            .iter()
+            .filter(|(_, r)| matches!(r, Ok(i) if !i.replayed))
+            .collect();
+        assert_eq!(stored.len(), 1, "round {round}: stored once");
+        let winner = stored[0].0;
+        for (content, result) in &outcomes {
+            match result {
+                Ok(ingested) => {
+                    assert_eq!(*content, winner, "round {round}: other content accepted");
+                    assert_eq!(ingested.batch.batch_id, batch_id);
+                }
+                Err(StoreError::Conflict(_)) => {
+                    assert_ne!(*content, winner, "round {round}: same content refused")
+                }
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+    }
+    let depth = store.queue_depth().await.unwrap();
+    assert_eq!((depth[0].batches, depth[0].rows), (5, 2500));
 }
 
 async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {

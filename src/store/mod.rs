@@ -143,6 +143,7 @@ pub struct Ingested {
 /// A queued batch, in arrival order.
 #[derive(Clone, Debug)]
 pub struct QueuedBatch {
+    /// The batch's row, to mark it folded or rejected (not its place in the queue).
     pub seq: i64,
     pub batch_id: String,
     pub rows: i32,
@@ -249,8 +250,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Stores a batch durably (raw rows and statistics) and queues it, idempotently: a batch
     /// id the model has seen answers with the stored batch when the content is the same, and
-    /// a conflict when it differs. Within a model, batches are committed in the order of
-    /// their `seq`, so a folder never sees a later batch without the earlier ones.
+    /// a conflict when it differs. Within a model, batches become visible in their arrival
+    /// order (the order [`ModelLock::queued_batches`] lists them in), so a folder never sees a
+    /// later batch without the earlier ones.
     async fn insert_batch(
         &self,
         model_id: i64,

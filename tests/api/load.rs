@@ -156,7 +156,7 @@ async fn three_replicas_under_load_lose_nothing_and_serve_complete_versions() {
         let pool = sqlx::PgPool::connect(&database.url).await.unwrap();
         let arrival: Vec<String> = sqlx::query_scalar(
             "SELECT b.batch_id FROM batches b JOIN models m ON m.id = b.model_id \
-             WHERE m.name = $1 ORDER BY b.seq",
+             WHERE m.name = $1 ORDER BY b.arrival",
         )
         .bind(model)
         .fetch_all(&pool)

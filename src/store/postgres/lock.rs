@@ -37,7 +37,7 @@ pub(super) async fn claim(pool: &PgPool, skip: &[i64]) -> Result<Option<ModelLoc
     let mut tx = pool.begin().await?;
     let row = sqlx::query(
         "SELECT m.id, m.name, m.spec, m.version FROM models m \
-             JOIN LATERAL (SELECT min(b.seq) AS first, sum(b.rows) AS rows FROM batches b \
+             JOIN LATERAL (SELECT min(b.arrival) AS first, sum(b.rows) AS rows FROM batches b \
                            WHERE b.model_id = m.id AND b.status = 'queued') q ON true \
              WHERE q.first IS NOT NULL AND (m.version > 0 OR q.rows >= m.first_fit_rows) \
                AND m.id <> ALL($1) \
@@ -80,7 +80,7 @@ impl ModelTransaction for PgModelTransaction {
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query(
             "SELECT seq, batch_id, rows, statistics, received_at FROM batches \
-             WHERE model_id = $1 AND status = 'queued' ORDER BY seq",
+             WHERE model_id = $1 AND status = 'queued' ORDER BY arrival",
         )
         .bind(self.model_id)
         .fetch_all(&mut *self.tx)

@@ -165,9 +165,11 @@ impl Backend for PgStore {
         Ok(id)
     }
 
-    /// Ingestion holds a per-model advisory lock until it commits, so a model's batches are
-    /// committed in the order of their `seq` and a folder never sees a later batch without the
-    /// earlier ones.
+    /// The batch's row, with its raw rows, is written first, in parallel with other requests;
+    /// then, under a per-model advisory lock held until the commit, it takes its `arrival`
+    /// number. So a model's batches become visible in the order of their `arrival` and a
+    /// folder never sees a later batch without the earlier ones, while the lock covers only a
+    /// small update and the commit.
     #[tracing::instrument(skip_all, fields(model_id, batch_id = batch.batch_id.as_str(), rows = batch.rows()))]
     async fn insert_batch(
         &self,
@@ -178,11 +180,6 @@ impl Backend for PgStore {
     ) -> Result<Ingested, StoreError> {
         let hash = encoded.content_hash;
         let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-            .bind(INGEST_LOCK_CLASS)
-            .bind(model_id as i32)
-            .execute(&mut *tx)
-            .await?;
         let exists: Option<i64> =
             sqlx::query_scalar("SELECT id FROM models WHERE id = $1 FOR KEY SHARE")
                 .bind(model_id)
@@ -191,30 +188,16 @@ impl Backend for PgStore {
         if exists.is_none() {
             return Err(StoreError::NotFound("the model was deleted".into()));
         }
-        let existing = sqlx::query(&format!(
-            "SELECT content_hash, {BATCH_COLUMNS} FROM batches WHERE model_id = $1 AND batch_id = $2"
-        ))
-        .bind(model_id)
-        .bind(batch.batch_id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(row) = existing {
-            let stored: Vec<u8> = row.try_get("content_hash")?;
-            if stored != hash {
-                return Err(StoreError::Conflict(format!(
-                    "batch {:?} was already accepted with different content",
-                    batch.batch_id.as_str()
-                )));
-            }
-            return Ok(Ingested {
-                batch: batch_record(&row)?,
-                replayed: true,
-            });
+        if let Some(stored) = stored_batch(&mut tx, model_id, batch, &hash).await? {
+            return Ok(stored);
         }
-        let row = sqlx::query(&format!(
-            "INSERT INTO batches (model_id, batch_id, content_hash, rows, x, y, statistics, received_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp()) RETURNING {BATCH_COLUMNS}"
-        ))
+        // A concurrent request with the same batch id makes this insert wait for its commit,
+        // then insert nothing: the batch it stored answers.
+        let seq: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO batches (model_id, batch_id, content_hash, rows, x, y, statistics) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (model_id, batch_id) DO NOTHING RETURNING seq",
+        )
         .bind(model_id)
         .bind(batch.batch_id.as_str())
         .bind(&hash[..])
@@ -222,6 +205,28 @@ impl Backend for PgStore {
         .bind(&encoded.x)
         .bind(&encoded.y)
         .bind(statistics)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(seq) = seq else {
+            return stored_batch(&mut tx, model_id, batch, &hash)
+                .await?
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!(
+                        "batch {:?} conflicted on insert but is not stored",
+                        batch.batch_id.as_str()
+                    ))
+                });
+        };
+        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+            .bind(INGEST_LOCK_CLASS)
+            .bind(model_id as i32)
+            .execute(&mut *tx)
+            .await?;
+        let row = sqlx::query(&format!(
+            "UPDATE batches SET arrival = nextval('batch_arrival'), received_at = clock_timestamp() \
+             WHERE seq = $1 RETURNING {BATCH_COLUMNS}"
+        ))
+        .bind(seq)
         .fetch_one(&mut *tx)
         .await?;
         notify(&mut tx, Topic::Batches, model_id).await?;
@@ -251,7 +256,7 @@ impl Backend for PgStore {
         let rows = sqlx::query(
             "SELECT v.version, v.created_at, v.origin, v.restored_from, v.observations, \
                     v.noise_variances, \
-                    COALESCE((SELECT array_agg(b.batch_id ORDER BY b.seq) FROM batches b \
+                    COALESCE((SELECT array_agg(b.batch_id ORDER BY b.arrival) FROM batches b \
                               WHERE b.model_id = v.model_id AND b.version = v.version \
                                 AND b.status = 'folded'), '{}') AS batches \
              FROM versions v WHERE v.model_id = $1 ORDER BY v.version",
@@ -429,4 +434,35 @@ fn batch_record(row: &PgRow) -> Result<BatchRecord, StoreError> {
         version: row.try_get("version")?,
         error: row.try_get("error")?,
     })
+}
+
+/// The batch stored under `batch`'s id, if any: a replay when its content hash is `hash`, a
+/// conflict when it is not.
+async fn stored_batch(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    model_id: i64,
+    batch: &NewBatch,
+    hash: &[u8; 32],
+) -> Result<Option<Ingested>, StoreError> {
+    let existing = sqlx::query(&format!(
+        "SELECT content_hash, {BATCH_COLUMNS} FROM batches WHERE model_id = $1 AND batch_id = $2"
+    ))
+    .bind(model_id)
+    .bind(batch.batch_id.as_str())
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(row) = existing else {
+        return Ok(None);
+    };
+    let stored: Vec<u8> = row.try_get("content_hash")?;
+    if stored != hash {
+        return Err(StoreError::Conflict(format!(
+            "batch {:?} was already accepted with different content",
+            batch.batch_id.as_str()
+        )));
+    }
+    Ok(Some(Ingested {
+        batch: batch_record(&row)?,
+        replayed: true,
+    }))
 }
