@@ -5,6 +5,9 @@
 #
 #   source bench/lib.sh
 #   start_service NAME [VAR=VALUE ...]    # sets $base, $service (pid), $work, $database_url
+#
+# BENCH_BIN=path runs that binary instead of building target/release/mordant (to compare two
+# builds in one run).
 #   stop_service                          # stops it and drops its database
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -34,7 +37,8 @@ trap stop_service EXIT
 start_service() { # name, extra environment...
     local name=$1
     shift
-    cargo build --release --quiet
+    local binary=${BENCH_BIN:-target/release/mordant}
+    [[ -n "${BENCH_BIN:-}" ]] || cargo build --release --quiet
     work=$(mktemp -d)
     case "${BENCH_STORE:-postgres}" in
         postgres) database_url=$(scripts/with-postgres --database "mordant_bench_${name}_$$" printenv DATABASE_URL) ;;
@@ -45,7 +49,7 @@ start_service() { # name, extra environment...
     port=$(free_port)
     base="http://127.0.0.1:$port"
     env DATABASE_URL="$database_url" MORDANT_ADDR="127.0.0.1:$port" MORDANT__LOG__FILTER=warn "$@" \
-        target/release/mordant serve >"$work/service.log" 2>&1 &
+        "$binary" serve >"$work/service.log" 2>&1 &
     service=$!
     for _ in $(seq 100); do
         curl -sf "$base/healthz" >/dev/null && return 0
