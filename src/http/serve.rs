@@ -30,6 +30,8 @@ pub struct HttpServer {
     /// One per thread: how its server ended.
     stopped: Vec<oneshot::Receiver<io::Result<()>>>,
     threads: Vec<JoinHandle<()>>,
+    /// Stops the servers: the caller's shutdown, or dropping this.
+    stop: CancellationToken,
     release: CancellationToken,
 }
 
@@ -45,10 +47,12 @@ impl HttpServer {
         listener
             .set_nonblocking(true)
             .context("cannot make the listening socket non-blocking")?;
+        let stop = shutdown.child_token();
         let release = CancellationToken::new();
         let mut server = Self {
             stopped: Vec::new(),
             threads: Vec::new(),
+            stop: stop.clone(),
             release: release.clone(),
         };
         for i in 0..threads.max(1) {
@@ -69,7 +73,7 @@ impl HttpServer {
             };
             let (done, stopped) = oneshot::channel();
             let app = app.clone();
-            let shutdown = shutdown.clone();
+            let stop = stop.clone();
             let release = release.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("mordant-http-{i}"))
@@ -83,7 +87,7 @@ impl HttpServer {
                             }
                         });
                         let result = axum::serve(listener, app)
-                            .with_graceful_shutdown(shutdown.cancelled_owned())
+                            .with_graceful_shutdown(stop.cancelled_owned())
                             .await;
                         let _ = done.send(result);
                         release.cancelled().await;
@@ -133,9 +137,10 @@ impl HttpServer {
 }
 
 impl Drop for HttpServer {
-    /// A server dropped without [`HttpServer::release`] (its owner failed early) lets its
-    /// threads end once their servers stop.
+    /// A server dropped without [`HttpServer::release`] (its start failed part of the way, or
+    /// its owner failed) stops serving, and its threads end once their servers have stopped.
     fn drop(&mut self) {
+        self.stop.cancel();
         self.release.cancel();
     }
 }
@@ -241,7 +246,34 @@ mod tests {
             .timeout(Duration::from_secs(2))
             .send()
             .await;
-        assert!(refused.is_err(), "still serving after shutdown: {refused:?}");
+        assert!(
+            refused.is_err(),
+            "still serving after shutdown: {refused:?}"
+        );
         server.release().await;
+    }
+
+    #[tokio::test]
+    async fn a_dropped_server_stops_serving() {
+        let (server, base, _shutdown) = start(2, Arc::new(Barrier::new(2)));
+        assert!(
+            get_text(format!("{base}/name"))
+                .await
+                .starts_with("mordant-http-")
+        );
+        drop(server);
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(1))
+            .build()
+            .expect("client");
+        let mut refused = false;
+        for _ in 0..50 {
+            if client.get(format!("{base}/name")).send().await.is_err() {
+                refused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(refused, "still serving 5 s after the server was dropped");
     }
 }
