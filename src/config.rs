@@ -69,6 +69,9 @@ pub struct ServerSettings {
     pub http_threads: usize,
 }
 
+/// Most threads `server.http_threads` may ask for.
+const MAX_HTTP_THREADS: usize = 1024;
+
 impl ServerSettings {
     /// How many threads serve HTTP.
     pub fn http_threads(&self) -> usize {
@@ -256,6 +259,10 @@ impl Settings {
                  \"https://colour.plant.example\" (or \"*\")"
             );
         }
+        anyhow::ensure!(
+            self.server.http_threads <= MAX_HTTP_THREADS,
+            "server.http_threads must be at most {MAX_HTTP_THREADS} (0: one per core)"
+        );
         anyhow::ensure!(
             self.limits.request_timeout_secs >= 1,
             "limits.request_timeout_secs must be at least 1"

@@ -83,6 +83,7 @@ impl Application {
             cpu: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, usize::from),
             )),
+            runtime: tokio::runtime::Handle::current(),
         });
         Ok(Self {
             listener,
@@ -129,7 +130,8 @@ impl Application {
             http::router(state.clone(), &settings.server)?,
             threads,
             shutdown.clone(),
-        )?;
+        )
+        .await?;
         tracing::info!(%addr, threads, "mordant listening");
         let background = CancellationToken::new();
         let follower = tokio::spawn(cache::follow(
@@ -168,6 +170,8 @@ impl Application {
             )
         });
         let result = server.stopped().await;
+        // Also when the server ended on its own: everything else stops with it.
+        shutdown.cancel();
         // The folders finish the fold they are in, then stop.
         background.cancel();
         for folder in folders {

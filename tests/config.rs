@@ -73,6 +73,19 @@ fn layers_apply_in_order() {
         ["https://colour.plant.example", "https://lab.plant.example"]
     );
 
+    assert_eq!(settings.server.http_threads, 0, "one per core by default");
+    assert!(settings.server.http_threads() >= 1);
+    unsafe { std::env::set_var("MORDANT__SERVER__HTTP_THREADS", "3") };
+    let settings = Settings::load_from(&dir, Environment::Production).unwrap();
+    assert_eq!(settings.server.http_threads(), 3);
+    unsafe { std::env::set_var("MORDANT__SERVER__HTTP_THREADS", "100000") };
+    let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
+    assert!(
+        format!("{error:#}").contains("server.http_threads"),
+        "{error:#}"
+    );
+    unsafe { std::env::remove_var("MORDANT__SERVER__HTTP_THREADS") };
+
     unsafe { std::env::set_var("MORDANT__LIMITS__MAX_ROWS_PER_REQUEST", "many") };
     let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
     assert!(

@@ -704,3 +704,80 @@ async fn concurrent_ingestion_and_folding_fold_each_batch_once_in_arrival_order(
     let model = store.model_by_id(id).await.unwrap().unwrap();
     assert_eq!(model.pending_batches, 0);
 }
+
+/// PostgreSQL numbers a batch (`arrival`) under its model's lock after writing its row, and
+/// commits with the lock held: batches become visible in arrival order, so however clients and
+/// folds interleave, the batches are folded exactly in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_folds_in_arrival_order_under_concurrent_ingestion() {
+    const CLIENTS: usize = 8;
+    const BATCHES: usize = 25;
+    let db = TestStore::postgres().await;
+    let store = db.store.clone();
+    let spec = Arc::new(spec("lab", 3));
+    let id = create(&store, &spec).await;
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (store, spec) = (store.clone(), spec.clone());
+            tokio::spawn(async move {
+                for i in 0..BATCHES {
+                    // Big enough that writing the rows takes a while outside the lock.
+                    let b = batch(&spec, &format!("c{c}-{i:02}"), 2_000, (c * 100 + i) as f64);
+                    ingest(&store, id, &b).await;
+                }
+            })
+        })
+        .collect();
+    let folder = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut folded = 0;
+            while folded < CLIENTS * BATCHES {
+                let Some(mut lock) = store.claim_fold(&[]).await.unwrap() else {
+                    tokio::task::yield_now().await;
+                    continue;
+                };
+                let queued = lock.queued_batches().await.unwrap();
+                if queued.is_empty() {
+                    continue;
+                }
+                let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
+                let (v, _) = lock
+                    .write_version("fold", None, 0.0, &[Some(1.0)], b"s")
+                    .await
+                    .unwrap();
+                lock.mark_folded(&seqs, v).await.unwrap();
+                lock.commit().await.unwrap();
+                folded += seqs.len();
+            }
+        })
+    };
+    for client in clients {
+        client.await.unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(120), folder)
+        .await
+        .expect("the folder finishes")
+        .unwrap();
+
+    let versions = store.versions(id).await.unwrap();
+    assert!(versions.len() > 1, "folds interleaved with ingestion");
+    let folded: Vec<String> = versions.into_iter().flat_map(|v| v.batches).collect();
+    let name = db.postgres.clone().expect("a PostgreSQL database");
+    let server = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let (base, _) = server.rsplit_once('/').expect("a database URL");
+    let mut conn = sqlx::PgConnection::connect(&format!("{base}/{name}"))
+        .await
+        .unwrap();
+    let arrival: Vec<String> =
+        sqlx::query_scalar("SELECT batch_id FROM batches WHERE model_id = $1 ORDER BY arrival")
+            .bind(id)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(folded.len(), CLIENTS * BATCHES, "each batch folded once");
+    assert_eq!(folded, arrival, "folded in arrival order");
+    conn.close().await.unwrap();
+    store.close().await;
+}

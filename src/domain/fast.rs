@@ -534,27 +534,54 @@ mod tests {
         ]
     }
 
+    /// A line that is not a row: empty, blank, or only empty cells.
+    fn csv_blank_line() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["", "  ", ",,", " , ,\t", ", \r ,", ",,,"])
+            .prop_map(str::to_owned)
+    }
+
+    /// Spaces around a header name: ASCII, or Unicode (both readers trim them alike).
+    fn csv_padding() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec!["", "", " ", "\t", "\u{a0}", "\u{3000}"])
+    }
+
     proptest! {
         /// Whatever the fast path reads from any CSV body, the csv crate reads to the same
         /// bits; and a plain body it always reads.
         #[test]
         fn the_csv_fast_path_agrees_with_the_csv_crate(
             order in Just(vec!["a", "b", "c"]).prop_shuffle(),
-            rows in prop::collection::vec(prop::collection::vec(csv_cell(), 2..5), 0..6),
-            ending in prop::sample::select(vec!["\n", "\r\n", "\r"]),
+            padding in prop::collection::vec((csv_padding(), csv_padding()), 3),
+            bom in any::<bool>(),
+            lines in prop::collection::vec(
+                (
+                    prop_oneof![
+                        4 => prop::collection::vec(csv_cell(), 2..5).prop_map(|r| (r.join(","), Some(r))),
+                        1 => csv_blank_line().prop_map(|l| (l, None)),
+                    ],
+                    prop::sample::select(vec!["\n", "\n", "\r\n", "\r"]),
+                ),
+                0..7,
+            ),
             max_rows in 1usize..8,
         ) {
-            let mut body = order.join(",");
-            for row in &rows {
+            let header: Vec<String> = order
+                .iter()
+                .zip(&padding)
+                .map(|(name, (before, after))| format!("{before}{name}{after}"))
+                .collect();
+            let mut body = if bom { "\u{feff}".to_owned() } else { String::new() };
+            body.push_str(&header.join(","));
+            body.push('\n');
+            for ((text, _), ending) in &lines {
+                body.push_str(text);
                 body.push_str(ending);
-                body.push_str(&row.join(","));
             }
-            body.push_str(ending);
-            let plain = ending != "\r"
+            let rows: Vec<&Vec<String>> = lines.iter().filter_map(|((_, r), _)| r.as_ref()).collect();
+            let plain = lines.iter().all(|((text, _), ending)| *ending != "\r" && !text.contains('\r'))
                 && (1..=max_rows).contains(&rows.len())
                 && rows.iter().all(|r| {
-                    r.len() == 3
-                        && r.iter().all(|c| !c.is_empty() && number_text_is_plain(c))
+                    r.len() == 3 && r.iter().all(|c| number_text_is_plain(c))
                 });
             match csv_both(&body, max_rows) {
                 (Some(fast), Some(full)) => prop_assert_eq!(csv_bits(&fast), csv_bits(&full)),

@@ -57,6 +57,9 @@ pub struct Shared {
     /// more at once would only share the cores, and each blocking thread that parses a batch
     /// keeps an allocator heap of its own.
     pub cpu: Arc<tokio::sync::Semaphore>,
+    /// The process's own runtime: its blocking pool runs the blocking work of every request,
+    /// whichever HTTP thread serves it (one pool, not one per serving runtime).
+    pub runtime: tokio::runtime::Handle,
 }
 
 impl From<Shared> for AppState {
@@ -74,13 +77,22 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
-    /// Runs `work` on the blocking pool once a CPU permit is free.
+    /// Runs `work` on the process's blocking pool once a CPU permit is free.
     pub async fn cpu_bound<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, ApiError> {
         let _permit = self.cpu.acquire().await.map_err(ApiError::internal)?;
-        tokio::task::spawn_blocking(work)
+        self.blocking(work).await
+    }
+
+    /// Runs `work` on the process's blocking pool.
+    pub async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.runtime
+            .spawn_blocking(work)
             .await
             .map_err(ApiError::internal)
     }

@@ -17,14 +17,15 @@ use super::models::not_trained;
 use crate::domain::{
     Details, FastObject, Invalid, Rows, fast_rows_object, parse_rows, pointer_token,
 };
-use crate::estimator::Predictions;
+use crate::estimator::{Predictions, Predictor};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/models/{name}/predict", post(predict))
 }
 
-/// Requests with more input values than this are computed off the async runtime.
-const INLINE_VALUES: usize = 16 * 1024;
+/// Bodies longer than this (about 3,000 numbers) are parsed and predicted on the blocking pool,
+/// not on the thread that serves the connection: that thread serves many other connections.
+const INLINE_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[schema(example = json!({"x": [[1.0, 0.412, 0.388, 0.351]]}))]
@@ -76,24 +77,13 @@ pub async fn predict(
         parse_json(&bytes)?;
         return Err(ApiError::not_found_model(&name));
     };
-    let limit = app.limits.max_rows_per_request;
-    let width = model.spec.features.len();
-    let x = match fast_rows_object(&bytes, &[("x", width)], false) {
-        Some(FastObject { mut rows, .. }) if rows[0].rows() <= limit => rows.swap_remove(0),
-        // Not a well-formed request (or too long): the full parse says what is wrong.
-        _ => parse_request(&bytes, width, limit)?,
-    };
-    let predictor = model.predictor.clone().ok_or_else(|| not_trained(&name))?;
-    let inline = x.values().len() <= INLINE_VALUES;
-    let compute = move || {
-        predictor
-            .predict(x.as_mat())
-            .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))
-    };
-    let predictions = if inline {
-        compute()?
+    let (width, limit) = (model.spec.features.len(), app.limits.max_rows_per_request);
+    let predictions = if bytes.len() <= INLINE_BYTES {
+        predict_rows(&bytes, width, limit, model.predictor.as_deref(), &name)?
     } else {
-        app.cpu_bound(compute).await??
+        let (predictor, model_name) = (model.predictor.clone(), name.clone());
+        app.cpu_bound(move || predict_rows(&bytes, width, limit, predictor.as_deref(), &model_name))
+            .await??
     };
     let body = PredictBody {
         model: &name,
@@ -101,6 +91,26 @@ pub async fn predict(
         predictions: &predictions,
     };
     body.to_response()
+}
+
+/// The predictions for a request's rows: read (the fast path, or the full parse that says
+/// what is wrong), then predicted; 409 when the model is not trained yet.
+fn predict_rows(
+    bytes: &[u8],
+    width: usize,
+    limit: usize,
+    predictor: Option<&Predictor>,
+    model: &str,
+) -> Result<Predictions, ApiError> {
+    let x = match fast_rows_object(bytes, &[("x", width)], false) {
+        Some(FastObject { mut rows, .. }) if rows[0].rows() <= limit => rows.swap_remove(0),
+        // Not a well-formed request (or too long): the full parse says what is wrong.
+        _ => parse_request(bytes, width, limit)?,
+    };
+    predictor
+        .ok_or_else(|| not_trained(model))?
+        .predict(x.as_mat())
+        .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))
 }
 
 /// A [`PredictResponse`], serialised straight from the prediction matrices: no vector per

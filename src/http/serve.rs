@@ -37,8 +37,9 @@ pub struct HttpServer {
 
 impl HttpServer {
     /// Serves `app` on `listener` from `threads` threads (at least one) until `shutdown` is
-    /// cancelled; then each stops accepting and finishes its in-flight requests.
-    pub fn start(
+    /// cancelled (or one of the threads' servers ends); then each stops accepting and finishes
+    /// its in-flight requests. Returns once every thread is serving.
+    pub async fn start(
         listener: std::net::TcpListener,
         app: Router,
         threads: usize,
@@ -49,6 +50,7 @@ impl HttpServer {
             .context("cannot make the listening socket non-blocking")?;
         let stop = shutdown.child_token();
         let release = CancellationToken::new();
+        // Dropped on any early return below: whatever already serves stops.
         let mut server = Self {
             stopped: Vec::new(),
             threads: Vec::new(),
@@ -56,29 +58,40 @@ impl HttpServer {
             release: release.clone(),
         };
         for i in 0..threads.max(1) {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start an HTTP runtime")?;
             // Every thread's listener is the same socket: the kernel hands each new connection
             // to one of the threads waiting in accept.
-            let listener = {
-                let _context = runtime.enter();
-                tokio::net::TcpListener::from_std(
-                    listener
-                        .try_clone()
-                        .context("cannot share the listening socket")?,
-                )
-                .context("cannot register the listening socket")?
-            };
+            let listener = listener
+                .try_clone()
+                .context("cannot share the listening socket")?;
+            let (ready, started) = oneshot::channel();
             let (done, stopped) = oneshot::channel();
             let app = app.clone();
             let stop = stop.clone();
             let release = release.clone();
+            // The runtime is built and dropped on its own thread, never inside the caller's.
             let thread = std::thread::Builder::new()
                 .name(format!("mordant-http-{i}"))
                 .spawn(move || {
+                    let runtime = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(runtime) => runtime,
+                        Err(e) => {
+                            let _ = ready.send(Err(e).context("cannot start an HTTP runtime"));
+                            return;
+                        }
+                    };
                     runtime.block_on(async move {
+                        let listener = match tokio::net::TcpListener::from_std(listener) {
+                            Ok(listener) => listener,
+                            Err(e) => {
+                                let _ = ready
+                                    .send(Err(e).context("cannot register the listening socket"));
+                                return;
+                            }
+                        };
+                        let _ = ready.send(Ok(()));
                         // Connections are answered as soon as their response is written, not
                         // after Nagle's delay for the last segment.
                         let listener = listener.tap_io(|tcp| {
@@ -87,15 +100,20 @@ impl HttpServer {
                             }
                         });
                         let result = axum::serve(listener, app)
-                            .with_graceful_shutdown(stop.cancelled_owned())
+                            .with_graceful_shutdown(stop.clone().cancelled_owned())
                             .await;
+                        // One server ending ends them all: none is left serving unnoticed.
+                        stop.cancel();
                         let _ = done.send(result);
                         release.cancelled().await;
                     });
                 })
                 .context("cannot start an HTTP thread")?;
-            server.stopped.push(stopped);
             server.threads.push(thread);
+            server.stopped.push(stopped);
+            started
+                .await
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("an HTTP thread ended while starting")))?;
         }
         Ok(server)
     }
@@ -158,10 +176,14 @@ mod tests {
         std::thread::current().name().unwrap_or("?").to_owned()
     }
 
+    /// How many `/slow` requests a test sends.
+    const SLOW: usize = 6;
+
     /// A router whose `/block` holds its serving thread from the first to the second meeting
-    /// at `meet` (the test is on the other side), and whose `/slow` waits without holding it;
-    /// all answer with the name of the thread that served them.
-    fn app(meet: Arc<Barrier>) -> Router {
+    /// at `meet` (the test is on the other side), and whose `/slow` waits without holding it,
+    /// once all `SLOW` of them and the test have met at `entered`; all answer with the name of
+    /// the thread that served them.
+    fn app(meet: Arc<Barrier>, entered: Arc<tokio::sync::Barrier>) -> Router {
         Router::new()
             .route(
                 "/block",
@@ -173,7 +195,8 @@ mod tests {
             )
             .route(
                 "/slow",
-                get(|| async {
+                get(move || async move {
+                    entered.wait().await;
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     thread_name()
                 }),
@@ -181,12 +204,17 @@ mod tests {
             .route("/name", get(|| async { thread_name() }))
     }
 
-    fn start(threads: usize, meet: Arc<Barrier>) -> (HttpServer, String, CancellationToken) {
+    async fn start(
+        threads: usize,
+        meet: Arc<Barrier>,
+        entered: Arc<tokio::sync::Barrier>,
+    ) -> (HttpServer, String, CancellationToken) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let shutdown = CancellationToken::new();
-        let server =
-            HttpServer::start(listener, app(meet), threads, shutdown.clone()).expect("start");
+        let server = HttpServer::start(listener, app(meet, entered), threads, shutdown.clone())
+            .await
+            .expect("start");
         (server, base, shutdown)
     }
 
@@ -204,7 +232,8 @@ mod tests {
     #[tokio::test]
     async fn a_thread_held_by_one_request_leaves_the_others_serving() {
         let meet = Arc::new(Barrier::new(2));
-        let (mut server, base, shutdown) = start(2, meet.clone());
+        let (mut server, base, shutdown) =
+            start(2, meet.clone(), Arc::new(tokio::sync::Barrier::new(1))).await;
         let blocked = tokio::spawn(get_text(format!("{base}/block")));
         let wait = meet.clone();
         tokio::task::spawn_blocking(move || wait.wait())
@@ -227,11 +256,14 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_finishes_in_flight_requests_then_stops_accepting() {
-        let (mut server, base, shutdown) = start(3, Arc::new(Barrier::new(2)));
-        let in_flight: Vec<_> = (0..6)
+        let entered = Arc::new(tokio::sync::Barrier::new(SLOW + 1));
+        let (mut server, base, shutdown) =
+            start(3, Arc::new(Barrier::new(2)), entered.clone()).await;
+        let in_flight: Vec<_> = (0..SLOW)
             .map(|_| tokio::spawn(get_text(format!("{base}/slow"))))
             .collect();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Every request is in its handler.
+        entered.wait().await;
         shutdown.cancel();
         for request in in_flight {
             let served_by = request.await.expect("answered despite the shutdown");
@@ -255,7 +287,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_server_stops_serving() {
-        let (server, base, _shutdown) = start(2, Arc::new(Barrier::new(2)));
+        let (server, base, _shutdown) = start(
+            2,
+            Arc::new(Barrier::new(2)),
+            Arc::new(tokio::sync::Barrier::new(1)),
+        )
+        .await;
         assert!(
             get_text(format!("{base}/name"))
                 .await

@@ -121,7 +121,7 @@ pub async fn restore(
         .state(source)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no version {source}")))?;
-    let state = decode(blob.clone()).await?;
+    let state = decode(&app, blob.clone()).await?;
     let view = write(&app, lock, "restore", Some(source), state, blob).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
@@ -154,16 +154,16 @@ pub async fn refit(
         ApiError::internal(anyhow::anyhow!("model {name} lacks version {current}"))
     })?;
     let config = lock.spec.config();
-    let (state, blob) = tokio::task::spawn_blocking(move || {
-        let state = codec::decode(&blob)
-            .map_err(ApiError::internal)?
-            .refit(&config)
-            .map_err(|e| ApiError::Conflict(format!("the refit failed: {e}")))?;
-        let blob = codec::encode(&state);
-        Ok::<_, ApiError>((state, blob))
-    })
-    .await
-    .map_err(ApiError::internal)??;
+    let (state, blob) = app
+        .cpu_bound(move || {
+            let state = codec::decode(&blob)
+                .map_err(ApiError::internal)?
+                .refit(&config)
+                .map_err(|e| ApiError::Conflict(format!("the refit failed: {e}")))?;
+            let blob = codec::encode(&state);
+            Ok::<_, ApiError>((state, blob))
+        })
+        .await??;
     if !state.is_finite() {
         return Err(ApiError::Conflict(
             "the refit would make the model state non-finite".into(),
@@ -173,10 +173,9 @@ pub async fn refit(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
-async fn decode(blob: Vec<u8>) -> Result<ModelState, ApiError> {
-    tokio::task::spawn_blocking(move || codec::decode(&blob))
-        .await
-        .map_err(ApiError::internal)?
+async fn decode(app: &AppState, blob: Vec<u8>) -> Result<ModelState, ApiError> {
+    app.blocking(move || codec::decode(&blob))
+        .await?
         .map_err(ApiError::internal)
 }
 

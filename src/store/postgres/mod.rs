@@ -194,8 +194,8 @@ impl Backend for PgStore {
         // A concurrent request with the same batch id makes this insert wait for its commit,
         // then insert nothing: the batch it stored answers.
         let seq: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO batches (model_id, batch_id, content_hash, rows, x, y, statistics) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+            "INSERT INTO batches (model_id, batch_id, content_hash, rows, x, y, statistics, arrival) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, NULL) \
              ON CONFLICT (model_id, batch_id) DO NOTHING RETURNING seq",
         )
         .bind(model_id)
@@ -256,7 +256,7 @@ impl Backend for PgStore {
         let rows = sqlx::query(
             "SELECT v.version, v.created_at, v.origin, v.restored_from, v.observations, \
                     v.noise_variances, \
-                    COALESCE((SELECT array_agg(b.batch_id ORDER BY b.arrival) FROM batches b \
+                    COALESCE((SELECT array_agg(b.batch_id ORDER BY COALESCE(b.arrival, b.seq)) FROM batches b \
                               WHERE b.model_id = v.model_id AND b.version = v.version \
                                 AND b.status = 'folded'), '{}') AS batches \
              FROM versions v WHERE v.model_id = $1 ORDER BY v.version",
