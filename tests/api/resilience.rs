@@ -198,3 +198,30 @@ async fn a_corrupt_stored_state_is_reported_and_can_be_restored_past() {
     );
     b.stop().await;
 }
+
+/// Every answer carries a request id (the one the client sent, or a fresh one), the same id
+/// its log lines carry.
+#[tokio::test]
+async fn every_answer_carries_a_request_id() {
+    let app = spawn_app().await;
+    let mut seen = std::collections::HashSet::new();
+    for path in ["/healthz", "/v1/models", "/v1/models/missing"] {
+        let response = app.get(path).await;
+        let id = response
+            .headers()
+            .get("x-request-id")
+            .unwrap_or_else(|| panic!("{path}: no x-request-id"))
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(uuid::Uuid::parse_str(&id).is_ok(), "{path}: {id:?}");
+        assert!(seen.insert(id), "{path}: a request id used twice");
+    }
+    let echoed = reqwest::Client::new()
+        .get(app.url("/healthz"))
+        .header("x-request-id", "mes-7f3a-0042")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(echoed.headers()["x-request-id"], "mes-7f3a-0042");
+}
