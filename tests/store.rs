@@ -159,6 +159,23 @@ async fn ingest(store: &Store, model_id: i64, batch: &NewBatch) -> mordant::stor
         .expect("insert batch")
 }
 
+/// Folds a claimed model's whole queue into one new version (the state is opaque to the
+/// store); how many batches that was.
+async fn fold_queue(mut lock: mordant::store::ModelLock) -> usize {
+    let queued = lock.queued_batches().await.unwrap();
+    if queued.is_empty() {
+        return 0;
+    }
+    let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
+    let (v, _) = lock
+        .write_version("fold", None, 0.0, &[Some(1.0)], b"s")
+        .await
+        .unwrap();
+    lock.mark_folded(&seqs, v).await.unwrap();
+    lock.commit().await.unwrap();
+    seqs.len()
+}
+
 async fn create(store: &Store, spec: &ModelSpec) -> i64 {
     store.create_model(spec).await.expect("create model").id
 }
@@ -652,7 +669,7 @@ async fn concurrent_ingestion_and_folding_fold_each_batch_once_in_arrival_order(
             tokio::spawn(async move {
                 let mut folded = 0;
                 while folded < CLIENTS * BATCHES {
-                    let Some(mut lock) = store.claim_fold(&[]).await.unwrap() else {
+                    let Some(lock) = store.claim_fold(&[]).await.unwrap() else {
                         let queue = store.queue_depth().await.unwrap();
                         let versions = store.versions(id).await.unwrap();
                         let done: usize = versions.iter().map(|v| v.batches.len()).sum();
@@ -662,18 +679,7 @@ async fn concurrent_ingestion_and_folding_fold_each_batch_once_in_arrival_order(
                         tokio::time::sleep(Duration::from_millis(5)).await;
                         continue;
                     };
-                    let queued = lock.queued_batches().await.unwrap();
-                    if queued.is_empty() {
-                        continue;
-                    }
-                    let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
-                    let (v, _) = lock
-                        .write_version("fold", None, 0.0, &[Some(1.0)], b"s")
-                        .await
-                        .unwrap();
-                    lock.mark_folded(&seqs, v).await.unwrap();
-                    lock.commit().await.unwrap();
-                    folded += seqs.len();
+                    folded += fold_queue(lock).await;
                 }
             })
         })
@@ -733,22 +739,11 @@ async fn postgres_folds_in_arrival_order_under_concurrent_ingestion() {
         tokio::spawn(async move {
             let mut folded = 0;
             while folded < CLIENTS * BATCHES {
-                let Some(mut lock) = store.claim_fold(&[]).await.unwrap() else {
+                let Some(lock) = store.claim_fold(&[]).await.unwrap() else {
                     tokio::task::yield_now().await;
                     continue;
                 };
-                let queued = lock.queued_batches().await.unwrap();
-                if queued.is_empty() {
-                    continue;
-                }
-                let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
-                let (v, _) = lock
-                    .write_version("fold", None, 0.0, &[Some(1.0)], b"s")
-                    .await
-                    .unwrap();
-                lock.mark_folded(&seqs, v).await.unwrap();
-                lock.commit().await.unwrap();
-                folded += seqs.len();
+                folded += fold_queue(lock).await;
             }
         })
     };
