@@ -410,6 +410,25 @@ async fn check_migrations(
     Ok(())
 }
 
+/// A batch id the model has already stored: that batch again (a replay) when its content hash
+/// is the hash of the batch posted now, a conflict when it is not.
+fn replay_or_conflict(
+    stored_hash: &[u8],
+    hash: &[u8; 32],
+    stored: BatchRecord,
+) -> Result<Ingested, StoreError> {
+    if stored_hash != hash {
+        return Err(StoreError::Conflict(format!(
+            "batch {:?} was already accepted with different content",
+            stored.batch_id
+        )));
+    }
+    Ok(Ingested {
+        batch: stored,
+        replayed: true,
+    })
+}
+
 /// A stored key's hash and scopes, checked.
 fn key_parts(hash: &[u8], scopes: &[String]) -> Result<([u8; 32], Vec<Scope>), StoreError> {
     let hash = <[u8; 32]>::try_from(hash)

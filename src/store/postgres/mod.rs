@@ -17,7 +17,7 @@ use sqlx::{PgPool, Row};
 use super::{
     BATCH_COLUMNS, Backend, BatchRecord, Ingested, KeyRecord, MODEL_COLUMNS, ModelHead, ModelLock,
     ModelRecord, Notification, QueueDepth, StoreError, Subscription, Topic, VersionRecord,
-    check_migrations,
+    check_migrations, replay_or_conflict,
 };
 use crate::auth::Scope;
 use crate::config::DatabaseSettings;
@@ -455,14 +455,5 @@ async fn stored_batch(
         return Ok(None);
     };
     let stored: Vec<u8> = row.try_get("content_hash")?;
-    if stored != hash {
-        return Err(StoreError::Conflict(format!(
-            "batch {:?} was already accepted with different content",
-            batch.batch_id.as_str()
-        )));
-    }
-    Ok(Some(Ingested {
-        batch: batch_record(&row)?,
-        replayed: true,
-    }))
+    replay_or_conflict(&stored, hash, batch_record(&row)?).map(Some)
 }

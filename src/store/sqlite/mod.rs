@@ -37,7 +37,7 @@ use tokio::sync::broadcast;
 use super::{
     BATCH_COLUMNS, Backend, BatchRecord, Ingested, KeyRecord, MODEL_COLUMNS, ModelHead, ModelLock,
     ModelRecord, Notification, QueueDepth, StoreError, Subscription, Topic, VersionRecord,
-    check_migrations,
+    check_migrations, replay_or_conflict,
 };
 use crate::auth::Scope;
 use crate::config::DatabaseSettings;
@@ -330,16 +330,7 @@ impl Backend for SqliteStore {
         .await?;
         if let Some(row) = existing {
             let stored: Vec<u8> = row.try_get("content_hash")?;
-            if stored != hash {
-                return Err(StoreError::Conflict(format!(
-                    "batch {:?} was already accepted with different content",
-                    batch.batch_id.as_str()
-                )));
-            }
-            return Ok(Ingested {
-                batch: batch_record(&row)?,
-                replayed: true,
-            });
+            return replay_or_conflict(&stored, &hash, batch_record(&row)?);
         }
         let row = sqlx::query(&format!(
             "INSERT INTO batches (model_id, batch_id, content_hash, rows, statistics, received_at, x, y) \
