@@ -1,4 +1,8 @@
-//! The basis map `φ(x) = (t(x₁), …, t(x_d), 1)`.
+//! The basis map `φ(x) = (t(r₁), …, t(r_s), x₁, …, x_e, 1)`.
+//!
+//! A model's raw inputs are an optional reflectance spectrum `r` (its `s` bands, first) and
+//! `e` other named features `x` (a fabric code, a lab-dip concentration, …). The transform `t`
+//! applies to the spectral bands only; the other features always enter as they are.
 
 use faer::{Mat, MatRef};
 
@@ -8,47 +12,111 @@ use super::EstimatorError;
 /// pole at `R = 0` (a band that read 0 was not measured, it is not infinitely absorbing).
 pub const MIN_REFLECTANCE: f64 = 1e-3;
 
-/// The transform `t` applied to every input feature.
+/// The transform `t` applied to the spectral inputs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Transform {
     /// `t(x) = x`.
     #[default]
     Identity,
-    /// `t(R) = (1 − R)² / (2R)` with `R` a reflectance fraction clamped to
-    /// [`MIN_REFLECTANCE`]: the Kubelka–Munk ratio K/S of absorption to scattering. For an
-    /// opaque dyed layer K/S is, to a good approximation, the substrate's K/S plus a sum of
-    /// dye concentrations times their unit absorptions, so concentrations are linear in it.
+    /// `t(R) = (1 − R)² / (2R)`, the Kubelka–Munk ratio K/S of absorption to scattering, with
+    /// `R` the reflectance as a fraction clamped to [[`MIN_REFLECTANCE`], 1].
+    ///
+    /// Why it makes concentrations linear: for an opaque, light-scattering dyed layer the
+    /// Kubelka–Munk theory gives `K/S = (1 − R∞)² / (2R∞)`, and absorption and scattering add
+    /// over the colorants present, `K = K_sub + Σ cᵢkᵢ`, `S ≈ S_sub` (dyes absorb, the fibre
+    /// scatters). Hence `K/S(λ) = K/S_sub(λ) + Σ cᵢ (kᵢ(λ)/S_sub(λ))`: at every wavelength K/S
+    /// is the substrate's plus a sum of concentrations times unit absorptions, linear in the
+    /// recipe, whereas reflectance itself is not. Reflectance above 1 (optical brighteners
+    /// fluoresce) carries no absorption and is read as K/S = 0.
     KubelkaMunk,
 }
 
 impl Transform {
-    /// `t(x)` for one value.
+    /// `t(R)` for one reflectance fraction.
     #[inline]
     pub fn apply(self, x: f64) -> f64 {
         match self {
             Transform::Identity => x,
             Transform::KubelkaMunk => {
-                let r = x.max(MIN_REFLECTANCE);
+                let r = x.clamp(MIN_REFLECTANCE, 1.0);
                 (1.0 - r) * (1.0 - r) / (2.0 * r)
             }
         }
     }
 }
 
+/// How a spectrum's reflectances are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReflectanceScale {
+    /// 0 to 1.
+    #[default]
+    Fraction,
+    /// 0 to 100.
+    Percent,
+}
+
+impl ReflectanceScale {
+    /// The factor that turns a value on this scale into a fraction.
+    #[inline]
+    pub fn to_fraction(self) -> f64 {
+        match self {
+            ReflectanceScale::Fraction => 1.0,
+            ReflectanceScale::Percent => 0.01,
+        }
+    }
+
+    /// Full reflectance (a perfect white) on this scale.
+    pub fn full(self) -> f64 {
+        1.0 / self.to_fraction()
+    }
+}
+
 /// How raw input rows become basis vectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Basis {
-    /// Number of raw input features `d`.
+    /// Number of raw input features `d = s + e`.
     pub features: usize,
+    /// The first `s` raw inputs are a reflectance spectrum (`s ≤ d`).
+    pub spectral: usize,
+    /// How the spectral inputs are written.
+    pub scale: ReflectanceScale,
     /// Whether a constant `1` is appended (`p = d + 1`).
     pub intercept: bool,
+    /// Applied to the spectral inputs only.
     pub transform: Transform,
 }
 
 impl Basis {
+    /// A basis over `features` inputs. With [`Transform::KubelkaMunk`] every input is read as
+    /// a reflectance fraction (models that declare no spectrum); see [`Basis::spectral`].
     pub fn new(features: usize, intercept: bool, transform: Transform) -> Self {
+        let spectral = match transform {
+            Transform::Identity => 0,
+            Transform::KubelkaMunk => features,
+        };
         Self {
             features,
+            spectral,
+            scale: ReflectanceScale::Fraction,
+            intercept,
+            transform,
+        }
+    }
+
+    /// A basis whose first `spectral` of `features` inputs are a spectrum on `scale`,
+    /// transformed by `transform`; the rest enter unchanged.
+    pub fn spectral(
+        spectral: usize,
+        scale: ReflectanceScale,
+        features: usize,
+        intercept: bool,
+        transform: Transform,
+    ) -> Self {
+        debug_assert!(spectral <= features);
+        Self {
+            features,
+            spectral: spectral.min(features),
+            scale,
             intercept,
             transform,
         }
@@ -57,6 +125,16 @@ impl Basis {
     /// Number of basis functions `p`.
     pub fn dim(&self) -> usize {
         self.features + usize::from(self.intercept)
+    }
+
+    /// `φ_j` of raw input `j` with value `x`.
+    #[inline]
+    fn term(&self, j: usize, x: f64) -> f64 {
+        if j < self.spectral && self.transform != Transform::Identity {
+            self.transform.apply(x * self.scale.to_fraction())
+        } else {
+            x
+        }
     }
 
     /// The design matrix `Φ` (rows × p) of the rows of `x` (rows × d).
@@ -73,17 +151,8 @@ impl Basis {
         for j in 0..self.features {
             let out = phi.col_as_slice_mut(j);
             let src = x.col(j);
-            match self.transform {
-                Transform::Identity => {
-                    for (o, v) in out.iter_mut().zip(src.iter()) {
-                        *o = *v;
-                    }
-                }
-                Transform::KubelkaMunk => {
-                    for (o, v) in out.iter_mut().zip(src.iter()) {
-                        *o = Transform::KubelkaMunk.apply(*v);
-                    }
-                }
+            for (o, v) in out.iter_mut().zip(src.iter()) {
+                *o = self.term(j, *v);
             }
         }
         if self.intercept {
@@ -94,8 +163,8 @@ impl Basis {
 
     /// Writes `φ(x)` of one row (its `d` values) into `phi` (length p).
     pub(crate) fn fill_row(&self, x: impl Iterator<Item = f64>, phi: &mut [f64]) {
-        for (o, v) in phi.iter_mut().zip(x) {
-            *o = self.transform.apply(v);
+        for (j, (o, v)) in phi.iter_mut().zip(x).enumerate() {
+            *o = self.term(j, v);
         }
         if self.intercept {
             phi[self.features] = 1.0;
@@ -111,7 +180,11 @@ impl Basis {
                 found: x.len(),
             });
         }
-        let mut phi: Vec<f64> = x.iter().map(|&v| self.transform.apply(v)).collect();
+        let mut phi: Vec<f64> = x
+            .iter()
+            .enumerate()
+            .map(|(j, &v)| self.term(j, v))
+            .collect();
         if self.intercept {
             phi.push(1.0);
         }
@@ -130,6 +203,31 @@ mod tests {
         let at_zero = Transform::KubelkaMunk.apply(0.0);
         assert!(at_zero.is_finite());
         assert_eq!(at_zero, Transform::KubelkaMunk.apply(MIN_REFLECTANCE));
+        // A brightened band above full reflectance absorbs nothing.
+        assert_eq!(Transform::KubelkaMunk.apply(1.07), 0.0);
+    }
+
+    #[test]
+    fn kubelka_munk_applies_to_the_spectrum_only_on_its_scale() {
+        let basis = Basis::spectral(
+            2,
+            ReflectanceScale::Percent,
+            3,
+            true,
+            Transform::KubelkaMunk,
+        );
+        let phi = basis.row(&[50.0, 100.0, 7.0]).unwrap();
+        assert_eq!(phi, vec![0.25, 0.0, 7.0, 1.0]);
+        let design = basis
+            .design(faer::mat![[50.0, 100.0, 7.0]].as_ref())
+            .unwrap();
+        assert_eq!(design.row(0).iter().copied().collect::<Vec<_>>(), phi);
+        // Identity leaves the spectrum on its own scale.
+        let identity = Basis::spectral(2, ReflectanceScale::Percent, 3, false, Transform::Identity);
+        assert_eq!(
+            identity.row(&[50.0, 100.0, 7.0]).unwrap(),
+            vec![50.0, 100.0, 7.0]
+        );
     }
 
     #[test]

@@ -1,15 +1,20 @@
 //! A compact, versioned binary encoding of a [`ModelState`].
 //!
-//! Layout (little-endian), format version 1:
+//! Layout (little-endian), format version 2:
 //!
 //! ```text
-//! magic "MRDT" · version u16 · features u32 · intercept u8 · transform u8 · outputs m u32
+//! magic "MRDT" · version u16 · features u32 · intercept u8 · transform u8
+//!         · spectral bands u32 · reflectance scale u8 (0 fraction, 1 percent) · outputs m u32
 //! totals: N f64 · G lower triangle, column by column, p(p+1)/2 f64 · B p·m f64 (column-major)
 //!         · q m f64 · nonzero m f64
 //! per output: tag u8 (0 untrained, 1 trained); trained: s f64 · v p f64
 //!         · A lower triangle |J|(|J|+1)/2 f64 · c |J| f64        (J = {j : v_j > 0})
 //! crc32 (IEEE) of everything before it, u32
 //! ```
+//!
+//! Version 1, written for every basis without a declared spectrum (so replicas of the previous
+//! release still read those states), has no spectral fields: a Kubelka–Munk basis reads all its
+//! inputs as fractions, an identity basis has none.
 //!
 //! Only the primary quantities are stored; the Cholesky factor and the mean are recomputed on
 //! decoding by the same code that computed them, so a round trip reproduces the state exactly.
@@ -19,12 +24,14 @@ use faer::Mat;
 use super::model::{ModelState, OutputState};
 use super::posterior::{OutputPosterior, active_set};
 use super::statistics::BatchStatistics;
-use super::{Basis, EstimatorError, Transform};
+use super::{Basis, EstimatorError, ReflectanceScale, Transform};
 
 const MAGIC: &[u8; 4] = b"MRDT";
 const STATISTICS_MAGIC: &[u8; 4] = b"MRDS";
-/// The format version written by [`encode`].
-pub const FORMAT_VERSION: u16 = 1;
+/// The newest format version [`encode`] writes (and [`decode`] reads, beside version 1).
+pub const FORMAT_VERSION: u16 = 2;
+/// The version of the statistics blobs, and of model states without a declared spectrum.
+const FORMAT_VERSION_1: u16 = 1;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
 const MAX_DIM: usize = 1 << 16;
 
@@ -34,7 +41,7 @@ pub enum DecodeError {
     #[error("not a mordant model state (bad magic bytes)")]
     BadMagic,
     #[error(
-        "model state format version {0} is not supported (this build reads version {FORMAT_VERSION})"
+        "model state format version {0} is not supported (this build reads versions 1 to {FORMAT_VERSION})"
     )]
     UnsupportedVersion(u16),
     #[error("model state is truncated")]
@@ -53,14 +60,26 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
     let mut w = Writer(Vec::with_capacity(
         64 + 8 * (p * (p + 1) / 2 + p * m + 2 * m),
     ));
+    let legacy = *basis == Basis::new(basis.features, basis.intercept, basis.transform);
     w.bytes(MAGIC);
-    w.u16(FORMAT_VERSION);
+    w.u16(if legacy {
+        FORMAT_VERSION_1
+    } else {
+        FORMAT_VERSION
+    });
     w.u32(basis.features as u32);
     w.u8(u8::from(basis.intercept));
     w.u8(match basis.transform {
         Transform::Identity => 0,
         Transform::KubelkaMunk => 1,
     });
+    if !legacy {
+        w.u32(basis.spectral as u32);
+        w.u8(match basis.scale {
+            ReflectanceScale::Fraction => 0,
+            ReflectanceScale::Percent => 1,
+        });
+    }
     w.u32(m as u32);
     w.statistics(totals);
     for output in state.outputs() {
@@ -80,7 +99,7 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
 
 /// Decodes a blob written by [`encode`], checking magic, version, checksum and consistency.
 pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
-    let mut r = Reader::open(bytes, MAGIC)?;
+    let mut r = Reader::open(bytes, MAGIC, &[FORMAT_VERSION_1, FORMAT_VERSION])?;
     let features = r.u32()? as usize;
     let intercept = match r.u8()? {
         0 => false,
@@ -92,11 +111,22 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
         1 => Transform::KubelkaMunk,
         _ => return Err(DecodeError::Invalid("transform").into()),
     };
+    let mut basis = Basis::new(features, intercept, transform);
+    if r.version >= 2 {
+        basis.spectral = r.u32()? as usize;
+        basis.scale = match r.u8()? {
+            0 => ReflectanceScale::Fraction,
+            1 => ReflectanceScale::Percent,
+            _ => return Err(DecodeError::Invalid("reflectance scale").into()),
+        };
+        if basis.spectral > features {
+            return Err(DecodeError::Invalid("spectral bands").into());
+        }
+    }
     let m = r.u32()? as usize;
     if features >= MAX_DIM || m >= MAX_DIM {
         return Err(DecodeError::Invalid("dimensions").into());
     }
-    let basis = Basis::new(features, intercept, transform);
     let p = basis.dim();
     let totals = r.statistics(p, m)?;
     let mut outputs = Vec::with_capacity(m);
@@ -133,7 +163,7 @@ pub fn encode_statistics(stats: &BatchStatistics) -> Vec<u8> {
         32 + 8 * (p * (p + 1) / 2 + p * m + 2 * m),
     ));
     w.bytes(STATISTICS_MAGIC);
-    w.u16(FORMAT_VERSION);
+    w.u16(FORMAT_VERSION_1);
     w.u32(p as u32);
     w.u32(m as u32);
     w.statistics(stats);
@@ -142,7 +172,7 @@ pub fn encode_statistics(stats: &BatchStatistics) -> Vec<u8> {
 
 /// Decodes a blob written by [`encode_statistics`].
 pub fn decode_statistics(bytes: &[u8]) -> Result<BatchStatistics, EstimatorError> {
-    let mut r = Reader::open(bytes, STATISTICS_MAGIC)?;
+    let mut r = Reader::open(bytes, STATISTICS_MAGIC, &[FORMAT_VERSION_1])?;
     let p = r.u32()? as usize;
     let m = r.u32()? as usize;
     if p == 0 || p >= MAX_DIM || m >= MAX_DIM {
@@ -201,11 +231,12 @@ impl Writer {
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+    version: u16,
 }
 
 impl<'a> Reader<'a> {
     /// Checks magic, format version and checksum; the reader starts after the version.
-    fn open(bytes: &'a [u8], magic: &[u8; 4]) -> Result<Self, EstimatorError> {
+    fn open(bytes: &'a [u8], magic: &[u8; 4], versions: &[u16]) -> Result<Self, EstimatorError> {
         if bytes.len() < 4 || &bytes[..4] != magic {
             return Err(DecodeError::BadMagic.into());
         }
@@ -213,7 +244,7 @@ impl<'a> Reader<'a> {
             return Err(DecodeError::Truncated.into());
         }
         let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-        if version != FORMAT_VERSION {
+        if !versions.contains(&version) {
             return Err(DecodeError::UnsupportedVersion(version).into());
         }
         if bytes.len() < 10 {
@@ -224,7 +255,11 @@ impl<'a> Reader<'a> {
         if crc32fast::hash(body) != crc {
             return Err(DecodeError::Checksum.into());
         }
-        Ok(Self { bytes: body, at: 6 })
+        Ok(Self {
+            bytes: body,
+            at: 6,
+            version,
+        })
     }
 
     fn statistics(&mut self, p: usize, m: usize) -> Result<BatchStatistics, EstimatorError> {
@@ -317,6 +352,36 @@ mod tests {
     fn round_trip_is_exact() {
         let state = small_state();
         assert_eq!(decode(&encode(&state)).unwrap(), state);
+    }
+
+    #[test]
+    fn spectral_basis_round_trips_in_version_2_and_plain_ones_stay_version_1() {
+        let plain = small_state();
+        assert_eq!(encode(&plain)[4], 1);
+        let basis = Basis::spectral(
+            1,
+            ReflectanceScale::Percent,
+            2,
+            true,
+            Transform::KubelkaMunk,
+        );
+        let x = faer::mat![
+            [40.0, 0.5],
+            [60.0, 1.5],
+            [20.0, -1.0],
+            [90.0, 0.3],
+            [35.0, 0.9]
+        ];
+        let y = faer::mat![[1.0], [2.0], [0.5], [0.7], [1.4]];
+        let stats =
+            BatchStatistics::from_design(basis.design(x.as_ref()).unwrap().as_ref(), y.as_ref())
+                .unwrap();
+        let state = ModelState::fit(&ModelConfig::new(basis, 1), stats).unwrap();
+        let blob = encode(&state);
+        assert_eq!(blob[4], 2);
+        let decoded = decode(&blob).unwrap();
+        assert_eq!(*decoded.basis(), basis);
+        assert_eq!(decoded, state);
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod posterior;
 pub mod predictor;
 pub mod statistics;
 
-pub use basis::{Basis, Transform};
+pub use basis::{Basis, ReflectanceScale, Transform};
 pub use codec::DecodeError;
 pub use model::{Forgetting, ModelConfig, ModelState, OutputState, Predictions, UpdateMethod};
 pub use posterior::OutputPosterior;
