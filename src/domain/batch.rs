@@ -4,7 +4,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::fast::{fast_csv, fast_rows_object};
-use super::{Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
+use super::spectrum::{Grid, join_inputs, parse_spectra, resample};
+use super::{Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
 
 /// Longest batch id.
 const MAX_BATCH_ID_LEN: usize = 128;
@@ -60,12 +61,58 @@ pub struct EncodedBatch {
     pub content_hash: [u8; 32],
 }
 
-/// A validated batch: rows of the model's width, all finite, at least one row.
+/// A validated batch: rows of the model's width, all finite, at least one row. `x` holds the
+/// model's inputs (a spectrum already resampled onto the model's grid, then the named
+/// features).
 #[derive(Clone, Debug)]
 pub struct NewBatch {
     pub batch_id: BatchId,
     pub x: Rows,
     pub y: Rows,
+    /// What was accepted but looks wrong (reflectance above full scale).
+    pub warnings: Vec<Detail>,
+}
+
+/// Reads a request's inputs: `x` (named features) and, for a model with a spectrum, `spectra`
+/// resampled onto the model's grid, joined into the model's input rows. `x` may be left out
+/// when the model has no named features.
+pub fn parse_inputs(
+    fields: &serde_json::Map<String, Value>,
+    spec: &ModelSpec,
+    details: &mut Details,
+    warnings: &mut Details,
+) -> Option<Rows> {
+    let Some(spectrum) = &spec.spectrum else {
+        if fields.contains_key("spectra") {
+            details.push(
+                "/spectra",
+                "the model declares no spectrum: send its inputs in x",
+            );
+        }
+        return parse_rows(fields.get("x"), "/x", spec.features.len(), details);
+    };
+    let spectra = parse_spectra(
+        fields.get("spectra"),
+        "/spectra",
+        spectrum,
+        details,
+        warnings,
+    );
+    let x = match fields.get("x") {
+        None if spec.features.is_empty() => spectra
+            .as_ref()
+            .map(|s| Rows::from_row_major(s.rows(), 0, Vec::new())),
+        value => parse_rows(value, "/x", spec.features.len(), details),
+    };
+    let (spectra, x) = (spectra?, x?);
+    if spectra.rows() != x.rows() {
+        details.push(
+            "/x",
+            format!("has {} rows but spectra has {}", x.rows(), spectra.rows()),
+        );
+        return None;
+    }
+    Some(join_inputs(&spectra, &x))
 }
 
 impl NewBatch {
@@ -84,7 +131,7 @@ impl NewBatch {
         };
         let mut details = Details::default();
         for key in fields.keys() {
-            if !matches!(key.as_str(), "batch_id" | "x" | "y") {
+            if !matches!(key.as_str(), "batch_id" | "x" | "y" | "spectra") {
                 details.push(format!("/{}", pointer_token(key)), "unknown field");
             }
         }
@@ -121,14 +168,20 @@ impl NewBatch {
                 details.push(format!("/{key}"), "a batch needs at least one row");
             }
         }
-        let x = parse_rows(fields.get("x"), "/x", spec.features.len(), &mut details);
+        let mut warnings = Details::default();
+        let x = parse_inputs(fields, spec, &mut details, &mut warnings);
         let y = parse_rows(fields.get("y"), "/y", spec.outputs.len(), &mut details);
         if let (Some(x), Some(y)) = (&x, &y)
             && x.rows() != y.rows()
         {
+            let inputs = if spec.spectrum.is_some() {
+                "spectra"
+            } else {
+                "x"
+            };
             details.push(
                 "/y",
-                format!("has {} rows but x has {}", y.rows(), x.rows()),
+                format!("has {} rows but {inputs} has {}", y.rows(), x.rows()),
             );
         }
         details.finish("invalid batch")?;
@@ -137,6 +190,7 @@ impl NewBatch {
                 batch_id: body_id.or(header_id).unwrap_or_else(BatchId::generate),
                 x,
                 y,
+                warnings: warnings.into_list(),
             }),
             _ => Err(Invalid::one("", "invalid batch")),
         }
@@ -150,6 +204,10 @@ impl NewBatch {
         spec: &ModelSpec,
         idempotency_key: Option<&str>,
     ) -> Option<Self> {
+        // Spectra are resampled and checked: the full parse reads them.
+        if spec.spectrum.is_some() {
+            return None;
+        }
         let object = fast_rows_object(
             body,
             &[("x", spec.features.len()), ("y", spec.outputs.len())],
@@ -171,6 +229,7 @@ impl NewBatch {
             batch_id: body_id.or(header_id).unwrap_or_else(BatchId::generate),
             x,
             y,
+            warnings: Vec::new(),
         })
     }
 
@@ -188,12 +247,36 @@ impl NewBatch {
             Some(key) => BatchId::parse(key)
                 .map_err(|e| Invalid::one("", format!("Idempotency-Key header {e}")))?,
         };
-        let (x, y) = match fast_csv(body, spec, max_rows) {
+        // A spectrum on another grid than the model's is read on its own grid, then resampled.
+        let csv_grid = csv_spectrum_grid(body, spec)?;
+        let read_spec = match (&spec.spectrum, csv_grid) {
+            (Some(spectrum), Some(grid)) => {
+                let mut read_spec = spec.clone();
+                read_spec.spectrum = Some(spectrum.on_grid(grid));
+                std::borrow::Cow::Owned(read_spec)
+            }
+            _ => std::borrow::Cow::Borrowed(spec),
+        };
+        let (x, y) = match fast_csv(body, &read_spec, max_rows) {
             Some(rows) => rows,
             // Not a plain, valid batch: the csv crate reads it and says what is wrong.
-            None => read_csv(body, spec, max_rows)?,
+            None => read_csv(body, &read_spec, max_rows)?,
         };
-        Ok(Self { batch_id, x, y })
+        let mut warnings = Details::default();
+        let x = match &spec.spectrum {
+            Some(spectrum) => {
+                let read = read_spec.spectrum.as_ref().unwrap_or(spectrum);
+                flag_above_full(&x, read, &mut warnings);
+                resample_inputs(&x, &read.grid(), spectrum.grid())
+            }
+            None => x,
+        };
+        Ok(Self {
+            batch_id,
+            x,
+            y,
+            warnings: warnings.into_list(),
+        })
     }
 
     pub fn rows(&self) -> usize {
@@ -220,6 +303,107 @@ impl NewBatch {
     }
 }
 
+/// For a model with a spectrum: the grid of a CSV's band columns (named `<λ>nm`, e.g. `400nm`)
+/// when they form a regular grid other than the model's and cover its range; `None` when they
+/// are the model's own bands (or there are none: the header check then names what is missing).
+fn csv_spectrum_grid(body: &[u8], spec: &ModelSpec) -> Result<Option<Grid>, Invalid> {
+    let Some(spectrum) = &spec.spectrum else {
+        return Ok(None);
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::Headers)
+        .from_reader(body);
+    // An unreadable header is reported by the reader proper.
+    let Ok(header) = reader.headers() else {
+        return Ok(None);
+    };
+    let mut wavelengths: Vec<f64> = header
+        .iter()
+        .filter_map(|name| name.strip_suffix("nm")?.trim().parse::<f64>().ok())
+        .filter(|w| w.is_finite())
+        .collect();
+    wavelengths.sort_by(f64::total_cmp);
+    let model = spectrum.grid();
+    if wavelengths.len() < 2
+        || spectrum
+            .band_names()
+            .into_iter()
+            .eq(model_names(&wavelengths))
+    {
+        return Ok(None);
+    }
+    let interval = wavelengths[1] - wavelengths[0];
+    let regular = wavelengths
+        .windows(2)
+        .all(|w| ((w[1] - w[0]) - interval).abs() <= 1e-6 * interval.max(1.0));
+    if !regular {
+        return Err(Invalid::one(
+            "/header",
+            "the spectrum's columns (<λ>nm) must form a regular wavelength grid",
+        ));
+    }
+    let grid = Grid::new(wavelengths[0], interval, wavelengths.len())
+        .map_err(|e| Invalid::one("/header", format!("the spectrum's columns: {e}")))?;
+    if !grid.covers(&model) {
+        return Err(Invalid::one(
+            "/header",
+            format!(
+                "the spectrum's columns cover {}–{} nm but the model reads {}–{} nm: mordant \
+                 never extrapolates",
+                wavelengths[0],
+                grid.end_nm(),
+                model.wavelength(0),
+                model.end_nm()
+            ),
+        ));
+    }
+    Ok(Some(grid))
+}
+
+/// The canonical band names of some wavelengths.
+fn model_names(wavelengths: &[f64]) -> impl Iterator<Item = String> + '_ {
+    wavelengths.iter().map(|w| format!("{w}nm"))
+}
+
+/// Warns of every reflectance above full scale in the spectral columns of `x`.
+fn flag_above_full(x: &Rows, spectrum: &super::SpectrumSpec, warnings: &mut Details) {
+    let (full, grid) = (spectrum.full_scale(), spectrum.grid());
+    for (i, row) in x.values().chunks_exact(x.width().max(1)).enumerate() {
+        for (j, &r) in row[..spectrum.count].iter().enumerate() {
+            if r > full {
+                let band = grid.band_name(j);
+                warnings.push(
+                    format!("/rows/{i}/{band}"),
+                    format!(
+                        "reflectance {r} at {band} is above full scale ({full}): an optical \
+                         brightener? kept as sent"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Input rows whose spectrum is on `from`, with the spectrum resampled onto `to`.
+fn resample_inputs(x: &Rows, from: &Grid, to: Grid) -> Rows {
+    if from == &to {
+        return x.clone();
+    }
+    let named = x.width() - from.count();
+    let width = to.count() + named;
+    let mut values = vec![0.0; x.rows() * width];
+    for (src, dst) in x
+        .values()
+        .chunks_exact(x.width())
+        .zip(values.chunks_exact_mut(width))
+    {
+        let (spectrum, features) = src.split_at(from.count());
+        resample(from, spectrum, &to, &mut dst[..to.count()]);
+        dst[to.count()..].copy_from_slice(features);
+    }
+    Rows::from_row_major(x.rows(), width, values)
+}
+
 /// Where a CSV column goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Column {
@@ -233,9 +417,9 @@ pub(super) fn csv_columns(header: &[&str], spec: &ModelSpec) -> Result<Vec<Colum
     let mut details = Details::default();
     let mut columns = Vec::with_capacity(header.len());
     let mut seen = std::collections::HashSet::new();
+    let inputs = spec.input_names();
     for (c, &name) in header.iter().enumerate() {
-        let column = spec
-            .features
+        let column = inputs
             .iter()
             .position(|f| f == name)
             .map(Column::Feature)
@@ -257,7 +441,7 @@ pub(super) fn csv_columns(header: &[&str], spec: &ModelSpec) -> Result<Vec<Colum
             Some(column) => columns.push(column),
         }
     }
-    for name in spec.features.iter().chain(&spec.outputs) {
+    for name in inputs.iter().chain(&spec.outputs) {
         if !seen.contains(name.as_str()) {
             details.push("/header", format!("column {name:?} is missing"));
         }
@@ -286,7 +470,7 @@ pub(super) fn read_csv(
         .clone();
     let columns = csv_columns(&header.iter().collect::<Vec<_>>(), spec)?;
     let mut details = Details::default();
-    let (p, m) = (spec.features.len(), spec.outputs.len());
+    let (p, m) = (spec.input_width(), spec.outputs.len());
     let (mut x, mut y) = (Vec::new(), Vec::new());
     let mut rows = 0usize;
     let mut record = csv::ByteRecord::new();

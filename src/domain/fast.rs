@@ -214,7 +214,7 @@ pub fn fast_csv(body: &[u8], spec: &ModelSpec, max_rows: usize) -> Option<(Rows,
     }
     let names: Vec<&str> = header.split(',').map(str::trim).collect();
     let columns = csv_columns(&names, spec).ok()?;
-    let (p, m) = (spec.features.len(), spec.outputs.len());
+    let (p, m) = (spec.input_width(), spec.outputs.len());
     // At most one row per line: sized once.
     let lines_left = text.bytes().filter(|&b| b == b'\n').count() + 1;
     let capacity = lines_left.min(max_rows);

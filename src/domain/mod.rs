@@ -7,11 +7,13 @@ mod batch;
 mod fast;
 pub mod model;
 mod rows;
+pub mod spectrum;
 
-pub use batch::{BatchId, CsvError, EncodedBatch, NewBatch};
+pub use batch::{BatchId, CsvError, EncodedBatch, NewBatch, parse_inputs};
 pub use fast::{FastObject, fast_rows_object};
 pub use model::{ModelName, ModelSpec, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};
+pub use spectrum::{Grid, ScaleName, SpectrumSpec};
 
 use serde::Serialize;
 
@@ -76,6 +78,17 @@ impl Details {
 
     pub fn is_empty(&self) -> bool {
         self.total == 0
+    }
+
+    /// The details as a response lists them (warnings, say): at most [`MAX_DETAILS`], then
+    /// one line saying how many more there were.
+    pub fn into_list(mut self) -> Vec<Detail> {
+        if self.total > self.list.len() {
+            let more = self.total - self.list.len();
+            self.list
+                .push(Detail::new("", format!("and {more} more like these")));
+        }
+        self.list
     }
 
     /// `Ok(())` when nothing was wrong, else the details under `what`.

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::spectrum::SpectrumSpec;
 use super::{Details, Invalid, describe};
 use crate::estimator::{Basis, Forgetting, ModelConfig, Transform, UpdateMethod};
 
@@ -96,6 +97,11 @@ pub struct ForgettingSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelSpec {
     pub name: ModelName,
+    /// A reflectance spectrum read before the named features: its bands are the model's first
+    /// inputs. Specs stored before spectra existed have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spectrum: Option<SpectrumSpec>,
+    /// Named features, after the spectrum's bands.
     pub features: Vec<String>,
     pub outputs: Vec<String>,
     pub intercept: bool,
@@ -108,8 +114,9 @@ pub struct ModelSpec {
     pub first_fit_rows: u64,
 }
 
-const SPEC_FIELDS: [&str; 9] = [
+const SPEC_FIELDS: [&str; 10] = [
     "name",
+    "spectrum",
     "features",
     "outputs",
     "intercept",
@@ -151,12 +158,38 @@ impl ModelSpec {
                 None
             }
         };
-        let features = column_names(
-            fields.get("features"),
-            "/features",
-            MAX_FEATURES,
-            &mut details,
-        );
+        let spectrum = match fields.get("spectrum") {
+            None | Some(Value::Null) => None,
+            Some(value) => SpectrumSpec::parse(value, "/spectrum", MAX_FEATURES, &mut details),
+        };
+        let bands = spectrum.map(|s| s.band_names()).unwrap_or_default();
+        // With a spectrum, named features are optional.
+        let features = match fields.get("features") {
+            None if fields.contains_key("spectrum") => Some(Vec::new()),
+            value => column_names(value, "/features", MAX_FEATURES, &mut details),
+        };
+        let band_set: HashSet<&str> = bands.iter().map(String::as_str).collect();
+        if let Some(features) = &features {
+            for (j, name) in features.iter().enumerate() {
+                if band_set.contains(name.as_str()) {
+                    details.push(
+                        format!("/features/{j}"),
+                        format!("{name:?} is also the name of a band of the spectrum"),
+                    );
+                }
+            }
+            if bands.len() + features.len() > MAX_FEATURES {
+                details.push(
+                    "/features",
+                    format!(
+                        "at most {MAX_FEATURES} inputs are allowed, found {} bands and {} \
+                         features",
+                        bands.len(),
+                        features.len()
+                    ),
+                );
+            }
+        }
         let outputs = column_names(fields.get("outputs"), "/outputs", MAX_OUTPUTS, &mut details);
         // Checked on the raw names, so the overlap is reported even beside other problems.
         let strings = |key: &str| -> Vec<Option<&str>> {
@@ -172,6 +205,11 @@ impl ModelSpec {
                 details.push(
                     format!("/outputs/{k}"),
                     format!("{name:?} is also a feature name"),
+                );
+            } else if let Some(name) = name.filter(|n| band_set.contains(n)) {
+                details.push(
+                    format!("/outputs/{k}"),
+                    format!("{name:?} is also the name of a band of the spectrum"),
                 );
             }
         }
@@ -231,7 +269,8 @@ impl ModelSpec {
             None | Some(Value::Null) => Some(1.0),
             value => positive(value, "/prior_variance", &mut details),
         };
-        let p = features.as_ref().map_or(0, |f| f.len()) + usize::from(intercept);
+        let inputs = bands.len() + features.as_ref().map_or(0, |f| f.len());
+        let p = inputs + usize::from(intercept);
         let first_fit_rows = match fields.get("first_fit_rows") {
             None | Some(Value::Null) => Some(p.max(1) as u64),
             Some(value) => match value.as_u64() {
@@ -248,9 +287,9 @@ impl ModelSpec {
                 }
             },
         };
-        if let (Some(features), Some(outputs)) = (&features, &outputs) {
+        if let (Some(_), Some(outputs)) = (&features, &outputs) {
             let entries = p.saturating_mul(p).saturating_mul(outputs.len());
-            if entries > MAX_STATE_ENTRIES && !features.is_empty() {
+            if entries > MAX_STATE_ENTRIES && inputs > 0 {
                 details.push(
                     "/features",
                     format!(
@@ -260,10 +299,7 @@ impl ModelSpec {
                 );
             }
         }
-        if let Some(features) = &features
-            && features.is_empty()
-            && !intercept
-        {
+        if features.is_some() && inputs == 0 && !intercept {
             details.push(
                 "/features",
                 "a model without intercept needs at least one feature",
@@ -279,6 +315,7 @@ impl ModelSpec {
                 Some(first_fit_rows),
             ) => Ok(Self {
                 name,
+                spectrum,
                 features,
                 outputs,
                 intercept,
@@ -298,10 +335,19 @@ impl ModelSpec {
             TransformName::None => Transform::Identity,
             TransformName::KubelkaMunk => Transform::KubelkaMunk,
         };
-        let mut config = ModelConfig::new(
-            Basis::new(self.features.len(), self.intercept, transform),
-            self.outputs.len(),
-        );
+        let basis = match &self.spectrum {
+            Some(spectrum) => Basis::spectral(
+                spectrum.count,
+                spectrum.scale.scale(),
+                self.input_width(),
+                self.intercept,
+                transform,
+            ),
+            // Without a declared spectrum, Kubelka–Munk reads every feature as a reflectance
+            // fraction (the meaning of models created before spectra were declared).
+            None => Basis::new(self.features.len(), self.intercept, transform),
+        };
+        let mut config = ModelConfig::new(basis, self.outputs.len());
         config.update = match self.update {
             UpdateName::OneStep => UpdateMethod::OneStep,
             UpdateName::Refit => UpdateMethod::Refit,
@@ -313,9 +359,21 @@ impl ModelSpec {
         config
     }
 
-    /// Names of the basis functions: the features, then `"intercept"` if there is one.
+    /// Number of raw inputs of a row: the spectrum's bands, then the named features.
+    pub fn input_width(&self) -> usize {
+        self.spectrum.map_or(0, |s| s.count) + self.features.len()
+    }
+
+    /// Names of the raw inputs: the spectrum's bands (`400nm`, …), then the named features.
+    pub fn input_names(&self) -> Vec<String> {
+        let mut names = self.spectrum.map(|s| s.band_names()).unwrap_or_default();
+        names.extend(self.features.iter().cloned());
+        names
+    }
+
+    /// Names of the basis functions: the inputs, then `"intercept"` if there is one.
     pub fn basis_names(&self) -> Vec<String> {
-        let mut names = self.features.clone();
+        let mut names = self.input_names();
         if self.intercept {
             names.push("intercept".to_owned());
         }
@@ -416,5 +474,60 @@ fn positive(value: Option<&Value>, path: &str, details: &mut Details) -> Option<
             details.push(path, format!("must be a positive number, found {found}"));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn spectral(extra: Value) -> Result<ModelSpec, Invalid> {
+        let mut body = json!({
+            "name": "dips",
+            "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "percent"},
+            "outputs": ["red"],
+            "transform": "kubelka_munk",
+        });
+        if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+            body.extend(extra);
+        }
+        ModelSpec::parse(&body)
+    }
+
+    #[test]
+    fn a_spectrum_comes_first_and_named_features_are_optional() {
+        let spec = spectral(json!({})).unwrap();
+        assert_eq!(spec.input_width(), 31);
+        assert_eq!(spec.first_fit_rows, 32);
+        let spec = spectral(json!({"features": ["fabric"]})).unwrap();
+        let names = spec.basis_names();
+        assert_eq!((names[0].as_str(), names[30].as_str()), ("400nm", "700nm"));
+        assert_eq!(&names[31..], ["fabric", "intercept"]);
+        let basis = spec.config().basis;
+        assert_eq!((basis.spectral, basis.features), (31, 32));
+        assert_eq!(basis.scale, crate::estimator::ReflectanceScale::Percent);
+    }
+
+    #[test]
+    fn band_names_cannot_be_features_or_outputs() {
+        let err = spectral(json!({"features": ["550nm"], "outputs": ["450nm"]})).unwrap_err();
+        let paths: Vec<_> = err.details.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["/features/0", "/outputs/0"], "{err:?}");
+    }
+
+    #[test]
+    fn a_spec_stored_before_spectra_reads_as_none() {
+        let stored = json!({
+            "name": "old", "features": ["a"], "outputs": ["b"], "intercept": true,
+            "transform": "kubelka_munk", "update": "one_step", "forgetting": null,
+            "prior_variance": 1.0, "first_fit_rows": 2
+        });
+        let spec: ModelSpec = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(spec.spectrum, None);
+        // Written back unchanged: the stored JSON of existing models keeps its shape.
+        assert_eq!(serde_json::to_value(&spec).unwrap(), stored);
+        assert_eq!(spec.config().basis.spectral, 1);
     }
 }

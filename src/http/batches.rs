@@ -11,8 +11,9 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{BatchBody, check_rows, parse_json};
+use super::predict::Spectra;
 use super::{AppState, model_name};
-use crate::domain::{CsvError, Invalid, ModelName, ModelSpec, NewBatch};
+use crate::domain::{CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch};
 use crate::estimator::{BatchStatistics, codec};
 use crate::store::{BatchRecord, StoreError};
 
@@ -33,9 +34,12 @@ pub struct BatchRequest {
     /// The client's id for the batch; the `Idempotency-Key` header may carry it instead.
     /// Without either, the service assigns one (and a retry is then a new batch).
     pub batch_id: Option<String>,
-    /// Input rows, each with one finite number per feature.
+    /// Input rows, each with one finite number per named feature. May be left out when the
+    /// model has a spectrum and no named features.
     #[schema(min_items = 1)]
-    pub x: Vec<Vec<f64>>,
+    pub x: Option<Vec<Vec<f64>>>,
+    /// One reflectance spectrum per row, for a model that declares a spectrum.
+    pub spectra: Option<Spectra>,
     /// Output rows (concentrations used), one per input row, one number per output.
     #[schema(min_items = 1)]
     pub y: Vec<Vec<f64>>,
@@ -50,6 +54,9 @@ pub struct BatchAccepted {
     pub status: String,
     #[schema(example = 2)]
     pub rows: i32,
+    /// What was accepted but looks wrong (reflectance above full scale); left out when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Detail>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -146,8 +153,7 @@ pub async fn ingest(
                     // Not a well-formed batch (or too long): the full parse says what is wrong.
                     _ => {
                         let body = parse_json(&bytes)?;
-                        check_rows(&body, "x", limit)?;
-                        check_rows(&body, "y", limit)?;
+                        check_rows(&body, &["/x", "/y", "/spectra/values"], limit)?;
                         NewBatch::parse(&body, &spec, key.as_deref())?
                     }
                 },
@@ -201,6 +207,7 @@ pub async fn ingest(
             batch_id: b.batch_id,
             status: b.status,
             rows: b.rows,
+            warnings: batch.warnings,
         }),
     )
         .into_response();

@@ -90,15 +90,17 @@ pub fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))
 }
 
-/// The number of rows in `body[key]` when it is an array, to enforce the per-request limit
-/// before any value is parsed.
-pub fn row_count(body: &Value, key: &str) -> usize {
-    body.get(key).and_then(Value::as_array).map_or(0, Vec::len)
+/// The number of rows in the array at JSON pointer `at` (`/x`, `/spectra/values`), to enforce
+/// the per-request limit before any value is parsed.
+pub fn row_count(body: &Value, at: &str) -> usize {
+    body.pointer(at)
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
 }
 
-/// Refuses a request with more than `limit` rows (413).
-pub fn check_rows(body: &Value, key: &str, limit: usize) -> Result<(), ApiError> {
-    let rows = row_count(body, key);
+/// Refuses a request with more than `limit` rows in any of the arrays at `at` (413).
+pub fn check_rows(body: &Value, at: &[&str], limit: usize) -> Result<(), ApiError> {
+    let rows = at.iter().map(|a| row_count(body, a)).max().unwrap_or(0);
     if rows > limit {
         return Err(ApiError::PayloadTooLarge(format!(
             "too many rows: {rows} in one request, the limit is {limit}"

@@ -14,7 +14,7 @@ use super::extract::JsonBody;
 use super::{AppState, model_name};
 use crate::cache::CachedModel;
 use crate::domain::model::ForgettingSpec;
-use crate::domain::{ModelSpec, TransformName, UpdateName};
+use crate::domain::{ModelSpec, SpectrumSpec, TransformName, UpdateName};
 use crate::store::ModelRecord;
 
 pub fn router() -> Router<AppState> {
@@ -40,16 +40,23 @@ pub struct CreateModel {
     /// A slug: `[a-z0-9][a-z0-9_-]*`, at most 63 characters.
     #[schema(pattern = "^[a-z0-9][a-z0-9_-]{0,62}$")]
     pub name: String,
-    /// Input feature names (lab results, spectrum bands), distinct. Empty only with an
-    /// intercept (the model then learns each output's mean).
-    pub features: Vec<String>,
+    /// A reflectance spectrum: its bands (named `<λ>nm`, e.g. `400nm`) are the model's first
+    /// inputs. Requests may send spectra on any regular grid that covers this one.
+    #[serde(default)]
+    pub spectrum: Option<SpectrumSpec>,
+    /// Named input features (lab results, fabric codes), distinct. Optional with a spectrum;
+    /// without one, empty only with an intercept (the model then learns each output's mean).
+    #[serde(default)]
+    pub features: Option<Vec<String>>,
     /// Output names (dyes), distinct and different from the features.
     #[schema(min_items = 1)]
     pub outputs: Vec<String>,
     /// Append a constant basis function (default true).
     #[serde(default)]
     pub intercept: Option<bool>,
-    /// Basis transform of the features (default `none`).
+    /// Basis transform of the spectrum (default `none`). `kubelka_munk` reads each band's
+    /// reflectance R as K/S = (1 − R)²/(2R); without a declared spectrum it applies to every
+    /// feature, read as a fraction.
     #[serde(default)]
     pub transform: Option<TransformName>,
     /// Update method after the first fit (default `one_step`).
@@ -73,6 +80,9 @@ pub struct CreateModel {
 pub struct ModelView {
     #[schema(example = "cotton-reactive")]
     pub name: String,
+    /// The declared spectrum, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spectrum: Option<SpectrumSpec>,
     pub features: Vec<String>,
     pub outputs: Vec<String>,
     #[schema(example = true)]
@@ -104,6 +114,7 @@ impl From<ModelRecord> for ModelView {
         let s = m.spec;
         Self {
             name: s.name.to_string(),
+            spectrum: s.spectrum,
             features: s.features,
             outputs: s.outputs,
             intercept: s.intercept,

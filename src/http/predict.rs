@@ -15,7 +15,8 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{RawJson, check_rows, parse_json};
 use super::models::not_trained;
 use crate::domain::{
-    Details, FastObject, Invalid, Rows, fast_rows_object, parse_rows, pointer_token,
+    Detail, Details, FastObject, Invalid, ModelSpec, Rows, fast_rows_object, parse_inputs,
+    pointer_token,
 };
 use crate::estimator::{Predictions, Predictor};
 
@@ -30,9 +31,27 @@ const INLINE_BYTES: usize = 64 * 1024;
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[schema(example = json!({"x": [[1.0, 0.412, 0.388, 0.351]]}))]
 pub struct PredictRequest {
-    /// Input rows, each with one finite number per feature.
+    /// Input rows, each with one finite number per named feature. May be left out when the
+    /// model has a spectrum and no named features.
     #[schema(min_items = 1)]
-    pub x: Vec<Vec<f64>>,
+    pub x: Option<Vec<Vec<f64>>>,
+    /// One reflectance spectrum per row, for a model that declares a spectrum.
+    pub spectra: Option<Spectra>,
+}
+
+/// Reflectance spectra on any regular grid that covers the model's range, on the model's scale;
+/// each is resampled linearly onto the model's grid (never extrapolated).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[schema(example = json!({"start_nm": 360, "interval_nm": 5, "values": [[41.2, 40.8, 40.1]]}))]
+pub struct Spectra {
+    /// Wavelength of the first value of every row (nm).
+    pub start_nm: f64,
+    /// Distance between values (nm).
+    #[schema(exclusive_minimum = 0.0)]
+    pub interval_nm: f64,
+    /// One row per spectrum, all of the same length (at least 2).
+    #[schema(min_items = 1)]
+    pub values: Vec<Vec<f64>>,
 }
 
 /// The prediction for one row: per output, the mean concentration and the predictive variance
@@ -52,6 +71,9 @@ pub struct PredictResponse {
     #[schema(example = 13)]
     pub version: i64,
     pub predictions: Vec<Prediction>,
+    /// What was accepted but looks wrong (reflectance above full scale); left out when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Detail>,
 }
 
 /// Predict concentrations and their variances.
@@ -77,18 +99,33 @@ pub async fn predict(
         parse_json(&bytes)?;
         return Err(ApiError::not_found_model(&name));
     };
-    let (width, limit) = (model.spec.features.len(), app.limits.max_rows_per_request);
-    let predictions = if bytes.len() <= INLINE_BYTES {
-        predict_rows(&bytes, width, limit, model.predictor.as_deref(), &name)?
+    let limit = app.limits.max_rows_per_request;
+    let (predictions, warnings) = if bytes.len() <= INLINE_BYTES {
+        predict_rows(
+            &bytes,
+            &model.spec,
+            limit,
+            model.predictor.as_deref(),
+            &name,
+        )?
     } else {
-        let (predictor, model_name) = (model.predictor.clone(), name.clone());
-        app.cpu_bound(move || predict_rows(&bytes, width, limit, predictor.as_deref(), &model_name))
-            .await??
+        let (model, name) = (model.clone(), name.clone());
+        app.cpu_bound(move || {
+            predict_rows(
+                &bytes,
+                &model.spec,
+                limit,
+                model.predictor.as_deref(),
+                &name,
+            )
+        })
+        .await??
     };
     let body = PredictBody {
         model: &name,
         version: model.version,
         predictions: &predictions,
+        warnings: &warnings,
     };
     body.to_response()
 }
@@ -97,20 +134,28 @@ pub async fn predict(
 /// what is wrong), then predicted; 409 when the model is not trained yet.
 fn predict_rows(
     bytes: &[u8],
-    width: usize,
+    spec: &ModelSpec,
     limit: usize,
     predictor: Option<&Predictor>,
     model: &str,
-) -> Result<Predictions, ApiError> {
-    let x = match fast_rows_object(bytes, &[("x", width)], false) {
-        Some(FastObject { mut rows, .. }) if rows[0].rows() <= limit => rows.swap_remove(0),
-        // Not a well-formed request (or too long): the full parse says what is wrong.
-        _ => parse_request(bytes, width, limit)?,
+) -> Result<(Predictions, Vec<Detail>), ApiError> {
+    // Spectra are resampled and checked: the full parse reads them.
+    let fast = match spec.spectrum {
+        None => fast_rows_object(bytes, &[("x", spec.features.len())], false),
+        Some(_) => None,
     };
-    predictor
+    let (x, warnings) = match fast {
+        Some(FastObject { mut rows, .. }) if rows[0].rows() <= limit => {
+            (rows.swap_remove(0), Vec::new())
+        }
+        // Not a well-formed request (or too long): the full parse says what is wrong.
+        _ => parse_request(bytes, spec, limit)?,
+    };
+    let predictions = predictor
         .ok_or_else(|| not_trained(model))?
         .predict(x.as_mat())
-        .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))
+        .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))?;
+    Ok((predictions, warnings))
 }
 
 /// A [`PredictResponse`], serialised straight from the prediction matrices: no vector per
@@ -119,6 +164,7 @@ struct PredictBody<'a> {
     model: &'a str,
     version: i64,
     predictions: &'a Predictions,
+    warnings: &'a [Detail],
 }
 
 /// Bytes of JSON per predicted number, generously (`-1.2345678901234567e-100,`).
@@ -137,7 +183,8 @@ impl PredictBody<'_> {
 impl Serialize for PredictBody<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let (mean, variance) = (&self.predictions.mean, &self.predictions.variance);
-        let mut body = serializer.serialize_struct("PredictResponse", 3)?;
+        let fields = 3 + usize::from(!self.warnings.is_empty());
+        let mut body = serializer.serialize_struct("PredictResponse", fields)?;
         body.serialize_field("model", self.model)?;
         body.serialize_field("version", &self.version)?;
         body.serialize_field(
@@ -147,6 +194,9 @@ impl Serialize for PredictBody<'_> {
                 variance: variance.row(r),
             })),
         )?;
+        if !self.warnings.is_empty() {
+            body.serialize_field("warnings", self.warnings)?;
+        }
         body.end()
     }
 }
@@ -182,23 +232,31 @@ impl<I: Iterator<Item = T> + Clone, T: Serialize> Serialize for Seq<I> {
 
 /// The rows of a predict request that the fast path did not accept, every problem reported
 /// with its path.
-fn parse_request(bytes: &[u8], width: usize, limit: usize) -> Result<Rows, ApiError> {
+fn parse_request(
+    bytes: &[u8],
+    spec: &ModelSpec,
+    limit: usize,
+) -> Result<(Rows, Vec<Detail>), ApiError> {
     let body = parse_json(bytes)?;
-    check_rows(&body, "x", limit)?;
-    let mut details = Details::default();
-    if let serde_json::Value::Object(fields) = &body {
-        for key in fields.keys().filter(|k| k.as_str() != "x") {
-            details.push(format!("/{}", pointer_token(key)), "unknown field");
-        }
-    } else {
+    check_rows(&body, &["/x", "/spectra/values"], limit)?;
+    let serde_json::Value::Object(fields) = &body else {
         return Err(Invalid::one("", "the body must be a JSON object with \"x\"").into());
+    };
+    let mut details = Details::default();
+    for key in fields
+        .keys()
+        .filter(|k| !matches!(k.as_str(), "x" | "spectra"))
+    {
+        details.push(format!("/{}", pointer_token(key)), "unknown field");
     }
     if matches!(body.get("x"), Some(serde_json::Value::Array(rows)) if rows.is_empty()) {
         details.push("/x", "needs at least one row");
     }
-    let x = parse_rows(body.get("x"), "/x", width, &mut details);
+    let mut warnings = Details::default();
+    let x = parse_inputs(fields, spec, &mut details, &mut warnings);
     details.finish("invalid predict request")?;
-    Ok(x.ok_or_else(|| Invalid::one("/x", "invalid rows"))?)
+    let x = x.ok_or_else(|| Invalid::one("/x", "invalid rows"))?;
+    Ok((x, warnings.into_list()))
 }
 
 #[cfg(test)]
@@ -218,6 +276,7 @@ mod tests {
             model: "cotton-reactive",
             version: 13,
             predictions: &predictions,
+            warnings: &[],
         })
         .expect("serialise");
         let documented = serde_json::to_string(&PredictResponse {
@@ -229,6 +288,7 @@ mod tests {
                     variance: predictions.variance.row(r).iter().copied().collect(),
                 })
                 .collect(),
+            warnings: Vec::new(),
         })
         .expect("serialise");
         assert_eq!(direct, documented);

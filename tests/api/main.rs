@@ -18,6 +18,7 @@ mod readme;
 mod replicas;
 mod resilience;
 mod schemathesis;
+mod spectra;
 mod validation;
 mod versions;
 

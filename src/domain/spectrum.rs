@@ -1,0 +1,585 @@
+//! Reflectance spectra: the wavelength grid a model declares, and spectra sent on any grid that
+//! covers it, resampled linearly onto the model's.
+//!
+//! Instruments differ: one spectrophotometer reads 360–780 nm every 5 nm, another 400–700 nm
+//! every 10 nm. A model is fitted on one grid; a request may send any regular grid whose range
+//! covers the model's, and each spectrum is interpolated linearly at the model's wavelengths.
+//! Nothing is ever extrapolated: a spectrum that stops short of the model's range is refused.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Details, Rows, describe, parse_rows, pointer_token};
+use crate::estimator::ReflectanceScale;
+
+/// Wavelengths are compared with this tolerance (nm), so `400 + 30 · 10` covers `700`
+/// whatever the rounding of the grid's arithmetic.
+const NM_TOLERANCE: f64 = 1e-6;
+/// Bounds on a grid's wavelengths (nm): from the far ultraviolet to the near infrared.
+const MIN_NM: f64 = 100.0;
+const MAX_NM: f64 = 5000.0;
+/// Most bands in a spectrum a request may send (a fine grid, 0.5 nm over 380–780 nm, is 801).
+const MAX_REQUEST_BANDS: usize = 4096;
+
+/// How reflectances are written, as the API names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ScaleName {
+    /// 0 to 1.
+    Fraction,
+    /// 0 to 100.
+    Percent,
+}
+
+impl ScaleName {
+    pub fn scale(self) -> ReflectanceScale {
+        match self {
+            ScaleName::Fraction => ReflectanceScale::Fraction,
+            ScaleName::Percent => ReflectanceScale::Percent,
+        }
+    }
+}
+
+/// A regular wavelength grid: `λ_i = start_nm + i · interval_nm`, `i = 0 … count − 1`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Grid {
+    start_nm: f64,
+    interval_nm: f64,
+    count: usize,
+}
+
+impl Grid {
+    /// A grid of at least two bands within [100, 5000] nm.
+    pub fn new(start_nm: f64, interval_nm: f64, count: usize) -> Result<Self, String> {
+        if !(start_nm.is_finite() && (MIN_NM..=MAX_NM).contains(&start_nm)) {
+            return Err(format!(
+                "start_nm must be a wavelength from {MIN_NM} to {MAX_NM} nm, found {start_nm}"
+            ));
+        }
+        if !(interval_nm.is_finite() && interval_nm > 0.0) {
+            return Err(format!(
+                "interval_nm must be a positive number of nm, found {interval_nm}"
+            ));
+        }
+        if count < 2 {
+            return Err(format!("a spectrum needs at least 2 bands, found {count}"));
+        }
+        let grid = Self {
+            start_nm,
+            interval_nm,
+            count,
+        };
+        if grid.end_nm() > MAX_NM + NM_TOLERANCE {
+            return Err(format!(
+                "the grid ends at {} nm, beyond {MAX_NM} nm",
+                grid.end_nm()
+            ));
+        }
+        Ok(grid)
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// `λ_i`.
+    pub fn wavelength(&self, i: usize) -> f64 {
+        self.start_nm + i as f64 * self.interval_nm
+    }
+
+    pub fn end_nm(&self) -> f64 {
+        self.wavelength(self.count - 1)
+    }
+
+    /// Whether this grid's range contains `other`'s.
+    pub fn covers(&self, other: &Grid) -> bool {
+        self.start_nm <= other.start_nm + NM_TOLERANCE
+            && self.end_nm() >= other.end_nm() - NM_TOLERANCE
+    }
+
+    /// The name of band `i`, e.g. `400nm` or `402.5nm`.
+    pub fn band_name(&self, i: usize) -> String {
+        format!("{}nm", self.wavelength(i))
+    }
+
+    /// The range, for messages: `400–700 nm every 10 nm`.
+    fn describe(&self) -> String {
+        format!(
+            "{}–{} nm every {} nm",
+            self.start_nm,
+            self.end_nm(),
+            self.interval_nm
+        )
+    }
+}
+
+/// Linear interpolation of a spectrum `values` on grid `from` at the wavelengths of `to`,
+/// written to `out` (length `to.count()`):
+///
+/// ```text
+/// r(λ) = (1 − t) · r_i + t · r_{i+1},   u = (λ − λ₀) / Δλ,   i = ⌊u⌋,   t = u − i
+/// ```
+///
+/// `from` must cover `to` (see [`Grid::covers`]); positions within the tolerance of an end are
+/// clamped onto it, so no value is ever extrapolated. A wavelength on `from`'s grid is copied
+/// exactly.
+pub fn resample(from: &Grid, values: &[f64], to: &Grid, out: &mut [f64]) {
+    debug_assert_eq!(values.len(), from.count);
+    debug_assert_eq!(out.len(), to.count);
+    let last = (from.count - 1) as f64;
+    for (k, o) in out.iter_mut().enumerate() {
+        let u = ((to.wavelength(k) - from.start_nm) / from.interval_nm).clamp(0.0, last);
+        let mut i = u.floor();
+        let mut t = u - i;
+        // Within rounding of the next band: take it exactly.
+        if 1.0 - t < 1e-9 {
+            i += 1.0;
+            t = 0.0;
+        }
+        let i = (i as usize).min(from.count - 1);
+        *o = if t < 1e-9 || i + 1 >= from.count {
+            values[i]
+        } else {
+            (1.0 - t) * values[i] + t * values[i + 1]
+        };
+    }
+}
+
+/// The spectrum a model declares: its grid and how its reflectances are written. Stored with
+/// the model; its bands are the model's first inputs, named by [`Grid::band_name`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SpectrumSpec {
+    /// First wavelength (nm).
+    #[schema(example = 400.0)]
+    pub start_nm: f64,
+    /// Distance between bands (nm).
+    #[schema(example = 10.0)]
+    pub interval_nm: f64,
+    /// Number of bands (at least 2).
+    #[schema(example = 31, minimum = 2)]
+    pub count: usize,
+    /// `fraction` (0–1) or `percent` (0–100).
+    pub scale: ScaleName,
+}
+
+const SPECTRUM_FIELDS: [&str; 4] = ["start_nm", "interval_nm", "count", "scale"];
+
+impl SpectrumSpec {
+    /// Parses the `spectrum` field of a model specification at `path`.
+    pub fn parse(
+        value: &Value,
+        path: &str,
+        max_bands: usize,
+        details: &mut Details,
+    ) -> Option<Self> {
+        let Value::Object(fields) = value else {
+            details.push(
+                path,
+                format!(
+                    "must be {{\"start_nm\", \"interval_nm\", \"count\", \"scale\"}}, found {}",
+                    describe(value)
+                ),
+            );
+            return None;
+        };
+        for key in fields.keys() {
+            if !SPECTRUM_FIELDS.contains(&key.as_str()) {
+                details.push(format!("{path}/{}", pointer_token(key)), "unknown field");
+            }
+        }
+        let start_nm = number(fields.get("start_nm"), &format!("{path}/start_nm"), details);
+        let interval_nm = number(
+            fields.get("interval_nm"),
+            &format!("{path}/interval_nm"),
+            details,
+        );
+        let count = match fields.get("count") {
+            Some(v) => match v.as_u64() {
+                Some(n) if n >= 2 && n <= max_bands as u64 => Some(n as usize),
+                _ => {
+                    details.push(
+                        format!("{path}/count"),
+                        format!(
+                            "must be an integer from 2 to {max_bands}, found {}",
+                            describe(v)
+                        ),
+                    );
+                    None
+                }
+            },
+            None => {
+                details.push(format!("{path}/count"), "is required");
+                None
+            }
+        };
+        let scale = match fields.get("scale") {
+            Some(v) => match serde_json::from_value::<ScaleName>(v.clone()) {
+                Ok(scale) => Some(scale),
+                Err(_) => {
+                    details.push(
+                        format!("{path}/scale"),
+                        format!(
+                            "must be one of \"fraction\", \"percent\", found {}",
+                            describe(v)
+                        ),
+                    );
+                    None
+                }
+            },
+            None => {
+                details.push(format!("{path}/scale"), "is required");
+                None
+            }
+        };
+        let (start_nm, interval_nm, count, scale) = (start_nm?, interval_nm?, count?, scale?);
+        match Grid::new(start_nm, interval_nm, count) {
+            Ok(_) => Some(Self {
+                start_nm,
+                interval_nm,
+                count,
+                scale,
+            }),
+            Err(e) => {
+                details.push(path, e);
+                None
+            }
+        }
+    }
+
+    /// The model's grid. Validated when the spec was parsed; a stored spec is trusted.
+    pub fn grid(&self) -> Grid {
+        Grid {
+            start_nm: self.start_nm,
+            interval_nm: self.interval_nm,
+            count: self.count,
+        }
+    }
+
+    /// The same spectrum read on another grid.
+    pub fn on_grid(&self, grid: Grid) -> Self {
+        Self {
+            start_nm: grid.start_nm,
+            interval_nm: grid.interval_nm,
+            count: grid.count,
+            scale: self.scale,
+        }
+    }
+
+    /// The names of the bands, in order.
+    pub fn band_names(&self) -> Vec<String> {
+        let grid = self.grid();
+        (0..self.count).map(|i| grid.band_name(i)).collect()
+    }
+
+    /// Full reflectance on this spectrum's scale (1 or 100).
+    pub fn full_scale(&self) -> f64 {
+        self.scale.scale().full()
+    }
+}
+
+fn number(value: Option<&Value>, path: &str, details: &mut Details) -> Option<f64> {
+    match value {
+        Some(v) if v.is_number() => v.as_f64(),
+        Some(v) => {
+            details.push(
+                path,
+                format!("must be a number of nm, found {}", describe(v)),
+            );
+            None
+        }
+        None => {
+            details.push(path, "is required");
+            None
+        }
+    }
+}
+
+/// Parses a request's `spectra` (`{"start_nm", "interval_nm", "values": [[…], …]}`, every row
+/// one spectrum on that grid, on the model's scale) and resamples every row onto `spec`'s
+/// grid. Problems go to `details`; reflectances above full scale (optical brighteners) are
+/// kept, and reported in `warnings`.
+pub fn parse_spectra(
+    value: Option<&Value>,
+    path: &str,
+    spec: &SpectrumSpec,
+    details: &mut Details,
+    warnings: &mut Details,
+) -> Option<Rows> {
+    let Some(value) = value else {
+        details.push(path, "is required: the model reads a reflectance spectrum");
+        return None;
+    };
+    let Value::Object(fields) = value else {
+        details.push(
+            path,
+            format!(
+                "must be {{\"start_nm\", \"interval_nm\", \"values\"}}, found {}",
+                describe(value)
+            ),
+        );
+        return None;
+    };
+    for key in fields.keys() {
+        if !matches!(key.as_str(), "start_nm" | "interval_nm" | "values") {
+            details.push(format!("{path}/{}", pointer_token(key)), "unknown field");
+        }
+    }
+    let start_nm = number(fields.get("start_nm"), &format!("{path}/start_nm"), details);
+    let interval_nm = number(
+        fields.get("interval_nm"),
+        &format!("{path}/interval_nm"),
+        details,
+    );
+    let values_path = format!("{path}/values");
+    let values = fields.get("values");
+    // The grid's length is the first row's; every other row must match it.
+    let width = match values {
+        Some(Value::Array(rows)) if rows.is_empty() => {
+            details.push(&values_path, "needs at least one spectrum");
+            return None;
+        }
+        Some(Value::Array(rows)) => match &rows[0] {
+            Value::Array(first) if first.len() <= MAX_REQUEST_BANDS => first.len(),
+            Value::Array(first) => {
+                details.push(
+                    format!("{values_path}/0"),
+                    format!(
+                        "at most {MAX_REQUEST_BANDS} bands are allowed, found {}",
+                        first.len()
+                    ),
+                );
+                return None;
+            }
+            _ => 0,
+        },
+        _ => 0,
+    };
+    let rows = parse_rows(values, &values_path, width, details);
+    let model = spec.grid();
+    let grid = match (start_nm, interval_nm) {
+        (Some(start), Some(interval)) => match Grid::new(start, interval, width) {
+            Ok(grid) if grid.covers(&model) => Some(grid),
+            Ok(grid) => {
+                details.push(
+                    path,
+                    format!(
+                        "the spectra cover {} but the model reads {}: mordant never \
+                         extrapolates, send a spectrum that covers the model's range",
+                        grid.describe(),
+                        model.describe()
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                details.push(path, e);
+                None
+            }
+        },
+        _ => None,
+    };
+    let (rows, grid) = (rows?, grid?);
+    let full = spec.full_scale();
+    let unit = match spec.scale {
+        ScaleName::Percent => " %",
+        ScaleName::Fraction => "",
+    };
+    for (i, row) in rows.values().chunks_exact(width).enumerate() {
+        for (j, &r) in row.iter().enumerate() {
+            if r > full {
+                warnings.push(
+                    format!("{values_path}/{i}/{j}"),
+                    format!(
+                        "reflectance {r}{unit} at {} is above full scale ({full}{unit}): an \
+                         optical brightener? kept as sent",
+                        grid.band_name(j)
+                    ),
+                );
+            }
+        }
+    }
+    let mut out = vec![0.0; rows.rows() * model.count];
+    for (src, dst) in rows
+        .values()
+        .chunks_exact(width)
+        .zip(out.chunks_exact_mut(model.count))
+    {
+        resample(&grid, src, &model, dst);
+    }
+    Some(Rows::from_row_major(rows.rows(), model.count, out))
+}
+
+/// The model's input rows: each row's spectrum (on the model's grid), then its named features.
+pub fn join_inputs(spectra: &Rows, features: &Rows) -> Rows {
+    debug_assert_eq!(spectra.rows(), features.rows());
+    let width = spectra.width() + features.width();
+    let mut values = Vec::with_capacity(spectra.rows() * width);
+    for r in 0..spectra.rows() {
+        values.extend_from_slice(&spectra.values()[r * spectra.width()..(r + 1) * spectra.width()]);
+        values.extend_from_slice(
+            &features.values()[r * features.width()..(r + 1) * features.width()],
+        );
+    }
+    Rows::from_row_major(spectra.rows(), width, values)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    fn percent_model() -> SpectrumSpec {
+        SpectrumSpec {
+            start_nm: 400.0,
+            interval_nm: 10.0,
+            count: 31,
+            scale: ScaleName::Percent,
+        }
+    }
+
+    #[test]
+    fn a_finer_wider_grid_resamples_onto_the_model_grid() {
+        // 360–780 nm every 5 nm, a straight line in λ: interpolation is exact on it.
+        let from = Grid::new(360.0, 5.0, 85).unwrap();
+        let line: Vec<f64> = (0..85).map(|i| 10.0 + 0.1 * from.wavelength(i)).collect();
+        let to = percent_model().grid();
+        let mut out = vec![0.0; 31];
+        resample(&from, &line, &to, &mut out);
+        for (k, v) in out.iter().enumerate() {
+            assert!(
+                (v - (10.0 + 0.1 * to.wavelength(k))).abs() < 1e-12,
+                "band {k}: {v}"
+            );
+        }
+    }
+
+    #[test]
+    fn between_bands_is_the_weighted_mean_of_its_neighbours() {
+        let from = Grid::new(400.0, 20.0, 3).unwrap();
+        let to = Grid::new(410.0, 15.0, 2).unwrap();
+        let mut out = vec![0.0; 2];
+        resample(&from, &[0.0, 1.0, 5.0], &to, &mut out);
+        assert_eq!(out, vec![0.5, 2.0]);
+    }
+
+    #[test]
+    fn a_spectrum_short_of_the_model_range_is_refused_not_extrapolated() {
+        let body = json!({"start_nm": 410, "interval_nm": 10, "values": [vec![50.0; 30]]});
+        let (mut details, mut warnings) = (Details::default(), Details::default());
+        let rows = parse_spectra(
+            Some(&body),
+            "/spectra",
+            &percent_model(),
+            &mut details,
+            &mut warnings,
+        );
+        assert!(rows.is_none());
+        let err = details.finish("invalid").unwrap_err();
+        assert_eq!(err.details[0].path, "/spectra");
+        assert!(
+            err.details[0].message.contains("never extrapolates"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn reflectance_above_full_scale_is_flagged_and_kept() {
+        let mut row = vec![50.0; 31];
+        row[3] = 104.5;
+        let body = json!({"start_nm": 400, "interval_nm": 10, "values": [row]});
+        let (mut details, mut warnings) = (Details::default(), Details::default());
+        let rows = parse_spectra(
+            Some(&body),
+            "/spectra",
+            &percent_model(),
+            &mut details,
+            &mut warnings,
+        )
+        .expect("valid");
+        assert_eq!(rows.values()[3], 104.5);
+        let warnings = warnings.into_list();
+        assert_eq!(warnings.len(), 1);
+        assert_eq!(warnings[0].path, "/spectra/values/0/3");
+        assert!(warnings[0].message.contains("430nm"), "{warnings:?}");
+    }
+
+    #[test]
+    fn rows_of_another_length_are_reported_by_row() {
+        let body =
+            json!({"start_nm": 400, "interval_nm": 10, "values": [vec![50.0; 31], vec![50.0; 30]]});
+        let (mut details, mut warnings) = (Details::default(), Details::default());
+        assert!(
+            parse_spectra(
+                Some(&body),
+                "/spectra",
+                &percent_model(),
+                &mut details,
+                &mut warnings
+            )
+            .is_none()
+        );
+        let err = details.finish("invalid").unwrap_err();
+        assert_eq!(err.details[0].path, "/spectra/values/1");
+    }
+
+    #[test]
+    fn spec_parse_reports_each_bad_field() {
+        let mut details = Details::default();
+        let spec = SpectrumSpec::parse(
+            &json!({"start_nm": "400", "interval_nm": -5, "count": 1, "scale": "ratio", "x": 1}),
+            "/spectrum",
+            2048,
+            &mut details,
+        );
+        assert!(spec.is_none());
+        let paths: Vec<String> = details
+            .finish("invalid")
+            .unwrap_err()
+            .details
+            .into_iter()
+            .map(|d| d.path)
+            .collect();
+        for path in [
+            "/spectrum/x",
+            "/spectrum/start_nm",
+            "/spectrum/count",
+            "/spectrum/scale",
+        ] {
+            assert!(
+                paths.iter().any(|p| p == path),
+                "{path} missing from {paths:?}"
+            );
+        }
+    }
+
+    proptest! {
+        /// Resampling onto the source grid itself returns the spectrum unchanged, and onto any
+        /// covered grid stays within the range of the source values (no extrapolation).
+        #[test]
+        fn resampling_never_leaves_the_source_range(
+            values in prop::collection::vec(0.0f64..120.0, 2..60),
+            start_offset in 0.0f64..1.0,
+            span in 0.0f64..1.0,
+            count in 2usize..50,
+        ) {
+            let from = Grid::new(380.0, 5.0, values.len()).unwrap();
+            let mut same = vec![0.0; values.len()];
+            resample(&from, &values, &from, &mut same);
+            prop_assert_eq!(&same, &values);
+            let width = from.end_nm() - from.start_nm;
+            let start = from.start_nm + start_offset * width * 0.5;
+            let end = start + span * (from.end_nm() - start);
+            let interval = ((end - start) / (count - 1) as f64).max(1e-3);
+            let to = Grid::new(start, interval, count).unwrap();
+            prop_assume!(from.covers(&to));
+            let mut out = vec![0.0; count];
+            resample(&from, &values, &to, &mut out);
+            let (lo, hi) = values.iter().fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(*v), b.max(*v)));
+            for v in out {
+                prop_assert!(v >= lo - 1e-9 && v <= hi + 1e-9);
+            }
+        }
+    }
+}

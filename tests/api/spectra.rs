@@ -1,0 +1,253 @@
+//! Spectral models: spectra on any covering grid, resampled onto the model's; Kubelka–Munk on
+//! the spectrum only; brighteners flagged, short spectra refused.
+
+use mordant::estimator::{Basis, ModelConfig, ReflectanceScale, Transform};
+use rand::{Rng, SeedableRng};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+/// Reflectance (percent) of a dyed sample at `λ` nm by the Kubelka–Munk forward model:
+/// `K/S = K/S_substrate + Σ cᵢ kᵢ(λ)`, `R = 1 + K/S − √((K/S)² + 2 K/S)`.
+fn reflectance(lambda: f64, recipe: &[f64]) -> f64 {
+    let bands = [(430.0, 30.0), (520.0, 40.0), (610.0, 35.0)];
+    let ks = 0.02
+        + recipe
+            .iter()
+            .zip(bands)
+            .map(|(c, (centre, width))| {
+                c * 3.0 * (-((lambda - centre) / width).powi(2) / 2.0).exp()
+            })
+            .sum::<f64>();
+    100.0 * (1.0 + ks - (ks * ks + 2.0 * ks).sqrt())
+}
+
+/// Lab dips as JSON rows: spectra, fabric codes, recipes.
+type LabDips = (Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+/// `rows` lab dips: spectra on 360–780 nm every 5 nm, a fabric code, recipes of three dyes.
+fn lab_dips(seed: u64, rows: usize) -> LabDips {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let (mut spectra, mut fabric, mut recipes) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rows {
+        let recipe: Vec<f64> = (0..3).map(|_| rng.random_range(0.0..2.0)).collect();
+        spectra.push(
+            (0..85)
+                .map(|i| {
+                    reflectance(360.0 + 5.0 * i as f64, &recipe) + rng.random_range(-0.05..0.05)
+                })
+                .collect(),
+        );
+        fabric.push(vec![f64::from(rng.random_range(0..2u8))]);
+        recipes.push(recipe);
+    }
+    (spectra, fabric, recipes)
+}
+
+fn spectral_spec(name: &str) -> Value {
+    json!({
+        "name": name,
+        "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "percent"},
+        "features": ["fabric"],
+        "outputs": ["yellow", "red", "blue"],
+        "transform": "kubelka_munk",
+        "first_fit_rows": 40,
+    })
+}
+
+/// Every fifth value of a 5 nm spectrum from 360 nm, from 400 to 700 nm: the model's grid.
+fn on_model_grid(spectrum: &[f64]) -> Vec<f64> {
+    (0..31).map(|k| spectrum[8 + 2 * k]).collect()
+}
+
+#[tokio::test]
+async fn spectra_on_a_finer_wider_grid_train_the_model_the_estimator_computes() {
+    let app = spawn_app().await;
+    let model = app.create_model(&spectral_spec("dips")).await;
+    assert_eq!(model["spectrum"]["count"], 31);
+    assert_eq!(model["features"], json!(["fabric"]));
+    let mut direct = Vec::new();
+    for (b, seed) in [11u64, 12, 13].into_iter().enumerate() {
+        let (spectra, fabric, recipes) = lab_dips(seed, 30);
+        let response = app
+            .post_batch(
+                "dips",
+                &json!({
+                    "batch_id": format!("b{b}"),
+                    "spectra": {"start_nm": 360, "interval_nm": 5, "values": spectra},
+                    "x": fabric,
+                    "y": recipes,
+                }),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let x: Vec<Vec<f64>> = spectra
+            .iter()
+            .zip(&fabric)
+            .map(|(s, f)| [on_model_grid(s), f.clone()].concat())
+            .collect();
+        direct.push((x, recipes));
+    }
+    let version = app.wait_for_batch("dips", "b2").await["version"]
+        .as_i64()
+        .unwrap();
+
+    let (spectra, fabric, recipes) = lab_dips(99, 4);
+    let api = wait_until(std::time::Duration::from_secs(30), || async {
+        let r = app
+            .post(
+                "/v1/models/dips/predict",
+                &json!({"spectra": {"start_nm": 360, "interval_nm": 5, "values": spectra}, "x": fabric}),
+            )
+            .await;
+        let body: Value = r.json().await.ok()?;
+        (body["version"].as_i64()? >= version).then_some(body)
+    })
+    .await
+    .expect("predict reaches the version");
+    let basis = Basis::spectral(
+        31,
+        ReflectanceScale::Percent,
+        32,
+        true,
+        Transform::KubelkaMunk,
+    );
+    let config = ModelConfig::new(basis, 3);
+    let probe: Vec<Vec<f64>> = spectra
+        .iter()
+        .zip(&fabric)
+        .map(|(s, f)| [on_model_grid(s), f.clone()].concat())
+        .collect();
+    let expected = direct_state(&config, &direct, 40)
+        .predict(mat(&probe).as_ref())
+        .unwrap();
+    assert_same_predictions(&api, &expected);
+    // Kubelka–Munk makes the recipe linear in the inputs: the learnt recipes are close.
+    for (p, recipe) in api["predictions"].as_array().unwrap().iter().zip(&recipes) {
+        for k in 0..3 {
+            let mean = p["mean"][k].as_f64().unwrap();
+            assert!((mean - recipe[k]).abs() < 0.05, "{mean} vs {}", recipe[k]);
+        }
+    }
+    let posterior: Value = app
+        .get("/v1/models/dips/posterior")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(posterior["basis"][0], "400nm");
+    assert_eq!(posterior["basis"][31], "fabric");
+}
+
+#[tokio::test]
+async fn a_csv_batch_on_another_grid_is_the_json_batch() {
+    let app = spawn_app().await;
+    app.create_model(&spectral_spec("dips")).await;
+    let (spectra, fabric, recipes) = lab_dips(5, 3);
+    let response = app
+        .post_batch(
+            "dips",
+            &json!({
+                "batch_id": "same",
+                "spectra": {"start_nm": 360, "interval_nm": 5, "values": spectra},
+                "x": fabric,
+                "y": recipes,
+            }),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    // The CSV's columns in another order; its bands every 5 nm from 360 nm.
+    let mut csv = String::from("red,fabric,blue,yellow");
+    for i in 0..85 {
+        csv.push_str(&format!(",{}nm", 360 + 5 * i));
+    }
+    csv.push('\n');
+    for ((s, f), y) in spectra.iter().zip(&fabric).zip(&recipes) {
+        csv.push_str(&format!("{},{},{},{}", y[1], f[0], y[2], y[0]));
+        for v in s {
+            csv.push_str(&format!(",{v}"));
+        }
+        csv.push('\n');
+    }
+    let path = "/v1/models/dips/batches";
+    let replay = app
+        .client
+        .post(app.url(path))
+        .header("content-type", "text/csv")
+        .header("idempotency-key", "same")
+        .body(csv.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), StatusCode::ACCEPTED);
+    assert_eq!(
+        replay
+            .headers()
+            .get("idempotent-replayed")
+            .map(|v| v.to_str().unwrap()),
+        Some("true"),
+        "the CSV reads to the same rows as the JSON batch"
+    );
+    // A CSV that stops at 690 nm is refused.
+    let short: String = csv
+        .lines()
+        .map(|line| line.split(',').take(4 + 67).collect::<Vec<_>>().join(","))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let response = app.post_raw(path, "text/csv", short).await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("never extrapolates"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn short_spectra_are_refused_and_brighteners_flagged() {
+    let app = spawn_app().await;
+    app.create_model(&spectral_spec("dips")).await;
+    let (spectra, fabric, recipes) = lab_dips(3, 2);
+    // 360–700 nm is fine for a 400–700 nm model; 360–695 nm is not.
+    let short: Vec<Vec<f64>> = spectra.iter().map(|s| s[..67].to_vec()).collect();
+    let response = app
+        .post_batch(
+            "dips",
+            &json!({"spectra": {"start_nm": 360, "interval_nm": 5, "values": short}, "x": fabric, "y": recipes}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["details"][0]["path"], "/spectra");
+
+    let mut bright = spectra.clone();
+    bright[1][10] = 103.5;
+    let response = app
+        .post_batch(
+            "dips",
+            &json!({"spectra": {"start_nm": 360, "interval_nm": 5, "values": bright}, "x": fabric, "y": recipes}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["warnings"][0]["path"], "/spectra/values/1/10");
+    assert!(
+        body["warnings"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("410nm")
+    );
+    // A model without a spectrum has no use for one.
+    app.create_model(&spec("plain", 2, 1)).await;
+    let response = app
+        .post_batch(
+            "plain",
+            &json!({"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[1.0, 2.0]]}, "x": [[1.0, 2.0]], "y": [[1.0]]}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+}
