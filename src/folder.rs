@@ -15,18 +15,33 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cache::{CachedModel, PosteriorCache, sleep_or_stop};
 use crate::config::FolderSettings;
-use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec};
+use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec, drift};
 use crate::metrics::Metrics;
 use crate::store::{ModelLock, QueuedBatch, Store, StoreError, Topic};
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches
-/// folded into it, and the batches rejected with their reasons. Batches in neither list stay
-/// queued (an untrained model waiting for more rows).
+/// folded into it, the batches rejected with their reasons and those held for review. Batches
+/// in none of these lists stay queued (an untrained model waiting for more rows).
 #[derive(Debug, Default)]
 pub struct FoldPlan {
     pub state: Option<ModelState>,
     pub folded: Vec<i64>,
     pub rejected: Vec<(i64, String)>,
+    /// Batches whose surprise exceeded the model's threshold: not folded, kept for review.
+    pub held: Vec<i64>,
+    /// Each folded or held batch's surprise per output (see [`drift::surprise`]) to the
+    /// posterior it met; batches of the first fit have none.
+    pub surprise: Vec<(i64, Vec<Option<f64>>)>,
+}
+
+/// A queued batch as the fold plan reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct Pending<'a> {
+    pub seq: i64,
+    /// The encoded statistics.
+    pub statistics: &'a [u8],
+    /// Released by an admin after a hold: folded whatever its surprise.
+    pub released: bool,
 }
 
 /// Folds `batches` (oldest first) into `current`.
@@ -36,14 +51,19 @@ pub struct FoldPlan {
 /// model's update method, one batch at a time. So the result depends only on the order of the
 /// batches, never on how the folder happened to group them into folds.
 ///
+/// Before a batch is learnt, its surprise to the posterior it meets is computed; with a
+/// `hold_above` threshold, a batch whose largest surprise over the outputs exceeds it is held
+/// for review instead (unless an admin released it), and the state stays what it was.
+///
 /// A batch whose statistics cannot be decoded, or whose update fails or would make the state
 /// non-finite, is rejected with the reason and the state stays what it was before it. If the
 /// first fit itself fails, every batch of its prefix is rejected.
 pub fn plan_fold(
     config: &ModelConfig,
     current: Option<&ModelState>,
-    batches: &[(i64, &[u8])],
+    batches: &[Pending<'_>],
     first_fit_rows: f64,
+    hold_above: Option<f64>,
 ) -> FoldPlan {
     let mut plan = FoldPlan::default();
     let mut queue = batches.iter();
@@ -52,7 +72,12 @@ pub fn plan_fold(
         let p = config.basis.dim();
         let mut totals = BatchStatistics::zeros(p, config.outputs);
         let mut prefix = Vec::new();
-        for &(seq, blob) in queue.by_ref() {
+        for &Pending {
+            seq,
+            statistics: blob,
+            ..
+        } in queue.by_ref()
+        {
             match decode(blob, config).and_then(|stats| {
                 let mut sum = totals.clone();
                 sum.add(&stats).map_err(|e| e.to_string())?;
@@ -87,30 +112,49 @@ pub fn plan_fold(
             }
         }
     }
-    for &(seq, blob) in queue {
+    for batch in queue {
         let Some(base) = state.as_ref().or(current) else {
             break;
         };
-        let next = decode(blob, config).and_then(|stats| {
+        let seq = batch.seq;
+        let next = decode(batch.statistics, config).and_then(|stats| {
+            let z = drift::surprise(base, &stats);
+            let over = hold_above
+                .zip(drift::largest(&z))
+                .is_some_and(|(t, z)| z > t);
+            if over && !batch.released {
+                return Ok(Learnt::Held(z));
+            }
             let next = base
                 .update(config, &stats)
                 .map_err(|e| format!("update failed: {e}"))?;
             if next.is_finite() {
-                Ok(next)
+                Ok(Learnt::Folded(Box::new(next), z))
             } else {
                 Err("the update would make the model state non-finite".to_owned())
             }
         });
         match next {
-            Ok(next) => {
-                state = Some(next);
+            Ok(Learnt::Folded(next, z)) => {
+                state = Some(*next);
                 plan.folded.push(seq);
+                plan.surprise.push((seq, z));
+            }
+            Ok(Learnt::Held(z)) => {
+                plan.held.push(seq);
+                plan.surprise.push((seq, z));
             }
             Err(reason) => plan.rejected.push((seq, reason)),
         }
     }
     plan.state = state;
     plan
+}
+
+/// What became of one batch after the first fit.
+enum Learnt {
+    Folded(Box<ModelState>, Vec<Option<f64>>),
+    Held(Vec<Option<f64>>),
 }
 
 fn decode(blob: &[u8], config: &ModelConfig) -> Result<BatchStatistics, String> {
@@ -174,15 +218,26 @@ async fn fold_claimed(
     let current = current_state(&mut lock, cache).await?;
     let queued = lock.queued_batches().await?;
     let first_fit_rows = lock.spec.first_fit_rows as f64;
+    let hold_above = lock.spec.drift_threshold;
     let (plan, queued) = {
         let current = current.clone();
         let config = config.clone();
         tokio::task::spawn_blocking(move || {
-            let blobs: Vec<(i64, &[u8])> = queued
+            let pending: Vec<Pending<'_>> = queued
                 .iter()
-                .map(|b| (b.seq, b.statistics.as_slice()))
+                .map(|b| Pending {
+                    seq: b.seq,
+                    statistics: b.statistics.as_slice(),
+                    released: b.released,
+                })
                 .collect();
-            let plan = plan_fold(&config, current.as_deref(), &blobs, first_fit_rows);
+            let plan = plan_fold(
+                &config,
+                current.as_deref(),
+                &pending,
+                first_fit_rows,
+                hold_above,
+            );
             (plan, queued)
         })
         .await
@@ -196,6 +251,22 @@ async fn fold_claimed(
             .map(|b| b.batch_id.as_str());
         tracing::warn!(model = %lock.name, batch_id = batch, reason, "batch rejected");
         lock.mark_rejected(*seq, reason).await?;
+    }
+    for (seq, z) in &plan.surprise {
+        let held = plan.held.contains(seq);
+        if held {
+            let batch = queued
+                .iter()
+                .find(|b| b.seq == *seq)
+                .map(|b| b.batch_id.as_str());
+            tracing::warn!(
+                model = %lock.name,
+                batch_id = batch,
+                surprise = drift::largest(z),
+                "batch held for review: it is far more surprising than the model's threshold"
+            );
+        }
+        lock.record_surprise(*seq, z, held).await?;
     }
     let mut version = None;
     let mut new_state = None;
@@ -230,6 +301,10 @@ async fn fold_claimed(
         .filter(|b| plan.folded.contains(&b.seq))
         .map(|b| (committed - b.received_at).as_seconds_f64())
         .collect();
+    for (_, z) in &plan.surprise {
+        metrics.batch_surprise(&name, z);
+    }
+    metrics.batches_held(&name, plan.held.len());
     metrics.fold(
         &name,
         plan.folded.len(),

@@ -48,6 +48,8 @@ pub struct Metrics {
     rows_folded: IntCounterVec,
     fold_duration: Histogram,
     fold_lag: Histogram,
+    batches_held: IntCounterVec,
+    batch_surprise: HistogramVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -113,6 +115,22 @@ impl Metrics {
             .buckets(prometheus::exponential_buckets(0.005, 2.0, 23).unwrap_or_default()),
         )?;
         registry.register(Box::new(fold_lag.clone()))?;
+        let batches_held = counter(
+            "batches_held_total",
+            "Batches held for review: more surprising to the posterior than the model's threshold.",
+            &["model"],
+        )?;
+        // z ≈ 1 for a batch that agrees with the model; buckets from 1/8 to 4096.
+        let batch_surprise = HistogramVec::new(
+            HistogramOpts::new(
+                "batch_surprise",
+                "Each folded or held batch's surprise to the posterior it met (the largest over \
+                 the outputs of RSS / (N·σ² + tr(ΣG)); about 1 when the batch agrees).",
+            )
+            .buckets(prometheus::exponential_buckets(0.125, 2.0, 16).unwrap_or_default()),
+            &["model"],
+        )?;
+        registry.register(Box::new(batch_surprise.clone()))?;
         Ok(Self {
             registry,
             http_requests,
@@ -123,6 +141,8 @@ impl Metrics {
             rows_folded,
             fold_duration,
             fold_lag,
+            batches_held,
+            batch_surprise,
         })
     }
 
@@ -146,8 +166,26 @@ impl Metrics {
             &self.batches_folded,
             &self.batches_rejected,
             &self.rows_folded,
+            &self.batches_held,
         ] {
             let _ = family.remove_label_values(&[model]);
+        }
+        let _ = self.batch_surprise.remove_label_values(&[model]);
+    }
+
+    /// A batch's surprise per output, observed as its largest (batches of the first fit, and
+    /// models with no trained output, have none).
+    pub fn batch_surprise(&self, model: &str, surprise: &[Option<f64>]) {
+        if let Some(z) = crate::estimator::drift::largest(surprise) {
+            self.batch_surprise.with_label_values(&[model]).observe(z);
+        }
+    }
+
+    pub fn batches_held(&self, model: &str, held: usize) {
+        if held > 0 {
+            self.batches_held
+                .with_label_values(&[model])
+                .inc_by(held as u64);
         }
     }
 

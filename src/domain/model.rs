@@ -112,9 +112,14 @@ pub struct ModelSpec {
     /// Rows that must be queued before the first fit runs (default: the number of basis
     /// functions, `p`).
     pub first_fit_rows: u64,
+    /// A batch whose surprise to the posterior (largest over the outputs) exceeds this is held
+    /// for review instead of folded. Off (`None`) by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_threshold: Option<f64>,
 }
 
-const SPEC_FIELDS: [&str; 10] = [
+const SPEC_FIELDS: [&str; 11] = [
+    "drift_threshold",
     "name",
     "spectrum",
     "features",
@@ -269,6 +274,10 @@ impl ModelSpec {
             None | Some(Value::Null) => Some(1.0),
             value => positive(value, "/prior_variance", &mut details),
         };
+        let drift_threshold = match fields.get("drift_threshold") {
+            None | Some(Value::Null) => Some(None),
+            value => positive(value, "/drift_threshold", &mut details).map(Some),
+        };
         let inputs = bands.len() + features.as_ref().map_or(0, |f| f.len());
         let p = inputs + usize::from(intercept);
         let first_fit_rows = match fields.get("first_fit_rows") {
@@ -306,13 +315,21 @@ impl ModelSpec {
             );
         }
         details.finish("invalid model specification")?;
-        match (name, features, outputs, prior_variance, first_fit_rows) {
+        match (
+            name,
+            features,
+            outputs,
+            prior_variance,
+            first_fit_rows,
+            drift_threshold,
+        ) {
             (
                 Some(name),
                 Some(features),
                 Some(outputs),
                 Some(prior_variance),
                 Some(first_fit_rows),
+                Some(drift_threshold),
             ) => Ok(Self {
                 name,
                 spectrum,
@@ -324,6 +341,7 @@ impl ModelSpec {
                 forgetting,
                 prior_variance,
                 first_fit_rows,
+                drift_threshold,
             }),
             _ => Err(Invalid::one("", "invalid model specification")),
         }

@@ -8,6 +8,7 @@
 
 pub mod basis;
 pub mod codec;
+pub mod drift;
 pub mod evidence;
 pub mod incremental;
 pub mod model;

@@ -42,7 +42,14 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("DELETE", "/v1/models/{name}", ADMIN),
     ("GET", "/v1/models/{name}/posterior", ANY),
     ("POST", "/v1/models/{name}/batches", INGEST),
+    ("GET", "/v1/models/{name}/batches", INGEST),
     ("GET", "/v1/models/{name}/batches/{batch_id}", INGEST),
+    (
+        "POST",
+        "/v1/models/{name}/batches/{batch_id}/release",
+        ADMIN,
+    ),
+    ("POST", "/v1/models/{name}/batches/{batch_id}/reject", ADMIN),
     ("POST", "/v1/models/{name}/predict", PREDICT),
     ("GET", "/v1/models/{name}/versions", ANY),
     (

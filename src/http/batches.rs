@@ -15,12 +15,17 @@ use super::predict::Spectra;
 use super::{AppState, model_name};
 use crate::domain::{CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch};
 use crate::estimator::{BatchStatistics, codec};
-use crate::store::{BatchRecord, StoreError};
+use crate::store::{BatchRecord, Review, StoreError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/v1/models/{name}/batches", post(ingest))
+        .route("/v1/models/{name}/batches", post(ingest).get(list))
         .route("/v1/models/{name}/batches/{batch_id}", get(status))
+        .route(
+            "/v1/models/{name}/batches/{batch_id}/release",
+            post(release),
+        )
+        .route("/v1/models/{name}/batches/{batch_id}/reject", post(reject))
 }
 
 /// Body of `POST /v1/models/{name}/batches`.
@@ -63,7 +68,8 @@ pub struct BatchAccepted {
 pub struct BatchView {
     #[schema(example = "lot-2026-11-22-0042")]
     pub batch_id: String,
-    /// `queued`, `folded` or `rejected`.
+    /// `queued`, `folded`, `rejected` or `held` (for review: see the model's
+    /// `drift_threshold`).
     #[schema(example = "folded")]
     pub status: String,
     #[schema(example = 1028)]
@@ -77,6 +83,13 @@ pub struct BatchView {
     pub version: Option<i64>,
     /// Why the batch was rejected.
     pub error: Option<String>,
+    /// Per output, how surprising the batch was to the posterior it met before it was folded
+    /// (or held): `z = RSS / (N·σ² + tr(ΣG))` with RSS its residual sum of squares under the
+    /// posterior mean, about 1 when the batch agrees with the model. Null until the folder
+    /// has seen the batch, and for batches of the first fit; null for an output not trained
+    /// then.
+    #[schema(example = json!([0.94, 1.12, null]))]
+    pub surprise: Option<Vec<Option<f64>>>,
 }
 
 impl From<BatchRecord> for BatchView {
@@ -89,6 +102,7 @@ impl From<BatchRecord> for BatchView {
             folded_at: b.folded_at,
             version: b.version,
             error: b.error,
+            surprise: b.surprise,
         }
     }
 }
@@ -254,5 +268,116 @@ pub async fn status(
         .batch(model.id, &batch_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no batch {batch_id:?}")))?;
+    Ok(Json(batch.into()))
+}
+
+/// Query of `GET /v1/models/{name}/batches`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct BatchFilter {
+    /// Only batches with this status (`queued`, `folded`, `rejected`, `held`).
+    pub status: Option<String>,
+    /// At most this many, newest first (default 100, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchList {
+    pub batches: Vec<BatchView>,
+}
+
+const STATUSES: [&str; 4] = ["queued", "folded", "rejected", "held"];
+
+/// A model's batches, newest first: `?status=held` lists those waiting for review.
+#[utoipa::path(get, path = "/v1/models/{name}/batches", tag = "batches",
+    params(("name" = String, Path, description = "Model name"), BatchFilter),
+    responses(
+        (status = 200, description = "The batches, newest first", body = BatchList),
+        (status = 400, description = "Unknown status or limit out of range", body = ErrorBody),
+        (status = 404, description = "No such model", body = ErrorBody),
+    ))]
+pub async fn list(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    axum::extract::Query(filter): axum::extract::Query<BatchFilter>,
+) -> Result<Json<BatchList>, ApiError> {
+    let name = model_name(&name)?;
+    if let Some(status) = &filter.status
+        && !STATUSES.contains(&status.as_str())
+    {
+        return Err(ApiError::Malformed(format!(
+            "status must be one of {}, found {status:?}",
+            STATUSES.join(", ")
+        )));
+    }
+    let limit = filter.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::Malformed(format!(
+            "limit must be from 1 to 1000, found {limit}"
+        )));
+    }
+    let (model_id, _) = current_model(&app, &name).await?;
+    let batches = app
+        .store
+        .list_batches(model_id, filter.status.as_deref(), limit)
+        .await?;
+    Ok(Json(BatchList {
+        batches: batches.into_iter().map(BatchView::from).collect(),
+    }))
+}
+
+/// Release a batch held for review: it goes back into the queue and the next fold learns it,
+/// whatever its surprise (after the batches already queued).
+#[utoipa::path(post, path = "/v1/models/{name}/batches/{batch_id}/release", tag = "batches",
+    params(
+        ("name" = String, Path, description = "Model name"),
+        ("batch_id" = String, Path, description = "Batch id"),
+    ),
+    responses(
+        (status = 200, description = "Released: queued again", body = BatchView),
+        (status = 404, description = "No such model or batch", body = ErrorBody),
+        (status = 409, description = "The batch is not held", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip(app))]
+pub async fn release(
+    State(app): State<AppState>,
+    Path((name, batch_id)): Path<(String, String)>,
+) -> Result<Json<BatchView>, ApiError> {
+    review(&app, &name, &batch_id, Review::Release).await
+}
+
+/// Reject a batch held for review: it is never learnt.
+#[utoipa::path(post, path = "/v1/models/{name}/batches/{batch_id}/reject", tag = "batches",
+    params(
+        ("name" = String, Path, description = "Model name"),
+        ("batch_id" = String, Path, description = "Batch id"),
+    ),
+    responses(
+        (status = 200, description = "Rejected", body = BatchView),
+        (status = 404, description = "No such model or batch", body = ErrorBody),
+        (status = 409, description = "The batch is not held", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip(app))]
+pub async fn reject(
+    State(app): State<AppState>,
+    Path((name, batch_id)): Path<(String, String)>,
+) -> Result<Json<BatchView>, ApiError> {
+    review(&app, &name, &batch_id, Review::Reject).await
+}
+
+async fn review(
+    app: &AppState,
+    name: &str,
+    batch_id: &str,
+    review: Review,
+) -> Result<Json<BatchView>, ApiError> {
+    let name = model_name(name)?;
+    let (model_id, _) = current_model(app, &name).await?;
+    let batch = app
+        .store
+        .review_batch(model_id, batch_id, review)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("model {name} has no batch {batch_id:?}")))?;
+    tracing::info!(model = %name, batch_id, ?review, "held batch reviewed");
     Ok(Json(batch.into()))
 }

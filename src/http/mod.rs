@@ -108,7 +108,7 @@ impl AppState {
     ),
     paths(
         models::create, models::list, models::read, models::delete, models::posterior,
-        batches::ingest, batches::status,
+        batches::ingest, batches::list, batches::status, batches::release, batches::reject,
         predict::predict,
         versions::list, versions::restore, versions::refit,
         keys::create, keys::list, keys::revoke,

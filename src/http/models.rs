@@ -73,6 +73,12 @@ pub struct CreateModel {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub first_fit_rows: Option<u64>,
+    /// Hold a batch for review, instead of folding it, when its surprise to the posterior
+    /// (largest over the outputs; ≈ 1 for a batch that agrees with the model) exceeds this.
+    /// Off by default.
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0.0, example = 25.0)]
+    pub drift_threshold: Option<f64>,
 }
 
 /// A model: its specification and where it stands.
@@ -94,6 +100,8 @@ pub struct ModelView {
     pub prior_variance: f64,
     #[schema(example = 127)]
     pub first_fit_rows: u64,
+    /// Batches more surprising than this are held for review; null: never.
+    pub drift_threshold: Option<f64>,
     /// The current version; 0 while the model has not been trained.
     #[schema(example = 13)]
     pub version: i64,
@@ -123,6 +131,7 @@ impl From<ModelRecord> for ModelView {
             forgetting: s.forgetting,
             prior_variance: s.prior_variance,
             first_fit_rows: s.first_fit_rows,
+            drift_threshold: s.drift_threshold,
             version: m.version,
             observations: m.observations,
             pending_batches: m.pending_batches,

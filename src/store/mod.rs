@@ -102,6 +102,9 @@ pub struct BatchRecord {
     pub folded_at: Option<DateTime<Utc>>,
     pub version: Option<i64>,
     pub error: Option<String>,
+    /// Per output, how surprising the batch was to the posterior it met (`None` for an output
+    /// not trained then); `None` before that was computed (queued, or part of the first fit).
+    pub surprise: Option<Vec<Option<f64>>>,
 }
 
 /// One entry of a model's history.
@@ -149,6 +152,17 @@ pub struct QueuedBatch {
     pub rows: i32,
     pub statistics: Vec<u8>,
     pub received_at: DateTime<Utc>,
+    /// Released by an admin after a hold: folded whatever its surprise.
+    pub released: bool,
+}
+
+/// What an admin decides of a batch held for review.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Review {
+    /// Back into the queue: folded by the next fold, whatever its surprise.
+    Release,
+    /// Rejected for good.
+    Reject,
 }
 
 /// A stored API key (never its text).
@@ -210,6 +224,13 @@ pub trait ModelTransaction: Send {
     async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError>;
     /// Marks a queued batch as rejected with the reason.
     async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError>;
+    /// Stores a batch's surprise; with `hold`, the queued batch is also held for review.
+    async fn record_surprise(
+        &mut self,
+        seq: i64,
+        surprise: &[Option<f64>],
+        hold: bool,
+    ) -> Result<(), StoreError>;
     /// Makes every write visible and releases the lock.
     async fn commit(self: Box<Self>) -> Result<(), StoreError>;
 }
@@ -262,6 +283,21 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     ) -> Result<Ingested, StoreError>;
     async fn batch(&self, model_id: i64, batch_id: &str)
     -> Result<Option<BatchRecord>, StoreError>;
+    /// A model's batches, newest first, only those with `status` if given.
+    async fn list_batches(
+        &self,
+        model_id: i64,
+        status: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<BatchRecord>, StoreError>;
+    /// Releases or rejects a batch held for review (and wakes the folders on release). `None`
+    /// when the model has no such batch; a conflict when it is not held.
+    async fn review_batch(
+        &self,
+        model_id: i64,
+        batch_id: &str,
+        review: Review,
+    ) -> Result<Option<BatchRecord>, StoreError>;
     /// A model's history, oldest first, each version with the batches folded into it.
     async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError>;
     /// Every model's queue, by name.
@@ -382,6 +418,16 @@ impl ModelLock {
         self.tx.mark_rejected(seq, reason).await
     }
 
+    /// Stores a batch's surprise, and holds it for review when `hold`.
+    pub async fn record_surprise(
+        &mut self,
+        seq: i64,
+        surprise: &[Option<f64>],
+        hold: bool,
+    ) -> Result<(), StoreError> {
+        self.tx.record_surprise(seq, surprise, hold).await
+    }
+
     pub async fn commit(self) -> Result<(), StoreError> {
         self.tx.commit().await
     }
@@ -390,7 +436,16 @@ impl ModelLock {
 // The columns both backends read, with the same names and meaning.
 const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
      (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending";
-const BATCH_COLUMNS: &str = "batch_id, status, rows, received_at, folded_at, version, error";
+const BATCH_COLUMNS: &str =
+    "batch_id, status, rows, received_at, folded_at, version, error, surprise";
+
+/// The answer to a review of a batch that is not held: what it is instead.
+fn not_held(batch: &BatchRecord) -> StoreError {
+    StoreError::Conflict(format!(
+        "batch {:?} is {}, not held for review",
+        batch.batch_id, batch.status
+    ))
+}
 const KEY_COLUMNS: &str = "id, name, prefix, hash, scopes, created_at, revoked_at";
 
 /// `/readyz`'s check: the database answered with the versions it has applied, and every

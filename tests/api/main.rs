@@ -6,6 +6,7 @@ mod auth;
 mod crash;
 mod csv_ingest;
 mod docs;
+mod drift;
 mod helpers;
 mod ingest;
 mod limits;

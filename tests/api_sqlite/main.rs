@@ -17,6 +17,8 @@ mod auth;
 mod crash;
 #[path = "../api/csv_ingest.rs"]
 mod csv_ingest;
+#[path = "../api/drift.rs"]
+mod drift;
 mod embedded;
 #[path = "../api/ingest.rs"]
 mod ingest;

@@ -79,7 +79,7 @@ impl ModelTransaction for PgModelTransaction {
 
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query(
-            "SELECT seq, batch_id, rows, statistics, received_at FROM batches \
+            "SELECT seq, batch_id, rows, statistics, received_at, released FROM batches \
              WHERE model_id = $1 AND status = 'queued' ORDER BY arrival",
         )
         .bind(self.model_id)
@@ -93,6 +93,7 @@ impl ModelTransaction for PgModelTransaction {
                     rows: r.try_get("rows")?,
                     statistics: r.try_get("statistics")?,
                     received_at: r.try_get("received_at")?,
+                    released: r.try_get("released")?,
                 })
             })
             .collect()
@@ -147,6 +148,26 @@ impl ModelTransaction for PgModelTransaction {
         .bind(seq)
         .bind(reason)
         .bind(self.model_id)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn record_surprise(
+        &mut self,
+        seq: i64,
+        surprise: &[Option<f64>],
+        hold: bool,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE batches SET surprise = $2, \
+                    status = CASE WHEN $4 AND status = 'queued' THEN 'held' ELSE status END \
+             WHERE seq = $1 AND model_id = $3",
+        )
+        .bind(seq)
+        .bind(surprise)
+        .bind(self.model_id)
+        .bind(hold)
         .execute(&mut *self.tx)
         .await?;
         Ok(())

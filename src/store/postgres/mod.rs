@@ -16,8 +16,8 @@ use sqlx::{PgPool, Row};
 
 use super::{
     BATCH_COLUMNS, Backend, BatchRecord, Ingested, KeyRecord, MODEL_COLUMNS, ModelHead, ModelLock,
-    ModelRecord, Notification, QueueDepth, StoreError, Subscription, Topic, VersionRecord,
-    check_migrations, replay_or_conflict,
+    ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription, Topic, VersionRecord,
+    check_migrations, not_held, replay_or_conflict,
 };
 use crate::auth::Scope;
 use crate::config::DatabaseSettings;
@@ -252,6 +252,64 @@ impl Backend for PgStore {
         row.as_ref().map(batch_record).transpose()
     }
 
+    async fn list_batches(
+        &self,
+        model_id: i64,
+        status: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<BatchRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {BATCH_COLUMNS} FROM batches \
+             WHERE model_id = $1 AND ($2 IS NULL OR status = $2) \
+             ORDER BY seq DESC LIMIT $3"
+        ))
+        .bind(model_id)
+        .bind(status)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(batch_record).collect()
+    }
+
+    async fn review_batch(
+        &self,
+        model_id: i64,
+        batch_id: &str,
+        review: Review,
+    ) -> Result<Option<BatchRecord>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let sql = match review {
+            Review::Release => format!(
+                "UPDATE batches SET status = 'queued', released = true \
+                 WHERE model_id = $1 AND batch_id = $2 AND status = 'held' \
+                 RETURNING {BATCH_COLUMNS}"
+            ),
+            Review::Reject => format!(
+                "UPDATE batches SET status = 'rejected', folded_at = clock_timestamp(), \
+                        error = 'rejected on review: too surprising to the model' \
+                 WHERE model_id = $1 AND batch_id = $2 AND status = 'held' \
+                 RETURNING {BATCH_COLUMNS}"
+            ),
+        };
+        let row = sqlx::query(&sql)
+            .bind(model_id)
+            .bind(batch_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            drop(tx);
+            return match self.batch(model_id, batch_id).await? {
+                Some(batch) => Err(not_held(&batch)),
+                None => Ok(None),
+            };
+        };
+        if review == Review::Release {
+            notify(&mut tx, Topic::Batches, model_id).await?;
+        }
+        tx.commit().await?;
+        batch_record(&row).map(Some)
+    }
+
     async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT v.version, v.created_at, v.origin, v.restored_from, v.observations, \
@@ -433,6 +491,7 @@ fn batch_record(row: &PgRow) -> Result<BatchRecord, StoreError> {
         folded_at: row.try_get("folded_at")?,
         version: row.try_get("version")?,
         error: row.try_get("error")?,
+        surprise: row.try_get("surprise")?,
     })
 }
 

@@ -56,6 +56,11 @@ enum Write {
         version: i64,
         at: DateTime<Utc>,
     },
+    Surprise {
+        seq: i64,
+        surprise: String,
+        hold: bool,
+    },
     Rejected {
         seq: i64,
         reason: String,
@@ -93,7 +98,7 @@ impl ModelTransaction for SqliteModelTransaction {
 
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query(
-            "SELECT seq, batch_id, rows, statistics, received_at FROM batches \
+            "SELECT seq, batch_id, rows, statistics, received_at, released FROM batches \
              WHERE model_id = ?1 AND status = 'queued' ORDER BY seq",
         )
         .bind(self.model_id)
@@ -107,6 +112,7 @@ impl ModelTransaction for SqliteModelTransaction {
                     rows: r.try_get("rows")?,
                     statistics: r.try_get("statistics")?,
                     received_at: r.try_get("received_at")?,
+                    released: r.try_get("released")?,
                 })
             })
             .collect()
@@ -142,6 +148,22 @@ impl ModelTransaction for SqliteModelTransaction {
             seq,
             reason: reason.to_owned(),
             at: Utc::now(),
+        });
+        Ok(())
+    }
+
+    async fn record_surprise(
+        &mut self,
+        seq: i64,
+        surprise: &[Option<f64>],
+        hold: bool,
+    ) -> Result<(), StoreError> {
+        let surprise = serde_json::to_string(surprise)
+            .map_err(|e| StoreError::Corrupt(format!("a batch's surprise: {e}")))?;
+        self.writes.push(Write::Surprise {
+            seq,
+            surprise,
+            hold,
         });
         Ok(())
     }
@@ -203,6 +225,24 @@ impl ModelTransaction for SqliteModelTransaction {
                         .execute(&mut *tx)
                         .await?;
                     }
+                }
+                Write::Surprise {
+                    seq,
+                    surprise,
+                    hold,
+                } => {
+                    sqlx::query(
+                        "UPDATE batches SET surprise = ?2, \
+                                status = CASE WHEN ?4 AND status = 'queued' THEN 'held' \
+                                              ELSE status END \
+                         WHERE seq = ?1 AND model_id = ?3",
+                    )
+                    .bind(seq)
+                    .bind(surprise)
+                    .bind(self.model_id)
+                    .bind(hold)
+                    .execute(&mut *tx)
+                    .await?;
                 }
                 Write::Rejected { seq, reason, at } => {
                     sqlx::query(

@@ -36,8 +36,8 @@ use tokio::sync::broadcast;
 
 use super::{
     BATCH_COLUMNS, Backend, BatchRecord, Ingested, KeyRecord, MODEL_COLUMNS, ModelHead, ModelLock,
-    ModelRecord, Notification, QueueDepth, StoreError, Subscription, Topic, VersionRecord,
-    check_migrations, replay_or_conflict,
+    ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription, Topic, VersionRecord,
+    check_migrations, not_held, replay_or_conflict,
 };
 use crate::auth::Scope;
 use crate::config::DatabaseSettings;
@@ -370,6 +370,66 @@ impl Backend for SqliteStore {
         row.as_ref().map(batch_record).transpose()
     }
 
+    async fn list_batches(
+        &self,
+        model_id: i64,
+        status: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<BatchRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {BATCH_COLUMNS} FROM batches \
+             WHERE model_id = ?1 AND (?2 IS NULL OR status = ?2) \
+             ORDER BY seq DESC LIMIT ?3"
+        ))
+        .bind(model_id)
+        .bind(status)
+        .bind(limit)
+        .fetch_all(&self.inner.readers)
+        .await?;
+        rows.iter().map(batch_record).collect()
+    }
+
+    async fn review_batch(
+        &self,
+        model_id: i64,
+        batch_id: &str,
+        review: Review,
+    ) -> Result<Option<BatchRecord>, StoreError> {
+        let mut tx = self.write().await?;
+        let sql = match review {
+            Review::Release => format!(
+                "UPDATE batches SET status = 'queued', released = 1 \
+                 WHERE model_id = ?1 AND batch_id = ?2 AND status = 'held' \
+                 RETURNING {BATCH_COLUMNS}"
+            ),
+            Review::Reject => format!(
+                "UPDATE batches SET status = 'rejected', folded_at = ?3, \
+                        error = 'rejected on review: too surprising to the model' \
+                 WHERE model_id = ?1 AND batch_id = ?2 AND status = 'held' \
+                 RETURNING {BATCH_COLUMNS}"
+            ),
+        };
+        let row = sqlx::query(&sql)
+            .bind(model_id)
+            .bind(batch_id)
+            .bind(Utc::now())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            drop(tx);
+            return match self.batch(model_id, batch_id).await? {
+                Some(batch) => Err(not_held(&batch)),
+                None => Ok(None),
+            };
+        };
+        let record = batch_record(&row)?;
+        tx.commit().await?;
+        if review == Review::Release {
+            self.notify(Topic::Batches, Some(model_id));
+        }
+        Ok(Some(record))
+    }
+
     async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError> {
         // One read transaction: the versions and their batches from the same snapshot.
         let mut tx = self.inner.readers.begin().await?;
@@ -582,6 +642,13 @@ fn batch_record(row: &SqliteRow) -> Result<BatchRecord, StoreError> {
         folded_at: row.try_get("folded_at")?,
         version: row.try_get("version")?,
         error: row.try_get("error")?,
+        surprise: row
+            .try_get::<Option<String>, _>("surprise")?
+            .map(|json| {
+                serde_json::from_str(&json)
+                    .map_err(|e| StoreError::Corrupt(format!("a batch's surprise: {e}")))
+            })
+            .transpose()?,
     })
 }
 

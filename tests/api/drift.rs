@@ -1,0 +1,139 @@
+//! Drift and bad-batch detection: every batch's surprise to the posterior it met, batches
+//! over the model's threshold held for review, released or rejected by an admin.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+/// Rows `from..to` of one regression problem (the same weights for every batch).
+fn rows(from: usize, to: usize, shift: f64) -> Value {
+    let (x, y) = random_rows(7, 200, 3, 2);
+    let y: Vec<Vec<f64>> = y[from..to]
+        .iter()
+        .map(|r| r.iter().map(|v| v + shift).collect())
+        .collect();
+    json!({"x": x[from..to], "y": y})
+}
+
+async fn post(app: &TestApp, id: &str, mut batch: Value) {
+    batch["batch_id"] = json!(id);
+    let response = app.post_batch("lab", &batch).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED, "{id}");
+}
+
+fn largest(batch: &Value) -> f64 {
+    batch["surprise"]
+        .as_array()
+        .expect("a surprise per output")
+        .iter()
+        .filter_map(Value::as_f64)
+        .fold(f64::MIN, f64::max)
+}
+
+#[tokio::test]
+async fn a_surprising_batch_is_held_until_an_admin_releases_or_rejects_it() {
+    let app = spawn_app().await;
+    let mut model = spec("lab", 3, 2);
+    model["drift_threshold"] = json!(20.0);
+    assert_eq!(app.create_model(&model).await["drift_threshold"], 20.0);
+    post(&app, "first", rows(0, 40, 0.0)).await;
+    let first = app.wait_for_batch("lab", "first").await;
+    assert_eq!(first["status"], "folded");
+    assert_eq!(
+        first["surprise"],
+        Value::Null,
+        "the first fit meets no posterior"
+    );
+
+    post(&app, "agrees", rows(40, 60, 0.0)).await;
+    let agrees = app.wait_for_batch("lab", "agrees").await;
+    assert_eq!(agrees["status"], "folded");
+    assert!(largest(&agrees) < 20.0, "{agrees}");
+
+    // Every concentration 3 higher: a mislabelled lot.
+    post(&app, "shifted", rows(60, 80, 3.0)).await;
+    let held = app.wait_for_batch("lab", "shifted").await;
+    assert_eq!(held["status"], "held", "{held}");
+    assert!(largest(&held) > 20.0, "{held}");
+    assert_eq!(held["version"], Value::Null);
+    // The model goes on learning the batches after it.
+    post(&app, "after", rows(80, 100, 0.0)).await;
+    let after = app.wait_for_batch("lab", "after").await;
+    assert_eq!(after["status"], "folded");
+    let listed: Value = app
+        .get("/v1/models/lab/batches?status=held")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = listed["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["batch_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["shifted"]);
+
+    let released = app
+        .post("/v1/models/lab/batches/shifted/release", &json!({}))
+        .await;
+    assert_eq!(released.status(), StatusCode::OK);
+    let folded = app.wait_for_batch("lab", "shifted").await;
+    assert_eq!(
+        folded["status"], "folded",
+        "released batches are learnt: {folded}"
+    );
+    assert!(folded["version"].as_i64().unwrap() > after["version"].as_i64().unwrap());
+
+    // Learning the released batch widened σ²: a far larger error is still held.
+    post(&app, "bad", rows(100, 120, -30.0)).await;
+    assert_eq!(app.wait_for_batch("lab", "bad").await["status"], "held");
+    let rejected: Value = app
+        .post("/v1/models/lab/batches/bad/reject", &json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rejected["status"], "rejected");
+    assert!(rejected["error"].as_str().unwrap().contains("review"));
+    for (path, status) in [
+        ("bad/reject", StatusCode::CONFLICT),
+        ("agrees/release", StatusCode::CONFLICT),
+        ("nothing/release", StatusCode::NOT_FOUND),
+    ] {
+        let response = app
+            .post(&format!("/v1/models/lab/batches/{path}"), &json!({}))
+            .await;
+        assert_eq!(response.status(), status, "{path}");
+    }
+
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    let count = |series: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert_eq!(
+        count("mordant_batches_held_total{model=\"lab\"}"),
+        Some(2.0)
+    );
+    // agrees, shifted (held, then folded), after, bad.
+    assert_eq!(
+        count("mordant_batch_surprise_count{model=\"lab\"}"),
+        Some(5.0)
+    );
+}
+
+#[tokio::test]
+async fn without_a_threshold_nothing_is_held_but_surprise_is_recorded() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 3, 2)).await;
+    post(&app, "first", rows(0, 40, 0.0)).await;
+    post(&app, "shifted", rows(40, 60, 3.0)).await;
+    let shifted = app.wait_for_batch("lab", "shifted").await;
+    assert_eq!(shifted["status"], "folded");
+    assert!(largest(&shifted) > 20.0, "{shifted}");
+}
