@@ -41,6 +41,7 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/v1/models/{name}", ANY),
     ("DELETE", "/v1/models/{name}", ADMIN),
     ("GET", "/v1/models/{name}/posterior", ANY),
+    ("GET", "/v1/models/{name}/relevance", ANY),
     ("POST", "/v1/models/{name}/batches", INGEST),
     ("GET", "/v1/models/{name}/batches", INGEST),
     ("GET", "/v1/models/{name}/batches/{batch_id}", INGEST),

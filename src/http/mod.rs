@@ -108,6 +108,7 @@ impl AppState {
     ),
     paths(
         models::create, models::list, models::read, models::delete, models::posterior,
+        models::relevance,
         batches::ingest, batches::list, batches::status, batches::release, batches::reject,
         predict::predict,
         versions::list, versions::restore, versions::refit,

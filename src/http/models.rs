@@ -22,6 +22,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/models", get(list).post(create))
         .route("/v1/models/{name}", get(read).delete(delete))
         .route("/v1/models/{name}/posterior", get(posterior))
+        .route("/v1/models/{name}/relevance", get(relevance))
 }
 
 /// Body of `POST /v1/models`.
@@ -240,7 +241,10 @@ pub struct OutputPosteriorView {
     pub coefficients: Vec<f64>,
     /// Prior variance of each basis function (0 = pruned).
     pub prior_variance: Vec<f64>,
-    /// Basis functions with a non-zero prior variance.
+    /// Basis functions with a non-zero prior variance, most relevant first: by prior variance,
+    /// largest first (ties in basis order). ARD shrinks the prior variance of a basis function
+    /// the data do not support towards 0, and prunes it at 0. Prior variances compare
+    /// directly between inputs on one scale, such as the bands of a spectrum.
     pub active_features: Vec<String>,
 }
 
@@ -287,11 +291,9 @@ pub async fn posterior(
                 trained: post.is_some(),
                 noise_variance: post.map(|p| p.noise_variance()),
                 coefficients: coefficients.col(k).iter().copied().collect(),
-                active_features: basis
-                    .iter()
-                    .zip(&prior_variance)
-                    .filter(|(_, v)| **v > 0.0)
-                    .map(|(n, _)| n.clone())
+                active_features: ranked(&prior_variance)
+                    .into_iter()
+                    .map(|j| basis[j].clone())
                     .collect(),
                 prior_variance,
             }
@@ -305,8 +307,119 @@ pub async fn posterior(
     }))
 }
 
+/// The basis functions with a non-zero prior variance, largest first (a stable sort: ties keep
+/// basis order).
+fn ranked(prior_variance: &[f64]) -> Vec<usize> {
+    let mut active: Vec<usize> = (0..prior_variance.len())
+        .filter(|&j| prior_variance[j] > 0.0)
+        .collect();
+    active.sort_by(|&a, &b| prior_variance[b].total_cmp(&prior_variance[a]));
+    active
+}
+
+/// How one input is used across the model's outputs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InputRelevance {
+    #[schema(example = "550nm")]
+    pub name: String,
+    /// Trained outputs whose posterior keeps this input (prior variance above 0).
+    #[schema(example = 3)]
+    pub outputs: usize,
+    /// Its largest prior variance over the trained outputs (0: pruned by all of them).
+    #[schema(example = 0.42)]
+    pub largest_prior_variance: f64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RelevanceView {
+    #[schema(example = "cotton-reactive")]
+    pub model: String,
+    #[schema(example = 13)]
+    pub version: i64,
+    /// Outputs trained at this version: the counts below are over them.
+    #[schema(example = 81)]
+    pub trained_outputs: usize,
+    /// Outputs not trained yet (too few informative rows): they may still come to use any
+    /// input.
+    #[schema(example = 1)]
+    pub untrained_outputs: usize,
+    /// Every input (bands of the spectrum, then named features; not the intercept), most used
+    /// first.
+    pub inputs: Vec<InputRelevance>,
+    /// Inputs that no trained output uses any more: ARD pruned them everywhere. Wavelengths or
+    /// lab results the plant could stop measuring, as far as this model can tell.
+    #[schema(example = json!(["360nm", "370nm", "fabric_code"]))]
+    pub unused: Vec<String>,
+}
+
+/// Which inputs the model uses: per input, how many trained outputs keep it, and the inputs
+/// ARD pruned from every output.
+#[utoipa::path(get, path = "/v1/models/{name}/relevance", tag = "models",
+    params(("name" = String, Path, description = "Model name")),
+    responses(
+        (status = 200, description = "Relevance of every input", body = RelevanceView),
+        (status = 404, description = "No such model", body = ErrorBody),
+        (status = 409, description = "Not trained yet", body = ErrorBody),
+    ))]
+pub async fn relevance(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<RelevanceView>, ApiError> {
+    let model = app
+        .cache
+        .get(&name)
+        .ok_or_else(|| ApiError::not_found_model(&name))?;
+    let state = model.state.as_ref().ok_or_else(|| not_trained(&name))?;
+    let trained: Vec<&[f64]> = state
+        .outputs()
+        .iter()
+        .filter_map(|o| o.posterior().map(|p| p.prior_variance()))
+        .collect();
+    let mut inputs: Vec<InputRelevance> = model
+        .spec
+        .input_names()
+        .into_iter()
+        .enumerate()
+        .map(|(j, name)| InputRelevance {
+            name,
+            outputs: trained.iter().filter(|v| v[j] > 0.0).count(),
+            largest_prior_variance: trained.iter().map(|v| v[j]).fold(0.0, f64::max),
+        })
+        .collect();
+    let unused = inputs
+        .iter()
+        .filter(|i| i.outputs == 0)
+        .map(|i| i.name.clone())
+        .collect();
+    inputs.sort_by(|a, b| {
+        b.outputs.cmp(&a.outputs).then(
+            b.largest_prior_variance
+                .total_cmp(&a.largest_prior_variance),
+        )
+    });
+    Ok(Json(RelevanceView {
+        model: name,
+        version: model.version,
+        trained_outputs: trained.len(),
+        untrained_outputs: state.outputs().len() - trained.len(),
+        inputs,
+        unused,
+    }))
+}
+
 pub fn not_trained(name: &str) -> ApiError {
     ApiError::NotTrained(format!(
         "model {name:?} has no posterior yet: it is trained once enough rows are queued"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ranked;
+
+    #[test]
+    fn active_features_rank_by_prior_variance_and_skip_pruned_ones() {
+        assert_eq!(ranked(&[0.5, 0.0, 2.0, 0.5, 1e-9]), vec![2, 0, 3, 4]);
+        assert!(ranked(&[0.0, 0.0]).is_empty());
+    }
 }

@@ -251,3 +251,73 @@ async fn short_spectra_are_refused_and_brighteners_flagged() {
         .await;
     assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
 }
+
+#[tokio::test]
+async fn relevance_lists_the_inputs_no_output_uses_and_posteriors_rank_theirs() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 3, 2)).await;
+    assert_eq!(
+        app.get("/v1/models/lab/relevance").await.status(),
+        StatusCode::CONFLICT
+    );
+    // The third input never varies from 0: no output can use it.
+    let (mut x, y) = random_rows(4, 60, 3, 2);
+    for row in &mut x {
+        row[2] = 0.0;
+    }
+    app.post_batch("lab", &json!({"batch_id": "b", "x": x, "y": y}))
+        .await;
+    let version = app.wait_for_batch("lab", "b").await["version"]
+        .as_i64()
+        .unwrap();
+    let relevance: Value = wait_until(std::time::Duration::from_secs(30), || async {
+        let body: Value = app
+            .get("/v1/models/lab/relevance")
+            .await
+            .json()
+            .await
+            .ok()?;
+        (body["version"].as_i64()? >= version).then_some(body)
+    })
+    .await
+    .expect("relevance at the version");
+    assert_eq!(relevance["trained_outputs"], 2);
+    assert_eq!(relevance["unused"], json!(["R420"]));
+    let inputs = relevance["inputs"].as_array().unwrap();
+    assert_eq!(inputs.len(), 3);
+    assert_eq!(inputs[2]["name"], "R420");
+    assert_eq!(inputs[2]["outputs"], 0);
+
+    let posterior: Value = app
+        .get("/v1/models/lab/posterior")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let basis: Vec<&str> = posterior["basis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_str().unwrap())
+        .collect();
+    for output in posterior["outputs"].as_array().unwrap() {
+        let prior = |name: &str| {
+            let j = basis.iter().position(|b| *b == name).unwrap();
+            output["prior_variance"][j].as_f64().unwrap()
+        };
+        let ranked: Vec<f64> = output["active_features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| prior(f.as_str().unwrap()))
+            .collect();
+        assert!(!ranked.is_empty());
+        assert!(ranked.windows(2).all(|w| w[0] >= w[1]), "{ranked:?}");
+        assert!(
+            !output["active_features"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("R420"))
+        );
+    }
+}
