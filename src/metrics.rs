@@ -24,6 +24,8 @@ pub const FAMILIES: &[&str] = &[
     "mordant_rows_folded_total",
     "mordant_fold_duration_seconds",
     "mordant_fold_lag_seconds",
+    "mordant_batches_held_total",
+    "mordant_batch_surprise",
     "mordant_queue_batches",
     "mordant_queue_rows",
     "mordant_model_version",
