@@ -271,8 +271,10 @@ pub async fn status(
     Ok(Json(batch.into()))
 }
 
-/// Query of `GET /v1/models/{name}/batches`.
+/// Query of `GET /v1/models/{name}/batches` (documentation: the handler reads the query
+/// itself, so that a bad value is answered in the API's error format).
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct BatchFilter {
     /// Only batches with this status (`queued`, `folded`, `rejected`, `held`).
     pub status: Option<String>,
@@ -299,27 +301,41 @@ const STATUSES: [&str; 4] = ["queued", "folded", "rejected", "held"];
 pub async fn list(
     State(app): State<AppState>,
     Path(name): Path<String>,
-    axum::extract::Query(filter): axum::extract::Query<BatchFilter>,
+    axum::extract::Query(query): axum::extract::Query<Vec<(String, String)>>,
 ) -> Result<Json<BatchList>, ApiError> {
     let name = model_name(&name)?;
-    if let Some(status) = &filter.status
-        && !STATUSES.contains(&status.as_str())
-    {
-        return Err(ApiError::Malformed(format!(
-            "status must be one of {}, found {status:?}",
-            STATUSES.join(", ")
-        )));
-    }
-    let limit = filter.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::Malformed(format!(
-            "limit must be from 1 to 1000, found {limit}"
-        )));
+    let mut filter = BatchFilter {
+        status: None,
+        limit: None,
+    };
+    for (key, value) in query {
+        match key.as_str() {
+            "status" if STATUSES.contains(&value.as_str()) => filter.status = Some(value),
+            "status" => {
+                return Err(ApiError::Malformed(format!(
+                    "status must be one of {}, found {value:?}",
+                    STATUSES.join(", ")
+                )));
+            }
+            "limit" => match value.parse::<i64>() {
+                Ok(n) if (1..=1000).contains(&n) => filter.limit = Some(n),
+                _ => {
+                    return Err(ApiError::Malformed(format!(
+                        "limit must be an integer from 1 to 1000, found {value:?}"
+                    )));
+                }
+            },
+            _ => {}
+        }
     }
     let (model_id, _) = current_model(&app, &name).await?;
     let batches = app
         .store
-        .list_batches(model_id, filter.status.as_deref(), limit)
+        .list_batches(
+            model_id,
+            filter.status.as_deref(),
+            filter.limit.unwrap_or(100),
+        )
         .await?;
     Ok(Json(BatchList {
         batches: batches.into_iter().map(BatchView::from).collect(),
