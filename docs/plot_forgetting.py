@@ -38,7 +38,7 @@ def main() -> None:
     for ax in (top, bottom):
         ax.axvline(0, color="black", linewidth=1)
         ax.grid(alpha=0.3)
-    top.text(0, 0.98, " instrument swap", transform=top.get_xaxis_transform(), va="top")
+    top.text(0, 0.03, " instrument swap", transform=top.get_xaxis_transform(), va="bottom")
     top.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     top.set_ylabel("ΔE00 on held-out targets")
     top.set_yscale("log")

@@ -11,7 +11,7 @@ use mordant::estimator::{FitOptions, ReflectanceScale};
 use mordant::evaluate::{self, Dataset, EvaluateOptions, MODELS};
 use mordant::simulate::post::PostOptions;
 use mordant::simulate::{
-    EvaluationOptions, ForgettingOptions, Grid, Scenario, SimulationConfig, Simulator,
+    EvaluationOptions, ForgettingOptions, Grid, NoiseModel, Scenario, SimulationConfig, Simulator,
 };
 use mordant::startup::{Application, shutdown_on_signal};
 use mordant::store::Store;
@@ -70,6 +70,10 @@ struct SimulateArgs {
     /// Number of bands of the instrument's grid.
     #[arg(long, default_value_t = 43)]
     count: usize,
+    /// Noise: lab (photometric 0.05 pp + 0.5 %, 0.2 nm jitter, 3 % uptake), process_only (3 %
+    /// uptake, a perfect instrument) or none.
+    #[arg(long, default_value = "lab")]
+    noise: NoiseModel,
     /// Write reflectance as a fraction (0–1) instead of percent.
     #[arg(long)]
     fraction: bool,
@@ -126,7 +130,7 @@ struct SimulateArgs {
     #[arg(long, default_value_t = 500.0)]
     half_life_rows: f64,
     /// --forgetting-study: recovered means a median ΔE00 at most this above the pre-swap level.
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, default_value_t = 0.5)]
     tolerance: f64,
     /// --forgetting-study: write the curves (one row per model and batch) to this CSV file.
     #[arg(long, value_name = "FILE.csv")]
@@ -346,6 +350,7 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             test_rows: args.test_rows.unwrap_or(500),
             first_fit_rows: args.first_fit_rows,
             batch_rows: args.batch_rows.unwrap_or(100),
+            noise: args.noise,
             ..EvaluationOptions::default()
         };
         let report = mordant::simulate::evaluate(&options, model).context("evaluation")?;
@@ -366,6 +371,7 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             half_life_rows: args.half_life_rows,
             test_rows: args.test_rows.unwrap_or(200),
             tolerance_de00: args.tolerance,
+            noise: args.noise,
             ..ForgettingOptions::default()
         };
         let report =
@@ -386,6 +392,7 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
         scenario: args.scenario,
         drift_at: args.drift_at.unwrap_or(args.rows / 2),
         grid: instrument,
+        noise: args.noise,
         ..SimulationConfig::new(args.seed)
     });
     if let Some(url) = args.post {
@@ -398,22 +405,25 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             model_grid: model,
             attempts: 5,
         };
-        let summary = run_async(|| async { mordant::simulate::post::post(&sim, &options).await })?;
-        let seconds = summary.elapsed.as_secs_f64();
-        println!(
-            "posted {} rows in {} batches to model {:?} ({}) in {:.2} s ({:.0} rows/s, {} retries)",
-            summary.rows,
-            summary.batches,
-            options.model,
-            if summary.created {
-                "created"
-            } else {
-                "existing"
-            },
-            seconds,
-            summary.rows as f64 / seconds.max(1e-9),
-            summary.retries
-        );
+        run_async(|| async {
+            let summary = mordant::simulate::post::post(&sim, &options).await?;
+            let seconds = summary.elapsed.as_secs_f64();
+            println!(
+                "posted {} rows in {} batches to model {:?} ({}) in {:.2} s ({:.0} rows/s, {} retries)",
+                summary.rows,
+                summary.batches,
+                options.model,
+                if summary.created {
+                    "created"
+                } else {
+                    "existing"
+                },
+                seconds,
+                summary.rows as f64 / seconds.max(1e-9),
+                summary.retries
+            );
+            Ok(())
+        })?;
         return Ok(());
     }
     let scale = if args.fraction {

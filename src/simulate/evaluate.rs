@@ -24,9 +24,12 @@ use serde::Serialize;
 
 use super::SimulateError;
 use super::colour::{COLOUR_RANGE_NM, ciede2000, lab_d65_10};
-use super::generate::{Grid, LabDip, NoiseModel, Scenario, SimulationConfig, Simulator};
+use super::generate::{
+    CONCENTRATION_RANGE, Grid, LabDip, NoiseModel, Scenario, SimulationConfig, Simulator,
+};
 use crate::estimator::{
-    Basis, BatchStatistics, Forgetting, ModelConfig, ModelState, ReflectanceScale, Transform,
+    Basis, BatchStatistics, FitOptions, Forgetting, ModelConfig, ModelState, ReflectanceScale,
+    Transform,
 };
 
 /// The model's inputs: a spectrum on `grid` and indicators of fabrics.
@@ -86,10 +89,8 @@ pub fn recipes(dips: &[LabDip]) -> Mat<f64> {
 /// The statistics of `dips` for `design`.
 pub fn statistics(design: &Design, dips: &[LabDip]) -> Result<BatchStatistics, SimulateError> {
     let phi = design.basis().design(design.inputs(dips).as_ref())?;
-    Ok(BatchStatistics::from_design(
-        phi.as_ref(),
-        recipes(dips).as_ref(),
-    )?)
+    let y = recipes(dips);
+    Ok(BatchStatistics::from_design(phi.as_ref(), y.as_ref())?)
 }
 
 /// The forward model tabulated every 1 nm over [`COLOUR_RANGE_NM`] (unit K/S of every dye,
@@ -249,8 +250,13 @@ pub struct EvaluationOptions {
     /// Rows of the first fit (Algorithm 2); the rest arrive in batches (Algorithm 3).
     pub first_fit_rows: usize,
     pub batch_rows: usize,
+    /// Range of the log-uniform concentrations of the recipes, % owf.
+    pub concentration_range: (f64, f64),
     #[serde(skip)]
     pub noise: NoiseModel,
+    /// Numerical settings of the estimator.
+    #[serde(skip)]
+    pub fit: FitOptions,
 }
 
 impl Default for EvaluationOptions {
@@ -261,7 +267,9 @@ impl Default for EvaluationOptions {
             test_rows: 500,
             first_fit_rows: 300,
             batch_rows: 100,
+            concentration_range: CONCENTRATION_RANGE,
             noise: NoiseModel::LAB,
+            fit: FitOptions::default(),
         }
     }
 }
@@ -342,10 +350,14 @@ pub fn evaluate(
     let sim = Simulator::new(SimulationConfig {
         grid,
         noise: options.noise,
+        concentration_range: options.concentration_range,
         ..SimulationConfig::new(options.seed)
     });
     let design = Design::standard(&sim);
-    let config = ModelConfig::new(design.basis(), sim.dyes().len());
+    let config = ModelConfig {
+        options: options.fit,
+        ..ModelConfig::new(design.basis(), sim.dyes().len())
+    };
     let first = options.first_fit_rows.min(options.train_rows);
     let mut state = ModelState::fit(&config, statistics(&design, &sim.lab_dips(0..first))?)?;
     let mut batches = 0;
@@ -391,8 +403,13 @@ pub struct ForgettingOptions {
     pub test_rows: usize,
     /// A model has recovered once its median ΔE00 is at most its pre-swap level plus this.
     pub tolerance_de00: f64,
+    /// Range of the log-uniform concentrations of the recipes, % owf.
+    pub concentration_range: (f64, f64),
     #[serde(skip)]
     pub noise: NoiseModel,
+    /// Numerical settings of the estimator.
+    #[serde(skip)]
+    pub fit: FitOptions,
 }
 
 impl Default for ForgettingOptions {
@@ -405,8 +422,10 @@ impl Default for ForgettingOptions {
             batch_rows: 50,
             half_life_rows: 500.0,
             test_rows: 200,
-            tolerance_de00: 0.2,
+            tolerance_de00: 0.5,
+            concentration_range: CONCENTRATION_RANGE,
             noise: NoiseModel::LAB,
+            fit: FitOptions::default(),
         }
     }
 }
@@ -542,6 +561,7 @@ pub fn forgetting_study(
     let sim = Simulator::new(SimulationConfig {
         grid,
         noise: options.noise,
+        concentration_range: options.concentration_range,
         scenario: Scenario::InstrumentSwap,
         drift_at: options.pre_swap_rows,
         ..SimulationConfig::new(options.seed)
@@ -550,7 +570,10 @@ pub fn forgetting_study(
     let renderer = Renderer::new(&sim);
     let before = Targets::new(&sim, &design, options.test_rows, false)?;
     let after = Targets::new(&sim, &design, options.test_rows, true)?;
-    let plain = ModelConfig::new(design.basis(), sim.dyes().len());
+    let plain = ModelConfig {
+        options: options.fit,
+        ..ModelConfig::new(design.basis(), sim.dyes().len())
+    };
     let forgetting = ModelConfig {
         forgetting: Some(Forgetting {
             half_life_rows: options.half_life_rows,
