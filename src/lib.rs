@@ -14,6 +14,7 @@ pub mod evaluate;
 pub mod folder;
 pub mod http;
 pub mod metrics;
+pub mod simulate;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

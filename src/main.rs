@@ -7,8 +7,12 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mordant::config::Settings;
-use mordant::estimator::FitOptions;
+use mordant::estimator::{FitOptions, ReflectanceScale};
 use mordant::evaluate::{self, Dataset, EvaluateOptions, MODELS};
+use mordant::simulate::post::PostOptions;
+use mordant::simulate::{
+    EvaluationOptions, ForgettingOptions, Grid, NoiseModel, Scenario, SimulationConfig, Simulator,
+};
 use mordant::startup::{Application, shutdown_on_signal};
 use mordant::store::Store;
 use mordant::telemetry;
@@ -38,6 +42,99 @@ enum Command {
     },
     /// Reproduce the paper's experiment on a CSV file and print the table of scores.
     Evaluate(EvaluateArgs),
+    /// Simulate a dye house (Kubelka–Munk): write lab dips as CSV, post them to a service,
+    /// score predicted recipes in ΔE00 (--evaluate) or measure forgetting (--forgetting-study).
+    Simulate(Box<SimulateArgs>),
+}
+
+#[derive(Args)]
+struct SimulateArgs {
+    /// Lab dips to write or post.
+    #[arg(long, default_value_t = 1000)]
+    rows: usize,
+    /// Seed of the simulation: the same seed gives the same rows.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Drift scenario: none, instrument_swap, dye_lot or new_substrate.
+    #[arg(long, default_value = "none")]
+    scenario: Scenario,
+    /// Index of the first row the scenario acts on [default: half of --rows].
+    #[arg(long, value_name = "ROW")]
+    drift_at: Option<usize>,
+    /// First wavelength of the instrument's grid, nm.
+    #[arg(long, default_value_t = 360.0)]
+    start_nm: f64,
+    /// Interval of the instrument's grid, nm.
+    #[arg(long, default_value_t = 10.0)]
+    interval_nm: f64,
+    /// Number of bands of the instrument's grid.
+    #[arg(long, default_value_t = 43)]
+    count: usize,
+    /// Noise: lab (photometric 0.05 pp + 0.5 %, 0.2 nm jitter, 3 % uptake), process_only (3 %
+    /// uptake, a perfect instrument) or none.
+    #[arg(long, default_value = "lab")]
+    noise: NoiseModel,
+    /// Write reflectance as a fraction (0–1) instead of percent.
+    #[arg(long)]
+    fraction: bool,
+    /// Write the CSV here instead of to standard output.
+    #[arg(long, value_name = "FILE.csv")]
+    out: Option<PathBuf>,
+    /// Post the rows to the mordant service at URL (e.g. http://127.0.0.1:8080).
+    #[arg(long, value_name = "URL", requires = "model")]
+    post: Option<String>,
+    /// Name of the model to post to (created if it does not exist).
+    #[arg(long)]
+    model: Option<String>,
+    /// Rows per batch [default: 100; 50 for --forgetting-study].
+    #[arg(long)]
+    batch_rows: Option<usize>,
+    /// Bearer key for the service.
+    #[arg(long, env = "MORDANT_ADMIN_KEY", hide_env_values = true)]
+    key: Option<String>,
+    /// First wavelength of the model's grid, nm.
+    #[arg(long, default_value_t = 400.0)]
+    model_start_nm: f64,
+    /// Interval of the model's grid, nm.
+    #[arg(long, default_value_t = 10.0)]
+    model_interval_nm: f64,
+    /// Number of bands of the model's grid.
+    #[arg(long, default_value_t = 31)]
+    model_count: usize,
+    /// Train a model in process on simulated lab dips and score its predicted recipes in
+    /// ΔE00 (D65, CIE 1964 10°) on held-out targets.
+    #[arg(long, conflicts_with_all = ["post", "forgetting_study"])]
+    evaluate: bool,
+    /// Compare a model with a half-life and one without across an instrument swap.
+    #[arg(long, conflicts_with = "post")]
+    forgetting_study: bool,
+    /// Print the --evaluate or --forgetting-study report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Lab dips learnt by --evaluate.
+    #[arg(long, default_value_t = 2000)]
+    train_rows: usize,
+    /// Held-out targets scored [default: 500 for --evaluate, 200 for --forgetting-study].
+    #[arg(long)]
+    test_rows: Option<usize>,
+    /// Rows of the first fit of --evaluate and --forgetting-study.
+    #[arg(long, default_value_t = 300)]
+    first_fit_rows: usize,
+    /// --forgetting-study: rows read by the reference instrument.
+    #[arg(long, default_value_t = 2000)]
+    pre_swap_rows: usize,
+    /// --forgetting-study: rows read by the new instrument.
+    #[arg(long, default_value_t = 3000)]
+    post_swap_rows: usize,
+    /// --forgetting-study: half-life of the forgetting model, rows.
+    #[arg(long, default_value_t = 500.0)]
+    half_life_rows: f64,
+    /// --forgetting-study: recovered means a median ΔE00 at most this above the pre-swap level.
+    #[arg(long, default_value_t = 0.5)]
+    tolerance: f64,
+    /// --forgetting-study: write the curves (one row per model and batch) to this CSV file.
+    #[arg(long, value_name = "FILE.csv")]
+    curves: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -76,6 +173,7 @@ fn main() -> ExitCode {
         Command::Openapi => print_openapi(),
         Command::Healthcheck { url } => healthcheck(&url),
         Command::Evaluate(args) => run_evaluate(args),
+        Command::Simulate(args) => run_simulate(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -222,6 +320,129 @@ fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.to_markdown());
+    }
+    Ok(())
+}
+
+fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
+    let instrument = Grid {
+        start_nm: args.start_nm,
+        interval_nm: args.interval_nm,
+        count: args.count,
+    };
+    let model = Grid {
+        start_nm: args.model_start_nm,
+        interval_nm: args.model_interval_nm,
+        count: args.model_count,
+    };
+    instrument
+        .check()
+        .map_err(anyhow::Error::msg)
+        .context("instrument grid (--start-nm, --interval-nm, --count)")?;
+    model
+        .check()
+        .map_err(anyhow::Error::msg)
+        .context("model grid (--model-start-nm, --model-interval-nm, --model-count)")?;
+    if args.evaluate {
+        let options = EvaluationOptions {
+            seed: args.seed,
+            train_rows: args.train_rows,
+            test_rows: args.test_rows.unwrap_or(500),
+            first_fit_rows: args.first_fit_rows,
+            batch_rows: args.batch_rows.unwrap_or(100),
+            noise: args.noise,
+            ..EvaluationOptions::default()
+        };
+        let report = mordant::simulate::evaluate(&options, model).context("evaluation")?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", report.to_table());
+        }
+        return Ok(());
+    }
+    if args.forgetting_study {
+        let options = ForgettingOptions {
+            seed: args.seed,
+            pre_swap_rows: args.pre_swap_rows,
+            post_swap_rows: args.post_swap_rows,
+            first_fit_rows: args.first_fit_rows,
+            batch_rows: args.batch_rows.unwrap_or(50),
+            half_life_rows: args.half_life_rows,
+            test_rows: args.test_rows.unwrap_or(200),
+            tolerance_de00: args.tolerance,
+            noise: args.noise,
+            ..ForgettingOptions::default()
+        };
+        let report =
+            mordant::simulate::forgetting_study(&options, model).context("forgetting study")?;
+        if let Some(path) = &args.curves {
+            std::fs::write(path, report.curves_csv())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("curves written to {}", path.display());
+        }
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", report.to_table());
+        }
+        return Ok(());
+    }
+    let sim = Simulator::new(SimulationConfig {
+        scenario: args.scenario,
+        drift_at: args.drift_at.unwrap_or(args.rows / 2),
+        grid: instrument,
+        noise: args.noise,
+        ..SimulationConfig::new(args.seed)
+    });
+    if let Some(url) = args.post {
+        let options = PostOptions {
+            url,
+            model: args.model.context("--post needs --model")?,
+            key: args.key,
+            rows: args.rows,
+            batch_rows: args.batch_rows.unwrap_or(100),
+            model_grid: model,
+            attempts: 5,
+        };
+        run_async(|| async {
+            let summary = mordant::simulate::post::post(&sim, &options).await?;
+            let seconds = summary.elapsed.as_secs_f64();
+            println!(
+                "posted {} rows in {} batches to model {:?} ({}) in {:.2} s ({:.0} rows/s, {} retries)",
+                summary.rows,
+                summary.batches,
+                options.model,
+                if summary.created {
+                    "created"
+                } else {
+                    "existing"
+                },
+                seconds,
+                summary.rows as f64 / seconds.max(1e-9),
+                summary.retries
+            );
+            Ok(())
+        })?;
+        return Ok(());
+    }
+    let scale = if args.fraction {
+        ReflectanceScale::Fraction
+    } else {
+        ReflectanceScale::Percent
+    };
+    match &args.out {
+        Some(path) => {
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            mordant::simulate::write_csv(&sim, args.rows, scale, std::io::BufWriter::new(file))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        None => {
+            let stdout = std::io::stdout();
+            mordant::simulate::write_csv(&sim, args.rows, scale, stdout.lock())
+                .context("writing CSV to standard output")?;
+        }
     }
     Ok(())
 }

@@ -1,0 +1,732 @@
+//! Measured in colour: how close the colour of a predicted recipe comes to its target, and how
+//! fast a model with forgetting recovers from an instrument swap.
+//!
+//! **The model.** Inputs are the measured reflectance on the model's grid (percent, the
+//! Kubelka–Munk transform on the spectral inputs only) and one 0/1 indicator per fabric other
+//! than the first (dummy coding; the intercept carries the first fabric). Why this is linear:
+//! the forward model is `K/S(λ) = K/S_sub(λ) + Σᵢ cᵢ kᵢ(λ)`, so when the dye curves are
+//! independent on the grid every concentration is a fixed linear combination
+//! `cᵢ = Σ_λ w_iλ (K/S(λ) − K/S_sub(λ)) = Σ_λ w_iλ K/S(λ) − Σ_λ w_iλ K/S_sub(λ)`. The first sum is
+//! linear in the transformed spectrum; the second is one constant per fabric, which an intercept
+//! plus one indicator per other fabric represents exactly. A single integer fabric code would
+//! force those constants onto a straight line in the code, which nothing in the physics asks for.
+//!
+//! **The score.** For each held-out target: predict the recipe from its measured spectrum,
+//! clamp negative concentrations to 0 (a recipe cannot use negative dye), dye the predicted
+//! recipe on the target's fabric through the noise-free forward model, and take CIEDE2000
+//! (D65, CIE 1964 10°) between that colour and the target's true colour (the sample as dyed,
+//! before the instrument and its noise). The dye house accepts a match at ΔE00 ≤ 1 and a
+//! production at ≤ 1.5 or so; hence the targets median < 1.0 and 90th percentile < 1.5.
+
+use colorimetry::lab::CieLab;
+use faer::Mat;
+use serde::Serialize;
+
+use super::SimulateError;
+use super::colour::{COLOUR_RANGE_NM, ciede2000, lab_d65_10};
+use super::generate::{
+    CONCENTRATION_RANGE, Grid, LabDip, NoiseModel, Scenario, SimulationConfig, Simulator,
+};
+use crate::estimator::{
+    Basis, BatchStatistics, FitOptions, Forgetting, ModelConfig, ModelState, ReflectanceScale,
+    Transform,
+};
+
+/// The model's inputs: a spectrum on `grid` and indicators of fabrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Design {
+    pub grid: Grid,
+    /// Fabric codes with an indicator column (every fabric but the reference one).
+    pub indicators: Vec<u32>,
+}
+
+impl Design {
+    /// The model grid and an indicator for each fabric in production but the first.
+    pub fn standard(sim: &Simulator) -> Self {
+        let in_production = sim.substrates().len() as u32 - 1;
+        Self {
+            grid: sim.config().grid,
+            indicators: (1..in_production).collect(),
+        }
+    }
+
+    /// Number of raw inputs `d`.
+    pub fn features(&self) -> usize {
+        self.grid.count + self.indicators.len()
+    }
+
+    /// The basis: Kubelka–Munk on the spectrum (percent), the indicators as they are, an
+    /// intercept.
+    pub fn basis(&self) -> Basis {
+        Basis::spectral(
+            self.grid.count,
+            ReflectanceScale::Percent,
+            self.features(),
+            true,
+            Transform::KubelkaMunk,
+        )
+    }
+
+    /// The input rows of `dips` (rows × d).
+    pub fn inputs(&self, dips: &[LabDip]) -> Mat<f64> {
+        let s = self.grid.count;
+        Mat::from_fn(dips.len(), self.features(), |i, j| {
+            if j < s {
+                dips[i].reflectance[j]
+            } else {
+                f64::from(u8::from(dips[i].sample.substrate == self.indicators[j - s]))
+            }
+        })
+    }
+}
+
+/// The recipes of `dips` (rows × dyes), the outputs.
+pub fn recipes(dips: &[LabDip]) -> Mat<f64> {
+    let dyes = dips.first().map_or(0, |d| d.sample.recipe.len());
+    Mat::from_fn(dips.len(), dyes, |i, k| dips[i].sample.recipe[k])
+}
+
+/// The statistics of `dips` for `design`.
+pub fn statistics(design: &Design, dips: &[LabDip]) -> Result<BatchStatistics, SimulateError> {
+    let phi = design.basis().design(design.inputs(dips).as_ref())?;
+    let y = recipes(dips);
+    Ok(BatchStatistics::from_design(phi.as_ref(), y.as_ref())?)
+}
+
+/// The forward model tabulated every 1 nm over [`COLOUR_RANGE_NM`] (unit K/S of every dye,
+/// K/S of every fabric), so that the colour of a recipe costs a few thousand multiplications.
+struct Renderer {
+    dyes: Vec<Vec<f64>>,
+    substrates: Vec<Vec<f64>>,
+}
+
+impl Renderer {
+    fn new(sim: &Simulator) -> Self {
+        let nms: Vec<f64> = (COLOUR_RANGE_NM.0..=COLOUR_RANGE_NM.1)
+            .map(|nm| nm as f64)
+            .collect();
+        Self {
+            dyes: sim
+                .dyes()
+                .iter()
+                .map(|d| nms.iter().map(|&nm| d.unit_ks(nm)).collect())
+                .collect(),
+            substrates: sim
+                .substrates()
+                .iter()
+                .map(|s| nms.iter().map(|&nm| s.ks(nm)).collect())
+                .collect(),
+        }
+    }
+
+    /// CIELAB of concentrations `c` (reference dye lots) on fabric `substrate`:
+    /// `R(λ) = KM⁻¹(K/S_sub(λ) + Σ cᵢ kᵢ(λ))`.
+    fn lab(&self, substrate: u32, c: &[f64]) -> Result<CieLab, SimulateError> {
+        let sub = &self.substrates[(substrate as usize).min(self.substrates.len() - 1)];
+        let mut ks = sub.clone();
+        for (curve, &ci) in self.dyes.iter().zip(c) {
+            if ci != 0.0 {
+                for (k, u) in ks.iter_mut().zip(curve) {
+                    *k += ci * u;
+                }
+            }
+        }
+        let start = COLOUR_RANGE_NM.0 as f64;
+        Ok(lab_d65_10(|nm| {
+            super::forward::reflectance_from_ks(ks[(nm - start) as usize])
+        })?)
+    }
+}
+
+/// Held-out targets and their true colours.
+pub struct Targets {
+    dips: Vec<LabDip>,
+    inputs: Mat<f64>,
+    truth: Vec<CieLab>,
+}
+
+impl Targets {
+    /// Targets `0..count` of `sim`, in the drifted regime or not.
+    pub fn new(
+        sim: &Simulator,
+        design: &Design,
+        count: usize,
+        drifted: bool,
+    ) -> Result<Self, SimulateError> {
+        let dips: Vec<LabDip> = (0..count).map(|i| sim.held_out(i, drifted)).collect();
+        let truth = dips
+            .iter()
+            .map(|d| lab_d65_10(|nm| sim.true_reflectance(&d.sample, nm)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            inputs: design.inputs(&dips),
+            dips,
+            truth,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.dips.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dips.is_empty()
+    }
+}
+
+/// Colour differences and concentration errors of one model on a set of targets.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Score {
+    pub targets: usize,
+    pub median_de00: f64,
+    pub p90_de00: f64,
+    pub mean_de00: f64,
+    pub max_de00: f64,
+    /// Root mean square of predicted minus true recipe over every target and dye (% owf),
+    /// before clamping.
+    pub concentration_rmse: f64,
+    /// Share of predicted concentrations that were negative and clamped to 0.
+    pub clamped_share: f64,
+}
+
+/// The `q`-quantile (0 ≤ q ≤ 1) of `values` by linear interpolation between order statistics
+/// (`x_(⌊h⌋) + (h − ⌊h⌋)(x_(⌊h⌋+1) − x_(⌊h⌋))`, `h = (n − 1) q`, 0-based): NaN for no values.
+pub fn quantile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let h = (sorted.len() - 1) as f64 * q.clamp(0.0, 1.0);
+    let lo = h.floor() as usize;
+    let hi = (lo + 1).min(sorted.len() - 1);
+    sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
+}
+
+/// Scores `state` on `targets`.
+fn score(
+    state: &ModelState,
+    renderer: &Renderer,
+    targets: &Targets,
+) -> Result<Score, SimulateError> {
+    let predictions = state.predict(targets.inputs.as_ref())?;
+    let mean = predictions.mean;
+    let dyes = mean.ncols();
+    let mut de = Vec::with_capacity(targets.len());
+    let (mut sq, mut clamped) = (0.0, 0usize);
+    for (i, (dip, truth)) in targets.dips.iter().zip(&targets.truth).enumerate() {
+        let mut recipe = Vec::with_capacity(dyes);
+        for k in 0..dyes {
+            let predicted = mean[(i, k)];
+            sq += (predicted - dip.sample.recipe[k]).powi(2);
+            if predicted < 0.0 {
+                clamped += 1;
+            }
+            recipe.push(predicted.max(0.0));
+        }
+        let matched = renderer.lab(dip.sample.substrate, &recipe)?;
+        de.push(ciede2000(truth, &matched)?);
+    }
+    let n = de.len().max(1) as f64;
+    Ok(Score {
+        targets: de.len(),
+        median_de00: quantile(&de, 0.5),
+        p90_de00: quantile(&de, 0.9),
+        mean_de00: de.iter().sum::<f64>() / n,
+        max_de00: de.iter().copied().fold(f64::NAN, f64::max),
+        concentration_rmse: (sq / (n * dyes.max(1) as f64)).sqrt(),
+        clamped_share: clamped as f64 / (n * dyes.max(1) as f64),
+    })
+}
+
+/// Settings of [`evaluate`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct EvaluationOptions {
+    pub seed: u64,
+    /// Lab dips learnt (the first fit plus incremental batches).
+    pub train_rows: usize,
+    /// Held-out targets scored.
+    pub test_rows: usize,
+    /// Rows of the first fit (Algorithm 2); the rest arrive in batches (Algorithm 3).
+    pub first_fit_rows: usize,
+    pub batch_rows: usize,
+    /// Range of the log-uniform concentrations of the recipes, % owf.
+    pub concentration_range: (f64, f64),
+    #[serde(skip)]
+    pub noise: NoiseModel,
+    /// Numerical settings of the estimator.
+    #[serde(skip)]
+    pub fit: FitOptions,
+}
+
+impl Default for EvaluationOptions {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            train_rows: 2000,
+            test_rows: 500,
+            first_fit_rows: 300,
+            batch_rows: 100,
+            concentration_range: CONCENTRATION_RANGE,
+            noise: NoiseModel::LAB,
+            fit: FitOptions::default(),
+        }
+    }
+}
+
+/// What [`evaluate`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct EvaluationReport {
+    pub options: EvaluationOptions,
+    pub model_grid: String,
+    pub dyes: Vec<&'static str>,
+    pub batches: usize,
+    pub score: Score,
+}
+
+impl EvaluationReport {
+    /// Whether the dye house's acceptance holds: median ΔE00 < 1.0 and 90th percentile < 1.5.
+    pub fn accepted(&self) -> bool {
+        self.score.median_de00 < 1.0 && self.score.p90_de00 < 1.5
+    }
+
+    /// A readable table.
+    pub fn to_table(&self) -> String {
+        let s = &self.score;
+        let o = &self.options;
+        let verdict = |ok: bool| if ok { "yes" } else { "NO" };
+        format!(
+            "Colour accuracy of predicted recipes (D65, CIE 1964 10°, CIEDE2000)\n\
+             seed {seed}; {train} lab dips learnt ({first} in the first fit, then {batches} \
+             batches of {batch}); {test} held-out targets; model grid {grid}; {dyes} dyes\n\n\
+             | metric | value | target | met |\n\
+             | --- | --- | --- | --- |\n\
+             | median ΔE00 | {median:.3} | < 1.0 | {m_ok} |\n\
+             | 90th percentile ΔE00 | {p90:.3} | < 1.5 | {p_ok} |\n\
+             | mean ΔE00 | {mean:.3} | | |\n\
+             | max ΔE00 | {max:.3} | | |\n\
+             | concentration RMSE (% owf) | {rmse:.4} | | |\n\
+             | predictions clamped at 0 | {clamped:.1} % | | |\n",
+            seed = o.seed,
+            train = o.train_rows,
+            first = o.first_fit_rows.min(o.train_rows),
+            batches = self.batches,
+            batch = o.batch_rows,
+            test = s.targets,
+            grid = self.model_grid,
+            dyes = self.dyes.len(),
+            median = s.median_de00,
+            m_ok = verdict(s.median_de00 < 1.0),
+            p90 = s.p90_de00,
+            p_ok = verdict(s.p90_de00 < 1.5),
+            mean = s.mean_de00,
+            max = s.max_de00,
+            rmse = s.concentration_rmse,
+            clamped = 100.0 * s.clamped_share,
+        )
+    }
+}
+
+fn describe(grid: &Grid) -> String {
+    format!(
+        "{}–{} nm every {} nm",
+        grid.start_nm,
+        grid.nm(grid.count.saturating_sub(1)),
+        grid.interval_nm
+    )
+}
+
+/// Trains a model on simulated lab dips measured on `grid` (the first fit, then one-step
+/// batches) and scores it on held-out targets.
+pub fn evaluate(
+    options: &EvaluationOptions,
+    grid: Grid,
+) -> Result<EvaluationReport, SimulateError> {
+    check_rows(
+        options.first_fit_rows,
+        options.batch_rows,
+        options.test_rows,
+    )?;
+    let sim = Simulator::new(SimulationConfig {
+        grid,
+        noise: options.noise,
+        concentration_range: options.concentration_range,
+        ..SimulationConfig::new(options.seed)
+    });
+    let design = Design::standard(&sim);
+    let config = ModelConfig {
+        options: options.fit,
+        ..ModelConfig::new(design.basis(), sim.dyes().len())
+    };
+    let first = options.first_fit_rows.min(options.train_rows);
+    let mut state = ModelState::fit(&config, statistics(&design, &sim.lab_dips(0..first))?)?;
+    let mut batches = 0;
+    let mut row = first;
+    while row < options.train_rows {
+        let end = (row + options.batch_rows).min(options.train_rows);
+        state = state.update(&config, &statistics(&design, &sim.lab_dips(row..end))?)?;
+        row = end;
+        batches += 1;
+    }
+    let targets = Targets::new(&sim, &design, options.test_rows, false)?;
+    let score = score(&state, &Renderer::new(&sim), &targets)?;
+    Ok(EvaluationReport {
+        options: *options,
+        model_grid: describe(&grid),
+        dyes: sim.dye_names(),
+        batches,
+        score,
+    })
+}
+
+fn check_rows(first: usize, batch: usize, test: usize) -> Result<(), SimulateError> {
+    if first == 0 || batch == 0 || test == 0 {
+        return Err(SimulateError::Options(
+            "the first fit, batches and the held-out set need at least one row each".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Settings of [`forgetting_study`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ForgettingOptions {
+    pub seed: u64,
+    /// Rows measured with the reference instrument (the first fit included).
+    pub pre_swap_rows: usize,
+    /// Rows measured with the new instrument.
+    pub post_swap_rows: usize,
+    pub first_fit_rows: usize,
+    pub batch_rows: usize,
+    /// Half-life of the forgetting model, rows.
+    pub half_life_rows: f64,
+    pub test_rows: usize,
+    /// A model has recovered once its median ΔE00 is at most its pre-swap level plus this.
+    pub tolerance_de00: f64,
+    /// Range of the log-uniform concentrations of the recipes, % owf.
+    pub concentration_range: (f64, f64),
+    #[serde(skip)]
+    pub noise: NoiseModel,
+    /// Numerical settings of the estimator.
+    #[serde(skip)]
+    pub fit: FitOptions,
+}
+
+impl Default for ForgettingOptions {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            pre_swap_rows: 2000,
+            post_swap_rows: 3000,
+            first_fit_rows: 300,
+            batch_rows: 50,
+            half_life_rows: 500.0,
+            test_rows: 200,
+            tolerance_de00: 0.5,
+            concentration_range: CONCENTRATION_RANGE,
+            noise: NoiseModel::LAB,
+            fit: FitOptions::default(),
+        }
+    }
+}
+
+/// One model scored after one batch.
+#[derive(Clone, Debug, Serialize)]
+pub struct CurvePoint {
+    pub model: String,
+    /// Rows learnt so far.
+    pub rows_seen: usize,
+    /// Rows learnt since the swap (negative before it).
+    pub post_swap_rows: i64,
+    /// `reference` before the swap, `new` after: the instrument the targets were read with.
+    pub instrument: &'static str,
+    pub score: Score,
+}
+
+/// How one model went through the swap.
+#[derive(Clone, Debug, Serialize)]
+pub struct Recovery {
+    pub model: String,
+    pub half_life_rows: Option<f64>,
+    /// Mean of the median ΔE00 over the last five pre-swap batches.
+    pub pre_swap_median_de00: f64,
+    /// `pre_swap_median_de00 + tolerance`.
+    pub threshold_de00: f64,
+    /// Median ΔE00 after the first post-swap batch.
+    pub first_post_swap_median_de00: f64,
+    /// Median ΔE00 at the end of the run.
+    pub final_median_de00: f64,
+    /// Post-swap rows until the median ΔE00 first came back to the threshold.
+    pub rows_to_reach: Option<usize>,
+    /// Post-swap rows from which on the median ΔE00 stayed at or below the threshold.
+    pub rows_to_recover: Option<usize>,
+}
+
+/// What [`forgetting_study`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct ForgettingReport {
+    pub options: ForgettingOptions,
+    pub scenario: &'static str,
+    pub swap: String,
+    pub models: Vec<Recovery>,
+    pub curves: Vec<CurvePoint>,
+}
+
+impl ForgettingReport {
+    /// The curves as CSV: one row per model and batch.
+    pub fn curves_csv(&self) -> String {
+        let mut out = String::from(
+            "model,rows_seen,post_swap_rows,instrument,median_de00,p90_de00,mean_de00,concentration_rmse\n",
+        );
+        for p in &self.curves {
+            out.push_str(&format!(
+                "{},{},{},{},{:.4},{:.4},{:.4},{:.5}\n",
+                p.model,
+                p.rows_seen,
+                p.post_swap_rows,
+                p.instrument,
+                p.score.median_de00,
+                p.score.p90_de00,
+                p.score.mean_de00,
+                p.score.concentration_rmse
+            ));
+        }
+        out
+    }
+
+    /// A readable table.
+    pub fn to_table(&self) -> String {
+        let o = &self.options;
+        let rows = |r: Option<usize>| {
+            r.map_or_else(
+                || format!("not within {}", o.post_swap_rows),
+                |r| r.to_string(),
+            )
+        };
+        let mut out = format!(
+            "Forgetting after an instrument swap ({swap})\n\
+             seed {seed}; {pre} rows on the reference instrument, then {post} on the new one, \
+             batches of {batch} (first fit {first}); {test} held-out targets read by the \
+             instrument in use; recovered = median ΔE00 ≤ pre-swap level + {tol}\n\n\
+             | model | pre-swap median | threshold | first after swap | final | rows to reach | rows to stay |\n\
+             | --- | --- | --- | --- | --- | --- | --- |\n",
+            swap = self.swap,
+            seed = o.seed,
+            pre = o.pre_swap_rows,
+            post = o.post_swap_rows,
+            batch = o.batch_rows,
+            first = o.first_fit_rows,
+            test = o.test_rows,
+            tol = o.tolerance_de00,
+        );
+        for m in &self.models {
+            out.push_str(&format!(
+                "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} |\n",
+                m.model,
+                m.pre_swap_median_de00,
+                m.threshold_de00,
+                m.first_post_swap_median_de00,
+                m.final_median_de00,
+                rows(m.rows_to_reach),
+                rows(m.rows_to_recover),
+            ));
+        }
+        out
+    }
+}
+
+/// Streams lab dips through two models, one without forgetting and one with a half-life, across
+/// an instrument swap, and scores both after every batch on held-out targets read by the
+/// instrument then in use.
+pub fn forgetting_study(
+    options: &ForgettingOptions,
+    grid: Grid,
+) -> Result<ForgettingReport, SimulateError> {
+    check_rows(
+        options.first_fit_rows,
+        options.batch_rows,
+        options.test_rows,
+    )?;
+    if !(options.half_life_rows.is_finite() && options.half_life_rows > 0.0) {
+        return Err(SimulateError::Options(format!(
+            "half-life {} rows is not positive",
+            options.half_life_rows
+        )));
+    }
+    if options.first_fit_rows > options.pre_swap_rows {
+        return Err(SimulateError::Options(
+            "the first fit must come before the swap".into(),
+        ));
+    }
+    let sim = Simulator::new(SimulationConfig {
+        grid,
+        noise: options.noise,
+        concentration_range: options.concentration_range,
+        scenario: Scenario::InstrumentSwap,
+        drift_at: options.pre_swap_rows,
+        ..SimulationConfig::new(options.seed)
+    });
+    let design = Design::standard(&sim);
+    let renderer = Renderer::new(&sim);
+    let before = Targets::new(&sim, &design, options.test_rows, false)?;
+    let after = Targets::new(&sim, &design, options.test_rows, true)?;
+    let plain = ModelConfig {
+        options: options.fit,
+        ..ModelConfig::new(design.basis(), sim.dyes().len())
+    };
+    let forgetting = ModelConfig {
+        forgetting: Some(Forgetting {
+            half_life_rows: options.half_life_rows,
+        }),
+        ..plain.clone()
+    };
+    let names = [
+        "no_forgetting".to_owned(),
+        format!("half_life_{}", options.half_life_rows),
+    ];
+    let configs = [plain, forgetting];
+    let first = statistics(&design, &sim.lab_dips(0..options.first_fit_rows))?;
+    let mut states = configs
+        .iter()
+        .map(|c| ModelState::fit(c, first.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let total = options.pre_swap_rows + options.post_swap_rows;
+    let mut curves = Vec::new();
+    let mut row = options.first_fit_rows;
+    while row < total {
+        // Batches do not straddle the swap, so every batch is read by one instrument.
+        let limit = if row < options.pre_swap_rows {
+            options.pre_swap_rows
+        } else {
+            total
+        };
+        let end = (row + options.batch_rows).min(limit);
+        let batch = statistics(&design, &sim.lab_dips(row..end))?;
+        row = end;
+        let swapped = row > options.pre_swap_rows;
+        let targets = if swapped { &after } else { &before };
+        for ((state, config), name) in states.iter_mut().zip(&configs).zip(&names) {
+            *state = state.update(config, &batch)?;
+            curves.push(CurvePoint {
+                model: name.clone(),
+                rows_seen: row,
+                post_swap_rows: row as i64 - options.pre_swap_rows as i64,
+                instrument: if swapped { "new" } else { "reference" },
+                score: score(state, &renderer, targets)?,
+            });
+        }
+    }
+    let models = names
+        .iter()
+        .zip(&configs)
+        .map(|(name, config)| recovery(name, config, &curves, options))
+        .collect();
+    let swap = super::generate::Instrument::SWAPPED;
+    Ok(ForgettingReport {
+        options: *options,
+        scenario: Scenario::InstrumentSwap.as_str(),
+        swap: format!(
+            "gain {}, offset {:+} % R, wavelength shift {:+} nm",
+            swap.gain, swap.offset_percent, swap.shift_nm
+        ),
+        models,
+        curves,
+    })
+}
+
+fn recovery(
+    name: &str,
+    config: &ModelConfig,
+    curves: &[CurvePoint],
+    options: &ForgettingOptions,
+) -> Recovery {
+    let own: Vec<&CurvePoint> = curves.iter().filter(|p| p.model == name).collect();
+    let pre: Vec<f64> = own
+        .iter()
+        .filter(|p| p.post_swap_rows <= 0)
+        .map(|p| p.score.median_de00)
+        .collect();
+    let last = &pre[pre.len().saturating_sub(5)..];
+    let level = last.iter().sum::<f64>() / last.len().max(1) as f64;
+    let threshold = level + options.tolerance_de00;
+    let post: Vec<&&CurvePoint> = own.iter().filter(|p| p.post_swap_rows > 0).collect();
+    let rows_to_reach = post
+        .iter()
+        .find(|p| p.score.median_de00 <= threshold)
+        .map(|p| p.post_swap_rows as usize);
+    // The first post-swap batch after the last one above the threshold.
+    let rows_to_recover = match post.iter().rposition(|p| p.score.median_de00 > threshold) {
+        None => post.first().map(|p| p.post_swap_rows as usize),
+        Some(i) => post.get(i + 1).map(|p| p.post_swap_rows as usize),
+    };
+    Recovery {
+        model: name.to_owned(),
+        half_life_rows: config.forgetting.map(|f| f.half_life_rows),
+        pre_swap_median_de00: level,
+        threshold_de00: threshold,
+        first_post_swap_median_de00: post.first().map_or(f64::NAN, |p| p.score.median_de00),
+        final_median_de00: post.last().map_or(f64::NAN, |p| p.score.median_de00),
+        rows_to_reach,
+        rows_to_recover,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantile_interpolates_order_statistics() {
+        assert_eq!(quantile(&[3.0, 1.0, 2.0], 0.5), 2.0);
+        assert_eq!(quantile(&[4.0, 1.0, 2.0, 3.0], 0.5), 2.5);
+        assert!((quantile(&[0.0, 10.0], 0.9) - 9.0).abs() < 1e-12);
+        assert_eq!(quantile(&[7.0], 0.9), 7.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn indicators_code_the_fabrics_other_than_the_first() {
+        let sim = Simulator::new(SimulationConfig {
+            grid: Grid::MODEL,
+            ..SimulationConfig::new(2)
+        });
+        let design = Design::standard(&sim);
+        assert_eq!(design.indicators, vec![1, 2]);
+        let dips = sim.lab_dips(0..50);
+        let x = design.inputs(&dips);
+        assert_eq!(x.ncols(), 33);
+        for (i, dip) in dips.iter().enumerate() {
+            assert_eq!(x[(i, 0)], dip.reflectance[0]);
+            let flags = [x[(i, 31)], x[(i, 32)]];
+            let expected = match dip.sample.substrate {
+                0 => [0.0, 0.0],
+                1 => [1.0, 0.0],
+                _ => [0.0, 1.0],
+            };
+            assert_eq!(flags, expected);
+        }
+    }
+
+    #[test]
+    fn a_perfect_recipe_scores_zero_and_a_wrong_one_does_not() {
+        let sim = Simulator::new(SimulationConfig {
+            grid: Grid::MODEL,
+            noise: NoiseModel::NONE,
+            ..SimulationConfig::new(9)
+        });
+        let renderer = Renderer::new(&sim);
+        let dip = sim.lab_dip(0);
+        let truth = lab_d65_10(|nm| sim.true_reflectance(&dip.sample, nm)).unwrap();
+        let same = renderer
+            .lab(dip.sample.substrate, &dip.sample.uptake)
+            .unwrap();
+        assert!(ciede2000(&truth, &same).unwrap() < 1e-6);
+        let mut more = dip.sample.uptake.clone();
+        let main = (0..more.len())
+            .max_by(|&a, &b| more[a].total_cmp(&more[b]))
+            .unwrap();
+        more[main] *= 1.5;
+        let off = renderer.lab(dip.sample.substrate, &more).unwrap();
+        assert!(ciede2000(&truth, &off).unwrap() > 0.5);
+    }
+}

@@ -1,0 +1,657 @@
+//! Lab dips: recipes dyed on a fabric, measured by a spectrophotometer, with noise and drift.
+//!
+//! Row `i` of a simulation is drawn from its own random stream (ChaCha8 seeded with the seed,
+//! stream `i`), and every row draws the same random numbers in the same order whatever the
+//! scenario. So a seed fixes the rows, a row does not depend on how many rows come before it,
+//! and two scenarios at one seed differ exactly where the scenario acts.
+//!
+//! Per row:
+//!
+//! 1. **Fabric**: one of the [`substrates`] (uniform); from the drift row of `new_substrate`
+//!    on, the [`new_substrate`] half of the time.
+//! 2. **Recipe**: three distinct dyes of the [`dye_range`] (uniform), each at a concentration
+//!    log-uniform in [`CONCENTRATION_RANGE`] % owf; the others 0.
+//! 3. **Process noise**: the dye actually taken up is `cᵢ · exp(ε_i)`, `ε_i ~ N(0, σ_u²)`
+//!    ([`NoiseModel::uptake_rel`]); the row's `y` stays the recipe `cᵢ`.
+//! 4. **Colour**: `K/S(λ) = K/S_substrate(λ) + Σ cᵢ' sᵢ kᵢ(λ)` with the taken-up `cᵢ'` and each
+//!    dye lot's strength `sᵢ` (1, or [`DYE_LOT_STRENGTH`] for [`DYE_LOT_DYE`] from the drift row
+//!    of `dye_lot` on), then `R(λ)` by the inverse Kubelka–Munk function (see [`super::forward`]).
+//! 5. **Measurement** (reflectance in percent): the instrument reads at the nominal `λ` the
+//!    reflectance at `λ + δ + j` (its wavelength error `δ` plus a per-measurement jitter
+//!    `j ~ N(0, σ_λ²)`), with a photometric gain `g` and offset `o`, plus photometric noise:
+//!    `R_meas(λ) = g · 100 R(λ + δ + j) + o + e(λ)`, `e(λ) ~ N(0, σ_a² + (σ_r · 100 R)²)`.
+//!    The reference instrument has `g = 1, o = 0, δ = 0`; from the drift row of
+//!    `instrument_swap` on, the lab reads with [`Instrument::SWAPPED`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::forward::{
+    Dye, Substrate, dye_range, mixture_ks, new_substrate, reflectance_from_ks, substrates,
+};
+
+/// Concentrations of a recipe's dyes are log-uniform between these (% owf): pale to deep shades.
+pub const CONCENTRATION_RANGE: (f64, f64) = (0.01, 3.0);
+
+/// Dyes in one recipe.
+pub const DYES_PER_RECIPE: usize = 3;
+
+/// The dye whose lot changes in the `dye_lot` scenario (index into [`dye_range`]: `red_1`).
+pub const DYE_LOT_DYE: usize = 3;
+
+/// Strength of the new lot of [`DYE_LOT_DYE`] relative to the old: 15 % stronger.
+pub const DYE_LOT_STRENGTH: f64 = 1.15;
+
+/// Share of the rows dyed on the new fabric once the `new_substrate` scenario has started.
+pub const NEW_SUBSTRATE_SHARE: f64 = 0.5;
+
+/// First stream of the held-out targets: far from any row index a simulation will reach.
+const HELD_OUT_STREAM: u64 = 1 << 48;
+
+/// A wavelength grid: `count` wavelengths `start_nm + k · interval_nm`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Grid {
+    pub start_nm: f64,
+    pub interval_nm: f64,
+    pub count: usize,
+}
+
+impl Grid {
+    /// The default instrument grid, 360–780 nm every 10 nm (43 bands).
+    pub const INSTRUMENT: Grid = Grid {
+        start_nm: 360.0,
+        interval_nm: 10.0,
+        count: 43,
+    };
+
+    /// The default model grid, 400–700 nm every 10 nm (31 bands).
+    pub const MODEL: Grid = Grid {
+        start_nm: 400.0,
+        interval_nm: 10.0,
+        count: 31,
+    };
+
+    /// The `k`-th wavelength, nm.
+    pub fn nm(&self, k: usize) -> f64 {
+        self.start_nm + k as f64 * self.interval_nm
+    }
+
+    pub fn wavelengths(&self) -> impl Iterator<Item = f64> + '_ {
+        (0..self.count).map(|k| self.nm(k))
+    }
+
+    /// The CSV column names `<wavelength>nm`, e.g. `360nm` (`362.5nm` off the integers).
+    pub fn column_names(&self) -> Vec<String> {
+        self.wavelengths().map(|nm| format!("{nm}nm")).collect()
+    }
+
+    /// Whether the grid is usable: at least one band, a positive finite interval, a positive
+    /// finite start.
+    pub fn check(&self) -> Result<(), String> {
+        if self.count == 0 {
+            return Err("a wavelength grid needs at least one band".into());
+        }
+        if !(self.interval_nm.is_finite() && self.interval_nm > 0.0) {
+            return Err(format!("interval {} nm is not positive", self.interval_nm));
+        }
+        if !(self.start_nm.is_finite() && self.start_nm > 0.0) {
+            return Err(format!("start {} nm is not positive", self.start_nm));
+        }
+        Ok(())
+    }
+}
+
+/// How a spectrophotometer distorts what it measures: `g · 100 R(λ + δ) + o`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Instrument {
+    /// Photometric gain `g`.
+    pub gain: f64,
+    /// Photometric offset `o`, percentage points of reflectance.
+    pub offset_percent: f64,
+    /// Wavelength error `δ`, nm: the reading labelled `λ` is the reflectance at `λ + δ`.
+    pub shift_nm: f64,
+}
+
+impl Instrument {
+    /// The instrument every model was trained with.
+    pub const REFERENCE: Instrument = Instrument {
+        gain: 1.0,
+        offset_percent: 0.0,
+        shift_nm: 0.0,
+    };
+
+    /// The replacement of the `instrument_swap` scenario: calibrated on its black trap (no
+    /// photometric offset) but reading 2 % low against the old white scale and 3 nm long (a
+    /// monochromator out of alignment). On a mid shade that is a colour difference of a few
+    /// ΔE00. (An offset is left out on purpose: `K/S` of `R + o` is not linear in the recipe,
+    /// so no linear model, forgetting or not, could learn it; see the forgetting study.)
+    pub const SWAPPED: Instrument = Instrument {
+        gain: 0.98,
+        offset_percent: 0.0,
+        shift_nm: 3.0,
+    };
+}
+
+/// Measurement and process noise, all standard deviations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NoiseModel {
+    /// `σ_a`: photometric noise, percentage points of reflectance (a bench spectrophotometer's
+    /// repeatability is 0.02–0.05).
+    pub photometric_abs: f64,
+    /// `σ_r`: photometric noise proportional to the reading (sample presentation: fabric
+    /// texture, pressure on the port), as a fraction of it.
+    pub photometric_rel: f64,
+    /// `σ_λ`: wavelength jitter of one measurement, nm.
+    pub wavelength_jitter_nm: f64,
+    /// `σ_u`: log-normal spread of the dye taken up around the recipe (weighing, liquor ratio,
+    /// exhaustion and fixation from one lab dip to the next).
+    pub uptake_rel: f64,
+}
+
+impl NoiseModel {
+    /// The default noise of a well-run lab: 0.05 pp + 0.5 % of the reading, 0.2 nm jitter, 3 %
+    /// uptake spread.
+    pub const LAB: NoiseModel = NoiseModel {
+        photometric_abs: 0.05,
+        photometric_rel: 0.005,
+        wavelength_jitter_nm: 0.2,
+        uptake_rel: 0.03,
+    };
+
+    /// Process noise only (3 % uptake spread): a perfect spectrophotometer. The regime in which
+    /// the service's linear model is accurate (see `mordant simulate --evaluate`).
+    pub const PROCESS_ONLY: NoiseModel = NoiseModel {
+        photometric_abs: 0.0,
+        photometric_rel: 0.0,
+        wavelength_jitter_nm: 0.0,
+        uptake_rel: 0.03,
+    };
+
+    /// No noise at all (for checks of the forward model).
+    pub const NONE: NoiseModel = NoiseModel {
+        photometric_abs: 0.0,
+        photometric_rel: 0.0,
+        wavelength_jitter_nm: 0.0,
+        uptake_rel: 0.0,
+    };
+}
+
+/// A drift scenario: what changes from the drift row on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scenario {
+    /// Nothing changes.
+    #[default]
+    None,
+    /// The lab reads with [`Instrument::SWAPPED`]: spectra change, recipes do not.
+    InstrumentSwap,
+    /// [`DYE_LOT_DYE`] comes from a lot [`DYE_LOT_STRENGTH`] times as strong.
+    DyeLot,
+    /// [`new_substrate`] appears, in [`NEW_SUBSTRATE_SHARE`] of the rows.
+    NewSubstrate,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 4] = [
+        Scenario::None,
+        Scenario::InstrumentSwap,
+        Scenario::DyeLot,
+        Scenario::NewSubstrate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scenario::None => "none",
+            Scenario::InstrumentSwap => "instrument_swap",
+            Scenario::DyeLot => "dye_lot",
+            Scenario::NewSubstrate => "new_substrate",
+        }
+    }
+}
+
+impl FromStr for NoiseModel {
+    type Err = String;
+
+    /// `lab` ([`NoiseModel::LAB`]), `process_only` or `none`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "lab" => Ok(NoiseModel::LAB),
+            "process_only" => Ok(NoiseModel::PROCESS_ONLY),
+            "none" => Ok(NoiseModel::NONE),
+            other => Err(format!(
+                "unknown noise {other:?}: expected lab, process_only or none"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Scenario::ALL
+            .into_iter()
+            .find(|sc| sc.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown scenario {s:?}: expected none, instrument_swap, dye_lot or new_substrate")
+            })
+    }
+}
+
+/// What a simulation draws.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SimulationConfig {
+    pub seed: u64,
+    pub scenario: Scenario,
+    /// Index of the first row the scenario acts on.
+    pub drift_at: usize,
+    /// The instrument's wavelength grid.
+    pub grid: Grid,
+    pub noise: NoiseModel,
+    /// Concentrations of a recipe's dyes are log-uniform in this range, % owf.
+    pub concentration_range: (f64, f64),
+}
+
+impl SimulationConfig {
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            scenario: Scenario::None,
+            drift_at: 0,
+            grid: Grid::INSTRUMENT,
+            noise: NoiseModel::LAB,
+            concentration_range: CONCENTRATION_RANGE,
+        }
+    }
+}
+
+/// A dyed sample as it physically is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// Code of its fabric (index into [`Simulator::substrates`]).
+    pub substrate: u32,
+    /// The recipe, % owf per dye of the range (0 for the dyes not used): the row's `y`.
+    pub recipe: Vec<f64>,
+    /// The dye actually taken up, % owf per dye.
+    pub uptake: Vec<f64>,
+    /// Strength of each dye's lot relative to the reference lot.
+    pub strength: Vec<f64>,
+}
+
+/// One row: a sample and its measured spectrum.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LabDip {
+    pub sample: Sample,
+    /// The instrument that measured it.
+    pub instrument: Instrument,
+    /// Reflectance on the grid, percent.
+    pub reflectance: Vec<f64>,
+}
+
+/// The random numbers of one row, drawn in a fixed order whatever the scenario.
+struct Draws {
+    substrate: f64,
+    dyes: [usize; DYES_PER_RECIPE],
+    log_concentration: [f64; DYES_PER_RECIPE],
+    uptake: [f64; DYES_PER_RECIPE],
+    jitter: f64,
+}
+
+/// A standard normal deviate by the Box–Muller transform,
+/// `√(−2 ln u₁) · cos(2π u₂)` with `u₁ ∈ (0, 1]`, `u₂ ∈ [0, 1)`.
+pub fn standard_normal(rng: &mut impl Rng) -> f64 {
+    let u1 = 1.0 - rng.random::<f64>();
+    let u2 = rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// Draws lab dips. Pure: the rows are a function of the configuration and their index.
+#[derive(Clone, Debug)]
+pub struct Simulator {
+    config: SimulationConfig,
+    dyes: Vec<Dye>,
+    substrates: Vec<Substrate>,
+}
+
+impl Simulator {
+    pub fn new(config: SimulationConfig) -> Self {
+        let mut all = substrates();
+        all.push(new_substrate());
+        Self {
+            config,
+            dyes: dye_range(),
+            substrates: all,
+        }
+    }
+
+    pub fn config(&self) -> &SimulationConfig {
+        &self.config
+    }
+
+    pub fn dyes(&self) -> &[Dye] {
+        &self.dyes
+    }
+
+    /// Every fabric, by code: the ones in production first, the scenario's new one last.
+    pub fn substrates(&self) -> &[Substrate] {
+        &self.substrates
+    }
+
+    /// Names of the dyes, the outputs in order.
+    pub fn dye_names(&self) -> Vec<&'static str> {
+        self.dyes.iter().map(|d| d.name).collect()
+    }
+
+    /// Whether row `row` is in the drifted regime.
+    pub fn drifted(&self, row: usize) -> bool {
+        self.config.scenario != Scenario::None && row >= self.config.drift_at
+    }
+
+    /// Row `row` of the simulation.
+    pub fn lab_dip(&self, row: usize) -> LabDip {
+        self.draw(row as u64, self.drifted(row))
+    }
+
+    /// Rows `start..end`.
+    pub fn lab_dips(&self, rows: std::ops::Range<usize>) -> Vec<LabDip> {
+        rows.map(|row| self.lab_dip(row)).collect()
+    }
+
+    /// Held-out target `i`, from streams no row uses; `drifted` picks the regime (the same
+    /// sample and noise draws in both, so a target measured before and after an instrument swap
+    /// is one physical sample read by two instruments).
+    pub fn held_out(&self, i: usize, drifted: bool) -> LabDip {
+        self.draw(
+            HELD_OUT_STREAM + i as u64,
+            drifted && self.config.scenario != Scenario::None,
+        )
+    }
+
+    fn rng(&self, stream: u64) -> ChaCha8Rng {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.config.seed);
+        rng.set_stream(stream);
+        rng
+    }
+
+    fn draw(&self, stream: u64, drifted: bool) -> LabDip {
+        let mut rng = self.rng(stream);
+        let draws = self.draws(&mut rng);
+        let sample = self.sample(&draws, drifted);
+        let instrument = if drifted && self.config.scenario == Scenario::InstrumentSwap {
+            Instrument::SWAPPED
+        } else {
+            Instrument::REFERENCE
+        };
+        let reflectance = self.measure(&sample, instrument, draws.jitter, &mut rng);
+        LabDip {
+            sample,
+            instrument,
+            reflectance,
+        }
+    }
+
+    fn draws(&self, rng: &mut ChaCha8Rng) -> Draws {
+        let substrate = rng.random::<f64>();
+        // A partial Fisher–Yates shuffle picks DYES_PER_RECIPE distinct dyes.
+        let mut order: Vec<usize> = (0..self.dyes.len()).collect();
+        let mut dyes = [0; DYES_PER_RECIPE];
+        for (k, slot) in dyes.iter_mut().enumerate() {
+            let pick = rng.random_range(k..order.len());
+            order.swap(k, pick);
+            *slot = order[k];
+        }
+        let (lo, hi) = self.config.concentration_range;
+        let mut log_concentration = [0.0; DYES_PER_RECIPE];
+        for v in &mut log_concentration {
+            *v = lo.ln() + rng.random::<f64>() * (hi.ln() - lo.ln());
+        }
+        let mut uptake = [0.0; DYES_PER_RECIPE];
+        for v in &mut uptake {
+            *v = standard_normal(rng);
+        }
+        let jitter = standard_normal(rng);
+        Draws {
+            substrate,
+            dyes,
+            log_concentration,
+            uptake,
+            jitter,
+        }
+    }
+
+    fn sample(&self, draws: &Draws, drifted: bool) -> Sample {
+        let scenario = self.config.scenario;
+        let in_production = self.substrates.len() - 1;
+        let substrate = if drifted && scenario == Scenario::NewSubstrate {
+            if draws.substrate < NEW_SUBSTRATE_SHARE {
+                in_production
+            } else {
+                let u = (draws.substrate - NEW_SUBSTRATE_SHARE) / (1.0 - NEW_SUBSTRATE_SHARE);
+                ((u * in_production as f64) as usize).min(in_production - 1)
+            }
+        } else {
+            ((draws.substrate * in_production as f64) as usize).min(in_production - 1)
+        };
+        let n = self.dyes.len();
+        let mut recipe = vec![0.0; n];
+        let mut uptake = vec![0.0; n];
+        for k in 0..DYES_PER_RECIPE {
+            let dye = draws.dyes[k];
+            let c = draws.log_concentration[k].exp();
+            recipe[dye] = c;
+            uptake[dye] = c * (self.config.noise.uptake_rel * draws.uptake[k]).exp();
+        }
+        let mut strength = vec![1.0; n];
+        if drifted && scenario == Scenario::DyeLot {
+            strength[DYE_LOT_DYE] = DYE_LOT_STRENGTH;
+        }
+        Sample {
+            substrate: substrate as u32,
+            recipe,
+            uptake,
+            strength,
+        }
+    }
+
+    /// The true reflectance fraction of `sample` at `nm` (no instrument, no noise).
+    pub fn true_reflectance(&self, sample: &Sample, nm: f64) -> f64 {
+        self.render(sample.substrate, &sample.uptake, &sample.strength, nm)
+    }
+
+    /// The reflectance fraction at `nm` of concentrations `c` (% owf per dye) dyed on fabric
+    /// `substrate` with dye lots of strengths `strength`.
+    pub fn render(&self, substrate: u32, c: &[f64], strength: &[f64], nm: f64) -> f64 {
+        let fabric = &self.substrates[(substrate as usize).min(self.substrates.len() - 1)];
+        reflectance_from_ks(mixture_ks(fabric, &self.dyes, c, strength, nm))
+    }
+
+    fn measure(
+        &self,
+        sample: &Sample,
+        instrument: Instrument,
+        jitter: f64,
+        rng: &mut ChaCha8Rng,
+    ) -> Vec<f64> {
+        let noise = self.config.noise;
+        let offset_nm = instrument.shift_nm + noise.wavelength_jitter_nm * jitter;
+        self.config
+            .grid
+            .wavelengths()
+            .map(|nm| {
+                let percent = 100.0 * self.true_reflectance(sample, nm + offset_nm);
+                let read = instrument.gain * percent + instrument.offset_percent;
+                let sd = noise.photometric_abs.hypot(noise.photometric_rel * percent);
+                read + sd * standard_normal(rng)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(scenario: Scenario) -> SimulationConfig {
+        SimulationConfig {
+            scenario,
+            drift_at: 20,
+            ..SimulationConfig::new(11)
+        }
+    }
+
+    #[test]
+    fn a_seed_fixes_the_rows_and_another_changes_them() {
+        let a = Simulator::new(config(Scenario::None)).lab_dips(0..30);
+        let b = Simulator::new(config(Scenario::None)).lab_dips(0..30);
+        assert_eq!(a, b);
+        let other = Simulator::new(SimulationConfig::new(12)).lab_dips(0..30);
+        assert_ne!(a, other);
+        // A row does not depend on the rows before it.
+        let sim = Simulator::new(config(Scenario::None));
+        assert_eq!(sim.lab_dip(17), a[17]);
+    }
+
+    #[test]
+    fn recipes_use_three_dyes_in_range() {
+        let sim = Simulator::new(SimulationConfig::new(3));
+        let (lo, hi) = CONCENTRATION_RANGE;
+        for dip in sim.lab_dips(0..200) {
+            let used: Vec<f64> = dip
+                .sample
+                .recipe
+                .iter()
+                .copied()
+                .filter(|c| *c != 0.0)
+                .collect();
+            assert_eq!(used.len(), DYES_PER_RECIPE);
+            assert!(used.iter().all(|c| (lo..=hi).contains(c)));
+            assert!(dip.sample.substrate < 3);
+            assert_eq!(dip.reflectance.len(), Grid::INSTRUMENT.count);
+            assert!(
+                dip.reflectance
+                    .iter()
+                    .all(|r| r.is_finite() && *r > -1.0 && *r < 101.0)
+            );
+        }
+    }
+
+    #[test]
+    fn noise_free_measurement_is_the_forward_model() {
+        let sim = Simulator::new(SimulationConfig {
+            noise: NoiseModel::NONE,
+            ..SimulationConfig::new(5)
+        });
+        let dip = sim.lab_dip(4);
+        assert_eq!(dip.sample.recipe, dip.sample.uptake);
+        for (k, nm) in Grid::INSTRUMENT.wavelengths().enumerate() {
+            let expected = 100.0 * sim.true_reflectance(&dip.sample, nm);
+            assert!((dip.reflectance[k] - expected).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn instrument_swap_changes_spectra_but_not_recipes() {
+        let plain = Simulator::new(config(Scenario::None)).lab_dips(0..40);
+        let swap = Simulator::new(config(Scenario::InstrumentSwap)).lab_dips(0..40);
+        for (row, (a, b)) in plain.iter().zip(&swap).enumerate() {
+            assert_eq!(a.sample, b.sample, "row {row}: the recipe and fabric stay");
+            if row < 20 {
+                assert_eq!(a, b, "row {row} is before the swap");
+            } else {
+                assert_eq!(b.instrument, Instrument::SWAPPED);
+                let max = a
+                    .reflectance
+                    .iter()
+                    .zip(&b.reflectance)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0, f64::max);
+                assert!(
+                    max > 0.3,
+                    "row {row}: the new instrument reads differently ({max})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn dye_lot_changes_only_rows_with_that_dye() {
+        let plain = Simulator::new(config(Scenario::None)).lab_dips(0..80);
+        let lot = Simulator::new(config(Scenario::DyeLot)).lab_dips(0..80);
+        let mut changed = 0;
+        for (row, (a, b)) in plain.iter().zip(&lot).enumerate() {
+            assert_eq!(a.sample.recipe, b.sample.recipe);
+            let uses = a.sample.recipe[DYE_LOT_DYE] != 0.0;
+            if row >= 20 && uses {
+                changed += 1;
+                assert_eq!(b.sample.strength[DYE_LOT_DYE], DYE_LOT_STRENGTH);
+                // A stronger lot: darker where the dye absorbs (500 nm, band 14 of 360–780).
+                assert!(b.reflectance[14] < a.reflectance[14], "row {row}");
+            } else {
+                assert_eq!(a.reflectance, b.reflectance, "row {row}");
+            }
+        }
+        assert!(changed > 5, "the dye appears in enough rows ({changed})");
+    }
+
+    #[test]
+    fn new_substrate_appears_only_after_the_drift() {
+        let sim = Simulator::new(config(Scenario::NewSubstrate));
+        let dips = sim.lab_dips(0..200);
+        let new_code = (sim.substrates().len() - 1) as u32;
+        assert!(dips[..20].iter().all(|d| d.sample.substrate != new_code));
+        let share = dips[20..]
+            .iter()
+            .filter(|d| d.sample.substrate == new_code)
+            .count() as f64
+            / 180.0;
+        assert!((0.35..0.65).contains(&share), "{share}");
+        // Recipes are unchanged by the scenario.
+        let plain = Simulator::new(config(Scenario::None)).lab_dips(0..200);
+        assert!(
+            plain
+                .iter()
+                .zip(&dips)
+                .all(|(a, b)| a.sample.recipe == b.sample.recipe)
+        );
+    }
+
+    #[test]
+    fn held_out_targets_are_one_sample_read_by_two_instruments() {
+        let sim = Simulator::new(config(Scenario::InstrumentSwap));
+        let before = sim.held_out(3, false);
+        let after = sim.held_out(3, true);
+        assert_eq!(before.sample, after.sample);
+        assert_eq!(before.instrument, Instrument::REFERENCE);
+        assert_eq!(after.instrument, Instrument::SWAPPED);
+        assert_ne!(before.reflectance, after.reflectance);
+        assert_ne!(before, sim.lab_dip(3), "targets are not training rows");
+    }
+
+    #[test]
+    fn scenario_names_round_trip() {
+        for sc in Scenario::ALL {
+            assert_eq!(sc.as_str().parse::<Scenario>(), Ok(sc));
+        }
+        assert!("swap".parse::<Scenario>().is_err());
+        assert_eq!(Grid::INSTRUMENT.column_names()[0], "360nm");
+        assert_eq!(Grid::INSTRUMENT.column_names()[42], "780nm");
+    }
+
+    #[test]
+    fn box_muller_is_standard_normal() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let xs: Vec<f64> = (0..20_000).map(|_| standard_normal(&mut rng)).collect();
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
+        assert!(mean.abs() < 0.03, "{mean}");
+        assert!((var - 1.0).abs() < 0.05, "{var}");
+    }
+}

@@ -1,0 +1,129 @@
+//! `mordant simulate`: a synthetic dye house, for demos, load and measured accuracy.
+//!
+//! * [`forward`] — the Kubelka–Munk forward model, the dye range and the fabrics, every constant
+//!   documented;
+//! * [`generate`] — lab dips with instrument and process noise and the drift scenarios
+//!   (`instrument_swap`, `dye_lot`, `new_substrate`), deterministic for a seed;
+//! * [`colour`] — CIELAB (D65, CIE 1964 10°) and CIEDE2000 through the `colorimetry` crate;
+//! * [`evaluate`] — predicted recipes scored in ΔE00, and the forgetting study across an
+//!   instrument swap;
+//! * [`post`] — posting simulated batches to a running service.
+//!
+//! Everything but [`post`] is pure.
+
+pub mod colour;
+pub mod evaluate;
+pub mod forward;
+pub mod generate;
+pub mod post;
+
+pub use evaluate::{
+    EvaluationOptions, EvaluationReport, ForgettingOptions, ForgettingReport, evaluate,
+    forgetting_study,
+};
+pub use generate::{Grid, Instrument, LabDip, NoiseModel, Scenario, SimulationConfig, Simulator};
+
+use crate::estimator::{EstimatorError, ReflectanceScale};
+
+/// Errors of the simulator.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    #[error("invalid simulation options: {0}")]
+    Options(String),
+    #[error("estimator: {0}")]
+    Estimator(#[from] EstimatorError),
+    #[error(transparent)]
+    Colour(#[from] colour::ColourError),
+    #[error("writing CSV: {0}")]
+    Csv(#[from] csv::Error),
+}
+
+/// The CSV header: `substrate`, the grid's `<wavelength>nm` columns, then one column per dye.
+pub fn csv_header(grid: &Grid, dyes: &[&str]) -> Vec<String> {
+    let mut header = vec!["substrate".to_owned()];
+    header.extend(grid.column_names());
+    header.extend(dyes.iter().map(|d| (*d).to_owned()));
+    header
+}
+
+/// Writes rows `0..rows` of `sim` as CSV (header first): the fabric code, the reflectance on
+/// `scale` (4 decimals in percent, 6 as a fraction), the recipe (% owf, 5 decimals; 0 for
+/// unused dyes).
+pub fn write_csv(
+    sim: &Simulator,
+    rows: usize,
+    scale: ReflectanceScale,
+    out: impl std::io::Write,
+) -> Result<(), SimulateError> {
+    let mut writer = csv::Writer::from_writer(out);
+    writer.write_record(csv_header(&sim.config().grid, &sim.dye_names()))?;
+    let factor = 0.01 / scale.to_fraction();
+    let mut record = Vec::new();
+    for row in 0..rows {
+        let dip = sim.lab_dip(row);
+        record.clear();
+        record.push(dip.sample.substrate.to_string());
+        record.extend(dip.reflectance.iter().map(|r| match scale {
+            ReflectanceScale::Percent => format!("{:.4}", r * factor),
+            ReflectanceScale::Fraction => format!("{:.6}", r * factor),
+        }));
+        record.extend(dip.sample.recipe.iter().map(|c| format!("{c:.5}")));
+        writer.write_record(&record)?;
+    }
+    writer.flush().map_err(csv::Error::from)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_has_the_documented_header_and_one_row_per_lab_dip() {
+        let sim = Simulator::new(SimulationConfig::new(4));
+        let mut out = Vec::new();
+        write_csv(&sim, 5, ReflectanceScale::Percent, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 6);
+        let header: Vec<&str> = lines[0].split(',').collect();
+        assert_eq!(header[0], "substrate");
+        assert_eq!(header[1], "360nm");
+        assert_eq!(header[2], "370nm");
+        assert_eq!(header[43], "780nm");
+        assert_eq!(&header[44..], sim.dye_names().as_slice());
+        for (row, line) in lines[1..].iter().enumerate() {
+            let cells: Vec<f64> = line.split(',').map(|c| c.parse().unwrap()).collect();
+            assert_eq!(cells.len(), header.len());
+            let dip = sim.lab_dip(row);
+            assert_eq!(cells[0], f64::from(dip.sample.substrate));
+            assert!((cells[1] - dip.reflectance[0]).abs() < 1e-4);
+            assert_eq!(cells[44..].iter().filter(|c| **c > 0.0).count(), 3);
+        }
+        // As fractions, the same numbers a hundred times smaller.
+        let mut fraction = Vec::new();
+        write_csv(&sim, 1, ReflectanceScale::Fraction, &mut fraction).unwrap();
+        let text = String::from_utf8(fraction).unwrap();
+        let first: f64 = text
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((first - sim.lab_dip(0).reflectance[0] / 100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn any_grid_names_its_columns() {
+        let grid = Grid {
+            start_nm: 400.0,
+            interval_nm: 2.5,
+            count: 3,
+        };
+        let header = csv_header(&grid, &["a"]);
+        assert_eq!(header, ["substrate", "400nm", "402.5nm", "405nm", "a"]);
+    }
+}
