@@ -182,17 +182,7 @@ impl SpectrumSpec {
             );
             return None;
         };
-        for key in fields.keys() {
-            if !SPECTRUM_FIELDS.contains(&key.as_str()) {
-                details.push(format!("{path}/{}", pointer_token(key)), "unknown field");
-            }
-        }
-        let start_nm = number(fields.get("start_nm"), &format!("{path}/start_nm"), details);
-        let interval_nm = number(
-            fields.get("interval_nm"),
-            &format!("{path}/interval_nm"),
-            details,
-        );
+        let (start_nm, interval_nm) = grid_fields(fields, &SPECTRUM_FIELDS, path, details);
         let count = match fields.get("count") {
             Some(v) => match v.as_u64() {
                 Some(n) if n >= 2 && n <= max_bands as u64 => Some(n as usize),
@@ -277,6 +267,28 @@ impl SpectrumSpec {
     }
 }
 
+/// The `start_nm` and `interval_nm` of an object at `path` whose fields must be among
+/// `allowed`.
+fn grid_fields(
+    fields: &serde_json::Map<String, Value>,
+    allowed: &[&str],
+    path: &str,
+    details: &mut Details,
+) -> (Option<f64>, Option<f64>) {
+    for key in fields.keys() {
+        if !allowed.contains(&key.as_str()) {
+            details.push(format!("{path}/{}", pointer_token(key)), "unknown field");
+        }
+    }
+    let start_nm = number(fields.get("start_nm"), &format!("{path}/start_nm"), details);
+    let interval_nm = number(
+        fields.get("interval_nm"),
+        &format!("{path}/interval_nm"),
+        details,
+    );
+    (start_nm, interval_nm)
+}
+
 fn number(value: Option<&Value>, path: &str, details: &mut Details) -> Option<f64> {
     match value {
         Some(v) if v.is_number() => v.as_f64(),
@@ -319,15 +331,10 @@ pub fn parse_spectra(
         );
         return None;
     };
-    for key in fields.keys() {
-        if !matches!(key.as_str(), "start_nm" | "interval_nm" | "values") {
-            details.push(format!("{path}/{}", pointer_token(key)), "unknown field");
-        }
-    }
-    let start_nm = number(fields.get("start_nm"), &format!("{path}/start_nm"), details);
-    let interval_nm = number(
-        fields.get("interval_nm"),
-        &format!("{path}/interval_nm"),
+    let (start_nm, interval_nm) = grid_fields(
+        fields,
+        &["start_nm", "interval_nm", "values"],
+        path,
         details,
     );
     let values_path = format!("{path}/values");

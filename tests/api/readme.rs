@@ -6,15 +6,24 @@ use crate::helpers::spawn_app;
 
 const README: &str = include_str!("../../README.md");
 const SECTION: &str = "## The service, step by step";
+const COLOUR_EXAMPLE: &str = "### A worked example: a colour-matching front end";
+/// How the README runs the command line; the tests run the binary they were built with.
+const CARGO_RUN: &str = "cargo run --release -- ";
 
-/// The shell commands of the section's `sh` blocks, one per `curl` (continuation lines and
-/// multi-line quoted arguments joined back).
-fn walkthrough() -> Vec<String> {
+/// The shell commands of the section's `sh` blocks, one per `curl` or `cargo run` (continuation
+/// lines and multi-line quoted arguments joined back).
+fn walkthrough(heading: &str) -> Vec<String> {
     let start = README
-        .find(SECTION)
-        .expect("the README has the walkthrough section");
-    let section = &README[start + SECTION.len()..];
-    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+        .find(heading)
+        .unwrap_or_else(|| panic!("the README has the section {heading:?}"));
+    let section = &README[start + heading.len()..];
+    // Up to the next heading of level 2 or 3 (`# …` lines inside the blocks are comments).
+    let end = section
+        .match_indices("\n#")
+        .map(|(i, _)| i)
+        .find(|&i| section[i + 1..].starts_with("## ") || section[i + 1..].starts_with("### "))
+        .unwrap_or(section.len());
+    let section = &section[..end];
     let mut commands: Vec<String> = Vec::new();
     let mut in_block = false;
     for line in section.lines() {
@@ -22,7 +31,9 @@ fn walkthrough() -> Vec<String> {
             "```sh" => in_block = true,
             "```" => in_block = false,
             line if !in_block || line.is_empty() || line.starts_with('#') => {}
-            line if line.starts_with("curl ") => commands.push(line.to_owned()),
+            line if line.starts_with("curl ") || line.starts_with(CARGO_RUN) => {
+                commands.push(line.to_owned())
+            }
             line => {
                 let last = commands
                     .last_mut()
@@ -37,7 +48,7 @@ fn walkthrough() -> Vec<String> {
 
 #[tokio::test]
 async fn readme_walkthrough_works_against_a_fresh_service() {
-    let commands = walkthrough();
+    let commands = walkthrough(SECTION);
     assert!(commands.len() >= 16, "{commands:#?}");
     let app = spawn_app().await;
     let host = app.address.trim_start_matches("http://").to_owned();
@@ -111,4 +122,86 @@ async fn readme_walkthrough_works_against_a_fresh_service() {
     // After the final delete, the model is gone.
     let gone = app.get("/v1/models/cotton-reactive").await;
     assert_eq!(gone.status(), 404);
+}
+
+/// Runs `command` as the README gives it, against the service at `host`, in `dir`: `curl` fails
+/// on an HTTP error status, `cargo run` is the binary under test.
+async fn run(command: &str, host: &str, dir: &std::path::Path) -> String {
+    let runnable = command
+        .replacen("curl ", "curl --fail-with-body --max-time 30 ", 1)
+        .replacen(CARGO_RUN, &format!("{} ", env!("CARGO_BIN_EXE_mordant")), 1)
+        .replace("localhost:8080", host);
+    let output = tokio::process::Command::new("bash")
+        .args(["-c", &runnable])
+        .current_dir(dir)
+        .output()
+        .await
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "README command failed:\n{command}\nstdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[tokio::test]
+async fn readme_colour_matching_example_works_against_a_fresh_service() {
+    let commands = walkthrough(COLOUR_EXAMPLE);
+    assert!(commands.len() >= 4, "{commands:#?}");
+    let app = spawn_app().await;
+    let host = app.address.trim_start_matches("http://").to_owned();
+    let dir = std::env::temp_dir().join(format!("mordant-readme-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut outputs = Vec::new();
+    for command in &commands {
+        if command.contains("/predict") {
+            // The simulated dips are folded in the background: wait for every one of them.
+            crate::helpers::wait_until(Duration::from_secs(60), || async {
+                let model: serde_json::Value =
+                    app.get("/v1/models/cotton-dips").await.json().await.ok()?;
+                (model["pending_batches"] == 0 && model["version"].as_i64()? > 0).then_some(())
+            })
+            .await
+            .expect("the simulated dips are folded");
+        }
+        outputs.push((command.clone(), run(command, &host, &dir).await));
+    }
+    let prediction: serde_json::Value = outputs
+        .iter()
+        .find(|(c, _)| c.contains("/predict"))
+        .map(|(_, out)| serde_json::from_str(out).expect("predict answers JSON"))
+        .expect("the example predicts");
+    let p = &prediction["predictions"][0];
+    let (mean, variance) = (
+        p["mean"].as_array().unwrap(),
+        p["variance"].as_array().unwrap(),
+    );
+    assert_eq!(mean.len(), 10, "{prediction}");
+    assert!(variance.iter().all(|v| v.as_f64().unwrap() > 0.0));
+    // The recipe of the target dip is in the CSV the example wrote: its dyes are predicted.
+    let csv =
+        std::fs::read_to_string(dir.join("target.csv")).expect("the example writes target.csv");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: Vec<f64> = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .map(|c| c.parse().unwrap())
+        .collect();
+    let outputs: Vec<&str> = header.iter().rev().take(10).rev().copied().collect();
+    let truth = &row[row.len() - 10..];
+    for (k, dye) in outputs.iter().enumerate() {
+        if truth[k] > 0.3 {
+            let predicted = mean[k].as_f64().unwrap();
+            assert!(
+                predicted > 0.1,
+                "{dye}: predicted {predicted}, used {}",
+                truth[k]
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }
