@@ -253,7 +253,7 @@ impl Scenario {
 impl FromStr for NoiseModel {
     type Err = String;
 
-    /// `lab` ([`NoiseModel::LAB`]), `process_only` or `none`.
+    /// `benchtop` ([`NoiseModel::BENCHTOP`]), `lab` ([`NoiseModel::LAB`]), `process_only` or `none`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "lab" => Ok(NoiseModel::LAB),
@@ -261,7 +261,7 @@ impl FromStr for NoiseModel {
             "process_only" => Ok(NoiseModel::PROCESS_ONLY),
             "none" => Ok(NoiseModel::NONE),
             other => Err(format!(
-                "unknown noise {other:?}: expected lab, process_only or none"
+                "unknown noise {other:?}: expected benchtop, lab, process_only or none"
             )),
         }
     }
