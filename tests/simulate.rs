@@ -62,6 +62,33 @@ fn too_little_data_does_not_pass_for_accurate() {
 }
 
 #[test]
+fn the_default_noise_floor_costs_colour_accuracy_even_without_noise() {
+    // Trichromatic recipes, noise-free spectra: the service's fit options (σ² ≥ 1 % of each
+    // output's mean square) against a floor far below it. The floor is what keeps even perfect
+    // data from the acceptance (see docs/simulate.md).
+    let base = EvaluationOptions {
+        seed: 2024,
+        train_rows: 1000,
+        test_rows: 200,
+        noise: NoiseModel::NONE,
+        ..EvaluationOptions::default()
+    };
+    let service = evaluate(&base, Grid::MODEL).unwrap();
+    let low = evaluate(
+        &EvaluationOptions {
+            fit: low_noise_floor(),
+            ..base
+        },
+        Grid::MODEL,
+    )
+    .unwrap();
+    println!("{}\n{}", service.to_table(), low.to_table());
+    assert!(low.accepted(), "{}", low.to_table());
+    assert!(!service.accepted(), "{}", service.to_table());
+    assert!(service.score.p90_de00 > low.score.p90_de00 + 0.5);
+}
+
+#[test]
 fn measurement_noise_costs_colour_accuracy() {
     let base = EvaluationOptions {
         seed: 7,
@@ -78,9 +105,22 @@ fn measurement_noise_costs_colour_accuracy() {
     )
     .unwrap()
     .score;
-    let lab = evaluate(&base, Grid::MODEL).unwrap().score;
-    assert!(lab.median_de00 > quiet.median_de00, "{lab:?} vs {quiet:?}");
-    assert!(lab.concentration_rmse > quiet.concentration_rmse);
+    let benchtop = evaluate(&base, Grid::MODEL).unwrap().score;
+    let lab = evaluate(
+        &EvaluationOptions {
+            noise: NoiseModel::LAB,
+            ..base
+        },
+        Grid::MODEL,
+    )
+    .unwrap()
+    .score;
+    assert!(
+        benchtop.median_de00 > quiet.median_de00,
+        "{benchtop:?} vs {quiet:?}"
+    );
+    assert!(benchtop.concentration_rmse > quiet.concentration_rmse);
+    assert!(lab.concentration_rmse > benchtop.concentration_rmse);
 }
 
 #[test]

@@ -25,7 +25,7 @@ use serde::Serialize;
 use super::SimulateError;
 use super::colour::{COLOUR_RANGE_NM, ciede2000, lab_d65_10};
 use super::generate::{
-    CONCENTRATION_RANGE, Grid, LabDip, NoiseModel, Scenario, SimulationConfig, Simulator,
+    CONCENTRATION_RANGE, Grid, LabDip, NoiseModel, Recipes, Scenario, SimulationConfig, Simulator,
 };
 use crate::estimator::{
     Basis, BatchStatistics, FitOptions, Forgetting, ModelConfig, ModelState, ReflectanceScale,
@@ -252,6 +252,9 @@ pub struct EvaluationOptions {
     pub batch_rows: usize,
     /// Range of the log-uniform concentrations of the recipes, % owf.
     pub concentration_range: (f64, f64),
+    /// How the recipes are composed.
+    #[serde(skip)]
+    pub recipes: Recipes,
     #[serde(skip)]
     pub noise: NoiseModel,
     /// Numerical settings of the estimator.
@@ -268,7 +271,8 @@ impl Default for EvaluationOptions {
             first_fit_rows: 300,
             batch_rows: 100,
             concentration_range: CONCENTRATION_RANGE,
-            noise: NoiseModel::LAB,
+            recipes: Recipes::Trichromatic,
+            noise: NoiseModel::BENCHTOP,
             fit: FitOptions::default(),
         }
     }
@@ -347,10 +351,29 @@ pub fn evaluate(
         options.batch_rows,
         options.test_rows,
     )?;
+    let (sim, design, state, batches) = train(options, grid)?;
+    let targets = Targets::new(&sim, &design, options.test_rows, false)?;
+    let score = score(&state, &Renderer::new(&sim), &targets)?;
+    Ok(EvaluationReport {
+        options: *options,
+        model_grid: describe(&grid),
+        dyes: sim.dye_names(),
+        batches,
+        score,
+    })
+}
+
+/// The simulator, the model's design and the model trained as [`evaluate`] trains it (the first
+/// fit, then one-step batches), with the number of batches.
+fn train(
+    options: &EvaluationOptions,
+    grid: Grid,
+) -> Result<(Simulator, Design, ModelState, usize), SimulateError> {
     let sim = Simulator::new(SimulationConfig {
         grid,
         noise: options.noise,
         concentration_range: options.concentration_range,
+        recipes: options.recipes,
         ..SimulationConfig::new(options.seed)
     });
     let design = Design::standard(&sim);
@@ -368,15 +391,7 @@ pub fn evaluate(
         row = end;
         batches += 1;
     }
-    let targets = Targets::new(&sim, &design, options.test_rows, false)?;
-    let score = score(&state, &Renderer::new(&sim), &targets)?;
-    Ok(EvaluationReport {
-        options: *options,
-        model_grid: describe(&grid),
-        dyes: sim.dye_names(),
-        batches,
-        score,
-    })
+    Ok((sim, design, state, batches))
 }
 
 fn check_rows(first: usize, batch: usize, test: usize) -> Result<(), SimulateError> {
@@ -405,6 +420,9 @@ pub struct ForgettingOptions {
     pub tolerance_de00: f64,
     /// Range of the log-uniform concentrations of the recipes, % owf.
     pub concentration_range: (f64, f64),
+    /// How the recipes are composed.
+    #[serde(skip)]
+    pub recipes: Recipes,
     #[serde(skip)]
     pub noise: NoiseModel,
     /// Numerical settings of the estimator.
@@ -424,6 +442,7 @@ impl Default for ForgettingOptions {
             test_rows: 200,
             tolerance_de00: 0.5,
             concentration_range: CONCENTRATION_RANGE,
+            recipes: Recipes::AnyThree,
             noise: NoiseModel::LAB,
             fit: FitOptions::default(),
         }
@@ -562,6 +581,7 @@ pub fn forgetting_study(
         grid,
         noise: options.noise,
         concentration_range: options.concentration_range,
+        recipes: options.recipes,
         scenario: Scenario::InstrumentSwap,
         drift_at: options.pre_swap_rows,
         ..SimulationConfig::new(options.seed)
@@ -728,5 +748,150 @@ mod tests {
         more[main] *= 1.5;
         let off = renderer.lab(dip.sample.substrate, &more).unwrap();
         assert!(ciede2000(&truth, &off).unwrap() > 0.5);
+    }
+}
+
+#[cfg(test)]
+mod diagnose {
+    //! `cargo test --release --lib simulate::evaluate::diagnose -- --ignored --nocapture`:
+    //! ΔE00 and concentration RMSE split by shade depth, by noise source and by recipe style;
+    //! "oracle-zero" zeroes the dyes not in the recipe (a diagnostic, not a score), "true-recipe"
+    //! dyes the recipe itself (the floor the uptake spread sets).
+    use super::*;
+
+    /// Depth, ΔE00, ΔE00 oracle-zero, ΔE00 of the true recipe, squared errors in / out of recipe.
+    type Row = (f64, f64, f64, f64, f64, f64);
+
+    fn run(name: &str, noise: NoiseModel, fit: FitOptions, range: (f64, f64), recipes: Recipes) {
+        let options = EvaluationOptions {
+            noise,
+            recipes,
+            fit,
+            concentration_range: range,
+            ..EvaluationOptions::default()
+        };
+        let Ok((sim, design, state, _)) = train(&options, Grid::MODEL) else {
+            println!("== {name}: fit failed");
+            return;
+        };
+        let targets = Targets::new(&sim, &design, options.test_rows, false).unwrap();
+        let renderer = Renderer::new(&sim);
+        let mean = state.predict(targets.inputs.as_ref()).unwrap().mean;
+        let mut rows = Vec::new();
+        for (i, (dip, truth)) in targets.dips.iter().zip(&targets.truth).enumerate() {
+            let used: Vec<bool> = dip.sample.recipe.iter().map(|c| *c > 0.0).collect();
+            let depth: f64 = dip.sample.recipe.iter().sum();
+            let (mut e_in, mut e_out) = (0.0, 0.0);
+            let mut rec = vec![];
+            let mut oracle = vec![];
+            for k in 0..used.len() {
+                let p = mean[(i, k)];
+                let e = (p - dip.sample.recipe[k]).powi(2);
+                if used[k] {
+                    e_in += e
+                } else {
+                    e_out += e
+                }
+                rec.push(p.max(0.0));
+                oracle.push(if used[k] { p.max(0.0) } else { 0.0 });
+            }
+            let de = ciede2000(truth, &renderer.lab(dip.sample.substrate, &rec).unwrap()).unwrap();
+            let deo =
+                ciede2000(truth, &renderer.lab(dip.sample.substrate, &oracle).unwrap()).unwrap();
+            let deu = ciede2000(
+                truth,
+                &renderer
+                    .lab(dip.sample.substrate, &dip.sample.recipe)
+                    .unwrap(),
+            )
+            .unwrap();
+            rows.push((depth, de, deo, deu, e_in, e_out));
+        }
+        let stats = |sel: &dyn Fn(&Row) -> bool| {
+            let r: Vec<_> = rows.iter().filter(|r| sel(r)).collect();
+            let de: Vec<f64> = r.iter().map(|r| r.1).collect();
+            let deo: Vec<f64> = r.iter().map(|r| r.2).collect();
+            let deu: Vec<f64> = r.iter().map(|r| r.3).collect();
+            let n = r.len().max(1) as f64;
+            let ein = (r.iter().map(|r| r.4).sum::<f64>() / (3.0 * n)).sqrt();
+            let eout = (r.iter().map(|r| r.5).sum::<f64>() / (7.0 * n)).sqrt();
+            format!(
+                "n {:3} dE med {:5.2} p90 {:5.2} | oracle-zero med {:5.2} p90 {:5.2} | true-recipe med {:4.2} p90 {:4.2} | rmse in {:.4} out {:.4}",
+                r.len(),
+                quantile(&de, 0.5),
+                quantile(&de, 0.9),
+                quantile(&deo, 0.5),
+                quantile(&deo, 0.9),
+                quantile(&deu, 0.5),
+                quantile(&deu, 0.9),
+                ein,
+                eout
+            )
+        };
+        let s: Vec<f64> = state
+            .noise_variances()
+            .iter()
+            .map(|v| v.unwrap_or(f64::NAN))
+            .collect();
+        println!(
+            "== {name}: noise var per dye {:?}",
+            s.iter().map(|v| format!("{:.2e}", v)).collect::<Vec<_>>()
+        );
+        println!("  all    {}", stats(&|_| true));
+        println!("  pale   {}", stats(&|r| r.0 < 0.3));
+        println!("  medium {}", stats(&|r| r.0 >= 0.3 && r.0 < 1.5));
+        println!("  deep   {}", stats(&|r| r.0 >= 1.5));
+    }
+
+    #[test]
+    #[ignore]
+    fn breakdown() {
+        let low = FitOptions {
+            noise_floor_fraction: 1e-8,
+            noise_prior_fraction: 1e-8,
+            ..FitOptions::default()
+        };
+        let d = FitOptions::default();
+        let bench = NoiseModel::BENCHTOP;
+        let r = CONCENTRATION_RANGE;
+        let lab = NoiseModel::LAB;
+        let only = |f: fn(&mut NoiseModel)| {
+            let mut n = NoiseModel::NONE;
+            f(&mut n);
+            n
+        };
+        let photo = only(|n| {
+            n.photometric_abs = 0.05;
+            n.photometric_rel = 0.005
+        });
+        let jitter = only(|n| n.wavelength_jitter_nm = 0.2);
+        let uptake = only(|n| n.uptake_rel = 0.03);
+        let b = |a: f64, rel: f64, u: f64| NoiseModel {
+            photometric_abs: a,
+            photometric_rel: rel,
+            wavelength_jitter_nm: 0.0,
+            uptake_rel: u,
+        };
+        let _ = low;
+        for (name, n) in [
+            ("lab", lab),
+            ("photo", photo),
+            ("jitter", jitter),
+            ("uptake", uptake),
+            ("none", NoiseModel::NONE),
+            ("abs0.02+u", b(0.02, 0.0, 0.03)),
+            ("abs0.01+u", b(0.01, 0.0, 0.03)),
+            ("abs0.03+u", b(0.03, 0.0, 0.03)),
+            ("bench", bench),
+        ] {
+            run(&format!("{name} any3"), n, d, r, Recipes::AnyThree);
+            run(
+                &format!("{name} trichromatic"),
+                n,
+                d,
+                r,
+                Recipes::Trichromatic,
+            );
+        }
     }
 }

@@ -130,6 +130,10 @@ pub fn dye_range() -> Vec<Dye> {
     ]
 }
 
+/// The families of a trichromatic recipe, indices into [`dye_range`]: the yellows and orange,
+/// the reds and violet, the blues, navy and black. A recipe takes one dye of each.
+pub const DYE_FAMILIES: [&[usize]; 3] = [&[0, 1, 2], &[3, 4, 5], &[6, 7, 8, 9]];
+
 /// A fabric: its code (the `substrate` feature), name and undyed K/S curve
 /// `K/S_substrate(λ) = base + blue · exp(−(λ − 380)/decay_nm)`: a flat floor (the white's
 /// residual absorption) plus the yellowness of natural fibre, absorption that rises towards

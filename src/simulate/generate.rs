@@ -30,7 +30,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::forward::{
-    Dye, Substrate, dye_range, mixture_ks, new_substrate, reflectance_from_ks, substrates,
+    DYE_FAMILIES, Dye, Substrate, dye_range, mixture_ks, new_substrate, reflectance_from_ks,
+    substrates,
 };
 
 /// Concentrations of a recipe's dyes are log-uniform between these (% owf): pale to deep shades.
@@ -38,6 +39,30 @@ pub const CONCENTRATION_RANGE: (f64, f64) = (0.01, 3.0);
 
 /// Dyes in one recipe.
 pub const DYES_PER_RECIPE: usize = 3;
+
+/// Total concentration of a trichromatic recipe (its depth of shade), log-uniform between these
+/// (% owf): a pale pastel at 0.05 % to a deep navy or black at 4 %.
+pub const DEPTH_RANGE: (f64, f64) = (0.05, 4.0);
+
+/// Smallest share of the depth one dye of a trichromatic recipe takes: a shading component at
+/// 1/20 of the main dye is as far apart as recipes go (shares are log-uniform in [this, 1],
+/// then normalised).
+pub const MIN_SHARE: f64 = 0.05;
+
+/// How recipes are composed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Recipes {
+    /// Any three distinct dyes of the range, each log-uniform in the configured concentration
+    /// range independently (a stress test: two yellows and an orange, a 0.01 % component
+    /// next to a 3 % one).
+    #[default]
+    AnyThree,
+    /// How a dye house builds recipes: a trichromatic combination, one dye of each family of
+    /// [`super::forward::DYE_FAMILIES`] (a yellow/orange, a red/violet, a blue/navy/black), the
+    /// depth log-uniform in [`DEPTH_RANGE`] and the shares log-uniform in [[`MIN_SHARE`], 1].
+    /// The default of the colour-accuracy evaluation.
+    Trichromatic,
+}
 
 /// The dye whose lot changes in the `dye_lot` scenario (index into [`dye_range`]: `red_1`).
 pub const DYE_LOT_DYE: usize = 3;
@@ -161,6 +186,20 @@ impl NoiseModel {
         uptake_rel: 0.03,
     };
 
+    /// A benchtop spectrophotometer as its spec sheet describes it, and a well-run lab: 0.02 pp
+    /// photometric noise per band, no noise proportional to the reading, no per-measurement
+    /// wavelength jitter, 3 % uptake spread. Short-term repeatability on a white tile of a
+    /// d/8° sphere instrument (Datacolor 850, X-Rite Ci7800) is 0.01–0.03 ΔE*ab, i.e. per-band
+    /// noise of order 0.01–0.05 percentage points; wavelength error is a systematic property
+    /// of an instrument (see [`Instrument::SWAPPED`]), not random per reading; [`Self::LAB`]'s
+    /// 0.5 % of reading (sample presentation) is kept as the noisier preset.
+    pub const BENCHTOP: NoiseModel = NoiseModel {
+        photometric_abs: 0.02,
+        photometric_rel: 0.0,
+        wavelength_jitter_nm: 0.0,
+        uptake_rel: 0.03,
+    };
+
     /// Process noise only (3 % uptake spread): a perfect spectrophotometer. The regime in which
     /// the service's linear model is accurate (see `mordant simulate --evaluate`).
     pub const PROCESS_ONLY: NoiseModel = NoiseModel {
@@ -214,14 +253,15 @@ impl Scenario {
 impl FromStr for NoiseModel {
     type Err = String;
 
-    /// `lab` ([`NoiseModel::LAB`]), `process_only` or `none`.
+    /// `benchtop` ([`NoiseModel::BENCHTOP`]), `lab` ([`NoiseModel::LAB`]), `process_only` or `none`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "lab" => Ok(NoiseModel::LAB),
+            "benchtop" => Ok(NoiseModel::BENCHTOP),
             "process_only" => Ok(NoiseModel::PROCESS_ONLY),
             "none" => Ok(NoiseModel::NONE),
             other => Err(format!(
-                "unknown noise {other:?}: expected lab, process_only or none"
+                "unknown noise {other:?}: expected benchtop, lab, process_only or none"
             )),
         }
     }
@@ -256,8 +296,9 @@ pub struct SimulationConfig {
     /// The instrument's wavelength grid.
     pub grid: Grid,
     pub noise: NoiseModel,
-    /// Concentrations of a recipe's dyes are log-uniform in this range, % owf.
+    /// Concentrations of a recipe's dyes are log-uniform in this range, % owf ([`Recipes::AnyThree`]).
     pub concentration_range: (f64, f64),
+    pub recipes: Recipes,
 }
 
 impl SimulationConfig {
@@ -269,6 +310,7 @@ impl SimulationConfig {
             grid: Grid::INSTRUMENT,
             noise: NoiseModel::LAB,
             concentration_range: CONCENTRATION_RANGE,
+            recipes: Recipes::AnyThree,
         }
     }
 }
@@ -303,6 +345,10 @@ struct Draws {
     log_concentration: [f64; DYES_PER_RECIPE],
     uptake: [f64; DYES_PER_RECIPE],
     jitter: f64,
+    /// Uniform in [0, 1): the depth of a trichromatic recipe.
+    depth: f64,
+    /// Uniform in [0, 1) each: the dye picked in each family of a trichromatic recipe.
+    family_pick: [f64; DYES_PER_RECIPE],
 }
 
 /// A standard normal deviate by the Box–Muller transform,
@@ -418,12 +464,19 @@ impl Simulator {
             *v = standard_normal(rng);
         }
         let jitter = standard_normal(rng);
+        let depth = rng.random::<f64>();
+        let mut family_pick = [0.0; DYES_PER_RECIPE];
+        for v in &mut family_pick {
+            *v = rng.random::<f64>();
+        }
         Draws {
             substrate,
             dyes,
             log_concentration,
             uptake,
             jitter,
+            depth,
+            family_pick,
         }
     }
 
@@ -443,9 +496,10 @@ impl Simulator {
         let n = self.dyes.len();
         let mut recipe = vec![0.0; n];
         let mut uptake = vec![0.0; n];
+        let (dyes, concentrations) = self.recipe(draws);
         for k in 0..DYES_PER_RECIPE {
-            let dye = draws.dyes[k];
-            let c = draws.log_concentration[k].exp();
+            let dye = dyes[k];
+            let c = concentrations[k];
             recipe[dye] = c;
             uptake[dye] = c * (self.config.noise.uptake_rel * draws.uptake[k]).exp();
         }
@@ -458,6 +512,32 @@ impl Simulator {
             recipe,
             uptake,
             strength,
+        }
+    }
+
+    /// The dyes and concentrations (% owf) of a row's recipe.
+    fn recipe(&self, draws: &Draws) -> ([usize; DYES_PER_RECIPE], [f64; DYES_PER_RECIPE]) {
+        match self.config.recipes {
+            Recipes::AnyThree => (draws.dyes, draws.log_concentration.map(f64::exp)),
+            Recipes::Trichromatic => {
+                let mut dyes = [0; DYES_PER_RECIPE];
+                for (k, family) in DYE_FAMILIES.iter().enumerate() {
+                    let pick = ((draws.family_pick[k] * family.len() as f64) as usize)
+                        .min(family.len() - 1);
+                    dyes[k] = family[pick];
+                }
+                // Shares log-uniform in [MIN_SHARE, 1] (reusing the concentration draws,
+                // uniform in [0, 1) once rescaled), normalised to the depth.
+                let (lo, hi) = self.config.concentration_range;
+                let span = hi.ln() - lo.ln();
+                let shares = draws
+                    .log_concentration
+                    .map(|v| MIN_SHARE.powf(1.0 - (v - lo.ln()) / span));
+                let total: f64 = shares.iter().sum();
+                let (dlo, dhi) = DEPTH_RANGE;
+                let depth = (dlo.ln() + draws.depth * (dhi.ln() - dlo.ln())).exp();
+                (dyes, shares.map(|s| depth * s / total))
+            }
         }
     }
 
@@ -541,6 +621,33 @@ mod tests {
                     .all(|r| r.is_finite() && *r > -1.0 && *r < 101.0)
             );
         }
+    }
+
+    #[test]
+    fn trichromatic_recipes_take_one_dye_per_family_at_a_depth_in_range() {
+        let sim = Simulator::new(SimulationConfig {
+            recipes: Recipes::Trichromatic,
+            ..SimulationConfig::new(3)
+        });
+        let (lo, hi) = DEPTH_RANGE;
+        let mut depths = Vec::new();
+        for dip in sim.lab_dips(0..300) {
+            let recipe = &dip.sample.recipe;
+            assert_eq!(recipe.iter().filter(|c| **c > 0.0).count(), DYES_PER_RECIPE);
+            for family in DYE_FAMILIES {
+                assert_eq!(family.iter().filter(|&&d| recipe[d] > 0.0).count(), 1);
+            }
+            let depth: f64 = recipe.iter().sum();
+            assert!((lo * (1.0 - 1e-12)..=hi * (1.0 + 1e-12)).contains(&depth));
+            let used: Vec<f64> = recipe.iter().copied().filter(|c| *c > 0.0).collect();
+            let (min, max) = used
+                .iter()
+                .fold((f64::MAX, 0.0_f64), |(a, b), c| (a.min(*c), b.max(*c)));
+            assert!(min >= MIN_SHARE * max * (1.0 - 1e-12), "{used:?}");
+            depths.push(depth);
+        }
+        // Pale and deep shades both appear.
+        assert!(depths.iter().any(|d| *d < 0.2) && depths.iter().any(|d| *d > 2.0));
     }
 
     #[test]
