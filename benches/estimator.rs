@@ -11,7 +11,7 @@ use common::{dyeing_data, rows};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use faer::Mat;
 use mordant::estimator::{
-    Basis, BatchStatistics, ModelConfig, ModelState, Predictor, Transform, UpdateMethod,
+    Basis, BatchStatistics, ModelConfig, ModelState, Predictor, Transform, UpdateMethod, drift,
 };
 use rand::{Rng, SeedableRng};
 
@@ -83,6 +83,8 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
     group.bench_function("one_step", |b| {
         b.iter(|| state.update(config, &batch).expect("one_step"))
     });
+    // What the folder computes of every batch before it is learnt (drift detection).
+    group.bench_function("surprise", |b| b.iter(|| drift::surprise(&state, &batch)));
     group.bench_function("refit_update", |b| {
         b.iter(|| state.update(&refit_config, &batch).expect("refit"))
     });

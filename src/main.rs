@@ -70,9 +70,10 @@ struct SimulateArgs {
     /// Number of bands of the instrument's grid.
     #[arg(long, default_value_t = 43)]
     count: usize,
-    /// Noise: lab (photometric 0.05 pp + 0.5 %, 0.2 nm jitter, 3 % uptake), process_only (3 %
-    /// uptake, a perfect instrument) or none.
-    #[arg(long, default_value = "lab")]
+    /// Noise: benchtop (a benchtop spectrophotometer as its spec sheet describes it: 0.02 pp
+    /// per band; 3 % dye uptake), lab (a noisier instrument: photometric 0.05 pp + 0.5 %,
+    /// 0.2 nm jitter, 3 % uptake), process_only (3 % uptake, a perfect instrument) or none.
+    #[arg(long, default_value = "benchtop")]
     noise: NoiseModel,
     /// Write reflectance as a fraction (0–1) instead of percent.
     #[arg(long)]
