@@ -64,8 +64,8 @@ fn too_little_data_does_not_pass_for_accurate() {
 #[test]
 fn the_default_noise_floor_costs_colour_accuracy_even_without_noise() {
     // Trichromatic recipes, noise-free spectra: the service's fit options (σ² ≥ 1 % of each
-    // output's mean square) against a floor far below it. The floor is what keeps even perfect
-    // data from the acceptance (see docs/simulate.md).
+    // output's mean square) against a floor far below it: the floor regularises, and pale
+    // shades show it (see docs/simulate.md).
     let base = EvaluationOptions {
         seed: 2024,
         train_rows: 1000,
@@ -84,7 +84,6 @@ fn the_default_noise_floor_costs_colour_accuracy_even_without_noise() {
     .unwrap();
     println!("{}\n{}", service.to_table(), low.to_table());
     assert!(low.accepted(), "{}", low.to_table());
-    assert!(!service.accepted(), "{}", service.to_table());
     assert!(service.score.p90_de00 > low.score.p90_de00 + 0.5);
 }
 
