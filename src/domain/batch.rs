@@ -4,7 +4,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::fast::{fast_csv, fast_rows_object};
-use super::spectrum::{Grid, join_inputs, parse_spectra, resample};
+use super::spectrum::{Grid, band_wavelength, join_inputs, nm_name, parse_spectra, resample};
 use super::{Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
 
 /// Longest batch id.
@@ -317,22 +317,21 @@ fn csv_spectrum_grid(body: &[u8], spec: &ModelSpec) -> Result<Option<Grid>, Inva
     let Ok(header) = reader.headers() else {
         return Ok(None);
     };
-    let mut wavelengths: Vec<f64> = header
-        .iter()
-        .filter_map(|name| name.strip_suffix("nm")?.trim().parse::<f64>().ok())
-        .filter(|w| w.is_finite())
-        .collect();
+    let mut wavelengths: Vec<f64> = header.iter().filter_map(band_wavelength).collect();
     wavelengths.sort_by(f64::total_cmp);
     let model = spectrum.grid();
     if wavelengths.len() < 2
         || spectrum
             .band_names()
             .into_iter()
-            .eq(model_names(&wavelengths))
+            .eq(wavelengths.iter().map(|&nm| nm_name(nm)))
     {
         return Ok(None);
     }
-    let interval = wavelengths[1] - wavelengths[0];
+    // The grid's step from its ends, as a request would state it.
+    let first = wavelengths[0];
+    let interval = (wavelengths[wavelengths.len() - 1] - first) / (wavelengths.len() - 1) as f64;
+    let interval = (interval * 1e6).round() / 1e6;
     let regular = wavelengths
         .windows(2)
         .all(|w| ((w[1] - w[0]) - interval).abs() <= 1e-6 * interval.max(1.0));
@@ -358,11 +357,6 @@ fn csv_spectrum_grid(body: &[u8], spec: &ModelSpec) -> Result<Option<Grid>, Inva
         ));
     }
     Ok(Some(grid))
-}
-
-/// The canonical band names of some wavelengths.
-fn model_names(wavelengths: &[f64]) -> impl Iterator<Item = String> + '_ {
-    wavelengths.iter().map(|w| format!("{w}nm"))
 }
 
 /// Warns of every reflectance above full scale in the spectral columns of `x`.
@@ -419,9 +413,14 @@ pub(super) fn csv_columns(header: &[&str], spec: &ModelSpec) -> Result<Vec<Colum
     let mut seen = std::collections::HashSet::new();
     let inputs = spec.input_names();
     for (c, &name) in header.iter().enumerate() {
+        // A band may be written `400nm`, `400.0nm` or `400 nm`.
+        let band = spec
+            .spectrum
+            .and_then(|_| band_wavelength(name))
+            .map(nm_name);
         let column = inputs
             .iter()
-            .position(|f| f == name)
+            .position(|f| f == name || band.as_deref() == Some(f.as_str()))
             .map(Column::Feature)
             .or_else(|| {
                 spec.outputs
@@ -429,12 +428,18 @@ pub(super) fn csv_columns(header: &[&str], spec: &ModelSpec) -> Result<Vec<Colum
                     .position(|o| o == name)
                     .map(Column::Output)
             });
+        // What the column names, so `400nm` and `400.0nm` are the same column.
+        let target = match column {
+            Some(Column::Feature(j)) => inputs[j].as_str(),
+            Some(Column::Output(k)) => spec.outputs[k].as_str(),
+            None => name,
+        };
         match column {
             None => details.push(
                 format!("/header/{c}"),
                 format!("column {name:?} is neither a feature nor an output of the model"),
             ),
-            Some(_) if !seen.insert(name) => details.push(
+            Some(_) if !seen.insert(target) => details.push(
                 format!("/header/{c}"),
                 format!("column {name:?} appears twice"),
             ),

@@ -170,7 +170,7 @@ impl ModelSpec {
         let bands = spectrum.map(|s| s.band_names()).unwrap_or_default();
         // With a spectrum, named features are optional.
         let features = match fields.get("features") {
-            None if fields.contains_key("spectrum") => Some(Vec::new()),
+            None if spectrum.is_some() => Some(Vec::new()),
             value => column_names(value, "/features", MAX_FEATURES, &mut details),
         };
         let band_set: HashSet<&str> = bands.iter().map(String::as_str).collect();

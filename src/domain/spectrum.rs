@@ -18,6 +18,10 @@ const NM_TOLERANCE: f64 = 1e-6;
 /// Bounds on a grid's wavelengths (nm): from the far ultraviolet to the near infrared.
 const MIN_NM: f64 = 100.0;
 const MAX_NM: f64 = 5000.0;
+/// The finest grid: band names (rounded to [`NM_DIGITS`]) stay distinct far below it.
+const MIN_INTERVAL_NM: f64 = 0.01;
+/// Band names carry wavelengths rounded to this many decimals of a nanometre.
+const NM_DIGITS: i32 = 6;
 /// Most bands in a spectrum a request may send (a fine grid, 0.5 nm over 380–780 nm, is 801).
 const MAX_REQUEST_BANDS: usize = 4096;
 
@@ -56,9 +60,9 @@ impl Grid {
                 "start_nm must be a wavelength from {MIN_NM} to {MAX_NM} nm, found {start_nm}"
             ));
         }
-        if !(interval_nm.is_finite() && interval_nm > 0.0) {
+        if !(interval_nm.is_finite() && interval_nm >= MIN_INTERVAL_NM) {
             return Err(format!(
-                "interval_nm must be a positive number of nm, found {interval_nm}"
+                "interval_nm must be at least {MIN_INTERVAL_NM} nm, found {interval_nm}"
             ));
         }
         if count < 2 {
@@ -99,7 +103,7 @@ impl Grid {
 
     /// The name of band `i`, e.g. `400nm` or `402.5nm`.
     pub fn band_name(&self, i: usize) -> String {
-        format!("{}nm", self.wavelength(i))
+        nm_name(self.wavelength(i))
     }
 
     /// The range, for messages: `400–700 nm every 10 nm`.
@@ -111,6 +115,23 @@ impl Grid {
             self.interval_nm
         )
     }
+}
+
+/// The name of a band at `nm`: the wavelength rounded to [`NM_DIGITS`] decimals, so that
+/// `400 + 7 · 0.1` is `400.7nm` however the sum rounds.
+pub fn nm_name(nm: f64) -> String {
+    let scale = 10f64.powi(NM_DIGITS);
+    format!("{}nm", (nm * scale).round() / scale)
+}
+
+/// The wavelength a column header such as `400nm`, `400.0nm` or `400 nm` names, if it names one.
+pub fn band_wavelength(header: &str) -> Option<f64> {
+    header
+        .strip_suffix("nm")?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|nm| nm.is_finite())
 }
 
 /// Linear interpolation of a spectrum `values` on grid `from` at the wavelengths of `to`,
@@ -463,6 +484,17 @@ mod tests {
     }
 
     #[test]
+    fn band_names_are_rounded_and_headers_read_in_any_spelling() {
+        assert_eq!(nm_name(400.0 + 7.0 * 0.1), "400.7nm");
+        assert_eq!(Grid::new(400.0, 0.1, 10).unwrap().band_name(7), "400.7nm");
+        for header in ["400nm", "400.0nm", "400 nm"] {
+            assert_eq!(band_wavelength(header), Some(400.0), "{header}");
+        }
+        assert_eq!(band_wavelength("R400"), None);
+        assert!(Grid::new(400.0, 1e-300, 2).is_err());
+    }
+
+    #[test]
     fn between_bands_is_the_weighted_mean_of_its_neighbours() {
         let from = Grid::new(400.0, 20.0, 3).unwrap();
         let to = Grid::new(410.0, 15.0, 2).unwrap();
@@ -578,7 +610,7 @@ mod tests {
             let width = from.end_nm() - from.start_nm;
             let start = from.start_nm + start_offset * width * 0.5;
             let end = start + span * (from.end_nm() - start);
-            let interval = ((end - start) / (count - 1) as f64).max(1e-3);
+            let interval = ((end - start) / (count - 1) as f64).max(MIN_INTERVAL_NM);
             let to = Grid::new(start, interval, count).unwrap();
             prop_assume!(from.covers(&to));
             let mut out = vec![0.0; count];

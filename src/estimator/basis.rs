@@ -19,15 +19,15 @@ pub enum Transform {
     #[default]
     Identity,
     /// `t(R) = (1 − R)² / (2R)`, the Kubelka–Munk ratio K/S of absorption to scattering, with
-    /// `R` the reflectance as a fraction clamped to [[`MIN_REFLECTANCE`], 1].
+    /// `R` the reflectance as a fraction clamped below at [`MIN_REFLECTANCE`] (and at 1 above,
+    /// for a declared spectrum: see [`Basis::spectral`]).
     ///
     /// Why it makes concentrations linear: for an opaque, light-scattering dyed layer the
     /// Kubelka–Munk theory gives `K/S = (1 − R∞)² / (2R∞)`, and absorption and scattering add
     /// over the colorants present, `K = K_sub + Σ cᵢkᵢ`, `S ≈ S_sub` (dyes absorb, the fibre
     /// scatters). Hence `K/S(λ) = K/S_sub(λ) + Σ cᵢ (kᵢ(λ)/S_sub(λ))`: at every wavelength K/S
     /// is the substrate's plus a sum of concentrations times unit absorptions, linear in the
-    /// recipe, whereas reflectance itself is not. Reflectance above 1 (optical brighteners
-    /// fluoresce) carries no absorption and is read as K/S = 0.
+    /// recipe, whereas reflectance itself is not.
     KubelkaMunk,
 }
 
@@ -38,7 +38,7 @@ impl Transform {
         match self {
             Transform::Identity => x,
             Transform::KubelkaMunk => {
-                let r = x.clamp(MIN_REFLECTANCE, 1.0);
+                let r = x.max(MIN_REFLECTANCE);
                 (1.0 - r) * (1.0 - r) / (2.0 * r)
             }
         }
@@ -84,6 +84,10 @@ pub struct Basis {
     pub intercept: bool,
     /// Applied to the spectral inputs only.
     pub transform: Transform,
+    /// The model declared its spectrum ([`Basis::spectral`]): reflectance above full scale
+    /// (optical brighteners fluoresce) carries no absorption and is read as 1 (K/S = 0).
+    /// Bases built by [`Basis::new`] keep the meaning they always had: the formula as it is.
+    pub declared: bool,
 }
 
 impl Basis {
@@ -100,6 +104,7 @@ impl Basis {
             scale: ReflectanceScale::Fraction,
             intercept,
             transform,
+            declared: false,
         }
     }
 
@@ -119,6 +124,7 @@ impl Basis {
             scale,
             intercept,
             transform,
+            declared: true,
         }
     }
 
@@ -131,7 +137,9 @@ impl Basis {
     #[inline]
     fn term(&self, j: usize, x: f64) -> f64 {
         if j < self.spectral && self.transform != Transform::Identity {
-            self.transform.apply(x * self.scale.to_fraction())
+            let r = x * self.scale.to_fraction();
+            self.transform
+                .apply(if self.declared { r.min(1.0) } else { r })
         } else {
             x
         }
@@ -203,8 +211,26 @@ mod tests {
         let at_zero = Transform::KubelkaMunk.apply(0.0);
         assert!(at_zero.is_finite());
         assert_eq!(at_zero, Transform::KubelkaMunk.apply(MIN_REFLECTANCE));
-        // A brightened band above full reflectance absorbs nothing.
-        assert_eq!(Transform::KubelkaMunk.apply(1.07), 0.0);
+    }
+
+    #[test]
+    fn above_full_scale_absorbs_nothing_in_a_declared_spectrum_only() {
+        let declared = Basis::spectral(
+            1,
+            ReflectanceScale::Fraction,
+            1,
+            false,
+            Transform::KubelkaMunk,
+        );
+        assert_eq!(declared.row(&[1.07]).unwrap(), vec![0.0]);
+        // A basis without a declared spectrum keeps the formula, as models made before did.
+        let legacy = Basis::new(1, false, Transform::KubelkaMunk);
+        let r: f64 = 1.07;
+        assert_eq!(
+            legacy.row(&[r]).unwrap(),
+            vec![(1.0 - r) * (1.0 - r) / (2.0 * r)]
+        );
+        assert_ne!(declared, legacy);
     }
 
     #[test]

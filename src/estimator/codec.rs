@@ -14,7 +14,8 @@
 //!
 //! Version 1, written for every basis without a declared spectrum (so replicas of the previous
 //! release still read those states), has no spectral fields: a Kubelka–Munk basis reads all its
-//! inputs as fractions, an identity basis has none.
+//! inputs as fractions, an identity basis has none. Every version 2 state has a declared
+//! spectrum.
 //!
 //! Only the primary quantities are stored; the Cholesky factor and the mean are recomputed on
 //! decoding by the same code that computed them, so a round trip reproduces the state exactly.
@@ -113,6 +114,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     };
     let mut basis = Basis::new(features, intercept, transform);
     if r.version >= 2 {
+        basis.declared = true;
         basis.spectral = r.u32()? as usize;
         basis.scale = match r.u8()? {
             0 => ReflectanceScale::Fraction,

@@ -241,11 +241,22 @@ pub struct OutputPosteriorView {
     pub coefficients: Vec<f64>,
     /// Prior variance of each basis function (0 = pruned).
     pub prior_variance: Vec<f64>,
-    /// Basis functions with a non-zero prior variance, most relevant first: by prior variance,
-    /// largest first (ties in basis order). ARD shrinks the prior variance of a basis function
-    /// the data do not support towards 0, and prunes it at 0. Prior variances compare
-    /// directly between inputs on one scale, such as the bands of a spectrum.
+    /// Basis functions with a non-zero prior variance, in basis order.
     pub active_features: Vec<String>,
+    /// The same, most relevant first: by prior variance, largest first (ties in basis order).
+    /// ARD shrinks the prior variance of a basis function the data do not support towards 0,
+    /// and prunes it at 0. Prior variances compare directly between inputs on one scale, such
+    /// as the bands of a spectrum.
+    pub ranked_features: Vec<RankedFeature>,
+}
+
+/// A basis function and its prior variance.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RankedFeature {
+    #[schema(example = "550nm")]
+    pub name: String,
+    #[schema(example = 0.42)]
+    pub prior_variance: f64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -291,9 +302,18 @@ pub async fn posterior(
                 trained: post.is_some(),
                 noise_variance: post.map(|p| p.noise_variance()),
                 coefficients: coefficients.col(k).iter().copied().collect(),
-                active_features: ranked(&prior_variance)
+                active_features: basis
+                    .iter()
+                    .zip(&prior_variance)
+                    .filter(|(_, v)| **v > 0.0)
+                    .map(|(n, _)| n.clone())
+                    .collect(),
+                ranked_features: ranked(&prior_variance)
                     .into_iter()
-                    .map(|j| basis[j].clone())
+                    .map(|j| RankedFeature {
+                        name: basis[j].clone(),
+                        prior_variance: prior_variance[j],
+                    })
                     .collect(),
                 prior_variance,
             }
@@ -347,7 +367,8 @@ pub struct RelevanceView {
     /// first.
     pub inputs: Vec<InputRelevance>,
     /// Inputs that no trained output uses any more: ARD pruned them everywhere. Wavelengths or
-    /// lab results the plant could stop measuring, as far as this model can tell.
+    /// lab results the plant could stop measuring, as far as this model can tell (empty while
+    /// no output is trained).
     #[schema(example = json!(["360nm", "370nm", "fabric_code"]))]
     pub unused: Vec<String>,
 }
@@ -386,9 +407,10 @@ pub async fn relevance(
             largest_prior_variance: trained.iter().map(|v| v[j]).fold(0.0, f64::max),
         })
         .collect();
+    // With no output trained there is nothing to tell yet.
     let unused = inputs
         .iter()
-        .filter(|i| i.outputs == 0)
+        .filter(|i| i.outputs == 0 && !trained.is_empty())
         .map(|i| i.name.clone())
         .collect();
     inputs.sort_by(|a, b| {

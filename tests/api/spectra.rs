@@ -160,7 +160,8 @@ async fn a_csv_batch_on_another_grid_is_the_json_batch() {
     // The CSV's columns in another order; its bands every 5 nm from 360 nm.
     let mut csv = String::from("red,fabric,blue,yellow");
     for i in 0..85 {
-        csv.push_str(&format!(",{}nm", 360 + 5 * i));
+        // Bands written as an instrument's software may write them.
+        csv.push_str(&format!(",{}.0nm", 360 + 5 * i));
     }
     csv.push('\n');
     for ((s, f), y) in spectra.iter().zip(&fabric).zip(&recipes) {
@@ -305,12 +306,20 @@ async fn relevance_lists_the_inputs_no_output_uses_and_posteriors_rank_theirs() 
             let j = basis.iter().position(|b| *b == name).unwrap();
             output["prior_variance"][j].as_f64().unwrap()
         };
-        let ranked: Vec<f64> = output["active_features"]
+        let ranked: Vec<f64> = output["ranked_features"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|f| prior(f.as_str().unwrap()))
+            .map(|f| {
+                let v = prior(f["name"].as_str().unwrap());
+                assert_eq!(f["prior_variance"].as_f64().unwrap(), v);
+                v
+            })
             .collect();
+        assert_eq!(
+            ranked.len(),
+            output["active_features"].as_array().unwrap().len()
+        );
         assert!(!ranked.is_empty());
         assert!(ranked.windows(2).all(|w| w[0] >= w[1]), "{ranked:?}");
         assert!(
