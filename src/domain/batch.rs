@@ -4,7 +4,9 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::fast::{fast_csv, fast_rows_object};
-use super::spectrum::{Grid, band_wavelength, join_inputs, nm_name, parse_spectra, resample};
+use super::spectrum::{
+    Grid, band_wavelength, flag_above_full, join_inputs, nm_name, parse_spectra, resample_rows,
+};
 use super::{Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
 
 /// Longest batch id.
@@ -265,9 +267,11 @@ impl NewBatch {
         let mut warnings = Details::default();
         let x = match &spec.spectrum {
             Some(spectrum) => {
-                let read = read_spec.spectrum.as_ref().unwrap_or(spectrum);
-                flag_above_full(&x, read, &mut warnings);
-                resample_inputs(&x, &read.grid(), spectrum.grid())
+                let read = read_spec.spectrum.as_ref().unwrap_or(spectrum).grid();
+                flag_above_full(&x, &read, spectrum, &mut warnings, |i, j| {
+                    format!("/rows/{i}/{}", read.band_name(j))
+                });
+                resample_rows(&x, &read, &spectrum.grid())
             }
             None => x,
         };
@@ -357,45 +361,6 @@ fn csv_spectrum_grid(body: &[u8], spec: &ModelSpec) -> Result<Option<Grid>, Inva
         ));
     }
     Ok(Some(grid))
-}
-
-/// Warns of every reflectance above full scale in the spectral columns of `x`.
-fn flag_above_full(x: &Rows, spectrum: &super::SpectrumSpec, warnings: &mut Details) {
-    let (full, grid) = (spectrum.full_scale(), spectrum.grid());
-    for (i, row) in x.values().chunks_exact(x.width().max(1)).enumerate() {
-        for (j, &r) in row[..spectrum.count].iter().enumerate() {
-            if r > full {
-                let band = grid.band_name(j);
-                warnings.push(
-                    format!("/rows/{i}/{band}"),
-                    format!(
-                        "reflectance {r} at {band} is above full scale ({full}): an optical \
-                         brightener? kept as sent"
-                    ),
-                );
-            }
-        }
-    }
-}
-
-/// Input rows whose spectrum is on `from`, with the spectrum resampled onto `to`.
-fn resample_inputs(x: &Rows, from: &Grid, to: Grid) -> Rows {
-    if from == &to {
-        return x.clone();
-    }
-    let named = x.width() - from.count();
-    let width = to.count() + named;
-    let mut values = vec![0.0; x.rows() * width];
-    for (src, dst) in x
-        .values()
-        .chunks_exact(x.width())
-        .zip(values.chunks_exact_mut(width))
-    {
-        let (spectrum, features) = src.split_at(from.count());
-        resample(from, spectrum, &to, &mut dst[..to.count()]);
-        dst[to.count()..].copy_from_slice(features);
-    }
-    Rows::from_row_major(x.rows(), width, values)
 }
 
 /// Where a CSV column goes.

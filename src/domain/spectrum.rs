@@ -407,16 +407,32 @@ pub fn parse_spectra(
         _ => None,
     };
     let (rows, grid) = (rows?, grid?);
+    flag_above_full(&rows, &grid, spec, warnings, |i, j| {
+        format!("{values_path}/{i}/{j}")
+    });
+    Some(resample_rows(&rows, &grid, &model))
+}
+
+/// Warns of every reflectance above full scale (an optical brightener fluoresces) in the
+/// spectrum that opens each row of `rows`, a spectrum on `grid` read on `spec`'s scale; the
+/// warning for row `i`, band `j` is at `path(i, j)`.
+pub fn flag_above_full(
+    rows: &Rows,
+    grid: &Grid,
+    spec: &SpectrumSpec,
+    warnings: &mut Details,
+    path: impl Fn(usize, usize) -> String,
+) {
     let full = spec.full_scale();
     let unit = match spec.scale {
         ScaleName::Percent => " %",
         ScaleName::Fraction => "",
     };
-    for (i, row) in rows.values().chunks_exact(width).enumerate() {
-        for (j, &r) in row.iter().enumerate() {
+    for (i, row) in rows.values().chunks_exact(rows.width().max(1)).enumerate() {
+        for (j, &r) in row[..grid.count].iter().enumerate() {
             if r > full {
                 warnings.push(
-                    format!("{values_path}/{i}/{j}"),
+                    path(i, j),
                     format!(
                         "reflectance {r}{unit} at {} is above full scale ({full}{unit}): an \
                          optical brightener? kept as sent",
@@ -426,15 +442,26 @@ pub fn parse_spectra(
             }
         }
     }
-    let mut out = vec![0.0; rows.rows() * model.count];
+}
+
+/// Rows that open with a spectrum on `from` (then possibly named features), with the spectrum
+/// resampled onto `to` and the rest kept.
+pub fn resample_rows(rows: &Rows, from: &Grid, to: &Grid) -> Rows {
+    if from == to {
+        return rows.clone();
+    }
+    let width = to.count + rows.width() - from.count;
+    let mut values = vec![0.0; rows.rows() * width];
     for (src, dst) in rows
         .values()
-        .chunks_exact(width)
-        .zip(out.chunks_exact_mut(model.count))
+        .chunks_exact(rows.width())
+        .zip(values.chunks_exact_mut(width))
     {
-        resample(&grid, src, &model, dst);
+        let (spectrum, features) = src.split_at(from.count);
+        resample(from, spectrum, to, &mut dst[..to.count]);
+        dst[to.count..].copy_from_slice(features);
     }
-    Some(Rows::from_row_major(rows.rows(), model.count, out))
+    Rows::from_row_major(rows.rows(), width, values)
 }
 
 /// The model's input rows: each row's spectrum (on the model's grid), then its named features.
