@@ -6,14 +6,15 @@
 //! [`Topic::Models`] with a periodic check of every model's version as a fallback.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyRing;
 use crate::domain::{ModelName, ModelSpec};
-use crate::estimator::{ModelConfig, ModelState, Predictor, codec};
+use crate::estimator::recipe::ForwardMap;
+use crate::estimator::{EstimatorError, ModelConfig, ModelState, Predictor, codec};
 use crate::store::{Store, StoreError, Topic};
 
 /// One model as predict sees it.
@@ -27,6 +28,9 @@ pub struct CachedModel {
     pub state: Option<Arc<ModelState>>,
     /// What predictions need of `state`, formed once per version.
     pub predictor: Option<Arc<Predictor>>,
+    /// The forward map recipe matching needs, fitted at the version's first match (or why it
+    /// cannot be).
+    pub forward: OnceLock<Result<Arc<ForwardMap>, EstimatorError>>,
 }
 
 impl CachedModel {
@@ -37,6 +41,7 @@ impl CachedModel {
             spec,
             version,
             predictor: state.as_deref().map(|s| Arc::new(Predictor::new(s))),
+            forward: OnceLock::new(),
             state,
         }
     }

@@ -6,9 +6,10 @@ use common::*;
 use faer::Mat;
 use mordant::estimator::evidence::evidence;
 use mordant::estimator::incremental::{condition, one_step};
+use mordant::estimator::recipe::{forward_statistics, nnls};
 use mordant::estimator::{
-    BatchStatistics, FitOptions, ModelConfig, ModelState, NoisePrior, OutputPosterior,
-    UpdateMethod, codec,
+    Basis, BatchStatistics, FitOptions, ModelConfig, ModelState, NoisePrior, OutputPosterior,
+    ReflectanceScale, Transform, UpdateMethod, codec,
 };
 use proptest::prelude::*;
 use rand::seq::SliceRandom;
@@ -546,5 +547,116 @@ proptest! {
         let (probe, _) = dyeing_rows(&order[3000..3100]);
         assert_uncertainty_consistent(&state, &probe);
         prop_assert_eq!(codec::decode(&codec::encode(&state)).unwrap(), state);
+    }
+}
+
+/// A spectral problem: `n` rows of `s` reflectances in (0.02, 0.98), `o` other features and `m`
+/// outputs (a third of them 0), under a declared spectrum.
+fn spectral_problem(
+    seed: u64,
+    n: usize,
+    s: usize,
+    o: usize,
+    m: usize,
+) -> (Basis, Mat<f64>, Mat<f64>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let x = Mat::from_fn(n, s + o, |_, j| {
+        if j < s {
+            rng.random_range(0.02..0.98)
+        } else {
+            rng.random_range(-1.0..1.0)
+        }
+    });
+    let y = Mat::from_fn(n, m, |_, _| {
+        if rng.random_bool(0.3) {
+            0.0
+        } else {
+            rng.random_range(0.0..3.0)
+        }
+    });
+    let basis = Basis::spectral(
+        s,
+        ReflectanceScale::Fraction,
+        s + o,
+        true,
+        Transform::KubelkaMunk,
+    );
+    (basis, x, y)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(48) })]
+
+    /// Lawson–Hanson ends at the KKT point of `min ½xᵀHx − gᵀx, x ≥ 0`: `x ≥ 0`, the gradient
+    /// `g − Hx` is 0 where `x > 0` and at most 0 where `x = 0`.
+    #[test]
+    fn nnls_ends_at_the_kkt_point(seed in any::<u64>(), n in 1usize..9, extra in 0usize..20) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let k = n + extra;
+        let a = Mat::from_fn(k, n, |_, _| rng.random_range(-1.0..1.0));
+        let t: Vec<f64> = (0..k).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let h = a.transpose() * &a;
+        let g: Vec<f64> = (0..n).map(|i| (0..k).map(|r| a[(r, i)] * t[r]).sum()).collect();
+        let x = nnls(h.as_ref(), &g).unwrap();
+        let scale = g.iter().fold(1e-300f64, |m, v| m.max(v.abs()))
+            + x.iter().fold(0.0f64, |m, v| m.max(v.abs())) * (0..n).fold(0.0f64, |m, i| m.max(h[(i, i)]));
+        for i in 0..n {
+            let gradient = g[i] - (0..n).map(|j| h[(i, j)] * x[j]).sum::<f64>();
+            prop_assert!(x[i] >= 0.0);
+            if x[i] > 0.0 {
+                prop_assert!(gradient.abs() <= 1e-9 * scale, "free {i}: gradient {gradient}");
+            } else {
+                prop_assert!(gradient <= 1e-9 * scale, "bound {i}: gradient {gradient}");
+            }
+        }
+    }
+
+    /// When the least-squares solution is positive, it is what NNLS returns.
+    #[test]
+    fn nnls_returns_a_positive_least_squares_solution(seed in any::<u64>(), n in 1usize..9, extra in 0usize..20) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let k = n + extra;
+        let a = Mat::from_fn(k, n, |r, c| rng.random_range(-1.0..1.0) + if r == c { 3.0 } else { 0.0 });
+        let truth: Vec<f64> = (0..n).map(|_| rng.random_range(0.1..2.0)).collect();
+        let t: Vec<f64> = (0..k).map(|r| (0..n).map(|i| a[(r, i)] * truth[i]).sum()).collect();
+        let h = a.transpose() * &a;
+        let g: Vec<f64> = (0..n).map(|i| (0..k).map(|r| a[(r, i)] * t[r]).sum()).collect();
+        let x = nnls(h.as_ref(), &g).unwrap();
+        prop_assert!(rel_diff_slice(&x, &truth) < 1e-9, "{x:?} vs {truth:?}");
+    }
+
+    /// The forward map's statistics, assembled from the model's (with `YᵀY`), equal the
+    /// statistics of the forward regression computed from the rows: `z = [y, x_o, 1]` against
+    /// `K/S` of every band; and they stay so when batches are added.
+    #[test]
+    fn forward_statistics_are_those_of_the_forward_regression(
+        seed in any::<u64>(), n in 2usize..40, s in 1usize..8, o in 0usize..3, m in 1usize..4, cut in 0.0f64..1.0,
+    ) {
+        let (basis, x, y) = spectral_problem(seed, n, s, o, m);
+        let split = ((n as f64) * cut) as usize;
+        let mut model = BatchStatistics::from_rows(&basis, rows(&x, 0..split).as_ref(), rows(&y, 0..split).as_ref()).unwrap();
+        model.add(&BatchStatistics::from_rows(&basis, rows(&x, split..n).as_ref(), rows(&y, split..n).as_ref()).unwrap()).unwrap();
+        let forward = forward_statistics(&model, &basis).unwrap();
+        let z = Mat::from_fn(n, m + o, |i, j| if j < m { y[(i, j)] } else { x[(i, s + j - m)] });
+        let ks = Mat::from_fn(n, s, |i, l| Transform::KubelkaMunk.apply(x[(i, l)]));
+        let direct = stats(&identity_basis(m + o), &z, &ks);
+        prop_assert!(rel_diff(&forward.g().to_owned(), &direct.g().to_owned()) < 1e-12);
+        prop_assert!(rel_diff(&forward.b().to_owned(), &direct.b().to_owned()) < 1e-12);
+        prop_assert!(rel_diff_slice(forward.q(), direct.q()) < 1e-12);
+        prop_assert_eq!(forward.rows(), n as f64);
+    }
+
+    /// `YᵀY` survives storage, in a batch's statistics and in a model state.
+    #[test]
+    fn output_products_survive_encoding(seed in any::<u64>(), n in 5usize..40, s in 1usize..6, m in 1usize..4) {
+        let (basis, x, y) = spectral_problem(seed, n, s, 1, m);
+        let batch = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        prop_assert!(batch.output_products().is_some());
+        let decoded = codec::decode_statistics(&codec::encode_statistics(&batch)).unwrap();
+        prop_assert_eq!(&decoded, &batch);
+        let state = ModelState::fit(&ModelConfig::new(basis, m), batch).unwrap();
+        let decoded = codec::decode(&codec::encode(&state)).unwrap();
+        prop_assert!(decoded.totals().output_products().is_some());
+        prop_assert_eq!(decoded, state);
     }
 }

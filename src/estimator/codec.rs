@@ -7,6 +7,7 @@
 //!         · spectral bands u32 · reflectance scale u8 (0 fraction, 1 percent) · outputs m u32
 //! totals: N f64 · G lower triangle, column by column, p(p+1)/2 f64 · B p·m f64 (column-major)
 //!         · q m f64 · nonzero m f64
+//! version 3 only: YᵀY lower triangle, m(m+1)/2 f64
 //! per output: tag u8 (0 untrained, 1 trained); trained: s f64 · v p f64
 //!         · A lower triangle |J|(|J|+1)/2 f64 · c |J| f64        (J = {j : v_j > 0})
 //! crc32 (IEEE) of everything before it, u32
@@ -15,7 +16,8 @@
 //! Version 1, written for every basis without a declared spectrum (so replicas of the previous
 //! release still read those states), has no spectral fields: a Kubelka–Munk basis reads all its
 //! inputs as fractions, an identity basis has none. Every version 2 state has a declared
-//! spectrum.
+//! spectrum. Version 3 is version 2 with the outputs' cross products `YᵀY` in the totals (what
+//! recipe matching needs); it is written for every declared spectrum whose totals keep them.
 //!
 //! Only the primary quantities are stored; the Cholesky factor and the mean are recomputed on
 //! decoding by the same code that computed them, so a round trip reproduces the state exactly.
@@ -29,10 +31,15 @@ use super::{Basis, EstimatorError, ReflectanceScale, Transform};
 
 const MAGIC: &[u8; 4] = b"MRDT";
 const STATISTICS_MAGIC: &[u8; 4] = b"MRDS";
-/// The newest format version [`encode`] writes (and [`decode`] reads, beside version 1).
-pub const FORMAT_VERSION: u16 = 2;
-/// The version of the statistics blobs, and of model states without a declared spectrum.
+/// The newest format version [`encode`] writes (and [`decode`] reads, beside versions 1 and 2).
+pub const FORMAT_VERSION: u16 = 3;
+/// Model states with a declared spectrum and no `YᵀY`.
+const FORMAT_VERSION_2: u16 = 2;
+/// The version of model states without a declared spectrum, and of statistics blobs without
+/// `YᵀY`.
 const FORMAT_VERSION_1: u16 = 1;
+/// Statistics blobs with `YᵀY`.
+const STATISTICS_VERSION_2: u16 = 2;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
 const MAX_DIM: usize = 1 << 16;
 
@@ -62,11 +69,14 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
         64 + 8 * (p * (p + 1) / 2 + p * m + 2 * m),
     ));
     let legacy = *basis == Basis::new(basis.features, basis.intercept, basis.transform);
+    let products = !legacy && totals.output_products().is_some();
     w.bytes(MAGIC);
     w.u16(if legacy {
         FORMAT_VERSION_1
-    } else {
+    } else if products {
         FORMAT_VERSION
+    } else {
+        FORMAT_VERSION_2
     });
     w.u32(basis.features as u32);
     w.u8(u8::from(basis.intercept));
@@ -82,7 +92,7 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
         });
     }
     w.u32(m as u32);
-    w.statistics(totals);
+    w.statistics(totals, products);
     for output in state.outputs() {
         match output {
             OutputState::Untrained => w.u8(0),
@@ -100,7 +110,11 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
 
 /// Decodes a blob written by [`encode`], checking magic, version, checksum and consistency.
 pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
-    let mut r = Reader::open(bytes, MAGIC, &[FORMAT_VERSION_1, FORMAT_VERSION])?;
+    let mut r = Reader::open(
+        bytes,
+        MAGIC,
+        &[FORMAT_VERSION_1, FORMAT_VERSION_2, FORMAT_VERSION],
+    )?;
     let features = r.u32()? as usize;
     let intercept = match r.u8()? {
         0 => false,
@@ -130,7 +144,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
         return Err(DecodeError::Invalid("dimensions").into());
     }
     let p = basis.dim();
-    let totals = r.statistics(p, m)?;
+    let totals = r.statistics(p, m, r.version >= FORMAT_VERSION)?;
     let mut outputs = Vec::with_capacity(m);
     for _ in 0..m {
         match r.u8()? {
@@ -158,29 +172,39 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
 /// Encodes the statistics of one batch (what the service stores beside a batch's raw rows).
 ///
 /// Layout: magic "MRDS" · version u16 · p u32 · m u32 · the statistics as in a model state ·
-/// crc32 u32.
+/// crc32 u32. Version 2 carries `YᵀY` (as a version 3 state does); version 1, written whenever
+/// the statistics do not keep it, does not.
 pub fn encode_statistics(stats: &BatchStatistics) -> Vec<u8> {
     let (p, m) = (stats.dim(), stats.outputs());
+    let products = stats.output_products().is_some();
     let mut w = Writer(Vec::with_capacity(
-        32 + 8 * (p * (p + 1) / 2 + p * m + 2 * m),
+        32 + 8 * (p * (p + 1) / 2 + p * m + 2 * m + m * (m + 1) / 2),
     ));
     w.bytes(STATISTICS_MAGIC);
-    w.u16(FORMAT_VERSION_1);
+    w.u16(if products {
+        STATISTICS_VERSION_2
+    } else {
+        FORMAT_VERSION_1
+    });
     w.u32(p as u32);
     w.u32(m as u32);
-    w.statistics(stats);
+    w.statistics(stats, products);
     w.finish()
 }
 
 /// Decodes a blob written by [`encode_statistics`].
 pub fn decode_statistics(bytes: &[u8]) -> Result<BatchStatistics, EstimatorError> {
-    let mut r = Reader::open(bytes, STATISTICS_MAGIC, &[FORMAT_VERSION_1])?;
+    let mut r = Reader::open(
+        bytes,
+        STATISTICS_MAGIC,
+        &[FORMAT_VERSION_1, STATISTICS_VERSION_2],
+    )?;
     let p = r.u32()? as usize;
     let m = r.u32()? as usize;
     if p == 0 || p >= MAX_DIM || m >= MAX_DIM {
         return Err(DecodeError::Invalid("dimensions").into());
     }
-    let stats = r.statistics(p, m)?;
+    let stats = r.statistics(p, m, r.version >= STATISTICS_VERSION_2)?;
     r.finish()?;
     Ok(stats)
 }
@@ -203,7 +227,8 @@ impl Writer {
     fn f64(&mut self, v: f64) {
         self.bytes(&v.to_le_bytes());
     }
-    fn statistics(&mut self, stats: &BatchStatistics) {
+    /// The statistics, with `YᵀY` when `products` (and the statistics keep it).
+    fn statistics(&mut self, stats: &BatchStatistics, products: bool) {
         let (p, m) = (stats.dim(), stats.outputs());
         self.f64(stats.rows());
         self.lower(stats.g());
@@ -214,6 +239,9 @@ impl Writer {
         }
         stats.q().iter().for_each(|v| self.f64(*v));
         stats.nonzero().iter().for_each(|v| self.f64(*v));
+        if let Some(yy) = stats.output_products().filter(|_| products) {
+            self.lower(yy);
+        }
     }
     /// Appends the checksum of everything written so far.
     fn finish(mut self) -> Vec<u8> {
@@ -264,7 +292,12 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn statistics(&mut self, p: usize, m: usize) -> Result<BatchStatistics, EstimatorError> {
+    fn statistics(
+        &mut self,
+        p: usize,
+        m: usize,
+        products: bool,
+    ) -> Result<BatchStatistics, EstimatorError> {
         let n = self.f64()?;
         let g = self.lower(p)?;
         self.ensure(p * m + 2 * m)?;
@@ -276,7 +309,10 @@ impl<'a> Reader<'a> {
         }
         let q = self.vec(m)?;
         let nonzero = self.vec(m)?;
-        let stats = BatchStatistics::from_parts(g, b, q, nonzero, n);
+        let mut stats = BatchStatistics::from_parts(g, b, q, nonzero, n);
+        if products {
+            stats.set_output_products(self.lower(m)?);
+        }
         if !stats.is_finite() || n < 0.0 {
             return Err(DecodeError::Invalid("non-finite statistics").into());
         }

@@ -14,6 +14,7 @@ pub mod incremental;
 pub mod model;
 pub mod posterior;
 pub mod predictor;
+pub mod recipe;
 pub mod statistics;
 
 pub use basis::{Basis, ReflectanceScale, Transform};
@@ -38,6 +39,8 @@ pub enum EstimatorError {
     NotPositiveDefinite,
     #[error("the model has no posterior yet")]
     Untrained,
+    #[error("recipe matching is not available: {0}")]
+    NoForwardMap(&'static str),
     #[error(transparent)]
     Decode(#[from] DecodeError),
 }

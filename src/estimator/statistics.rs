@@ -27,6 +27,11 @@ pub struct OutputData<'a> {
 /// * `nonzero_k`, the weighted count of rows in which output `k` is not zero. It is what tells a
 ///   dye that has been used from one that merely appears in the schema (see
 ///   [`super::FitOptions::min_informative_rows`]).
+/// * optionally `YᵀY` (m × m), the cross products of the outputs. Models with a declared
+///   spectrum keep it: with it, the normal equations of the forward map (K/S of each band as a
+///   regression on the concentrations) are blocks of these statistics
+///   ([`super::recipe::forward_statistics`]), so recipe matching needs no second pass over the
+///   rows.
 ///
 /// Statistics of disjoint sets add up; every later step costs O(p³) per output whatever the
 /// number of rows behind them.
@@ -37,6 +42,7 @@ pub struct BatchStatistics {
     q: Vec<f64>,
     nonzero: Vec<f64>,
     n: f64,
+    yy: Option<Mat<f64>>,
 }
 
 impl BatchStatistics {
@@ -48,6 +54,7 @@ impl BatchStatistics {
             q: vec![0.0; m],
             nonzero: vec![0.0; m],
             n: 0.0,
+            yy: None,
         }
     }
 
@@ -79,11 +86,28 @@ impl BatchStatistics {
             q,
             nonzero,
             n: phi.nrows() as f64,
+            yy: None,
         };
         if !stats.is_finite() {
             return Err(EstimatorError::NonFinite("batch statistics"));
         }
         Ok(stats)
+    }
+
+    /// Statistics of raw input rows `x` (rows × d) and targets `y` (rows × m) for a model with
+    /// basis `basis`: `Φ = basis(x)`, and `YᵀY` too when the basis declares a spectrum (what
+    /// recipe matching needs).
+    pub fn from_rows(
+        basis: &super::Basis,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+    ) -> Result<Self, EstimatorError> {
+        let stats = Self::from_design(basis.design(x)?.as_ref(), y)?;
+        if basis.declared {
+            stats.with_output_products(y)
+        } else {
+            Ok(stats)
+        }
     }
 
     /// Reassembles statistics from their parts (used by the state decoder).
@@ -100,7 +124,32 @@ impl BatchStatistics {
             q,
             nonzero,
             n,
+            yy: None,
         }
+    }
+
+    /// The same statistics with the outputs' cross products `YᵀY` of the rows `y` (rows × m)
+    /// they were computed from.
+    pub fn with_output_products(mut self, y: MatRef<'_, f64>) -> Result<Self, EstimatorError> {
+        if y.ncols() != self.outputs() || y.nrows() as f64 != self.n {
+            return Err(EstimatorError::Dimension {
+                what: "target rows",
+                expected: self.n as usize,
+                found: y.nrows(),
+            });
+        }
+        self.yy = Some(gram(y));
+        Ok(self)
+    }
+
+    /// Sets `YᵀY` (used by the decoder).
+    pub(crate) fn set_output_products(&mut self, yy: Mat<f64>) {
+        self.yy = Some(yy);
+    }
+
+    /// `YᵀY`, if these statistics keep it.
+    pub fn output_products(&self) -> Option<MatRef<'_, f64>> {
+        self.yy.as_ref().map(Mat::as_ref)
     }
 
     pub fn dim(&self) -> usize {
@@ -161,9 +210,18 @@ impl BatchStatistics {
         self.n
     }
 
-    /// Adds the statistics of another, disjoint set of rows.
+    /// Adds the statistics of another, disjoint set of rows. `YᵀY` is kept when both sides keep
+    /// it, or when this side holds no rows yet and the other keeps it.
     pub fn add(&mut self, other: &BatchStatistics) -> Result<(), EstimatorError> {
         self.check_same_shape(other)?;
+        self.yy = match (self.yy.take(), &other.yy) {
+            (Some(mut a), Some(b)) => {
+                a += b;
+                Some(a)
+            }
+            (None, Some(b)) if self.n == 0.0 => Some(b.clone()),
+            _ => None,
+        };
         self.g += &other.g;
         self.b += &other.b;
         for (a, b) in self.q.iter_mut().zip(&other.q) {
@@ -183,6 +241,9 @@ impl BatchStatistics {
         self.q.iter_mut().for_each(|v| *v *= weight);
         self.nonzero.iter_mut().for_each(|v| *v *= weight);
         self.n *= weight;
+        if let Some(yy) = &mut self.yy {
+            *yy *= faer::Scale(weight);
+        }
     }
 
     pub fn is_finite(&self) -> bool {
@@ -191,6 +252,7 @@ impl BatchStatistics {
             && self.q.iter().all(|v| v.is_finite())
             && self.nonzero.iter().all(|v| v.is_finite())
             && self.n.is_finite()
+            && self.yy.as_ref().is_none_or(|yy| all_finite(yy.as_ref()))
     }
 
     pub(crate) fn check_same_shape(&self, other: &BatchStatistics) -> Result<(), EstimatorError> {

@@ -186,8 +186,7 @@ fn statistics(
     x: MatRef<'_, f64>,
     y: MatRef<'_, f64>,
 ) -> anyhow::Result<BatchStatistics> {
-    let phi = basis.design(x)?;
-    Ok(BatchStatistics::from_design(phi.as_ref(), y)?)
+    Ok(BatchStatistics::from_rows(basis, x, y)?)
 }
 
 fn score(state: &ModelState, x: MatRef<'_, f64>, y: MatRef<'_, f64>) -> anyhow::Result<f64> {

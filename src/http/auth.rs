@@ -52,6 +52,7 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ),
     ("POST", "/v1/models/{name}/batches/{batch_id}/reject", ADMIN),
     ("POST", "/v1/models/{name}/predict", PREDICT),
+    ("POST", "/v1/models/{name}/match", PREDICT),
     ("GET", "/v1/models/{name}/versions", ANY),
     (
         "POST",

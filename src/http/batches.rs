@@ -185,10 +185,7 @@ pub async fn ingest(
             // another order for another layout, and a batch must give the same bits however
             // it arrived.
             let y = batch.y.as_mat().to_owned();
-            let stats = config
-                .basis
-                .design(batch.x.as_mat())
-                .and_then(|phi| BatchStatistics::from_design(phi.as_ref(), y.as_ref()))
+            let stats = BatchStatistics::from_rows(&config.basis, batch.x.as_mat(), y.as_ref())
                 .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
             let encoded = batch.encode();
             Ok::<_, ApiError>((batch, encoded, codec::encode_statistics(&stats)))

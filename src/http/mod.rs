@@ -6,6 +6,7 @@ pub mod docs;
 pub mod error;
 pub mod extract;
 pub mod keys;
+pub mod matching;
 pub mod models;
 pub mod ops;
 pub mod predict;
@@ -110,7 +111,7 @@ impl AppState {
         models::create, models::list, models::read, models::delete, models::posterior,
         models::relevance,
         batches::ingest, batches::list, batches::status, batches::release, batches::reject,
-        predict::predict,
+        predict::predict, matching::match_recipes,
         versions::list, versions::restore, versions::refit,
         keys::create, keys::list, keys::revoke,
         ops::healthz, ops::readyz, ops::metrics, ops::openapi,
@@ -140,6 +141,7 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
         .merge(models::router())
         .merge(batches::router())
         .merge(predict::router())
+        .merge(matching::router())
         .merge(versions::router())
         .merge(keys::router())
         .merge(ops::router())

@@ -232,7 +232,7 @@ impl<I: Iterator<Item = T> + Clone, T: Serialize> Serialize for Seq<I> {
 
 /// The rows of a predict request that the fast path did not accept, every problem reported
 /// with its path.
-fn parse_request(
+pub(super) fn parse_request(
     bytes: &[u8],
     spec: &ModelSpec,
     limit: usize,

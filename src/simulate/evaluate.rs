@@ -41,12 +41,12 @@ pub struct Design {
 }
 
 impl Design {
-    /// The model grid and an indicator for each fabric in production but the first.
+    /// The model grid and an indicator for each fabric in production but the first
+    /// ([`Simulator::fabric_features`]).
     pub fn standard(sim: &Simulator) -> Self {
-        let in_production = sim.substrates().len() as u32 - 1;
         Self {
             grid: sim.config().grid,
-            indicators: (1..in_production).collect(),
+            indicators: sim.fabric_features().iter().map(|s| s.code).collect(),
         }
     }
 
@@ -88,9 +88,12 @@ pub fn recipes(dips: &[LabDip]) -> Mat<f64> {
 
 /// The statistics of `dips` for `design`.
 pub fn statistics(design: &Design, dips: &[LabDip]) -> Result<BatchStatistics, SimulateError> {
-    let phi = design.basis().design(design.inputs(dips).as_ref())?;
     let y = recipes(dips);
-    Ok(BatchStatistics::from_design(phi.as_ref(), y.as_ref())?)
+    Ok(BatchStatistics::from_rows(
+        &design.basis(),
+        design.inputs(dips).as_ref(),
+        y.as_ref(),
+    )?)
 }
 
 /// The forward model tabulated every 1 nm over [`COLOUR_RANGE_NM`] (unit K/S of every dye,
@@ -203,26 +206,63 @@ pub fn quantile(values: &[f64], q: f64) -> f64 {
     sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
 }
 
-/// Scores `state` on `targets`.
-fn score(
+/// The recipes `state` predicts for `targets` with the inverse map (`POST …/predict`): per
+/// target, the predictive mean of every dye.
+fn predicted_recipes(
+    state: &ModelState,
+    targets: &Targets,
+) -> Result<Vec<Vec<f64>>, SimulateError> {
+    let mean = state.predict(targets.inputs.as_ref())?.mean;
+    Ok((0..mean.nrows())
+        .map(|i| (0..mean.ncols()).map(|k| mean[(i, k)]).collect())
+        .collect())
+}
+
+/// The recipes `state` matches to `targets` (`POST …/match`): the non-negative recipe whose
+/// K/S, through the forward map learnt from the same rows, fits the target's reflectance best.
+fn matched_recipes(
+    state: &ModelState,
+    design: &Design,
+    targets: &Targets,
+) -> Result<Vec<Vec<f64>>, SimulateError> {
+    let map = state.forward_map()?;
+    let s = design.grid.count;
+    let fraction = ReflectanceScale::Percent.to_fraction();
+    (0..targets.len())
+        .map(|i| {
+            let row = targets.inputs.row(i);
+            let r: Vec<f64> = (0..s).map(|l| row[l] * fraction).collect();
+            let others: Vec<f64> = (s..design.features()).map(|j| row[j]).collect();
+            Ok(map.match_recipe(&r, &others)?.concentration)
+        })
+        .collect()
+}
+
+/// Scores recipes, one per target (negative concentrations are clamped to 0).
+fn score_predicted(
     state: &ModelState,
     renderer: &Renderer,
     targets: &Targets,
 ) -> Result<Score, SimulateError> {
-    let predictions = state.predict(targets.inputs.as_ref())?;
-    let mean = predictions.mean;
-    let dyes = mean.ncols();
+    score(&predicted_recipes(state, targets)?, renderer, targets)
+}
+
+fn score(
+    recipes: &[Vec<f64>],
+    renderer: &Renderer,
+    targets: &Targets,
+) -> Result<Score, SimulateError> {
+    let dyes = recipes.first().map_or(0, Vec::len);
     let mut de = Vec::with_capacity(targets.len());
     let (mut sq, mut clamped) = (0.0, 0usize);
-    for (i, (dip, truth)) in targets.dips.iter().zip(&targets.truth).enumerate() {
+    for ((dip, truth), predicted) in targets.dips.iter().zip(&targets.truth).zip(recipes) {
         let mut recipe = Vec::with_capacity(dyes);
-        for k in 0..dyes {
-            let predicted = mean[(i, k)];
-            sq += (predicted - dip.sample.recipe[k]).powi(2);
-            if predicted < 0.0 {
+        for (&c, &truth) in predicted.iter().zip(&dip.sample.recipe) {
+            sq += (c - truth).powi(2);
+            if c < 0.0 {
                 clamped += 1;
             }
-            recipe.push(predicted.max(0.0));
+            recipe.push(c.max(0.0));
         }
         let matched = renderer.lab(dip.sample.substrate, &recipe)?;
         de.push(ciede2000(truth, &matched)?);
@@ -285,7 +325,10 @@ pub struct EvaluationReport {
     pub model_grid: String,
     pub dyes: Vec<&'static str>,
     pub batches: usize,
+    /// The recipes `POST …/match` answers: the acceptance is on these.
     pub score: Score,
+    /// The predictive means `POST …/predict` answers (the inverse map), for comparison.
+    pub predict_score: Score,
 }
 
 impl EvaluationReport {
@@ -296,21 +339,23 @@ impl EvaluationReport {
 
     /// A readable table.
     pub fn to_table(&self) -> String {
-        let s = &self.score;
+        let (s, p) = (&self.score, &self.predict_score);
         let o = &self.options;
         let verdict = |ok: bool| if ok { "yes" } else { "NO" };
         format!(
             "Colour accuracy of predicted recipes (D65, CIE 1964 10°, CIEDE2000)\n\
              seed {seed}; {train} lab dips learnt ({first} in the first fit, then {batches} \
-             batches of {batch}); {test} held-out targets; model grid {grid}; {dyes} dyes\n\n\
-             | metric | value | target | met |\n\
-             | --- | --- | --- | --- |\n\
-             | median ΔE00 | {median:.3} | < 1.0 | {m_ok} |\n\
-             | 90th percentile ΔE00 | {p90:.3} | < 1.5 | {p_ok} |\n\
-             | mean ΔE00 | {mean:.3} | | |\n\
-             | max ΔE00 | {max:.3} | | |\n\
-             | concentration RMSE (% owf) | {rmse:.4} | | |\n\
-             | predictions clamped at 0 | {clamped:.1} % | | |\n",
+             batches of {batch}); {test} held-out targets; model grid {grid}; {dyes} dyes\n\
+             match: the recipe POST /v1/models/{{name}}/match answers (acceptance); \
+             predict: the means POST …/predict answers\n\n\
+             | metric | match | predict | target | met |\n\
+             | --- | --- | --- | --- | --- |\n\
+             | median ΔE00 | {median:.3} | {p_median:.3} | < 1.0 | {m_ok} |\n\
+             | 90th percentile ΔE00 | {p90:.3} | {p_p90:.3} | < 1.5 | {p_ok} |\n\
+             | mean ΔE00 | {mean:.3} | {p_mean:.3} | | |\n\
+             | max ΔE00 | {max:.3} | {p_max:.3} | | |\n\
+             | concentration RMSE (% owf) | {rmse:.4} | {p_rmse:.4} | | |\n\
+             | concentrations clamped at 0 | {clamped:.1} % | {p_clamped:.1} % | | |\n",
             seed = o.seed,
             train = o.train_rows,
             first = o.first_fit_rows.min(o.train_rows),
@@ -320,13 +365,19 @@ impl EvaluationReport {
             grid = self.model_grid,
             dyes = self.dyes.len(),
             median = s.median_de00,
+            p_median = p.median_de00,
             m_ok = verdict(s.median_de00 < 1.0),
             p90 = s.p90_de00,
+            p_p90 = p.p90_de00,
             p_ok = verdict(s.p90_de00 < 1.5),
             mean = s.mean_de00,
+            p_mean = p.mean_de00,
             max = s.max_de00,
+            p_max = p.max_de00,
             rmse = s.concentration_rmse,
+            p_rmse = p.concentration_rmse,
             clamped = 100.0 * s.clamped_share,
+            p_clamped = 100.0 * p.clamped_share,
         )
     }
 }
@@ -353,13 +404,20 @@ pub fn evaluate(
     )?;
     let (sim, design, state, batches) = train(options, grid)?;
     let targets = Targets::new(&sim, &design, options.test_rows, false)?;
-    let score = score(&state, &Renderer::new(&sim), &targets)?;
+    let renderer = Renderer::new(&sim);
+    let score = score(
+        &matched_recipes(&state, &design, &targets)?,
+        &renderer,
+        &targets,
+    )?;
+    let predict_score = score_predicted(&state, &renderer, &targets)?;
     Ok(EvaluationReport {
         options: *options,
         model_grid: describe(&grid),
         dyes: sim.dye_names(),
         batches,
         score,
+        predict_score,
     })
 }
 
@@ -632,7 +690,7 @@ pub fn forgetting_study(
                 rows_seen: row,
                 post_swap_rows: row as i64 - options.pre_swap_rows as i64,
                 instrument: if swapped { "new" } else { "reference" },
-                score: score(state, &renderer, targets)?,
+                score: score_predicted(state, &renderer, targets)?,
             });
         }
     }

@@ -391,6 +391,22 @@ impl Simulator {
         &self.substrates
     }
 
+    /// The fabrics that get an indicator feature: every fabric in production but the first,
+    /// whose K/S the intercept carries (dummy coding). The `new_substrate` fabric has none: to
+    /// a model it looks like the reference fabric, which is the drift that scenario makes.
+    pub fn fabric_features(&self) -> &[Substrate] {
+        let in_production = self.substrates.len() - 1;
+        &self.substrates[1..in_production]
+    }
+
+    /// The indicator values of fabric `code`, one per [`Self::fabric_features`].
+    pub fn fabric_indicators(&self, code: u32) -> Vec<f64> {
+        self.fabric_features()
+            .iter()
+            .map(|s| f64::from(u8::from(s.code == code)))
+            .collect()
+    }
+
     /// Names of the dyes, the outputs in order.
     pub fn dye_names(&self) -> Vec<&'static str> {
         self.dyes.iter().map(|d| d.name).collect()

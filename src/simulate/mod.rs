@@ -38,15 +38,21 @@ pub enum SimulateError {
     Csv(#[from] csv::Error),
 }
 
-/// The CSV header: `substrate`, the grid's `<wavelength>nm` columns, then one column per dye.
-pub fn csv_header(grid: &Grid, dyes: &[&str]) -> Vec<String> {
-    let mut header = vec!["substrate".to_owned()];
+/// The CSV header: one 0/1 column per fabric with an indicator (named after the fabric, see
+/// [`Simulator::fabric_features`]), the grid's `<wavelength>nm` columns, then one column per dye.
+pub fn csv_header(fabrics: &[&str], grid: &Grid, dyes: &[&str]) -> Vec<String> {
+    let mut header: Vec<String> = fabrics.iter().map(|f| (*f).to_owned()).collect();
     header.extend(grid.column_names());
     header.extend(dyes.iter().map(|d| (*d).to_owned()));
     header
 }
 
-/// Writes rows `0..rows` of `sim` as CSV (header first): the fabric code, the reflectance on
+/// The names of the fabric indicator features of `sim`.
+pub fn fabric_names(sim: &Simulator) -> Vec<&'static str> {
+    sim.fabric_features().iter().map(|s| s.name).collect()
+}
+
+/// Writes rows `0..rows` of `sim` as CSV (header first): the fabric indicators, the reflectance on
 /// `scale` (4 decimals in percent, 6 as a fraction), the recipe (% owf, 5 decimals; 0 for
 /// unused dyes).
 pub fn write_csv(
@@ -56,13 +62,21 @@ pub fn write_csv(
     out: impl std::io::Write,
 ) -> Result<(), SimulateError> {
     let mut writer = csv::Writer::from_writer(out);
-    writer.write_record(csv_header(&sim.config().grid, &sim.dye_names()))?;
+    writer.write_record(csv_header(
+        &fabric_names(sim),
+        &sim.config().grid,
+        &sim.dye_names(),
+    ))?;
     let factor = 0.01 / scale.to_fraction();
     let mut record = Vec::new();
     for row in 0..rows {
         let dip = sim.lab_dip(row);
         record.clear();
-        record.push(dip.sample.substrate.to_string());
+        record.extend(
+            sim.fabric_indicators(dip.sample.substrate)
+                .iter()
+                .map(|v| v.to_string()),
+        );
         record.extend(dip.reflectance.iter().map(|r| match scale {
             ReflectanceScale::Percent => format!("{:.4}", r * factor),
             ReflectanceScale::Fraction => format!("{:.6}", r * factor),
@@ -87,18 +101,20 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 6);
         let header: Vec<&str> = lines[0].split(',').collect();
-        assert_eq!(header[0], "substrate");
-        assert_eq!(header[1], "360nm");
-        assert_eq!(header[2], "370nm");
-        assert_eq!(header[43], "780nm");
-        assert_eq!(&header[44..], sim.dye_names().as_slice());
+        assert_eq!(&header[..2], ["greige_cotton", "polyester_cotton"]);
+        assert_eq!(header[2], "360nm");
+        assert_eq!(header[3], "370nm");
+        assert_eq!(header[44], "780nm");
+        assert_eq!(&header[45..], sim.dye_names().as_slice());
         for (row, line) in lines[1..].iter().enumerate() {
             let cells: Vec<f64> = line.split(',').map(|c| c.parse().unwrap()).collect();
             assert_eq!(cells.len(), header.len());
             let dip = sim.lab_dip(row);
-            assert_eq!(cells[0], f64::from(dip.sample.substrate));
-            assert!((cells[1] - dip.reflectance[0]).abs() < 1e-4);
-            assert_eq!(cells[44..].iter().filter(|c| **c > 0.0).count(), 3);
+            let code = dip.sample.substrate;
+            assert_eq!(cells[0], f64::from(u8::from(code == 1)));
+            assert_eq!(cells[1], f64::from(u8::from(code == 2)));
+            assert!((cells[2] - dip.reflectance[0]).abs() < 1e-4);
+            assert_eq!(cells[45..].iter().filter(|c| **c > 0.0).count(), 3);
         }
         // As fractions, the same numbers a hundred times smaller.
         let mut fraction = Vec::new();
@@ -109,7 +125,7 @@ mod tests {
             .nth(1)
             .unwrap()
             .split(',')
-            .nth(1)
+            .nth(2)
             .unwrap()
             .parse()
             .unwrap();
@@ -123,7 +139,7 @@ mod tests {
             interval_nm: 2.5,
             count: 3,
         };
-        let header = csv_header(&grid, &["a"]);
-        assert_eq!(header, ["substrate", "400nm", "402.5nm", "405nm", "a"]);
+        let header = csv_header(&["f"], &grid, &["a"]);
+        assert_eq!(header, ["f", "400nm", "402.5nm", "405nm", "a"]);
     }
 }

@@ -52,10 +52,10 @@ fn number(v: f64) -> Value {
 }
 
 /// The body that creates the model.
-pub fn model_body(name: &str, grid: &Grid, dyes: &[&str]) -> Value {
+pub fn model_body(name: &str, fabrics: &[&str], grid: &Grid, dyes: &[&str]) -> Value {
     json!({
         "name": name,
-        "features": ["substrate"],
+        "features": fabrics,
         "spectrum": {
             "start_nm": number(grid.start_nm),
             "interval_nm": number(grid.interval_nm),
@@ -87,7 +87,10 @@ pub fn batch_body(sim: &Simulator, id: &str, rows: std::ops::Range<usize>) -> Va
             "interval_nm": number(grid.interval_nm),
             "values": dips.iter().map(|d| &d.reflectance).collect::<Vec<_>>(),
         },
-        "x": dips.iter().map(|d| [d.sample.substrate]).collect::<Vec<_>>(),
+        "x": dips
+            .iter()
+            .map(|d| sim.fabric_indicators(d.sample.substrate))
+            .collect::<Vec<_>>(),
         "y": dips.iter().map(|d| &d.sample.recipe).collect::<Vec<_>>(),
     })
 }
@@ -157,7 +160,12 @@ pub async fn post(sim: &Simulator, options: &PostOptions) -> anyhow::Result<Post
     let (status, text) = client
         .post(
             &models_url,
-            &model_body(&options.model, &options.model_grid, &sim.dye_names()),
+            &model_body(
+                &options.model,
+                &super::fabric_names(sim),
+                &options.model_grid,
+                &sim.dye_names(),
+            ),
         )
         .await?;
     let created = match status {
@@ -201,10 +209,18 @@ mod tests {
             drift_at: 2,
             ..SimulationConfig::new(7)
         });
-        let model = model_body("dyehouse", &Grid::MODEL, &sim.dye_names());
+        let model = model_body(
+            "dyehouse",
+            &super::super::fabric_names(&sim),
+            &Grid::MODEL,
+            &sim.dye_names(),
+        );
         assert_eq!(model["spectrum"]["start_nm"], json!(400));
         assert_eq!(model["spectrum"]["count"], json!(31));
-        assert_eq!(model["features"], json!(["substrate"]));
+        assert_eq!(
+            model["features"],
+            json!(["greige_cotton", "polyester_cotton"])
+        );
         assert_eq!(model["outputs"].as_array().unwrap().len(), 10);
         let id = batch_id(&sim, 100, 3);
         assert_eq!(id, "sim-7-dye_lot-2-100-000003");
@@ -213,7 +229,14 @@ mod tests {
         assert_eq!(batch["spectra"]["start_nm"], json!(360));
         assert_eq!(batch["spectra"]["values"].as_array().unwrap().len(), 4);
         assert_eq!(batch["spectra"]["values"][0].as_array().unwrap().len(), 43);
-        assert_eq!(batch["x"][1], json!([sim.lab_dip(1).sample.substrate]));
+        let code = sim.lab_dip(1).sample.substrate;
+        assert_eq!(
+            batch["x"][1],
+            json!([
+                f64::from(u8::from(code == 1)),
+                f64::from(u8::from(code == 2))
+            ])
+        );
         assert_eq!(batch["y"][2].as_array().unwrap().len(), 10);
         // The same seed and index give the same batch: retries are idempotent.
         assert_eq!(batch, batch_body(&sim, &id, 0..4));

@@ -1,0 +1,512 @@
+//! Recipe matching: the non-negative recipe whose colour best fits a target's, from a forward
+//! map learnt with the same estimator.
+//!
+//! **The forward map.** Kubelka–Munk's single-constant theory makes the dyed fabric's K/S at
+//! every wavelength additive in the concentrations:
+//! `K/S(λ) = a_λ + Σ_o u_λo x_o + Σ_i k_λi c_i`, where `a_λ + Σ_o u_λo x_o` is the undyed
+//! substrate (described by the model's other features `x_o`, e.g. fabric indicators) and `k_λi`
+//! the unit K/S of dye `i`. This is the physical direction: one linear regression per band with
+//! the concentrations as inputs, whose noise sits in its outputs as the regression assumes.
+//! [`ForwardMap`] holds its posterior means, one ARD regression per band.
+//!
+//! **The match.** For a target reflectance `R_λ` (fraction) and its other features, the recipe
+//! is
+//!
+//! ```text
+//! ĉ = argmin_{c ≥ 0} Σ_λ w_λ (t_λ − Σ_i k_λi c_i)²,   t_λ = K/S(R_λ) − a_λ − Σ_o u_λo x_o,
+//! w_λ = (dR/d(K/S))² = (2R_λ² / (1 − R_λ²))²,
+//! ```
+//!
+//! the first-order image in K/S of an equally weighted least-squares fit in reflectance, where a
+//! spectrophotometer's noise is about the same at every band. Fitting K/S unweighted would let
+//! the bands where a deep shade absorbs most (R of a few percent, where K/S magnifies a
+//! reading's noise a hundredfold) dominate the recipe; an inverse linear map (concentrations as
+//! outputs of K/S) cannot weigh bands by the target at all, and it predicts every dye, also the
+//! ones a recipe does not use. The constraint `c ≥ 0` is solved exactly by Lawson & Hanson's
+//! active-set method ([`nnls`]); dyes it leaves at 0 are the ones the target does not need.
+//!
+//! **Uncertainty.** With `J` the columns `k_λi` of the dyes the match uses (the free set `F`)
+//! and `W = diag(w)`, the covariance of `ĉ_F` is `s² (J_FᵀWJ_F)⁻¹` with
+//! `s² = Σ_λ w_λ r_λ² / max(bands − |F|, 1)` the weighted residual variance (reflectance², the
+//! instrument's noise plus what the map misses). A dye at 0 reports `s² / (JᵀWJ)_ii`: how much of
+//! it the fit could take before the residual grows by one `s²`.
+
+use faer::linalg::triangular_solve::{
+    solve_lower_triangular_in_place, solve_upper_triangular_in_place,
+};
+use faer::{Mat, MatRef, Par};
+
+use super::posterior::cholesky_lower;
+use super::{
+    Basis, BatchStatistics, EstimatorError, FitOptions, ModelConfig, ModelState, Transform,
+};
+
+/// The smallest reflectance the match reads (as the Kubelka–Munk basis clamps it).
+const R_MIN: f64 = 1e-3;
+/// The largest reflectance whose weight the match uses; `dR/d(K/S)` grows without bound at 1.
+const R_MAX: f64 = 0.999;
+
+/// Settings of the forward map's fit. Its outputs are K/S values computed from readings that
+/// are good to about 10⁻⁴ of full scale, and it has only `dyes + others + 1` basis functions
+/// against thousands of rows, so σ²'s floor is 10⁻⁶ of each band's mean square (σ ≥ 0.1 % of
+/// its RMS), not the 1 % the sparse dyeing regressions need: that floor makes ARD shrink the
+/// unit K/S curves and costs about 0.2 ΔE00 at the median on simulated dips.
+pub fn forward_fit_options() -> FitOptions {
+    FitOptions {
+        noise_floor_fraction: 1e-6,
+        noise_prior_fraction: 1e-6,
+        min_informative_rows: 0.0,
+        ..FitOptions::default()
+    }
+}
+
+/// The statistics of the forward map of a model with a declared spectrum, from the model's own
+/// statistics.
+///
+/// The model regresses the concentrations `y` (m outputs) on `φ = [K/S_1..K/S_s, x_1..x_o, 1]`
+/// (its statistics `G = ΦᵀΦ`, `B = ΦᵀY`, `YᵀY`). The forward map regresses `K/S_λ` on
+/// `z = [y_1..y_m, x_1..x_o, 1]`; with `π(a) = s + a − m` the position in `φ` of `z_a`, `a ≥ m`:
+///
+/// ```text
+/// G_f[a, b] = (YᵀY)[a, b]        a, b < m
+///           = B[π(b), a]          a < m ≤ b   (and its mirror)
+///           = G[π(a), π(b)]       a, b ≥ m
+/// B_f[a, λ] = B[λ, a]             a < m
+///           = G[π(a), λ]          a ≥ m
+/// q_f[λ]    = G[λ, λ],  N_f = N
+/// ```
+///
+/// Every band counts as non-zero in every row (K/S is 0 only for a reading at full scale).
+pub fn forward_statistics(
+    stats: &BatchStatistics,
+    basis: &Basis,
+) -> Result<BatchStatistics, EstimatorError> {
+    if !basis.declared || basis.spectral == 0 || basis.transform != Transform::KubelkaMunk {
+        return Err(EstimatorError::NoForwardMap(
+            "the model has no spectrum under the Kubelka–Munk transform",
+        ));
+    }
+    if !basis.intercept {
+        return Err(EstimatorError::NoForwardMap(
+            "the model has no intercept (the fabric's own K/S)",
+        ));
+    }
+    let Some(yy) = stats.output_products() else {
+        return Err(EstimatorError::NoForwardMap(
+            "the model's statistics do not keep the outputs' cross products (folded before recipe matching)",
+        ));
+    };
+    let (g, b) = (stats.g(), stats.b());
+    let (s, m) = (basis.spectral, stats.outputs());
+    let p_f = m + basis.dim() - s;
+    let pi = |a: usize| s + a - m;
+    let g_f = Mat::from_fn(p_f, p_f, |a, c| match (a < m, c < m) {
+        (true, true) => yy[(a, c)],
+        (true, false) => b[(pi(c), a)],
+        (false, true) => b[(pi(a), c)],
+        (false, false) => g[(pi(a), pi(c))],
+    });
+    let b_f = Mat::from_fn(p_f, s, |a, l| if a < m { b[(l, a)] } else { g[(pi(a), l)] });
+    let q_f = (0..s).map(|l| g[(l, l)]).collect();
+    let n = stats.rows();
+    Ok(BatchStatistics::from_parts(g_f, b_f, q_f, vec![n; s], n))
+}
+
+impl ModelState {
+    /// The forward map of this model (a model with a declared spectrum whose statistics keep
+    /// `YᵀY`): Algorithm 2 on [`forward_statistics`] of everything folded so far, forgetting
+    /// included. Costs O(s · p_f³) per evidence iteration whatever the number of rows.
+    pub fn forward_map(&self) -> Result<ForwardMap, EstimatorError> {
+        let stats = forward_statistics(self.totals(), self.basis())?;
+        let m = self.outputs().len();
+        let others = self.basis().features - self.basis().spectral;
+        let config = ModelConfig {
+            options: forward_fit_options(),
+            ..ModelConfig::new(
+                Basis::new(m + others, true, Transform::Identity),
+                stats.outputs(),
+            )
+        };
+        ForwardMap::from_state(&ModelState::fit(&config, stats)?, m)
+    }
+}
+
+/// Posterior means of the forward map `K/S(λ) = a_λ + Σ_o u_λo x_o + Σ_i k_λi c_i`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForwardMap {
+    dyes: usize,
+    others: usize,
+    /// `p_f × bands`: rows `0..dyes` are `k_·i`, then `u_·o`, then `a` (the intercept).
+    coefficients: Mat<f64>,
+}
+
+/// A matched recipe.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecipeMatch {
+    /// `ĉ ≥ 0`, one per dye.
+    pub concentration: Vec<f64>,
+    /// Variance of each `ĉ_i` (see the module documentation).
+    pub variance: Vec<f64>,
+    /// Root mean square of the reflectance residual `R_λ − R̂_λ(ĉ)` (fraction) over the bands,
+    /// to first order.
+    pub residual_rms: f64,
+}
+
+impl ForwardMap {
+    /// The forward map of `state`, a model whose basis is `[c (dyes), x (others), 1]` with the
+    /// identity transform and whose outputs are the K/S of the bands.
+    pub fn from_state(state: &ModelState, dyes: usize) -> Result<Self, EstimatorError> {
+        let basis = state.basis();
+        if !basis.intercept || basis.transform != Transform::Identity || basis.features < dyes {
+            return Err(EstimatorError::Dimension {
+                what: "forward map inputs",
+                expected: dyes,
+                found: basis.features,
+            });
+        }
+        Ok(Self {
+            dyes,
+            others: basis.features - dyes,
+            coefficients: state.coefficients(),
+        })
+    }
+
+    /// Number of bands.
+    pub fn bands(&self) -> usize {
+        self.coefficients.ncols()
+    }
+
+    /// Number of dyes.
+    pub fn dyes(&self) -> usize {
+        self.dyes
+    }
+
+    /// The K/S the map predicts for recipe `c` with other features `others`, per band.
+    pub fn ks(&self, c: &[f64], others: &[f64]) -> Vec<f64> {
+        let w = &self.coefficients;
+        (0..self.bands())
+            .map(|l| {
+                let dyes: f64 = c.iter().enumerate().map(|(i, ci)| ci * w[(i, l)]).sum();
+                let subs: f64 = others
+                    .iter()
+                    .enumerate()
+                    .map(|(o, x)| x * w[(self.dyes + o, l)])
+                    .sum();
+                dyes + subs + w[(self.dyes + self.others, l)]
+            })
+            .collect()
+    }
+
+    /// The recipe matching reflectance `r` (fraction, one per band) with other features
+    /// `others`.
+    pub fn match_recipe(&self, r: &[f64], others: &[f64]) -> Result<RecipeMatch, EstimatorError> {
+        let (bands, m) = (self.bands(), self.dyes);
+        check_len("reflectance bands", bands, r.len())?;
+        check_len("other features", self.others, others.len())?;
+        if !r.iter().chain(others).all(|v| v.is_finite()) {
+            return Err(EstimatorError::NonFinite("match inputs"));
+        }
+        let substrate = self.ks(&vec![0.0; m], others);
+        let mut t = vec![0.0; bands];
+        let mut weight = vec![0.0; bands];
+        for l in 0..bands {
+            let rl = r[l].clamp(R_MIN, 1.0);
+            t[l] = Transform::KubelkaMunk.apply(rl) - substrate[l];
+            let rw = rl.min(R_MAX);
+            weight[l] = (2.0 * rw * rw / (1.0 - rw * rw)).powi(2);
+        }
+        // Normal equations H = JᵀWJ, g = JᵀWt.
+        let w = &self.coefficients;
+        let h = Mat::from_fn(m, m, |i, j| {
+            (0..bands).map(|l| weight[l] * w[(i, l)] * w[(j, l)]).sum()
+        });
+        let g: Vec<f64> = (0..m)
+            .map(|i| (0..bands).map(|l| weight[l] * w[(i, l)] * t[l]).sum())
+            .collect();
+        let c = nnls(h.as_ref(), &g)?;
+        let fitted = self.ks(&c, others);
+        let wrss: f64 = (0..bands)
+            .map(|l| weight[l] * (t[l] + substrate[l] - fitted[l]).powi(2))
+            .sum();
+        let free: Vec<usize> = (0..m).filter(|&i| c[i] > 0.0).collect();
+        let s2 = wrss / (bands.saturating_sub(free.len()).max(1)) as f64;
+        let mut variance: Vec<f64> = (0..m)
+            .map(|i| {
+                if h[(i, i)] > 0.0 {
+                    s2 / h[(i, i)]
+                } else {
+                    f64::INFINITY
+                }
+            })
+            .collect();
+        if !free.is_empty() {
+            let inverse = inverse_spd(Mat::from_fn(free.len(), free.len(), |a, b| {
+                h[(free[a], free[b])]
+            }))?;
+            for (a, &i) in free.iter().enumerate() {
+                variance[i] = s2 * inverse[(a, a)];
+            }
+        }
+        Ok(RecipeMatch {
+            concentration: c,
+            variance,
+            residual_rms: (wrss / bands.max(1) as f64).sqrt(),
+        })
+    }
+}
+
+fn check_len(what: &'static str, expected: usize, found: usize) -> Result<(), EstimatorError> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(EstimatorError::Dimension {
+            what,
+            expected,
+            found,
+        })
+    }
+}
+
+/// `H⁻¹` of a symmetric positive definite `H` by its Cholesky factor.
+fn inverse_spd(h: Mat<f64>) -> Result<Mat<f64>, EstimatorError> {
+    let n = h.nrows();
+    let l = cholesky_lower(h)?;
+    let mut inverse = Mat::<f64>::identity(n, n);
+    solve_lower_triangular_in_place(l.as_ref(), inverse.as_mut(), Par::Seq);
+    solve_upper_triangular_in_place(l.transpose(), inverse.as_mut(), Par::Seq);
+    Ok(inverse)
+}
+
+/// `x = H_FF⁻¹ g_F` on the free set `F`, zero elsewhere.
+fn solve_free(h: MatRef<'_, f64>, g: &[f64], free: &[bool]) -> Result<Vec<f64>, EstimatorError> {
+    let idx: Vec<usize> = (0..g.len()).filter(|&i| free[i]).collect();
+    let sub = Mat::from_fn(idx.len(), idx.len(), |a, b| h[(idx[a], idx[b])]);
+    let l = cholesky_lower(sub)?;
+    let mut rhs = Mat::from_fn(idx.len(), 1, |a, _| g[idx[a]]);
+    solve_lower_triangular_in_place(l.as_ref(), rhs.as_mut(), Par::Seq);
+    solve_upper_triangular_in_place(l.transpose(), rhs.as_mut(), Par::Seq);
+    let mut x = vec![0.0; g.len()];
+    for (a, &i) in idx.iter().enumerate() {
+        x[i] = rhs[(a, 0)];
+    }
+    Ok(x)
+}
+
+/// Non-negative least squares on the normal equations: `argmin_{x ≥ 0} ½xᵀHx − gᵀx` for a
+/// symmetric positive semi-definite `H` (Lawson & Hanson's active-set method, in the
+/// normal-equation form of Bro & De Jong, 1997).
+///
+/// The free set `F` grows by the variable of largest gradient `(g − Hx)_j` outside it; whenever
+/// the unconstrained solution on `F` leaves the feasible region, the step is cut at the first
+/// variable to reach 0, which leaves `F`. At the end the KKT conditions hold to `tol`:
+/// `x ≥ 0`, `(g − Hx)_F = 0`, `(g − Hx)_j ≤ tol` for `j ∉ F`.
+pub fn nnls(h: MatRef<'_, f64>, g: &[f64]) -> Result<Vec<f64>, EstimatorError> {
+    let n = g.len();
+    check_len("nnls rows", n, h.nrows())?;
+    check_len("nnls columns", n, h.ncols())?;
+    let scale = g.iter().fold(0.0_f64, |a, v| a.max(v.abs()));
+    let diag = (0..n).fold(0.0_f64, |a, i| a.max(h[(i, i)].abs()));
+    let tol = 1e-12 * scale.max(diag).max(f64::MIN_POSITIVE) * n as f64;
+    let mut x = vec![0.0; n];
+    let mut free = vec![false; n];
+    for _ in 0..3 * n + 10 {
+        let gradient: Vec<f64> = (0..n)
+            .map(|i| g[i] - (0..n).map(|j| h[(i, j)] * x[j]).sum::<f64>())
+            .collect();
+        let Some(enter) = (0..n)
+            .filter(|&j| !free[j] && h[(j, j)] > 0.0)
+            .max_by(|&a, &b| gradient[a].total_cmp(&gradient[b]))
+            .filter(|&j| gradient[j] > tol)
+        else {
+            return Ok(x);
+        };
+        free[enter] = true;
+        loop {
+            let s = solve_free(h, g, &free)?;
+            if (0..n).all(|i| !free[i] || s[i] > 0.0) {
+                x = s;
+                break;
+            }
+            // Step from x towards s as far as feasibility allows; the variable that blocks the
+            // step (and any other that reaches 0) leaves the free set.
+            let (blocking, alpha) = (0..n)
+                .filter(|&i| free[i] && s[i] <= 0.0)
+                .map(|i| (i, x[i] / (x[i] - s[i])))
+                .fold((usize::MAX, f64::INFINITY), |best, cand| {
+                    if cand.1 < best.1 { cand } else { best }
+                });
+            for i in 0..n {
+                x[i] += alpha * (s[i] - x[i]);
+                if free[i] && (i == blocking || x[i] <= 0.0) {
+                    x[i] = 0.0;
+                    free[i] = false;
+                }
+            }
+            if !free.iter().any(|&f| f) {
+                break;
+            }
+        }
+    }
+    Ok(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use faer::Mat;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::estimator::ReflectanceScale;
+
+    const BANDS: usize = 31;
+
+    /// Unit K/S of three dyes with Gaussian bands (centres 430, 520, 610 nm, width 35 nm) on
+    /// 400–700 nm every 10 nm.
+    fn unit_ks(dye: usize, band: usize) -> f64 {
+        let nm = 400.0 + 10.0 * band as f64;
+        let centre = 430.0 + 90.0 * dye as f64;
+        8.0 * (-0.5 * ((nm - centre) / 35.0).powi(2)).exp()
+    }
+
+    /// K/S of the fabric: a flat floor, higher on the second fabric.
+    fn fabric_ks(second: bool, band: usize) -> f64 {
+        0.02 + if second { 0.03 } else { 0.0 } + 0.0005 * band as f64
+    }
+
+    fn reflectance(c: &[f64], second: bool) -> Vec<f64> {
+        (0..BANDS)
+            .map(|l| {
+                let ks = fabric_ks(second, l) + (0..3).map(|i| c[i] * unit_ks(i, l)).sum::<f64>();
+                1.0 / (1.0 + ks + (ks * ks + 2.0 * ks).sqrt())
+            })
+            .collect()
+    }
+
+    /// A model state of `rows` exact lab dips: inputs `[R (fraction) …, second fabric]`,
+    /// outputs the three concentrations.
+    fn exact_state(rows: usize, seed: u64) -> ModelState {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let recipes: Vec<(Vec<f64>, bool)> = (0..rows)
+            .map(|_| {
+                let c = (0..3)
+                    .map(|_| {
+                        if rng.random_bool(0.3) {
+                            0.0
+                        } else {
+                            rng.random_range(0.01..3.0)
+                        }
+                    })
+                    .collect();
+                (c, rng.random_bool(0.5))
+            })
+            .collect();
+        let x = Mat::from_fn(rows, BANDS + 1, |i, j| {
+            let (c, second) = &recipes[i];
+            if j < BANDS {
+                reflectance(c, *second)[j]
+            } else {
+                f64::from(u8::from(*second))
+            }
+        });
+        let y = Mat::from_fn(rows, 3, |i, k| recipes[i].0[k]);
+        let basis = Basis::spectral(
+            BANDS,
+            ReflectanceScale::Fraction,
+            BANDS + 1,
+            true,
+            Transform::KubelkaMunk,
+        );
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        assert!(stats.output_products().is_some());
+        ModelState::fit(&ModelConfig::new(basis, 3), stats).unwrap()
+    }
+
+    #[test]
+    fn an_exact_forward_model_matches_a_recipe_with_unused_dyes_near_zero() {
+        let state = exact_state(200, 1);
+        let map = state.forward_map().unwrap();
+        assert_eq!((map.bands(), map.dyes()), (BANDS, 3));
+        for (truth, second) in [(vec![0.4, 0.0, 1.3], true), (vec![0.02, 0.05, 0.0], false)] {
+            let matched = map
+                .match_recipe(&reflectance(&truth, second), &[f64::from(u8::from(second))])
+                .unwrap();
+            // The forward map is exact up to its noise floor (σ ≥ 0.1 % of a band's RMS).
+            for (c, t) in matched.concentration.iter().zip(&truth) {
+                assert!(*c >= 0.0);
+                assert!((c - t).abs() < 1e-4 * (1.0 + t), "{matched:?} vs {truth:?}");
+            }
+            assert!(matched.residual_rms < 5e-4, "{matched:?}");
+            assert!(matched.variance.iter().all(|v| v.is_finite() && *v >= 0.0));
+        }
+    }
+
+    #[test]
+    fn a_noisy_target_gets_an_uncertainty_that_covers_its_error() {
+        let map = exact_state(200, 2).forward_map().unwrap();
+        let truth = [0.8, 0.3, 0.5];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let mut z2 = 0.0;
+        let trials = 200;
+        for _ in 0..trials {
+            let r: Vec<f64> = reflectance(&truth, false)
+                .iter()
+                .map(|r| r + 0.001 * (rng.random::<f64>() - 0.5) * 12f64.sqrt())
+                .collect();
+            let m = map.match_recipe(&r, &[0.0]).unwrap();
+            z2 += (0..3)
+                .map(|i| (m.concentration[i] - truth[i]).powi(2) / m.variance[i])
+                .sum::<f64>();
+        }
+        // Standardised squared errors average about 1 per dye when the variance is right.
+        let mean = z2 / (3 * trials) as f64;
+        assert!((0.6..1.6).contains(&mean), "mean z² {mean}");
+    }
+
+    #[test]
+    fn matching_needs_a_spectrum_and_the_outputs_cross_products() {
+        let state = exact_state(50, 3);
+        // The same statistics without YᵀY (as folded before recipe matching).
+        let t = state.totals();
+        let bare = BatchStatistics::from_parts(
+            t.g().to_owned(),
+            t.b().to_owned(),
+            t.q().to_vec(),
+            t.nonzero().to_vec(),
+            t.rows(),
+        );
+        assert!(matches!(
+            forward_statistics(&bare, state.basis()),
+            Err(EstimatorError::NoForwardMap(_))
+        ));
+        let plain = Basis::new(BANDS + 1, true, Transform::KubelkaMunk);
+        assert!(matches!(
+            forward_statistics(t, &plain),
+            Err(EstimatorError::NoForwardMap(_))
+        ));
+        let map = state.forward_map().unwrap();
+        assert!(matches!(
+            map.match_recipe(&[0.5; 3], &[0.0]),
+            Err(EstimatorError::Dimension { .. })
+        ));
+        assert!(matches!(
+            map.match_recipe(&vec![f64::NAN; BANDS], &[0.0]),
+            Err(EstimatorError::NonFinite(_))
+        ));
+    }
+
+    #[test]
+    fn nnls_solves_a_small_problem_with_an_active_bound() {
+        // min ½xᵀHx − gᵀx, H = I: x = max(g, 0).
+        let h = Mat::<f64>::identity(3, 3);
+        assert_eq!(
+            nnls(h.as_ref(), &[1.0, -2.0, 0.5]).unwrap(),
+            vec![1.0, 0.0, 0.5]
+        );
+        // Coupled: H = [[2, 1], [1, 2]], g = [1, -1]: unconstrained x = [1, -1]; with x₂ = 0,
+        // x₁ = g₁ / 2 = 0.5 and the gradient of x₂ is −1 − 0.5 < 0.
+        let h = Mat::from_fn(2, 2, |i, j| if i == j { 2.0 } else { 1.0 });
+        let x = nnls(h.as_ref(), &[1.0, -1.0]).unwrap();
+        assert!((x[0] - 0.5).abs() < 1e-15 && x[1] == 0.0, "{x:?}");
+        assert_eq!(nnls(h.as_ref(), &[-1.0, -1.0]).unwrap(), vec![0.0, 0.0]);
+    }
+}

@@ -1,0 +1,142 @@
+//! `POST /v1/models/{name}/match`: the non-negative recipe whose colour best fits a target's
+//! spectrum, from the forward map learnt with the model (see [`crate::estimator::recipe`]).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::routing::post;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{RawJson, parse_json};
+use super::models::not_trained;
+use super::predict::{PredictRequest, parse_request};
+use crate::cache::CachedModel;
+use crate::domain::{Detail, Invalid};
+use crate::estimator::recipe::{ForwardMap, RecipeMatch};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/v1/models/{name}/match", post(match_recipes))
+}
+
+/// The recipe matched to one target: per output (in the model's order), a concentration ≥ 0 and
+/// its variance.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "concentration": [0.12, 0.0, 1.04],
+    "variance": [0.00002, 0.0000004, 0.0003],
+    "reflectance_rms": 0.0004
+}))]
+pub struct Recipe {
+    /// Concentrations, 0 for the dyes the target does not need.
+    pub concentration: Vec<f64>,
+    /// `s² (J_FᵀWJ_F)⁻¹` on the dyes in the recipe, `s² / (JᵀWJ)_ii` for a dye at 0; `null` for
+    /// a dye the model has never seen used.
+    pub variance: Vec<Option<f64>>,
+    /// Root mean square of the difference between the target's reflectance and the recipe's, as
+    /// the forward map predicts it (a fraction; 0.001 is 0.1 percentage points).
+    pub reflectance_rms: f64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MatchResponse {
+    #[schema(example = "lab-dips")]
+    pub model: String,
+    /// The version the forward map comes from.
+    #[schema(example = 13)]
+    pub version: i64,
+    /// One recipe per target row.
+    pub recipes: Vec<Recipe>,
+    /// What was accepted but looks wrong (reflectance above full scale); left out when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Detail>,
+}
+
+/// Match recipes to target spectra.
+///
+/// For a model that declares a spectrum under `kubelka_munk`: the recipe `c ≥ 0` minimising
+/// `Σ_λ w_λ (K/S_target(λ) − K/S(λ; c, x))²`, with `K/S(λ; c, x)` the forward map (K/S of each
+/// band as a regression on the concentrations and the other features, learnt from the same
+/// batches) and `w_λ = (dR/d(K/S))²` at the target's reflectance, so that every band counts as
+/// a spectrophotometer's reading does. The body is a predict body: `spectra` and, for the
+/// model's other features, `x`.
+#[utoipa::path(post, path = "/v1/models/{name}/match", tag = "predict",
+    params(("name" = String, Path, description = "Model name")),
+    request_body = PredictRequest,
+    responses(
+        (status = 200, description = "One recipe per target", body = MatchResponse),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 404, description = "No such model", body = ErrorBody),
+        (status = 409, description = "Not trained yet, or the model cannot match recipes (no \
+            spectrum under kubelka_munk, no intercept)", body = ErrorBody),
+        (status = 413, description = "Body or row count over the limit", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
+        (status = 422, description = "Invalid rows", body = ErrorBody),
+    ))]
+pub async fn match_recipes(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    RawJson(bytes): RawJson,
+) -> Result<Json<MatchResponse>, ApiError> {
+    let Some(model) = app.cache.get_or_load(&app.store, &name).await? else {
+        parse_json(&bytes)?;
+        return Err(ApiError::not_found_model(&name));
+    };
+    let limit = app.limits.max_rows_per_request;
+    let (recipes, warnings, version) = {
+        let name = name.clone();
+        app.cpu_bound(move || {
+            let (x, warnings) = parse_request(&bytes, &model.spec, limit)?;
+            let map = forward_map(&model, &name)?;
+            let basis = &model.config.basis;
+            let (bands, fraction) = (basis.spectral, basis.scale.to_fraction());
+            let x = x.as_mat();
+            let recipes = (0..x.nrows())
+                .map(|i| {
+                    let row = x.row(i);
+                    let r: Vec<f64> = (0..bands).map(|l| row[l] * fraction).collect();
+                    let others: Vec<f64> = (bands..x.ncols()).map(|j| row[j]).collect();
+                    map.match_recipe(&r, &others)
+                        .map(recipe)
+                        .map_err(|e| ApiError::Invalid(Invalid::one("/spectra", e.to_string())))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok::<_, ApiError>((recipes, warnings, model.version))
+        })
+        .await??
+    };
+    Ok(Json(MatchResponse {
+        model: name,
+        version,
+        recipes,
+        warnings,
+    }))
+}
+
+/// The version's forward map, fitted at its first match.
+fn forward_map(model: &CachedModel, name: &str) -> Result<Arc<ForwardMap>, ApiError> {
+    let state = model.state.as_deref().ok_or_else(|| not_trained(name))?;
+    match model
+        .forward
+        .get_or_init(|| state.forward_map().map(Arc::new))
+    {
+        Ok(map) => Ok(Arc::clone(map)),
+        Err(e) => Err(ApiError::Conflict(format!("model {name:?}: {e}"))),
+    }
+}
+
+fn recipe(m: RecipeMatch) -> Recipe {
+    Recipe {
+        concentration: m.concentration,
+        variance: m
+            .variance
+            .into_iter()
+            .map(|v| v.is_finite().then_some(v))
+            .collect(),
+        reflectance_rms: m.residual_rms,
+    }
+}
