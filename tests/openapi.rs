@@ -24,6 +24,7 @@ fn every_route_is_documented() {
         ("/v1/models/{name}/batches", &["post"]),
         ("/v1/models/{name}/batches/{batch_id}", &["get"]),
         ("/v1/models/{name}/predict", &["post"]),
+        ("/v1/models/{name}/match", &["post"]),
         ("/v1/models/{name}/versions", &["get"]),
         ("/v1/models/{name}/versions/{version}/restore", &["post"]),
         ("/v1/models/{name}/refit", &["post"]),

@@ -224,6 +224,9 @@ impl ForwardMap {
             .map(|i| (0..bands).map(|l| weight[l] * w[(i, l)] * t[l]).sum())
             .collect();
         let c = nnls(h.as_ref(), &g)?;
+        if !c.iter().chain(&g).all(|v| v.is_finite()) {
+            return Err(EstimatorError::NonFinite("matched recipe"));
+        }
         let fitted = self.ks(&c, others);
         let wrss: f64 = (0..bands)
             .map(|l| weight[l] * (t[l] + substrate[l] - fitted[l]).powi(2))
@@ -247,10 +250,14 @@ impl ForwardMap {
                 variance[i] = s2 * inverse[(a, a)];
             }
         }
+        let residual_rms = (wrss / bands.max(1) as f64).sqrt();
+        if !residual_rms.is_finite() || variance.iter().any(|v| v.is_nan()) {
+            return Err(EstimatorError::NonFinite("matched recipe"));
+        }
         Ok(RecipeMatch {
             concentration: c,
             variance,
-            residual_rms: (wrss / bands.max(1) as f64).sqrt(),
+            residual_rms,
         })
     }
 }
@@ -492,6 +499,17 @@ mod tests {
             map.match_recipe(&vec![f64::NAN; BANDS], &[0.0]),
             Err(EstimatorError::NonFinite(_))
         ));
+        // Absurd but finite inputs give a finite recipe or an error, never NaN or ∞.
+        for (r, other) in [(0.5, 1e308), (0.5, -1e308), (1e300, 0.0), (-5.0, 1e200)] {
+            match map.match_recipe(&vec![r; BANDS], &[other]) {
+                Ok(m) => assert!(
+                    m.concentration.iter().all(|c| c.is_finite() && *c >= 0.0)
+                        && m.residual_rms.is_finite(),
+                    "{m:?}"
+                ),
+                Err(e) => assert!(matches!(e, EstimatorError::NonFinite(_)), "{e}"),
+            }
+        }
     }
 
     #[test]

@@ -156,7 +156,7 @@ async fn readme_colour_matching_example_works_against_a_fresh_service() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut outputs = Vec::new();
     for command in &commands {
-        if command.contains("/predict") {
+        if command.contains("/match") {
             // The simulated dips are folded in the background: wait for every one of them.
             crate::helpers::wait_until(Duration::from_secs(60), || async {
                 let model: serde_json::Value =
@@ -168,19 +168,34 @@ async fn readme_colour_matching_example_works_against_a_fresh_service() {
         }
         outputs.push((command.clone(), run(command, &host, &dir).await));
     }
-    let prediction: serde_json::Value = outputs
-        .iter()
-        .find(|(c, _)| c.contains("/predict"))
-        .map(|(_, out)| serde_json::from_str(out).expect("predict answers JSON"))
-        .expect("the example predicts");
+    let answer = |path: &str| -> serde_json::Value {
+        outputs
+            .iter()
+            .find(|(c, _)| c.contains(path))
+            .map(|(_, out)| serde_json::from_str(out).expect("the service answers JSON"))
+            .unwrap_or_else(|| panic!("the example calls {path}"))
+    };
+    let prediction = answer("/predict");
     let p = &prediction["predictions"][0];
-    let (mean, variance) = (
-        p["mean"].as_array().unwrap(),
-        p["variance"].as_array().unwrap(),
+    assert_eq!(p["mean"].as_array().unwrap().len(), 10, "{prediction}");
+    assert!(
+        p["variance"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v.as_f64().unwrap() > 0.0)
     );
-    assert_eq!(mean.len(), 10, "{prediction}");
-    assert!(variance.iter().all(|v| v.as_f64().unwrap() > 0.0));
-    // The recipe of the target dip is in the CSV the example wrote: its dyes are predicted.
+    let matched = answer("/match");
+    let recipe = &matched["recipes"][0];
+    let concentration: Vec<f64> = recipe["concentration"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(concentration.len(), 10, "{matched}");
+    // The recipe of the target dip is in the CSV the example wrote: the match finds its main
+    // dyes within a few hundredths of a percent and leaves the others near 0.
     let csv =
         std::fs::read_to_string(dir.join("target.csv")).expect("the example writes target.csv");
     let mut lines = csv.lines();
@@ -191,17 +206,24 @@ async fn readme_colour_matching_example_works_against_a_fresh_service() {
         .split(',')
         .map(|c| c.parse().unwrap())
         .collect();
-    let outputs: Vec<&str> = header.iter().rev().take(10).rev().copied().collect();
+    let dyes: Vec<&str> = header.iter().rev().take(10).rev().copied().collect();
     let truth = &row[row.len() - 10..];
-    for (k, dye) in outputs.iter().enumerate() {
-        if truth[k] > 0.3 {
-            let predicted = mean[k].as_f64().unwrap();
+    for (k, dye) in dyes.iter().enumerate() {
+        let c = concentration[k];
+        assert!(c >= 0.0, "{dye}: {c}");
+        if truth[k] > 0.1 {
             assert!(
-                predicted > 0.1,
-                "{dye}: predicted {predicted}, used {}",
+                (c - truth[k]).abs() < 0.1 * truth[k],
+                "{dye}: matched {c}, used {}: {matched}",
                 truth[k]
             );
+        } else {
+            assert!(c < 0.05, "{dye}: matched {c}, used {}: {matched}", truth[k]);
         }
     }
+    assert!(
+        recipe["reflectance_rms"].as_f64().unwrap() < 0.01,
+        "{matched}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -330,3 +330,117 @@ async fn relevance_lists_the_inputs_no_output_uses_and_posteriors_rank_theirs() 
         );
     }
 }
+
+#[tokio::test]
+async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
+    let app = spawn_app().await;
+    app.create_model(&spectral_spec("kitchen")).await;
+    let target = |recipe: &[f64]| -> Vec<f64> {
+        (0..85)
+            .map(|i| reflectance(360.0 + 5.0 * i as f64, recipe))
+            .collect()
+    };
+    let body = json!({
+        "spectra": {"start_nm": 360, "interval_nm": 5,
+                    "values": [target(&[0.5, 0.0, 1.2]), target(&[0.0, 0.8, 0.0])]},
+        "x": [[0.0], [1.0]],
+    });
+    // Before the first fit there is nothing to match with.
+    let early = app.post("/v1/models/kitchen/match", &body).await;
+    assert_eq!(early.status(), StatusCode::CONFLICT);
+    let early: Value = early.json().await.unwrap();
+    assert_eq!(early["error"]["code"], "model_not_trained");
+
+    for (b, seed) in [21u64, 22, 23].into_iter().enumerate() {
+        let (spectra, fabric, recipes) = lab_dips(seed, 30);
+        let response = app
+            .post_batch(
+                "kitchen",
+                &json!({
+                    "batch_id": format!("m{b}"),
+                    "spectra": {"start_nm": 360, "interval_nm": 5, "values": spectra},
+                    "x": fabric,
+                    "y": recipes,
+                }),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+    }
+    let version = app.wait_for_batch("kitchen", "m2").await["version"]
+        .as_i64()
+        .unwrap();
+    let answer = wait_until(std::time::Duration::from_secs(30), || async {
+        let r = app.post("/v1/models/kitchen/match", &body).await;
+        let body: Value = r.json().await.ok()?;
+        (body["version"].as_i64()? >= version).then_some(body)
+    })
+    .await
+    .expect("match reaches the version");
+    let recipes = answer["recipes"].as_array().unwrap();
+    assert_eq!(recipes.len(), 2, "{answer}");
+    for (recipe, truth) in recipes.iter().zip([[0.5, 0.0, 1.2], [0.0, 0.8, 0.0]]) {
+        let c: Vec<f64> = recipe["concentration"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(c.len(), 3);
+        for (k, (ck, tk)) in c.iter().zip(truth).enumerate() {
+            assert!(*ck >= 0.0, "{answer}");
+            // The rows carry 0.05 pp of noise; the targets none.
+            assert!((ck - tk).abs() < 0.03, "dye {k}: {ck} vs {tk}: {answer}");
+            let variance = recipe["variance"][k].as_f64().unwrap();
+            assert!(variance > 0.0 && variance.is_finite());
+        }
+        let rms = recipe["reflectance_rms"].as_f64().unwrap();
+        assert!((0.0..0.002).contains(&rms), "{answer}");
+    }
+
+    // A short spectrum is refused as predict refuses it.
+    let short = app
+        .post(
+            "/v1/models/kitchen/match",
+            &json!({"spectra": {"start_nm": 420, "interval_nm": 10, "values": [vec![50.0; 20]]},
+                    "x": [[0.0]]}),
+        )
+        .await;
+    assert_eq!(short.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let short: Value = short.json().await.unwrap();
+    assert_eq!(short["error"]["details"][0]["path"], "/spectra");
+
+    // A model without a spectrum has no forward map: a clear conflict, not a guess.
+    app.create_model(
+        &json!({"name": "plain", "features": ["a", "b"], "outputs": ["y"],
+                             "first_fit_rows": 5}),
+    )
+    .await;
+    let (x, y) = random_rows(5, 20, 2, 1);
+    let response = app
+        .post_batch("plain", &json!({"batch_id": "p0", "x": x, "y": y}))
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    app.wait_for_batch("plain", "p0").await;
+    // Until the fold reaches the cache the answer is "not trained"; then it is the conflict.
+    let body = wait_until(std::time::Duration::from_secs(30), || async {
+        let r = app
+            .post("/v1/models/plain/match", &json!({"x": [[0.1, 0.2]]}))
+            .await;
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+        let body: Value = r.json().await.ok()?;
+        (body["error"]["code"] == "conflict").then_some(body)
+    })
+    .await
+    .expect("the trained plain model answers with a conflict");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no spectrum"),
+        "{body}"
+    );
+    let missing = app
+        .post("/v1/models/nothing/match", &json!({"x": [[0.1, 0.2]]}))
+        .await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
