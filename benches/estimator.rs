@@ -1,5 +1,6 @@
-//! Estimator benchmarks at the dyeing data's size (p = 126, m = 82, real rows) and at a
-//! 31-band spectrum's size (p = 32, m = 3, synthetic rows).
+//! Estimator benchmarks at the dyeing data's size (p = 126, m = 82, real rows), at a 31-band
+//! spectrum's size (p = 32, m = 3, synthetic rows), and recipe matching on simulated lab dips
+//! (31 bands, 2 fabric indicators, 10 dyes).
 //!
 //! `cargo bench --bench estimator`
 
@@ -107,9 +108,53 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
     group.finish();
 }
 
+/// Recipe matching on 2,000 simulated lab dips (benchtop noise): what keeping `YᵀY` costs a
+/// batch's statistics, what the forward map costs at a version's first match, and one match.
+fn bench_recipe(c: &mut Criterion) {
+    use mordant::simulate::evaluate::{Design, recipes};
+    use mordant::simulate::{NoiseModel, SimulationConfig, Simulator};
+    let sim = Simulator::new(SimulationConfig {
+        noise: NoiseModel::BENCHTOP,
+        grid: mordant::simulate::Grid::MODEL,
+        ..SimulationConfig::new(0)
+    });
+    let design = Design::standard(&sim);
+    let basis = design.basis();
+    let dips = sim.lab_dips(0..2000);
+    let (x, y) = (design.inputs(&dips), recipes(&dips));
+    let batch = (rows(&x, 1000, 2000), rows(&y, 1000, 2000));
+    let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).expect("statistics");
+    let state = ModelState::fit(&ModelConfig::new(basis, y.ncols()), stats).expect("fit");
+    let map = state.forward_map().expect("forward map");
+    let target = sim.held_out(0, false);
+    let r: Vec<f64> = target.reflectance.iter().map(|v| v / 100.0).collect();
+    let others = sim.fabric_indicators(target.sample.substrate);
+    let mut group = c.benchmark_group("recipe_p34_m10");
+    group.bench_function("statistics_1000_rows", |b| {
+        b.iter(|| {
+            let phi = basis.design(batch.0.as_ref()).expect("design");
+            BatchStatistics::from_design(phi.as_ref(), batch.1.as_ref()).expect("statistics")
+        })
+    });
+    group.bench_function("statistics_with_products_1000_rows", |b| {
+        b.iter(|| {
+            BatchStatistics::from_rows(&basis, batch.0.as_ref(), batch.1.as_ref())
+                .expect("statistics")
+        })
+    });
+    group.bench_function("forward_map", |b| {
+        b.iter(|| state.forward_map().expect("forward map"))
+    });
+    group.bench_function("match_1_target", |b| {
+        b.iter(|| map.match_recipe(&r, &others).expect("match"))
+    });
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
     bench_problem(c, dyeing());
     bench_problem(c, spectrum());
+    bench_recipe(c);
 }
 
 criterion_group! {

@@ -690,7 +690,11 @@ pub fn forgetting_study(
                 rows_seen: row,
                 post_swap_rows: row as i64 - options.pre_swap_rows as i64,
                 instrument: if swapped { "new" } else { "reference" },
-                score: score_predicted(state, &renderer, targets)?,
+                score: score(
+                    &matched_recipes(state, &design, targets)?,
+                    &renderer,
+                    targets,
+                )?,
             });
         }
     }
