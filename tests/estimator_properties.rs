@@ -611,6 +611,29 @@ proptest! {
         }
     }
 
+    /// A rank-deficient problem (fewer rows than unknowns, so `H` is singular) ends at a
+    /// feasible point with a finite objective, or says that `H_FF` is singular; it never
+    /// loops or answers NaN.
+    #[test]
+    fn nnls_on_a_singular_problem_ends(seed in any::<u64>(), n in 2usize..9, k in 1usize..9) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let k = k.min(n - 1);
+        let a = Mat::from_fn(k, n, |_, _| rng.random_range(-1.0..1.0));
+        let t: Vec<f64> = (0..k).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let h = a.transpose() * &a;
+        let g: Vec<f64> = (0..n).map(|i| (0..k).map(|r| a[(r, i)] * t[r]).sum()).collect();
+        match nnls(h.as_ref(), &g) {
+            Ok(x) => {
+                prop_assert!(x.iter().all(|v| v.is_finite() && *v >= 0.0), "{x:?}");
+                // Never worse than x = 0.
+                let objective: f64 = 0.5 * (0..n).map(|i| x[i] * (0..n).map(|j| h[(i, j)] * x[j]).sum::<f64>()).sum::<f64>()
+                    - (0..n).map(|i| g[i] * x[i]).sum::<f64>();
+                prop_assert!(objective <= 1e-12, "objective {objective}");
+            }
+            Err(e) => prop_assert!(matches!(e, mordant::estimator::EstimatorError::NotPositiveDefinite), "{e}"),
+        }
+    }
+
     /// When the least-squares solution is positive, it is what NNLS returns.
     #[test]
     fn nnls_returns_a_positive_least_squares_solution(seed in any::<u64>(), n in 1usize..9, extra in 0usize..20) {

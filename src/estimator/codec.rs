@@ -1,6 +1,6 @@
 //! A compact, versioned binary encoding of a [`ModelState`].
 //!
-//! Layout (little-endian), format version 2:
+//! Layout (little-endian), format version 3 (version 2 has no `YᵀY`):
 //!
 //! ```text
 //! magic "MRDT" · version u16 · features u32 · intercept u8 · transform u8

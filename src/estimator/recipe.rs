@@ -19,9 +19,12 @@
 //!
 //! the first-order image in K/S of an equally weighted least-squares fit in reflectance, where a
 //! spectrophotometer's noise is about the same at every band (K/S magnifies a reading's noise a
-//! hundredfold where a deep shade absorbs most). The constraint `c ≥ 0` is solved exactly by
-//! Lawson & Hanson's active-set method ([`nnls`]); dyes it leaves at 0 are the ones the target
-//! does not need.
+//! hundredfold where a deep shade absorbs most). `R` is capped at 0.95 in the weight (the
+//! first-order weight grows without bound towards 1), and a band at or above full scale (an
+//! optical brightener's fluorescence, not an absorption) gets `w_λ = 0`. The constraint `c ≥ 0`
+//! is solved exactly by Lawson & Hanson's active-set method ([`nnls`]); the dyes it leaves at
+//! exactly 0 are the ones the fit does not need (noise can still give small amounts of dyes the
+//! target was not dyed with).
 //!
 //! Measured on simulated dips (`docs/simulate.md`): the constraint is what matters. An
 //! unconstrained fit, clamped afterwards, trades small negative amounts of unused dyes against
@@ -49,8 +52,10 @@ use super::{
 
 /// The smallest reflectance the match reads (as the Kubelka–Munk basis clamps it).
 const R_MIN: f64 = 1e-3;
-/// The largest reflectance whose weight the match uses; `dR/d(K/S)` grows without bound at 1.
-const R_MAX: f64 = 0.999;
+/// The largest reflectance whose weight the match uses: `dR/d(K/S)` grows without bound at 1,
+/// where the first-order weighting no longer holds. 0.95 is above any dyed or undyed textile
+/// without brightener (bleached cotton reads about 0.85–0.90).
+const R_WEIGHT_MAX: f64 = 0.95;
 
 /// Settings of the forward map's fit. Its outputs are K/S values computed from readings that
 /// are good to about 10⁻⁴ of full scale, and it has only `dyes + others + 1` basis functions
@@ -65,6 +70,15 @@ pub fn forward_fit_options() -> FitOptions {
         min_informative_rows: 0.0,
         ..FitOptions::default()
     }
+}
+
+/// Whether a model with basis `basis` can match recipes: a declared spectrum under Kubelka–Munk,
+/// and an intercept (the fabric's own K/S). Only such models keep `YᵀY`.
+pub fn can_match(basis: &Basis) -> bool {
+    basis.declared
+        && basis.spectral > 0
+        && basis.transform == Transform::KubelkaMunk
+        && basis.intercept
 }
 
 /// The statistics of the forward map of a model with a declared spectrum, from the model's own
@@ -98,6 +112,7 @@ pub fn forward_statistics(
             "the model has no intercept (the fabric's own K/S)",
         ));
     }
+    debug_assert!(can_match(basis));
     let Some(yy) = stats.output_products() else {
         return Err(EstimatorError::NoForwardMap(
             "the model's statistics do not keep the outputs' cross products (folded before recipe matching)",
@@ -219,8 +234,14 @@ impl ForwardMap {
         for l in 0..bands {
             let rl = r[l].clamp(R_MIN, 1.0);
             t[l] = Transform::KubelkaMunk.apply(rl) - substrate[l];
-            let rw = rl.min(R_MAX);
-            weight[l] = (2.0 * rw * rw / (1.0 - rw * rw)).powi(2);
+            // A band at or above full scale (an optical brightener fluoresces) says nothing
+            // about absorption: it does not count.
+            weight[l] = if r[l] >= 1.0 {
+                0.0
+            } else {
+                let rw = rl.min(R_WEIGHT_MAX);
+                (2.0 * rw * rw / (1.0 - rw * rw)).powi(2)
+            };
         }
         // Normal equations H = JᵀWJ, g = JᵀWt.
         let w = &self.coefficients;
@@ -312,18 +333,20 @@ fn solve_free(h: MatRef<'_, f64>, g: &[f64], free: &[bool]) -> Result<Vec<f64>, 
 ///
 /// The free set `F` grows by the variable of largest gradient `(g − Hx)_j` outside it; whenever
 /// the unconstrained solution on `F` leaves the feasible region, the step is cut at the first
-/// variable to reach 0, which leaves `F`. At the end the KKT conditions hold to `tol`:
-/// `x ≥ 0`, `(g − Hx)_F = 0`, `(g − Hx)_j ≤ tol` for `j ∉ F`.
+/// variable to reach 0, which leaves `F` (each such cut removes at least one variable, so at most
+/// `n` cuts follow an entry). At the end the KKT conditions hold to `tol = 10⁻¹² n max|g|`:
+/// `x ≥ 0`, `(g − Hx)_F = 0`, `(g − Hx)_j ≤ tol` for `j ∉ F`. Exact arithmetic needs fewer
+/// than `n` entries; rounding could make a variable re-enter, so entries are capped at
+/// `3n + 10`, where the feasible `x` reached is returned. A variable with `H_jj = 0` (a dye the
+/// map has never seen) never enters. `NotPositiveDefinite` when `H_FF` is singular.
 pub fn nnls(h: MatRef<'_, f64>, g: &[f64]) -> Result<Vec<f64>, EstimatorError> {
     let n = g.len();
     check_len("nnls rows", n, h.nrows())?;
     check_len("nnls columns", n, h.ncols())?;
-    let scale = g.iter().fold(0.0_f64, |a, v| a.max(v.abs()));
-    let diag = (0..n).fold(0.0_f64, |a, i| a.max(h[(i, i)].abs()));
-    let tol = 1e-12 * scale.max(diag).max(f64::MIN_POSITIVE) * n as f64;
+    let tol = 1e-12 * n as f64 * g.iter().fold(0.0_f64, |a, v| a.max(v.abs()));
     let mut x = vec![0.0; n];
     let mut free = vec![false; n];
-    for _ in 0..3 * n + 10 {
+    'entries: for _ in 0..3 * n + 10 {
         let gradient: Vec<f64> = (0..n)
             .map(|i| g[i] - (0..n).map(|j| h[(i, j)] * x[j]).sum::<f64>())
             .collect();
@@ -335,17 +358,25 @@ pub fn nnls(h: MatRef<'_, f64>, g: &[f64]) -> Result<Vec<f64>, EstimatorError> {
             return Ok(x);
         };
         free[enter] = true;
-        loop {
+        for _ in 0..=n {
             let s = solve_free(h, g, &free)?;
             if (0..n).all(|i| !free[i] || s[i] > 0.0) {
                 x = s;
-                break;
+                continue 'entries;
             }
-            // Step from x towards s as far as feasibility allows; the variable that blocks the
-            // step (and any other that reaches 0) leaves the free set.
+            // Step from x towards s as far as feasibility allows (not at all when a variable
+            // at 0 would turn negative); the variable that blocks the step, and any other that
+            // reaches 0, leaves the free set.
             let (blocking, alpha) = (0..n)
                 .filter(|&i| free[i] && s[i] <= 0.0)
-                .map(|i| (i, x[i] / (x[i] - s[i])))
+                .map(|i| {
+                    let alpha = if x[i] <= 0.0 {
+                        0.0
+                    } else {
+                        x[i] / (x[i] - s[i])
+                    };
+                    (i, alpha)
+                })
                 .fold((usize::MAX, f64::INFINITY), |best, cand| {
                     if cand.1 < best.1 { cand } else { best }
                 });
@@ -357,7 +388,7 @@ pub fn nnls(h: MatRef<'_, f64>, g: &[f64]) -> Result<Vec<f64>, EstimatorError> {
                 }
             }
             if !free.iter().any(|&f| f) {
-                break;
+                continue 'entries;
             }
         }
     }
@@ -396,9 +427,28 @@ mod tests {
             .collect()
     }
 
+    fn spectral_basis() -> Basis {
+        Basis::spectral(
+            BANDS,
+            ReflectanceScale::Fraction,
+            BANDS + 1,
+            true,
+            Transform::KubelkaMunk,
+        )
+    }
+
     /// A model state of `rows` exact lab dips: inputs `[R (fraction) …, second fabric]`,
     /// outputs the three concentrations.
     fn exact_state(rows: usize, seed: u64) -> ModelState {
+        ModelState::fit(
+            &ModelConfig::new(spectral_basis(), 3),
+            exact_statistics(rows, seed),
+        )
+        .unwrap()
+    }
+
+    /// The statistics of `rows` exact lab dips.
+    fn exact_statistics(rows: usize, seed: u64) -> BatchStatistics {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let recipes: Vec<(Vec<f64>, bool)> = (0..rows)
             .map(|_| {
@@ -423,16 +473,20 @@ mod tests {
             }
         });
         let y = Mat::from_fn(rows, 3, |i, k| recipes[i].0[k]);
-        let basis = Basis::spectral(
-            BANDS,
-            ReflectanceScale::Fraction,
-            BANDS + 1,
-            true,
-            Transform::KubelkaMunk,
-        );
-        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let stats = BatchStatistics::from_rows(&spectral_basis(), x.as_ref(), y.as_ref()).unwrap();
         assert!(stats.output_products().is_some());
-        ModelState::fit(&ModelConfig::new(basis, 3), stats).unwrap()
+        stats
+    }
+
+    /// The same statistics without `YᵀY`, as batches folded before recipe matching were.
+    fn bare(t: &BatchStatistics) -> BatchStatistics {
+        BatchStatistics::from_parts(
+            t.g().to_owned(),
+            t.b().to_owned(),
+            t.q().to_vec(),
+            t.nonzero().to_vec(),
+            t.rows(),
+        )
     }
 
     #[test]
@@ -479,24 +533,40 @@ mod tests {
     #[test]
     fn matching_needs_a_spectrum_and_the_outputs_cross_products() {
         let state = exact_state(50, 3);
-        // The same statistics without YᵀY (as folded before recipe matching).
         let t = state.totals();
-        let bare = BatchStatistics::from_parts(
-            t.g().to_owned(),
-            t.b().to_owned(),
-            t.q().to_vec(),
-            t.nonzero().to_vec(),
-            t.rows(),
+        // A state folded before recipe matching (no YᵀY), as stored (format 2) and read back.
+        let old = ModelState::fit(&ModelConfig::new(spectral_basis(), 3), bare(t)).unwrap();
+        let blob = crate::estimator::codec::encode(&old);
+        assert_eq!(u16::from_le_bytes([blob[4], blob[5]]), 2);
+        let old = crate::estimator::codec::decode(&blob).unwrap();
+        assert!(matches!(
+            old.forward_map(),
+            Err(EstimatorError::NoForwardMap(_))
+        ));
+        // Bases that cannot match: no declared spectrum, the identity transform, no intercept.
+        let identity = Basis::spectral(
+            BANDS,
+            ReflectanceScale::Fraction,
+            BANDS + 1,
+            true,
+            Transform::Identity,
         );
-        assert!(matches!(
-            forward_statistics(&bare, state.basis()),
-            Err(EstimatorError::NoForwardMap(_))
-        ));
-        let plain = Basis::new(BANDS + 1, true, Transform::KubelkaMunk);
-        assert!(matches!(
-            forward_statistics(t, &plain),
-            Err(EstimatorError::NoForwardMap(_))
-        ));
+        let no_intercept = Basis {
+            intercept: false,
+            ..spectral_basis()
+        };
+        for basis in [
+            Basis::new(BANDS + 1, true, Transform::KubelkaMunk),
+            identity,
+            no_intercept,
+        ] {
+            assert!(!can_match(&basis));
+            assert!(matches!(
+                forward_statistics(t, &basis),
+                Err(EstimatorError::NoForwardMap(_))
+            ));
+        }
+        assert!(can_match(&spectral_basis()));
         let map = state.forward_map().unwrap();
         assert!(matches!(
             map.match_recipe(&[0.5; 3], &[0.0]),
@@ -517,6 +587,58 @@ mod tests {
                 Err(e) => assert!(matches!(e, EstimatorError::NonFinite(_)), "{e}"),
             }
         }
+    }
+
+    #[test]
+    fn output_products_add_and_scale_with_the_statistics() {
+        let (a, b) = (exact_statistics(20, 4), exact_statistics(30, 5));
+        let mut sum = a.clone();
+        sum.add(&b).unwrap();
+        let (ya, yb, ys) = (
+            a.output_products().unwrap(),
+            b.output_products().unwrap(),
+            sum.output_products().unwrap(),
+        );
+        for i in 0..3 {
+            for j in 0..3 {
+                assert!(
+                    (ys[(i, j)] - ya[(i, j)] - yb[(i, j)]).abs()
+                        < 1e-12 * ys[(i, j)].abs().max(1.0)
+                );
+            }
+        }
+        let mut half = a.clone();
+        half.scale(0.5);
+        assert_eq!(half.output_products().unwrap()[(1, 2)], 0.5 * ya[(1, 2)]);
+        // Statistics of no rows take the other side's, either way round.
+        let mut empty = BatchStatistics::zeros(a.dim(), 3);
+        empty.add(&a).unwrap();
+        assert_eq!(empty, a);
+        let mut kept = a.clone();
+        kept.add(&BatchStatistics::zeros(a.dim(), 3)).unwrap();
+        assert_eq!(kept.output_products(), a.output_products());
+        // Rows without YᵀY make a sum without it, whichever side they are on.
+        for (mut left, right) in [(a.clone(), bare(&b)), (bare(&b), a.clone())] {
+            left.add(&right).unwrap();
+            assert!(left.output_products().is_none());
+        }
+    }
+
+    #[test]
+    fn a_band_above_full_scale_does_not_count() {
+        let map = exact_state(200, 6).forward_map().unwrap();
+        let truth = [0.3, 0.6, 0.1];
+        let clean = reflectance(&truth, true);
+        let mut brightened = clean.clone();
+        brightened[2] = 1.04;
+        let (a, b) = (
+            map.match_recipe(&clean, &[1.0]).unwrap(),
+            map.match_recipe(&brightened, &[1.0]).unwrap(),
+        );
+        for (x, y) in a.concentration.iter().zip(&b.concentration) {
+            assert!((x - y).abs() < 1e-3, "{a:?} vs {b:?}");
+        }
+        assert!(b.residual_rms < 1e-3, "{b:?}");
     }
 
     #[test]

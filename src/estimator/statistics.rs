@@ -95,15 +95,15 @@ impl BatchStatistics {
     }
 
     /// Statistics of raw input rows `x` (rows × d) and targets `y` (rows × m) for a model with
-    /// basis `basis`: `Φ = basis(x)`, and `YᵀY` too when the basis declares a spectrum (what
-    /// recipe matching needs).
+    /// basis `basis`: `Φ = basis(x)`, and `YᵀY` too when the model can match recipes (a declared
+    /// spectrum under Kubelka–Munk, with an intercept: see [`super::recipe`]).
     pub fn from_rows(
         basis: &super::Basis,
         x: MatRef<'_, f64>,
         y: MatRef<'_, f64>,
     ) -> Result<Self, EstimatorError> {
         let stats = Self::from_design(basis.design(x)?.as_ref(), y)?;
-        if basis.declared {
+        if super::recipe::can_match(basis) {
             stats.with_output_products(y)
         } else {
             Ok(stats)
@@ -211,7 +211,8 @@ impl BatchStatistics {
     }
 
     /// Adds the statistics of another, disjoint set of rows. `YᵀY` is kept when both sides keep
-    /// it, or when this side holds no rows yet and the other keeps it.
+    /// it, or when one side holds no rows and the other keeps it; otherwise it is dropped (the
+    /// sum of statistics with and without it has no `YᵀY`).
     pub fn add(&mut self, other: &BatchStatistics) -> Result<(), EstimatorError> {
         self.check_same_shape(other)?;
         self.yy = match (self.yy.take(), &other.yy) {
@@ -220,6 +221,7 @@ impl BatchStatistics {
                 Some(a)
             }
             (None, Some(b)) if self.n == 0.0 => Some(b.clone()),
+            (Some(a), None) if other.n == 0.0 => Some(a),
             _ => None,
         };
         self.g += &other.g;

@@ -17,6 +17,7 @@ use super::models::not_trained;
 use super::predict::{PredictRequest, parse_request};
 use crate::cache::CachedModel;
 use crate::domain::{Detail, Invalid};
+use crate::estimator::EstimatorError;
 use crate::estimator::recipe::{ForwardMap, RecipeMatch};
 
 pub fn router() -> Router<AppState> {
@@ -71,8 +72,9 @@ pub struct MatchResponse {
         (status = 200, description = "One recipe per target", body = MatchResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 404, description = "No such model", body = ErrorBody),
-        (status = 409, description = "Not trained yet, or the model cannot match recipes (no \
-            spectrum under kubelka_munk, no intercept)", body = ErrorBody),
+        (status = 409, description = "Not trained yet, or the model cannot match recipes: no \
+            spectrum under kubelka_munk, no intercept, or statistics folded before recipe \
+            matching (no YᵀY)", body = ErrorBody),
         (status = 413, description = "Body or row count over the limit", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
         (status = 422, description = "Invalid rows", body = ErrorBody),
@@ -102,7 +104,7 @@ pub async fn match_recipes(
                     let others: Vec<f64> = (bands..x.ncols()).map(|j| row[j]).collect();
                     map.match_recipe(&r, &others)
                         .map(recipe)
-                        .map_err(|e| ApiError::Invalid(Invalid::one("/spectra", e.to_string())))
+                        .map_err(|e| match_error(&name, i, e))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             Ok::<_, ApiError>((recipes, warnings, model.version))
@@ -126,6 +128,18 @@ fn forward_map(model: &CachedModel, name: &str) -> Result<Arc<ForwardMap>, ApiEr
     {
         Ok(map) => Ok(Arc::clone(map)),
         Err(e) => Err(ApiError::Conflict(format!("model {name:?}: {e}"))),
+    }
+}
+
+/// A row whose numbers cannot be matched (absurd values overflow) is the client's to fix; a
+/// forward map that cannot be solved on this row is the model's state, not the request's.
+fn match_error(name: &str, row: usize, e: EstimatorError) -> ApiError {
+    match e {
+        EstimatorError::NonFinite(_) => ApiError::Invalid(Invalid::one(
+            format!("/spectra/values/{row}"),
+            format!("{e}: the values are out of any reflectance's range"),
+        )),
+        other => ApiError::Conflict(format!("model {name:?} cannot match row {row}: {other}")),
     }
 }
 

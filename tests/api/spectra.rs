@@ -45,6 +45,25 @@ fn lab_dips(seed: u64, rows: usize) -> LabDips {
     (spectra, fabric, recipes)
 }
 
+/// Posts 30 lab dips of `seed` to `model` as batch `batch_id` (spectra on 360–780 nm every
+/// 5 nm) and returns them.
+async fn post_lab_dips(app: &TestApp, model: &str, batch_id: &str, seed: u64) -> LabDips {
+    let (spectra, fabric, recipes) = lab_dips(seed, 30);
+    let response = app
+        .post_batch(
+            model,
+            &json!({
+                "batch_id": batch_id,
+                "spectra": {"start_nm": 360, "interval_nm": 5, "values": spectra},
+                "x": fabric,
+                "y": recipes,
+            }),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    (spectra, fabric, recipes)
+}
+
 fn spectral_spec(name: &str) -> Value {
     json!({
         "name": name,
@@ -69,19 +88,7 @@ async fn spectra_on_a_finer_wider_grid_train_the_model_the_estimator_computes() 
     assert_eq!(model["features"], json!(["fabric"]));
     let mut direct = Vec::new();
     for (b, seed) in [11u64, 12, 13].into_iter().enumerate() {
-        let (spectra, fabric, recipes) = lab_dips(seed, 30);
-        let response = app
-            .post_batch(
-                "dips",
-                &json!({
-                    "batch_id": format!("b{b}"),
-                    "spectra": {"start_nm": 360, "interval_nm": 5, "values": spectra},
-                    "x": fabric,
-                    "y": recipes,
-                }),
-            )
-            .await;
-        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let (spectra, fabric, recipes) = post_lab_dips(&app, "dips", &format!("b{b}"), seed).await;
         let x: Vec<Vec<f64>> = spectra
             .iter()
             .zip(&fabric)
@@ -352,19 +359,7 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
     assert_eq!(early["error"]["code"], "model_not_trained");
 
     for (b, seed) in [21u64, 22, 23].into_iter().enumerate() {
-        let (spectra, fabric, recipes) = lab_dips(seed, 30);
-        let response = app
-            .post_batch(
-                "kitchen",
-                &json!({
-                    "batch_id": format!("m{b}"),
-                    "spectra": {"start_nm": 360, "interval_nm": 5, "values": spectra},
-                    "x": fabric,
-                    "y": recipes,
-                }),
-            )
-            .await;
-        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        post_lab_dips(&app, "kitchen", &format!("m{b}"), seed).await;
     }
     let version = app.wait_for_batch("kitchen", "m2").await["version"]
         .as_i64()
