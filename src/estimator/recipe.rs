@@ -47,7 +47,8 @@ use faer::{Mat, MatRef, Par};
 
 use super::posterior::cholesky_lower;
 use super::{
-    Basis, BatchStatistics, EstimatorError, FitOptions, ModelConfig, ModelState, Transform,
+    Basis, BatchStatistics, EstimatorError, FitOptions, ModelConfig, ModelState, ReflectanceScale,
+    Transform,
 };
 
 /// The smallest reflectance the match reads (as the Kubelka–Munk basis clamps it).
@@ -149,7 +150,9 @@ impl ModelState {
                 stats.outputs(),
             )
         };
-        ForwardMap::from_state(&ModelState::fit(&config, stats)?, m)
+        let mut map = ForwardMap::from_state(&ModelState::fit(&config, stats)?, m)?;
+        map.scale = self.basis().scale;
+        Ok(map)
     }
 }
 
@@ -160,6 +163,8 @@ pub struct ForwardMap {
     others: usize,
     /// `p_f × bands`: rows `0..dyes` are `k_·i`, then `u_·o`, then `a` (the intercept).
     coefficients: Mat<f64>,
+    /// The scale of the model's spectral inputs ([`Self::match_inputs`]).
+    scale: ReflectanceScale,
 }
 
 /// A matched recipe.
@@ -190,7 +195,17 @@ impl ForwardMap {
             dyes,
             others: basis.features - dyes,
             coefficients: state.coefficients(),
+            scale: ReflectanceScale::Fraction,
         })
+    }
+
+    /// The recipe matching one raw input row of the model (its bands on the model's scale,
+    /// then its other features), as predict reads it.
+    pub fn match_inputs(&self, x: &[f64]) -> Result<RecipeMatch, EstimatorError> {
+        let bands = self.bands().min(x.len());
+        let fraction = self.scale.to_fraction();
+        let r: Vec<f64> = x[..bands].iter().map(|v| v * fraction).collect();
+        self.match_recipe(&r, &x[bands..])
     }
 
     /// Number of bands.

@@ -181,14 +181,6 @@ pub fn run(
     })
 }
 
-fn statistics(
-    basis: &Basis,
-    x: MatRef<'_, f64>,
-    y: MatRef<'_, f64>,
-) -> anyhow::Result<BatchStatistics> {
-    Ok(BatchStatistics::from_rows(basis, x, y)?)
-}
-
 fn score(state: &ModelState, x: MatRef<'_, f64>, y: MatRef<'_, f64>) -> anyhow::Result<f64> {
     let pred = state.predict(x)?;
     Ok(r2_uniform(y, pred.mean.as_ref()))
@@ -232,7 +224,7 @@ fn bayesian_two_stage(
     let basis = &config.basis;
     let mut scores = TrialScores::default();
     let start = Instant::now();
-    let old = statistics(basis, split.old_x.as_ref(), split.old_y.as_ref())?;
+    let old = BatchStatistics::from_rows(basis, split.old_x.as_ref(), split.old_y.as_ref())?;
     let state = ModelState::fit(config, old).context("first fit")?;
     scores.time1_s = Some(start.elapsed().as_secs_f64());
     scores.old_train = Some(score(&state, split.old_x.as_ref(), split.old_y.as_ref())?);
@@ -243,11 +235,13 @@ fn bayesian_two_stage(
     let state = match stage2 {
         Stage2::None => return Ok(scores),
         Stage2::Update => {
-            let new = statistics(basis, split.new_x.as_ref(), split.new_y.as_ref())?;
+            let new =
+                BatchStatistics::from_rows(basis, split.new_x.as_ref(), split.new_y.as_ref())?;
             state.update(config, &new).context("update")?
         }
         Stage2::FromScratch => {
-            let all = statistics(basis, split.all_x.as_ref(), split.all_y.as_ref())?;
+            let all =
+                BatchStatistics::from_rows(basis, split.all_x.as_ref(), split.all_y.as_ref())?;
             ModelState::fit(config, all).context("one-shot fit")?
         }
     };
@@ -272,7 +266,8 @@ fn score_second_stage(
 fn bayesian_new_only(split: &Split, config: &ModelConfig) -> anyhow::Result<TrialScores> {
     let mut scores = TrialScores::default();
     let start = Instant::now();
-    let new = statistics(&config.basis, split.new_x.as_ref(), split.new_y.as_ref())?;
+    let new =
+        BatchStatistics::from_rows(&config.basis, split.new_x.as_ref(), split.new_y.as_ref())?;
     let state = ModelState::fit(config, new).context("fit on new rows")?;
     scores.time2_s = Some(start.elapsed().as_secs_f64());
     score_second_stage(&state, split, split.new_y.as_ref(), &mut scores)?;

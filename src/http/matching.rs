@@ -94,15 +94,11 @@ pub async fn match_recipes(
         app.cpu_bound(move || {
             let (x, warnings) = parse_request(&bytes, &model.spec, limit)?;
             let map = forward_map(&model, &name)?;
-            let basis = &model.config.basis;
-            let (bands, fraction) = (basis.spectral, basis.scale.to_fraction());
             let x = x.as_mat();
             let recipes = (0..x.nrows())
                 .map(|i| {
-                    let row = x.row(i);
-                    let r: Vec<f64> = (0..bands).map(|l| row[l] * fraction).collect();
-                    let others: Vec<f64> = (bands..x.ncols()).map(|j| row[j]).collect();
-                    map.match_recipe(&r, &others)
+                    let row: Vec<f64> = x.row(i).iter().copied().collect();
+                    map.match_inputs(&row)
                         .map(recipe)
                         .map_err(|e| match_error(&name, i, e))
                 })

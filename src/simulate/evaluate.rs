@@ -220,20 +220,12 @@ fn predicted_recipes(
 
 /// The recipes `state` matches to `targets` (`POST …/match`): the non-negative recipe whose
 /// K/S, through the forward map learnt from the same rows, fits the target's reflectance best.
-fn matched_recipes(
-    state: &ModelState,
-    design: &Design,
-    targets: &Targets,
-) -> Result<Vec<Vec<f64>>, SimulateError> {
+fn matched_recipes(state: &ModelState, targets: &Targets) -> Result<Vec<Vec<f64>>, SimulateError> {
     let map = state.forward_map()?;
-    let s = design.grid.count;
-    let fraction = ReflectanceScale::Percent.to_fraction();
     (0..targets.len())
         .map(|i| {
-            let row = targets.inputs.row(i);
-            let r: Vec<f64> = (0..s).map(|l| row[l] * fraction).collect();
-            let others: Vec<f64> = (s..design.features()).map(|j| row[j]).collect();
-            Ok(map.match_recipe(&r, &others)?.concentration)
+            let row: Vec<f64> = targets.inputs.row(i).iter().copied().collect();
+            Ok(map.match_inputs(&row)?.concentration)
         })
         .collect()
 }
@@ -405,11 +397,7 @@ pub fn evaluate(
     let (sim, design, state, batches) = train(options, grid)?;
     let targets = Targets::new(&sim, &design, options.test_rows, false)?;
     let renderer = Renderer::new(&sim);
-    let score = score(
-        &matched_recipes(&state, &design, &targets)?,
-        &renderer,
-        &targets,
-    )?;
+    let score = score(&matched_recipes(&state, &targets)?, &renderer, &targets)?;
     let predict_score = score_predicted(&state, &renderer, &targets)?;
     Ok(EvaluationReport {
         options: *options,
@@ -690,11 +678,7 @@ pub fn forgetting_study(
                 rows_seen: row,
                 post_swap_rows: row as i64 - options.pre_swap_rows as i64,
                 instrument: if swapped { "new" } else { "reference" },
-                score: score(
-                    &matched_recipes(state, &design, targets)?,
-                    &renderer,
-                    targets,
-                )?,
+                score: score(&matched_recipes(state, targets)?, &renderer, targets)?,
             });
         }
     }
