@@ -164,6 +164,17 @@ struct EvaluateArgs {
     /// outputs (no noise prior, every output fitted at once).
     #[arg(long)]
     plain: bool,
+    /// Prior family of the Bayesian models: ard, ridge, smooth or auto (as a model's "prior").
+    #[arg(long, default_value = "auto", value_parser = parse_prior)]
+    prior: mordant::estimator::PriorFamily,
+    /// Non-zero rows an output needs before it is fitted [default: the service's].
+    #[arg(long)]
+    min_informative_rows: Option<f64>,
+}
+
+fn parse_prior(value: &str) -> Result<mordant::estimator::PriorFamily, String> {
+    mordant::estimator::PriorFamily::parse(value)
+        .ok_or_else(|| format!("expected ard, ridge, smooth or auto, found {value:?}"))
 }
 
 fn main() -> ExitCode {
@@ -291,10 +302,21 @@ fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     let options = EvaluateOptions {
         trials: args.trials,
         seed: args.seed,
-        fit: if args.plain {
-            FitOptions::plain()
+        fit: {
+            let mut fit = if args.plain {
+                FitOptions::plain()
+            } else {
+                FitOptions::default()
+            };
+            if let Some(rows) = args.min_informative_rows {
+                fit.min_informative_rows = rows;
+            }
+            fit
+        },
+        prior: if args.plain {
+            mordant::estimator::PriorFamily::Ard
         } else {
-            FitOptions::default()
+            args.prior
         },
         ..EvaluateOptions::default()
     };

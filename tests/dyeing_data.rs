@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use mordant::estimator::{FitOptions, ModelConfig, ModelState};
+use mordant::estimator::{FitOptions, ModelConfig, ModelState, PriorFamily};
 use mordant::evaluate::{self, EvaluateOptions, Split};
 
 /// A first fit on the old rows of trial seed 3, with the given options.
@@ -12,8 +12,15 @@ fn first_fit(options: FitOptions) -> (Split, ModelState) {
     let data = dyeing();
     let split = Split::new(data, 3);
     let basis = identity_basis(data.x.ncols());
+    // The published algorithm is ARD; the safeguarded fit uses the default prior family.
+    let prior = if options == FitOptions::plain() {
+        PriorFamily::Ard
+    } else {
+        PriorFamily::default()
+    };
     let config = ModelConfig {
         options,
+        prior,
         ..ModelConfig::new(basis, data.y.ncols())
     };
     let state = ModelState::fit(&config, stats(&basis, &split.old_x, &split.old_y)).unwrap();

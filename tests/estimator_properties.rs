@@ -8,8 +8,8 @@ use mordant::estimator::evidence::evidence;
 use mordant::estimator::incremental::{condition, one_step};
 use mordant::estimator::recipe::{forward_statistics, nnls};
 use mordant::estimator::{
-    Basis, BatchStatistics, FitOptions, ModelConfig, ModelState, NoisePrior, OutputPosterior,
-    ReflectanceScale, Transform, UpdateMethod, codec,
+    Basis, BatchStatistics, FitOptions, FittedFamily, ModelConfig, ModelState, NoisePrior,
+    OutputPosterior, Prior, PriorFamily, ReflectanceScale, Transform, UpdateMethod, codec,
 };
 use proptest::prelude::*;
 use rand::seq::SliceRandom;
@@ -75,6 +75,16 @@ fn assert_uncertainty_consistent(state: &ModelState, probe: &Mat<f64>) {
             );
         }
     }
+}
+
+/// `κ_k`, what the predictive multiplies `s + φᵀΣφ` by (1 under the plug-in predictive).
+fn inflation(state: &ModelState, k: usize) -> f64 {
+    let post = state.outputs()[k].posterior().expect("trained");
+    state.predictive().inflation(
+        state.totals().output(k).informative,
+        usize::from(post.flat().is_some()),
+        post.effective_parameters(),
+    )
 }
 
 fn assert_state_finite(state: &ModelState, x: &Mat<f64>) {
@@ -198,7 +208,7 @@ proptest! {
                     .sum();
                 let scale = f.iter().map(|v| v.abs()).sum::<f64>().max(1.0);
                 prop_assert!((pred.mean[(r, k)] - mean).abs() <= 1e-10 * scale * scale * (1.0 + mean.abs()));
-                let variance = post.noise_variance() + quad;
+                let variance = inflation(&state, k) * (post.noise_variance() + quad);
                 prop_assert!((pred.variance[(r, k)] - variance).abs() <= 1e-9 * variance);
                 prop_assert!(pred.variance[(r, k)] >= post.noise_variance());
             }
@@ -218,7 +228,7 @@ proptest! {
         let basis = identity_basis(d);
         let st = stats(&basis, &x, &y);
         let options = FitOptions::plain();
-        let noise = NoisePrior::for_output(&st, 0, &options);
+        let noise = NoisePrior::for_output(&st, 0, None, &options);
         let start_s = st.q()[0] / st.rows();
         let fit = evidence(st.output(0), vec![1.0; basis.dim()], start_s, noise, &options).unwrap();
         prop_assume!(fit.converged);
@@ -272,7 +282,11 @@ proptest! {
     ) {
         let (x, y) = random_problem(seed, n1 + n2, d, 2);
         let basis = identity_basis(d);
-        let config = ModelConfig { update: UpdateMethod::Refit, ..ModelConfig::new(basis, 2) };
+        let config = ModelConfig {
+            update: UpdateMethod::Refit,
+            prior: PriorFamily::Ard,
+            ..ModelConfig::new(basis, 2)
+        };
         let first = ModelState::fit(&config, stats(&basis, &rows(&x, 0..n1), &rows(&y, 0..n1))).unwrap();
         let refit = first
             .update(&config, &stats(&basis, &rows(&x, n1..n1 + n2), &rows(&y, n1..n1 + n2)))
@@ -280,7 +294,7 @@ proptest! {
         let all = stats(&basis, &x, &y);
         for k in 0..2 {
             let start = first.outputs()[k].posterior().expect("trained after the first fit");
-            let noise = NoisePrior::for_output(&all, k, &config.options);
+            let noise = NoisePrior::for_output(&all, k, Some(d), &config.options);
             let direct = evidence(
                 all.output(k), start.prior_variance().to_vec(), start.noise_variance(),
                 noise, &config.options,
@@ -312,9 +326,10 @@ proptest! {
             let phi = basis.design(probe.as_ref()).unwrap();
             for (k, output) in state.outputs().iter().enumerate() {
                 let Some(post) = output.posterior() else { continue };
+                let kappa = inflation(state, k);
                 for i in 0..probe.nrows() {
                     let row: Vec<f64> = (0..basis.dim()).map(|j| phi[(i, j)]).collect();
-                    let single = post.noise_variance() + post.weight_variance(&row);
+                    let single = kappa * (post.noise_variance() + post.weight_variance(&row));
                     prop_assert!((single - pred.variance[(i, k)]).abs() <= 1e-12 * single);
                 }
             }
@@ -335,7 +350,7 @@ proptest! {
         let second = stats(&basis, &rows(&x, n..2 * n), &rows(&y, n..2 * n));
         let post = OutputPosterior::from_statistics(v.clone(), 0.5, first.g(), first.b_col(0)).unwrap();
         let options = FitOptions::default();
-        let noise = NoisePrior::for_output(&first, 0, &options);
+        let noise = NoisePrior::for_output(&first, 0, Some(d), &options);
         let stepped = one_step(&post, first.rows(), second.output(0), 1.0, noise).unwrap();
         let mut total = first.clone();
         total.add(&second).unwrap();
@@ -682,4 +697,257 @@ proptest! {
         prop_assert!(decoded.totals().output_products().is_some());
         prop_assert_eq!(decoded, state);
     }
+}
+
+/// A random prior of any family over the basis of `identity_basis(d)` read as `d` bands and an
+/// intercept: diagonal (some pruned) or smooth over the bands, with a flat or finite intercept.
+fn random_prior(rng: &mut ChaCha8Rng, d: usize) -> Prior {
+    let p = d + 1;
+    let flat = rng.random_bool(0.7);
+    let mut prior = if d >= 2 && rng.random_bool(0.5) {
+        let amplitude = rng.random_range(0.1..4.0);
+        let mut variance = vec![amplitude; p];
+        variance[d] = rng.random_range(0.1..4.0);
+        Prior {
+            family: FittedFamily::Smooth,
+            variance,
+            smooth: Some(mordant::estimator::prior::Smooth {
+                bands: d,
+                length: rng.random_range(0.3..1.5),
+            }),
+        }
+    } else {
+        Prior::diagonal(FittedFamily::Ard, random_prior_variances(rng, p))
+    };
+    if flat {
+        prior.variance[d] = f64::INFINITY;
+    }
+    prior
+}
+
+/// The prior covariance `S` of the weighted basis functions as a dense p × p matrix, and the
+/// textbook precision `S⁻¹ + G/s` (0 prior precision for a flat entry, none for pruned ones,
+/// which the caller drops).
+fn textbook_precision(prior: &Prior, g: faer::MatRef<'_, f64>, s: f64) -> (Vec<usize>, Mat<f64>) {
+    use faer::linalg::solvers::DenseSolveCore;
+    let support: Vec<usize> = (0..prior.dim())
+        .filter(|&j| prior.variance[j] > 0.0)
+        .collect();
+    let weighted = prior.weighted();
+    let dense = prior.factor().unwrap().to_dense();
+    let cov = &dense * dense.transpose();
+    let cov_inv = cov.partial_piv_lu().inverse();
+    let n = support.len();
+    let precision = Mat::from_fn(n, n, |a, b| {
+        let (i, j) = (support[a], support[b]);
+        let prior_part = match (weighted.binary_search(&i), weighted.binary_search(&j)) {
+            (Ok(wi), Ok(wj)) => cov_inv[(wi, wj)],
+            _ => 0.0,
+        };
+        g[(i, j)] / s + prior_part
+    });
+    (support, precision)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(48) })]
+
+    /// For every prior family, with a flat or a finite intercept, the posterior computed through
+    /// the eliminated intercept and `M = I + RᵀA_cR` equals the textbook
+    /// `Σ = (S⁻¹ + G/s)⁻¹`, `μ = Σ b / s` solved by LU on the support.
+    #[test]
+    fn every_prior_matches_the_textbook_posterior(
+        seed in any::<u64>(), n in 3usize..40, d in 1usize..7,
+    ) {
+        use faer::linalg::solvers::{DenseSolveCore, Solve};
+        let (x, y) = random_problem(seed, n, d, 1);
+        let basis = identity_basis(d);
+        let st = stats(&basis, &x, &y);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 11);
+        let prior = random_prior(&mut rng, d);
+        let s = rng.random_range(0.05..2.0);
+        let post = OutputPosterior::from_statistics(prior.clone(), s, st.g(), st.b_col(0)).unwrap();
+        let (support, precision) = textbook_precision(&prior, st.g(), s);
+        let lu = precision.partial_piv_lu();
+        let rhs = Mat::from_fn(support.len(), 1, |a, _| st.b_col(0)[support[a]] / s);
+        let mu = lu.solve(&rhs);
+        let sigma = lu.inverse();
+        let mut mu_full = vec![0.0; basis.dim()];
+        for (a, &j) in support.iter().enumerate() {
+            mu_full[j] = mu[(a, 0)];
+        }
+        prop_assert!(rel_diff_slice(&mu_full, post.mean()) < 1e-7, "{:?} vs {:?}", mu_full, post.mean());
+        prop_assert!(rel_diff(&sigma, &post.covariance_active()) < 1e-7);
+        assert_symmetric_psd(&post.covariance_active());
+    }
+
+    /// With the prior and `s` held fixed, one-step conditioning on batches one after another
+    /// equals the one-shot posterior of all rows, for every prior family and a flat intercept.
+    #[test]
+    fn steps_equal_the_one_shot_posterior_for_every_prior(
+        seed in any::<u64>(), batches in 1usize..5, per_batch in 1usize..10, d in 1usize..7,
+    ) {
+        let n = batches * per_batch;
+        let (x, y) = random_problem(seed, n, d, 1);
+        let basis = identity_basis(d);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 12);
+        let prior = random_prior(&mut rng, d);
+        let s = rng.random_range(0.05..2.0);
+        let first = stats(&basis, &rows(&x, 0..per_batch), &rows(&y, 0..per_batch));
+        let mut post = OutputPosterior::from_statistics(prior.clone(), s, first.g(), first.b_col(0)).unwrap();
+        for b in 1..batches {
+            let r = b * per_batch..(b + 1) * per_batch;
+            let batch = stats(&basis, &rows(&x, r.clone()), &rows(&y, r));
+            post = condition(&post, batch.output(0), 1.0).unwrap();
+        }
+        let total = stats(&basis, &x, &y);
+        let one_shot = OutputPosterior::from_statistics(prior, s, total.g(), total.b_col(0)).unwrap();
+        prop_assert!(rel_diff_slice(one_shot.mean(), post.mean()) < 1e-8);
+        prop_assert!(rel_diff(&one_shot.covariance(), &post.covariance()) < 1e-8);
+    }
+
+    /// The intercept is free: adding a constant to every target moves the intercept by it and
+    /// leaves every other coefficient, σ² and every predictive variance unchanged, whatever the
+    /// prior family; it is never pruned.
+    #[test]
+    fn a_flat_intercept_is_never_shrunk(
+        seed in any::<u64>(), n in 12usize..50, d in 1usize..6, shift in -50.0f64..50.0,
+        family in 0usize..4,
+    ) {
+        let (x, y) = random_problem(seed, n, d, 1);
+        let shifted = Mat::from_fn(n, 1, |i, _| y[(i, 0)] + shift);
+        let basis = Basis::spectral(d, ReflectanceScale::Fraction, d, true, Transform::Identity);
+        let prior = [PriorFamily::Ard, PriorFamily::Ridge, PriorFamily::Smooth, PriorFamily::Auto][family];
+        let config = ModelConfig { prior, ..ModelConfig::new(basis, 1) };
+        let a = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+        let b = ModelState::fit(&config, stats(&basis, &x, &shifted)).unwrap();
+        let (pa, pb) = (a.outputs()[0].posterior().unwrap(), b.outputs()[0].posterior().unwrap());
+        prop_assert_eq!(pa.prior_variance()[d], f64::INFINITY);
+        let scale = 1.0 + y.col(0).iter().fold(0.0f64, |m, v| m.max(v.abs())) + shift.abs();
+        for j in 0..d {
+            prop_assert!((pa.mean()[j] - pb.mean()[j]).abs() <= 1e-7 * scale, "w_{} moved", j);
+        }
+        prop_assert!((pb.mean()[d] - pa.mean()[d] - shift).abs() <= 1e-7 * scale);
+        prop_assert!((pa.noise_variance() - pb.noise_variance()).abs() <= 1e-6 * pa.noise_variance());
+        let (pred_a, pred_b) = (a.predict(x.as_ref()).unwrap(), b.predict(x.as_ref()).unwrap());
+        for i in 0..n {
+            prop_assert!((pred_b.mean[(i, 0)] - pred_a.mean[(i, 0)] - shift).abs() <= 1e-7 * scale);
+            prop_assert!((pred_b.variance[(i, 0)] - pred_a.variance[(i, 0)]).abs() <= 1e-6 * pred_a.variance[(i, 0)]);
+        }
+    }
+
+    /// Every family's state, smooth priors included, survives the encoding exactly.
+    #[test]
+    fn every_family_round_trips(seed in any::<u64>(), n in 4usize..30, d in 2usize..8, family in 0usize..4) {
+        let (x, y) = random_problem(seed, n, d, 2);
+        let basis = Basis::spectral(d, ReflectanceScale::Percent, d, true, Transform::Identity);
+        let prior = [PriorFamily::Ard, PriorFamily::Ridge, PriorFamily::Smooth, PriorFamily::Auto][family];
+        let config = ModelConfig { prior, ..ModelConfig::new(basis, 2) };
+        let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+        let decoded = codec::decode(&codec::encode(&state)).unwrap();
+        prop_assert_eq!(decoded, state);
+    }
+}
+
+/// Smooth coefficient curves over 60 bands with 25 training rows: the smooth prior finds a
+/// length scale, and predicts held-out rows better than ridge, which ignores the order.
+#[test]
+fn a_smooth_curve_is_learnt_better_with_the_smooth_prior() {
+    let bands = 60;
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    // Spectra: smooth bumps plus independent noise per band; a smooth coefficient curve.
+    let spectrum = |rng: &mut ChaCha8Rng| -> Vec<f64> {
+        let (c, w, h) = (
+            rng.random_range(0.0..60.0),
+            rng.random_range(5.0..20.0),
+            rng.random_range(0.2..1.0),
+        );
+        let (c2, h2) = (rng.random_range(0.0..60.0), rng.random_range(0.2..1.0));
+        (0..bands)
+            .map(|j| {
+                let t = j as f64;
+                h * (-(t - c).powi(2) / (2.0 * w * w)).exp()
+                    + h2 * (-(t - c2).powi(2) / 200.0).exp()
+                    + 0.3 * rng.random::<f64>()
+            })
+            .collect()
+    };
+    let coefficient: Vec<f64> = (0..bands).map(|j| (j as f64 / 9.0).sin()).collect();
+    let make = |rng: &mut ChaCha8Rng, n: usize| {
+        let xs: Vec<Vec<f64>> = (0..n).map(|_| spectrum(rng)).collect();
+        let x = Mat::from_fn(n, bands, |i, j| xs[i][j]);
+        let y = Mat::from_fn(n, 1, |i, _| {
+            2.0 + xs[i]
+                .iter()
+                .zip(&coefficient)
+                .map(|(a, b)| a * b)
+                .sum::<f64>()
+                + 0.5 * (rng.random::<f64>() - 0.5)
+        });
+        (x, y)
+    };
+    let (x, y) = make(&mut rng, 25);
+    let (xt, yt) = make(&mut rng, 200);
+    let basis = Basis::spectral(
+        bands,
+        ReflectanceScale::Fraction,
+        bands,
+        true,
+        Transform::Identity,
+    );
+    let rmse = |prior| {
+        let config = ModelConfig {
+            prior,
+            ..ModelConfig::new(basis, 1)
+        };
+        let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+        let pred = state.predict(xt.as_ref()).unwrap();
+        let family = state.outputs()[0].posterior().unwrap().prior().family;
+        let mse = (0..200)
+            .map(|i| (pred.mean[(i, 0)] - yt[(i, 0)]).powi(2))
+            .sum::<f64>()
+            / 200.0;
+        (mse.sqrt(), family)
+    };
+    let (smooth, family) = rmse(PriorFamily::Smooth);
+    let (ridge, _) = rmse(PriorFamily::Ridge);
+    let (auto, auto_family) = rmse(PriorFamily::Auto);
+    assert_eq!(family, FittedFamily::Smooth);
+    assert!(smooth < 0.9 * ridge, "smooth {smooth} vs ridge {ridge}");
+    assert_eq!(
+        auto_family,
+        FittedFamily::Smooth,
+        "auto chose {auto_family:?}"
+    );
+    assert_eq!(auto, smooth);
+}
+
+/// Sparse truth (2 of 30 features matter): ARD prunes the rest and auto, weighing ARD's
+/// evidence with its Occam factor against ridge's, picks ARD.
+#[test]
+fn auto_picks_ard_for_a_sparse_truth() {
+    let (d, n) = (30, 80);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let x = Mat::from_fn(n, d, |_, _| rng.random_range(-1.0..1.0));
+    let y = Mat::from_fn(n, 1, |i, _| {
+        3.0 * x[(i, 0)] - 2.0 * x[(i, 7)] + 0.1 * (rng.random::<f64>() - 0.5)
+    });
+    let basis = identity_basis(d);
+    let config = ModelConfig::new(basis, 1);
+    let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+    let post = state.outputs()[0].posterior().unwrap();
+    assert_eq!(post.prior().family, FittedFamily::Ard);
+    assert!(post.weighted().len() < 10, "kept {:?}", post.weighted());
+}
+
+/// The Student-t predictive: with few informative rows left after the fitted parameters the
+/// predictive variance is `ν/(ν − 2)` times the plug-in one, and it tends to it with many rows.
+#[test]
+fn the_student_predictive_widens_only_with_few_rows() {
+    use mordant::estimator::model::Predictive;
+    assert_eq!(Predictive::Plugin.inflation(10.0, 1, 5.0), 1.0);
+    assert!((Predictive::Student.inflation(20.0, 1, 9.0) - 10.0 / 8.0).abs() < 1e-15);
+    // ν is at least 3.
+    assert_eq!(Predictive::Student.inflation(5.0, 1, 9.0), 3.0);
+    assert!(Predictive::Student.inflation(1e6, 1, 30.0) < 1.0 + 3e-6);
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::spectrum::SpectrumSpec;
 use super::{Details, Invalid, describe};
-use crate::estimator::{Basis, Forgetting, ModelConfig, Transform, UpdateMethod};
+use crate::estimator::{Basis, Forgetting, ModelConfig, PriorFamily, Transform, UpdateMethod};
 
 /// Longest model name.
 const MAX_NAME_LEN: usize = 63;
@@ -22,6 +22,11 @@ pub const MAX_OUTPUTS: usize = 1024;
 pub const MAX_STATE_ENTRIES: usize = 1 << 25;
 /// Bound on `first_fit_rows`.
 pub const MAX_FIRST_FIT_ROWS: u64 = 1 << 40;
+/// Rows the first fit waits for by default, when the model has more basis functions: Bayesian
+/// regression needs no `N ≥ p`, and the evidence approximation estimates its hyperparameters
+/// (a prior scale, a length scale, σ²) from the residual degrees of freedom of this many rows
+/// (each output still waits for its own informative rows).
+pub const DEFAULT_FIRST_FIT_ROWS: u64 = 10;
 
 /// A model's name: a slug (`[a-z0-9][a-z0-9_-]*`, at most 63 characters), safe in a URL path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -85,6 +90,37 @@ pub enum UpdateName {
     Refit,
 }
 
+/// The prior family of the weights, as the API names it (see `src/estimator/prior.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PriorName {
+    /// One prior variance per basis function (the paper's ARD).
+    Ard,
+    /// One shared prior variance of the basis functions, in their own units.
+    Ridge,
+    /// A Gaussian-process prior along the declared spectrum's wavelengths.
+    Smooth,
+    /// Chosen per output by the evidence: ridge or smooth with a declared spectrum, ARD or
+    /// ridge without.
+    #[default]
+    Auto,
+}
+
+impl PriorName {
+    pub fn family(self) -> PriorFamily {
+        match self {
+            PriorName::Ard => PriorFamily::Ard,
+            PriorName::Ridge => PriorFamily::Ridge,
+            PriorName::Smooth => PriorFamily::Smooth,
+            PriorName::Auto => PriorFamily::Auto,
+        }
+    }
+
+    fn is_auto(&self) -> bool {
+        *self == PriorName::Auto
+    }
+}
+
 /// Forgetting by half-life, as the API names it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ForgettingSpec {
@@ -109,8 +145,12 @@ pub struct ModelSpec {
     pub update: UpdateName,
     pub forgetting: Option<ForgettingSpec>,
     pub prior_variance: f64,
+    /// The prior family. Specs stored before prior families existed read as `auto`: their
+    /// stored versions keep predicting as they did, and a refit moves them to it.
+    #[serde(default, skip_serializing_if = "PriorName::is_auto")]
+    pub prior: PriorName,
     /// Rows that must be queued before the first fit runs (default: the number of basis
-    /// functions, `p`).
+    /// functions `p`, at most [`DEFAULT_FIRST_FIT_ROWS`]).
     pub first_fit_rows: u64,
     /// A batch whose surprise to the posterior (largest over the outputs) exceeds this is held
     /// for review instead of folded. Off (`None`) by default.
@@ -118,7 +158,8 @@ pub struct ModelSpec {
     pub drift_threshold: Option<f64>,
 }
 
-const SPEC_FIELDS: [&str; 11] = [
+const SPEC_FIELDS: [&str; 12] = [
+    "prior",
     "drift_threshold",
     "name",
     "spectrum",
@@ -274,6 +315,20 @@ impl ModelSpec {
             None | Some(Value::Null) => Some(1.0),
             value => positive(value, "/prior_variance", &mut details),
         };
+        let prior = enum_field(
+            fields.get("prior"),
+            "/prior",
+            PriorName::Auto,
+            "\"ard\", \"ridge\", \"smooth\", \"auto\"",
+            &mut details,
+        );
+        if prior == PriorName::Smooth && spectrum.is_none() {
+            details.push(
+                "/prior",
+                "\"smooth\" correlates the coefficients of neighbouring wavelengths: it needs a \
+                 declared \"spectrum\" (use \"ridge\", \"ard\" or \"auto\" for named features)",
+            );
+        }
         let drift_threshold = match fields.get("drift_threshold") {
             None | Some(Value::Null) => Some(None),
             value => positive(value, "/drift_threshold", &mut details).map(Some),
@@ -281,7 +336,7 @@ impl ModelSpec {
         let inputs = bands.len() + features.as_ref().map_or(0, |f| f.len());
         let p = inputs + usize::from(intercept);
         let first_fit_rows = match fields.get("first_fit_rows") {
-            None | Some(Value::Null) => Some(p.max(1) as u64),
+            None | Some(Value::Null) => Some((p.max(1) as u64).min(DEFAULT_FIRST_FIT_ROWS)),
             Some(value) => match value.as_u64() {
                 Some(n) if n > 0 && n <= MAX_FIRST_FIT_ROWS => Some(n),
                 _ => {
@@ -340,6 +395,7 @@ impl ModelSpec {
                 update,
                 forgetting,
                 prior_variance,
+                prior,
                 first_fit_rows,
                 drift_threshold,
             }),
@@ -374,6 +430,7 @@ impl ModelSpec {
             half_life_rows: f.half_life_rows,
         });
         config.prior_variance = self.prior_variance;
+        config.prior = self.prior.family();
         config
     }
 
@@ -518,7 +575,7 @@ mod tests {
     fn a_spectrum_comes_first_and_named_features_are_optional() {
         let spec = spectral(json!({})).unwrap();
         assert_eq!(spec.input_width(), 31);
-        assert_eq!(spec.first_fit_rows, 32);
+        assert_eq!(spec.first_fit_rows, DEFAULT_FIRST_FIT_ROWS);
         let spec = spectral(json!({"features": ["fabric"]})).unwrap();
         let names = spec.basis_names();
         assert_eq!((names[0].as_str(), names[30].as_str()), ("400nm", "700nm"));

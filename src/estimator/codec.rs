@@ -1,6 +1,22 @@
 //! A compact, versioned binary encoding of a [`ModelState`].
 //!
-//! Layout (little-endian), format version 3 (version 2 has no `YᵀY`):
+//! Format version 4, written for every state since the prior families (little-endian):
+//!
+//! ```text
+//! magic "MRDT" · version u16 = 4 · features u32 · intercept u8 · transform u8 · declared u8
+//!         · spectral bands u32 · reflectance scale u8 · outputs m u32
+//!         · predictive u8 (0 plug-in, 1 Student-t) · YᵀY kept u8
+//! totals as below, with YᵀY when kept
+//! per output: tag u8 (0 untrained, 1 trained); trained: family u8 (0 ARD, 1 ridge, 2 smooth)
+//!         · s f64 · v p f64 (+∞ for a flat intercept) · smooth bands u32 (0: none)
+//!         · [smooth length f64 when bands > 0]
+//!         · A lower triangle |J|(|J|+1)/2 f64 · c |J| f64        (J = {j : v_j > 0})
+//! crc32 (IEEE) of everything before it, u32
+//! ```
+//!
+//! Versions 1 to 3, written by earlier releases, are still read: their outputs are ARD
+//! posteriors with the intercept shrunk like any coefficient and σ² plugged in, and they
+//! predict exactly as they did. Layout of version 3 (version 2 has no `YᵀY`):
 //!
 //! ```text
 //! magic "MRDT" · version u16 · features u32 · intercept u8 · transform u8
@@ -24,15 +40,18 @@
 
 use faer::Mat;
 
-use super::model::{ModelState, OutputState};
+use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, active_set};
+use super::prior::{FittedFamily, Prior, Smooth};
 use super::statistics::BatchStatistics;
 use super::{Basis, EstimatorError, ReflectanceScale, Transform};
 
 const MAGIC: &[u8; 4] = b"MRDT";
 const STATISTICS_MAGIC: &[u8; 4] = b"MRDS";
-/// The newest format version [`encode`] writes (and [`decode`] reads, beside versions 1 and 2).
-pub const FORMAT_VERSION: u16 = 3;
+/// The format version [`encode`] writes (and [`decode`] reads, beside versions 1 to 3).
+pub const FORMAT_VERSION: u16 = 4;
+/// Model states with a declared spectrum and `YᵀY`, before the prior families.
+const FORMAT_VERSION_3: u16 = 3;
 /// Model states with a declared spectrum and no `YᵀY`.
 const FORMAT_VERSION_2: u16 = 2;
 /// The version of model states without a declared spectrum, and of statistics blobs without
@@ -44,7 +63,7 @@ const STATISTICS_VERSION_2: u16 = 2;
 const MAX_DIM: usize = 1 << 16;
 
 /// Why a blob could not be decoded.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
     #[error("not a mordant model state (bad magic bytes)")]
     BadMagic,
@@ -60,7 +79,7 @@ pub enum DecodeError {
     Invalid(&'static str),
 }
 
-/// Encodes a model state.
+/// Encodes a model state (format version 4).
 pub fn encode(state: &ModelState) -> Vec<u8> {
     let basis = state.basis();
     let totals = state.totals();
@@ -68,38 +87,48 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
     let mut w = Writer(Vec::with_capacity(
         64 + 8 * (p * (p + 1) / 2 + p * m + 2 * m),
     ));
-    let legacy = *basis == Basis::new(basis.features, basis.intercept, basis.transform);
-    let products = !legacy && totals.output_products().is_some();
+    let products = totals.output_products().is_some();
     w.bytes(MAGIC);
-    w.u16(if legacy {
-        FORMAT_VERSION_1
-    } else if products {
-        FORMAT_VERSION
-    } else {
-        FORMAT_VERSION_2
-    });
+    w.u16(FORMAT_VERSION);
     w.u32(basis.features as u32);
     w.u8(u8::from(basis.intercept));
     w.u8(match basis.transform {
         Transform::Identity => 0,
         Transform::KubelkaMunk => 1,
     });
-    if !legacy {
-        w.u32(basis.spectral as u32);
-        w.u8(match basis.scale {
-            ReflectanceScale::Fraction => 0,
-            ReflectanceScale::Percent => 1,
-        });
-    }
+    w.u8(u8::from(basis.declared));
+    w.u32(basis.spectral as u32);
+    w.u8(match basis.scale {
+        ReflectanceScale::Fraction => 0,
+        ReflectanceScale::Percent => 1,
+    });
     w.u32(m as u32);
+    w.u8(match state.predictive() {
+        Predictive::Plugin => 0,
+        Predictive::Student => 1,
+    });
+    w.u8(u8::from(products));
     w.statistics(totals, products);
     for output in state.outputs() {
         match output {
             OutputState::Untrained => w.u8(0),
             OutputState::Trained(post) => {
+                let prior = post.prior();
                 w.u8(1);
+                w.u8(match prior.family {
+                    FittedFamily::Ard => 0,
+                    FittedFamily::Ridge => 1,
+                    FittedFamily::Smooth => 2,
+                });
                 w.f64(post.noise_variance());
-                post.prior_variance().iter().for_each(|v| w.f64(*v));
+                prior.variance.iter().for_each(|v| w.f64(*v));
+                match prior.smooth {
+                    None => w.u32(0),
+                    Some(smooth) => {
+                        w.u32(smooth.bands as u32);
+                        w.f64(smooth.length);
+                    }
+                }
                 w.lower(post.precision_data());
                 post.natural_mean().iter().for_each(|v| w.f64(*v));
             }
@@ -108,13 +137,20 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
     w.finish()
 }
 
-/// Decodes a blob written by [`encode`], checking magic, version, checksum and consistency.
+/// Decodes a blob written by [`encode`] or by an earlier release, checking magic, version,
+/// checksum and consistency.
 pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     let mut r = Reader::open(
         bytes,
         MAGIC,
-        &[FORMAT_VERSION_1, FORMAT_VERSION_2, FORMAT_VERSION],
+        &[
+            FORMAT_VERSION_1,
+            FORMAT_VERSION_2,
+            FORMAT_VERSION_3,
+            FORMAT_VERSION,
+        ],
     )?;
+    let current = r.version >= FORMAT_VERSION;
     let features = r.u32()? as usize;
     let intercept = match r.u8()? {
         0 => false,
@@ -127,8 +163,18 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
         _ => return Err(DecodeError::Invalid("transform").into()),
     };
     let mut basis = Basis::new(features, intercept, transform);
-    if r.version >= 2 {
-        basis.declared = true;
+    let spectral_fields = if current {
+        basis.declared = match r.u8()? {
+            0 => false,
+            1 => true,
+            _ => return Err(DecodeError::Invalid("declared flag").into()),
+        };
+        true
+    } else {
+        basis.declared = r.version >= FORMAT_VERSION_2;
+        basis.declared
+    };
+    if spectral_fields {
         basis.spectral = r.u32()? as usize;
         basis.scale = match r.u8()? {
             0 => ReflectanceScale::Fraction,
@@ -143,22 +189,66 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     if features >= MAX_DIM || m >= MAX_DIM {
         return Err(DecodeError::Invalid("dimensions").into());
     }
+    let (predictive, products) = if current {
+        let predictive = match r.u8()? {
+            0 => Predictive::Plugin,
+            1 => Predictive::Student,
+            _ => return Err(DecodeError::Invalid("predictive").into()),
+        };
+        let products = match r.u8()? {
+            0 => false,
+            1 => true,
+            _ => return Err(DecodeError::Invalid("products flag").into()),
+        };
+        (predictive, products)
+    } else {
+        (Predictive::Plugin, r.version >= FORMAT_VERSION_3)
+    };
     let p = basis.dim();
-    let totals = r.statistics(p, m, r.version >= FORMAT_VERSION)?;
+    let totals = r.statistics(p, m, products)?;
     let mut outputs = Vec::with_capacity(m);
     for _ in 0..m {
         match r.u8()? {
             0 => outputs.push(OutputState::Untrained),
             1 => {
+                let family = if current {
+                    match r.u8()? {
+                        0 => FittedFamily::Ard,
+                        1 => FittedFamily::Ridge,
+                        2 => FittedFamily::Smooth,
+                        _ => return Err(DecodeError::Invalid("prior family").into()),
+                    }
+                } else {
+                    FittedFamily::Ard
+                };
                 let s = r.f64()?;
                 let v = r.vec(p)?;
-                if v.iter().any(|x| !(x.is_finite() && *x >= 0.0)) {
+                let infinite_ok = |x: &f64| current && *x == f64::INFINITY;
+                if v.iter()
+                    .any(|x| !((x.is_finite() || infinite_ok(x)) && *x >= 0.0))
+                {
                     return Err(DecodeError::Invalid("prior variances").into());
                 }
+                let smooth = if current {
+                    match r.u32()? as usize {
+                        0 => None,
+                        bands => Some(Smooth {
+                            bands,
+                            length: r.f64()?,
+                        }),
+                    }
+                } else {
+                    None
+                };
                 let active = active_set(&v).len();
                 let a = r.lower(active)?;
                 let c = r.vec(active)?;
-                let post = OutputPosterior::from_natural(v, s, a, c)
+                let prior = Prior {
+                    family,
+                    variance: v,
+                    smooth,
+                };
+                let post = OutputPosterior::from_natural(prior, s, a, c)
                     .map_err(|_| DecodeError::Invalid("posterior"))?;
                 outputs.push(OutputState::Trained(Box::new(post)));
             }
@@ -166,7 +256,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
         }
     }
     r.finish()?;
-    ModelState::from_parts(basis, totals, outputs)
+    ModelState::from_parts(basis, totals, outputs, predictive)
 }
 
 /// Encodes the statistics of one batch (what the service stores beside a batch's raw rows).
@@ -393,9 +483,9 @@ mod tests {
     }
 
     #[test]
-    fn spectral_basis_round_trips_in_version_2_and_plain_ones_stay_version_1() {
+    fn every_state_is_written_in_the_current_format_and_round_trips() {
         let plain = small_state();
-        assert_eq!(encode(&plain)[4], 1);
+        assert_eq!(encode(&plain)[4] as u16, FORMAT_VERSION);
         let basis = Basis::spectral(
             1,
             ReflectanceScale::Percent,
@@ -408,15 +498,14 @@ mod tests {
             [60.0, 1.5],
             [20.0, -1.0],
             [90.0, 0.3],
-            [35.0, 0.9]
+            [35.0, 0.9],
+            [55.0, 0.1]
         ];
-        let y = faer::mat![[1.0], [2.0], [0.5], [0.7], [1.4]];
-        let stats =
-            BatchStatistics::from_design(basis.design(x.as_ref()).unwrap().as_ref(), y.as_ref())
-                .unwrap();
+        let y = faer::mat![[1.0], [2.0], [0.5], [0.7], [1.4], [1.1]];
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
         let state = ModelState::fit(&ModelConfig::new(basis, 1), stats).unwrap();
         let blob = encode(&state);
-        assert_eq!(blob[4], 2);
+        assert_eq!(blob[4] as u16, FORMAT_VERSION);
         let decoded = decode(&blob).unwrap();
         assert_eq!(*decoded.basis(), basis);
         assert_eq!(decoded, state);

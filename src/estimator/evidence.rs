@@ -1,28 +1,164 @@
-//! Algorithm 2: the evidence approximation (type-II maximum likelihood) with ARD.
+//! Algorithm 2: the evidence approximation (type-II maximum likelihood), for every prior family.
+//!
+//! ARD ([`evidence`]) runs MacKay's fixed-point updates, one prior variance per basis function.
+//! Ridge and smooth ([`SharedScale`]) have one prior scale over a fixed prior shape (and, for
+//! smooth, a length scale among candidates): there the evidence is maximised directly, in the
+//! eigenbasis of the shape's data precision, which finds the same fixed point in one
+//! eigendecomposition per shape instead of one Cholesky factorisation per iteration.
+//!
+//! A flat intercept (`v_f = ∞`) takes no part in either: both run on statistics centred by it
+//! ([`Centred`]), which is exactly integrating the intercept out under its flat prior, and the
+//! residual degrees of freedom lose the one it uses.
 
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
-use faer::{Mat, Par};
+use faer::{Mat, MatRef, Par, Side};
 
 use super::posterior::{OutputPosterior, active_set, lower_inverse, scaled_precision_factor};
+use super::prior::{FittedFamily, Prior, Smooth, kernel_factor};
 pub use super::statistics::OutputData;
 use super::{EstimatorError, FitOptions, NoisePrior};
 
-/// What Algorithm 2 returns: the posterior at the final `(v, s)` and how it got there.
+/// What Algorithm 2 returns: the posterior at the final hyperparameters and how it got there.
 #[derive(Clone, Debug)]
 pub struct EvidenceFit {
     pub posterior: OutputPosterior,
     pub iterations: usize,
     pub converged: bool,
+    /// `−2 log p(y | hyperparameters)` at the end, up to a constant shared by every prior of the
+    /// same output (see [`neg2_log_evidence`]).
+    pub neg2_log_evidence: f64,
+    /// `−2 log` of the Occam factor of the fitted hyperparameters ([`occam_penalty`]).
+    pub occam: f64,
 }
 
-/// Algorithm 2 of Song & Zhang (MacKay's fixed-point updates for ARD), from `(v, s)`:
+impl EvidenceFit {
+    /// `−2 log p(y | family)` to the order of MacKay's approximation: the evidence at the fitted
+    /// hyperparameters times their Occam factor. What [`super::PriorFamily::Auto`] compares:
+    /// ARD's evidence alone always wins, since it maximises over one hyperparameter per basis
+    /// function, and its Occam factor is what it pays for them.
+    pub fn family_score(&self) -> f64 {
+        self.neg2_log_evidence + self.occam
+    }
+}
+
+/// The prior range of `log α` (e-folds) over which a scale hyperparameter is searched, in the
+/// Occam factor.
+const LOG_SCALE_RANGE: f64 = 52.0;
+
+/// `−2 log` of the Occam factor of scale hyperparameters (MacKay, "Bayesian interpolation",
+/// 1992): a hyperparameter that the data determine to within `σ = √(2/γ_h)` in `log α` (`γ_h`
+/// the well-determined parameters it governs), out of a prior range `Δ` of `log α`, costs
+/// `2 log(Δ/σ)`; one chosen among `choices` discrete values (the smooth prior's length scale)
+/// costs `2 log choices`. Pruned ARD variances sit at the boundary and cost nothing.
+pub fn occam_penalty(gammas: impl Iterator<Item = f64>, choices: usize) -> f64 {
+    let scales: f64 = gammas
+        .map(|g| {
+            let width = (2.0 / g.max(f64::MIN_POSITIVE)).sqrt();
+            2.0 * (LOG_SCALE_RANGE / width).ln().max(0.0)
+        })
+        .sum();
+    scales + 2.0 * (choices.max(1) as f64).ln()
+}
+
+/// `−2 log evidence = N_c log s + log|M| + E/s` (without `N_c log 2π`), with `M = I + RᵀG_cR/s`
+/// for the prior factor `R`, `E = q_c − b_cᵀμ` the misfit plus the prior's penalty, and `N_c`
+/// the informative rows left after the flat intercept (the tempered likelihood of
+/// [`super::FitOptions`]).
+pub fn neg2_log_evidence(informative: f64, s: f64, log_det: f64, misfit: f64) -> f64 {
+    informative * s.ln() + log_det + misfit / s
+}
+
+/// One output's statistics with the flat basis function `f` (if any) integrated out:
+///
+/// ```text
+/// G_c = G − g_f g_fᵀ / G_ff,   b_c = b − g_f b_f / G_ff,   q_c = q − b_f² / G_ff,   N_c = N − 1
+/// ```
+///
+/// with row and column `f` of `G_c` and entry `f` of `b_c` exactly 0. For an intercept
+/// (`φ_f = 1`) these are the statistics of the rows centred by their means.
+#[derive(Clone, Debug)]
+pub struct Centred {
+    pub g: Mat<f64>,
+    pub b: Vec<f64>,
+    pub q: f64,
+    /// Rows left for the other parameters and the noise.
+    pub n: f64,
+    /// Informative rows left for them.
+    pub informative: f64,
+}
+
+impl Centred {
+    pub fn new(data: OutputData<'_>, flat: Option<usize>) -> Result<Self, EstimatorError> {
+        let p = data.g.nrows();
+        let Some(f) = flat else {
+            return Ok(Self {
+                g: data.g.to_owned(),
+                b: data.b.to_vec(),
+                q: data.q,
+                n: data.n,
+                informative: data.informative,
+            });
+        };
+        let g = centred_gram(data.g, f)?;
+        let gff = data.g[(f, f)];
+        let b = (0..p)
+            .map(|j| {
+                if j == f {
+                    0.0
+                } else {
+                    data.b[j] - data.g[(j, f)] * data.b[f] / gff
+                }
+            })
+            .collect();
+        Ok(Self {
+            g,
+            b,
+            q: (data.q - data.b[f] * data.b[f] / gff).max(0.0),
+            n: data.n - 1.0,
+            informative: (data.informative - 1.0).max(0.0),
+        })
+    }
+
+    fn data(&self) -> OutputData<'_> {
+        OutputData {
+            g: self.g.as_ref(),
+            b: &self.b,
+            q: self.q,
+            n: self.n,
+            informative: self.informative,
+        }
+    }
+}
+
+/// `G − g_f g_fᵀ / G_ff` with row and column `f` set to 0 (shared by every output).
+pub fn centred_gram(g: MatRef<'_, f64>, f: usize) -> Result<Mat<f64>, EstimatorError> {
+    let gff = g[(f, f)];
+    if !(gff > 0.0 && gff.is_finite()) {
+        return Err(EstimatorError::NotPositiveDefinite);
+    }
+    let p = g.nrows();
+    Ok(Mat::from_fn(p, p, |i, j| {
+        if i == f || j == f {
+            0.0
+        } else {
+            g[(i, j)] - g[(i, f)] * g[(j, f)] / gff
+        }
+    }))
+}
+
+/// A basis function whose centred square sum is below this fraction of its raw one is constant
+/// over the rows (up to round-off): it carries nothing a flat intercept does not, and is pruned.
+const CONSTANT_FEATURE: f64 = 1e-12;
+
+/// Algorithm 2 of Song & Zhang for the ARD prior (MacKay's fixed-point updates), from `(v, s)`;
+/// `v_f = ∞` marks a flat intercept, integrated out by centring ([`Centred`]):
 ///
 /// ```text
 /// repeat
-///     M = I + D^½ G_JJ D^½ / s = L Lᵀ        J = {j : v_j > 0}, D = diag(v_J)
-///     Σ = D^½ M⁻¹ D^½,  μ = Σ b_J / s,  γ_j = 1 − (M⁻¹)_jj
+///     M = I + D^½ G_c,JJ D^½ / s = L Lᵀ        J = {j : 0 < v_j < ∞}, D = diag(v_J)
+///     Σ = D^½ M⁻¹ D^½,  μ = Σ b_c,J / s,  γ_j = 1 − (M⁻¹)_jj
 ///     v_j ← μ_j² / γ_j             (v_j ← 0, pruned for good, when γ_j < prune_gamma)
-///     s ← noise_update(RSS, N − Σγ),  RSS = μᵀGμ − 2μᵀb + q  (clamped at 0)
+///     s ← noise_update(RSS, N_inf,c − Σγ),  RSS = μᵀG_cμ − 2μᵀb_c + q_c  (clamped at 0)
 /// until max relative change of v and s < tol, or max_iter
 /// ```
 ///
@@ -43,11 +179,18 @@ pub fn evidence(
             found: start_v.len(),
         });
     }
+    let flat = start_v.iter().position(|v| *v == f64::INFINITY);
+    let centred = Centred::new(data, flat)?;
+    let work = centred.data();
     let mut v = start_v;
-    // A basis function that is 0 in every row has G_jj = 0, hence γ_j = 0: the first iteration
-    // would prune it, so do it before paying for the factorisation.
+    if let Some(f) = flat {
+        v[f] = 0.0;
+    }
+    // A basis function that is 0 (or, beside a flat intercept, constant) in every row has
+    // G_c,jj = 0, hence γ_j = 0: the first iteration would prune it, so do it before paying for
+    // the factorisation.
     for (j, vj) in v.iter_mut().enumerate() {
-        if data.g[(j, j)] == 0.0 {
+        if work.g[(j, j)] <= CONSTANT_FEATURE * data.g[(j, j)] {
             *vj = 0.0;
         }
     }
@@ -56,8 +199,8 @@ pub fn evidence(
     let mut converged = false;
     while iterations < options.max_iter {
         iterations += 1;
-        let step = iterate(data, &v, s, options)?;
-        let s_new = noise_update(step.rss, data.n - step.gamma_sum, s, noise);
+        let step = iterate(work, &v, s, options)?;
+        let s_new = noise_update(step.rss, work.informative - step.gamma_sum, s, noise);
         let change = v
             .iter()
             .zip(&step.v)
@@ -70,12 +213,51 @@ pub fn evidence(
             break;
         }
     }
-    let posterior = OutputPosterior::from_statistics(v, s, data.g, data.b)?;
+    let (neg2, gammas) = ard_neg2_log_evidence(work, &v, s)?;
+    if let Some(f) = flat {
+        v[f] = f64::INFINITY;
+    }
+    let posterior =
+        OutputPosterior::from_statistics(Prior::diagonal(FittedFamily::Ard, v), s, data.g, data.b)?;
     Ok(EvidenceFit {
         posterior,
         iterations,
         converged,
+        neg2_log_evidence: neg2,
+        occam: occam_penalty(gammas.into_iter(), 1),
     })
+}
+
+/// [`neg2_log_evidence`] of a diagonal prior `v` (no flat entries) on centred statistics, and
+/// the `γ_j` of its active basis functions.
+fn ard_neg2_log_evidence(
+    data: OutputData<'_>,
+    v: &[f64],
+    s: f64,
+) -> Result<(f64, Vec<f64>), EstimatorError> {
+    let active = active_set(v);
+    let n = active.len();
+    if n == 0 {
+        return Ok((
+            neg2_log_evidence(data.informative, s, 0.0, data.q),
+            Vec::new(),
+        ));
+    }
+    let sqrt_v: Vec<f64> = active.iter().map(|&j| v[j].sqrt()).collect();
+    let l = scaled_precision_factor(&sqrt_v, data.g, Some(&active), 1.0 / s)?;
+    let log_det: f64 = (0..n).map(|i| 2.0 * l[(i, i)].ln()).sum();
+    // b_cᵀμ = ‖L⁻¹ D^½ b_c,J‖² / s
+    let mut t = Mat::from_fn(n, 1, |i, _| sqrt_v[i] * data.b[active[i]]);
+    solve_lower_triangular_in_place(l.as_ref(), t.as_mut(), Par::Seq);
+    let fitted = t.col(0).squared_norm_l2() / s;
+    let l_inv = lower_inverse(l.as_ref());
+    let gammas = (0..n)
+        .map(|j| 1.0 - l_inv.col(j).squared_norm_l2())
+        .collect();
+    Ok((
+        neg2_log_evidence(data.informative, s, log_det, (data.q - fitted).max(0.0)),
+        gammas,
+    ))
 }
 
 /// `s = max(s_floor, (RSS + ν₀ s_p) / (dof + ν₀))`: MacKay's update `RSS / (N − Σγ)` with
@@ -162,5 +344,302 @@ fn relative_change(a: f64, b: f64) -> f64 {
         0.0
     } else {
         (a - b).abs() / scale
+    }
+}
+
+/// Length scales (in bands) the smooth prior tries: from nearly independent bands to a curve
+/// that bends a few times over the whole spectrum.
+const LENGTH_SCALES: [f64; 17] = [
+    0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 192.0,
+];
+
+/// A prior shape of the shared-scale families: `w_W ~ N(0, v R̃ R̃ᵀ)` with a fixed unit factor
+/// `R̃` and one scale `v` found by the evidence. Prepared once per model (the data precision `G`
+/// is shared by every output), used for each output.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    family: FittedFamily,
+    smooth: Option<Smooth>,
+    /// Prior variance of each basis function at `v = 1` (0 pruned, `∞` flat).
+    unit_variance: Vec<f64>,
+    /// `K_ℓ^½` of the smooth family's bands.
+    kernel: Option<Mat<f64>>,
+    /// `R̃ᵀ G_c R̃ = U diag(λ) Uᵀ`.
+    eigenvalues: Vec<f64>,
+    /// `(R̃ U)ᵀ` (r × p): maps `b_c` to `Uᵀ R̃ᵀ b_c`.
+    projection: Mat<f64>,
+}
+
+/// The ridge and smooth families: one prior scale per output over candidate shapes, chosen with
+/// it by the evidence.
+///
+/// For a shape with `λ_i`, `t_i = (Uᵀ R̃ᵀ b_c)_i`, writing the prior scale as `v = s/α`, the
+/// evidence profiled over the noise variance is
+///
+/// ```text
+/// E(α) = q_c − Σ_i t_i² / (λ_i + α)            (= RSS + α‖μ‖²/… : the data misfit plus penalty)
+/// ŝ(α) = (E(α) + ν₀ s_p) / (N_c + ν₀)           (with the noise prior of [`NoisePrior`])
+/// −2 log evidence(α) = (N_c + ν₀) log ŝ(α) + Σ_i log(1 + λ_i/α) + const
+/// ```
+///
+/// where `N_c` counts the informative rows less the flat intercept's one (the likelihood
+/// tempered by `N_inf / N`, see [`super::FitOptions`]):
+///
+/// ```text
+/// ```
+///
+/// minimised over `log α` (a grid, then golden-section search). At its minimum the fixed point
+/// of Algorithm 2 holds: `v = ‖μ‖²_R̃ / γ` and `s = RSS / (N_c − γ)` with `γ = Σ λ_i/(λ_i + α)`
+/// (without noise prior), so this is Algorithm 2 for a prior with one scale, found without
+/// iterating. The shape (ridge, or smooth at each candidate length scale) with the largest
+/// evidence wins.
+#[derive(Clone, Debug)]
+pub struct SharedScale {
+    shapes: Vec<Shape>,
+    flat: Option<usize>,
+}
+
+impl SharedScale {
+    /// The candidate shapes of `family` for a model whose first `bands` basis functions are a
+    /// declared spectrum (0 without), with totals `g` over `rows` rows and the flat basis
+    /// function `flat`.
+    ///
+    /// * ridge: `R̃ = I` over the basis functions that vary: one shared variance in the inputs'
+    ///   own units. Not standardised: dividing by the training spread amplifies exactly the
+    ///   inputs that hardly varied in training, which are the ones a new instrument or a new
+    ///   kind of sample moves most (on the fermentation set, synthetic training spectra and real
+    ///   test spectra, standardising made the error 70 times larger);
+    /// * smooth: `R̃ = diag(K_ℓ^½, σ̄/σ_j)` for each candidate `ℓ`, the bands on their own scale and
+    ///   the named features standardised to the bands' mean spread `σ̄`;
+    /// * auto: both.
+    pub fn prepare(
+        family: super::PriorFamily,
+        bands: usize,
+        g: MatRef<'_, f64>,
+        rows: f64,
+        flat: Option<usize>,
+    ) -> Result<Self, EstimatorError> {
+        use super::PriorFamily;
+        let p = g.nrows();
+        let g_c = match flat {
+            Some(f) => centred_gram(g, f)?,
+            None => g.to_owned(),
+        };
+        let n = rows.max(f64::MIN_POSITIVE);
+        let varying: Vec<bool> = (0..p)
+            .map(|j| Some(j) != flat && g_c[(j, j)] > CONSTANT_FEATURE * g[(j, j)])
+            .collect();
+        let spread = |j: usize| g_c[(j, j)] / n;
+        let mut shapes = Vec::new();
+        let smooth = bands >= 2 && matches!(family, PriorFamily::Smooth | PriorFamily::Auto);
+        if !smooth || family == PriorFamily::Auto {
+            let unit_variance = (0..p)
+                .map(|j| match j {
+                    _ if Some(j) == flat => f64::INFINITY,
+                    _ if varying[j] => 1.0,
+                    _ => 0.0,
+                })
+                .collect();
+            shapes.push(Shape::new(
+                FittedFamily::Ridge,
+                None,
+                unit_variance,
+                None,
+                g_c.as_ref(),
+            )?);
+        }
+        if smooth {
+            let band_spread = (0..bands).map(spread).sum::<f64>() / bands as f64;
+            let band_spread = if band_spread > 0.0 { band_spread } else { 1.0 };
+            let unit_variance: Vec<f64> = (0..p)
+                .map(|j| match j {
+                    _ if j < bands => 1.0,
+                    _ if Some(j) == flat => f64::INFINITY,
+                    _ if varying[j] => band_spread / spread(j),
+                    _ => 0.0,
+                })
+                .collect();
+            for length in LENGTH_SCALES
+                .iter()
+                .copied()
+                .filter(|l| *l <= 2.0 * bands as f64)
+            {
+                let kernel = kernel_factor(bands, length)?;
+                shapes.push(Shape::new(
+                    FittedFamily::Smooth,
+                    Some(Smooth { bands, length }),
+                    unit_variance.clone(),
+                    Some(kernel),
+                    g_c.as_ref(),
+                )?);
+            }
+        }
+        Ok(Self { shapes, flat })
+    }
+
+    /// The evidence-maximising prior of one output, and its posterior.
+    pub fn fit(
+        &self,
+        data: OutputData<'_>,
+        noise: NoisePrior,
+    ) -> Result<EvidenceFit, EstimatorError> {
+        let centred = Centred::new(data, self.flat)?;
+        let mut best: Option<(f64, usize, f64, f64, f64)> = None;
+        for (i, shape) in self.shapes.iter().enumerate() {
+            let (objective, scale, s, gamma) = shape.maximise(&centred, noise);
+            if best.is_none_or(|b| objective < b.0) {
+                best = Some((objective, i, scale, s, gamma));
+            }
+        }
+        let Some((neg2, i, scale, s, gamma)) = best else {
+            return Err(EstimatorError::Dimension {
+                what: "prior shapes",
+                expected: 1,
+                found: 0,
+            });
+        };
+        let shape = &self.shapes[i];
+        let variance = shape
+            .unit_variance
+            .iter()
+            .map(|u| if *u == f64::INFINITY { *u } else { scale * u })
+            .collect();
+        // A scale of 0 (nothing varies) prunes every weighted basis function.
+        let smooth = shape.smooth.filter(|_| scale > 0.0);
+        let prior = Prior {
+            family: shape.family,
+            variance,
+            smooth,
+        };
+        let kernel = shape.kernel.as_ref().filter(|_| smooth.is_some());
+        let factor = prior.factor_with_kernel(kernel)?;
+        let posterior =
+            OutputPosterior::from_statistics_with_factor(prior, factor, s, data.g, data.b)?;
+        Ok(EvidenceFit {
+            posterior,
+            iterations: 1,
+            converged: true,
+            neg2_log_evidence: neg2,
+            occam: occam_penalty(std::iter::once(gamma), self.shapes.len()),
+        })
+    }
+}
+
+impl Shape {
+    fn new(
+        family: FittedFamily,
+        smooth: Option<Smooth>,
+        unit_variance: Vec<f64>,
+        kernel: Option<Mat<f64>>,
+        g_c: MatRef<'_, f64>,
+    ) -> Result<Self, EstimatorError> {
+        let unit = Prior {
+            family,
+            variance: unit_variance.clone(),
+            smooth,
+        };
+        let weighted = unit.weighted();
+        let factor = unit.factor_with_kernel(kernel.as_ref())?;
+        let g_w = Mat::from_fn(weighted.len(), weighted.len(), |i, k| {
+            g_c[(weighted[i], weighted[k])]
+        });
+        let r = factor.rank();
+        let (eigenvalues, rotation) = if r == 0 {
+            (Vec::new(), Mat::zeros(0, 0))
+        } else {
+            let h = factor.congruence(g_w.as_ref());
+            let eig = h
+                .self_adjoint_eigen(Side::Lower)
+                .map_err(|_| EstimatorError::NotPositiveDefinite)?;
+            let values = eig.S().column_vector().iter().map(|v| v.max(0.0)).collect();
+            (values, eig.U().to_owned())
+        };
+        // (R̃ U)ᵀ, spread back over the p basis functions.
+        let dense = factor.to_dense();
+        let ru = &dense * &rotation;
+        let p = unit_variance.len();
+        let mut projection = Mat::zeros(r, p);
+        for (a, &j) in weighted.iter().enumerate() {
+            for i in 0..r {
+                projection[(i, j)] = ru[(a, i)];
+            }
+        }
+        Ok(Self {
+            family,
+            smooth,
+            unit_variance,
+            kernel,
+            eigenvalues,
+            projection,
+        })
+    }
+
+    /// `(−2 log evidence, v, ŝ, γ)` at the best `α` for the centred statistics of one output.
+    fn maximise(&self, data: &Centred, noise: NoisePrior) -> (f64, f64, f64, f64) {
+        let lambda = &self.eigenvalues;
+        let t2: Vec<f64> = (0..lambda.len())
+            .map(|i| {
+                let t: f64 = (0..data.b.len())
+                    .map(|j| self.projection[(i, j)] * data.b[j])
+                    .sum();
+                t * t
+            })
+            .collect();
+        let dof = data.informative + noise.rows;
+        let profile = |log_alpha: f64| -> (f64, f64) {
+            let alpha = log_alpha.exp();
+            let fitted: f64 = lambda.iter().zip(&t2).map(|(l, t)| t / (l + alpha)).sum();
+            let misfit = (data.q - fitted).max(0.0);
+            let s =
+                ((misfit + noise.rows * noise.scale) / dof.max(f64::MIN_POSITIVE)).max(noise.floor);
+            let log_det: f64 = lambda.iter().map(|l| (l / alpha).ln_1p()).sum();
+            (neg2_log_evidence(data.informative, s, log_det, misfit), s)
+        };
+        let largest = lambda.iter().fold(0.0_f64, |a, l| a.max(*l));
+        if largest <= 0.0 || largest.is_nan() || dof <= 0.0 {
+            let (objective, s) = profile(0.0);
+            return (objective, 0.0, s, 0.0);
+        }
+        // A coarse grid over 52 e-folds around the data's scale, then golden-section search in
+        // the bracket around the best grid point.
+        let centre = largest.ln();
+        let grid: Vec<f64> = (0..=104).map(|i| centre - 40.0 + 0.5 * i as f64).collect();
+        let values: Vec<f64> = grid.iter().map(|&a| profile(a).0).collect();
+        let best = (0..grid.len())
+            .min_by(|&a, &b| values[a].total_cmp(&values[b]))
+            .unwrap_or(0);
+        let (mut lo, mut hi) = (
+            grid[best.saturating_sub(1)],
+            grid[(best + 1).min(grid.len() - 1)],
+        );
+        let ratio = (5f64.sqrt() - 1.0) / 2.0;
+        let mut x1 = hi - ratio * (hi - lo);
+        let mut x2 = lo + ratio * (hi - lo);
+        let (mut f1, mut f2) = (profile(x1).0, profile(x2).0);
+        for _ in 0..60 {
+            if f1 < f2 {
+                hi = x2;
+                x2 = x1;
+                f2 = f1;
+                x1 = hi - ratio * (hi - lo);
+                f1 = profile(x1).0;
+            } else {
+                lo = x1;
+                x1 = x2;
+                f1 = f2;
+                x2 = lo + ratio * (hi - lo);
+                f2 = profile(x2).0;
+            }
+        }
+        let candidate = if f1 < f2 { x1 } else { x2 };
+        let log_alpha = if profile(candidate).0 <= values[best] {
+            candidate
+        } else {
+            grid[best]
+        };
+        let (objective, s) = profile(log_alpha);
+        let alpha = log_alpha.exp();
+        let gamma = lambda.iter().map(|l| l / (l + alpha)).sum();
+        (objective, s / alpha, s, gamma)
     }
 }

@@ -6,13 +6,15 @@ use super::evidence::OutputData;
 use super::posterior::OutputPosterior;
 use super::{EstimatorError, NoisePrior};
 
-/// Conditions the posterior on a new batch with `v` and `s` held fixed: the current posterior is
-/// the prior for the batch, and with `λ` the forgetting weight of the old data (1 without
-/// forgetting)
+/// Conditions the posterior on a new batch with the prior and `s` held fixed: the current
+/// posterior is the prior for the batch, and with `λ` the forgetting weight of the old data (1
+/// without forgetting)
 ///
 /// ```text
-/// Σ′⁻¹ = D⁻¹ + λA + G′_JJ / s,    Σ′⁻¹ μ′ = λc + b′_J / s.
+/// Σ′⁻¹ = S⁻¹ + λA + G′_JJ / s,    Σ′⁻¹ μ′ = λc + b′_J / s
 /// ```
+///
+/// (`S⁻¹` is 0 for a flat intercept).
 ///
 /// With `λ = 1` this is exactly `Σ′ = (Σ⁻¹ + G′/s)⁻¹`, `μ′ = Σ′(Σ⁻¹μ + b′/s)`, and a sequence
 /// of such steps equals one step on the batches' summed statistics.
@@ -34,8 +36,9 @@ pub fn condition(
         .zip(active)
         .map(|(c, &j)| forgetting_weight * c + batch.b[j] * inv_s)
         .collect();
-    OutputPosterior::from_natural(
-        posterior.prior_variance().to_vec(),
+    OutputPosterior::with_factor(
+        posterior.prior().clone(),
+        posterior.factor().clone(),
         posterior.noise_variance(),
         a,
         c,
@@ -50,7 +53,8 @@ pub fn condition(
 /// s′ = RSS′ / N′,  RSS′ = μ′ᵀG′μ′ − 2μ′ᵀb′ + q′,    s ← (1 − r) s + r s′,  r = N′ / (λN + N′),
 /// ```
 ///
-/// where `N` is the (weighted) number of rows behind the posterior. `s′` is a mean, not the
+/// where `N` is the (weighted) number of informative rows behind the posterior and `N′` the
+/// batch's (every row, for an output that is never 0; see [`super::FitOptions`]). `s′` is a mean, not the
 /// residual sum the authors' code uses, which inflates σ² by orders of magnitude. The result is
 /// kept above the prior's floor.
 pub fn one_step(
@@ -64,9 +68,13 @@ pub fn one_step(
     if batch.n <= 0.0 {
         return Ok(updated);
     }
+    if batch.informative <= 0.0 {
+        // The batch never uses this output: it says nothing about its noise.
+        return Ok(updated);
+    }
     let rss = residual_sum_of_squares(updated.mean(), batch);
-    let batch_mse = rss / batch.n;
-    let r = batch.n / (forgetting_weight * rows_before + batch.n);
+    let batch_mse = rss / batch.informative;
+    let r = batch.informative / (forgetting_weight * rows_before + batch.informative);
     let s = ((1.0 - r) * posterior.noise_variance() + r * batch_mse).max(noise.floor);
     if !s.is_finite() {
         return Err(EstimatorError::NonFinite("noise variance"));

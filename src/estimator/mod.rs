@@ -14,6 +14,7 @@ pub mod incremental;
 pub mod model;
 pub mod posterior;
 pub mod predictor;
+pub mod prior;
 pub mod recipe;
 pub mod statistics;
 
@@ -22,10 +23,11 @@ pub use codec::DecodeError;
 pub use model::{Forgetting, ModelConfig, ModelState, OutputState, Predictions, UpdateMethod};
 pub use posterior::OutputPosterior;
 pub use predictor::Predictor;
+pub use prior::{FittedFamily, Prior, PriorFamily};
 pub use statistics::BatchStatistics;
 
 /// Errors of the estimator. Each names what was wrong so the caller can report it.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq)]
 pub enum EstimatorError {
     #[error("wrong number of {what}: expected {expected}, found {found}")]
     Dimension {
@@ -50,22 +52,38 @@ pub const DEFAULT_NOISE_FLOOR: f64 = 1e-10;
 
 /// Numerical settings of the evidence approximation and of the noise model.
 ///
-/// # Why an output needs informative rows and a noise prior
+/// # Why an output needs informative rows
 ///
 /// On the dyeing data a dye used in one or two rows of the first batch is an output that is
 /// exactly 0 in all other rows. Plain Algorithm 2 then fits those rows exactly with a few large
 /// coefficients, drives σ² to its floor and believes itself: we saw a prediction of −836,336
 /// with a predicted standard deviation of 0.28 where the truth was 2.5. Two rows cannot
 /// determine a regression on 126 basis functions, and no evidence maximisation can know that
-/// from the data alone. So mordant keeps the method and adds two weak, documented assumptions:
+/// from the data alone. So an output counts as **untrained** until at least
+/// [`Self::min_informative_rows`] rows in which it is non-zero have been seen. An untrained
+/// output predicts 0 (the concentration of a dye that is not in the recipe) with the variance
+/// of its non-zero values, and is fitted by Algorithm 2 on its accumulated statistics as soon as
+/// it has enough rows.
 ///
-/// * an output counts as **untrained** until at least [`Self::min_informative_rows`] rows in
-///   which it is non-zero have been seen. An untrained output predicts 0 (the concentration of
-///   a dye that is not in the recipe) with the variance of its non-zero values, and is fitted
-///   by Algorithm 2 on its accumulated statistics as soon as it has enough rows;
-/// * the noise variance has a weakly informative inverse-gamma prior tied to the output's own
-///   scale (see [`NoisePrior`]) and a floor at a small fraction of that scale, so σ² cannot
-///   collapse to round-off because the zeros of an unused dye are easy to fit.
+/// # Informative rows and the noise variance
+///
+/// A dye that is used in 3 of 1,500 rows is exactly 0 in the other 1,497, which any model fits
+/// at no cost. Counted as evidence about the noise, those rows drive σ² towards 0 (the noise of
+/// the rows where the dye is used is divided by 500) and with it all shrinkage, so a fit on 3
+/// informative rows extrapolates wildly. mordant counts as evidence about the noise only the
+/// **informative rows** `N_inf`, those in which the output is not 0 (all rows for a dense
+/// output, so nothing changes there): the likelihood is tempered by `N_inf / N`, which gives
+/// MacKay's noise update `s = RSS / (N_inf − γ)` and the same count in the evidence of ridge and
+/// smooth priors and in Algorithm 3's noise step. σ² is then the noise of a concentration where
+/// the dye is used.
+///
+/// # The noise prior
+///
+/// σ² has a weak inverse-gamma prior ([`NoisePrior`]) in the units of the output's own
+/// *variance* about its mean, never of its level: a dense output measured to ±0.2 around 3.5
+/// gets σ from its residuals, not from 3.5. Its `ν₀` pseudo-rows weigh less with every row
+/// seen. The floor `s_min` is a tiny fraction of that variance (an output that has only ever
+/// been constant gets the absolute floor), so it keeps σ² positive and never binds otherwise.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FitOptions {
     /// Stop Algorithm 2 when the largest relative change of `v` and `s` is below this.
@@ -74,16 +92,21 @@ pub struct FitOptions {
     pub max_iter: usize,
     /// Prune basis function `j` (`v_j ← 0` for good) when `γ_j` falls below this.
     pub prune_gamma: f64,
-    /// Absolute floor `s_min` of the noise variance.
+    /// Floor `s_min` of the noise variance, as a fraction of the output's variance (and the
+    /// absolute floor of an output without variance).
     pub noise_floor: f64,
-    /// Floor of the noise variance as a fraction of the output's scale `s₀`.
-    pub noise_floor_fraction: f64,
     /// Pseudo-rows `ν₀` of the inverse-gamma prior on the noise variance (0 turns it off).
     pub noise_prior_rows: f64,
-    /// Prior noise variance as a fraction of the output's scale `s₀`.
+    /// Prior noise variance as a fraction of the output's variance.
     pub noise_prior_fraction: f64,
     /// Non-zero rows an output needs before it is fitted (0 fits every output at once).
     pub min_informative_rows: f64,
+    /// Whether the intercept has a flat prior (never shrunk, never pruned). The paper shrinks it
+    /// like any coefficient.
+    pub flat_intercept: bool,
+    /// Whether predictions integrate σ² over its posterior (Student-t predictive, see
+    /// [`model::Predictive`]) instead of plugging in its estimate.
+    pub student: bool,
 }
 
 impl Default for FitOptions {
@@ -93,23 +116,25 @@ impl Default for FitOptions {
             max_iter: 100,
             prune_gamma: 1e-6,
             noise_floor: DEFAULT_NOISE_FLOOR,
-            noise_floor_fraction: 1e-2,
             noise_prior_rows: 2.0,
-            noise_prior_fraction: 1e-2,
+            noise_prior_fraction: 1e-4,
             min_informative_rows: 5.0,
+            flat_intercept: true,
+            student: true,
         }
     }
 }
 
 impl FitOptions {
-    /// Algorithm 2 and 3 exactly as published: no noise prior, no scale floor, every output
-    /// fitted at once.
+    /// Algorithm 2 and 3 exactly as published: no noise prior, the intercept shrunk like any
+    /// coefficient, every output fitted at once, σ² plugged in.
     pub fn plain() -> Self {
         Self {
-            noise_floor_fraction: 0.0,
             noise_prior_rows: 0.0,
             noise_prior_fraction: 0.0,
             min_informative_rows: 0.0,
+            flat_intercept: false,
+            student: false,
             ..Self::default()
         }
     }
@@ -117,9 +142,9 @@ impl FitOptions {
 
 /// An inverse-gamma prior on one output's noise variance, `s ~ IG(ν₀/2, ν₀ s_p/2)`, whose mode
 /// given `RSS` on `dof` residual degrees of freedom is `(RSS + ν₀ s_p)/(dof + ν₀)`: `ν₀`
-/// pseudo-rows with mean squared error `s_p`. `s_p` is a fraction of the output's scale
-/// `s₀ = q / nonzero`, the mean square of its non-zero values, so the prior speaks in the
-/// output's own units and means "the noise is a few percent of a typical concentration".
+/// pseudo-rows with mean squared error `s_p`. `s_p` is a fraction of the output's variance
+/// about its mean (`q_c / N`, its mean square without an intercept), so the prior speaks in the
+/// output's own units and is indifferent to its level.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NoisePrior {
     /// `ν₀`.
@@ -131,15 +156,23 @@ pub struct NoisePrior {
 }
 
 impl NoisePrior {
-    /// The prior for output `k` of the statistics `stats`.
-    pub fn for_output(stats: &BatchStatistics, k: usize, options: &FitOptions) -> Self {
-        let scale = stats.nonzero_mean_square(k);
+    /// The prior for output `k` of the statistics `stats`, centred by `intercept` (the index of
+    /// the constant basis function) when the model has one.
+    pub fn for_output(
+        stats: &BatchStatistics,
+        k: usize,
+        intercept: Option<usize>,
+        options: &FitOptions,
+    ) -> Self {
+        let variance = stats.output_variance(k, intercept);
         Self {
             rows: options.noise_prior_rows,
-            scale: options.noise_prior_fraction * scale,
-            floor: options
-                .noise_floor
-                .max(options.noise_floor_fraction * scale),
+            scale: options.noise_prior_fraction * variance,
+            floor: if variance > 0.0 {
+                options.noise_floor * variance
+            } else {
+                options.noise_floor
+            },
         }
     }
 }

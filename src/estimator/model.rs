@@ -3,12 +3,12 @@
 use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
-use super::evidence::evidence;
+use super::evidence::{SharedScale, evidence};
 use super::incremental::one_step;
 use super::posterior::OutputPosterior;
 use super::predictor::Predictor;
 use super::statistics::{BatchStatistics, check_shape};
-use super::{Basis, EstimatorError, FitOptions, NoisePrior};
+use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
 
 /// How a model learns from a batch after its first fit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,8 +40,10 @@ pub struct ModelConfig {
     pub outputs: usize,
     pub update: UpdateMethod,
     pub forgetting: Option<Forgetting>,
-    /// Starting prior variance of every basis function in Algorithm 2.
+    /// Starting prior variance of every basis function in Algorithm 2 (ARD).
     pub prior_variance: f64,
+    /// The prior family of the weights (see [`super::prior`]).
+    pub prior: PriorFamily,
     pub options: FitOptions,
 }
 
@@ -53,7 +55,27 @@ impl ModelConfig {
             update: UpdateMethod::OneStep,
             forgetting: None,
             prior_variance: 1.0,
+            prior: PriorFamily::default(),
             options: FitOptions::default(),
+        }
+    }
+
+    /// The index of the intercept when it has a flat prior.
+    fn flat_intercept(&self) -> Option<usize> {
+        (self.basis.intercept && self.options.flat_intercept).then_some(self.basis.features)
+    }
+
+    /// The constant basis function, if any.
+    fn intercept(&self) -> Option<usize> {
+        self.basis.intercept.then_some(self.basis.features)
+    }
+
+    /// Bands of a declared spectrum (the smooth prior's axis); 0 without one.
+    fn bands(&self) -> usize {
+        if self.basis.declared {
+            self.basis.spectral
+        } else {
+            0
         }
     }
 
@@ -78,6 +100,35 @@ impl OutputState {
     }
 }
 
+/// How a prediction treats the noise variance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Predictive {
+    /// `variance = s + φᵀΣφ`: σ² plugged in (the paper's, and every state stored before the
+    /// prior families).
+    Plugin,
+    /// σ² integrated over its posterior: with `ν = N_c − γ` residual degrees of freedom (`N_c`
+    /// the rows less the flat intercept's one, `γ` the weights the data determine) the
+    /// predictive is a Student-t of scale² `s + φᵀΣφ`, whose variance is
+    /// `ν/(ν − 2) · (s + φᵀΣφ)` (ν taken as at least 3). It matters when few rows determine many
+    /// weights: with 20 rows and γ = 15 the plug-in variance is 40 % too small.
+    #[default]
+    Student,
+}
+
+impl Predictive {
+    /// `ν/(ν − 2)` for `rows` rows (weighted), `flat` flat parameters and `gamma` determined
+    /// weights, or 1 for [`Predictive::Plugin`].
+    pub fn inflation(self, rows: f64, flat: usize, gamma: f64) -> f64 {
+        match self {
+            Predictive::Plugin => 1.0,
+            Predictive::Student => {
+                let nu = (rows - flat as f64 - gamma).max(3.0);
+                nu / (nu - 2.0)
+            }
+        }
+    }
+}
+
 /// Predicted means and variances, rows × outputs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Predictions {
@@ -92,6 +143,7 @@ pub struct ModelState {
     basis: Basis,
     totals: BatchStatistics,
     outputs: Vec<OutputState>,
+    predictive: Predictive,
 }
 
 impl ModelState {
@@ -99,24 +151,43 @@ impl ModelState {
         basis: Basis,
         totals: BatchStatistics,
         outputs: Vec<OutputState>,
+        predictive: Predictive,
     ) -> Result<Self, EstimatorError> {
         check_shape(totals.dim(), outputs.len(), basis.dim(), totals.outputs())?;
+        for output in &outputs {
+            if let Some(post) = output.posterior()
+                && post.dim() != basis.dim()
+            {
+                return Err(EstimatorError::Dimension {
+                    what: "posterior basis functions",
+                    expected: basis.dim(),
+                    found: post.dim(),
+                });
+            }
+        }
         Ok(Self {
             basis,
             totals,
             outputs,
+            predictive,
         })
+    }
+
+    /// How predictions treat σ².
+    pub fn predictive(&self) -> Predictive {
+        self.predictive
     }
 
     /// The first fit: Algorithm 2 from `v = prior_variance`, `s = q/N` on every output that has
     /// enough informative rows.
     pub fn fit(config: &ModelConfig, stats: BatchStatistics) -> Result<Self, EstimatorError> {
         check_config(config, &stats)?;
+        let fitter = Fitter::new(config, &stats);
         let outputs = (0..config.outputs)
             .into_par_iter()
-            .map(|k| fit_output(config, &stats, k, None))
+            .map(|k| fitter.fit_output(k, None))
             .collect::<Result<Vec<_>, _>>()?;
-        Self::from_parts(config.basis, stats, outputs)
+        Self::from_parts(config.basis, stats, outputs, predictive(config))
     }
 
     /// Learns one more batch with the model's update method (and forgetting, if any).
@@ -127,12 +198,13 @@ impl ModelState {
     ) -> Result<Self, EstimatorError> {
         check_config(config, batch)?;
         let weight = config.forgetting_weight(batch.rows());
-        let rows_before = self.totals.rows();
+        let informative_before = self.totals.nonzero().to_vec();
         let mut totals = self.totals.clone();
         if weight != 1.0 {
             totals.scale(weight);
         }
         totals.add(batch)?;
+        let fitter = Fitter::new(config, &totals);
         let outputs = self
             .outputs
             .par_iter()
@@ -141,28 +213,32 @@ impl ModelState {
                 (OutputState::Trained(post), UpdateMethod::OneStep) => {
                     let noise = noise_prior(config, &totals, k);
                     let data = batch.output(k);
-                    one_step(post, rows_before, data, weight, noise)
+                    one_step(post, informative_before[k], data, weight, noise)
                         .map(|p| OutputState::Trained(Box::new(p)))
                 }
                 (OutputState::Trained(post), UpdateMethod::Refit) => {
-                    fit_output(config, &totals, k, Some(post))
+                    fitter.fit_output(k, Some(post))
                 }
-                (OutputState::Untrained, _) => fit_output(config, &totals, k, None),
+                (OutputState::Untrained, _) => fitter.fit_output(k, None),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Self::from_parts(self.basis, totals, outputs)
+        Self::from_parts(self.basis, totals, outputs, self.predictive)
     }
 
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`.
+    ///
+    /// A state stored before the prior families (an ARD prior with a shrunk intercept) moves to
+    /// the model's prior family here: its refit starts afresh under that family.
     pub fn refit(&self, config: &ModelConfig) -> Result<Self, EstimatorError> {
         check_config(config, &self.totals)?;
+        let fitter = Fitter::new(config, &self.totals);
         let outputs = self
             .outputs
             .par_iter()
             .enumerate()
-            .map(|(k, output)| fit_output(config, &self.totals, k, output.posterior()))
+            .map(|(k, output)| fitter.fit_output(k, output.posterior()))
             .collect::<Result<Vec<_>, _>>()?;
-        Self::from_parts(self.basis, self.totals.clone(), outputs)
+        Self::from_parts(self.basis, self.totals.clone(), outputs, predictive(config))
     }
 
     pub fn basis(&self) -> &Basis {
@@ -244,33 +320,90 @@ fn check_config(config: &ModelConfig, stats: &BatchStatistics) -> Result<(), Est
 }
 
 fn noise_prior(config: &ModelConfig, stats: &BatchStatistics, k: usize) -> NoisePrior {
-    NoisePrior::for_output(stats, k, &config.options)
+    NoisePrior::for_output(stats, k, config.intercept(), &config.options)
 }
 
-/// Algorithm 2 for output `k` on `stats`, from `warm` or from the prior, if the output has
-/// enough informative rows.
-fn fit_output(
-    config: &ModelConfig,
-    stats: &BatchStatistics,
-    k: usize,
-    warm: Option<&OutputPosterior>,
-) -> Result<OutputState, EstimatorError> {
-    if warm.is_none() && stats.nonzero()[k] < config.options.min_informative_rows {
-        return Ok(OutputState::Untrained);
+fn predictive(config: &ModelConfig) -> Predictive {
+    if config.options.student {
+        Predictive::Student
+    } else {
+        Predictive::Plugin
     }
-    let data = stats.output(k);
-    let (v, s) = match warm {
-        Some(post) => (post.prior_variance().to_vec(), post.noise_variance()),
-        None => (
-            vec![config.prior_variance; stats.dim()],
-            if data.q > 0.0 && data.n > 0.0 {
-                data.q / data.n
-            } else {
-                1.0
-            },
-        ),
-    };
-    let noise = noise_prior(config, stats, k);
-    let fit = evidence(data, v, s, noise, &config.options)?;
-    Ok(OutputState::Trained(Box::new(fit.posterior)))
+}
+
+/// Fits outputs of one model on the same statistics: ARD one output at a time; ridge and smooth
+/// with the eigendecompositions of their prior shapes shared by every output (prepared at the
+/// first output that needs them).
+struct Fitter<'a> {
+    config: &'a ModelConfig,
+    stats: &'a BatchStatistics,
+    shared: std::sync::OnceLock<Result<SharedScale, EstimatorError>>,
+}
+
+impl<'a> Fitter<'a> {
+    fn new(config: &'a ModelConfig, stats: &'a BatchStatistics) -> Self {
+        Self {
+            config,
+            stats,
+            shared: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Algorithm 2 for output `k`, if it has enough informative rows: ARD from `warm` (an ARD
+    /// posterior of the same kind) or from the prior; the other families afresh. Under
+    /// [`PriorFamily::Auto`] the family with the larger evidence times Occam factor
+    /// ([`super::evidence::EvidenceFit::family_score`]) wins.
+    fn fit_output(
+        &self,
+        k: usize,
+        warm: Option<&OutputPosterior>,
+    ) -> Result<OutputState, EstimatorError> {
+        let (config, stats) = (self.config, self.stats);
+        if warm.is_none() && stats.nonzero()[k] < config.options.min_informative_rows {
+            return Ok(OutputState::Untrained);
+        }
+        let data = stats.output(k);
+        let noise = noise_prior(config, stats, k);
+        let flat = config.flat_intercept();
+        let shared_fit = if config.prior == PriorFamily::Ard {
+            None
+        } else {
+            let shared = self.shared.get_or_init(|| {
+                SharedScale::prepare(config.prior, config.bands(), stats.g(), stats.rows(), flat)
+            });
+            Some(shared.as_ref().map_err(Clone::clone)?.fit(data, noise)?)
+        };
+        // Auto weighs ARD against ridge only without a declared spectrum: one variance per band
+        // is what the smooth prior exists to avoid.
+        let with_ard = match config.prior {
+            PriorFamily::Ard => true,
+            PriorFamily::Auto => config.bands() == 0,
+            PriorFamily::Ridge | PriorFamily::Smooth => false,
+        };
+        if !with_ard {
+            let fit = shared_fit.ok_or(EstimatorError::Untrained)?;
+            return Ok(OutputState::Trained(Box::new(fit.posterior)));
+        }
+        // Warm start only from an ARD posterior with the same intercept prior.
+        let warm = warm.filter(|post| {
+            post.prior().family == super::FittedFamily::Ard && post.prior().flat() == flat
+        });
+        let (v, s) = match warm {
+            Some(post) => (post.prior_variance().to_vec(), post.noise_variance()),
+            None => {
+                let mut v = vec![config.prior_variance; stats.dim()];
+                if let Some(f) = flat {
+                    v[f] = f64::INFINITY;
+                }
+                let variance = stats.output_variance(k, config.intercept());
+                (v, if variance > 0.0 { variance } else { 1.0 })
+            }
+        };
+        let fit = evidence(data, v, s, noise, &config.options)?;
+        let fit = match shared_fit {
+            Some(shared) if shared.family_score() < fit.family_score() => shared,
+            _ => fit,
+        };
+        Ok(OutputState::Trained(Box::new(fit.posterior)))
+    }
 }

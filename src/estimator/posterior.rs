@@ -7,50 +7,87 @@ use faer::linalg::triangular_solve::{
 use faer::{Accum, Mat, MatRef, Par};
 
 use super::EstimatorError;
+use super::prior::{Factor, Prior};
 use super::statistics::mirror_lower;
 
-/// The posterior `N(μ, Σ)` of one output's weights `w` for fixed hyperparameters: prior
-/// variances `v` (ARD, `v_j = 0` means basis function `j` is pruned) and noise variance `s`.
+/// The posterior `N(μ, Σ)` of one output's weights `w` for a fixed prior (see [`Prior`]: prior
+/// variances `v`, `∞` for the flat intercept, `0` for pruned basis functions, and the factor
+/// `R` with `S_WW = R Rᵀ` over the weighted set `W`) and noise variance `s`.
 ///
-/// It is stored in natural form on the active set `J = {j : v_j > 0}`:
+/// It is stored in natural form on the support `J = {j : v_j > 0}` (the weighted set and the
+/// flat intercept `f`, if any):
 ///
 /// * `A = Σ_b λ_b G_b,JJ / s_b`, the data part of the posterior precision,
 /// * `c = Σ_b λ_b b_b,J / s_b`, the precision-weighted mean,
 ///
 /// summed over the batches `b` seen, each with the noise variance `s_b` current when it was
-/// folded and its forgetting weight `λ_b`. Then, with `D = diag(v_J)`,
+/// folded and its forgetting weight `λ_b`. The flat intercept has no prior precision, so it is
+/// eliminated exactly (its Schur complement), which is centring by the weighted means
+/// `m̄ = a_f / A_ff` (`a_f` the intercept's column of `A` on `W`):
 ///
 /// ```text
-/// Σ⁻¹ = D⁻¹ + A,    M = I + D^½ A D^½ = L Lᵀ,    Σ = D^½ M⁻¹ D^½,    μ = Σ c.
+/// A_c = A_WW − a_f a_fᵀ / A_ff,       c_c = c_W − a_f c_f / A_ff,
+/// M = I + Rᵀ A_c R = L Lᵀ,            Σ_WW = R M⁻¹ Rᵀ,       μ_W = Σ_WW c_c,
+/// μ_f = (c_f − a_fᵀ μ_W) / A_ff,      Σ_fW = −m̄ᵀ Σ_WW,      Σ_ff = 1/A_ff + m̄ᵀ Σ_WW m̄.
 /// ```
 ///
-/// `M` is symmetric positive definite with every eigenvalue ≥ 1, so its Cholesky factor `L`
-/// exists even when some `v_j` are tiny (where `D⁻¹ + A` itself would be hopelessly
-/// ill-conditioned). One Bayesian step on a new batch only adds to `A` and `c` (Algorithm 3),
-/// and Algorithm 2 starts each iteration from `A = G/s, c = b/s`.
+/// Without a flat intercept `A_c = A_WW`, `c_c = c_W`. `M` is symmetric positive definite with
+/// every eigenvalue ≥ 1, so its Cholesky factor `L` exists even when some prior variances are
+/// tiny (where `S⁻¹ + A` itself would be hopelessly ill-conditioned). One Bayesian step on a new
+/// batch only adds to `A` and `c` (Algorithm 3), and Algorithm 2 starts each iteration from
+/// `A = G/s, c = b/s`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutputPosterior {
-    prior_variance: Vec<f64>,
+    prior: Prior,
     noise_variance: f64,
-    active: Vec<usize>,
+    support: Vec<usize>,
     precision_data: Mat<f64>,
     natural_mean: Vec<f64>,
     // Derived from the fields above by `Self::from_natural`.
+    factor: Factor,
+    weighted: Vec<usize>,
+    flat: Option<Flat>,
     chol: Mat<f64>,
     mean: Vec<f64>,
 }
 
+/// The flat intercept's part of the posterior.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flat {
+    /// Its basis function.
+    pub index: usize,
+    /// `1 / A_ff`, the variance of the intercept at `φ_W = m̄`.
+    pub variance: f64,
+    /// `m̄ = a_f / A_ff` over the weighted set: the (noise-weighted) mean of the basis functions.
+    pub centre: Vec<f64>,
+}
+
 impl OutputPosterior {
-    /// The posterior for prior variances `v` (length p) and noise variance `s` given natural
-    /// parameters `A` (|J| × |J|, symmetric) and `c` (|J|) on the active set of `v`.
+    /// The posterior for `prior` (a [`Prior`], or prior variances `v` of length p for an ARD
+    /// prior) and noise variance `s` given natural parameters `A` (|J| × |J|, symmetric) and
+    /// `c` (|J|) on the support of the prior.
     pub fn from_natural(
-        prior_variance: Vec<f64>,
+        prior: impl Into<Prior>,
         noise_variance: f64,
         precision_data: Mat<f64>,
         natural_mean: Vec<f64>,
     ) -> Result<Self, EstimatorError> {
-        let active: Vec<usize> = active_set(&prior_variance);
-        let n = active.len();
+        let prior = prior.into();
+        let factor = prior.factor()?;
+        Self::with_factor(prior, factor, noise_variance, precision_data, natural_mean)
+    }
+
+    /// [`Self::from_natural`] with the prior's factor already computed.
+    pub(crate) fn with_factor(
+        prior: Prior,
+        factor: Factor,
+        noise_variance: f64,
+        precision_data: Mat<f64>,
+        natural_mean: Vec<f64>,
+    ) -> Result<Self, EstimatorError> {
+        prior.validate()?;
+        let support = active_set(&prior.variance);
+        let n = support.len();
         if precision_data.nrows() != n || precision_data.ncols() != n || natural_mean.len() != n {
             return Err(EstimatorError::Dimension {
                 what: "active basis functions",
@@ -61,55 +98,137 @@ impl OutputPosterior {
         if !(noise_variance.is_finite() && noise_variance > 0.0) {
             return Err(EstimatorError::NonFinite("noise variance"));
         }
-        let sqrt_v: Vec<f64> = active.iter().map(|&j| prior_variance[j].sqrt()).collect();
-        let chol = scaled_precision_factor(&sqrt_v, precision_data.as_ref(), None, 1.0)?;
-        // μ_J = D^½ M⁻¹ D^½ c = D^½ L⁻ᵀ L⁻¹ (D^½ c)
-        let mut t = Mat::from_fn(n, 1, |i, _| sqrt_v[i] * natural_mean[i]);
+        let weighted = prior.weighted();
+        if factor.rows() != weighted.len() {
+            return Err(EstimatorError::Dimension {
+                what: "prior factor rows",
+                expected: weighted.len(),
+                found: factor.rows(),
+            });
+        }
+        // Positions in the support.
+        let pos = |j: usize| support.binary_search(&j).unwrap_or(usize::MAX);
+        let w_pos: Vec<usize> = weighted.iter().map(|&j| pos(j)).collect();
+        let (a_c, c_c, flat) = match prior.flat() {
+            None => (
+                Mat::from_fn(n, n, |i, k| precision_data[(w_pos[i], w_pos[k])]),
+                w_pos.iter().map(|&i| natural_mean[i]).collect::<Vec<_>>(),
+                None,
+            ),
+            Some(f) => {
+                let fp = pos(f);
+                let a_ff = precision_data[(fp, fp)];
+                if !(a_ff > 0.0 && a_ff.is_finite()) {
+                    return Err(EstimatorError::NotPositiveDefinite);
+                }
+                let a_f: Vec<f64> = w_pos.iter().map(|&i| precision_data[(i, fp)]).collect();
+                let centre: Vec<f64> = a_f.iter().map(|a| a / a_ff).collect();
+                let a_c = Mat::from_fn(w_pos.len(), w_pos.len(), |i, k| {
+                    precision_data[(w_pos[i], w_pos[k])] - a_f[i] * centre[k]
+                });
+                let c_f = natural_mean[fp];
+                let c_c = w_pos
+                    .iter()
+                    .zip(&centre)
+                    .map(|(&i, m)| natural_mean[i] - m * c_f)
+                    .collect();
+                (
+                    a_c,
+                    c_c,
+                    Some(Flat {
+                        index: f,
+                        variance: 1.0 / a_ff,
+                        centre,
+                    }),
+                )
+            }
+        };
+        let mut m = factor.congruence(a_c.as_ref());
+        for i in 0..m.nrows() {
+            m[(i, i)] += 1.0;
+        }
+        let chol = cholesky_lower(m)?;
+        // μ_W = R L⁻ᵀ L⁻¹ Rᵀ c_c
+        let mut t = Mat::zeros(chol.nrows(), 1);
+        for (i, v) in factor.t_mul(&c_c).into_iter().enumerate() {
+            t[(i, 0)] = v;
+        }
         solve_lower_triangular_in_place(chol.as_ref(), t.as_mut(), Par::Seq);
         solve_upper_triangular_in_place(chol.transpose(), t.as_mut(), Par::Seq);
-        let mut mean = vec![0.0; prior_variance.len()];
-        for (i, &j) in active.iter().enumerate() {
-            mean[j] = sqrt_v[i] * t[(i, 0)];
+        let u: Vec<f64> = (0..t.nrows()).map(|i| t[(i, 0)]).collect();
+        let mu_w = factor.mul(&u);
+        let mut mean = vec![0.0; prior.dim()];
+        for (&j, m) in weighted.iter().zip(&mu_w) {
+            mean[j] = *m;
+        }
+        if let Some(flat) = &flat {
+            let fp = pos(flat.index);
+            let cross: f64 = w_pos
+                .iter()
+                .zip(&mu_w)
+                .map(|(&i, m)| precision_data[(i, fp)] * m)
+                .sum();
+            mean[flat.index] = (natural_mean[fp] - cross) * flat.variance;
         }
         if mean.iter().any(|v| !v.is_finite()) {
             return Err(EstimatorError::NonFinite("posterior mean"));
         }
         Ok(Self {
-            prior_variance,
+            prior,
             noise_variance,
-            active,
+            support,
             precision_data,
             natural_mean,
+            factor,
+            weighted,
+            flat,
             chol,
             mean,
         })
     }
 
-    /// The posterior of `v`, `s` given statistics `G`, `b` of all rows seen:
+    /// The posterior of `prior`, `s` given statistics `G`, `b` of all rows seen:
     /// `A = G_JJ / s`, `c = b_J / s`.
     pub fn from_statistics(
-        prior_variance: Vec<f64>,
+        prior: impl Into<Prior>,
         noise_variance: f64,
         g: MatRef<'_, f64>,
         b: &[f64],
     ) -> Result<Self, EstimatorError> {
-        let active = active_set(&prior_variance);
+        let prior = prior.into();
+        let factor = prior.factor()?;
+        Self::from_statistics_with_factor(prior, factor, noise_variance, g, b)
+    }
+
+    pub(crate) fn from_statistics_with_factor(
+        prior: Prior,
+        factor: Factor,
+        noise_variance: f64,
+        g: MatRef<'_, f64>,
+        b: &[f64],
+    ) -> Result<Self, EstimatorError> {
+        let support = active_set(&prior.variance);
         let inv_s = 1.0 / noise_variance;
-        let a = Mat::from_fn(active.len(), active.len(), |i, j| {
-            g[(active[i], active[j])] * inv_s
+        let a = Mat::from_fn(support.len(), support.len(), |i, j| {
+            g[(support[i], support[j])] * inv_s
         });
-        let c = active.iter().map(|&j| b[j] * inv_s).collect();
-        Self::from_natural(prior_variance, noise_variance, a, c)
+        let c = support.iter().map(|&j| b[j] * inv_s).collect();
+        Self::with_factor(prior, factor, noise_variance, a, c)
     }
 
     /// Number of basis functions `p`.
     pub fn dim(&self) -> usize {
-        self.prior_variance.len()
+        self.prior.dim()
     }
 
-    /// Prior variances `v` (0 for a pruned basis function).
+    /// The prior.
+    pub fn prior(&self) -> &Prior {
+        &self.prior
+    }
+
+    /// Prior variances `v` (0 for a pruned basis function, `∞` for the flat intercept).
     pub fn prior_variance(&self) -> &[f64] {
-        &self.prior_variance
+        &self.prior.variance
     }
 
     /// Noise variance `s = σ²`.
@@ -117,12 +236,23 @@ impl OutputPosterior {
         self.noise_variance
     }
 
-    /// The active set `J`, ascending.
+    /// The support `J = {j : v_j > 0}` (the weighted basis functions and the flat intercept),
+    /// ascending: where `A`, `c` and [`Self::covariance_active`] live.
     pub fn active(&self) -> &[usize] {
-        &self.active
+        &self.support
     }
 
-    /// Posterior mean `μ` (length p, exactly 0 outside `J`).
+    /// The weighted basis functions `W`, ascending.
+    pub fn weighted(&self) -> &[usize] {
+        &self.weighted
+    }
+
+    /// The flat intercept's part, if the prior has one.
+    pub fn flat(&self) -> Option<&Flat> {
+        self.flat.as_ref()
+    }
+
+    /// Posterior mean `μ` (length p, exactly 0 where pruned).
     pub fn mean(&self) -> &[f64] {
         &self.mean
     }
@@ -137,9 +267,24 @@ impl OutputPosterior {
         &self.natural_mean
     }
 
-    /// Lower Cholesky factor `L` of `M = I + D^½ A D^½`.
+    /// Lower Cholesky factor `L` of `M = I + Rᵀ A_c R`.
     pub fn cholesky(&self) -> MatRef<'_, f64> {
         self.chol.as_ref()
+    }
+
+    /// The prior's factor `R` over the weighted set.
+    pub fn factor(&self) -> &Factor {
+        &self.factor
+    }
+
+    /// `γ = r − tr(M⁻¹)`, the number of weighted parameters the data determine (MacKay's
+    /// well-determined parameters), not counting the flat intercept.
+    pub fn effective_parameters(&self) -> f64 {
+        let l_inv = lower_inverse(self.chol.as_ref());
+        let trace: f64 = (0..l_inv.ncols())
+            .map(|j| l_inv.col(j).squared_norm_l2())
+            .sum();
+        (l_inv.nrows() as f64 - trace).max(0.0)
     }
 
     pub(crate) fn with_noise_variance(mut self, noise_variance: f64) -> Self {
@@ -147,18 +292,56 @@ impl OutputPosterior {
         self
     }
 
-    /// `Σ_JJ = D^½ M⁻¹ D^½`, exactly symmetric (|J| × |J|, in the order of [`Self::active`]).
+    /// `F = L⁻¹ Rᵀ` (r × |W|): `Σ_WW = Fᵀ F`.
+    pub fn covariance_factor(&self) -> Mat<f64> {
+        let r = self.factor.to_dense();
+        let mut f = r.transpose().to_owned();
+        solve_lower_triangular_in_place(self.chol.as_ref(), f.as_mut(), Par::Seq);
+        f
+    }
+
+    /// `Σ_JJ` on the support (|J| × |J|, in the order of [`Self::active`]), exactly symmetric.
     pub fn covariance_active(&self) -> Mat<f64> {
-        let m_inv = inverse_from_factor(self.chol.as_ref());
-        let sqrt_v = self.sqrt_prior_variance();
-        let mut sigma = Mat::from_fn(m_inv.nrows(), m_inv.ncols(), |i, j| {
-            if j <= i {
-                sqrt_v[i] * m_inv[(i, j)] * sqrt_v[j]
-            } else {
-                0.0
+        let f = self.covariance_factor();
+        let nw = self.weighted.len();
+        let mut sigma_w = Mat::zeros(nw, nw);
+        triangular::matmul(
+            sigma_w.as_mut(),
+            BlockStructure::TriangularLower,
+            Accum::Replace,
+            f.transpose(),
+            BlockStructure::Rectangular,
+            f.as_ref(),
+            BlockStructure::Rectangular,
+            1.0,
+            Par::Seq,
+        );
+        mirror_lower(sigma_w.as_mut());
+        let pos = |j: usize| self.support.binary_search(&j).unwrap_or(usize::MAX);
+        let n = self.support.len();
+        let mut sigma = Mat::zeros(n, n);
+        for (a, &i) in self.weighted.iter().enumerate() {
+            for (b, &j) in self.weighted.iter().enumerate() {
+                sigma[(pos(i), pos(j))] = sigma_w[(a, b)];
             }
-        });
-        mirror_lower(sigma.as_mut());
+        }
+        if let Some(flat) = &self.flat {
+            let fp = pos(flat.index);
+            // Σ_fW = −m̄ᵀ Σ_WW, Σ_ff = 1/A_ff + m̄ᵀ Σ_WW m̄
+            let cross: Vec<f64> = (0..nw)
+                .map(|b| {
+                    -(0..nw)
+                        .map(|a| flat.centre[a] * sigma_w[(a, b)])
+                        .sum::<f64>()
+                })
+                .collect();
+            let quad: f64 = -(0..nw).map(|b| cross[b] * flat.centre[b]).sum::<f64>();
+            for (b, &j) in self.weighted.iter().enumerate() {
+                sigma[(fp, pos(j))] = cross[b];
+                sigma[(pos(j), fp)] = cross[b];
+            }
+            sigma[(fp, fp)] = flat.variance + quad;
+        }
         sigma
     }
 
@@ -167,40 +350,59 @@ impl OutputPosterior {
         let p = self.dim();
         let mut full = Mat::zeros(p, p);
         let sigma = self.covariance_active();
-        for (a, &i) in self.active.iter().enumerate() {
-            for (b, &j) in self.active.iter().enumerate() {
+        for (a, &i) in self.support.iter().enumerate() {
+            for (b, &j) in self.support.iter().enumerate() {
                 full[(i, j)] = sigma[(a, b)];
             }
         }
         full
     }
 
-    /// `φᵀΣφ = ‖L⁻¹ D^½ φ_J‖²` for one basis vector, non-negative by construction.
+    /// `φᵀΣφ = ‖L⁻¹ Rᵀ (φ_W − φ_f m̄)‖² + φ_f² / A_ff` for one basis vector, non-negative by
+    /// construction.
     pub fn weight_variance(&self, phi: &[f64]) -> f64 {
-        let sqrt_v = self.sqrt_prior_variance();
-        let mut t = Mat::from_fn(self.active.len(), 1, |i, _| sqrt_v[i] * phi[self.active[i]]);
+        let (x, flat_part) = self.centred(phi);
+        let mut t = Mat::zeros(self.chol.nrows(), 1);
+        for (i, v) in self.factor.t_mul(&x).into_iter().enumerate() {
+            t[(i, 0)] = v;
+        }
         solve_lower_triangular_in_place(self.chol.as_ref(), t.as_mut(), Par::Seq);
-        t.col(0).squared_norm_l2()
+        t.col(0).squared_norm_l2() + flat_part
     }
 
-    /// `φᵢᵀΣφᵢ` for every row of a design matrix at once: one triangular solve with all rows
-    /// as right-hand sides, then squared column norms.
+    /// `φᵢᵀΣφᵢ` for every row of a design matrix.
     pub fn weight_variances(&self, phi: MatRef<'_, f64>) -> Vec<f64> {
-        let sqrt_v = self.sqrt_prior_variance();
-        let mut t = Mat::from_fn(self.active.len(), phi.nrows(), |i, r| {
-            sqrt_v[i] * phi[(r, self.active[i])]
-        });
-        solve_lower_triangular_in_place(self.chol.as_ref(), t.as_mut(), Par::Seq);
         (0..phi.nrows())
-            .map(|r| t.col(r).squared_norm_l2())
+            .map(|r| {
+                let row: Vec<f64> = phi.row(r).iter().copied().collect();
+                self.weight_variance(&row)
+            })
             .collect()
     }
 
-    fn sqrt_prior_variance(&self) -> Vec<f64> {
-        self.active
-            .iter()
-            .map(|&j| self.prior_variance[j].sqrt())
-            .collect()
+    /// `(φ_W − φ_f m̄, φ_f² / A_ff)`, or `(φ_W, 0)` without a flat intercept.
+    fn centred(&self, phi: &[f64]) -> (Vec<f64>, f64) {
+        match &self.flat {
+            None => (self.weighted.iter().map(|&j| phi[j]).collect(), 0.0),
+            Some(flat) => {
+                let pf = phi[flat.index];
+                (
+                    self.weighted
+                        .iter()
+                        .zip(&flat.centre)
+                        .map(|(&j, m)| phi[j] - pf * m)
+                        .collect(),
+                    pf * pf * flat.variance,
+                )
+            }
+        }
+    }
+}
+
+impl From<Vec<f64>> for Prior {
+    /// An ARD prior with these variances.
+    fn from(variance: Vec<f64>) -> Self {
+        Prior::diagonal(super::prior::FittedFamily::Ard, variance)
     }
 }
 
@@ -264,26 +466,6 @@ pub(crate) fn cholesky_lower(mut m: Mat<f64>) -> Result<Mat<f64>, EstimatorError
         }
     }
     Ok(m)
-}
-
-/// `M⁻¹ = L⁻ᵀ L⁻¹`, exactly symmetric.
-pub(crate) fn inverse_from_factor(l: MatRef<'_, f64>) -> Mat<f64> {
-    let l_inv = lower_inverse(l);
-    let n = l.nrows();
-    let mut out = Mat::zeros(n, n);
-    triangular::matmul(
-        out.as_mut(),
-        BlockStructure::TriangularLower,
-        Accum::Replace,
-        l_inv.transpose(),
-        BlockStructure::TriangularUpper,
-        l_inv.as_ref(),
-        BlockStructure::TriangularLower,
-        1.0,
-        Par::Seq,
-    );
-    mirror_lower(out.as_mut());
-    out
 }
 
 /// `L⁻¹` of a lower triangular `L`.

@@ -1,31 +1,31 @@
 //! Predictions, with every output's posterior put once into the form a prediction needs.
 //!
-//! For output `k` with active set `J`, prior variances `D = diag(v_J)` and the Cholesky factor
-//! `L` of `M = I + D^½ A D^½` (see [`OutputPosterior`]),
+//! For output `k` with weighted set `W`, prior factor `R`, the Cholesky factor `L` of
+//! `M = I + Rᵀ A_c R` and, with a flat intercept `f`, its centre `m̄` and variance `1/A_ff`
+//! (see [`super::OutputPosterior`]),
 //!
 //! ```text
 //! mean_k     = φᵀμ_k
-//! variance_k = s_k + φᵀΣ_kφ = s_k + φ_Jᵀ D^½ L⁻ᵀ L⁻¹ D^½ φ_J = s_k + ‖R_k φ_J‖²,
-//! R_k        = L⁻¹ D^½   (lower triangular, |J| × |J|).
+//! variance_k = κ_k (s_k + φᵀΣ_kφ) = κ_k (s_k + ‖F_k x‖² + φ_f²/A_ff),
+//! F_k        = L⁻¹ Rᵀ  (r × |W|),      x = φ_W − φ_f m̄   (x = φ_W without a flat intercept),
 //! ```
 //!
-//! `R_k` is formed once per model version, so a prediction is a product and a squared norm,
-//! with no solve. Forming it explicitly is safe: every eigenvalue of `M` is ≥ 1, so
-//! `‖L⁻¹‖ ≤ 1` and the inverse amplifies no rounding error; the variance stays a sum of
-//! squares, never below `s_k`.
+//! with `κ_k = ν/(ν − 2)` under the Student-t predictive and 1 under the plug-in one
+//! ([`super::model::Predictive`]). `F_k` is formed once per model version, so a prediction is a
+//! product and a squared norm, with no solve. Forming it explicitly is safe: every eigenvalue of
+//! `M` is ≥ 1, so `‖L⁻¹‖ ≤ 1` and the inverse amplifies no rounding error; the variance stays a
+//! sum of squares, never below `s_k`.
 //!
 //! A handful of rows (a colour-matching front end asks for one) are computed row by row with
 //! plain loops; more rows go through `faer`'s blocked products. The two differ only in the
 //! order of their additions, and a given request always takes the same one.
 
 use faer::linalg::matmul::matmul;
-use faer::linalg::matmul::triangular::{self, BlockStructure};
 use faer::{Accum, Mat, MatRef, Par};
 
 use super::EstimatorError;
 use super::basis::Basis;
 use super::model::{ModelState, OutputState, Predictions};
-use super::posterior::lower_inverse;
 
 /// Requests of at most this many rows are computed row by row.
 const ROW_BY_ROW: usize = 8;
@@ -43,9 +43,13 @@ pub struct Predictor {
 enum Term {
     Trained {
         noise_variance: f64,
-        active: Vec<usize>,
-        /// `R_kᵀ` (upper triangular): its column `i` is row `i` of `R_k`, contiguous.
+        weighted: Vec<usize>,
+        /// `F_kᵀ` (|W| × r): its column `i` is row `i` of `F_k`, contiguous.
         factor_t: Mat<f64>,
+        /// The flat intercept: its index, `m̄` over `W` and `1/A_ff`.
+        flat: Option<(usize, Vec<f64>, f64)>,
+        /// `κ_k`.
+        inflation: f64,
     },
     /// Predicts 0 with this variance.
     Untrained { variance: f64 },
@@ -59,25 +63,20 @@ impl Predictor {
             .enumerate()
             .map(|(k, output)| match output {
                 OutputState::Trained(post) => {
-                    let sqrt_v: Vec<f64> = post
-                        .active()
-                        .iter()
-                        .map(|&j| post.prior_variance()[j].sqrt())
-                        .collect();
-                    let l_inv = lower_inverse(post.cholesky());
-                    // R = L⁻¹ D^½: column j of L⁻¹ scaled by √v_j; stored transposed.
-                    let n = sqrt_v.len();
-                    let factor_t = Mat::from_fn(n, n, |j, i| {
-                        if j <= i {
-                            l_inv[(i, j)] * sqrt_v[j]
-                        } else {
-                            0.0
-                        }
-                    });
+                    let factor_t = post.covariance_factor().transpose().to_owned();
+                    let gamma = post.effective_parameters();
+                    let flat = post.flat().map(|f| (f.index, f.centre.clone(), f.variance));
+                    let inflation = state.predictive().inflation(
+                        state.totals().output(k).informative,
+                        usize::from(flat.is_some()),
+                        gamma,
+                    );
                     Term::Trained {
                         noise_variance: post.noise_variance(),
-                        active: post.active().to_vec(),
+                        weighted: post.weighted().to_vec(),
                         factor_t,
+                        flat,
+                        inflation,
                     }
                 }
                 OutputState::Untrained => Term::Untrained {
@@ -114,7 +113,7 @@ impl Predictor {
         let mut mean = Mat::zeros(rows, m);
         let mut variance = Mat::zeros(rows, m);
         let mut phi = vec![0.0; self.basis.dim()];
-        let mut phi_j = Vec::with_capacity(phi.len());
+        let mut centred = Vec::with_capacity(phi.len());
         for r in 0..rows {
             self.basis.fill_row(x.row(r).iter().copied(), &mut phi);
             for (k, term) in self.outputs.iter().enumerate() {
@@ -122,18 +121,32 @@ impl Predictor {
                 variance[(r, k)] = match term {
                     Term::Trained {
                         noise_variance,
-                        active,
+                        weighted,
                         factor_t,
+                        flat,
+                        inflation,
                     } => {
-                        phi_j.clear();
-                        phi_j.extend(active.iter().map(|&j| phi[j]));
-                        let quadratic: f64 = (0..phi_j.len())
+                        centred.clear();
+                        let flat_part = match flat {
+                            None => {
+                                centred.extend(weighted.iter().map(|&j| phi[j]));
+                                0.0
+                            }
+                            Some((f, centre, v)) => {
+                                let pf = phi[*f];
+                                centred.extend(
+                                    weighted.iter().zip(centre).map(|(&j, m)| phi[j] - pf * m),
+                                );
+                                pf * pf * v
+                            }
+                        };
+                        let quadratic: f64 = (0..factor_t.ncols())
                             .map(|i| {
-                                let t = dot(&factor_t.col_as_slice(i)[..=i], &phi_j[..=i]);
+                                let t = dot(factor_t.col_as_slice(i), &centred);
                                 t * t
                             })
                             .sum();
-                        noise_variance + quadratic
+                        inflation * (noise_variance + quadratic + flat_part)
                     }
                     Term::Untrained { variance } => *variance,
                 };
@@ -143,7 +156,7 @@ impl Predictor {
     }
 
     /// Predictions for a design matrix `Φ` (rows × p): the means as one product `Φ W`, the
-    /// variances as the squared row norms of `Φ_J R_kᵀ`, one triangular product per output.
+    /// variances as the squared row norms of `X F_kᵀ`, one product per output.
     pub fn predict_design(&self, phi: MatRef<'_, f64>) -> Predictions {
         let (rows, m) = (phi.nrows(), self.outputs.len());
         let mut mean = Mat::zeros(rows, m);
@@ -160,24 +173,31 @@ impl Predictor {
             match term {
                 Term::Trained {
                     noise_variance,
-                    active,
+                    weighted,
                     factor_t,
+                    flat,
+                    inflation,
                 } => {
-                    let phi_j = Mat::from_fn(rows, active.len(), |r, i| phi[(r, active[i])]);
-                    let mut t = Mat::zeros(rows, active.len());
-                    triangular::matmul(
+                    let x = Mat::from_fn(rows, weighted.len(), |r, i| match flat {
+                        None => phi[(r, weighted[i])],
+                        Some((f, centre, _)) => phi[(r, weighted[i])] - phi[(r, *f)] * centre[i],
+                    });
+                    let mut t = Mat::zeros(rows, factor_t.ncols());
+                    matmul(
                         t.as_mut(),
-                        BlockStructure::Rectangular,
                         Accum::Replace,
-                        phi_j.as_ref(),
-                        BlockStructure::Rectangular,
+                        x.as_ref(),
                         factor_t.as_ref(),
-                        BlockStructure::TriangularUpper,
                         1.0,
                         Par::Seq,
                     );
                     for r in 0..rows {
-                        variance[(r, k)] = noise_variance + t.row(r).squared_norm_l2();
+                        let flat_part = flat.as_ref().map_or(0.0, |(f, _, v)| {
+                            let pf = phi[(r, *f)];
+                            pf * pf * v
+                        });
+                        variance[(r, k)] =
+                            inflation * (noise_variance + t.row(r).squared_norm_l2() + flat_part);
                     }
                 }
                 Term::Untrained { variance: v } => {

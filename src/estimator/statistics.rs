@@ -8,13 +8,16 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use super::EstimatorError;
 
-/// The statistics of one output: `G` (shared), `b = Σ φ y`, `q = Σ y²`, `N`.
+/// The statistics of one output: `G` (shared), `b = Σ φ y`, `q = Σ y²`, `N`, and the
+/// informative rows `N_inf ≤ N`, those in which the output is not zero (see
+/// [`super::FitOptions`] for what they are for).
 #[derive(Clone, Copy, Debug)]
 pub struct OutputData<'a> {
     pub g: MatRef<'a, f64>,
     pub b: &'a [f64],
     pub q: f64,
     pub n: f64,
+    pub informative: f64,
 }
 
 /// The sufficient statistics of a set of rows for `m` independent linear regressions that share
@@ -182,6 +185,7 @@ impl BatchStatistics {
             b: self.b_col(k),
             q: self.q[k],
             n: self.n,
+            informative: self.nonzero[k].min(self.n),
         }
     }
 
@@ -203,6 +207,21 @@ impl BatchStatistics {
         } else {
             0.0
         }
+    }
+
+    /// The variance of output `k` about its mean, `q_c / N` with `q_c = q − b_f² / N` for the
+    /// constant basis function `intercept`, or its mean square `q / N` without one (0 without
+    /// rows).
+    pub fn output_variance(&self, k: usize, intercept: Option<usize>) -> f64 {
+        if self.n <= 0.0 {
+            return 0.0;
+        }
+        let q = self.q[k];
+        let centred = match intercept {
+            Some(f) if self.g[(f, f)] > 0.0 => q - self.b[(f, k)] * self.b[(f, k)] / self.g[(f, f)],
+            _ => q,
+        };
+        centred.max(0.0) / self.n
     }
 
     /// `N`.

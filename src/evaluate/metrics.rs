@@ -25,6 +25,21 @@ pub fn r2_uniform(truth: MatRef<'_, f64>, pred: MatRef<'_, f64>) -> f64 {
     total / m as f64
 }
 
+/// R² averaged over the outputs whose true values vary (for the dyeing data: the dyes present
+/// in the rows scored), `None` when none does.
+pub fn r2_present(truth: MatRef<'_, f64>, pred: MatRef<'_, f64>) -> Option<f64> {
+    let n = truth.nrows();
+    let scores: Vec<f64> = (0..truth.ncols())
+        .filter_map(|k| {
+            let mean = truth.col(k).sum() / n as f64;
+            let ss_tot: f64 = truth.col(k).iter().map(|y| (y - mean).powi(2)).sum();
+            let ss_res: f64 = (0..n).map(|i| (truth[(i, k)] - pred[(i, k)]).powi(2)).sum();
+            (ss_tot > 0.0).then(|| 1.0 - ss_res / ss_tot)
+        })
+        .collect();
+    (!scores.is_empty()).then(|| scores.iter().sum::<f64>() / scores.len() as f64)
+}
+
 /// Fraction of entries inside their central 95 % normal predictive interval, over all entries
 /// and over the entries whose true value is not zero (`None` if there are none).
 pub fn coverage95(
@@ -68,6 +83,16 @@ pub fn max_abs_ratio(train: MatRef<'_, f64>, pred: MatRef<'_, f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn r2_present_skips_constant_columns() {
+        let truth = faer::mat![[0.0, 1.0], [0.0, 2.0], [0.0, 3.0]];
+        let pred = faer::mat![[5.0, 1.0], [5.0, 2.0], [5.0, 2.0]];
+        // Only the second column counts: 1 − 1/2.
+        assert_eq!(r2_present(truth.as_ref(), pred.as_ref()), Some(0.5));
+        let constant = faer::mat![[1.0], [1.0]];
+        assert_eq!(r2_present(constant.as_ref(), constant.as_ref()), None);
+    }
 
     #[test]
     fn r2_follows_scikit_learn_for_constant_columns() {

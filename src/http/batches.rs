@@ -15,7 +15,7 @@ use super::predict::Spectra;
 use super::{AppState, model_name};
 use crate::domain::{CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch};
 use crate::estimator::{BatchStatistics, codec};
-use crate::store::{BatchRecord, Review, StoreError};
+use crate::store::{BatchRecord, ModelRecord, Review, StoreError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -90,6 +90,11 @@ pub struct BatchView {
     /// then.
     #[schema(example = json!([0.94, 1.12, null]))]
     pub surprise: Option<Vec<Option<f64>>>,
+    /// What a queued batch waits for, when it waits for more than the folder's next turn: a
+    /// model's first fit runs once `first_fit_rows` rows are queued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "the model's first fit, which runs once 10 rows are queued (4 are)")]
+    pub waiting_for: Option<String>,
 }
 
 impl From<BatchRecord> for BatchView {
@@ -103,6 +108,7 @@ impl From<BatchRecord> for BatchView {
             version: b.version,
             error: b.error,
             surprise: b.surprise,
+            waiting_for: None,
         }
     }
 }
@@ -265,7 +271,23 @@ pub async fn status(
         .batch(model.id, &batch_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no batch {batch_id:?}")))?;
-    Ok(Json(batch.into()))
+    let mut view = BatchView::from(batch);
+    view.waiting_for = waiting_for(&view, &model);
+    Ok(Json(view))
+}
+
+/// Why a queued batch of a model that has no posterior yet is still queued.
+fn waiting_for(batch: &BatchView, model: &ModelRecord) -> Option<String> {
+    let first = model.spec.first_fit_rows;
+    (batch.status == "queued" && model.version == 0 && (model.pending_rows as u64) < first).then(
+        || {
+            format!(
+                "the model's first fit, which runs once {first} rows are queued ({} are); \
+                 post more rows, or create the model with a smaller \"first_fit_rows\"",
+                model.pending_rows
+            )
+        },
+    )
 }
 
 /// Query of `GET /v1/models/{name}/batches` (documentation: the handler reads the query

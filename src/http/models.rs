@@ -13,7 +13,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use super::{AppState, model_name};
 use crate::cache::CachedModel;
-use crate::domain::model::ForgettingSpec;
+use crate::domain::model::{ForgettingSpec, PriorName};
 use crate::domain::{ModelSpec, SpectrumSpec, TransformName, UpdateName};
 use crate::store::ModelRecord;
 
@@ -66,11 +66,18 @@ pub struct CreateModel {
     /// Exponential forgetting (default none).
     #[serde(default)]
     pub forgetting: Option<ForgettingSpec>,
-    /// Starting prior variance of every basis function (default 1).
+    /// Starting prior variance of every basis function under ARD (default 1).
     #[serde(default)]
     #[schema(exclusive_minimum = 0.0)]
     pub prior_variance: Option<f64>,
-    /// Rows queued before the first fit runs (default: the number of basis functions).
+    /// Prior family of the weights (default `auto`): `ard` (one variance per basis function),
+    /// `ridge` (one shared variance of the basis functions, in their units), `smooth` (a
+    /// Gaussian-process prior along a declared spectrum's wavelengths) or `auto` (the evidence
+    /// chooses per output). The intercept is never shrunk.
+    #[serde(default)]
+    pub prior: Option<PriorName>,
+    /// Rows queued before the first fit runs (default: the number of basis functions, at most
+    /// 10).
     #[serde(default)]
     #[schema(minimum = 1)]
     pub first_fit_rows: Option<u64>,
@@ -99,7 +106,8 @@ pub struct ModelView {
     pub forgetting: Option<ForgettingSpec>,
     #[schema(example = 1.0)]
     pub prior_variance: f64,
-    #[schema(example = 127)]
+    pub prior: PriorName,
+    #[schema(example = 10)]
     pub first_fit_rows: u64,
     /// Batches more surprising than this are held for review; null: never.
     pub drift_threshold: Option<f64>,
@@ -112,6 +120,9 @@ pub struct ModelView {
     /// Batches waiting to be folded.
     #[schema(example = 0)]
     pub pending_batches: i64,
+    /// Rows of the batches waiting to be folded.
+    #[schema(example = 0)]
+    pub pending_rows: i64,
     #[schema(example = "2026-11-20T07:02:11.031Z")]
     pub created_at: DateTime<Utc>,
     #[schema(example = "2026-11-21T08:15:02.417Z")]
@@ -131,11 +142,13 @@ impl From<ModelRecord> for ModelView {
             update: s.update,
             forgetting: s.forgetting,
             prior_variance: s.prior_variance,
+            prior: s.prior,
             first_fit_rows: s.first_fit_rows,
             drift_threshold: s.drift_threshold,
             version: m.version,
             observations: m.observations,
             pending_batches: m.pending_batches,
+            pending_rows: m.pending_rows,
             created_at: m.created_at,
             updated_at: m.updated_at,
         }
@@ -239,8 +252,17 @@ pub struct OutputPosteriorView {
     pub noise_variance: Option<f64>,
     /// Posterior mean of each basis function's weight (same order as `basis`).
     pub coefficients: Vec<f64>,
-    /// Prior variance of each basis function (0 = pruned).
-    pub prior_variance: Vec<f64>,
+    /// The prior family the output was fitted with (`ard`, `ridge` or `smooth`), null while
+    /// untrained.
+    #[schema(example = "smooth")]
+    pub prior: Option<String>,
+    /// The smooth prior's length scale along the spectrum, in nm (in bands for a model whose
+    /// spectrum has no grid): how far apart two wavelengths' coefficients still move together.
+    #[schema(example = 24.0)]
+    pub length_scale_nm: Option<f64>,
+    /// Prior variance of each basis function (0 = pruned; null = a flat prior, the intercept,
+    /// never shrunk).
+    pub prior_variance: Vec<Option<f64>>,
     /// Basis functions with a non-zero prior variance, in basis order.
     pub active_features: Vec<String>,
     /// The same, most relevant first: by prior variance, largest first (ties in basis order).
@@ -297,11 +319,16 @@ pub async fn posterior(
             let post = output.posterior();
             let prior_variance =
                 post.map_or_else(|| vec![0.0; basis.len()], |p| p.prior_variance().to_vec());
+            let interval = model.spec.spectrum.map_or(1.0, |s| s.interval_nm);
             OutputPosteriorView {
                 name: model.spec.outputs[k].clone(),
                 trained: post.is_some(),
                 noise_variance: post.map(|p| p.noise_variance()),
                 coefficients: coefficients.col(k).iter().copied().collect(),
+                prior: post.map(|p| p.prior().family.name().to_owned()),
+                length_scale_nm: post
+                    .and_then(|p| p.prior().smooth)
+                    .map(|s| s.length * interval),
                 active_features: basis
                     .iter()
                     .zip(&prior_variance)
@@ -315,7 +342,10 @@ pub async fn posterior(
                         prior_variance: prior_variance[j],
                     })
                     .collect(),
-                prior_variance,
+                prior_variance: prior_variance
+                    .iter()
+                    .map(|v| v.is_finite().then_some(*v))
+                    .collect(),
             }
         })
         .collect();
@@ -327,11 +357,11 @@ pub async fn posterior(
     }))
 }
 
-/// The basis functions with a non-zero prior variance, largest first (a stable sort: ties keep
-/// basis order).
+/// The basis functions with a non-zero, finite prior variance (not the flat intercept), largest
+/// first (a stable sort: ties keep basis order).
 fn ranked(prior_variance: &[f64]) -> Vec<usize> {
     let mut active: Vec<usize> = (0..prior_variance.len())
-        .filter(|&j| prior_variance[j] > 0.0)
+        .filter(|&j| prior_variance[j] > 0.0 && prior_variance[j].is_finite())
         .collect();
     active.sort_by(|&a, &b| prior_variance[b].total_cmp(&prior_variance[a]));
     active
@@ -442,6 +472,7 @@ mod tests {
     #[test]
     fn active_features_rank_by_prior_variance_and_skip_pruned_ones() {
         assert_eq!(ranked(&[0.5, 0.0, 2.0, 0.5, 1e-9]), vec![2, 0, 3, 4]);
+        assert_eq!(ranked(&[0.5, f64::INFINITY]), vec![0]);
         assert!(ranked(&[0.0, 0.0]).is_empty());
     }
 }

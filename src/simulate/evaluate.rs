@@ -893,7 +893,6 @@ mod diagnose {
     #[ignore]
     fn breakdown() {
         let low = FitOptions {
-            noise_floor_fraction: 1e-8,
             noise_prior_fraction: 1e-8,
             ..FitOptions::default()
         };

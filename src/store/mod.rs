@@ -88,6 +88,8 @@ pub struct ModelRecord {
     pub version: i64,
     pub observations: f64,
     pub pending_batches: i64,
+    /// Rows of the queued batches.
+    pub pending_rows: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -435,7 +437,9 @@ impl ModelLock {
 
 // The columns both backends read, with the same names and meaning.
 const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
-     (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending";
+     (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending, \
+     (SELECT coalesce(sum(b.rows), 0) FROM batches b WHERE b.model_id = m.id \
+      AND b.status = 'queued') AS pending_rows";
 const BATCH_COLUMNS: &str =
     "batch_id, status, rows, received_at, folded_at, version, error, surprise";
 

@@ -323,8 +323,11 @@ async fn relevance_lists_the_inputs_no_output_uses_and_posteriors_rank_theirs() 
                 v
             })
             .collect();
+        // Every active feature is ranked but the intercept, whose prior is flat (null).
+        let intercept = basis.iter().position(|b| *b == "intercept").unwrap();
+        assert_eq!(output["prior_variance"][intercept], Value::Null);
         assert_eq!(
-            ranked.len(),
+            ranked.len() + 1,
             output["active_features"].as_array().unwrap().len()
         );
         assert!(!ranked.is_empty());

@@ -477,6 +477,7 @@ fn model_record(row: &PgRow) -> Result<ModelRecord, StoreError> {
         version: row.try_get("version")?,
         observations: row.try_get("observations")?,
         pending_batches: row.try_get("pending")?,
+        pending_rows: row.try_get("pending_rows")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })

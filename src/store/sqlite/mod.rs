@@ -628,6 +628,7 @@ fn model_record(row: &SqliteRow) -> Result<ModelRecord, StoreError> {
         version: row.try_get("version")?,
         observations: row.try_get("observations")?,
         pending_batches: row.try_get("pending")?,
+        pending_rows: row.try_get("pending_rows")?,
         created_at: row.try_get::<DateTime<Utc>, _>("created_at")?,
         updated_at: row.try_get::<DateTime<Utc>, _>("updated_at")?,
     })

@@ -1,0 +1,69 @@
+//! Model states stored by the release before the prior families (format versions 1 and 3,
+//! written by that release's encoder: `tests/data/legacy/`) load and predict exactly as they
+//! did, and a refit moves them to the current priors.
+
+use faer::Mat;
+use mordant::estimator::model::Predictive;
+use mordant::estimator::{FittedFamily, ModelConfig, codec};
+use serde_json::Value;
+
+fn fixture(name: &str) -> (Vec<u8>, Value) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/legacy");
+    let blob = std::fs::read(format!("{dir}/{name}.state")).expect("state fixture");
+    let json = std::fs::read_to_string(format!("{dir}/{name}.json")).expect("predictions");
+    (blob, serde_json::from_str(&json).expect("json"))
+}
+
+fn matrix(value: &Value) -> Mat<f64> {
+    let rows: Vec<Vec<f64>> = serde_json::from_value(value.clone()).expect("rows");
+    Mat::from_fn(rows.len(), rows[0].len(), |i, j| rows[i][j])
+}
+
+#[test]
+fn states_of_the_previous_release_predict_as_they_did() {
+    for (name, version) in [("v1", 1u16), ("v3", 3)] {
+        let (blob, recorded) = fixture(name);
+        assert_eq!(u16::from_le_bytes([blob[4], blob[5]]), version);
+        let state = codec::decode(&blob).expect("decodes");
+        assert_eq!(state.predictive(), Predictive::Plugin);
+        for output in state.outputs() {
+            if let Some(post) = output.posterior() {
+                assert_eq!(post.prior().family, FittedFamily::Ard);
+                assert_eq!(post.flat(), None, "{name}: the intercept stays shrunk");
+            }
+        }
+        let pred = state.predict(matrix(&recorded["probe"]).as_ref()).unwrap();
+        let (mean, variance) = (matrix(&recorded["mean"]), matrix(&recorded["variance"]));
+        for i in 0..mean.nrows() {
+            for k in 0..mean.ncols() {
+                let (m, v) = (mean[(i, k)], variance[(i, k)]);
+                assert!(
+                    (pred.mean[(i, k)] - m).abs() <= 1e-12 * (1.0 + m.abs()),
+                    "{name} mean ({i},{k})"
+                );
+                assert!(
+                    (pred.variance[(i, k)] - v).abs() <= 1e-12 * v,
+                    "{name} variance ({i},{k})"
+                );
+            }
+        }
+        // Written back (as every later fold does), it keeps predicting the same.
+        let again = codec::decode(&codec::encode(&state)).unwrap();
+        assert_eq!(again, state);
+    }
+}
+
+#[test]
+fn a_refit_moves_a_stored_state_to_the_current_priors() {
+    let (blob, _) = fixture("v1");
+    let state = codec::decode(&blob).unwrap();
+    let config = ModelConfig::new(*state.basis(), state.outputs().len());
+    let refit = state.refit(&config).unwrap();
+    assert_eq!(refit.predictive(), Predictive::Student);
+    let intercept = state.basis().features;
+    for output in refit.outputs() {
+        if let Some(post) = output.posterior() {
+            assert_eq!(post.prior_variance()[intercept], f64::INFINITY);
+        }
+    }
+}
