@@ -442,3 +442,96 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
         .await;
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
+
+/// A 700-channel spectral model with the default spec learns from a first batch of 40 rows
+/// (Bayesian regression needs no N ≥ p), with the smooth prior along the wavelengths and a
+/// flat intercept.
+#[tokio::test]
+async fn a_wide_spectrum_trains_from_a_small_first_batch() {
+    let app = spawn_app().await;
+    let model = app
+        .create_model(&json!({
+            "name": "nir",
+            "spectrum": {"start_nm": 1100, "interval_nm": 2, "count": 700, "scale": "fraction"},
+            "outputs": ["oil"],
+        }))
+        .await;
+    assert_eq!(model["prior"], "auto");
+    assert_eq!(model["first_fit_rows"], 10);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(700);
+    let rows: Vec<(Vec<f64>, f64)> = (0..40)
+        .map(|_| {
+            let (a, b) = (rng.random_range(0.0..1.0), rng.random_range(0.0..1.0));
+            let spectrum = (0..700)
+                .map(|i| {
+                    let t = i as f64 / 700.0;
+                    0.3 + a * (-(t - 0.3).powi(2) / 0.01).exp()
+                        + b * (-(t - 0.7).powi(2) / 0.02).exp()
+                        + 0.001 * rng.random_range(-1.0..1.0)
+                })
+                .collect();
+            (spectrum, 3.0 + 0.5 * a - 0.2 * b)
+        })
+        .collect();
+    let response = app
+        .post_batch(
+            "nir",
+            &json!({
+                "batch_id": "calibration",
+                "spectra": {"start_nm": 1100, "interval_nm": 2,
+                            "values": rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>()},
+                "y": rows.iter().map(|r| vec![r.1]).collect::<Vec<_>>(),
+            }),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let batch = app.wait_for_batch("nir", "calibration").await;
+    assert_eq!(batch["status"], "folded", "{batch}");
+    assert!(batch.get("waiting_for").is_none(), "{batch}");
+    let posterior: Value = wait_until(std::time::Duration::from_secs(30), || async {
+        let r = app.get("/v1/models/nir/posterior").await;
+        (r.status() == StatusCode::OK).then_some(r.json().await.ok()?)
+    })
+    .await
+    .expect("posterior");
+    let output = &posterior["outputs"][0];
+    assert_eq!(output["trained"], true);
+    assert_eq!(output["prior"], "smooth", "{}", output["prior"]);
+    assert!(output["length_scale_nm"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        output["prior_variance"][700],
+        Value::Null,
+        "the intercept is flat"
+    );
+}
+
+/// A batch that cannot be folded yet says what it waits for.
+#[tokio::test]
+async fn a_batch_waiting_for_the_first_fit_says_so() {
+    let app = spawn_app().await;
+    app.create_model(&json!({
+        "name": "waits", "features": ["a", "b"], "outputs": ["y"], "first_fit_rows": 5,
+    }))
+    .await;
+    let response = app
+        .post_batch(
+            "waits",
+            &json!({"batch_id": "first", "x": [[1, 2], [2, 1], [3, 5]], "y": [[1], [2], [3]]}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let status: Value = app
+        .get("/v1/models/waits/batches/first")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "queued");
+    let waiting = status["waiting_for"].as_str().expect("waiting_for");
+    assert!(
+        waiting.contains("5 rows") && waiting.contains("(3 are)"),
+        "{waiting}"
+    );
+    let model: Value = app.get("/v1/models/waits").await.json().await.unwrap();
+    assert_eq!(model["pending_rows"], 3);
+}
