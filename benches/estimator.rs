@@ -1,5 +1,6 @@
 //! Estimator benchmarks at the dyeing data's size (p = 126, m = 82, real rows), at a 31-band
-//! spectrum's size (p = 32, m = 3, synthetic rows), and recipe matching on simulated lab dips
+//! spectrum's size (p = 32, m = 3, synthetic rows), at a 700-channel NIR spectrum's (p = 701,
+//! m = 3, synthetic rows, the smooth prior), and recipe matching on simulated lab dips
 //! (31 bands, 2 fabric indicators, 10 dyes).
 //!
 //! `cargo bench --bench estimator`
@@ -56,6 +57,39 @@ fn spectrum() -> Problem {
     }
 }
 
+/// A 700-channel NIR-like spectrum (smooth absorption bands, a declared spectrum so the default
+/// prior is smooth), three outputs, 200 first-fit rows and a 100-row update.
+fn wide_spectrum() -> Problem {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(700);
+    let (n, bands) = (400, 700);
+    let amounts = Mat::from_fn(n, 4, |_, _| rng.random_range(0.0..1.0));
+    let centres = [0.2, 0.45, 0.6, 0.85];
+    let x = Mat::from_fn(n, bands, |i, j| {
+        let t = j as f64 / bands as f64;
+        0.3 + (0..4)
+            .map(|c| amounts[(i, c)] * (-(t - centres[c]).powi(2) / 0.004).exp())
+            .sum::<f64>()
+    });
+    let x = Mat::from_fn(n, bands, |i, j| x[(i, j)] + rng.random_range(-0.002..0.002));
+    let y = Mat::from_fn(n, 3, |i, k| {
+        1.0 + amounts[(i, k)] - 0.5 * amounts[(i, 3)] + rng.random_range(-0.01..0.01)
+    });
+    let basis = Basis::spectral(
+        bands,
+        mordant::estimator::ReflectanceScale::Fraction,
+        bands,
+        true,
+        Transform::Identity,
+    );
+    Problem {
+        name: "wide_spectrum_p701_m3",
+        config: ModelConfig::new(basis, 3),
+        first: (rows(&x, 0, 200), rows(&y, 0, 200)),
+        batch: (rows(&x, 200, 300), rows(&y, 200, 300)),
+        probe: rows(&x, 300, 400),
+    }
+}
+
 fn statistics(config: &ModelConfig, (x, y): &(Mat<f64>, Mat<f64>)) -> BatchStatistics {
     let phi = config.basis.design(x.as_ref()).expect("design");
     BatchStatistics::from_design(phi.as_ref(), y.as_ref()).expect("statistics")
@@ -71,9 +105,10 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
         ..config.clone()
     };
     let mut group = c.benchmark_group(problem.name);
-    group.bench_function("statistics_1000_rows", |b| {
-        b.iter(|| statistics(config, &problem.batch))
-    });
+    group.bench_function(
+        format!("statistics_{}_rows", problem.batch.0.nrows()),
+        |b| b.iter(|| statistics(config, &problem.batch)),
+    );
     group.bench_function("first_fit", |b| {
         b.iter_batched(
             || first.clone(),
@@ -154,6 +189,7 @@ fn bench_recipe(c: &mut Criterion) {
 fn benches(c: &mut Criterion) {
     bench_problem(c, dyeing());
     bench_problem(c, spectrum());
+    bench_problem(c, wide_spectrum());
     bench_recipe(c);
 }
 

@@ -100,8 +100,8 @@ pub enum PriorName {
     Ridge,
     /// A Gaussian-process prior along the declared spectrum's wavelengths.
     Smooth,
-    /// Chosen per output by the evidence: ridge or smooth with a declared spectrum, ARD or
-    /// ridge without.
+    /// Chosen per output by the evidence: among ridge, smooth (with a declared spectrum) and
+    /// ARD (unless the inputs are a spectrum alone).
     #[default]
     Auto,
 }

@@ -48,12 +48,14 @@ const LOG_SCALE_RANGE: f64 = 52.0;
 /// `−2 log` of the Occam factor of scale hyperparameters (MacKay, "Bayesian interpolation",
 /// 1992): a hyperparameter that the data determine to within `σ = √(2/γ_h)` in `log α` (`γ_h`
 /// the well-determined parameters it governs), out of a prior range `Δ` of `log α`, costs
-/// `2 log(Δ/σ)`; one chosen among `choices` discrete values (the smooth prior's length scale)
-/// costs `2 log choices`. Pruned ARD variances sit at the boundary and cost nothing.
+/// `2 log(Δ/σ)`, with `σ` at most √2 (a scale the data sent to its boundary, everything it
+/// governs shrunk away, is still their choice); one chosen among `choices` discrete values (the
+/// smooth prior's length scale) costs `2 log choices`. Pruned ARD variances, which the data
+/// send to their boundary one by one, cost nothing.
 pub fn occam_penalty(gammas: impl Iterator<Item = f64>, choices: usize) -> f64 {
     let scales: f64 = gammas
         .map(|g| {
-            let width = (2.0 / g.max(f64::MIN_POSITIVE)).sqrt();
+            let width = (2.0 / g.max(1.0)).sqrt();
             2.0 * (LOG_SCALE_RANGE / width).ln().max(0.0)
         })
         .sum();

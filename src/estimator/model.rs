@@ -373,11 +373,12 @@ impl<'a> Fitter<'a> {
             });
             Some(shared.as_ref().map_err(Clone::clone)?.fit(data, noise)?)
         };
-        // Auto weighs ARD against ridge only without a declared spectrum: one variance per band
-        // is what the smooth prior exists to avoid.
+        // Auto weighs ARD against the others unless the inputs are a spectrum alone: one
+        // variance per band is what the smooth prior exists to avoid, but named features beside
+        // a spectrum (a lab-dip recipe) may matter one by one.
         let with_ard = match config.prior {
             PriorFamily::Ard => true,
-            PriorFamily::Auto => config.bands() == 0,
+            PriorFamily::Auto => config.bands() == 0 || config.basis.features > config.bands(),
             PriorFamily::Ridge | PriorFamily::Smooth => false,
         };
         if !with_ard {

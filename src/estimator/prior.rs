@@ -36,8 +36,8 @@ pub enum PriorFamily {
     /// A Gaussian-process prior over the spectrum's coefficient curve (amplitude and length
     /// scale by the evidence); named features as in ridge. Ridge for a model without spectrum.
     Smooth,
-    /// The evidence (with its Occam factor) chooses per output: between ridge and smooth for a
-    /// declared spectrum, between ARD and ridge otherwise.
+    /// The evidence (with its Occam factor) chooses per output among ridge, smooth (with a
+    /// declared spectrum) and ARD (unless the inputs are a spectrum alone).
     #[default]
     Auto,
 }

@@ -271,6 +271,16 @@ pub async fn status(
         .batch(model.id, &batch_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no batch {batch_id:?}")))?;
+    // The folder commits before it updates the cache: a client that reads "folded" here must
+    // then get predictions of that version (or a later one) from this replica.
+    if let Some(version) = batch.version
+        && app
+            .cache
+            .get(name.as_str())
+            .is_none_or(|cached| cached.id != model.id || cached.version < version)
+    {
+        app.cache.sync_model(&app.store, model.id).await?;
+    }
     let mut view = BatchView::from(batch);
     view.waiting_for = waiting_for(&view, &model);
     Ok(Json(view))
