@@ -42,7 +42,7 @@ use faer::Mat;
 
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, active_set};
-use super::prior::{FittedFamily, Prior, Smooth};
+use super::prior::{FittedFamily, Prior, Smooth, kernel_factor};
 use super::statistics::BatchStatistics;
 use super::{Basis, EstimatorError, ReflectanceScale, Transform};
 
@@ -207,6 +207,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     let p = basis.dim();
     let totals = r.statistics(p, m, products)?;
     let mut outputs = Vec::with_capacity(m);
+    let mut kernels = std::collections::HashMap::new();
     for _ in 0..m {
         match r.u8()? {
             0 => outputs.push(OutputState::Untrained),
@@ -248,7 +249,25 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
                     variance: v,
                     smooth,
                 };
-                let post = OutputPosterior::from_natural(prior, s, a, c)
+                prior
+                    .validate()
+                    .map_err(|_| DecodeError::Invalid("prior"))?;
+                // Outputs of one model share their kernel: factor it once per length scale.
+                let kernel = match prior.smooth {
+                    None => None,
+                    Some(smooth) => {
+                        let key = (smooth.bands, smooth.length.to_bits());
+                        if !kernels.contains_key(&key) {
+                            let kernel = kernel_factor(smooth.bands, smooth.length)
+                                .map_err(|_| DecodeError::Invalid("smooth prior"))?;
+                            kernels.insert(key, kernel);
+                        }
+                        kernels.get(&key)
+                    }
+                };
+                let post = prior
+                    .factor_with_kernel(kernel)
+                    .and_then(|factor| OutputPosterior::with_factor(prior, factor, s, a, c))
                     .map_err(|_| DecodeError::Invalid("posterior"))?;
                 outputs.push(OutputState::Trained(Box::new(post)));
             }

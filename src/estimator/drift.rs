@@ -4,7 +4,7 @@
 //! `s + φᵀΣφ`. Summed over a batch of `N′` rows with statistics `(G′, b′, q′)`:
 //!
 //! ```text
-//! E[RSS] = Σ_rows (s + φᵀΣφ) = N′·s + tr(Σ G′)
+//! E[RSS] = Σ_rows (s + φᵀΣφ) = N′·s + tr(Σ G′)   (N′ the batch's informative rows)
 //! RSS    = Σ_rows (y − φᵀμ)² = μᵀG′μ − 2μᵀb′ + q′
 //! z      = RSS / (N′·s + tr(Σ G′))
 //! ```
@@ -39,7 +39,8 @@ pub fn surprise(state: &ModelState, batch: &BatchStatistics) -> Vec<Option<f64>>
                     trace += sigma[(a, b)] * g[(j, i)];
                 }
             }
-            let expected = batch.rows() * post.noise_variance() + trace;
+            // σ² is the noise of the rows where the output is not 0 (see `FitOptions`).
+            let expected = batch.output(k).informative * post.noise_variance() + trace;
             let z = rss / expected;
             (expected > 0.0 && z.is_finite()).then_some(z)
         })

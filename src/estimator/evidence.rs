@@ -381,7 +381,7 @@ pub struct Shape {
 /// ```text
 /// E(α) = q_c − Σ_i t_i² / (λ_i + α)            (= RSS + α‖μ‖²/… : the data misfit plus penalty)
 /// ŝ(α) = (E(α) + ν₀ s_p) / (N_c + ν₀)           (with the noise prior of [`NoisePrior`])
-/// −2 log evidence(α) = (N_c + ν₀) log ŝ(α) + Σ_i log(1 + λ_i/α) + const
+/// −2 log evidence(α) = N_c log ŝ(α) + Σ_i log(1 + λ_i/α) + E(α)/ŝ(α) + const
 /// ```
 ///
 /// where `N_c` counts the informative rows less the flat intercept's one (the likelihood
@@ -592,8 +592,8 @@ impl Shape {
             let alpha = log_alpha.exp();
             let fitted: f64 = lambda.iter().zip(&t2).map(|(l, t)| t / (l + alpha)).sum();
             let misfit = (data.q - fitted).max(0.0);
-            let s =
-                ((misfit + noise.rows * noise.scale) / dof.max(f64::MIN_POSITIVE)).max(noise.floor);
+            // Fewer than one residual degree of freedom says nothing about the noise: as one.
+            let s = ((misfit + noise.rows * noise.scale) / dof.max(1.0)).max(noise.floor);
             let log_det: f64 = lambda.iter().map(|l| (l / alpha).ln_1p()).sum();
             (neg2_log_evidence(data.informative, s, log_det, misfit), s)
         };
@@ -642,6 +642,10 @@ impl Shape {
         let (objective, s) = profile(log_alpha);
         let alpha = log_alpha.exp();
         let gamma = lambda.iter().map(|l| l / (l + alpha)).sum();
-        (objective, s / alpha, s, gamma)
+        let scale = s / alpha;
+        if !scale.is_finite() {
+            return (objective, 0.0, s, 0.0);
+        }
+        (objective, scale, s, gamma)
     }
 }

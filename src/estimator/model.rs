@@ -182,7 +182,7 @@ impl ModelState {
     /// enough informative rows.
     pub fn fit(config: &ModelConfig, stats: BatchStatistics) -> Result<Self, EstimatorError> {
         check_config(config, &stats)?;
-        let fitter = Fitter::new(config, &stats);
+        let fitter = Fitter::new(config, &stats, true)?;
         let outputs = (0..config.outputs)
             .into_par_iter()
             .map(|k| fitter.fit_output(k, None))
@@ -204,7 +204,11 @@ impl ModelState {
             totals.scale(weight);
         }
         totals.add(batch)?;
-        let fitter = Fitter::new(config, &totals);
+        let fits = config.update == UpdateMethod::Refit
+            || self.outputs.iter().enumerate().any(|(k, output)| {
+                matches!(output, OutputState::Untrained) && Fitter::ready(config, &totals, k)
+            });
+        let fitter = Fitter::new(config, &totals, fits)?;
         let outputs = self
             .outputs
             .par_iter()
@@ -231,7 +235,7 @@ impl ModelState {
     /// the model's prior family here: its refit starts afresh under that family.
     pub fn refit(&self, config: &ModelConfig) -> Result<Self, EstimatorError> {
         check_config(config, &self.totals)?;
-        let fitter = Fitter::new(config, &self.totals);
+        let fitter = Fitter::new(config, &self.totals, true)?;
         let outputs = self
             .outputs
             .par_iter()
@@ -332,21 +336,43 @@ fn predictive(config: &ModelConfig) -> Predictive {
 }
 
 /// Fits outputs of one model on the same statistics: ARD one output at a time; ridge and smooth
-/// with the eigendecompositions of their prior shapes shared by every output (prepared at the
-/// first output that needs them).
+/// with the eigendecompositions of their prior shapes shared by every output, prepared before
+/// the outputs are fitted in parallel (faer's decompositions may themselves run on the rayon
+/// pool, so nothing waits for them inside the parallel loop).
 struct Fitter<'a> {
     config: &'a ModelConfig,
     stats: &'a BatchStatistics,
-    shared: std::sync::OnceLock<Result<SharedScale, EstimatorError>>,
+    shared: Option<SharedScale>,
 }
 
 impl<'a> Fitter<'a> {
-    fn new(config: &'a ModelConfig, stats: &'a BatchStatistics) -> Self {
-        Self {
+    /// `fits`: whether any output will be fitted (else nothing is prepared).
+    fn new(
+        config: &'a ModelConfig,
+        stats: &'a BatchStatistics,
+        fits: bool,
+    ) -> Result<Self, EstimatorError> {
+        let shared = if fits && config.prior != PriorFamily::Ard {
+            Some(SharedScale::prepare(
+                config.prior,
+                config.bands(),
+                stats.g(),
+                stats.rows(),
+                config.flat_intercept(),
+            )?)
+        } else {
+            None
+        };
+        Ok(Self {
             config,
             stats,
-            shared: std::sync::OnceLock::new(),
-        }
+            shared,
+        })
+    }
+
+    /// Whether output `k` (untrained so far) has the informative rows a first fit needs.
+    fn ready(config: &ModelConfig, stats: &BatchStatistics, k: usize) -> bool {
+        stats.nonzero()[k] >= config.options.min_informative_rows
     }
 
     /// Algorithm 2 for output `k`, if it has enough informative rows: ARD from `warm` (an ARD
@@ -359,19 +385,15 @@ impl<'a> Fitter<'a> {
         warm: Option<&OutputPosterior>,
     ) -> Result<OutputState, EstimatorError> {
         let (config, stats) = (self.config, self.stats);
-        if warm.is_none() && stats.nonzero()[k] < config.options.min_informative_rows {
+        if warm.is_none() && !Self::ready(config, stats, k) {
             return Ok(OutputState::Untrained);
         }
         let data = stats.output(k);
         let noise = noise_prior(config, stats, k);
         let flat = config.flat_intercept();
-        let shared_fit = if config.prior == PriorFamily::Ard {
-            None
-        } else {
-            let shared = self.shared.get_or_init(|| {
-                SharedScale::prepare(config.prior, config.bands(), stats.g(), stats.rows(), flat)
-            });
-            Some(shared.as_ref().map_err(Clone::clone)?.fit(data, noise)?)
+        let shared_fit = match &self.shared {
+            Some(shared) => Some(shared.fit(data, noise)?),
+            None => None,
         };
         // Auto weighs ARD against the others unless the inputs are a spectrum alone: one
         // variance per band is what the smooth prior exists to avoid, but named features beside

@@ -73,6 +73,7 @@ impl OutputPosterior {
         natural_mean: Vec<f64>,
     ) -> Result<Self, EstimatorError> {
         let prior = prior.into();
+        prior.validate()?;
         let factor = prior.factor()?;
         Self::with_factor(prior, factor, noise_variance, precision_data, natural_mean)
     }
@@ -196,6 +197,7 @@ impl OutputPosterior {
         b: &[f64],
     ) -> Result<Self, EstimatorError> {
         let prior = prior.into();
+        prior.validate()?;
         let factor = prior.factor()?;
         Self::from_statistics_with_factor(prior, factor, noise_variance, g, b)
     }

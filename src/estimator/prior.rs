@@ -173,6 +173,7 @@ impl Prior {
 
     /// The factor `R` of `S_WW = R Rᵀ` over the weighted set.
     pub fn factor(&self) -> Result<Factor, EstimatorError> {
+        self.validate()?;
         match self.smooth {
             None => self.factor_with_kernel(None),
             Some(smooth) => {
@@ -349,6 +350,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_inconsistent_smooth_prior_is_an_error_not_a_panic() {
+        let smooth = |bands: usize, length: f64, variance: Vec<f64>| Prior {
+            family: FittedFamily::Smooth,
+            variance,
+            smooth: Some(Smooth { bands, length }),
+        };
+        for prior in [
+            smooth(5, 2.0, vec![1.0; 3]),
+            smooth(2, 0.0, vec![1.0; 3]),
+            smooth(2, f64::NAN, vec![1.0; 3]),
+            smooth(2, 2.0, vec![1.0, 0.0, 1.0]),
+            smooth(2, 2.0, vec![1.0, 2.0, 1.0]),
+        ] {
+            assert!(prior.validate().is_err(), "{prior:?}");
+            assert!(prior.factor().is_err(), "{prior:?}");
+        }
+        let two_flat = Prior::diagonal(FittedFamily::Ard, vec![f64::INFINITY, f64::INFINITY]);
+        assert!(two_flat.validate().is_err());
     }
 
     #[test]
