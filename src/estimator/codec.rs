@@ -257,10 +257,12 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
                     None => None,
                     Some(smooth) => {
                         let key = (smooth.bands, smooth.length.to_bits());
-                        if !kernels.contains_key(&key) {
-                            let kernel = kernel_factor(smooth.bands, smooth.length)
-                                .map_err(|_| DecodeError::Invalid("smooth prior"))?;
-                            kernels.insert(key, kernel);
+                        if let std::collections::hash_map::Entry::Vacant(slot) = kernels.entry(key)
+                        {
+                            slot.insert(
+                                kernel_factor(smooth.bands, smooth.length)
+                                    .map_err(|_| DecodeError::Invalid("smooth prior"))?,
+                            );
                         }
                         kernels.get(&key)
                     }
