@@ -114,3 +114,76 @@ fn forgetting_recovers_from_an_instrument_swap_sooner() {
     let curves = report.curves_csv();
     assert_eq!(curves.lines().count(), 1 + 2 * (2500 - 300) / 100);
 }
+
+/// An instrument replaced (gain, offset and a wavelength shift: the simulator's swap), a model
+/// of 1,000 lab dips on the old instrument learns one batch of 30 from the new one by its
+/// one-step update. Its concentration error (predict) on the new instrument's dips falls at
+/// least half way from where it was to where Bayesian ridge refitted on both instruments' rows
+/// stands, and ends within 2 % of that refit.
+#[test]
+fn one_batch_from_a_new_instrument_takes_the_model_half_way_to_a_refit() {
+    use mordant::estimator::{BatchStatistics, ModelConfig, ModelState};
+    use mordant::evaluate::baselines::bayesian_ridge;
+    use mordant::simulate::evaluate::{Design, recipes};
+    use mordant::simulate::{Scenario, SimulationConfig, Simulator};
+
+    let sim = Simulator::new(SimulationConfig {
+        grid: Grid::MODEL,
+        noise: NoiseModel::LAB,
+        scenario: Scenario::InstrumentSwap,
+        drift_at: 1000,
+        ..SimulationConfig::new(7)
+    });
+    let design = Design::standard(&sim);
+    let basis = design.basis();
+    let (old, batch, test) = (
+        sim.lab_dips(0..1000),
+        sim.lab_dips(1000..1030),
+        sim.lab_dips(1030..1530),
+    );
+    let (x_test, y_test) = (design.inputs(&test), recipes(&test));
+    let rmse = |mean: &faer::Mat<f64>| {
+        let n = (mean.nrows() * mean.ncols()) as f64;
+        let sq: f64 = (0..mean.ncols())
+            .flat_map(|k| (0..mean.nrows()).map(move |i| (k, i)))
+            .map(|(k, i)| (mean[(i, k)] - y_test[(i, k)]).powi(2))
+            .sum();
+        (sq / n).sqrt()
+    };
+    let config = ModelConfig::new(basis, y_test.ncols());
+    let stats = |dips: &[mordant::simulate::LabDip]| {
+        BatchStatistics::from_rows(&basis, design.inputs(dips).as_ref(), recipes(dips).as_ref())
+            .unwrap()
+    };
+    let state = ModelState::fit(&config, stats(&old)).unwrap();
+    let before = rmse(&state.predict(x_test.as_ref()).unwrap().mean);
+    let after = rmse(
+        &state
+            .update(&config, &stats(&batch))
+            .unwrap()
+            .predict(x_test.as_ref())
+            .unwrap()
+            .mean,
+    );
+    // The peer sees the same basis (Kubelka–Munk values and fabric indicators), without the
+    // constant it adds itself.
+    let design_rows = |dips: &[mordant::simulate::LabDip]| {
+        let phi = basis.design(design.inputs(dips).as_ref()).unwrap();
+        phi.subcols(0, phi.ncols() - 1).to_owned()
+    };
+    let both: Vec<_> = old.iter().chain(&batch).cloned().collect();
+    let peer = bayesian_ridge(design_rows(&both).as_ref(), recipes(&both).as_ref()).unwrap();
+    let refit = rmse(&peer.predict(design_rows(&test).as_ref()).mean);
+    println!(
+        "RMSE before {before:.4}, after one step {after:.4}, Bayesian ridge on both {refit:.4}"
+    );
+    // Half way to the refit, or (where the model already beat the refit) no worse than before.
+    assert!(
+        after <= before - 0.5 * (before - refit).max(0.0),
+        "one step: {before} → {after}; the peer's refit: {refit}"
+    );
+    assert!(
+        after <= refit * 1.02,
+        "one step {after} against the refit's {refit}"
+    );
+}
