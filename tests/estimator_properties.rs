@@ -951,3 +951,19 @@ fn the_student_predictive_widens_only_with_few_rows() {
     assert_eq!(Predictive::Student.inflation(5.0, 1, 9.0), 3.0);
     assert!(Predictive::Student.inflation(1e6, 1, 30.0) < 1.0 + 3e-6);
 }
+
+/// Only a zero-inflated output (0 in most rows) counts its non-zero rows as its informative
+/// ones; a 0 among mostly non-zero values is a measurement like any other.
+#[test]
+fn informative_rows_are_the_non_zero_ones_of_a_mostly_zero_output() {
+    let (x, _) = random_problem(3, 10, 2, 1);
+    let y = Mat::from_fn(10, 2, |i, k| match k {
+        0 => f64::from(u8::from(i < 3)),  // 3 of 10 non-zero: zero-inflated
+        _ => f64::from(u8::from(i >= 2)), // 8 of 10 non-zero: dense
+    });
+    let basis = identity_basis(2);
+    let st = stats(&basis, &x, &y);
+    assert_eq!(st.informative_rows(0), 3.0);
+    assert_eq!(st.informative_rows(1), 10.0);
+    assert_eq!(st.output(0).informative, 3.0);
+}

@@ -70,12 +70,13 @@ pub const DEFAULT_NOISE_FLOOR: f64 = 1e-10;
 /// A dye that is used in 3 of 1,500 rows is exactly 0 in the other 1,497, which any model fits
 /// at no cost. Counted as evidence about the noise, those rows drive σ² towards 0 (the noise of
 /// the rows where the dye is used is divided by 500) and with it all shrinkage, so a fit on 3
-/// informative rows extrapolates wildly. mordant counts as evidence about the noise only the
-/// **informative rows** `N_inf`, those in which the output is not 0 (all rows for a dense
-/// output, so nothing changes there): the likelihood is tempered by `N_inf / N`, which gives
+/// informative rows extrapolates wildly. For a zero-inflated output, one that is 0 in most rows,
+/// mordant counts as evidence about the noise only its **informative rows** `N_inf`, those in
+/// which it is not 0; in any other output a 0 is a measured value like any other (yarn densities
+/// include several) and every row counts. The likelihood is tempered by `N_inf / N`, which gives
 /// MacKay's noise update `s = RSS / (N_inf − γ)` and the same count in the evidence of ridge and
-/// smooth priors and in Algorithm 3's noise step. σ² is then the noise of a concentration where
-/// the dye is used.
+/// smooth priors and in Algorithm 3's noise step: σ² is the noise of a concentration where the
+/// dye is used.
 ///
 /// # The noise prior
 ///

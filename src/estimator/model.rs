@@ -198,7 +198,9 @@ impl ModelState {
     ) -> Result<Self, EstimatorError> {
         check_config(config, batch)?;
         let weight = config.forgetting_weight(batch.rows());
-        let informative_before = self.totals.nonzero().to_vec();
+        let informative_before: Vec<f64> = (0..self.outputs.len())
+            .map(|k| self.totals.informative_rows(k))
+            .collect();
         let mut totals = self.totals.clone();
         if weight != 1.0 {
             totals.scale(weight);

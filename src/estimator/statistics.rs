@@ -9,8 +9,7 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 use super::EstimatorError;
 
 /// The statistics of one output: `G` (shared), `b = Σ φ y`, `q = Σ y²`, `N`, and the
-/// informative rows `N_inf ≤ N`, those in which the output is not zero (see
-/// [`super::FitOptions`] for what they are for).
+/// informative rows `N_inf ≤ N` ([`BatchStatistics::informative_rows`]).
 #[derive(Clone, Copy, Debug)]
 pub struct OutputData<'a> {
     pub g: MatRef<'a, f64>,
@@ -185,7 +184,7 @@ impl BatchStatistics {
             b: self.b_col(k),
             q: self.q[k],
             n: self.n,
-            informative: self.nonzero[k].min(self.n),
+            informative: self.informative_rows(k),
         }
     }
 
@@ -222,6 +221,18 @@ impl BatchStatistics {
             _ => q,
         };
         centred.max(0.0) / self.n
+    }
+
+    /// The rows that inform output `k` about its noise: for a zero-inflated output, 0 in most
+    /// rows (a dye most recipes do not use), the rows in which it is not 0; otherwise every row
+    /// (a 0 among mostly non-zero values is a measurement like any other). See
+    /// [`super::FitOptions`].
+    pub fn informative_rows(&self, k: usize) -> f64 {
+        if 2.0 * self.nonzero[k] < self.n {
+            self.nonzero[k]
+        } else {
+            self.n
+        }
     }
 
     /// `N`.
