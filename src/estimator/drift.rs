@@ -94,6 +94,41 @@ mod tests {
         assert!(shifted > 10.0, "shifted surprise {shifted}");
     }
 
+    /// A dye used in one row in ten: σ² is the noise where it is used, and a batch from the
+    /// same plant is about as surprising as a dense output's, not ten times less.
+    #[test]
+    fn a_zero_inflated_output_that_agrees_is_about_1() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut sparse_batch = |rows: usize| {
+            let x = Mat::from_fn(rows, 2, |_, _| rng.random_range(-1.0..1.0));
+            let used: Vec<bool> = (0..rows).map(|_| rng.random_bool(0.1)).collect();
+            // Feature 1 is the dye's lab-dip amount: 0 where the recipe does not use it.
+            let x = Mat::from_fn(rows, 2, |i, j| match j {
+                1 if !used[i] => 0.0,
+                1 => x[(i, 1)] + 2.0,
+                _ => x[(i, j)],
+            });
+            let y = Mat::from_fn(rows, 1, |i, _| {
+                if used[i] {
+                    0.9 * x[(i, 1)] + 0.1 * normal(&mut rng)
+                } else {
+                    0.0
+                }
+            });
+            let phi = Basis::new(2, true, Transform::Identity)
+                .design(x.as_ref())
+                .unwrap();
+            BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
+        };
+        let config = ModelConfig::new(Basis::new(2, true, Transform::Identity), 1);
+        let state = ModelState::fit(&config, sparse_batch(2000)).unwrap();
+        let z: Vec<f64> = (0..100)
+            .filter_map(|_| surprise(&state, &sparse_batch(200))[0])
+            .collect();
+        let mean = z.iter().sum::<f64>() / z.len() as f64;
+        assert!((0.5..2.0).contains(&mean), "mean surprise {mean}");
+    }
+
     #[test]
     fn largest_skips_outputs_without_surprise() {
         assert_eq!(largest(&[None, Some(2.0), Some(0.5)]), Some(2.0));
