@@ -117,6 +117,8 @@ try:
 except ImportError:
     sys.exit(f"bench/accuracy needs numpy: {PIP_HINT}")
 
+from peers import cpu_model  # noqa: E402  (bench/peers.py, beside this file)
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 DATA_DIR = os.path.join(ROOT, "target/bench/accuracy-data")
 DYEING_CSV = os.path.join(ROOT, "tests/data/dyeing/data.csv")
@@ -791,17 +793,6 @@ def git_text():
         return head + (" with uncommitted changes under src/" if dirty else "")
     except OSError:
         return "unknown"
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -372,16 +372,6 @@ impl OutputPosterior {
         t.col(0).squared_norm_l2() + flat_part
     }
 
-    /// `φᵢᵀΣφᵢ` for every row of a design matrix.
-    pub fn weight_variances(&self, phi: MatRef<'_, f64>) -> Vec<f64> {
-        (0..phi.nrows())
-            .map(|r| {
-                let row: Vec<f64> = phi.row(r).iter().copied().collect();
-                self.weight_variance(&row)
-            })
-            .collect()
-    }
-
     /// `(φ_W − φ_f m̄, φ_f² / A_ff)`, or `(φ_W, 0)` without a flat intercept.
     fn centred(&self, phi: &[f64]) -> (Vec<f64>, f64) {
         match &self.flat {

@@ -26,6 +26,7 @@ use faer::{Accum, Mat, MatRef, Par};
 use super::EstimatorError;
 use super::basis::Basis;
 use super::model::{ModelState, OutputState, Predictions};
+use super::prior::Factor;
 
 /// Requests of at most this many rows are computed row by row.
 const ROW_BY_ROW: usize = 8;
@@ -46,6 +47,9 @@ enum Term {
         weighted: Vec<usize>,
         /// `F_kᵀ` (|W| × r): its column `i` is row `i` of `F_k`, contiguous.
         factor_t: Mat<f64>,
+        /// Whether `F_k` is lower triangular (a diagonal prior: `L⁻¹ D^½`), so that row `i`
+        /// has its non-zeros in columns `0..=i`.
+        triangular: bool,
         /// The flat intercept: its index, `m̄` over `W` and `1/A_ff`.
         flat: Option<(usize, Vec<f64>, f64)>,
         /// `κ_k`.
@@ -75,6 +79,7 @@ impl Predictor {
                         noise_variance: post.noise_variance(),
                         weighted: post.weighted().to_vec(),
                         factor_t,
+                        triangular: matches!(post.factor(), Factor::Diagonal(_)),
                         flat,
                         inflation,
                     }
@@ -123,6 +128,7 @@ impl Predictor {
                         noise_variance,
                         weighted,
                         factor_t,
+                        triangular,
                         flat,
                         inflation,
                     } => {
@@ -142,7 +148,8 @@ impl Predictor {
                         };
                         let quadratic: f64 = (0..factor_t.ncols())
                             .map(|i| {
-                                let t = dot(factor_t.col_as_slice(i), &centred);
+                                let end = if *triangular { i + 1 } else { centred.len() };
+                                let t = dot(&factor_t.col_as_slice(i)[..end], &centred[..end]);
                                 t * t
                             })
                             .sum();
@@ -177,6 +184,7 @@ impl Predictor {
                     factor_t,
                     flat,
                     inflation,
+                    ..
                 } => {
                     let x = Mat::from_fn(rows, weighted.len(), |r, i| match flat {
                         None => phi[(r, weighted[i])],
