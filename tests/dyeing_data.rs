@@ -85,21 +85,36 @@ fn sparse_dye_is_absurd_and_overconfident_only_without_safeguards() {
     );
 }
 
-/// With mordant's safeguards the same split predicts nothing beyond 10× an output's training
-/// range.
+/// With mordant's safeguards nothing on the same split is wild: a prediction beyond 10× its
+/// output's training range is one where the truth is too (a dye dosed far above anything in the
+/// rows seen, as its lab-dip recipe says), and no error exceeds 5× the larger of the training
+/// range and the true value.
 #[test]
-fn safeguarded_fit_stays_within_the_training_range_on_the_same_split() {
+fn safeguarded_fit_leaves_the_training_range_only_where_the_truth_does() {
     let (split, state) = first_fit(FitOptions::default());
     let pred = state.predict(split.test_x.as_ref()).unwrap();
-    let ratio = mordant::evaluate::metrics::max_abs_ratio(split.old_y.as_ref(), pred.mean.as_ref());
-    assert!(
-        ratio <= 10.0,
-        "a prediction reaches {ratio}× its output's training range"
+    for k in 0..pred.mean.ncols() {
+        let range = training_range(&split, k);
+        for i in 0..pred.mean.nrows() {
+            let (mean, truth) = (pred.mean[(i, k)], split.test_y[(i, k)]);
+            if mean.abs() > 10.0 * range {
+                assert!(
+                    (mean - truth).abs() <= 0.5 * truth.abs(),
+                    "output {k}: {mean} beyond 10× {range} where the truth is {truth}"
+                );
+            }
+        }
+    }
+    let error = mordant::evaluate::metrics::max_relative_error(
+        split.old_y.as_ref(),
+        split.test_y.as_ref(),
+        pred.mean.as_ref(),
     );
+    assert!(error <= 5.0, "an error reaches {error}× its scale");
 }
 
 /// Three trials of the paper's protocol: the incremental model beats the paper's figure and
-/// OLS, learning the new rows helps, and no prediction leaves 10× the training range.
+/// OLS, on all dyes and on the dyes present, learning the new rows helps, and no error is wild.
 #[test]
 fn incremental_model_beats_the_paper_and_ols() {
     let options = EvaluateOptions {
@@ -118,7 +133,7 @@ fn incremental_model_beats_the_paper_and_ols() {
     let incremental = row("incremental");
     let ols = row("ols");
     let test2 = incremental.test2.unwrap();
-    assert!(test2 >= 0.78, "incremental test 2 = {test2}");
+    assert!(test2 >= 0.85, "incremental test 2 = {test2}");
     assert!(
         test2 > ols.test2.unwrap(),
         "OLS {:?} ≥ incremental {test2}",
@@ -128,7 +143,14 @@ fn incremental_model_beats_the_paper_and_ols() {
         test2 > incremental.test1.unwrap(),
         "learning the new rows did not help"
     );
-    assert!(incremental.max_abs_ratio.unwrap() <= 10.0);
+    let present = incremental.test2_present.unwrap();
+    assert!(
+        present >= ols.test2_present.unwrap(),
+        "OLS {:?} > incremental {present} on the dyes present",
+        ols.test2_present
+    );
+    let error = incremental.max_relative_error.unwrap();
+    assert!(error <= 5.0, "an error reaches {error}× its scale");
     let coverage = incremental.coverage95_nonzero.unwrap();
     assert!(
         coverage > 0.9,

@@ -967,3 +967,79 @@ fn informative_rows_are_the_non_zero_ones_of_a_mostly_zero_output() {
     assert_eq!(st.informative_rows(1), 10.0);
     assert_eq!(st.output(0).informative, 3.0);
 }
+
+/// A zero-inflated output (a dye in a few recipes, dosed by a lab-dip feature) keeps the
+/// paper's shrinkable intercept and predicts exactly 0 where its dose is 0; a dense output on
+/// the same rows keeps the flat one, whatever the family that is not an explicit shared prior.
+#[test]
+fn a_zero_inflated_output_predicts_exact_zeros_where_its_dose_is_zero() {
+    let (n, d) = (120, 6);
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let x = Mat::from_fn(n, d, |i, j| match j {
+        0 if i % 10 == 0 => rng.random_range(0.5..3.0), // the dye's lab-dip dose, 12 rows
+        0 => 0.0,
+        _ => rng.random_range(-1.0..1.0),
+    });
+    let y = Mat::from_fn(n, 2, |i, k| match k {
+        0 => 1.05 * x[(i, 0)] * (1.0 + 0.05 * (rng.random::<f64>() - 0.5)),
+        _ => 4.0 + x[(i, 1)] + 0.1 * (rng.random::<f64>() - 0.5),
+    });
+    let basis = identity_basis(d);
+    for family in [PriorFamily::Auto, PriorFamily::Ard] {
+        let config = ModelConfig {
+            prior: family,
+            ..ModelConfig::new(basis, 2)
+        };
+        let st = stats(&basis, &x, &y);
+        assert!(st.zero_inflated(0) && !st.zero_inflated(1));
+        let state = ModelState::fit(&config, st).unwrap();
+        let sparse = state.outputs()[0].posterior().unwrap();
+        let dense = state.outputs()[1].posterior().unwrap();
+        assert!(
+            sparse.prior().flat().is_none(),
+            "{family:?}: the dye's intercept is flat"
+        );
+        assert!(
+            dense.prior().flat().is_some(),
+            "{family:?}: the dense intercept is shrinkable"
+        );
+        let probe = Mat::from_fn(5, d, |i, j| if j == 0 { 0.0 } else { 0.2 * i as f64 - 0.4 });
+        let pred = state.predict(probe.as_ref()).unwrap();
+        for i in 0..5 {
+            assert_eq!(
+                pred.mean[(i, 0)],
+                0.0,
+                "{family:?}: row {i} without the dye"
+            );
+        }
+        let dosed = Mat::from_fn(1, d, |_, j| if j == 0 { 2.0 } else { 0.0 });
+        let pred = state.predict(dosed.as_ref()).unwrap();
+        assert!(
+            (pred.mean[(0, 0)] - 2.1).abs() < 0.1,
+            "{}",
+            pred.mean[(0, 0)]
+        );
+    }
+}
+
+/// A zero-inflated output's noise prior speaks in the dose of the dye when it is used, not in
+/// its variance over all rows (which measures how often it is used); a dense output's in its
+/// variance.
+#[test]
+fn a_zero_inflated_outputs_noise_prior_is_relative_to_its_dose() {
+    let (x, _) = random_problem(3, 100, 2, 1);
+    let y = Mat::from_fn(100, 2, |i, k| match k {
+        0 if i < 4 => 2.0,
+        0 => 0.0,
+        _ => 2.0 + f64::from(u8::from(i % 2 == 0)),
+    });
+    let basis = identity_basis(2);
+    let st = stats(&basis, &x, &y);
+    let options = FitOptions::default();
+    let sparse = NoisePrior::for_output(&st, 0, Some(2), &options);
+    assert!((sparse.scale - options.zero_inflated_noise_fraction * 4.0).abs() < 1e-12);
+    let dense = NoisePrior::for_output(&st, 1, Some(2), &options);
+    assert!((dense.scale - options.noise_prior_fraction * 0.25).abs() < 1e-12);
+    let plain = NoisePrior::for_output(&st, 0, Some(2), &FitOptions::plain());
+    assert_eq!(plain.scale, 0.0);
+}

@@ -392,19 +392,24 @@ impl<'a> Fitter<'a> {
         }
         let data = stats.output(k);
         let noise = noise_prior(config, stats, k);
-        let flat = config.flat_intercept();
+        // A zero-inflated output's zeros are structural (see `FitOptions`): under ARD its
+        // intercept is a coefficient like the others, and `auto` fits it by ARD alone.
+        let structural_zeros =
+            stats.zero_inflated(k) && matches!(config.prior, PriorFamily::Ard | PriorFamily::Auto);
+        let flat = config.flat_intercept().filter(|_| !structural_zeros);
         let shared_fit = match &self.shared {
-            Some(shared) => Some(shared.fit(data, noise)?),
-            None => None,
+            Some(shared) if !structural_zeros => Some(shared.fit(data, noise)?),
+            _ => None,
         };
         // Auto weighs ARD against the others unless the inputs are a spectrum alone: one
         // variance per band is what the smooth prior exists to avoid, but named features beside
         // a spectrum (a lab-dip recipe) may matter one by one.
-        let with_ard = match config.prior {
-            PriorFamily::Ard => true,
-            PriorFamily::Auto => config.bands() == 0 || config.basis.features > config.bands(),
-            PriorFamily::Ridge | PriorFamily::Smooth => false,
-        };
+        let with_ard = structural_zeros
+            || match config.prior {
+                PriorFamily::Ard => true,
+                PriorFamily::Auto => config.bands() == 0 || config.basis.features > config.bands(),
+                PriorFamily::Ridge | PriorFamily::Smooth => false,
+            };
         if !with_ard {
             let fit = shared_fit.ok_or(EstimatorError::Untrained)?;
             return Ok(OutputState::Trained(Box::new(fit.posterior)));

@@ -228,11 +228,17 @@ impl BatchStatistics {
     /// (a 0 among mostly non-zero values is a measurement like any other). See
     /// [`super::FitOptions`].
     pub fn informative_rows(&self, k: usize) -> f64 {
-        if 2.0 * self.nonzero[k] < self.n {
+        if self.zero_inflated(k) {
             self.nonzero[k]
         } else {
             self.n
         }
+    }
+
+    /// Whether output `k` is 0 in most rows (`2·N_nz < N`): a dye most recipes do not use,
+    /// whose 0 is a structural value rather than a measurement about a level.
+    pub fn zero_inflated(&self, k: usize) -> bool {
+        2.0 * self.nonzero[k] < self.n
     }
 
     /// `N`.

@@ -80,6 +80,28 @@ pub fn max_abs_ratio(train: MatRef<'_, f64>, pred: MatRef<'_, f64>) -> f64 {
     worst
 }
 
+/// Largest `|ŷ − y| / max(max|y_train|, |y|)` over all predictions: an error measured against
+/// the larger of the output's training range and the true value. Unlike [`max_abs_ratio`] it
+/// does not count a right answer beyond the training range (a dye dosed at 0.002 in the rows
+/// seen and at 0.4 in a test row) as wild, and still counts a wrong one.
+pub fn max_relative_error(
+    train: MatRef<'_, f64>,
+    truth: MatRef<'_, f64>,
+    pred: MatRef<'_, f64>,
+) -> f64 {
+    let mut worst: f64 = 0.0;
+    for k in 0..train.ncols() {
+        let range = train.col(k).iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        for i in 0..pred.nrows() {
+            let err = (pred[(i, k)] - truth[(i, k)]).abs();
+            if err > 0.0 {
+                worst = worst.max(err / range.max(truth[(i, k)].abs()));
+            }
+        }
+    }
+    worst
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +144,23 @@ mod tests {
         assert_eq!(max_abs_ratio(train.as_ref(), pred.as_ref()), 2.0);
         let pred = faer::mat![[1.0, 0.1]];
         assert!(max_abs_ratio(train.as_ref(), pred.as_ref()).is_infinite());
+    }
+
+    #[test]
+    fn relative_error_forgives_a_right_answer_beyond_the_training_range() {
+        let train = faer::mat![[0.002, 0.0], [0.0, 0.0]];
+        let truth = faer::mat![[0.4, 0.0]];
+        let right = faer::mat![[0.36, 0.0]];
+        assert!(
+            (max_relative_error(train.as_ref(), truth.as_ref(), right.as_ref()) - 0.1).abs()
+                < 1e-12
+        );
+        assert!(max_abs_ratio(train.as_ref(), right.as_ref()) > 100.0);
+        let wrong = faer::mat![[0.4, 0.5]];
+        assert!(max_relative_error(train.as_ref(), truth.as_ref(), wrong.as_ref()).is_infinite());
+        let far = faer::mat![[40.4, 0.0]];
+        assert!(
+            (max_relative_error(train.as_ref(), truth.as_ref(), far.as_ref()) - 100.0).abs() < 1e-9
+        );
     }
 }

@@ -21,7 +21,7 @@ use crate::estimator::{
     UpdateMethod,
 };
 pub use dataset::Dataset;
-use metrics::{coverage95, max_abs_ratio, r2_present, r2_uniform};
+use metrics::{coverage95, max_abs_ratio, max_relative_error, r2_present, r2_uniform};
 
 /// The rows of the table, in order.
 pub const MODELS: [&str; 7] = [
@@ -84,6 +84,9 @@ pub struct ReportRow {
     /// Largest `|prediction| / max |training value|` of any test prediction in any trial,
     /// per output's own training range.
     pub max_abs_ratio: Option<f64>,
+    /// Largest `|ŷ − y| / max(max |training value|, |y|)` of any test prediction in any trial
+    /// ([`metrics::max_relative_error`]).
+    pub max_relative_error: Option<f64>,
 }
 
 /// One model's cells in one trial.
@@ -101,6 +104,7 @@ struct TrialScores {
     coverage95: Option<f64>,
     coverage95_nonzero: Option<f64>,
     max_abs_ratio: Option<f64>,
+    max_relative_error: Option<f64>,
 }
 
 /// The rows of one trial: old (48 %), new (32 %), all training rows (old then new), test (20 %).
@@ -210,6 +214,8 @@ fn test_uncertainty(
     scores.coverage95_nonzero = nz;
     let ratio = max_abs_ratio(train_y, pred.mean.as_ref());
     scores.max_abs_ratio = Some(scores.max_abs_ratio.map_or(ratio, |r| r.max(ratio)));
+    let error = max_relative_error(train_y, split.test_y.as_ref(), pred.mean.as_ref());
+    scores.max_relative_error = Some(scores.max_relative_error.map_or(error, |e| e.max(error)));
     Ok(())
 }
 
@@ -298,10 +304,9 @@ fn baseline(
     scores.old_train = Some(r2(&model, &split.old_x, &split.old_y));
     scores.new_test = Some(r2(&model, &split.new_x, &split.new_y));
     scores.test1 = Some(r2(&model, &split.test_x, &split.test_y));
-    let ratio1 = max_abs_ratio(
-        split.old_y.as_ref(),
-        model.predict(split.test_x.as_ref()).mean.as_ref(),
-    );
+    let pred1 = model.predict(split.test_x.as_ref()).mean;
+    let ratio1 = max_abs_ratio(split.old_y.as_ref(), pred1.as_ref());
+    let error1 = max_relative_error(split.old_y.as_ref(), split.test_y.as_ref(), pred1.as_ref());
     let start = Instant::now();
     let model = fit(split.all_x.as_ref(), split.all_y.as_ref())?;
     scores.time2_s = Some(start.elapsed().as_secs_f64());
@@ -317,6 +322,12 @@ fn baseline(
     }
     let ratio2 = max_abs_ratio(split.all_y.as_ref(), pred.mean.as_ref());
     scores.max_abs_ratio = Some(ratio1.max(ratio2));
+    let error2 = max_relative_error(
+        split.all_y.as_ref(),
+        split.test_y.as_ref(),
+        pred.mean.as_ref(),
+    );
+    scores.max_relative_error = Some(error1.max(error2));
     Ok(scores)
 }
 
@@ -354,6 +365,10 @@ fn summarise(model: &str, trials: &[TrialScores]) -> ReportRow {
             .iter()
             .filter_map(|t| t.max_abs_ratio)
             .max_by(f64::total_cmp),
+        max_relative_error: trials
+            .iter()
+            .filter_map(|t| t.max_relative_error)
+            .max_by(f64::total_cmp),
     }
 }
 
@@ -375,6 +390,7 @@ impl Report {
             "coverage95 non-zero",
             "worst test 2",
             "max |ŷ|/train range",
+            "max |ŷ − y|/max(train range, |y|)",
         ];
         let mut out = format!("| {} |\n", header.join(" | "));
         out.push_str(&format!("|{}\n", " --- |".repeat(header.len())));
@@ -396,6 +412,7 @@ impl Report {
                 cell(r.coverage95_nonzero, 3),
                 cell(r.worst_test2, 4),
                 cell(r.max_abs_ratio, 2),
+                cell(r.max_relative_error, 2),
             ];
             out.push_str(&format!("| {} |\n", cells.join(" | ")));
         }
