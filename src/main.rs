@@ -167,7 +167,8 @@ struct EvaluateArgs {
     /// Prior family of the Bayesian models: ard, ridge, smooth or auto (as a model's "prior").
     #[arg(long, default_value = "auto", value_parser = parse_prior)]
     prior: mordant::estimator::PriorFamily,
-    /// Non-zero rows an output needs before it is fitted [default: the service's].
+    /// Non-zero rows an output needs before it is fitted, dense or zero-inflated alike
+    /// [default: the service's, 5 and 2].
     #[arg(long)]
     min_informative_rows: Option<f64>,
 }
@@ -310,6 +311,7 @@ fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
             };
             if let Some(rows) = args.min_informative_rows {
                 fit.min_informative_rows = rows;
+                fit.min_zero_inflated_rows = rows;
             }
             fit
         },

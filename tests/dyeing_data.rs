@@ -151,6 +151,11 @@ fn incremental_model_beats_the_paper_and_ols() {
     );
     let error = incremental.max_relative_error.unwrap();
     assert!(error <= 5.0, "an error reaches {error}× its scale");
+    let ratio = incremental.max_abs_ratio.unwrap();
+    assert!(
+        ratio <= 10.0,
+        "a prediction reaches {ratio}× its training range"
+    );
     let coverage = incremental.coverage95_nonzero.unwrap();
     assert!(
         coverage > 0.9,

@@ -1043,3 +1043,122 @@ fn a_zero_inflated_outputs_noise_prior_is_relative_to_its_dose() {
     let plain = NoisePrior::for_output(&st, 0, Some(2), &FitOptions::plain());
     assert_eq!(plain.scale, 0.0);
 }
+
+/// An explicit shared prior keeps the free intercept for every output, zero-inflated or not.
+#[test]
+fn explicit_shared_priors_keep_the_flat_intercept_for_a_zero_inflated_output() {
+    let (n, d) = (60, 4);
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let x = Mat::from_fn(n, d, |_, _| rng.random_range(-1.0..1.0));
+    let y = Mat::from_fn(n, 1, |i, _| if i % 6 == 0 { 2.0 + x[(i, 1)] } else { 0.0 });
+    let basis = identity_basis(d);
+    let config = ModelConfig {
+        prior: PriorFamily::Ridge,
+        ..ModelConfig::new(basis, 1)
+    };
+    let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+    let post = state.outputs()[0].posterior().unwrap();
+    assert_eq!(post.prior().family, FittedFamily::Ridge);
+    assert_eq!(post.prior().flat(), Some(d));
+}
+
+/// A dense output needs 5 informative rows before its first fit; a zero-inflated one 2.
+#[test]
+fn a_dense_output_waits_for_five_rows_and_a_zero_inflated_one_for_two() {
+    let (x, _) = random_problem(13, 40, 3, 1);
+    let basis = identity_basis(3);
+    let config = ModelConfig::new(basis, 2);
+    let y = |rows: usize| {
+        Mat::from_fn(rows, 2, |i, k| match k {
+            0 => 1.0 + x[(i, 0)],                  // dense
+            _ => f64::from(u8::from(i < 2)) * 2.5, // 2 non-zero rows: zero-inflated
+        })
+    };
+    let rows = |r: usize| x.subrows(0, r).to_owned();
+    let state = ModelState::fit(
+        &config,
+        stats(&basis, &rows(4), &y(4).subrows(0, 4).to_owned()),
+    )
+    .unwrap();
+    assert!(
+        state.outputs()[0].posterior().is_none(),
+        "dense output fitted on 4 rows"
+    );
+    // Two non-zero rows of four are not "most rows 0": the second output is dense too here.
+    assert!(state.outputs()[1].posterior().is_none());
+    let state = ModelState::fit(&config, stats(&basis, &rows(5), &y(5))).unwrap();
+    assert!(state.outputs()[0].posterior().is_some());
+    assert!(
+        state.outputs()[1].posterior().is_some(),
+        "2 of 5 rows: zero-inflated, fitted"
+    );
+}
+
+/// Under one-step updates an output whose zeros stop being structural (a dye that became
+/// common) is fitted again with a flat intercept, and the reverse: a pruned intercept could
+/// never come back by one-step updates. Without such a change the one-step update runs.
+#[test]
+fn one_step_refits_an_output_whose_intercept_kind_changed() {
+    let (n, d) = (40, 2);
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    let x = Mat::from_fn(n + 200, d, |_, _| rng.random_range(-1.0..1.0));
+    // First rows: used in 1 row of 5, proportional to x0; later rows: a level of 2.
+    let y = Mat::from_fn(n + 200, 1, |i, _| {
+        if i < n {
+            if i % 5 == 0 {
+                1.5 * f64::abs(x[(i, 0)]) + 0.5
+            } else {
+                0.0
+            }
+        } else {
+            2.0 + x[(i, 0)] + 0.05 * (rng.random::<f64>() - 0.5)
+        }
+    });
+    let basis = identity_basis(d);
+    let config = ModelConfig::new(basis, 1);
+    let first = stats(
+        &basis,
+        &x.subrows(0, n).to_owned(),
+        &y.subrows(0, n).to_owned(),
+    );
+    let state = ModelState::fit(&config, first).unwrap();
+    assert!(
+        state.outputs()[0]
+            .posterior()
+            .unwrap()
+            .prior()
+            .flat()
+            .is_none()
+    );
+    let later = stats(
+        &basis,
+        &x.subrows(n, 200).to_owned(),
+        &y.subrows(n, 200).to_owned(),
+    );
+    let state = state.update(&config, &later).unwrap();
+    let post = state.outputs()[0].posterior().unwrap();
+    assert_eq!(
+        post.prior().flat(),
+        Some(d),
+        "the intercept stayed shrinkable"
+    );
+    // Fitted afresh: the first fit on all rows seen.
+    let fresh = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+    let probe = Mat::from_fn(5, d, |i, j| 0.3 * (i + j) as f64 - 0.6);
+    let (p, q) = (
+        state.predict(probe.as_ref()).unwrap(),
+        fresh.predict(probe.as_ref()).unwrap(),
+    );
+    for i in 0..5 {
+        assert!((p.mean[(i, 0)] - q.mean[(i, 0)]).abs() < 1e-9, "row {i}");
+    }
+
+    // The same dense rows again change nothing about the kind: a plain one-step update, equal
+    // to conditioning the posterior on them.
+    let again = state.update(&config, &later).unwrap();
+    let (a, b) = (
+        again.outputs()[0].posterior().unwrap(),
+        state.outputs()[0].posterior().unwrap(),
+    );
+    assert_eq!(a.prior(), b.prior());
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use mordant::auth::Scope;
 use mordant::config::DatabaseSettings;
 use mordant::domain::{ModelName, ModelSpec, NewBatch};
-use mordant::store::{Notification, Store, StoreError, Subscription, Topic};
+use mordant::store::{ModelLock, Notification, Store, StoreError, Subscription, Topic};
 use serde_json::json;
 use sqlx::Connection;
 
@@ -421,6 +421,19 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
     assert!(versions[1].batches.is_empty());
 }
 
+/// A claim, waiting up to 5 s for one: a dropped claim's transaction is rolled back when its
+/// connection goes back to the pool, which on PostgreSQL may come a moment after the drop.
+async fn claim_eventually(store: &Store, skip: &[i64]) -> ModelLock {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(lock) = store.claim_fold(skip).await.unwrap() {
+            return lock;
+        }
+        assert!(std::time::Instant::now() < deadline, "no claim within 5 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn claims_skip_held_and_unready_models_and_follow_arrival_order(store: &Store) {
     let (early, late, slow) = (spec("early", 3), spec("late", 3), spec("slow", 10));
     let early_id = create(store, &early).await;
@@ -447,15 +460,15 @@ async fn claims_skip_held_and_unready_models_and_follow_arrival_order(store: &St
     drop(second);
     assert!(store.claim_fold(&[early_id]).await.unwrap().is_none());
     drop(first);
-    let again = store.claim_fold(&[late_id]).await.unwrap().expect("work");
+    let again = claim_eventually(store, &[late_id]).await;
     assert_eq!(again.model_id, early_id);
     drop(again);
 
     ingest(store, slow_id, &batch(&slow, "s2", 6, 1.0)).await;
     let claimed: Vec<i64> = {
-        let a = store.claim_fold(&[]).await.unwrap().unwrap();
-        let b = store.claim_fold(&[]).await.unwrap().unwrap();
-        let c = store.claim_fold(&[]).await.unwrap().unwrap();
+        let a = claim_eventually(store, &[]).await;
+        let b = claim_eventually(store, &[]).await;
+        let c = claim_eventually(store, &[]).await;
         vec![a.model_id, b.model_id, c.model_id]
     };
     assert_eq!(claimed, [slow_id, late_id, early_id]);

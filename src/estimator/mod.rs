@@ -60,7 +60,9 @@ pub const DEFAULT_NOISE_FLOOR: f64 = 1e-10;
 /// with a predicted standard deviation of 0.28 where the truth was 2.5. Two rows cannot
 /// determine a regression on 126 basis functions, and no evidence maximisation can know that
 /// from the data alone. So an output counts as **untrained** until at least
-/// [`Self::min_informative_rows`] rows in which it is non-zero have been seen. An untrained
+/// [`Self::min_informative_rows`] rows in which it is non-zero have been seen
+/// ([`Self::min_zero_inflated_rows`] for a zero-inflated output, whose noise prior below
+/// keeps its few rows from fitting themselves exactly). An untrained
 /// output predicts 0 (the concentration of a dye that is not in the recipe) with the variance
 /// of its non-zero values, and is fitted by Algorithm 2 on its accumulated statistics as soon as
 /// it has enough rows.
@@ -102,7 +104,7 @@ pub const DEFAULT_NOISE_FLOOR: f64 = 1e-10;
 /// leave no residual, and without this prior σ² collapses with them: a dye dosed at 2.5 in three
 /// rows took a coefficient of 156 on another dye dosed at 0.002 in one of them, and predicted
 /// 56 where the truth was 0.04. With it, two informative rows are enough for a first fit
-/// ([`Self::min_informative_rows`]); as informative rows arrive its two pseudo-rows fade.
+/// ([`Self::min_zero_inflated_rows`]); as informative rows arrive its two pseudo-rows fade.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FitOptions {
     /// Stop Algorithm 2 when the largest relative change of `v` and `s` is below this.
@@ -123,8 +125,10 @@ pub struct FitOptions {
     pub zero_inflated_noise_fraction: f64,
     /// Non-zero rows an output needs before it is fitted (0 fits every output at once).
     pub min_informative_rows: f64,
-    /// Whether the intercept has a flat prior (never shrunk, never pruned). The paper shrinks it
-    /// like any coefficient.
+    /// Non-zero rows a zero-inflated output needs before it is fitted.
+    pub min_zero_inflated_rows: f64,
+    /// Whether the intercept has a flat prior (never shrunk, never pruned), except for outputs
+    /// whose zeros are structural (see above). The paper shrinks it like any coefficient.
     pub flat_intercept: bool,
     /// Whether predictions integrate σ² over its posterior (Student-t predictive, see
     /// [`model::Predictive`]) instead of plugging in its estimate.
@@ -141,7 +145,8 @@ impl Default for FitOptions {
             noise_prior_rows: 2.0,
             noise_prior_fraction: 1e-4,
             zero_inflated_noise_fraction: 1e-2,
-            min_informative_rows: 2.0,
+            min_informative_rows: 5.0,
+            min_zero_inflated_rows: 2.0,
             flat_intercept: true,
             student: true,
         }
@@ -157,6 +162,7 @@ impl FitOptions {
             noise_prior_fraction: 0.0,
             zero_inflated_noise_fraction: 0.0,
             min_informative_rows: 0.0,
+            min_zero_inflated_rows: 0.0,
             flat_intercept: false,
             student: false,
             ..Self::default()

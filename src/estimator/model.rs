@@ -60,9 +60,23 @@ impl ModelConfig {
         }
     }
 
-    /// The index of the intercept when it has a flat prior.
+    /// The index of the intercept when the model's intercept is flat (an output whose zeros
+    /// are structural keeps a shrinkable one: [`Self::output_flat_intercept`]).
     fn flat_intercept(&self) -> Option<usize> {
         (self.basis.intercept && self.options.flat_intercept).then_some(self.basis.features)
+    }
+
+    /// Whether output `k`'s zeros are structural on the statistics `stats` (see
+    /// [`FitOptions`]): it is zero-inflated and its prior is ARD or `auto`, so its intercept is
+    /// an ARD coefficient and `auto` fits it by ARD.
+    fn structural_zeros(&self, stats: &BatchStatistics, k: usize) -> bool {
+        stats.zero_inflated(k) && matches!(self.prior, PriorFamily::Ard | PriorFamily::Auto)
+    }
+
+    /// The index of output `k`'s flat intercept on the statistics `stats`, if it has one.
+    fn output_flat_intercept(&self, stats: &BatchStatistics, k: usize) -> Option<usize> {
+        self.flat_intercept()
+            .filter(|_| !self.structural_zeros(stats, k))
     }
 
     /// The constant basis function, if any.
@@ -206,16 +220,34 @@ impl ModelState {
             totals.scale(weight);
         }
         totals.add(batch)?;
+        // A current state's output whose intercept kind no longer matches its statistics (a dye
+        // that became common, or the reverse) is fitted again: a pruned intercept could never
+        // come back by one-step updates. States stored before the prior families keep theirs
+        // until an explicit refit.
+        let current = self.predictive == Predictive::Student;
+        let changed = |k: usize, post: &OutputPosterior| {
+            current
+                && post.prior().flat().is_some()
+                    != config.output_flat_intercept(&totals, k).is_some()
+        };
         let fits = config.update == UpdateMethod::Refit
-            || self.outputs.iter().enumerate().any(|(k, output)| {
-                matches!(output, OutputState::Untrained) && Fitter::ready(config, &totals, k)
-            });
+            || self
+                .outputs
+                .iter()
+                .enumerate()
+                .any(|(k, output)| match output {
+                    OutputState::Untrained => Fitter::ready(config, &totals, k),
+                    OutputState::Trained(post) => changed(k, post),
+                });
         let fitter = Fitter::new(config, &totals, fits)?;
         let outputs = self
             .outputs
             .par_iter()
             .enumerate()
             .map(|(k, output)| match (output, config.update) {
+                (OutputState::Trained(post), UpdateMethod::OneStep) if changed(k, post) => {
+                    fitter.fit_output(k, Some(post))
+                }
                 (OutputState::Trained(post), UpdateMethod::OneStep) => {
                     let noise = noise_prior(config, &totals, k);
                     let data = batch.output(k);
@@ -234,7 +266,9 @@ impl ModelState {
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`.
     ///
     /// A state stored before the prior families (an ARD prior with a shrunk intercept) moves to
-    /// the model's prior family here: its refit starts afresh under that family.
+    /// the model's prior family here: its refit starts afresh under that family, except for an
+    /// output whose zeros are structural under `ard` or `auto`, whose ARD prior of the same kind
+    /// is the warm start.
     pub fn refit(&self, config: &ModelConfig) -> Result<Self, EstimatorError> {
         check_config(config, &self.totals)?;
         let fitter = Fitter::new(config, &self.totals, true)?;
@@ -374,13 +408,19 @@ impl<'a> Fitter<'a> {
 
     /// Whether output `k` (untrained so far) has the informative rows a first fit needs.
     fn ready(config: &ModelConfig, stats: &BatchStatistics, k: usize) -> bool {
-        stats.nonzero()[k] >= config.options.min_informative_rows
+        let needed = if stats.zero_inflated(k) {
+            config.options.min_zero_inflated_rows
+        } else {
+            config.options.min_informative_rows
+        };
+        stats.nonzero()[k] >= needed
     }
 
     /// Algorithm 2 for output `k`, if it has enough informative rows: ARD from `warm` (an ARD
-    /// posterior of the same kind) or from the prior; the other families afresh. Under
-    /// [`PriorFamily::Auto`] the family with the larger evidence times Occam factor
-    /// ([`super::evidence::EvidenceFit::family_score`]) wins.
+    /// posterior with the same kind of intercept) or from the prior; the other families
+    /// afresh. Under [`PriorFamily::Auto`] the family with the larger evidence times Occam
+    /// factor ([`super::evidence::EvidenceFit::family_score`]) wins, except for an output whose
+    /// zeros are structural, which ARD fits alone.
     fn fit_output(
         &self,
         k: usize,
@@ -394,9 +434,8 @@ impl<'a> Fitter<'a> {
         let noise = noise_prior(config, stats, k);
         // A zero-inflated output's zeros are structural (see `FitOptions`): under ARD its
         // intercept is a coefficient like the others, and `auto` fits it by ARD alone.
-        let structural_zeros =
-            stats.zero_inflated(k) && matches!(config.prior, PriorFamily::Ard | PriorFamily::Auto);
-        let flat = config.flat_intercept().filter(|_| !structural_zeros);
+        let structural_zeros = config.structural_zeros(stats, k);
+        let flat = config.output_flat_intercept(stats, k);
         let shared_fit = match &self.shared {
             Some(shared) if !structural_zeros => Some(shared.fit(data, noise)?),
             _ => None,

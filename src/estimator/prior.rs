@@ -5,7 +5,8 @@
 //! entries, told apart by the prior variance `v_j` kept per basis function:
 //!
 //! * `v_j = ∞`: a **flat** prior (the intercept of every model created since the prior family
-//!   exists): never shrunk, never pruned. Eliminating it from the posterior precision is exactly
+//!   exists, but for an output whose zeros are structural, see [`super::FitOptions`]): never
+//!   shrunk, never pruned. Eliminating it from the posterior precision is exactly
 //!   centring `x` and `y` by the (noise-weighted) means of all rows seen (see
 //!   [`super::posterior`]).
 //! * `v_j = 0`: pruned, `w_j ≡ 0`.
@@ -37,7 +38,8 @@ pub enum PriorFamily {
     /// scale by the evidence); named features as in ridge. Ridge for a model without spectrum.
     Smooth,
     /// The evidence (with its Occam factor) chooses per output among ridge, smooth (with a
-    /// declared spectrum) and ARD (unless the inputs are a spectrum alone).
+    /// declared spectrum) and ARD (unless the inputs are a spectrum alone); an output whose
+    /// zeros are structural (0 in most rows) is fitted by ARD.
     #[default]
     Auto,
 }

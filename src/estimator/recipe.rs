@@ -67,6 +67,7 @@ pub fn forward_fit_options() -> FitOptions {
     FitOptions {
         noise_prior_fraction: 1e-6,
         min_informative_rows: 0.0,
+        min_zero_inflated_rows: 0.0,
         student: false,
         ..FitOptions::default()
     }

@@ -73,7 +73,13 @@ pub fn max_abs_ratio(train: MatRef<'_, f64>, pred: MatRef<'_, f64>) -> f64 {
         let range = train.col(k).iter().fold(0.0f64, |a, v| a.max(v.abs()));
         for i in 0..pred.nrows() {
             let p = pred[(i, k)].abs();
-            let ratio = if p == 0.0 { 0.0 } else { p / range };
+            let ratio = if p == 0.0 {
+                0.0
+            } else if p.is_nan() {
+                f64::INFINITY
+            } else {
+                p / range
+            };
             worst = worst.max(ratio);
         }
     }
@@ -94,6 +100,9 @@ pub fn max_relative_error(
         let range = train.col(k).iter().fold(0.0f64, |a, v| a.max(v.abs()));
         for i in 0..pred.nrows() {
             let err = (pred[(i, k)] - truth[(i, k)]).abs();
+            if err.is_nan() {
+                return f64::INFINITY;
+            }
             if err > 0.0 {
                 worst = worst.max(err / range.max(truth[(i, k)].abs()));
             }
@@ -158,6 +167,9 @@ mod tests {
         assert!(max_abs_ratio(train.as_ref(), right.as_ref()) > 100.0);
         let wrong = faer::mat![[0.4, 0.5]];
         assert!(max_relative_error(train.as_ref(), truth.as_ref(), wrong.as_ref()).is_infinite());
+        let nan = faer::mat![[f64::NAN, 0.0]];
+        assert!(max_relative_error(train.as_ref(), truth.as_ref(), nan.as_ref()).is_infinite());
+        assert!(max_abs_ratio(train.as_ref(), nan.as_ref()).is_infinite());
         let far = faer::mat![[40.4, 0.0]];
         assert!(
             (max_relative_error(train.as_ref(), truth.as_ref(), far.as_ref()) - 100.0).abs() < 1e-9

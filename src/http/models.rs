@@ -73,7 +73,9 @@ pub struct CreateModel {
     /// Prior family of the weights (default `auto`): `ard` (one variance per basis function),
     /// `ridge` (one shared variance of the basis functions, in their units), `smooth` (a
     /// Gaussian-process prior along a declared spectrum's wavelengths) or `auto` (the evidence
-    /// chooses per output). The intercept is never shrunk.
+    /// chooses per output). The intercept is never shrunk, except that of an output that is 0 in
+    /// most rows under `ard` or `auto` (a dye most recipes do not use), which the evidence may
+    /// prune.
     #[serde(default)]
     pub prior: Option<PriorName>,
     /// Rows queued before the first fit runs (default: the number of basis functions, at most
