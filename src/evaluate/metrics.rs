@@ -65,12 +65,17 @@ pub fn coverage95(
     (inside as f64 / total.max(1) as f64, nz)
 }
 
+/// `max |y_train|` of output `k`.
+fn training_range(train: MatRef<'_, f64>, k: usize) -> f64 {
+    train.col(k).iter().fold(0.0f64, |a, v| a.max(v.abs()))
+}
+
 /// Largest `|ŷ| / max|y_train|` over all predictions, per output's own training range
 /// (infinite when an output that was always 0 in training is predicted non-zero).
 pub fn max_abs_ratio(train: MatRef<'_, f64>, pred: MatRef<'_, f64>) -> f64 {
     let mut worst: f64 = 0.0;
     for k in 0..train.ncols() {
-        let range = train.col(k).iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        let range = training_range(train, k);
         for i in 0..pred.nrows() {
             let p = pred[(i, k)].abs();
             let ratio = if p == 0.0 {
@@ -97,7 +102,7 @@ pub fn max_relative_error(
 ) -> f64 {
     let mut worst: f64 = 0.0;
     for k in 0..train.ncols() {
-        let range = train.col(k).iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        let range = training_range(train, k);
         for i in 0..pred.nrows() {
             let err = (pred[(i, k)] - truth[(i, k)]).abs();
             if err.is_nan() {
