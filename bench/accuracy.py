@@ -29,7 +29,8 @@ Splits, identical for every method (their row indices are written to the JSON):
 
 * canonical: gasoline rows 1–50 train, 51–60 test (the pls vignette); yarn its `train` flag
   (21/7); fermentation(-sg) the given train/test sets (21/34).
-* random (gasoline and yarn): REPEATS splits (default 20), seeds 0…, 25 % test:
+* random (gasoline and yarn): REPEATS splits (default 100: with 7 to 15 test rows a split, 20
+  splits left the ratio to the best peer uncertain by ±10 %), seeds 0…, 25 % test:
   test = sorted(default_rng(seed).permutation(n)[:round(n/4)]), the rest train.
 * paper (dyeing, the paper's protocol): TRIALS trials (default 20), seeds 0…:
   perm = default_rng(seed).permutation(n); test = perm[:int(0.2 n)], of the rest the first
@@ -129,6 +130,7 @@ FERMENTATION_MINUTES_PER_SPECTRUM = 1.25
 DATASETS = ["gasoline", "yarn", "fermentation", "fermentation-sg", "dyeing"]
 Z95 = 1.959964
 ALPHA = 0.05
+BOOTSTRAP_RESAMPLES = 2000
 PREDICT_CHUNK = 10_000
 PEERS = ["PLS", "RidgeCV", "BayesianRidge", "ARD", "OLS"]
 MORDANT_VARIANTS = {"named": "", "spectrum": " spectrum"}
@@ -673,7 +675,8 @@ def split_metrics(y, mean, sd):
     """Sums and scores of one split's test predictions (arrays n × m)."""
     from sklearn.metrics import r2_score
 
-    out = {"n": int(y.size), "mse": float(np.mean((y - mean) ** 2)), "r2": float(r2_score(y, mean))}
+    out = {"n": int(y.size), "mse": float(np.mean((y - mean) ** 2)), "r2": float(r2_score(y, mean)),
+           "row_se": np.sum((y - mean) ** 2, axis=1).tolist()}
     if y.shape[1] > 1:
         present = [k for k in range(y.shape[1]) if np.ptp(y[:, k]) > 0]
         out["r2_present"] = float(np.mean([r2_score(y[:, k], mean[:, k]) for k in present]))
@@ -918,8 +921,35 @@ def dyeing_lines(results, services):
     return lines + [""]
 
 
+def ratio_interval(mine, peer, resamples=BOOTSTRAP_RESAMPLES):
+    """The central 95 % range of mordant's RMSEP over the peer's under a paired bootstrap: the
+    splits resampled where there are at least 10, else the test rows of the one split (the same
+    draws for both methods)."""
+    pairs = {}
+    for record, slot in ((peer, 1), (mine, 0)):
+        for split in record["per_split"]:
+            if "row_se" in split:
+                pairs.setdefault(split["seed"], [None, None])[slot] = split
+    pairs = [p for p in pairs.values() if p[0] is not None and p[1] is not None]
+    if not pairs:
+        return None
+    rng = np.random.default_rng(0)
+    if len(pairs) >= 10:
+        a = np.array([p[0]["mse"] for p in pairs])
+        b = np.array([p[1]["mse"] for p in pairs])
+    else:
+        a = np.concatenate([p[0]["row_se"] for p in pairs])
+        b = np.concatenate([p[1]["row_se"] for p in pairs])
+    draws = rng.integers(0, len(a), size=(resamples, len(a)))
+    ratios = np.sqrt(a[draws].sum(axis=1) / np.maximum(b[draws].sum(axis=1), np.finfo(float).tiny))
+    low, high = np.quantile(ratios, [0.025, 0.975])
+    return float(low), float(high)
+
+
 def ratio_lines(keyed_rows, services):
-    lines = ["### mordant RMSEP / best peer RMSEP", ""]
+    lines = ["### mordant RMSEP / best peer RMSEP", "",
+             "In brackets the central 95 % range of the ratio under a paired bootstrap (the splits "
+             "resampled where there are 10 or more, else the test rows), the best peer held fixed.", ""]
     for (d, s), methods in keyed_rows:
         best, peer = best_peer(methods)
         parts = []
@@ -929,7 +959,9 @@ def ratio_lines(keyed_rows, services):
             if mine is None or best is None:
                 parts.append(f"{method} {record['status']}")
             else:
-                parts.append(f"{method} {fmt(mine)} → {mine / best:.3f}")
+                interval = ratio_interval(record, methods[peer])
+                within = f" [{interval[0]:.2f}–{interval[1]:.2f}]" if interval else ""
+                parts.append(f"{method} {fmt(mine)} → {mine / best:.3f}{within}")
         lines.append(f"- {d} ({s}): best peer {peer} {fmt(best)}; " + "; ".join(parts))
     return lines + [""]
 
@@ -1030,7 +1062,7 @@ def parse_args(argv):
     run = sub.add_parser("run", help="the benchmark")
     run.add_argument("--quick", action="store_true", help="5 random repeats, 3 dyeing trials")
     run.add_argument("--only", default=",".join(DATASETS), help="comma-separated data sets")
-    run.add_argument("--repeats", type=int, help="random splits of gasoline and yarn (20; --quick 5)")
+    run.add_argument("--repeats", type=int, help="random splits of gasoline and yarn (100; --quick 5)")
     run.add_argument("--trials", type=int, help="dyeing trials (20; --quick 3)")
     run.add_argument("--ard-trials", type=int, help="dyeing trials for ARD (default: all; 82 fits each)")
     run.add_argument("--fold-timeout", type=float, default=60.0, help="seconds a batch may take to fold")
@@ -1038,7 +1070,7 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     args.argv = argv[1:]
     if args.command == "run":
-        args.repeats = args.repeats or (5 if args.quick else 20)
+        args.repeats = args.repeats or (5 if args.quick else 100)
         args.trials = args.trials or (3 if args.quick else 20)
         args.ard_trials = min(args.trials, args.ard_trials or args.trials)
         args.only = [d.strip() for d in args.only.split(",") if d.strip()]

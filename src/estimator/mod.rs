@@ -91,16 +91,19 @@ pub const DEFAULT_NOISE_FLOOR: f64 = 1e-10;
 ///
 /// # The noise prior
 ///
-/// σ² has a weak inverse-gamma prior ([`NoisePrior`]) in the units of the output's own
-/// *variance* about its mean, never of its level: a dense output measured to ±0.2 around 3.5
-/// gets σ from its residuals, not from 3.5. Its `ν₀` pseudo-rows weigh less with every row
-/// seen. The floor `s_min` is a tiny fraction of that variance (an output that has only ever
-/// been constant gets the absolute floor), so it keeps σ² positive and never binds otherwise.
+/// A dense output's σ² comes from its residuals alone (MacKay's `s = RSS / (N − γ)`), never
+/// from its level: oil measured to ±0.2 around 3.5 gets σ from its residuals, not from 3.5. A
+/// prior in units of its variance ([`Self::noise_prior_fraction`], off by default) would bind
+/// on exactly the precise outputs a calibration is for: at 10⁻⁴ of the variance it held the
+/// yarn density's σ² several times above its residuals and made the fit itself smoother. The
+/// floor `s_min` is a tiny fraction of that variance (an output that has only ever been
+/// constant gets the absolute floor), so it keeps σ² positive and never binds otherwise.
 ///
-/// A zero-inflated output's variance over all rows measures how often the dye is used, not how
-/// precisely: its prior speaks in the mean square of its non-zero values instead, the dose of
-/// the dye when it is used, with a relative error of about 10 %
-/// ([`Self::zero_inflated_noise_fraction`]). Two informative rows fitted by two coefficients
+/// A zero-inflated output's σ² has a weak inverse-gamma prior ([`NoisePrior`]) whose `ν₀`
+/// pseudo-rows weigh less with every informative row seen. Its variance over all rows measures
+/// how often the dye is used, not how precisely: the prior speaks in the mean square of its
+/// non-zero values instead, the dose of the dye when it is used, with a relative error of about
+/// 10 % ([`Self::zero_inflated_noise_fraction`]). Two informative rows fitted by two coefficients
 /// leave no residual, and without this prior σ² collapses with them: a dye dosed at 2.5 in three
 /// rows took a coefficient of 156 on another dye dosed at 0.002 in one of them, and predicted
 /// 56 where the truth was 0.04. With it, two informative rows are enough for a first fit
@@ -118,7 +121,8 @@ pub struct FitOptions {
     pub noise_floor: f64,
     /// Pseudo-rows `ν₀` of the inverse-gamma prior on the noise variance (0 turns it off).
     pub noise_prior_rows: f64,
-    /// Prior noise variance as a fraction of the output's variance.
+    /// Prior noise variance of a dense output as a fraction of its variance (0, the default:
+    /// no prior, σ² from the residuals alone).
     pub noise_prior_fraction: f64,
     /// Prior noise variance of a zero-inflated output as a fraction of the mean square of its
     /// non-zero values (0: as any other output).
@@ -143,7 +147,7 @@ impl Default for FitOptions {
             prune_gamma: 1e-6,
             noise_floor: DEFAULT_NOISE_FLOOR,
             noise_prior_rows: 2.0,
-            noise_prior_fraction: 1e-4,
+            noise_prior_fraction: 0.0,
             zero_inflated_noise_fraction: 1e-2,
             min_informative_rows: 5.0,
             min_zero_inflated_rows: 2.0,
@@ -172,10 +176,10 @@ impl FitOptions {
 
 /// An inverse-gamma prior on one output's noise variance, `s ~ IG(ν₀/2, ν₀ s_p/2)`, whose mode
 /// given `RSS` on `dof` residual degrees of freedom is `(RSS + ν₀ s_p)/(dof + ν₀)`: `ν₀`
-/// pseudo-rows with mean squared error `s_p`. `s_p` is a fraction of the output's variance
-/// about its mean (`q_c / N`, its mean square without an intercept), so the prior speaks in the
-/// output's own units and is indifferent to its level; for a zero-inflated output, a fraction of
-/// the mean square of its non-zero values (see [`FitOptions`]).
+/// pseudo-rows with mean squared error `s_p`. For a zero-inflated output `s_p` is a fraction of
+/// the mean square of its non-zero values; for a dense one a fraction of its variance about its
+/// mean (`q_c / N`, its mean square without an intercept), 0 by default: no prior, `ν₀ = 0` (see
+/// [`FitOptions`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NoisePrior {
     /// `ν₀`.
@@ -201,8 +205,13 @@ impl NoisePrior {
         } else {
             options.noise_prior_fraction * variance
         };
+        // Without a scale there is no prior: pseudo-rows of zero error would only pull σ² down.
         Self {
-            rows: options.noise_prior_rows,
+            rows: if scale > 0.0 {
+                options.noise_prior_rows
+            } else {
+                0.0
+            },
             scale,
             floor: if variance > 0.0 {
                 options.noise_floor * variance
