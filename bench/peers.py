@@ -367,8 +367,9 @@ def settings_text():
         "* Every model fits the same design: the raw features and an intercept. mordant gets "
         "`Basis::new(d, true, Transform::Identity)` (the spectrum features are already Kubelka–Munk "
         "values), default `FitOptions` (tol 1e-6 on the relative change of v and s, at most 100 "
-        "iterations, a noise prior of 2 pseudo-rows at 1 % of the output's scale, outputs with "
-        "fewer than 5 non-zero rows left untrained and predicting 0).",
+        "iterations, a noise prior only for zero-inflated outputs, 2 pseudo-rows at 1 % of the mean "
+        "square of their non-zero values; outputs with fewer than 5 non-zero rows, 2 if zero-inflated, "
+        "left untrained and predicting 0).",
         "* scikit-learn: the defaults — `max_iter=300`, `tol=1e-3` (on the L1 change of the "
         "coefficients, much looser than mordant's), Gamma(1e-6, 1e-6) hyperpriors, ARD's "
         "`threshold_lambda=1e4`, and `fit_intercept=True`: it centres X and y and leaves the "

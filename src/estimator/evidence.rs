@@ -385,16 +385,12 @@ pub struct Shape {
 /// ```
 ///
 /// where `N_c` counts the informative rows less the flat intercept's one (the likelihood
-/// tempered by `N_inf / N`, see [`super::FitOptions`]):
-///
-/// ```text
-/// ```
-///
-/// minimised over `log α` (a grid, then golden-section search). At its minimum the fixed point
-/// of Algorithm 2 holds: `v = ‖μ‖²_R̃ / γ` and `s = RSS / (N_c − γ)` with `γ = Σ λ_i/(λ_i + α)`
-/// (without noise prior), so this is Algorithm 2 for a prior with one scale, found without
-/// iterating. The shape (ridge, or smooth at each candidate length scale) with the largest
-/// evidence wins.
+/// tempered by `N_inf / N`, see [`super::FitOptions`]), and `ν₀ = 0` unless the output is
+/// zero-inflated; it is minimised over `log α` (a grid, then golden-section search). At its
+/// minimum the fixed point of Algorithm 2 holds: `v = ‖μ‖²_R̃ / γ` and `s = RSS / (N_c − γ)`
+/// with `γ = Σ λ_i/(λ_i + α)` (without noise prior), so this is Algorithm 2 for a prior with one
+/// scale, found without iterating. The shape (ridge, or smooth at each candidate length scale)
+/// with the largest evidence wins.
 #[derive(Clone, Debug)]
 pub struct SharedScale {
     shapes: Vec<Shape>,

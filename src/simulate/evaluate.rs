@@ -892,10 +892,6 @@ mod diagnose {
     #[test]
     #[ignore]
     fn breakdown() {
-        let low = FitOptions {
-            noise_prior_fraction: 1e-8,
-            ..FitOptions::default()
-        };
         let d = FitOptions::default();
         let bench = NoiseModel::BENCHTOP;
         let r = CONCENTRATION_RANGE;
@@ -917,7 +913,6 @@ mod diagnose {
             wavelength_jitter_nm: 0.0,
             uptake_rel: u,
         };
-        let _ = low;
         for (name, n) in [
             ("lab", lab),
             ("photo", photo),
