@@ -1083,6 +1083,78 @@ fn a_precise_dense_outputs_noise_variance_comes_from_its_residuals() {
     }
 }
 
+/// One-step updates refit an output's hyperparameters once its informative rows have doubled
+/// since they were last fitted (the result is the first fit on all rows), and keep them below
+/// that, or always with `refit_growth = 0`.
+#[test]
+fn one_step_refits_hyperparameters_once_the_rows_have_doubled() {
+    let (n, d) = (12, 6);
+    let mut rng = ChaCha8Rng::seed_from_u64(31);
+    let x = Mat::from_fn(4 * n, d, |_, _| rng.random_range(-1.0..1.0));
+    let y = Mat::from_fn(4 * n, 1, |i, _| {
+        1.0 + x[(i, 0)] - 0.5 * x[(i, 3)] + 0.1 * rng.random_range(-1.0..1.0)
+    });
+    let basis = identity_basis(d);
+    let part = |from: usize, to: usize| {
+        stats(
+            &basis,
+            &x.subrows(from, to - from).to_owned(),
+            &y.subrows(from, to - from).to_owned(),
+        )
+    };
+    let probe = Mat::from_fn(5, d, |i, j| 0.2 * (i + j) as f64 - 0.5);
+    for prior in [PriorFamily::Auto, PriorFamily::Ridge, PriorFamily::Ard] {
+        let config = ModelConfig {
+            prior,
+            ..ModelConfig::new(basis, 1)
+        };
+        let first = ModelState::fit(&config, part(0, n)).unwrap();
+        let hyper = |s: &ModelState| {
+            let post = s.outputs()[0].posterior().unwrap();
+            post.prior_variance().to_vec()
+        };
+        assert_eq!(first.fitted_rows(), &[n as f64]);
+
+        // Half as many rows again: one Bayesian step, the prior kept.
+        let stepped = first.update(&config, &part(n, n + n / 2)).unwrap();
+        assert_eq!(hyper(&stepped), hyper(&first), "{prior:?}");
+        assert_eq!(stepped.fitted_rows(), &[n as f64]);
+
+        // Twice the rows the prior was fitted on: Algorithm 2 on all of them.
+        let grown = stepped.update(&config, &part(n + n / 2, 2 * n)).unwrap();
+        assert_eq!(grown.fitted_rows(), &[2.0 * n as f64]);
+        let fresh = ModelState::fit(&config, part(0, 2 * n)).unwrap();
+        let (a, b) = (
+            grown.predict(probe.as_ref()).unwrap(),
+            fresh.predict(probe.as_ref()).unwrap(),
+        );
+        for i in 0..probe.nrows() {
+            let (p, q) = (a.mean[(i, 0)], b.mean[(i, 0)]);
+            assert!(
+                (p - q).abs() < 1e-6 * (1.0 + q.abs()),
+                "{prior:?} row {i}: {p} against {q}"
+            );
+            let (u, v) = (a.variance[(i, 0)], b.variance[(i, 0)]);
+            assert!(
+                (u - v).abs() < 1e-5 * v,
+                "{prior:?} row {i}: variance {u} against {v}"
+            );
+        }
+
+        // Never, when asked so.
+        let never = ModelConfig {
+            options: FitOptions {
+                refit_growth: 0.0,
+                ..FitOptions::default()
+            },
+            ..config
+        };
+        let kept = first.update(&never, &part(n, 4 * n)).unwrap();
+        assert_eq!(hyper(&kept), hyper(&first), "{prior:?}");
+        assert_eq!(kept.fitted_rows(), &[n as f64]);
+    }
+}
+
 /// An explicit shared prior keeps the free intercept for every output, zero-inflated or not.
 #[test]
 fn explicit_shared_priors_keep_the_flat_intercept_for_a_zero_inflated_output() {

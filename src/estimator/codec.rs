@@ -1,9 +1,10 @@
 //! A compact, versioned binary encoding of a [`ModelState`].
 //!
-//! Format version 4, written for every state since the prior families (little-endian):
+//! Format version 5, written for every state since one-step updates refit hyperparameters that
+//! their rows have outgrown (little-endian):
 //!
 //! ```text
-//! magic "MRDT" · version u16 = 4 · features u32 · intercept u8 · transform u8 · declared u8
+//! magic "MRDT" · version u16 = 5 · features u32 · intercept u8 · transform u8 · declared u8
 //!         · spectral bands u32 · reflectance scale u8 · outputs m u32
 //!         · predictive u8 (0 plug-in, 1 Student-t) · YᵀY kept u8
 //! totals as below, with YᵀY when kept
@@ -11,8 +12,12 @@
 //!         · s f64 · v p f64 (+∞ for a flat intercept) · smooth bands u32 (0: none)
 //!         · [smooth length f64 when bands > 0]
 //!         · A lower triangle |J|(|J|+1)/2 f64 · c |J| f64        (J = {j : v_j > 0})
+//!         · the informative rows its hyperparameters were fitted on f64
 //! crc32 (IEEE) of everything before it, u32
 //! ```
+//!
+//! Version 4, written since the prior families, is version 5 without the fitted rows: an
+//! output read from it counts its hyperparameters as fitted on every row so far.
 //!
 //! Versions 1 to 3, written by earlier releases, are still read: their outputs are ARD
 //! posteriors with the intercept shrunk like any coefficient and σ² plugged in, and they
@@ -48,8 +53,10 @@ use super::{Basis, EstimatorError, ReflectanceScale, Transform};
 
 const MAGIC: &[u8; 4] = b"MRDT";
 const STATISTICS_MAGIC: &[u8; 4] = b"MRDS";
-/// The format version [`encode`] writes (and [`decode`] reads, beside versions 1 to 3).
-pub const FORMAT_VERSION: u16 = 4;
+/// The format version [`encode`] writes (and [`decode`] reads, beside versions 1 to 4).
+pub const FORMAT_VERSION: u16 = 5;
+/// The prior families' format, without the fitted rows.
+const FORMAT_VERSION_4: u16 = 4;
 /// Model states with a declared spectrum and `YᵀY`, before the prior families.
 const FORMAT_VERSION_3: u16 = 3;
 /// Model states with a declared spectrum and no `YᵀY`.
@@ -79,8 +86,13 @@ pub enum DecodeError {
     Invalid(&'static str),
 }
 
-/// Encodes a model state (format version 4).
+/// Encodes a model state (format version 5).
 pub fn encode(state: &ModelState) -> Vec<u8> {
+    encode_as(state, FORMAT_VERSION)
+}
+
+/// Encodes in format 5, or in format 4 (without the fitted rows) for the tests of its reading.
+fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
     let basis = state.basis();
     let totals = state.totals();
     let (p, m) = (totals.dim(), totals.outputs());
@@ -89,7 +101,7 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
     ));
     let products = totals.output_products().is_some();
     w.bytes(MAGIC);
-    w.u16(FORMAT_VERSION);
+    w.u16(version);
     w.u32(basis.features as u32);
     w.u8(u8::from(basis.intercept));
     w.u8(match basis.transform {
@@ -109,7 +121,7 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
     });
     w.u8(u8::from(products));
     w.statistics(totals, products);
-    for output in state.outputs() {
+    for (output, fitted_rows) in state.outputs().iter().zip(state.fitted_rows()) {
         match output {
             OutputState::Untrained => w.u8(0),
             OutputState::Trained(post) => {
@@ -131,6 +143,9 @@ pub fn encode(state: &ModelState) -> Vec<u8> {
                 }
                 w.lower(post.precision_data());
                 post.natural_mean().iter().for_each(|v| w.f64(*v));
+                if version >= FORMAT_VERSION {
+                    w.f64(*fitted_rows);
+                }
             }
         }
     }
@@ -147,10 +162,11 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             FORMAT_VERSION_1,
             FORMAT_VERSION_2,
             FORMAT_VERSION_3,
+            FORMAT_VERSION_4,
             FORMAT_VERSION,
         ],
     )?;
-    let current = r.version >= FORMAT_VERSION;
+    let current = r.version >= FORMAT_VERSION_4;
     let features = r.u32()? as usize;
     let intercept = match r.u8()? {
         0 => false,
@@ -207,10 +223,14 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     let p = basis.dim();
     let totals = r.statistics(p, m, products)?;
     let mut outputs = Vec::with_capacity(m);
+    let mut fitted_rows = Vec::with_capacity(m);
     let mut kernels = std::collections::HashMap::new();
-    for _ in 0..m {
+    for k in 0..m {
         match r.u8()? {
-            0 => outputs.push(OutputState::Untrained),
+            0 => {
+                outputs.push(OutputState::Untrained);
+                fitted_rows.push(0.0);
+            }
             1 => {
                 let family = if current {
                     match r.u8()? {
@@ -271,13 +291,23 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
                     .factor_with_kernel(kernel)
                     .and_then(|factor| OutputPosterior::with_factor(prior, factor, s, a, c))
                     .map_err(|_| DecodeError::Invalid("posterior"))?;
+                let rows = if r.version >= FORMAT_VERSION {
+                    let rows = r.f64()?;
+                    if !(rows.is_finite() && rows >= 0.0) {
+                        return Err(DecodeError::Invalid("fitted rows").into());
+                    }
+                    rows
+                } else {
+                    totals.informative_rows(k)
+                };
                 outputs.push(OutputState::Trained(Box::new(post)));
+                fitted_rows.push(rows);
             }
             _ => return Err(DecodeError::Invalid("output tag").into()),
         }
     }
     r.finish()?;
-    ModelState::from_parts(basis, totals, outputs, predictive)
+    ModelState::from_parts(basis, totals, outputs, predictive, fitted_rows)
 }
 
 /// Encodes the statistics of one batch (what the service stores beside a batch's raw rows).
@@ -501,6 +531,29 @@ mod tests {
     fn round_trip_is_exact() {
         let state = small_state();
         assert_eq!(decode(&encode(&state)).unwrap(), state);
+    }
+
+    /// A state whose hyperparameters were fitted on fewer rows than it has seen keeps that
+    /// count through a round trip; one read from format 4 counts every row so far.
+    #[test]
+    fn fitted_rows_round_trip_and_format_4_counts_every_row() {
+        let state = small_state();
+        let basis = *state.basis();
+        let x = faer::mat![[0.4, 0.1], [1.2, -0.3]];
+        let y = faer::mat![[0.9, 0.0], [1.6, 0.0]];
+        let phi = basis.design(x.as_ref()).unwrap();
+        let batch = BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap();
+        let updated = state.update(&ModelConfig::new(basis, 2), &batch).unwrap();
+        assert_eq!(updated.fitted_rows()[0], 5.0);
+        assert_eq!(updated.totals().informative_rows(0), 7.0);
+        assert_eq!(decode(&encode(&updated)).unwrap(), updated);
+
+        let blob = encode_as(&updated, FORMAT_VERSION_4);
+        assert_eq!(blob[4] as u16, FORMAT_VERSION_4);
+        let old = decode(&blob).unwrap();
+        assert_eq!(old.fitted_rows()[0], 7.0);
+        assert_eq!(old.outputs(), updated.outputs());
+        assert_eq!(old.totals(), updated.totals());
     }
 
     #[test]

@@ -137,6 +137,10 @@ pub struct FitOptions {
     /// Whether predictions integrate σ² over its posterior (Student-t predictive, see
     /// [`model::Predictive`]) instead of plugging in its estimate.
     pub student: bool,
+    /// Under one-step updates, an output's hyperparameters are fitted again (Algorithm 2 on the
+    /// statistics, no row read again) once its informative rows have grown by this factor since
+    /// they were last fitted; 0 never. See [`model::ModelState::update`].
+    pub refit_growth: f64,
 }
 
 impl Default for FitOptions {
@@ -153,13 +157,15 @@ impl Default for FitOptions {
             min_zero_inflated_rows: 2.0,
             flat_intercept: true,
             student: true,
+            refit_growth: 2.0,
         }
     }
 }
 
 impl FitOptions {
     /// Algorithm 2 and 3 exactly as published: no noise prior, the intercept shrunk like any
-    /// coefficient, every output fitted at once, σ² plugged in.
+    /// coefficient, every output fitted at once, σ² plugged in, hyperparameters never fitted
+    /// again by one-step updates.
     pub fn plain() -> Self {
         Self {
             noise_prior_rows: 0.0,
@@ -169,6 +175,7 @@ impl FitOptions {
             min_zero_inflated_rows: 0.0,
             flat_intercept: false,
             student: false,
+            refit_growth: 0.0,
             ..Self::default()
         }
     }

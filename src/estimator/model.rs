@@ -158,6 +158,9 @@ pub struct ModelState {
     totals: BatchStatistics,
     outputs: Vec<OutputState>,
     predictive: Predictive,
+    /// Per output, the (forgetting-weighted) informative rows its hyperparameters were fitted
+    /// on; 0 for an untrained output.
+    fitted_rows: Vec<f64>,
 }
 
 impl ModelState {
@@ -166,8 +169,16 @@ impl ModelState {
         totals: BatchStatistics,
         outputs: Vec<OutputState>,
         predictive: Predictive,
+        fitted_rows: Vec<f64>,
     ) -> Result<Self, EstimatorError> {
         check_shape(totals.dim(), outputs.len(), basis.dim(), totals.outputs())?;
+        if fitted_rows.len() != outputs.len() {
+            return Err(EstimatorError::Dimension {
+                what: "fitted rows",
+                expected: outputs.len(),
+                found: fitted_rows.len(),
+            });
+        }
         for output in &outputs {
             if let Some(post) = output.posterior()
                 && post.dim() != basis.dim()
@@ -184,7 +195,21 @@ impl ModelState {
             totals,
             outputs,
             predictive,
+            fitted_rows,
         })
+    }
+
+    /// The informative rows behind each trained output's statistics: what a state fitted on
+    /// all of them records.
+    pub(crate) fn rows_of_trained(totals: &BatchStatistics, outputs: &[OutputState]) -> Vec<f64> {
+        outputs
+            .iter()
+            .enumerate()
+            .map(|(k, output)| match output {
+                OutputState::Trained(_) => totals.informative_rows(k),
+                OutputState::Untrained => 0.0,
+            })
+            .collect()
     }
 
     /// How predictions treat σ².
@@ -201,10 +226,20 @@ impl ModelState {
             .into_par_iter()
             .map(|k| fitter.fit_output(k, None))
             .collect::<Result<Vec<_>, _>>()?;
-        Self::from_parts(config.basis, stats, outputs, predictive(config))
+        let fitted = Self::rows_of_trained(&stats, &outputs);
+        Self::from_parts(config.basis, stats, outputs, predictive(config), fitted)
     }
 
     /// Learns one more batch with the model's update method (and forgetting, if any).
+    ///
+    /// Under one-step updates, an output is fitted again (Algorithm 2 on the accumulated
+    /// statistics, warm-started; no row is read again) when its informative rows have grown by
+    /// [`super::FitOptions::refit_growth`] since its hyperparameters were last fitted: a model
+    /// that learnt its prior from a first batch of 10 spectra otherwise keeps that prior for
+    /// good, however many rows follow, and answers with intervals too narrow for the prior's
+    /// errors. Growth by a factor keeps the refits to a logarithm of the rows a model sees;
+    /// between them every batch is one Bayesian step. States stored before the prior families
+    /// are never refitted here.
     pub fn update(
         &self,
         config: &ModelConfig,
@@ -222,13 +257,16 @@ impl ModelState {
         totals.add(batch)?;
         // A current state's output whose intercept kind no longer matches its statistics (a dye
         // that became common, or the reverse) is fitted again: a pruned intercept could never
-        // come back by one-step updates. States stored before the prior families keep theirs
-        // until an explicit refit.
+        // come back by one-step updates. So is one whose rows have outgrown its hyperparameters.
+        // States stored before the prior families keep theirs until an explicit refit.
         let current = self.predictive == Predictive::Student;
-        let changed = |k: usize, post: &OutputPosterior| {
-            current
-                && post.prior().flat().is_some()
-                    != config.output_flat_intercept(&totals, k).is_some()
+        let growth = config.options.refit_growth;
+        let stale = |k: usize, post: &OutputPosterior| {
+            let kind_changed =
+                post.prior().flat().is_some() != config.output_flat_intercept(&totals, k).is_some();
+            let outgrown =
+                growth > 0.0 && totals.informative_rows(k) >= growth * weight * self.fitted_rows[k];
+            current && (kind_changed || outgrown)
         };
         let fits = config.update == UpdateMethod::Refit
             || self
@@ -237,30 +275,39 @@ impl ModelState {
                 .enumerate()
                 .any(|(k, output)| match output {
                     OutputState::Untrained => Fitter::ready(config, &totals, k),
-                    OutputState::Trained(post) => changed(k, post),
+                    OutputState::Trained(post) => stale(k, post),
                 });
         let fitter = Fitter::new(config, &totals, fits)?;
-        let outputs = self
+        let refitted = |k: usize, warm: Option<&OutputPosterior>| {
+            let output = fitter.fit_output(k, warm)?;
+            let rows = match output {
+                OutputState::Trained(_) => totals.informative_rows(k),
+                OutputState::Untrained => 0.0,
+            };
+            Ok::<_, EstimatorError>((output, rows))
+        };
+        let (outputs, fitted_rows): (Vec<_>, Vec<_>) = self
             .outputs
             .par_iter()
             .enumerate()
             .map(|(k, output)| match (output, config.update) {
-                (OutputState::Trained(post), UpdateMethod::OneStep) if changed(k, post) => {
-                    fitter.fit_output(k, Some(post))
+                (OutputState::Trained(post), UpdateMethod::OneStep) if stale(k, post) => {
+                    refitted(k, Some(post))
                 }
                 (OutputState::Trained(post), UpdateMethod::OneStep) => {
                     let noise = noise_prior(config, &totals, k);
                     let data = batch.output(k);
+                    let kept = weight * self.fitted_rows[k];
                     one_step(post, informative_before[k], data, weight, noise)
-                        .map(|p| OutputState::Trained(Box::new(p)))
+                        .map(|p| (OutputState::Trained(Box::new(p)), kept))
                 }
-                (OutputState::Trained(post), UpdateMethod::Refit) => {
-                    fitter.fit_output(k, Some(post))
-                }
-                (OutputState::Untrained, _) => fitter.fit_output(k, None),
+                (OutputState::Trained(post), UpdateMethod::Refit) => refitted(k, Some(post)),
+                (OutputState::Untrained, _) => refitted(k, None),
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        Self::from_parts(self.basis, totals, outputs, self.predictive)
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
+        Self::from_parts(self.basis, totals, outputs, self.predictive, fitted_rows)
     }
 
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`.
@@ -278,7 +325,14 @@ impl ModelState {
             .enumerate()
             .map(|(k, output)| fitter.fit_output(k, output.posterior()))
             .collect::<Result<Vec<_>, _>>()?;
-        Self::from_parts(self.basis, self.totals.clone(), outputs, predictive(config))
+        let fitted = Self::rows_of_trained(&self.totals, &outputs);
+        Self::from_parts(
+            self.basis,
+            self.totals.clone(),
+            outputs,
+            predictive(config),
+            fitted,
+        )
     }
 
     pub fn basis(&self) -> &Basis {
@@ -292,6 +346,12 @@ impl ModelState {
 
     pub fn outputs(&self) -> &[OutputState] {
         &self.outputs
+    }
+
+    /// Per output, the (forgetting-weighted) informative rows its hyperparameters were last
+    /// fitted on (0 untrained).
+    pub fn fitted_rows(&self) -> &[f64] {
+        &self.fitted_rows
     }
 
     /// Whether every number of the state (statistics, means, noise variances) is finite: the

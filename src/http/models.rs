@@ -60,7 +60,9 @@ pub struct CreateModel {
     /// feature, read as a fraction.
     #[serde(default)]
     pub transform: Option<TransformName>,
-    /// Update method after the first fit (default `one_step`).
+    /// Update method after the first fit (default `one_step`: one Bayesian step per batch, the
+    /// hyperparameters fitted again once an output's rows have doubled since their last fit;
+    /// `refit`: Algorithm 2 on every batch).
     #[serde(default)]
     pub update: Option<UpdateName>,
     /// Exponential forgetting (default none).
