@@ -405,7 +405,8 @@ def limits_text():
         "answer. The exact check with River holds there; the held-out errors below show how "
         "each model does.",
         "* After the update mordant has taken one Bayesian step with its hyperparameters fixed "
-        "while ARDRegression re-estimated them on all rows: different estimates, reported only.",
+        "(refitting only the outputs whose informative rows the update doubled) while "
+        "ARDRegression re-estimated them on all rows: different estimates, reported only.",
     ]
 
 

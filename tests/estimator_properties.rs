@@ -1141,6 +1141,10 @@ fn one_step_refits_hyperparameters_once_the_rows_have_doubled() {
             );
         }
 
+        // An explicit refit records the rows it was fitted on.
+        let refit = stepped.refit(&config).unwrap();
+        assert_eq!(refit.fitted_rows(), &[(n + n / 2) as f64]);
+
         // Never, when asked so.
         let never = ModelConfig {
             options: FitOptions {
@@ -1153,6 +1157,67 @@ fn one_step_refits_hyperparameters_once_the_rows_have_doubled() {
         assert_eq!(hyper(&kept), hyper(&first), "{prior:?}");
         assert_eq!(kept.fitted_rows(), &[n as f64]);
     }
+}
+
+/// With forgetting, the rows behind the last fit fade with the statistics: an output is refitted
+/// once its forgetting-weighted informative rows reach twice the faded count, and an output that
+/// has never been non-zero is never refitted for it.
+#[test]
+fn with_forgetting_the_rows_behind_a_fit_fade_with_the_statistics() {
+    let (n, d, half_life) = (40, 4, 40.0);
+    let mut rng = ChaCha8Rng::seed_from_u64(33);
+    let x = Mat::from_fn(8 * n, d, |_, _| rng.random_range(-1.0..1.0));
+    let y = Mat::from_fn(8 * n, 2, |i, k| match k {
+        0 => 1.0 + x[(i, 1)] + 0.1 * rng.random_range(-1.0..1.0),
+        _ => 0.0,
+    });
+    let basis = identity_basis(d);
+    let config = ModelConfig {
+        forgetting: Some(mordant::estimator::Forgetting {
+            half_life_rows: half_life,
+        }),
+        options: FitOptions {
+            min_informative_rows: 0.0,
+            min_zero_inflated_rows: 0.0,
+            ..FitOptions::default()
+        },
+        ..ModelConfig::new(basis, 2)
+    };
+    let part = |i: usize| {
+        stats(
+            &basis,
+            &x.subrows(i * 10, 10).to_owned(),
+            &y.subrows(i * 10, 10).to_owned(),
+        )
+    };
+    let mut state = ModelState::fit(&config, part(0)).unwrap();
+    assert_eq!(state.fitted_rows()[1], 0.0);
+    let mut refits = 0;
+    for i in 1..32 {
+        let before = state.fitted_rows()[0];
+        let weight = (-10.0 / half_life).exp2();
+        let next = state.update(&config, &part(i)).unwrap();
+        let rows = next.totals().informative_rows(0);
+        if rows >= 2.0 * weight * before {
+            refits += 1;
+            assert_eq!(next.fitted_rows()[0], rows, "batch {i}");
+        } else {
+            assert!(
+                (next.fitted_rows()[0] - weight * before).abs() < 1e-9 * before,
+                "batch {i}"
+            );
+            let (a, b) = (
+                next.outputs()[0].posterior(),
+                state.outputs()[0].posterior(),
+            );
+            assert_eq!(a.unwrap().prior_variance(), b.unwrap().prior_variance());
+        }
+        assert_eq!(next.fitted_rows()[1], 0.0);
+        state = next;
+    }
+    // The weighted rows level off near 10 / (1 − 2^(−10/40)) ≈ 63: a refit about once per
+    // half-life, not on every batch.
+    assert!((4..=12).contains(&refits), "{refits} refits");
 }
 
 /// An explicit shared prior keeps the free intercept for every output, zero-inflated or not.

@@ -53,6 +53,23 @@ fn states_of_the_previous_release_predict_as_they_did() {
     }
 }
 
+/// Folds never refit a stored state's hyperparameters, however many rows follow: they keep
+/// the prior until an explicit refit.
+#[test]
+fn folds_keep_a_stored_states_prior_however_many_rows_follow() {
+    let (blob, _) = fixture("v1");
+    let state = codec::decode(&blob).unwrap();
+    let config = ModelConfig::new(*state.basis(), state.outputs().len());
+    // The state's own statistics again: every output's rows double.
+    let updated = state.update(&config, state.totals()).unwrap();
+    assert_eq!(updated.predictive(), Predictive::Plugin);
+    for (a, b) in updated.outputs().iter().zip(state.outputs()) {
+        if let (Some(a), Some(b)) = (a.posterior(), b.posterior()) {
+            assert_eq!(a.prior_variance(), b.prior_variance());
+        }
+    }
+}
+
 #[test]
 fn a_refit_moves_a_stored_state_to_the_current_priors() {
     let (blob, _) = fixture("v1");

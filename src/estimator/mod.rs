@@ -139,7 +139,9 @@ pub struct FitOptions {
     pub student: bool,
     /// Under one-step updates, an output's hyperparameters are fitted again (Algorithm 2 on the
     /// statistics, no row read again) once its informative rows have grown by this factor since
-    /// they were last fitted; 0 never. See [`model::ModelState::update`].
+    /// they were last fitted; 0 never. States with a plug-in predictive (those stored before the
+    /// prior families, or made with `student: false`) are never refitted so. See
+    /// [`model::ModelState::update`].
     pub refit_growth: f64,
 }
 

@@ -13,7 +13,8 @@ use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
 /// How a model learns from a batch after its first fit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum UpdateMethod {
-    /// Algorithm 3: one Bayesian step with the hyperparameters held fixed.
+    /// Algorithm 3: one Bayesian step with the hyperparameters held fixed, until an output's
+    /// rows have outgrown them ([`super::FitOptions::refit_growth`]).
     #[default]
     OneStep,
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`.
@@ -264,8 +265,10 @@ impl ModelState {
         let stale = |k: usize, post: &OutputPosterior| {
             let kind_changed =
                 post.prior().flat().is_some() != config.output_flat_intercept(&totals, k).is_some();
-            let outgrown =
-                growth > 0.0 && totals.informative_rows(k) >= growth * weight * self.fitted_rows[k];
+            // At least one row behind the last fit: an output that has never been non-zero (fitted
+            // on 0 informative rows when nothing waits for them) is not refitted on every batch.
+            let outgrown = growth > 0.0
+                && totals.informative_rows(k) >= growth * (weight * self.fitted_rows[k]).max(1.0);
             current && (kind_changed || outgrown)
         };
         let fits = config.update == UpdateMethod::Refit
