@@ -254,6 +254,11 @@ pub struct OutputPosteriorView {
     /// σ², null while untrained.
     #[schema(example = 0.0021)]
     pub noise_variance: Option<f64>,
+    /// The informative rows the output's prior hyperparameters were last fitted on (weighted by
+    /// forgetting), null while untrained. A `one_step` fold fits them again once the output's
+    /// informative rows have doubled.
+    #[schema(example = 400.0)]
+    pub fitted_rows: Option<f64>,
     /// Posterior mean of each basis function's weight (same order as `basis`).
     pub coefficients: Vec<f64>,
     /// The prior family the output was fitted with (`ard`, `ridge` or `smooth`), null while
@@ -328,6 +333,7 @@ pub async fn posterior(
                 name: model.spec.outputs[k].clone(),
                 trained: post.is_some(),
                 noise_variance: post.map(|p| p.noise_variance()),
+                fitted_rows: post.map(|_| state.fitted_rows()[k]),
                 coefficients: coefficients.col(k).iter().copied().collect(),
                 prior: post.map(|p| p.prior().family.name().to_owned()),
                 length_scale_nm: post

@@ -505,6 +505,49 @@ async fn a_wide_spectrum_trains_from_a_small_first_batch() {
     );
 }
 
+/// The posterior says on how many rows each output's hyperparameters were fitted; one-step
+/// folds keep them until the rows have doubled, then fit them again.
+#[tokio::test]
+async fn one_step_folds_refit_hyperparameters_once_the_rows_have_doubled() {
+    let app = spawn_app().await;
+    app.create_model(&json!({
+        "name": "grows", "features": ["a", "b"], "outputs": ["y"], "first_fit_rows": 10,
+    }))
+    .await;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let mut fitted = Vec::new();
+    for (b, rows) in [10, 5, 5].into_iter().enumerate() {
+        let x: Vec<[f64; 2]> = (0..rows)
+            .map(|_| [rng.random_range(-1.0..1.0), rng.random_range(-1.0..1.0)])
+            .collect();
+        let y: Vec<[f64; 1]> = x
+            .iter()
+            .map(|r| [2.0 + r[0] - r[1] + 0.05 * rng.random_range(-1.0..1.0)])
+            .collect();
+        let id = format!("b{b}");
+        let response = app
+            .post_batch("grows", &json!({"batch_id": id, "x": x, "y": y}))
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let batch = app.wait_for_batch("grows", &id).await;
+        assert_eq!(batch["status"], "folded", "{batch}");
+        let version = batch["version"].as_i64().expect("folded into a version");
+        let posterior: Value = wait_until(std::time::Duration::from_secs(30), || async {
+            let r = app.get("/v1/models/grows/posterior").await;
+            let v: Value = r.json().await.ok()?;
+            (v["version"].as_i64() >= Some(version)).then_some(v)
+        })
+        .await
+        .expect("posterior");
+        fitted.push(
+            posterior["outputs"][0]["fitted_rows"]
+                .as_f64()
+                .expect("fitted_rows"),
+        );
+    }
+    assert_eq!(fitted, [10.0, 10.0, 20.0]);
+}
+
 /// A batch that cannot be folded yet says what it waits for.
 #[tokio::test]
 async fn a_batch_waiting_for_the_first_fit_says_so() {
