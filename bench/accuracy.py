@@ -190,6 +190,15 @@ def export_r(directory):
     print(f"accuracy: exported gasoline and yarn to {directory}", file=sys.stderr)
 
 
+def write_report(path, lines):
+    """Writes a report's markdown lines to path (making its directory) and prints them."""
+    text = "\n".join(lines) + "\n"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    print(text)
+
+
 def export_fermentation(directory):
     """fermentation_train.csv (glucose, then the spectrum) and fermentation_test.csv (HPLC time
     in hours, glucose, the index of the paired on-line spectrum, then the spectrum)."""

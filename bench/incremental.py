@@ -88,11 +88,7 @@ def main(argv):
         lines.append(f"| {binary} | {rmsep['batches']:.4g} | {rmsep['refit']:.4g} | "
                      f"{rmsep['batches'] / rmsep['refit']:.3f} | {coverage['batches']:.3f} | {coverage['refit']:.3f} |")
     lines += ["", f"{time.monotonic() - started:.0f} s."]
-    text = "\n".join(lines) + "\n"
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(text)
-    print(text)
+    accuracy.write_report(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -163,11 +163,7 @@ def main(argv):
             f"{r['PLS old']:.4g} / {r['PLS both']:.4g} | "
             f"{r[best_key]:.4g} ({best_key.split()[0]}) | {share:.2f} | {r['mordant refit']:.4g} | "
             f"{refit_share:.2f} |")
-    text = "\n".join(lines) + "\n"
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(text)
-    print(text)
+    accuracy.write_report(args.out, lines)
 
 
 if __name__ == "__main__":

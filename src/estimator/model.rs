@@ -200,16 +200,21 @@ impl ModelState {
         })
     }
 
-    /// The informative rows behind each trained output's statistics: what a state fitted on
-    /// all of them records.
-    pub(crate) fn rows_of_trained(totals: &BatchStatistics, outputs: &[OutputState]) -> Vec<f64> {
+    /// The rows output `k` counts as fitted on when it has just been fitted on all of `totals`:
+    /// its informative rows if trained, else 0.
+    fn rows_fitted_on(totals: &BatchStatistics, k: usize, output: &OutputState) -> f64 {
+        match output {
+            OutputState::Trained(_) => totals.informative_rows(k),
+            OutputState::Untrained => 0.0,
+        }
+    }
+
+    /// [`Self::rows_fitted_on`] for every output.
+    fn rows_of_trained(totals: &BatchStatistics, outputs: &[OutputState]) -> Vec<f64> {
         outputs
             .iter()
             .enumerate()
-            .map(|(k, output)| match output {
-                OutputState::Trained(_) => totals.informative_rows(k),
-                OutputState::Untrained => 0.0,
-            })
+            .map(|(k, output)| Self::rows_fitted_on(totals, k, output))
             .collect()
     }
 
@@ -283,10 +288,7 @@ impl ModelState {
         let fitter = Fitter::new(config, &totals, fits)?;
         let refitted = |k: usize, warm: Option<&OutputPosterior>| {
             let output = fitter.fit_output(k, warm)?;
-            let rows = match output {
-                OutputState::Trained(_) => totals.informative_rows(k),
-                OutputState::Untrained => 0.0,
-            };
+            let rows = Self::rows_fitted_on(&totals, k, &output);
             Ok::<_, EstimatorError>((output, rows))
         };
         let (outputs, fitted_rows): (Vec<_>, Vec<_>) = self
