@@ -482,17 +482,14 @@ impl SharedScale {
         noise: NoisePrior,
     ) -> Result<EvidenceFit, EstimatorError> {
         let centred = Centred::new(data, self.flat)?;
-        // Each shape is scored with its Occam factor: a smooth shape is one of as many length
-        // scales as were tried, and pays for that choice against ridge's single shape.
-        let mut best: Option<(f64, usize, f64, f64, f64, f64)> = None;
+        let mut best: Option<(f64, usize, f64, f64, f64)> = None;
         for (i, shape) in self.shapes.iter().enumerate() {
             let (objective, scale, s, gamma) = shape.maximise(&centred, noise);
-            let occam = occam_penalty(std::iter::once(gamma), self.choices(shape.family));
-            if best.is_none_or(|b| objective + occam < b.0 + b.5) {
-                best = Some((objective, i, scale, s, gamma, occam));
+            if best.is_none_or(|b| objective < b.0) {
+                best = Some((objective, i, scale, s, gamma));
             }
         }
-        let Some((neg2, i, scale, s, _, occam)) = best else {
+        let Some((neg2, i, scale, s, gamma)) = best else {
             return Err(EstimatorError::Dimension {
                 what: "prior shapes",
                 expected: 1,
@@ -521,13 +518,8 @@ impl SharedScale {
             iterations: 1,
             converged: true,
             neg2_log_evidence: neg2,
-            occam,
+            occam: occam_penalty(std::iter::once(gamma), self.shapes.len()),
         })
-    }
-
-    /// How many shapes of `family` were tried: the discrete choice its Occam factor pays for.
-    fn choices(&self, family: FittedFamily) -> usize {
-        self.shapes.iter().filter(|s| s.family == family).count()
     }
 }
 
