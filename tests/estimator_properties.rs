@@ -1380,3 +1380,44 @@ fn one_step_refits_an_output_whose_intercept_kind_changed() {
     );
     assert_eq!(a.prior(), b.prior());
 }
+
+/// Spectra on a large common baseline that vary little, a noise-free target, a tiny noise
+/// variance and a wide smooth prior: the Schur complement that frees the intercept loses the
+/// small variations to round-off and `I + RᵀA_cR` is indefinite as computed (no Cholesky
+/// factor). The posterior still forms, its round-off eigenvalues taken as 0: finite, with a
+/// symmetric PSD covariance and predictive variances of at least σ².
+#[test]
+fn a_posterior_forms_on_spectra_that_barely_leave_their_baseline() {
+    let (n, d, noise) = (25, 300, 1.0e-8);
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    let amounts: Vec<f64> = (0..n).map(|_| rng.random_range(0.0..1.0)).collect();
+    let x = Mat::from_fn(n, d, |i, j| {
+        let t = j as f64 / d as f64;
+        100.0
+            + 1.0e-2 * amounts[i] * (-(t - 0.4).powi(2) / 0.01).exp()
+            + 1.0e-5 * rng.random::<f64>()
+    });
+    let y = Mat::from_fn(n, 1, |i, _| 5.0 + 3.0 * amounts[i]);
+    let basis = identity_basis(d);
+    let st = stats(&basis, &x, &y);
+    let mut variance = vec![1.0e4; d + 1];
+    variance[d] = f64::INFINITY;
+    let prior = Prior {
+        family: FittedFamily::Smooth,
+        variance,
+        smooth: Some(mordant::estimator::prior::Smooth {
+            bands: d,
+            length: 24.0,
+        }),
+    };
+    let post = OutputPosterior::from_statistics(prior, noise, st.g(), st.b_col(0))
+        .expect("the posterior forms");
+    assert!(post.mean().iter().all(|v| v.is_finite()));
+    assert_symmetric_psd(&post.covariance_active());
+    let phi = basis.design(x.as_ref()).unwrap();
+    for i in 0..n {
+        let row: Vec<f64> = (0..=d).map(|j| phi[(i, j)]).collect();
+        let v = noise + post.weight_variance(&row);
+        assert!(v.is_finite() && v >= noise, "predictive variance {v}");
+    }
+}

@@ -144,11 +144,15 @@ impl OutputPosterior {
                 )
             }
         };
-        let mut m = factor.congruence(a_c.as_ref());
+        let data_part = factor.congruence(a_c.as_ref());
+        let mut m = data_part.clone();
         for i in 0..m.nrows() {
             m[(i, i)] += 1.0;
         }
-        let chol = cholesky_lower(m)?;
+        let chol = match cholesky_lower(m) {
+            Ok(chol) => chol,
+            Err(_) => cholesky_lower(unit_plus_psd_part(data_part)?)?,
+        };
         // μ_W = R L⁻ᵀ L⁻¹ Rᵀ c_c
         let mut t = Mat::zeros(chol.nrows(), 1);
         for (i, v) in factor.t_mul(&c_c).into_iter().enumerate() {
@@ -430,6 +434,36 @@ pub(crate) fn scaled_precision_factor(
         out[c] += 1.0;
     }
     cholesky_lower(m)
+}
+
+/// `I + P₊` for `P = RᵀA_cR`, with `P₊` its positive semidefinite part (`U max(Λ, 0) Uᵀ`).
+///
+/// `A_c` is positive semidefinite in exact arithmetic, but the Schur complement that eliminates
+/// the flat intercept subtracts large, nearly equal numbers where the inputs sit on a large
+/// common level (spectra on a baseline) and vary little; scaled by a tiny noise variance and a
+/// wide prior, its round-off can reach eigenvalues below −1, and `M = I + P` then has no
+/// Cholesky factor. Those eigenvalues are round-off: set to 0, as the evidence's own
+/// eigendecomposition of the same congruence does.
+fn unit_plus_psd_part(mut p: Mat<f64>) -> Result<Mat<f64>, EstimatorError> {
+    let n = p.nrows();
+    for i in 0..n {
+        for k in 0..i {
+            let mean = 0.5 * (p[(i, k)] + p[(k, i)]);
+            p[(i, k)] = mean;
+            p[(k, i)] = mean;
+        }
+    }
+    let eig = p
+        .self_adjoint_eigen(faer::Side::Lower)
+        .map_err(|_| EstimatorError::NotPositiveDefinite)?;
+    let values = eig.S().column_vector();
+    let u = eig.U();
+    let scaled = Mat::from_fn(n, n, |i, c| u[(i, c)] * values[c].max(0.0));
+    let mut m = &scaled * u.transpose();
+    for i in 0..n {
+        m[(i, i)] += 1.0;
+    }
+    Ok(m)
 }
 
 /// The lower Cholesky factor of a symmetric positive definite matrix, computed in place and
