@@ -326,8 +326,7 @@ impl ModelSpec {
             details.push(
                 "/prior",
                 "\"smooth\" correlates the coefficients of neighbouring wavelengths: it needs a \
-                 declared \"spectrum\" (use \"ridge\", \"ard\" or \"auto\" for named features; \
-                 \"auto\" also tries 8 or more of them as a curve along their order)",
+                 declared \"spectrum\" (use \"ridge\", \"ard\" or \"auto\" for named features)",
             );
         }
         let drift_threshold = match fields.get("drift_threshold") {

@@ -34,10 +34,6 @@ impl Forgetting {
     }
 }
 
-/// The fewest named features that `auto` also tries as a curve along their declared order:
-/// fewer say little about a shape, and a lab's handful of named inputs has no order.
-pub const MIN_NAMED_CURVE: usize = 8;
-
 /// What a model is: its basis, outputs and how it learns. Not part of the stored state.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
@@ -87,22 +83,6 @@ impl ModelConfig {
     /// The constant basis function, if any.
     fn intercept(&self) -> Option<usize> {
         self.basis.intercept.then_some(self.basis.features)
-    }
-
-    /// The leading basis functions a smooth prior may run along: a declared spectrum's bands;
-    /// under `auto` without one, the named features in their declared order when there are at
-    /// least [`MIN_NAMED_CURVE`] of them and nothing else (a spectrum posted as named columns).
-    /// Whether they are a curve is the evidence's to say: it weighs the smooth shapes against
-    /// ridge and ARD as for a declared spectrum.
-    fn smooth_axis(&self) -> usize {
-        let named_curve = self.prior == PriorFamily::Auto
-            && !self.basis.declared
-            && self.basis.features >= MIN_NAMED_CURVE;
-        if named_curve {
-            self.basis.features
-        } else {
-            self.bands()
-        }
     }
 
     /// Bands of a declared spectrum (the smooth prior's axis); 0 without one.
@@ -473,14 +453,10 @@ impl<'a> Fitter<'a> {
         stats: &'a BatchStatistics,
         fits: bool,
     ) -> Result<Self, EstimatorError> {
-        // Outputs whose zeros are structural are fitted by ARD alone (`fit_output`): with only
-        // those, the shared shapes would go unused.
-        let shared_used = config.prior != PriorFamily::Ard
-            && (0..config.outputs).any(|k| !config.structural_zeros(stats, k));
-        let shared = if fits && shared_used {
+        let shared = if fits && config.prior != PriorFamily::Ard {
             Some(SharedScale::prepare(
                 config.prior,
-                config.smooth_axis(),
+                config.bands(),
                 stats.g(),
                 stats.rows(),
                 config.flat_intercept(),

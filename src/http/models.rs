@@ -266,8 +266,7 @@ pub struct OutputPosteriorView {
     #[schema(example = "smooth")]
     pub prior: Option<String>,
     /// The smooth prior's length scale along the spectrum, in nm (in bands for a model whose
-    /// spectrum has no grid; in features, along their declared order, where `auto` fitted named
-    /// features as a curve): how far apart two inputs' coefficients still move together.
+    /// spectrum has no grid): how far apart two wavelengths' coefficients still move together.
     #[schema(example = 24.0)]
     pub length_scale_nm: Option<f64>,
     /// Prior variance of each basis function (0 = pruned; null = a flat prior, the intercept,
