@@ -144,14 +144,14 @@ impl OutputPosterior {
                 )
             }
         };
-        let data_part = factor.congruence(a_c.as_ref());
-        let mut m = data_part.clone();
+        let mut m = factor.congruence(a_c.as_ref());
         for i in 0..m.nrows() {
             m[(i, i)] += 1.0;
         }
+        // Rare: the congruence is formed again rather than copied on every posterior.
         let chol = match cholesky_lower(m) {
             Ok(chol) => chol,
-            Err(_) => cholesky_lower(unit_plus_psd_part(data_part)?)?,
+            Err(_) => cholesky_lower(unit_plus_psd_part(factor.congruence(a_c.as_ref()))?)?,
         };
         // μ_W = R L⁻ᵀ L⁻¹ Rᵀ c_c
         let mut t = Mat::zeros(chol.nrows(), 1);
