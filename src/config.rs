@@ -137,6 +137,9 @@ pub struct Limits {
     pub max_body_bytes: usize,
     pub max_rows_per_request: usize,
     pub request_timeout_secs: u64,
+    pub header_read_timeout_secs: u64,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]

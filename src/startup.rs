@@ -1,7 +1,6 @@
 //! Building and running the application: the listener, the database, the folder, the cache
 //! follower, and graceful shutdown.
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use crate::auth::KeyRing;
 use crate::cache::{self, PosteriorCache};
 use crate::config::Settings;
 use crate::folder;
-use crate::http::serve::HttpServer;
+use crate::http::serve::{ConnectionLimits, HttpServer, serve};
 use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -123,12 +122,14 @@ impl Application {
         let addr = listener.local_addr()?;
         let store = state.store.clone();
         let threads = settings.server.http_threads();
+        let connections = ConnectionLimits::above(&state.limits);
         let mut server = HttpServer::start(
             listener
                 .into_std()
                 .context("cannot take over the listening socket")?,
             http::router(state.clone(), &settings.server)?,
             threads,
+            connections,
             shutdown.clone(),
         )
         .await?;
@@ -163,11 +164,7 @@ impl Application {
         let metrics_server = metrics_listener.map(|listener| {
             tracing::info!(addr = ?listener.local_addr().ok(), "/metrics listening");
             let app = http::metrics_router(state.clone());
-            tokio::spawn(
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-                    .into_future(),
-            )
+            tokio::spawn(serve(listener, app, connections, shutdown.clone()))
         });
         let result = server.stopped().await;
         // Also when the server ended on its own: everything else stops with it.

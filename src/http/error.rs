@@ -34,6 +34,9 @@ pub enum ApiError {
     NotTrained(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The request line and headers are over the limit.
+    #[error("{0}")]
+    HeadersTooLarge(String),
     /// No API key, or an unknown or revoked one.
     #[error("{0}")]
     Unauthorized(String),
@@ -88,6 +91,7 @@ impl ApiError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict(_) | Self::NotTrained(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::Timeout(_) | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -106,6 +110,7 @@ impl ApiError {
             Self::Conflict(_) => "conflict",
             Self::NotTrained(_) => "model_not_trained",
             Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::HeadersTooLarge(_) => "headers_too_large",
             Self::Unauthorized(_) => "unauthorized",
             Self::Forbidden(_) => "forbidden",
             Self::Timeout(_) => "timeout",

@@ -135,6 +135,7 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// `server.metrics_addr` moves it to [`metrics_router`].
 pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router> {
     let body_limit = state.limits.max_body_bytes;
+    let head_limits = HeadLimits::from(&state.limits);
     let timeout = Duration::from_secs(state.limits.request_timeout_secs);
     let metrics = state.metrics.clone();
     let mut api = Router::new()
@@ -163,6 +164,8 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
+        // Before any body is read: an announced body over the limit is refused at once.
+        .layer(middleware::from_fn_with_state(head_limits, check_head))
         .layer(CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| {
                 ApiError::internal(anyhow::anyhow!("a request handler panicked")).into_response()
@@ -238,6 +241,77 @@ fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
             ])
             .max_age(Duration::from_secs(600)),
     ))
+}
+
+/// What a request's head may hold: checked before its body is read.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadLimits {
+    /// Bytes of the request line and header fields (each counted as `name: value\r\n`).
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub max_body_bytes: usize,
+}
+
+impl From<&Limits> for HeadLimits {
+    fn from(limits: &Limits) -> Self {
+        Self {
+            max_header_bytes: limits.max_header_bytes,
+            max_headers: limits.max_headers,
+            max_body_bytes: limits.max_body_bytes,
+        }
+    }
+}
+
+/// Refuses, in the error shape, a request whose headers are over the limits (`431`) or whose
+/// announced `Content-Length` is (`413`, before a byte of the body is waited for).
+async fn check_head(
+    State(limits): State<HeadLimits>,
+    request: Request<Body>,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    if headers.len() > limits.max_headers {
+        return ApiError::HeadersTooLarge(format!(
+            "{} header fields, the limit is {}",
+            headers.len(),
+            limits.max_headers
+        ))
+        .into_response();
+    }
+    // The request line: method, target, version and their separators.
+    let line = request.method().as_str().len()
+        + request
+            .uri()
+            .path_and_query()
+            .map_or(1, |p| p.as_str().len())
+        + " HTTP/1.1\r\n ".len();
+    let bytes = line
+        + headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum::<usize>();
+    if bytes > limits.max_header_bytes {
+        return ApiError::HeadersTooLarge(format!(
+            "the request line and headers hold {bytes} bytes, the limit is {}",
+            limits.max_header_bytes
+        ))
+        .into_response();
+    }
+    // hyper has refused a malformed length before the request gets here.
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(n) = announced
+        && n > limits.max_body_bytes as u64
+    {
+        return ApiError::PayloadTooLarge(format!(
+            "the body announces {n} bytes, the limit is {}",
+            limits.max_body_bytes
+        ))
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// Answers `503 timeout` when a request (its body included) takes longer than the limit.

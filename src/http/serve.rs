@@ -19,11 +19,47 @@
 use std::io;
 use std::thread::JoinHandle;
 
+use std::time::Duration;
+
 use anyhow::Context;
 use axum::Router;
-use axum::serve::ListenerExt;
+use axum::body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+/// How long a connection may take to send what it owes, and how much of its headers the server
+/// reads before refusing them.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// From a connection's opening, or the end of its last response, to the end of the next
+    /// request's headers: a client that sends nothing, or its headers a byte at a time, is
+    /// disconnected after this long (idle keep-alive connections too).
+    pub header_read_timeout: Duration,
+    /// Bytes of a request's start line and headers that the connection reads before answering
+    /// `431` (without a body: the connection answers before any request exists). The router
+    /// refuses smaller limits in the error shape first ([`super::HeaderLimits`]); this is the
+    /// hard wall above them.
+    pub max_header_bytes: usize,
+    /// Header fields a request may have before the connection answers `431` (likewise).
+    pub max_headers: usize,
+}
+
+impl ConnectionLimits {
+    /// The walls above the router's limits: the router's own answer comes first.
+    pub fn above(limits: &crate::config::Limits) -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(limits.header_read_timeout_secs.max(1)),
+            max_header_bytes: limits.max_header_bytes.saturating_mul(4).max(16 * 1024),
+            max_headers: limits.max_headers.saturating_mul(2).max(16),
+        }
+    }
+}
 
 /// The serving threads, started by [`HttpServer::start`].
 pub struct HttpServer {
@@ -43,6 +79,7 @@ impl HttpServer {
         listener: std::net::TcpListener,
         app: Router,
         threads: usize,
+        connections: ConnectionLimits,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Self> {
         listener
@@ -83,7 +120,7 @@ impl HttpServer {
                         }
                     };
                     runtime.block_on(async move {
-                        let listener = match tokio::net::TcpListener::from_std(listener) {
+                        let listener = match TcpListener::from_std(listener) {
                             Ok(listener) => listener,
                             Err(e) => {
                                 let _ = ready
@@ -92,16 +129,7 @@ impl HttpServer {
                             }
                         };
                         let _ = ready.send(Ok(()));
-                        // Connections are answered as soon as their response is written, not
-                        // after Nagle's delay for the last segment.
-                        let listener = listener.tap_io(|tcp| {
-                            if let Err(e) = tcp.set_nodelay(true) {
-                                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-                            }
-                        });
-                        let result = axum::serve(listener, app)
-                            .with_graceful_shutdown(stop.clone().cancelled_owned())
-                            .await;
+                        let result = serve(listener, app, connections, stop.clone()).await;
                         // One server ending ends them all: none is left serving unnoticed.
                         stop.cancel();
                         let _ = done.send(result);
@@ -154,6 +182,67 @@ impl HttpServer {
     }
 }
 
+/// Accepts connections on `listener` and serves each with `app` until `stop` is cancelled; then
+/// stops accepting, closes idle connections, and returns once every connection's in-flight
+/// requests are answered.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    stop: CancellationToken,
+) -> io::Result<()> {
+    let connections = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop.cancelled() => break,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            // Out of file descriptors, or a connection reset before it was accepted: the
+            // listener itself is fine. Pausing lets descriptors free up instead of spinning.
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Answered as soon as their response is written, not after Nagle's delay for the
+        // last segment.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let service = TowerToHyperService::new(
+            app.clone()
+                .map_request(|request: hyper::Request<Incoming>| request.map(Body::new)),
+        );
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .max_header_size(limits.max_header_bytes)
+                .max_headers(limits.max_headers);
+            let connection = builder.serve_connection(TokioIo::new(tcp), service);
+            let mut connection = std::pin::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    connections.close();
+    connections.wait().await;
+    Ok(())
+}
+
 impl Drop for HttpServer {
     /// A server dropped without [`HttpServer::release`] (its start failed part of the way, or
     /// its owner failed) stops serving, and its threads end once their servers have stopped.
@@ -175,6 +264,12 @@ mod tests {
     fn thread_name() -> String {
         std::thread::current().name().unwrap_or("?").to_owned()
     }
+
+    const LIMITS: ConnectionLimits = ConnectionLimits {
+        header_read_timeout: Duration::from_secs(30),
+        max_header_bytes: 64 * 1024,
+        max_headers: 200,
+    };
 
     /// How many `/slow` requests a test sends.
     const SLOW: usize = 6;
@@ -212,9 +307,15 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let shutdown = CancellationToken::new();
-        let server = HttpServer::start(listener, app(meet, entered), threads, shutdown.clone())
-            .await
-            .expect("start");
+        let server = HttpServer::start(
+            listener,
+            app(meet, entered),
+            threads,
+            LIMITS,
+            shutdown.clone(),
+        )
+        .await
+        .expect("start");
         (server, base, shutdown)
     }
 
