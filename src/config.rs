@@ -135,6 +135,7 @@ impl fmt::Debug for DatabaseSettings {
 #[derive(Clone, Debug, Deserialize)]
 pub struct Limits {
     pub max_body_bytes: usize,
+    pub max_body_bytes_in_flight: usize,
     pub max_rows_per_request: usize,
     pub request_timeout_secs: u64,
     pub header_read_timeout_secs: u64,
@@ -273,6 +274,12 @@ impl Settings {
         anyhow::ensure!(
             self.limits.max_rows_per_request >= 1 && self.limits.max_body_bytes >= 1,
             "limits.max_rows_per_request and limits.max_body_bytes must be at least 1"
+        );
+        anyhow::ensure!(
+            self.limits.max_body_bytes_in_flight >= self.limits.max_body_bytes,
+            "limits.max_body_bytes_in_flight must be at least limits.max_body_bytes ({}): a \
+             request of the largest size must fit",
+            self.limits.max_body_bytes
         );
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use mordant::auth::Scope;
 use mordant::config::DatabaseSettings;
-use mordant::domain::{ModelName, ModelSpec, NewBatch};
+use mordant::domain::{Body, ModelName, ModelSpec, NewBatch, row_fields};
 use mordant::store::{ModelLock, Notification, Store, StoreError, Subscription, Topic};
 use serde_json::json;
 use sqlx::Connection;
@@ -147,7 +147,9 @@ fn name(name: &str) -> ModelName {
 fn batch(spec: &ModelSpec, id: &str, rows: usize, seed: f64) -> NewBatch {
     let x: Vec<[f64; 2]> = (0..rows).map(|i| [seed, i as f64]).collect();
     let y: Vec<[f64; 1]> = (0..rows).map(|i| [seed * i as f64]).collect();
-    NewBatch::parse(&json!({"batch_id": id, "x": x, "y": y}), spec, None).expect("valid batch")
+    let body = json!({"batch_id": id, "x": x, "y": y}).to_string();
+    let body = Body::parse(body.as_bytes(), &row_fields(spec), usize::MAX).expect("JSON");
+    NewBatch::parse(body, spec, None).expect("valid batch")
 }
 
 /// Stores a batch; the statistics are opaque to the store, so any bytes do.

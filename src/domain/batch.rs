@@ -3,9 +3,11 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::body::{Body, RowField, Width};
 use super::fast::{fast_csv, fast_rows_object};
 use super::spectrum::{
-    Grid, band_wavelength, flag_above_full, join_inputs, nm_name, parse_spectra, resample_rows,
+    Grid, MAX_REQUEST_BANDS, band_wavelength, flag_above_full, join_inputs, nm_name, parse_spectra,
+    resample_rows,
 };
 use super::{Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
 
@@ -75,36 +77,60 @@ pub struct NewBatch {
     pub warnings: Vec<Detail>,
 }
 
+/// Where the arrays of rows of a request for `spec` are, and how wide their rows are: `x`,
+/// `y` (a batch's outputs) and `spectra.values`.
+pub fn row_fields(spec: &ModelSpec) -> [RowField; 3] {
+    [
+        RowField {
+            pointer: "/x",
+            width: Width::Exact(spec.features.len()),
+        },
+        RowField {
+            pointer: "/y",
+            width: Width::Exact(spec.outputs.len()),
+        },
+        RowField {
+            pointer: "/spectra/values",
+            width: Width::FirstRow {
+                max: MAX_REQUEST_BANDS,
+            },
+        },
+    ]
+}
+
 /// Reads a request's inputs: `x` (named features) and, for a model with a spectrum, `spectra`
 /// resampled onto the model's grid, joined into the model's input rows. `x` may be left out
-/// when the model has no named features.
+/// when the model has no named features. `body` was read with [`row_fields`].
 pub fn parse_inputs(
-    fields: &serde_json::Map<String, Value>,
+    body: &mut Body,
     spec: &ModelSpec,
     details: &mut Details,
     warnings: &mut Details,
 ) -> Option<Rows> {
+    let x = body.take_rows("/x");
     let Some(spectrum) = &spec.spectrum else {
-        if fields.contains_key("spectra") {
+        if body.value().get("spectra").is_some() {
             details.push(
                 "/spectra",
                 "the model declares no spectrum: send its inputs in x",
             );
         }
-        return parse_rows(fields.get("x"), "/x", spec.features.len(), details);
+        return parse_rows(x, "/x", details);
     };
+    let values = body.take_rows("/spectra/values");
     let spectra = parse_spectra(
-        fields.get("spectra"),
+        body.value().get("spectra"),
+        values,
         "/spectra",
         spectrum,
         details,
         warnings,
     );
-    let x = match fields.get("x") {
+    let x = match x {
         None if spec.features.is_empty() => spectra
             .as_ref()
             .map(|s| Rows::from_row_major(s.rows(), 0, Vec::new())),
-        value => parse_rows(value, "/x", spec.features.len(), details),
+        x => parse_rows(x, "/x", details),
     };
     let (spectra, x) = (spectra?, x?);
     if spectra.rows() != x.rows() {
@@ -118,22 +144,26 @@ pub fn parse_inputs(
 }
 
 impl NewBatch {
-    /// Parses `{"batch_id"?, "x": [[p]], "y": [[m]]}` for `spec`. `idempotency_key` is the
-    /// request's `Idempotency-Key` header; it must agree with `batch_id` when both are given.
+    /// Parses `{"batch_id"?, "x": [[p]], "y": [[m]]}` for `spec` from a body read with
+    /// [`row_fields`]. `idempotency_key` is the request's `Idempotency-Key` header; it must
+    /// agree with `batch_id` when both are given.
     pub fn parse(
-        body: &Value,
+        mut body: Body,
         spec: &ModelSpec,
         idempotency_key: Option<&str>,
     ) -> Result<Self, Invalid> {
-        let Value::Object(fields) = body else {
+        let Value::Object(fields) = body.value() else {
             return Err(Invalid::one(
                 "",
-                format!("the body must be a JSON object, found {}", describe(body)),
+                format!(
+                    "the body must be a JSON object, found {}",
+                    describe(body.value())
+                ),
             ));
         };
         let mut details = Details::default();
         for key in fields.keys() {
-            if !matches!(key.as_str(), "batch_id" | "x" | "y" | "spectra") {
+            if !matches!(key.as_str(), "batch_id" | "spectra") {
                 details.push(format!("/{}", pointer_token(key)), "unknown field");
             }
         }
@@ -165,14 +195,14 @@ impl NewBatch {
                 format!("differs from the Idempotency-Key header {:?}", b.as_str()),
             );
         }
-        for key in ["x", "y"] {
-            if matches!(fields.get(key), Some(Value::Array(rows)) if rows.is_empty()) {
-                details.push(format!("/{key}"), "a batch needs at least one row");
+        for key in ["/x", "/y"] {
+            if body.has_no_rows(key) {
+                details.push(key, "a batch needs at least one row");
             }
         }
         let mut warnings = Details::default();
-        let x = parse_inputs(fields, spec, &mut details, &mut warnings);
-        let y = parse_rows(fields.get("y"), "/y", spec.outputs.len(), &mut details);
+        let x = parse_inputs(&mut body, spec, &mut details, &mut warnings);
+        let y = parse_rows(body.take_rows("/y"), "/y", &mut details);
         if let (Some(x), Some(y)) = (&x, &y)
             && x.rows() != y.rows()
         {
@@ -198,13 +228,14 @@ impl NewBatch {
         }
     }
 
-    /// [`Self::parse`] straight from the bytes of a well-formed JSON body, without building a
-    /// `serde_json::Value` first. `None` when the body is anything but a valid batch for `spec`
-    /// (or its id disagrees with `idempotency_key`): [`Self::parse`] then says what is wrong.
+    /// [`Self::parse`] straight from the bytes of a plain, well-formed JSON body. `None` when
+    /// the body is anything but a valid batch of at most `max_rows` rows for `spec` (or its id
+    /// disagrees with `idempotency_key`): [`Self::parse`] then says what is wrong.
     pub fn parse_fast(
         body: &[u8],
         spec: &ModelSpec,
         idempotency_key: Option<&str>,
+        max_rows: usize,
     ) -> Option<Self> {
         // Spectra are resampled and checked: the full parse reads them.
         if spec.spectrum.is_some() {
@@ -214,6 +245,7 @@ impl NewBatch {
             body,
             &[("x", spec.features.len()), ("y", spec.outputs.len())],
             true,
+            max_rows,
         )?;
         let body_id = match object.batch_id {
             None => None,

@@ -23,7 +23,8 @@ pub struct FastObject {
 }
 
 /// Reads `body` as a JSON object whose members are exactly the row arrays named in `fields`
-/// (each a non-empty array of rows of exactly its width of finite numbers) and, when
+/// (each a non-empty array of at most `max_rows` rows of exactly its width of finite numbers)
+/// and, when
 /// `accept_batch_id`, an optional `batch_id` (a string or null). `None` for anything else: an
 /// unknown, missing or repeated member, a string with an escape, a row of another width, a
 /// value that is not a number, malformed JSON.
@@ -31,6 +32,7 @@ pub fn fast_rows_object(
     body: &[u8],
     fields: &[(&'static str, usize)],
     accept_batch_id: bool,
+    max_rows: usize,
 ) -> Option<FastObject> {
     // Validated once here, so that every number's text below is a cheap slice of it.
     let text = std::str::from_utf8(body).ok()?;
@@ -58,7 +60,7 @@ pub fn fast_rows_object(
                 if rows[i].is_some() {
                     return None;
                 }
-                rows[i] = Some(scan.rows(fields[i].1)?);
+                rows[i] = Some(scan.rows(fields[i].1, max_rows)?);
             }
             if scan.peek()? == b',' {
                 scan.at += 1;
@@ -167,13 +169,16 @@ impl<'a> Scanner<'a> {
         value.is_finite().then_some(value)
     }
 
-    /// A non-empty array of rows of exactly `width` numbers.
-    fn rows(&mut self, width: usize) -> Option<Rows> {
+    /// A non-empty array of at most `max_rows` rows of exactly `width` numbers.
+    fn rows(&mut self, width: usize, max_rows: usize) -> Option<Rows> {
         self.expect(b'[')?;
         // One row to start with: a predict request has one; a batch grows it by doubling.
         let mut values = Vec::with_capacity(width);
         let mut rows = 0;
         loop {
+            if rows == max_rows {
+                return None;
+            }
             self.expect(b'[')?;
             for j in 0..width {
                 if j > 0 {
@@ -287,19 +292,25 @@ fn read_csv_row(line: &str, columns: &[Column], x: &mut [f64], y: &mut [f64]) ->
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use serde_json::Value;
 
     use super::*;
     use crate::domain::batch::read_csv;
-    use crate::domain::{Details, parse_rows};
+    use crate::domain::{Body, Details, RowField, Width, parse_rows};
 
     /// The slow path's reading of `body`: every field of `fields` through `parse_rows`.
     fn slow(body: &str, fields: &[(&'static str, usize)]) -> Option<Vec<Rows>> {
-        let value: Value = serde_json::from_str(body).ok()?;
-        let mut details = Details::default();
-        let rows = fields
+        let row_fields: Vec<RowField> = fields
             .iter()
-            .map(|(name, width)| parse_rows(value.get(*name), name, *width, &mut details))
+            .map(|(name, width)| RowField {
+                pointer: Box::leak(format!("/{name}").into_boxed_str()),
+                width: Width::Exact(*width),
+            })
+            .collect();
+        let mut body = Body::parse(body.as_bytes(), &row_fields, usize::MAX).ok()?;
+        let mut details = Details::default();
+        let rows = row_fields
+            .iter()
+            .map(|f| parse_rows(body.take_rows(f.pointer), f.pointer, &mut details))
             .collect::<Option<Vec<_>>>();
         (details.total == 0).then_some(rows).flatten()
     }
@@ -340,7 +351,7 @@ mod tests {
             "0.000000000000000000000000000001",
         ] {
             let body = format!("{{\"x\": [[{text}]]}}");
-            let fast = fast_rows_object(body.as_bytes(), &[("x", 1)], false)
+            let fast = fast_rows_object(body.as_bytes(), &[("x", 1)], false, usize::MAX)
                 .unwrap_or_else(|| panic!("{text} not read"));
             let slow = slow(&body, &[("x", 1)]).unwrap_or_else(|| panic!("{text} refused"));
             assert_eq!(bits(&fast.rows), bits(&slow), "{text}");
@@ -376,7 +387,7 @@ mod tests {
             "",
         ] {
             assert!(
-                fast_rows_object(body.as_bytes(), &fields, false).is_none(),
+                fast_rows_object(body.as_bytes(), &fields, false, usize::MAX).is_none(),
                 "{body}"
             );
         }
@@ -385,7 +396,7 @@ mod tests {
     #[test]
     fn batch_ids_are_read_when_accepted() {
         let fields = [("x", 1)];
-        let read = |body: &str| fast_rows_object(body.as_bytes(), &fields, true);
+        let read = |body: &str| fast_rows_object(body.as_bytes(), &fields, true, usize::MAX);
         assert_eq!(
             read(r#"{"batch_id":"lot-7","x":[[1]]}"#).and_then(|o| o.batch_id),
             Some("lot-7".to_owned())
@@ -435,7 +446,7 @@ mod tests {
                 "{space}{{{space}\"x\"{space}:{space}[{}]{space}}}{space}",
                 row_text.join(",")
             );
-            let fast = fast_rows_object(body.as_bytes(), &[("x", 3)], false);
+            let fast = fast_rows_object(body.as_bytes(), &[("x", 3)], false, usize::MAX);
             let slow = slow(&body, &[("x", 3)]);
             match (fast, slow) {
                 (Some(fast), Some(slow)) => prop_assert_eq!(bits(&fast.rows), bits(&slow)),

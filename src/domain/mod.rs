@@ -4,12 +4,14 @@
 //! JSON pointer of the offending value, so a client fixes a request in one round trip.
 
 mod batch;
+mod body;
 mod fast;
 pub mod model;
 mod rows;
 pub mod spectrum;
 
-pub use batch::{BatchId, CsvError, EncodedBatch, NewBatch, parse_inputs};
+pub use batch::{BatchId, CsvError, EncodedBatch, NewBatch, parse_inputs, row_fields};
+pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
 pub use fast::{FastObject, fast_rows_object};
 pub use model::{ModelName, ModelSpec, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};
@@ -78,6 +80,13 @@ impl Details {
 
     pub fn is_empty(&self) -> bool {
         self.total == 0
+    }
+
+    /// Adds `other`'s details (up to [`MAX_DETAILS`] in all) and counts all of them.
+    pub fn extend(&mut self, other: &Details) {
+        let room = MAX_DETAILS.saturating_sub(self.list.len());
+        self.list.extend(other.list.iter().take(room).cloned());
+        self.total += other.total;
     }
 
     /// The details as a response lists them (warnings, say): at most [`MAX_DETAILS`], then

@@ -1,9 +1,8 @@
 //! Matrices of numbers sent as JSON arrays of rows.
 
+use super::Details;
+use super::body::RowArray;
 use faer::MatRef;
-use serde_json::Value;
-
-use super::{Details, describe};
 
 /// A rectangular matrix parsed from JSON rows, every entry finite.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,61 +52,22 @@ impl Rows {
     }
 }
 
-/// Parses `value` (found at JSON pointer `path`) as an array of rows of exactly `width` finite
-/// numbers each. Every problem is added to `details`; `None` when there was any.
+/// The rows read at JSON pointer `path` of a body ([`super::Body::take_rows`]), each of the width
+/// its [`super::RowField`] asked for. Every problem is added to `details`; `None` when there
+/// was any.
 ///
 /// Numbers written as strings (`"NaN"`, `"1.5"`) are refused: JSON has no NaN or infinity, and
 /// a client that sends strings has a bug worth hearing about.
-pub fn parse_rows(
-    value: Option<&Value>,
-    path: &str,
-    width: usize,
-    details: &mut Details,
-) -> Option<Rows> {
-    let Some(value) = value else {
-        details.push(path, "is required");
-        return None;
-    };
-    let Value::Array(rows) = value else {
-        details.push(
-            path,
-            format!("must be an array of rows, found {}", describe(value)),
-        );
-        return None;
-    };
-    let errors_before = details.total;
-    let mut values = Vec::with_capacity(rows.len() * width);
-    for (i, row) in rows.iter().enumerate() {
-        let Value::Array(row) = row else {
-            details.push(
-                format!("{path}/{i}"),
-                format!(
-                    "must be an array of {width} numbers, found {}",
-                    describe(row)
-                ),
-            );
-            continue;
-        };
-        if row.len() != width {
-            details.push(
-                format!("{path}/{i}"),
-                format!("must have {width} values, found {}", row.len()),
-            );
-            continue;
+pub fn parse_rows(field: Option<RowArray>, path: &str, details: &mut Details) -> Option<Rows> {
+    match field {
+        None => {
+            details.push(path, "is required");
+            None
         }
-        for (j, entry) in row.iter().enumerate() {
-            match entry.as_f64() {
-                Some(v) if entry.is_number() && v.is_finite() => values.push(v),
-                _ => details.push(
-                    format!("{path}/{i}/{j}"),
-                    format!("must be a finite number, found {}", describe(entry)),
-                ),
-            }
+        Some(RowArray::NotArray(found)) => {
+            details.push(path, format!("must be an array of rows, found {found}"));
+            None
         }
+        Some(RowArray::Rows(rows)) => rows.take(details),
     }
-    (details.total == errors_before).then_some(Rows {
-        rows: rows.len(),
-        width,
-        values,
-    })
 }

@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::body::RowArray;
 use super::{Details, Rows, describe, parse_rows, pointer_token};
 use crate::estimator::ReflectanceScale;
 
@@ -23,7 +24,7 @@ const MIN_INTERVAL_NM: f64 = 0.01;
 /// Band names carry wavelengths rounded to this many decimals of a nanometre.
 const NM_DIGITS: i32 = 6;
 /// Most bands in a spectrum a request may send (a fine grid, 0.5 nm over 380–780 nm, is 801).
-const MAX_REQUEST_BANDS: usize = 4096;
+pub(crate) const MAX_REQUEST_BANDS: usize = 4096;
 
 /// How reflectances are written, as the API names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -328,11 +329,12 @@ fn number(value: Option<&Value>, path: &str, details: &mut Details) -> Option<f6
 }
 
 /// Parses a request's `spectra` (`{"start_nm", "interval_nm", "values": [[…], …]}`, every row
-/// one spectrum on that grid, on the model's scale) and resamples every row onto `spec`'s
-/// grid. Problems go to `details`; reflectances above full scale (optical brighteners) are
-/// kept, and reported in `warnings`.
+/// one spectrum on that grid, on the model's scale; `values` read apart, as [`RowArray`]) and
+/// resamples every row onto `spec`'s grid. Problems go to `details`; reflectances above full
+/// scale (optical brighteners) are kept, and reported in `warnings`.
 pub fn parse_spectra(
     value: Option<&Value>,
+    values: Option<RowArray>,
     path: &str,
     spec: &SpectrumSpec,
     details: &mut Details,
@@ -359,30 +361,19 @@ pub fn parse_spectra(
         details,
     );
     let values_path = format!("{path}/values");
-    let values = fields.get("values");
+    if matches!(&values, Some(RowArray::Rows(rows)) if rows.rows == 0) {
+        details.push(&values_path, "needs at least one spectrum");
+        return None;
+    }
     // The grid's length is the first row's; every other row must match it.
-    let width = match values {
-        Some(Value::Array(rows)) if rows.is_empty() => {
-            details.push(&values_path, "needs at least one spectrum");
-            return None;
-        }
-        Some(Value::Array(rows)) => match &rows[0] {
-            Value::Array(first) if first.len() <= MAX_REQUEST_BANDS => first.len(),
-            Value::Array(first) => {
-                details.push(
-                    format!("{values_path}/0"),
-                    format!(
-                        "at most {MAX_REQUEST_BANDS} bands are allowed, found {}",
-                        first.len()
-                    ),
-                );
-                return None;
-            }
-            _ => 0,
-        },
-        _ => 0,
+    let (width, too_wide) = match &values {
+        Some(RowArray::Rows(rows)) => (rows.width, rows.too_wide),
+        _ => (0, false),
     };
-    let rows = parse_rows(values, &values_path, width, details);
+    let rows = parse_rows(values, &values_path, details);
+    if too_wide {
+        return None;
+    }
     let model = spec.grid();
     let grid = match (start_nm, interval_nm) {
         (Some(start), Some(interval)) => match Grid::new(start, interval, width) {
@@ -484,6 +475,21 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::domain::{Body, RowField, Width};
+
+    /// The `values` of a `spectra` object, read as a request body reads them.
+    fn values(spectra: &Value) -> Option<RowArray> {
+        let field = RowField {
+            pointer: "/spectra/values",
+            width: Width::FirstRow {
+                max: MAX_REQUEST_BANDS,
+            },
+        };
+        let body = serde_json::json!({ "spectra": spectra }).to_string();
+        Body::parse(body.as_bytes(), &[field], usize::MAX)
+            .expect("JSON")
+            .take_rows("/spectra/values")
+    }
 
     fn percent_model() -> SpectrumSpec {
         SpectrumSpec {
@@ -536,6 +542,7 @@ mod tests {
         let (mut details, mut warnings) = (Details::default(), Details::default());
         let rows = parse_spectra(
             Some(&body),
+            values(&body),
             "/spectra",
             &percent_model(),
             &mut details,
@@ -558,6 +565,7 @@ mod tests {
         let (mut details, mut warnings) = (Details::default(), Details::default());
         let rows = parse_spectra(
             Some(&body),
+            values(&body),
             "/spectra",
             &percent_model(),
             &mut details,
@@ -579,6 +587,7 @@ mod tests {
         assert!(
             parse_spectra(
                 Some(&body),
+                values(&body),
                 "/spectra",
                 &percent_model(),
                 &mut details,

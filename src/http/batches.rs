@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{BatchBody, check_rows, parse_json};
+use super::extract::{BatchBody, parse_body};
 use super::predict::Spectra;
 use super::{AppState, model_name};
-use crate::domain::{CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch};
+use crate::domain::{CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch, row_fields};
 use crate::estimator::{BatchStatistics, codec};
 use crate::store::{BatchRecord, ModelRecord, Review, StoreError};
 
@@ -167,16 +167,16 @@ pub async fn ingest(
         .cpu_bound(move || {
             let spec = parse_spec;
             let batch = match body {
-                BatchBody::Json(bytes) => match NewBatch::parse_fast(&bytes, &spec, key.as_deref())
-                {
-                    Some(batch) if batch.rows() <= limit => batch,
-                    // Not a well-formed batch (or too long): the full parse says what is wrong.
-                    _ => {
-                        let body = parse_json(&bytes)?;
-                        check_rows(&body, &["/x", "/y", "/spectra/values"], limit)?;
-                        NewBatch::parse(&body, &spec, key.as_deref())?
+                BatchBody::Json(bytes) => {
+                    match NewBatch::parse_fast(&bytes, &spec, key.as_deref(), limit) {
+                        Some(batch) => batch,
+                        // Not a plain, valid batch: the full parse says what is wrong.
+                        None => {
+                            let body = parse_body(&bytes, &row_fields(&spec), limit)?;
+                            NewBatch::parse(body, &spec, key.as_deref())?
+                        }
                     }
-                },
+                }
                 BatchBody::Csv(bytes) => NewBatch::parse_csv(&bytes, &spec, key.as_deref(), limit)
                     .map_err(|e| match e {
                         CsvError::Malformed(message) => ApiError::MalformedCsv(message),

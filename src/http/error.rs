@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::{Detail, Invalid};
+use crate::domain::{BodyError, Detail, Invalid};
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +46,9 @@ pub enum ApiError {
     /// The request took longer than the configured limit.
     #[error("{0}")]
     Timeout(String),
+    /// The process holds as many request bodies as its budget allows: retry shortly.
+    #[error("{0}")]
+    Busy(String),
     /// A stored state or statistics blob cannot be decoded.
     #[error(
         "the stored state of model {model:?} version {version} is corrupt ({reason}); restore \
@@ -94,7 +97,7 @@ impl ApiError {
             Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
-            Self::Timeout(_) | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Timeout(_) | Self::Busy(_) | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::CorruptState { .. } | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -114,6 +117,7 @@ impl ApiError {
             Self::Unauthorized(_) => "unauthorized",
             Self::Forbidden(_) => "forbidden",
             Self::Timeout(_) => "timeout",
+            Self::Busy(_) => "busy",
             Self::Unavailable => "database_unavailable",
             Self::CorruptState { .. } => "corrupt_state",
             Self::Internal(_) => "internal",
@@ -126,6 +130,15 @@ impl ApiError {
 
     pub fn internal(e: impl Into<anyhow::Error>) -> Self {
         Self::Internal(e.into())
+    }
+}
+
+impl From<BodyError> for ApiError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::Malformed(message) => Self::Malformed(message),
+            BodyError::TooLarge(message) => Self::PayloadTooLarge(message),
+        }
     }
 }
 

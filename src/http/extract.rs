@@ -7,6 +7,7 @@ use axum::http::{StatusCode, header};
 use serde_json::Value;
 
 use super::error::ApiError;
+use crate::domain::{Body, RowField, check_json};
 
 /// A JSON request body, parsed but not yet validated.
 pub struct JsonBody(pub Value);
@@ -16,7 +17,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let RawJson(bytes) = RawJson::from_request(req, state).await?;
-        parse_json(&bytes).map(JsonBody)
+        parse_body(&bytes, &[], 0).map(|body| JsonBody(body.into_value()))
     }
 }
 
@@ -85,26 +86,13 @@ async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Api
     })
 }
 
-pub fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))
+/// Reads a JSON body whose arrays of rows are at `fields`, at most `max_rows` rows each.
+pub fn parse_body(bytes: &[u8], fields: &[RowField], max_rows: usize) -> Result<Body, ApiError> {
+    Body::parse(bytes, fields, max_rows).map_err(ApiError::from)
 }
 
-/// The number of rows in the array at JSON pointer `at` (`/x`, `/spectra/values`), to enforce
-/// the per-request limit before any value is parsed.
-pub fn row_count(body: &Value, at: &str) -> usize {
-    body.pointer(at)
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len)
-}
-
-/// Refuses a request with more than `limit` rows in any of the arrays at `at` (413).
-pub fn check_rows(body: &Value, at: &[&str], limit: usize) -> Result<(), ApiError> {
-    let rows = at.iter().map(|a| row_count(body, a)).max().unwrap_or(0);
-    if rows > limit {
-        return Err(ApiError::PayloadTooLarge(format!(
-            "too many rows: {rows} in one request, the limit is {limit}"
-        )));
-    }
-    Ok(())
+/// Refuses a body that is not JSON, without keeping any of it (a request for a model that does
+/// not exist is told its body is malformed first).
+pub fn check_malformed(bytes: &[u8]) -> Result<(), ApiError> {
+    check_json(bytes).map_err(ApiError::from)
 }

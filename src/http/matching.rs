@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
-use super::extract::{RawJson, parse_json};
+use super::extract::{RawJson, check_malformed};
 use super::models::not_trained;
 use super::predict::{PredictRequest, parse_request};
 use crate::cache::CachedModel;
@@ -85,7 +85,7 @@ pub async fn match_recipes(
     RawJson(bytes): RawJson,
 ) -> Result<Json<MatchResponse>, ApiError> {
     let Some(model) = app.cache.get_or_load(&app.store, &name).await? else {
-        parse_json(&bytes)?;
+        check_malformed(&bytes)?;
         return Err(ApiError::not_found_model(&name));
     };
     let limit = app.limits.max_rows_per_request;

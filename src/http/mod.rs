@@ -136,6 +136,7 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router> {
     let body_limit = state.limits.max_body_bytes;
     let head_limits = HeadLimits::from(&state.limits);
+    let budget = BodyBudget::new(&state.limits);
     let timeout = Duration::from_secs(state.limits.request_timeout_secs);
     let metrics = state.metrics.clone();
     let mut api = Router::new()
@@ -164,6 +165,7 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(budget, reserve_body))
         // Before any body is read: an announced body over the limit is refused at once.
         .layer(middleware::from_fn_with_state(head_limits, check_head))
         .layer(CatchPanicLayer::custom(
@@ -312,6 +314,62 @@ async fn check_head(
         .into_response();
     }
     next.run(request).await
+}
+
+/// The request bodies the process may hold at once (`limits.max_body_bytes_in_flight`).
+#[derive(Clone)]
+pub struct BodyBudget {
+    /// One permit per KiB.
+    kib: Arc<tokio::sync::Semaphore>,
+    max_body_bytes: usize,
+    in_flight_bytes: usize,
+}
+
+/// How long a request waits for room in the budget before it is answered `503 busy`.
+const BUDGET_WAIT: Duration = Duration::from_secs(1);
+
+impl BodyBudget {
+    pub fn new(limits: &Limits) -> Self {
+        let kib = limits
+            .max_body_bytes_in_flight
+            .div_ceil(1024)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
+        Self {
+            kib: Arc::new(tokio::sync::Semaphore::new(kib)),
+            max_body_bytes: limits.max_body_bytes,
+            in_flight_bytes: limits.max_body_bytes_in_flight,
+        }
+    }
+}
+
+/// Holds room in the [`BodyBudget`] for the request's body until its answer is ready: its
+/// announced length, or the largest allowed when it announces none (chunked). A request
+/// without a body needs none.
+async fn reserve_body(
+    State(budget): State<BodyBudget>,
+    request: Request<Body>,
+    next: Next,
+) -> Response {
+    use axum::body::HttpBody;
+    let hint = request.body().size_hint();
+    let bytes = match hint.exact() {
+        Some(0) => return next.run(request).await,
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        None => budget.max_body_bytes,
+    }
+    .min(budget.max_body_bytes);
+    let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+    let permit =
+        tokio::time::timeout(BUDGET_WAIT, budget.kib.clone().acquire_many_owned(kib)).await;
+    match permit {
+        Ok(Ok(_permit)) => next.run(request).await,
+        _ => ApiError::Busy(format!(
+            "the server holds as many request bodies as it may ({} bytes in flight): retry \
+             shortly",
+            budget.in_flight_bytes
+        ))
+        .into_response(),
+    }
 }
 
 /// Answers `503 timeout` when a request (its body included) takes longer than the limit.

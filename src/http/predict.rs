@@ -12,11 +12,11 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
-use super::extract::{RawJson, check_rows, parse_json};
+use super::extract::{RawJson, check_malformed, parse_body};
 use super::models::not_trained;
 use crate::domain::{
     Detail, Details, FastObject, Invalid, ModelSpec, Rows, fast_rows_object, parse_inputs,
-    pointer_token,
+    pointer_token, row_fields,
 };
 use crate::estimator::{Predictions, Predictor};
 
@@ -96,7 +96,7 @@ pub async fn predict(
 ) -> Result<Response, ApiError> {
     let Some(model) = app.cache.get_or_load(&app.store, &name).await? else {
         // A malformed body is reported as such whatever the model.
-        parse_json(&bytes)?;
+        check_malformed(&bytes)?;
         return Err(ApiError::not_found_model(&name));
     };
     let limit = app.limits.max_rows_per_request;
@@ -141,15 +141,13 @@ fn predict_rows(
 ) -> Result<(Predictions, Vec<Detail>), ApiError> {
     // Spectra are resampled and checked: the full parse reads them.
     let fast = match spec.spectrum {
-        None => fast_rows_object(bytes, &[("x", spec.features.len())], false),
+        None => fast_rows_object(bytes, &[("x", spec.features.len())], false, limit),
         Some(_) => None,
     };
     let (x, warnings) = match fast {
-        Some(FastObject { mut rows, .. }) if rows[0].rows() <= limit => {
-            (rows.swap_remove(0), Vec::new())
-        }
-        // Not a well-formed request (or too long): the full parse says what is wrong.
-        _ => parse_request(bytes, spec, limit)?,
+        Some(FastObject { mut rows, .. }) => (rows.swap_remove(0), Vec::new()),
+        // Not a plain, valid request: the full parse says what is wrong.
+        None => parse_request(bytes, spec, limit)?,
     };
     let predictions = predictor
         .ok_or_else(|| not_trained(model))?
@@ -237,23 +235,24 @@ pub(super) fn parse_request(
     spec: &ModelSpec,
     limit: usize,
 ) -> Result<(Rows, Vec<Detail>), ApiError> {
-    let body = parse_json(bytes)?;
-    check_rows(&body, &["/x", "/spectra/values"], limit)?;
-    let serde_json::Value::Object(fields) = &body else {
+    // `y` is read as rows too: a predict request has none, and one sent is an unknown field
+    // whose size is bounded like the rest.
+    let mut body = parse_body(bytes, &row_fields(spec), limit)?;
+    let serde_json::Value::Object(fields) = body.value() else {
         return Err(Invalid::one("", "the body must be a JSON object with \"x\"").into());
     };
     let mut details = Details::default();
-    for key in fields
-        .keys()
-        .filter(|k| !matches!(k.as_str(), "x" | "spectra"))
-    {
+    for key in fields.keys().filter(|k| k.as_str() != "spectra") {
         details.push(format!("/{}", pointer_token(key)), "unknown field");
     }
-    if matches!(body.get("x"), Some(serde_json::Value::Array(rows)) if rows.is_empty()) {
+    if body.take_rows("/y").is_some() {
+        details.push("/y", "unknown field");
+    }
+    if body.has_no_rows("/x") {
         details.push("/x", "needs at least one row");
     }
     let mut warnings = Details::default();
-    let x = parse_inputs(fields, spec, &mut details, &mut warnings);
+    let x = parse_inputs(&mut body, spec, &mut details, &mut warnings);
     details.finish("invalid predict request")?;
     let x = x.ok_or_else(|| Invalid::one("/x", "invalid rows"))?;
     Ok((x, warnings.into_list()))

@@ -8,6 +8,7 @@ mod csv_ingest;
 mod docs;
 mod drift;
 mod helpers;
+mod hostile;
 mod ingest;
 mod limits;
 mod load;

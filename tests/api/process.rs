@@ -64,6 +64,18 @@ impl ServiceProcess {
         }
     }
 
+    /// The peak resident memory of the process so far (`VmHWM`), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let pid = self.child.id().expect("a running process");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status");
+        kib * 1024
+    }
+
     /// Whether the process is still running (`Err` with its exit status when not).
     pub fn running(&mut self) -> Result<(), std::process::ExitStatus> {
         match self.child.try_wait().expect("child status") {

@@ -20,6 +20,8 @@ mod csv_ingest;
 #[path = "../api/drift.rs"]
 mod drift;
 mod embedded;
+#[path = "../api/hostile.rs"]
+mod hostile;
 #[path = "../api/ingest.rs"]
 mod ingest;
 #[path = "../api/limits.rs"]
