@@ -12,7 +12,10 @@ use super::spectrum::{
 use super::{Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
 
 /// Longest batch id.
-const MAX_BATCH_ID_LEN: usize = 128;
+pub const MAX_BATCH_ID_LEN: usize = 128;
+
+/// What a batch id is, as a regular expression (for the API's document).
+pub const BATCH_ID_PATTERN: &str = "^[A-Za-z0-9._:-]+$";
 
 /// A client's name for a batch (or its `Idempotency-Key`): 1 to 128 characters from
 /// `A-Z a-z 0-9 . _ : -`.

@@ -670,11 +670,7 @@ mod tests {
 
     #[test]
     fn malformed_json_is_malformed() {
-        for body in [
-            "",
-            "{",
-            r#"{"x": [[1, 2]]} trailing"#,
-        ] {
+        for body in ["", "{", r#"{"x": [[1, 2]]} trailing"#] {
             assert!(
                 matches!(parse(body, 100), Err(BodyError::Malformed(_))),
                 "{body:?}"

@@ -10,7 +10,10 @@ pub mod model;
 mod rows;
 pub mod spectrum;
 
-pub use batch::{BatchId, CsvError, EncodedBatch, NewBatch, parse_inputs, row_fields};
+pub use batch::{
+    BATCH_ID_PATTERN, BatchId, CsvError, EncodedBatch, MAX_BATCH_ID_LEN, NewBatch, parse_inputs,
+    row_fields,
+};
 pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
 pub use fast::{FastObject, fast_rows_object};
 pub use model::{ModelName, ModelSpec, TransformName, UpdateName};

@@ -11,7 +11,10 @@ use super::{Details, Invalid, describe};
 use crate::estimator::{Basis, Forgetting, ModelConfig, PriorFamily, Transform, UpdateMethod};
 
 /// Longest model name.
-const MAX_NAME_LEN: usize = 63;
+pub const MAX_NAME_LEN: usize = 63;
+
+/// What a model name is, as a regular expression (for the API's document).
+pub const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9_-]*$";
 /// Longest feature or output name.
 const MAX_COLUMN_NAME_LEN: usize = 200;
 /// Bounds on a model's size: the state holds p² numbers per output.

@@ -55,7 +55,7 @@ pub struct BatchAccepted {
     #[schema(example = "lot-2026-11-22-0042")]
     pub batch_id: String,
     /// `queued` for a new batch; a replayed batch shows its current status.
-    #[schema(example = "queued")]
+    #[schema(example = "queued", value_type = BatchStatus)]
     pub status: String,
     #[schema(example = 2)]
     pub rows: i32,
@@ -64,20 +64,34 @@ pub struct BatchAccepted {
     pub warnings: Vec<Detail>,
 }
 
+/// Where a batch is: the values the store writes (the API document's enum).
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum BatchStatus {
+    Queued,
+    Folded,
+    Rejected,
+    Held,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct BatchView {
     #[schema(example = "lot-2026-11-22-0042")]
     pub batch_id: String,
     /// `queued`, `folded`, `rejected` or `held` (for review: see the model's
     /// `drift_threshold`).
-    #[schema(example = "folded")]
+    #[schema(example = "folded", value_type = BatchStatus)]
     pub status: String,
     #[schema(example = 1028)]
     pub rows: i32,
     #[schema(example = "2026-11-21T08:15:02.417Z")]
     pub received_at: DateTime<Utc>,
+    /// When the batch was folded (null unless `folded`).
     #[schema(example = "2026-11-21T08:15:02.489Z")]
     pub folded_at: Option<DateTime<Utc>>,
+    /// When the batch was rejected (null unless `rejected`).
+    #[schema(example = json!(null))]
+    pub rejected_at: Option<DateTime<Utc>>,
     /// The version the batch was folded into.
     #[schema(example = 13)]
     pub version: Option<i64>,
@@ -99,12 +113,15 @@ pub struct BatchView {
 
 impl From<BatchRecord> for BatchView {
     fn from(b: BatchRecord) -> Self {
+        let (folded, rejected) = (b.status == "folded", b.status == "rejected");
         Self {
             batch_id: b.batch_id,
             status: b.status,
             rows: b.rows,
             received_at: b.received_at,
-            folded_at: b.folded_at,
+            // The store keeps one decision time: it is a fold's only for a folded batch.
+            folded_at: b.folded_at.filter(|_| folded),
+            rejected_at: b.folded_at.filter(|_| rejected),
             version: b.version,
             error: b.error,
             surprise: b.surprise,
@@ -120,7 +137,7 @@ impl From<BatchRecord> for BatchView {
 /// The same rows sent as JSON or CSV are the same batch. The answer leaves only once the batch (raw rows and statistics) is committed. Posting the
 /// same `batch_id` (or `Idempotency-Key`) again with the same content answers with the stored
 /// batch and adds nothing; with different content, 409.
-#[utoipa::path(post, path = "/v1/models/{name}/batches", tag = "batches",
+#[utoipa::path(post, operation_id = "ingest_batch", path = "/v1/models/{name}/batches", tag = "batches",
     params(
         ("name" = String, Path, description = "Model name"),
         ("Idempotency-Key" = Option<String>, Header, description = "Batch id, if not in the body"),
@@ -130,7 +147,9 @@ impl From<BatchRecord> for BatchView {
         (String = "text/csv", example = "R400,R410,R420,red_195,yellow_145\n0.41,0.39,0.35,1.2,0.3\n0.28,0.26,0.25,2.5,0.8\n"),
     )),
     responses(
-        (status = 202, description = "Stored and queued (or replayed)", body = BatchAccepted),
+        (status = 202, description = "Stored and queued (or replayed)", body = BatchAccepted,
+            headers(("idempotent-replayed" = String, description = "`true` when the batch \
+                was stored before (a retry with the same id and content): nothing was added"))),
         (status = 400, description = "Malformed JSON or CSV", body = ErrorBody),
         (status = 404, description = "No such model", body = ErrorBody),
         (status = 409, description = "Batch id reused with different content", body = ErrorBody),
@@ -247,7 +266,7 @@ async fn current_model(app: &AppState, name: &ModelName) -> Result<(i64, ModelSp
 }
 
 /// A batch's status.
-#[utoipa::path(get, path = "/v1/models/{name}/batches/{batch_id}", tag = "batches",
+#[utoipa::path(get, operation_id = "get_batch", path = "/v1/models/{name}/batches/{batch_id}", tag = "batches",
     params(
         ("name" = String, Path, description = "Model name"),
         ("batch_id" = String, Path, description = "Batch id"),
@@ -306,6 +325,7 @@ fn waiting_for(batch: &BatchView, model: &ModelRecord) -> Option<String> {
 #[into_params(parameter_in = Query)]
 pub struct BatchFilter {
     /// Only batches with this status (`queued`, `folded`, `rejected`, `held`).
+    #[param(value_type = Option<BatchStatus>)]
     pub status: Option<String>,
     /// At most this many, newest first (default 100, at most 1000).
     #[param(minimum = 1, maximum = 1000)]
@@ -320,7 +340,7 @@ pub struct BatchList {
 const STATUSES: [&str; 4] = ["queued", "folded", "rejected", "held"];
 
 /// A model's batches, newest first: `?status=held` lists those waiting for review.
-#[utoipa::path(get, path = "/v1/models/{name}/batches", tag = "batches",
+#[utoipa::path(get, operation_id = "list_batches", path = "/v1/models/{name}/batches", tag = "batches",
     params(("name" = String, Path, description = "Model name"), BatchFilter),
     responses(
         (status = 200, description = "The batches, newest first", body = BatchList),
@@ -330,9 +350,14 @@ const STATUSES: [&str; 4] = ["queued", "folded", "rejected", "held"];
 pub async fn list(
     State(app): State<AppState>,
     Path(name): Path<String>,
-    axum::extract::Query(query): axum::extract::Query<Vec<(String, String)>>,
+    query: Result<
+        axum::extract::Query<Vec<(String, String)>>,
+        axum::extract::rejection::QueryRejection,
+    >,
 ) -> Result<Json<BatchList>, ApiError> {
     let name = model_name(&name)?;
+    let axum::extract::Query(query) =
+        query.map_err(|e| ApiError::InvalidQuery(format!("the query is not readable: {e}")))?;
     let mut filter = BatchFilter {
         status: None,
         limit: None,
@@ -341,7 +366,7 @@ pub async fn list(
         match key.as_str() {
             "status" if STATUSES.contains(&value.as_str()) => filter.status = Some(value),
             "status" => {
-                return Err(ApiError::Malformed(format!(
+                return Err(ApiError::InvalidQuery(format!(
                     "status must be one of {}, found {value:?}",
                     STATUSES.join(", ")
                 )));
@@ -349,7 +374,7 @@ pub async fn list(
             "limit" => match value.parse::<i64>() {
                 Ok(n) if (1..=1000).contains(&n) => filter.limit = Some(n),
                 _ => {
-                    return Err(ApiError::Malformed(format!(
+                    return Err(ApiError::InvalidQuery(format!(
                         "limit must be an integer from 1 to 1000, found {value:?}"
                     )));
                 }
@@ -373,7 +398,7 @@ pub async fn list(
 
 /// Release a batch held for review: it goes back into the queue and the next fold learns it,
 /// whatever its surprise (after the batches already queued).
-#[utoipa::path(post, path = "/v1/models/{name}/batches/{batch_id}/release", tag = "batches",
+#[utoipa::path(post, operation_id = "release_batch", path = "/v1/models/{name}/batches/{batch_id}/release", tag = "batches",
     params(
         ("name" = String, Path, description = "Model name"),
         ("batch_id" = String, Path, description = "Batch id"),
@@ -392,7 +417,7 @@ pub async fn release(
 }
 
 /// Reject a batch held for review: it is never learnt.
-#[utoipa::path(post, path = "/v1/models/{name}/batches/{batch_id}/reject", tag = "batches",
+#[utoipa::path(post, operation_id = "reject_batch", path = "/v1/models/{name}/batches/{batch_id}/reject", tag = "batches",
     params(
         ("name" = String, Path, description = "Model name"),
         ("batch_id" = String, Path, description = "Batch id"),

@@ -34,7 +34,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The reference page lives at `/docs/` (its files are relative to it).
-#[utoipa::path(get, path = "/docs", tag = "operations",
+#[utoipa::path(get, operation_id = "docs_redirect", path = "/docs", tag = "operations",
     responses((status = 308, description = "Redirect to the reference page `/docs/`")))]
 pub async fn redirect() -> Redirect {
     // Relative, so that it stays right behind a proxy that mounts the service under a prefix.
@@ -42,7 +42,7 @@ pub async fn redirect() -> Redirect {
 }
 
 /// The API reference page (HTML; every script and style sheet it loads is served by mordant).
-#[utoipa::path(get, path = "/docs/", tag = "operations",
+#[utoipa::path(get, operation_id = "docs_page", path = "/docs/", tag = "operations",
     responses((status = 200, description = "The reference page", content_type = "text/html", body = String)))]
 pub async fn page() -> Response {
     with_policy(file(
@@ -52,7 +52,7 @@ pub async fn page() -> Response {
 }
 
 /// A file of the reference page: Swagger UI's script, style sheet or icons.
-#[utoipa::path(get, path = "/docs/{file}", tag = "operations",
+#[utoipa::path(get, operation_id = "docs_asset", path = "/docs/{file}", tag = "operations",
     params(("file" = String, Path, description = "File name", example = "swagger-ui.css")),
     responses(
         (status = 200, description = "The file"),

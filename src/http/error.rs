@@ -18,6 +18,9 @@ pub enum ApiError {
     /// The body is not readable as CSV.
     #[error("{0}")]
     MalformedCsv(String),
+    /// A query parameter is not one the endpoint accepts.
+    #[error("{0}")]
+    InvalidQuery(String),
     /// Well-formed JSON that does not describe a valid request.
     #[error(transparent)]
     Invalid(#[from] Invalid),
@@ -87,7 +90,9 @@ pub struct ErrorInfo {
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Malformed(_) | Self::MalformedCsv(_) => StatusCode::BAD_REQUEST,
+            Self::Malformed(_) | Self::MalformedCsv(_) | Self::InvalidQuery(_) => {
+                StatusCode::BAD_REQUEST
+            }
             Self::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
@@ -106,6 +111,7 @@ impl ApiError {
         match self {
             Self::Malformed(_) => "malformed_json",
             Self::MalformedCsv(_) => "malformed_csv",
+            Self::InvalidQuery(_) => "invalid_query",
             Self::Invalid(_) => "invalid_input",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::NotFound(_) => "not_found",

@@ -29,7 +29,7 @@ impl<S: Send + Sync> FromRequest<S> for RawJson {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let mime = media_type(&req);
+        let mime = media_type(&req)?;
         if !mime.eq_ignore_ascii_case("application/json") {
             return Err(ApiError::UnsupportedMediaType(format!(
                 "expected Content-Type: application/json, found {mime:?}"
@@ -49,7 +49,7 @@ impl<S: Send + Sync> FromRequest<S> for BatchBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let mime = media_type(&req);
+        let mime = media_type(&req)?;
         if mime.eq_ignore_ascii_case("application/json") {
             Ok(BatchBody::Json(read_body(req, state).await?))
         } else if mime.eq_ignore_ascii_case("text/csv") {
@@ -62,17 +62,31 @@ impl<S: Send + Sync> FromRequest<S> for BatchBody {
     }
 }
 
-/// The media type of the request, without parameters.
-fn media_type(req: &Request) -> String {
-    req.headers()
+/// The media type of the request, without parameters. A `charset` other than UTF-8 is
+/// refused (415): bodies are read as UTF-8, and reading UTF-16 as UTF-8 would misread them.
+fn media_type(req: &Request) -> Result<String, ApiError> {
+    let value = req
+        .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_owned()
+        .unwrap_or("");
+    let mut parts = value.split(';');
+    let mime = parts.next().unwrap_or("").trim().to_owned();
+    for parameter in parts {
+        let Some((name, charset)) = parameter.split_once('=') else {
+            continue;
+        };
+        let charset = charset.trim().trim_matches('"');
+        if name.trim().eq_ignore_ascii_case("charset")
+            && !charset.eq_ignore_ascii_case("utf-8")
+            && !charset.eq_ignore_ascii_case("utf8")
+        {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "bodies are read as UTF-8, found charset={charset:?}"
+            )));
+        }
+    }
+    Ok(mime)
 }
 
 /// The whole body, within the configured size limit (413 above it).

@@ -84,7 +84,7 @@ pub struct KeyList {
 }
 
 /// Create an API key; its secret is in this response only.
-#[utoipa::path(post, path = "/v1/keys", tag = "keys",
+#[utoipa::path(post, operation_id = "create_key", path = "/v1/keys", tag = "keys",
     request_body = CreateKey,
     responses(
         (status = 201, description = "Created; `key` is shown only now", body = NewKey),
@@ -123,7 +123,7 @@ pub async fn create(
 }
 
 /// List API keys, revoked ones included (never their secrets).
-#[utoipa::path(get, path = "/v1/keys", tag = "keys",
+#[utoipa::path(get, operation_id = "list_keys", path = "/v1/keys", tag = "keys",
     responses((status = 200, description = "Every key, oldest first", body = KeyList)))]
 pub async fn list(State(app): State<AppState>) -> Result<Json<KeyList>, ApiError> {
     let keys = app.store.list_keys().await?;
@@ -133,7 +133,7 @@ pub async fn list(State(app): State<AppState>) -> Result<Json<KeyList>, ApiError
 }
 
 /// Revoke an API key (at once on this replica, within a notification on the others).
-#[utoipa::path(delete, path = "/v1/keys/{id}", tag = "keys",
+#[utoipa::path(delete, operation_id = "revoke_key", path = "/v1/keys/{id}", tag = "keys",
     params(("id" = i64, Path, description = "Key id")),
     responses(
         (status = 200, description = "Revoked (revoking again changes nothing)", body = KeyView),

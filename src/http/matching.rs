@@ -65,7 +65,7 @@ pub struct MatchResponse {
 /// batches) and `w_λ = (dR/d(K/S))²` at the target's reflectance, so that every band counts as
 /// a spectrophotometer's reading does. The body is a predict body: `spectra` and, for the
 /// model's other features, `x`.
-#[utoipa::path(post, path = "/v1/models/{name}/match", tag = "predict",
+#[utoipa::path(post, operation_id = "match_recipes", path = "/v1/models/{name}/match", tag = "predict",
     params(("name" = String, Path, description = "Model name")),
     request_body = PredictRequest,
     responses(

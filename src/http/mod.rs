@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod batches;
 pub mod docs;
+pub mod document;
 pub mod error;
 pub mod extract;
 pub mod keys;
@@ -39,6 +40,7 @@ use crate::domain::ModelName;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use auth::SecurityAddon;
+use document::ProtocolAddon;
 use error::ApiError;
 
 /// What every handler can reach: one shared allocation. axum clones a route's state for every
@@ -125,7 +127,8 @@ impl AppState {
         (name = "keys", description = "API keys and their scopes (admin)"),
         (name = "operations", description = "Health, readiness, metrics, documentation"),
     ),
-    modifiers(&SecurityAddon),
+    modifiers(&SecurityAddon, &ProtocolAddon),
+    servers((url = "/", description = "The server that serves this document")),
 )]
 pub struct ApiDoc;
 

@@ -165,7 +165,7 @@ pub struct ModelList {
 }
 
 /// Create a model.
-#[utoipa::path(post, path = "/v1/models", tag = "models",
+#[utoipa::path(post, operation_id = "create_model", path = "/v1/models", tag = "models",
     request_body = CreateModel,
     responses(
         (status = 201, description = "Created", body = ModelView),
@@ -191,7 +191,7 @@ pub async fn create(
 }
 
 /// List models.
-#[utoipa::path(get, path = "/v1/models", tag = "models",
+#[utoipa::path(get, operation_id = "list_models", path = "/v1/models", tag = "models",
     responses((status = 200, description = "All models, by name", body = ModelList)))]
 pub async fn list(State(app): State<AppState>) -> Result<Json<ModelList>, ApiError> {
     let models = app.store.list_models().await?;
@@ -201,7 +201,7 @@ pub async fn list(State(app): State<AppState>) -> Result<Json<ModelList>, ApiErr
 }
 
 /// Read one model.
-#[utoipa::path(get, path = "/v1/models/{name}", tag = "models",
+#[utoipa::path(get, operation_id = "get_model", path = "/v1/models/{name}", tag = "models",
     params(("name" = String, Path, description = "Model name")),
     responses(
         (status = 200, description = "The model", body = ModelView),
@@ -221,7 +221,7 @@ pub async fn read(
 }
 
 /// Delete a model with its batches and versions.
-#[utoipa::path(delete, path = "/v1/models/{name}", tag = "models",
+#[utoipa::path(delete, operation_id = "delete_model", path = "/v1/models/{name}", tag = "models",
     params(("name" = String, Path, description = "Model name")),
     responses(
         (status = 204, description = "Deleted"),
@@ -302,7 +302,7 @@ pub struct PosteriorView {
 }
 
 /// The current posterior of every output.
-#[utoipa::path(get, path = "/v1/models/{name}/posterior", tag = "models",
+#[utoipa::path(get, operation_id = "get_posterior", path = "/v1/models/{name}/posterior", tag = "models",
     params(("name" = String, Path, description = "Model name")),
     responses(
         (status = 200, description = "The posterior", body = PosteriorView),
@@ -415,7 +415,7 @@ pub struct RelevanceView {
 
 /// Which inputs the model uses: per input, how many trained outputs keep it, and the inputs
 /// ARD pruned from every output.
-#[utoipa::path(get, path = "/v1/models/{name}/relevance", tag = "models",
+#[utoipa::path(get, operation_id = "get_relevance", path = "/v1/models/{name}/relevance", tag = "models",
     params(("name" = String, Path, description = "Model name")),
     responses(
         (status = 200, description = "Relevance of every input", body = RelevanceView),

@@ -28,7 +28,7 @@ pub struct Health {
 }
 
 /// The process is alive.
-#[utoipa::path(get, path = "/healthz", tag = "operations",
+#[utoipa::path(get, operation_id = "healthz", path = "/healthz", tag = "operations",
     responses((status = 200, description = "Alive", body = Health)))]
 pub async fn healthz() -> Json<Health> {
     Json(Health {
@@ -38,7 +38,7 @@ pub async fn healthz() -> Json<Health> {
 }
 
 /// The database answers and every migration is applied.
-#[utoipa::path(get, path = "/readyz", tag = "operations",
+#[utoipa::path(get, operation_id = "readyz", path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", body = Health),
         (status = 503, description = "Not ready", body = Health),
@@ -63,7 +63,7 @@ pub async fn readyz(State(app): State<AppState>) -> (StatusCode, Json<Health>) {
 }
 
 /// Prometheus metrics (text exposition format).
-#[utoipa::path(get, path = "/metrics", tag = "operations",
+#[utoipa::path(get, operation_id = "get_metrics", path = "/metrics", tag = "operations",
     responses((status = 200, description = "Metrics", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let queue = match app.store.queue_depth().await {
@@ -87,7 +87,7 @@ pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, A
 }
 
 /// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+#[utoipa::path(get, operation_id = "get_openapi", path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object)))]
 pub async fn openapi() -> impl IntoResponse {
     Json(ApiDoc::openapi())

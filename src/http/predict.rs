@@ -77,7 +77,7 @@ pub struct PredictResponse {
 }
 
 /// Predict concentrations and their variances.
-#[utoipa::path(post, path = "/v1/models/{name}/predict", tag = "predict",
+#[utoipa::path(post, operation_id = "predict", path = "/v1/models/{name}/predict", tag = "predict",
     params(("name" = String, Path, description = "Model name")),
     request_body = PredictRequest,
     responses(
@@ -153,6 +153,24 @@ fn predict_rows(
         .ok_or_else(|| not_trained(model))?
         .predict(x.as_mat())
         .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))?;
+    // Inputs far outside any the model was trained on can overflow `φᵀμ` or `φᵀΣφ`: JSON has
+    // no infinity, and a null where a number is promised would break clients.
+    let (mean, variance) = (&predictions.mean, &predictions.variance);
+    if let Some(row) = (0..mean.nrows()).find(|&r| {
+        (0..mean.ncols()).any(|k| !mean[(r, k)].is_finite() || !variance[(r, k)].is_finite())
+    }) {
+        let path = if spec.spectrum.is_some() {
+            format!("/spectra/values/{row}")
+        } else {
+            format!("/x/{row}")
+        };
+        return Err(Invalid::one(
+            path,
+            "the prediction for this row overflows: its values are far outside the range \
+             the model was trained on",
+        )
+        .into());
+    }
     Ok((predictions, warnings))
 }
 

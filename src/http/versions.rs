@@ -28,6 +28,15 @@ pub fn router() -> Router<AppState> {
         .route("/v1/models/{name}/refit", post(refit))
 }
 
+/// What made a version: the values the store writes (the API document's enum).
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum VersionOrigin {
+    Fold,
+    Restore,
+    Refit,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct VersionView {
     #[schema(example = 13)]
@@ -35,7 +44,7 @@ pub struct VersionView {
     #[schema(example = "2026-11-21T08:15:02.417Z")]
     pub created_at: DateTime<Utc>,
     /// `fold`, `restore` or `refit`.
-    #[schema(example = "fold")]
+    #[schema(example = "fold", value_type = VersionOrigin)]
     pub origin: String,
     /// For a restore: the version it copies.
     pub restored_from: Option<i64>,
@@ -69,7 +78,7 @@ pub struct VersionList {
 }
 
 /// A model's history, oldest first.
-#[utoipa::path(get, path = "/v1/models/{name}/versions", tag = "versions",
+#[utoipa::path(get, operation_id = "list_versions", path = "/v1/models/{name}/versions", tag = "versions",
     params(("name" = String, Path, description = "Model name")),
     responses(
         (status = 200, description = "Every version", body = VersionList),
@@ -93,7 +102,7 @@ pub async fn list(
 }
 
 /// Make a new version whose state equals version `version` (history is kept).
-#[utoipa::path(post, path = "/v1/models/{name}/versions/{version}/restore", tag = "versions",
+#[utoipa::path(post, operation_id = "restore_version", path = "/v1/models/{name}/versions/{version}/restore", tag = "versions",
     params(
         ("name" = String, Path, description = "Model name"),
         ("version" = i64, Path, description = "The version to restore", minimum = 1),
@@ -128,7 +137,7 @@ pub async fn restore(
 
 /// Run Algorithm 2 on the accumulated statistics, warm-started from the current
 /// hyperparameters, and make the result a new version.
-#[utoipa::path(post, path = "/v1/models/{name}/refit", tag = "versions",
+#[utoipa::path(post, operation_id = "refit_model", path = "/v1/models/{name}/refit", tag = "versions",
     params(("name" = String, Path, description = "Model name")),
     responses(
         (status = 201, description = "The new version", body = VersionView),

@@ -97,6 +97,9 @@ async fn a_surprising_batch_is_held_until_an_admin_releases_or_rejects_it() {
         .unwrap();
     assert_eq!(rejected["status"], "rejected");
     assert!(rejected["error"].as_str().unwrap().contains("review"));
+    assert_eq!(rejected["folded_at"], Value::Null, "{rejected}");
+    assert!(rejected["rejected_at"].is_string(), "{rejected}");
+    assert!(folded["folded_at"].is_string() && folded["rejected_at"].is_null());
     for (path, status) in [
         ("bad/reject", StatusCode::CONFLICT),
         ("agrees/release", StatusCode::CONFLICT),

@@ -3,6 +3,7 @@
 //! (`tests/api_sqlite`).
 
 mod auth;
+mod client;
 mod crash;
 mod csv_ingest;
 mod docs;

@@ -80,6 +80,11 @@ async fn schemathesis_finds_nothing() {
     )
     .unwrap();
     let document = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json");
+    // The long run on PostgreSQL; the embedded store gets a shorter one of the same checks.
+    let (examples, at_least) = match crate::BACKEND {
+        crate::helpers::Backend::Postgres => ("1200", 10_000),
+        crate::helpers::Backend::Sqlite => ("50", 500),
+    };
     let run = tokio::process::Command::new("st")
         .current_dir(&dir)
         .arg("--config-file")
@@ -93,18 +98,20 @@ async fn schemathesis_finds_nothing() {
         ])
         .args([
             "--max-examples",
-            "50",
+            examples,
+            // One worker: CPython 3.11's compiler fails under hypothesis's threads
+            // ("AST constructor recursion depth mismatch") on pattern-constrained parameters.
             "--workers",
-            "2",
+            "1",
             "--seed",
             "20261122",
         ])
         .args(["--request-timeout", "30"])
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(Duration::from_secs(600), run)
+    let output = tokio::time::timeout(Duration::from_secs(900), run)
         .await
-        .expect("schemathesis finished within 10 minutes")
+        .expect("schemathesis finished within 15 minutes")
         .expect("schemathesis runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
@@ -123,6 +130,6 @@ async fn schemathesis_finds_nothing() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("unreadable summary {line:?}"));
     assert!(line.contains(&format!("{generated} passed")), "{line}");
-    assert!(generated >= 500, "only {generated} cases: {line}");
+    assert!(generated >= at_least, "only {generated} cases: {line}");
     eprintln!("schemathesis: {}", line.trim());
 }

@@ -64,7 +64,53 @@ async fn malformed_json_is_400() {
         .await;
     let error = error_of(response, StatusCode::UNSUPPORTED_MEDIA_TYPE).await;
     assert_eq!(error["code"], "unsupported_media_type");
+    // Read as UTF-8, a UTF-16 body would be misread: refused, whatever the route.
+    for (path, content_type) in [
+        ("/v1/models/lab/batches", "application/json; charset=utf-16"),
+        ("/v1/models/lab/batches", "text/csv; charset=\"ISO-8859-1\""),
+        (
+            "/v1/models/lab/predict",
+            "application/json;charset=UTF-16LE",
+        ),
+        ("/v1/models", "application/json; charset=latin1"),
+    ] {
+        let response = app
+            .post_raw(path, content_type, r#"{"x": [[1, 2]], "y": [[1]]}"#)
+            .await;
+        let error = error_of(response, StatusCode::UNSUPPORTED_MEDIA_TYPE).await;
+        assert!(
+            error["message"].as_str().unwrap().contains("UTF-8"),
+            "{error}"
+        );
+    }
+    // A key given twice means different things to different parsers: refused.
+    let response = app
+        .post_raw(
+            "/v1/models/lab/batches",
+            "application/json; charset=UTF-8",
+            r#"{"x": [[1, 2]], "y": [[1]], "x": [[3, 4]]}"#,
+        )
+        .await;
+    let error = error_of(response, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["code"], "malformed_json");
+    assert!(
+        error["message"].as_str().unwrap().contains("\"x\""),
+        "{error}"
+    );
     assert_untouched(&app).await;
+}
+
+#[tokio::test]
+async fn bad_query_parameters_are_invalid_query() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    for query in ["status=melted", "limit=0", "limit=ten", "limit=1001"] {
+        let response = app.get(&format!("/v1/models/lab/batches?{query}")).await;
+        let error = error_of(response, StatusCode::BAD_REQUEST).await;
+        assert_eq!(error["code"], "invalid_query", "{query}: {error}");
+    }
+    let response = app.get("/v1/models/lab/batches?status=held&limit=5").await;
+    assert_eq!(response.status(), StatusCode::OK);
 }
 
 #[tokio::test]
@@ -144,6 +190,31 @@ async fn predict_validates_its_rows_too() {
     assert_eq!(paths(&error), ["/x/0/1", "/x/1"]);
     let response = app.post("/v1/models/lab/predict", &json!({"x": []})).await;
     error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+}
+
+#[tokio::test]
+async fn inputs_whose_prediction_overflows_are_422_not_null() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 3, 2)).await;
+    let (x, y) = random_rows(7, 40, 3, 2);
+    app.post_batch("lab", &json!({"batch_id": "b", "x": x, "y": y}))
+        .await;
+    assert_eq!(app.wait_for_batch("lab", "b").await["status"], "folded");
+    for x in [
+        json!([[0.5, 0.5, 0.5], [1e308, 1e308, -1e308]]),
+        json!([[0.5, 0.5, 0.5], [1e200, 1e200, 1e200]]),
+    ] {
+        let response = app.post("/v1/models/lab/predict", &json!({"x": x})).await;
+        let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert_eq!(paths(&error), ["/x/1"], "{x}: {error}");
+    }
+    let fine: Value = app
+        .post("/v1/models/lab/predict", &json!({"x": [[0.5, 0.5, 0.5]]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(fine["predictions"][0]["variance"][1].is_f64(), "{fine}");
 }
 
 #[tokio::test]

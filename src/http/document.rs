@@ -1,0 +1,146 @@
+//! What every operation of the OpenAPI document shares, written once: the answers any request
+//! may get from the layers in front of the handlers (`413`, `415`, `431`, `503`), and the
+//! headers on every answer.
+
+use utoipa::openapi::header::{Header, HeaderBuilder};
+use utoipa::openapi::path::{Operation, ParameterIn};
+use utoipa::openapi::{
+    ContentBuilder, KnownFormat, Object, ObjectBuilder, OpenApi, Ref, RefOr, ResponseBuilder,
+    Schema, SchemaFormat, Type,
+};
+
+/// Adds the shared answers and headers to every operation.
+pub struct ProtocolAddon;
+
+impl utoipa::Modify for ProtocolAddon {
+    fn modify(&self, openapi: &mut OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [
+                item.get.as_mut(),
+                item.post.as_mut(),
+                item.put.as_mut(),
+                item.delete.as_mut(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                shared_answers(operation);
+                parameters(operation);
+                csv_is_bytes(operation);
+            }
+        }
+    }
+}
+
+fn string_header(description: &str) -> Header {
+    HeaderBuilder::new()
+        .schema(Object::with_type(Type::String))
+        .description(Some(description))
+        .build()
+}
+
+fn error_answer(description: &str) -> RefOr<utoipa::openapi::Response> {
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build(),
+    )
+}
+
+fn shared_answers(operation: &mut Operation) {
+    let responses = &mut operation.responses.responses;
+    let mut add = |status: &str, description: &str| {
+        responses
+            .entry(status.to_owned())
+            .or_insert_with(|| error_answer(description));
+    };
+    if operation.request_body.is_some() {
+        add(
+            "413",
+            "The body is over `limits.max_body_bytes` (refused as soon as its announced length \
+             says so), or holds more rows than `limits.max_rows_per_request`",
+        );
+        add(
+            "415",
+            "The body is not of a media type the operation reads, or not UTF-8",
+        );
+    }
+    add(
+        "431",
+        "The request line and headers are over `limits.max_header_bytes`, or there are more \
+         than `limits.max_headers` header fields",
+    );
+    add(
+        "503",
+        "`timeout`: the request took longer than `limits.request_timeout_secs`; `busy`: the \
+         request bodies in flight fill `limits.max_body_bytes_in_flight`; \
+         `database_unavailable`. Retry after `Retry-After` seconds",
+    );
+    for (status, response) in responses.iter_mut() {
+        let RefOr::T(response) = response else {
+            continue;
+        };
+        response.headers.insert(
+            "x-request-id".into(),
+            string_header(
+                "The request's id: the one it sent in `x-request-id`, else a new UUID. Logged \
+                 with everything the request caused.",
+            ),
+        );
+        if status == "401" {
+            response.headers.insert(
+                "www-authenticate".into(),
+                string_header("`Bearer`: the API expects `Authorization: Bearer <key>`"),
+            );
+        }
+        if status == "503" {
+            let mut retry = string_header("Seconds to wait before retrying");
+            retry.schema = RefOr::T(Schema::Object(Object::with_type(Type::Integer)));
+            response.headers.insert("retry-after".into(), retry);
+        }
+    }
+}
+
+/// Model names and batch ids as the server accepts them; utoipa writes an optional header as
+/// `string | null`, but a header is absent or a string.
+fn parameters(operation: &mut Operation) {
+    use crate::domain::{BATCH_ID_PATTERN, MAX_BATCH_ID_LEN, model};
+    for parameter in operation.parameters.iter_mut().flatten() {
+        let (pattern, max_length) = match (&parameter.parameter_in, parameter.name.as_str()) {
+            (ParameterIn::Path, "name") => (model::NAME_PATTERN, model::MAX_NAME_LEN),
+            (ParameterIn::Path, "batch_id") => (BATCH_ID_PATTERN, MAX_BATCH_ID_LEN),
+            (ParameterIn::Header, name) if name.eq_ignore_ascii_case("idempotency-key") => {
+                (BATCH_ID_PATTERN, MAX_BATCH_ID_LEN)
+            }
+            _ => continue,
+        };
+        let schema = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(pattern))
+            .min_length(Some(1))
+            .max_length(Some(max_length));
+        parameter.schema = Some(RefOr::T(Schema::Object(schema.build())));
+    }
+}
+
+/// A CSV body is bytes a client sends as they are (`format: binary`): generators then take a
+/// file or a buffer for it instead of a string they do not know how to encode.
+fn csv_is_bytes(operation: &mut Operation) {
+    let Some(body) = operation.request_body.as_mut() else {
+        return;
+    };
+    if let Some(csv) = body.content.get_mut("text/csv") {
+        csv.schema = Some(RefOr::T(Schema::Object(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+                .build(),
+        )));
+    }
+}
