@@ -38,10 +38,37 @@ pub struct FoldPlan {
 #[derive(Clone, Copy, Debug)]
 pub struct Pending<'a> {
     pub seq: i64,
-    /// The encoded statistics.
-    pub statistics: &'a [u8],
+    pub source: Source<'a>,
     /// Released by an admin after a hold: folded whatever its surprise.
     pub released: bool,
+}
+
+/// What a queued batch was stored as.
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// Its encoded statistics.
+    Statistics(&'a [u8]),
+    /// Its raw rows, little-endian row-major `f64`s (a batch whose rows cost less than its
+    /// statistics would).
+    Rows {
+        rows: usize,
+        x: &'a [u8],
+        y: &'a [u8],
+    },
+}
+
+impl<'a> Source<'a> {
+    /// The source of a batch as the store lists it.
+    pub fn of(batch: &'a QueuedBatch) -> Self {
+        match (&batch.rows_x, &batch.rows_y) {
+            (Some(x), Some(y)) if batch.statistics.is_empty() => Self::Rows {
+                rows: usize::try_from(batch.rows).unwrap_or(0),
+                x,
+                y,
+            },
+            _ => Self::Statistics(&batch.statistics),
+        }
+    }
 }
 
 /// Folds `batches` (oldest first) into `current`.
@@ -72,13 +99,8 @@ pub fn plan_fold(
         let p = config.basis.dim();
         let mut totals = BatchStatistics::zeros(p, config.outputs);
         let mut prefix = Vec::new();
-        for &Pending {
-            seq,
-            statistics: blob,
-            ..
-        } in queue.by_ref()
-        {
-            match decode(blob, config).and_then(|stats| {
+        for &Pending { seq, source, .. } in queue.by_ref() {
+            match decode(source, config).and_then(|stats| {
                 let mut sum = totals.clone();
                 sum.add(&stats).map_err(|e| e.to_string())?;
                 Ok(sum)
@@ -117,7 +139,7 @@ pub fn plan_fold(
             break;
         };
         let seq = batch.seq;
-        let next = decode(batch.statistics, config).and_then(|stats| {
+        let next = decode(batch.source, config).and_then(|stats| {
             let z = drift::surprise(base, &stats);
             let over = hold_above
                 .zip(drift::largest(&z))
@@ -157,8 +179,25 @@ enum Learnt {
     Held(Vec<Option<f64>>),
 }
 
-fn decode(blob: &[u8], config: &ModelConfig) -> Result<BatchStatistics, String> {
-    let stats = codec::decode_statistics(blob).map_err(|e| format!("stored statistics: {e}"))?;
+fn decode(source: Source<'_>, config: &ModelConfig) -> Result<BatchStatistics, String> {
+    let stats = match source {
+        Source::Statistics(blob) => {
+            codec::decode_statistics(blob).map_err(|e| format!("stored statistics: {e}"))?
+        }
+        Source::Rows { rows, x, y } => {
+            let values = |bytes: &[u8]| -> Vec<f64> {
+                bytes
+                    .chunks_exact(8)
+                    .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                    .collect()
+            };
+            if !x.len().is_multiple_of(8) || !y.len().is_multiple_of(8) {
+                return Err("stored rows: not a whole number of values".to_owned());
+            }
+            BatchStatistics::from_row_major(&config.basis, rows, &values(x), &values(y))
+                .map_err(|e| format!("stored rows: {e}"))?
+        }
+    };
     if stats.dim() != config.basis.dim() || stats.outputs() != config.outputs {
         return Err("stored statistics do not match the model's shape".to_owned());
     }
@@ -227,7 +266,7 @@ async fn fold_claimed(
                 .iter()
                 .map(|b| Pending {
                     seq: b.seq,
-                    statistics: b.statistics.as_slice(),
+                    source: Source::of(b),
                     released: b.released,
                 })
                 .collect();
@@ -458,5 +497,100 @@ pub async fn run(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ModelSpec;
+
+    fn le_bytes(values: &[f64]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// A batch stored as rows folds to the very bits it folds to stored as statistics.
+    #[test]
+    fn batches_stored_as_rows_fold_to_the_bits_of_their_statistics() {
+        let features: Vec<String> = (0..24).map(|i| format!("f{i}")).collect();
+        let spec = ModelSpec::parse(&serde_json::json!({
+            "name": "wide", "features": features, "outputs": ["a", "b"], "first_fit_rows": 30
+        }))
+        .expect("spec");
+        let config = spec.config();
+        // Deterministic rows: a first batch of 30, then batches of 1 to 5 rows.
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let sizes = [30usize, 1, 3, 5, 2, 1, 4];
+        let batches: Vec<(usize, Vec<f64>, Vec<f64>)> = sizes
+            .iter()
+            .map(|&n| {
+                let x: Vec<f64> = (0..n * 24).map(|_| next()).collect();
+                let y: Vec<f64> = (0..n)
+                    .flat_map(|i| {
+                        let s: f64 = x[i * 24..(i + 1) * 24].iter().sum();
+                        [s + 0.01 * next(), 2.0 * x[i * 24] - 0.01 * next()]
+                    })
+                    .collect();
+                (n, x, y)
+            })
+            .collect();
+        let encoded: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = batches
+            .iter()
+            .map(|(n, x, y)| {
+                let stats =
+                    BatchStatistics::from_row_major(&config.basis, *n, x, y).expect("statistics");
+                (codec::encode_statistics(&stats), le_bytes(x), le_bytes(y))
+            })
+            .collect();
+        let as_statistics: Vec<Pending<'_>> = encoded
+            .iter()
+            .enumerate()
+            .map(|(i, (stats, _, _))| Pending {
+                seq: i as i64,
+                source: Source::Statistics(stats),
+                released: false,
+            })
+            .collect();
+        let as_rows: Vec<Pending<'_>> = encoded
+            .iter()
+            .zip(&sizes)
+            .enumerate()
+            .map(|(i, ((_, x, y), &rows))| Pending {
+                seq: i as i64,
+                source: Source::Rows { rows, x, y },
+                released: false,
+            })
+            .collect();
+        let one = plan_fold(&config, None, &as_statistics, 30.0, None);
+        let other = plan_fold(&config, None, &as_rows, 30.0, None);
+        assert_eq!(one.folded.len(), sizes.len());
+        assert_eq!(one.folded, other.folded);
+        let (one, other) = (one.state.expect("a state"), other.state.expect("a state"));
+        assert_eq!(codec::encode(&one), codec::encode(&other));
+
+        // Rows that do not make whole rows of the model's width are rejected, not folded.
+        let (_, x, y) = &encoded[1];
+        let bad = [Pending {
+            seq: 9,
+            source: Source::Rows {
+                rows: 1,
+                x: &x[..x.len() - 8],
+                y,
+            },
+            released: false,
+        }];
+        let plan = plan_fold(&config, Some(&one), &bad, 30.0, None);
+        assert_eq!(plan.rejected.len(), 1, "{:?}", plan.rejected);
+        assert!(
+            plan.rejected[0].1.contains("stored rows"),
+            "{:?}",
+            plan.rejected
+        );
     }
 }

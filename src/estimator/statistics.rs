@@ -96,6 +96,34 @@ impl BatchStatistics {
         Ok(stats)
     }
 
+    /// [`Self::from_rows`] of row-major `x` (`rows × x.len() / rows`) and `y` (likewise), as a
+    /// batch is read and as it is stored. Every caller that forms a batch's statistics goes
+    /// through here, so that the statistics formed when a batch arrives and those formed later
+    /// from its stored rows have the same bits (`y` is copied column-major first: faer's
+    /// products may add in another order for another layout).
+    pub fn from_row_major(
+        basis: &super::Basis,
+        rows: usize,
+        x: &[f64],
+        y: &[f64],
+    ) -> Result<Self, EstimatorError> {
+        let shape = |values: &[f64]| match rows {
+            0 => None,
+            n if values.len().is_multiple_of(n) => Some(values.len() / n),
+            _ => None,
+        };
+        let (Some(d), Some(m)) = (shape(x), shape(y)) else {
+            return Err(EstimatorError::Dimension {
+                what: "values to make whole rows",
+                expected: rows,
+                found: x.len() + y.len(),
+            });
+        };
+        let x = MatRef::from_row_major_slice(x, rows, d);
+        let y = MatRef::from_row_major_slice(y, rows, m).to_owned();
+        Self::from_rows(basis, x, y.as_ref())
+    }
+
     /// Statistics of raw input rows `x` (rows × d) and targets `y` (rows × m) for a model with
     /// basis `basis`: `Φ = basis(x)`, and `YᵀY` too when the model can match recipes (a declared
     /// spectrum under Kubelka–Munk, with an intercept: see [`super::recipe`]).

@@ -206,14 +206,24 @@ pub async fn ingest(
                     })?,
             };
             let config = spec.config();
-            // Column-major, as the estimator's callers pass it: faer's products may add in
-            // another order for another layout, and a batch must give the same bits however
-            // it arrived.
-            let y = batch.y.as_mat().to_owned();
-            let stats = BatchStatistics::from_rows(&config.basis, batch.x.as_mat(), y.as_ref())
-                .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
+            let stats = BatchStatistics::from_row_major(
+                &config.basis,
+                batch.rows(),
+                batch.x.values(),
+                batch.y.values(),
+            )
+            .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
             let encoded = batch.encode();
-            Ok::<_, ApiError>((batch, encoded, codec::encode_statistics(&stats)))
+            // Statistics have p² entries whatever the rows: a batch of fewer rows than that
+            // keeps only its rows, and the folder forms its statistics from them (the same
+            // bits: `from_row_major` on the same values).
+            let statistics = codec::encode_statistics(&stats);
+            let statistics = if statistics.len() <= encoded.x.len() + encoded.y.len() {
+                statistics
+            } else {
+                Vec::new()
+            };
+            Ok::<_, ApiError>((batch, encoded, statistics))
         })
         .await??;
     let ingested = match app

@@ -152,7 +152,11 @@ pub struct QueuedBatch {
     pub seq: i64,
     pub batch_id: String,
     pub rows: i32,
+    /// The encoded statistics; empty when the batch was stored without them (its rows cost
+    /// less than its statistics would), and then `rows_x`, `rows_y` hold its raw rows.
     pub statistics: Vec<u8>,
+    pub rows_x: Option<Vec<u8>>,
+    pub rows_y: Option<Vec<u8>>,
     pub received_at: DateTime<Utc>,
     /// Released by an admin after a hold: folded whatever its surprise.
     pub released: bool,

@@ -39,6 +39,26 @@ async fn a_model_trained_through_the_api_predicts_what_the_estimator_computes() 
     let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
     assert_eq!(model["observations"], 50.0);
     assert_eq!(model["pending_batches"], 0);
+
+    // A batch whose rows take fewer bytes than its statistics keeps only its rows (the
+    // folder formed its statistics from them, to the bits checked above).
+    let stored = app
+        .database()
+        .strings(
+            "SELECT batch_id || ':' || CAST(length(statistics) AS TEXT) FROM batches \
+             ORDER BY batch_id",
+        )
+        .await;
+    let kept: Vec<(&str, usize)> = stored
+        .iter()
+        .map(|s| {
+            let (id, length) = s.split_once(':').unwrap();
+            (id, length.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(kept.len(), 4, "{stored:?}");
+    assert_eq!(kept[2], ("b2", 0), "the 1-row batch: {stored:?}");
+    assert!(kept[0].1 > 0 && kept[3].1 > 0, "the 12- and 30-row batches: {stored:?}");
 }
 
 #[tokio::test]

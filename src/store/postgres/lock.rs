@@ -79,7 +79,9 @@ impl ModelTransaction for PgModelTransaction {
 
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query(
-            "SELECT seq, batch_id, rows, statistics, received_at, released FROM batches \
+            "SELECT seq, batch_id, rows, statistics, received_at, released, \
+                    CASE WHEN octet_length(statistics) = 0 THEN x END AS rows_x, \
+                    CASE WHEN octet_length(statistics) = 0 THEN y END AS rows_y FROM batches \
              WHERE model_id = $1 AND status = 'queued' ORDER BY arrival",
         )
         .bind(self.model_id)
@@ -92,6 +94,8 @@ impl ModelTransaction for PgModelTransaction {
                     batch_id: r.try_get("batch_id")?,
                     rows: r.try_get("rows")?,
                     statistics: r.try_get("statistics")?,
+                    rows_x: r.try_get("rows_x")?,
+                    rows_y: r.try_get("rows_y")?,
                     received_at: r.try_get("received_at")?,
                     released: r.try_get("released")?,
                 })

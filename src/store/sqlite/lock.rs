@@ -98,7 +98,9 @@ impl ModelTransaction for SqliteModelTransaction {
 
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query(
-            "SELECT seq, batch_id, rows, statistics, received_at, released FROM batches \
+            "SELECT seq, batch_id, rows, statistics, received_at, released, \
+                    CASE WHEN length(statistics) = 0 THEN x END AS rows_x, \
+                    CASE WHEN length(statistics) = 0 THEN y END AS rows_y FROM batches \
              WHERE model_id = ?1 AND status = 'queued' ORDER BY seq",
         )
         .bind(self.model_id)
@@ -111,6 +113,8 @@ impl ModelTransaction for SqliteModelTransaction {
                     batch_id: r.try_get("batch_id")?,
                     rows: r.try_get("rows")?,
                     statistics: r.try_get("statistics")?,
+                    rows_x: r.try_get("rows_x")?,
+                    rows_y: r.try_get("rows_y")?,
                     received_at: r.try_get("received_at")?,
                     released: r.try_get("released")?,
                 })
