@@ -58,7 +58,10 @@ async fn a_model_trained_through_the_api_predicts_what_the_estimator_computes() 
         .collect();
     assert_eq!(kept.len(), 4, "{stored:?}");
     assert_eq!(kept[2], ("b2", 0), "the 1-row batch: {stored:?}");
-    assert!(kept[0].1 > 0 && kept[3].1 > 0, "the 12- and 30-row batches: {stored:?}");
+    assert!(
+        kept[0].1 > 0 && kept[3].1 > 0,
+        "the 12- and 30-row batches: {stored:?}"
+    );
 }
 
 #[tokio::test]
