@@ -89,3 +89,16 @@ fn operation_ids_are_unique() {
     ids.dedup();
     assert_eq!(ids.len(), count, "repeated operation ids among {ids:?}");
 }
+
+/// The limits the document states are the ones the server enforces.
+#[test]
+fn stated_limits_are_the_enforced_ones() {
+    use mordant::domain::model::{MAX_FEATURES, MAX_NAME_LEN, MAX_OUTPUTS};
+    let doc: serde_json::Value =
+        serde_json::from_str(&mordant::http::openapi_json().unwrap()).unwrap();
+    let create = &doc["components"]["schemas"]["CreateModel"]["properties"];
+    assert_eq!(create["features"]["maxItems"], MAX_FEATURES, "{create}");
+    assert_eq!(create["outputs"]["maxItems"], MAX_OUTPUTS, "{create}");
+    let name = doc["paths"]["/v1/models/{name}"]["get"]["parameters"][0]["schema"].clone();
+    assert_eq!(name["maxLength"], MAX_NAME_LEN, "{name}");
+}

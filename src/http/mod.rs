@@ -106,7 +106,10 @@ impl AppState {
     info(
         title = "mordant",
         description = "Incremental Bayesian linear regression from spectra and lab results to \
-                       dye concentrations, with the uncertainty of every prediction.",
+                       dye concentrations, with the uncertainty of every prediction.\n\n\
+                       Every error answer is an `ErrorBody`, including `404` for a path that \
+                       does not exist and `405` for a method a path does not have. A JSON body \
+                       with a key repeated in an object is refused (`400`).",
         license(name = "MIT"),
     ),
     paths(

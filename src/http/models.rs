@@ -45,12 +45,16 @@ pub struct CreateModel {
     /// inputs. Requests may send spectra on any regular grid that covers this one.
     #[serde(default)]
     pub spectrum: Option<SpectrumSpec>,
-    /// Named input features (lab results, fabric codes), distinct. Optional with a spectrum;
-    /// without one, empty only with an intercept (the model then learns each output's mean).
+    /// Named input features (lab results, fabric codes), distinct, each 1 to 200 characters.
+    /// Optional with a spectrum; without one, empty only with an intercept (the model then
+    /// learns each output's mean). With `p` basis functions (the spectrum's bands, the
+    /// features, the intercept) and `m` outputs, `p² · m` may be at most 33,554,432 (2²⁵).
     #[serde(default)]
+    #[schema(max_items = 2048)]
     pub features: Option<Vec<String>>,
-    /// Output names (dyes), distinct and different from the features.
-    #[schema(min_items = 1)]
+    /// Output names (dyes), distinct and different from the features, each 1 to 200
+    /// characters.
+    #[schema(min_items = 1, max_items = 1024)]
     pub outputs: Vec<String>,
     /// Append a constant basis function (default true).
     #[serde(default)]
