@@ -276,6 +276,15 @@ impl Settings {
             "limits.max_rows_per_request and limits.max_body_bytes must be at least 1"
         );
         anyhow::ensure!(
+            self.limits.header_read_timeout_secs >= 1,
+            "limits.header_read_timeout_secs must be at least 1"
+        );
+        anyhow::ensure!(
+            self.limits.max_headers >= 8 && self.limits.max_header_bytes >= 1024,
+            "limits.max_headers must be at least 8 and limits.max_header_bytes at least 1024: \
+             fewer refuses ordinary requests"
+        );
+        anyhow::ensure!(
             self.limits.max_body_bytes_in_flight >= self.limits.max_body_bytes,
             "limits.max_body_bytes_in_flight must be at least limits.max_body_bytes ({}): a \
              request of the largest size must fit",

@@ -8,8 +8,8 @@
 //! kept only while every row so far is valid (an invalid body needs its problems, not its
 //! values). Everything else in the body becomes a `Value` (a model specification, a batch
 //! id, a spectrum's grid), at most [`MAX_OTHER_VALUES`] values of it. So a body of `n` bytes
-//! costs at most its `n` bytes, `4n` bytes of numbers (a number takes at least 2 bytes of
-//! JSON, `1,`, and 8 as an `f64`), 4 bytes per row, and a small tree.
+//! costs its `n` bytes, its numbers (a number takes at least 2 bytes of JSON, `1,`, and 8 as an
+//! `f64`: `4n`, up to twice that while the vector grows), and a small tree.
 //!
 //! A key repeated in any object is refused: JSON parsers disagree on which of two values
 //! wins, and a body that means different things to different readers is not accepted.

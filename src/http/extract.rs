@@ -1,6 +1,8 @@
 //! Request bodies: read within the size limit, checked to be JSON, parsed into a value that the
 //! domain parsers then validate (so every invalid value is reported with its path).
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{StatusCode, header};
@@ -21,9 +23,29 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     }
 }
 
+/// Room in the process's budget of request bodies (see `reserve_body`), held by the request
+/// and by the bytes read under it.
+#[derive(Clone)]
+pub struct BodyPermit(pub Arc<tokio::sync::OwnedSemaphorePermit>);
+
+/// A request body's bytes, with the room they take in the budget: it is given back when the
+/// last user of the bytes drops them.
+pub struct BodyBytes {
+    bytes: Bytes,
+    _permit: Option<BodyPermit>,
+}
+
+impl std::ops::Deref for BodyBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// The bytes of a JSON request body (checked to be `application/json`, not yet parsed), for
 /// handlers that read well-formed bodies without building a [`Value`] first.
-pub struct RawJson(pub Bytes);
+pub struct RawJson(pub BodyBytes);
 
 impl<S: Send + Sync> FromRequest<S> for RawJson {
     type Rejection = ApiError;
@@ -41,8 +63,8 @@ impl<S: Send + Sync> FromRequest<S> for RawJson {
 
 /// A batch body: JSON (not yet parsed), or CSV for MES systems that export tables.
 pub enum BatchBody {
-    Json(Bytes),
-    Csv(Bytes),
+    Json(BodyBytes),
+    Csv(BodyBytes),
 }
 
 impl<S: Send + Sync> FromRequest<S> for BatchBody {
@@ -90,13 +112,18 @@ fn media_type(req: &Request) -> Result<String, ApiError> {
 }
 
 /// The whole body, within the configured size limit (413 above it).
-async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
-    Bytes::from_request(req, state).await.map_err(|rejection| {
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<BodyBytes, ApiError> {
+    let permit = req.extensions().get::<BodyPermit>().cloned();
+    let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge("the request body exceeds the configured limit".into())
         } else {
             ApiError::Malformed(format!("cannot read the request body: {rejection}"))
         }
+    })?;
+    Ok(BodyBytes {
+        bytes,
+        _permit: permit,
     })
 }
 

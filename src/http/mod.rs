@@ -158,7 +158,9 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
         api = api.route("/metrics", get(ops::metrics));
     }
     let router = api
-        // Before the route layers, so that 405 answers are counted like the rest.
+        // Before the route layers, so that 405 answers are counted like the rest (the answers
+        // of the layers outside routing, `431`, `413` for an announced length and `503 busy`,
+        // are not counted by route).
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         // Order matters: the last route layer runs first. Requests are counted and timed
         // (even those refused), then checked for a key, then given their time limit.
@@ -172,8 +174,6 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(budget, reserve_body))
-        // Before any body is read: an announced body over the limit is refused at once.
-        .layer(middleware::from_fn_with_state(head_limits, check_head))
         .layer(CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| {
                 ApiError::internal(anyhow::anyhow!("a request handler panicked")).into_response()
@@ -197,7 +197,10 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
                 .on_response(DefaultOnResponse::new().level(Level::INFO)),
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid));
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        // Outermost, so that it counts the headers as sent (not the request id added above),
+        // and refuses an announced body over the limit before any of it is read.
+        .layer(middleware::from_fn_with_state(head_limits, check_head));
     Ok(match cors(&server.cors_origins)? {
         Some(cors) => router.layer(cors),
         None => router,
@@ -368,7 +371,15 @@ async fn reserve_body(
     let permit =
         tokio::time::timeout(BUDGET_WAIT, budget.kib.clone().acquire_many_owned(kib)).await;
     match permit {
-        Ok(Ok(_permit)) => next.run(request).await,
+        Ok(Ok(permit)) => {
+            // The body's reader keeps a share with the bytes, so the room stays taken while
+            // work on them outlives the request (a blocking parse after a timeout).
+            let mut request = request;
+            request
+                .extensions_mut()
+                .insert(extract::BodyPermit(Arc::new(permit)));
+            next.run(request).await
+        }
         _ => ApiError::Busy(format!(
             "the server holds as many request bodies as it may ({} bytes in flight): retry \
              shortly",

@@ -1,8 +1,8 @@
 //! Operations endpoints: health, readiness, metrics and the OpenAPI document.
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
@@ -43,7 +43,7 @@ pub async fn healthz() -> Json<Health> {
         (status = 200, description = "Ready", body = Health),
         (status = 503, description = "Not ready", body = Health),
     ))]
-pub async fn readyz(State(app): State<AppState>) -> (StatusCode, Json<Health>) {
+pub async fn readyz(State(app): State<AppState>) -> Response {
     match app.store.ready().await {
         Ok(()) => (
             StatusCode::OK,
@@ -51,14 +51,17 @@ pub async fn readyz(State(app): State<AppState>) -> (StatusCode, Json<Health>) {
                 status: "ready",
                 reason: None,
             }),
-        ),
+        )
+            .into_response(),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, HeaderValue::from_static("5"))],
             Json(Health {
                 status: "not ready",
                 reason: Some(reason),
             }),
-        ),
+        )
+            .into_response(),
     }
 }
 

@@ -43,7 +43,7 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     /// Bytes of a request's start line and headers that the connection reads before answering
     /// `431` (without a body: the connection answers before any request exists). The router
-    /// refuses smaller limits in the error shape first ([`super::HeaderLimits`]); this is the
+    /// refuses smaller limits in the error shape first ([`super::HeadLimits`]); this is the
     /// hard wall above them.
     pub max_header_bytes: usize,
     /// Header fields a request may have before the connection answers `431` (likewise).
