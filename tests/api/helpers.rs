@@ -488,6 +488,22 @@ pub fn assert_same_predictions(api: &Value, expected: &mordant::estimator::Predi
     }
 }
 
+/// Whether an external tool a test drives runs here (`command --version` succeeds). When it
+/// does not, the test is skipped, unless CI set `require` (e.g. `MORDANT_REQUIRE_SCHEMATHESIS`)
+/// to 1: then it fails.
+pub fn tool_runs(command: &str, require: &str) -> bool {
+    let runs = std::process::Command::new(command)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !runs {
+        let required = std::env::var(require).is_ok_and(|v| v == "1");
+        assert!(!required, "{require}=1 but `{command}` does not run");
+        eprintln!("`{command}` not found: skipped here; CI runs it");
+    }
+    runs
+}
+
 /// `GET url`, its JSON body.
 pub async fn get_json(client: &reqwest::Client, url: &str) -> Value {
     let response = client.get(url).send().await.expect("GET");

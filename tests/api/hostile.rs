@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::helpers::fresh_database;
+use crate::helpers::{fresh_database, get_json};
 use crate::process::{ServiceProcess, free_port};
 
 /// The default `limits.max_body_bytes`.
@@ -116,14 +116,7 @@ async fn bodies_of_millions_of_rows_are_refused_within_a_bounded_memory() {
     );
 
     // Nothing was stored, and the service still serves.
-    let model: serde_json::Value = client
-        .get(format!("{}/v1/models/one", service.address))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let model = get_json(&client, &format!("{}/v1/models/one", service.address)).await;
     assert_eq!(model["pending_batches"], 0, "{model}");
     assert!(service.running().is_ok());
 }
