@@ -117,6 +117,10 @@ pub struct DatabaseSettings {
     pub max_connections: u32,
     pub acquire_timeout_secs: u64,
     pub startup_timeout_secs: u64,
+    /// Every how many versions a fold's full state is kept; the folds in between are kept as
+    /// the batches they folded and replayed from the last full state when restored (1 keeps
+    /// every state).
+    pub full_state_every: u32,
 }
 
 impl fmt::Debug for DatabaseSettings {
@@ -128,6 +132,7 @@ impl fmt::Debug for DatabaseSettings {
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout_secs", &self.acquire_timeout_secs)
             .field("startup_timeout_secs", &self.startup_timeout_secs)
+            .field("full_state_every", &self.full_state_every)
             .finish()
     }
 }
@@ -253,6 +258,10 @@ impl Settings {
             (self.database.max_connections as usize).saturating_sub(2) / 2
         );
         crate::store::Location::of(&self.database)?;
+        anyhow::ensure!(
+            self.database.full_state_every >= 1,
+            "database.full_state_every must be at least 1 (1 keeps every version's full state)"
+        );
         for origin in &self.server.cors_origins {
             let plain = origin == "*"
                 || ((origin.starts_with("http://") || origin.starts_with("https://"))

@@ -17,7 +17,8 @@ use crate::cache::{CachedModel, PosteriorCache, sleep_or_stop};
 use crate::config::FolderSettings;
 use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec, drift};
 use crate::metrics::Metrics;
-use crate::store::{ModelLock, QueuedBatch, Store, StoreError, Topic};
+use crate::replay;
+use crate::store::{ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic};
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches
 /// folded into it, the batches rejected with their reasons and those held for review. Batches
@@ -100,7 +101,7 @@ pub fn plan_fold(
         let mut totals = BatchStatistics::zeros(p, config.outputs);
         let mut prefix = Vec::new();
         for &Pending { seq, source, .. } in queue.by_ref() {
-            match decode(source, config).and_then(|stats| {
+            match decode_batch(source, config).and_then(|stats| {
                 let mut sum = totals.clone();
                 sum.add(&stats).map_err(|e| e.to_string())?;
                 Ok(sum)
@@ -139,7 +140,7 @@ pub fn plan_fold(
             break;
         };
         let seq = batch.seq;
-        let next = decode(batch.source, config).and_then(|stats| {
+        let next = decode_batch(batch.source, config).and_then(|stats| {
             let z = drift::surprise(base, &stats);
             let over = hold_above
                 .zip(drift::largest(&z))
@@ -179,7 +180,8 @@ enum Learnt {
     Held(Vec<Option<f64>>),
 }
 
-fn decode(source: Source<'_>, config: &ModelConfig) -> Result<BatchStatistics, String> {
+/// A stored batch's statistics, checked against the model's shape.
+pub fn decode_batch(source: Source<'_>, config: &ModelConfig) -> Result<BatchStatistics, String> {
     let stats = match source {
         Source::Statistics(blob) => {
             codec::decode_statistics(blob).map_err(|e| format!("stored statistics: {e}"))?
@@ -313,7 +315,7 @@ async fn fold_claimed(
         let state = Arc::new(state);
         let blob = {
             let state = state.clone();
-            tokio::task::spawn_blocking(move || codec::encode(&state))
+            tokio::task::spawn_blocking(move || StateBlob::new(codec::encode(&state)))
                 .await
                 .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
         };
@@ -379,7 +381,7 @@ fn rows_of(queued: &[QueuedBatch], seqs: &[i64]) -> i64 {
         .sum()
 }
 
-/// The model's current state: from the cache when it holds that version, else decoded from the
+/// The model's current state: from the cache when it holds that version, else read from the
 /// database.
 async fn current_state(
     lock: &mut ModelLock,
@@ -396,17 +398,9 @@ async fn current_state(
         return Ok(Some(state.clone()));
     }
     let version = lock.version;
-    let blob = lock.state(version).await?.ok_or_else(|| {
+    let (state, _) = replay::version_state(lock, version).await?.ok_or_else(|| {
         StoreError::Corrupt(format!("model {} has no version {version}", lock.name))
     })?;
-    let state = tokio::task::spawn_blocking(move || codec::decode(&blob))
-        .await
-        .map_err(|e| StoreError::Corrupt(format!("decoder task failed: {e}")))?
-        .map_err(|e| StoreError::CorruptState {
-            model: lock.name.to_string(),
-            version,
-            reason: e.to_string(),
-        })?;
     Ok(Some(Arc::new(state)))
 }
 
@@ -501,24 +495,25 @@ pub async fn run(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::domain::ModelSpec;
 
-    fn le_bytes(values: &[f64]) -> Vec<u8> {
+    pub(crate) fn le_bytes(values: &[f64]) -> Vec<u8> {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
 
-    /// A batch stored as rows folds to the very bits it folds to stored as statistics.
-    #[test]
-    fn batches_stored_as_rows_fold_to_the_bits_of_their_statistics() {
+    /// A model of 24 features and 2 outputs, first fit on 30 rows.
+    pub(crate) fn wide_spec() -> ModelSpec {
         let features: Vec<String> = (0..24).map(|i| format!("f{i}")).collect();
-        let spec = ModelSpec::parse(&serde_json::json!({
+        ModelSpec::parse(&serde_json::json!({
             "name": "wide", "features": features, "outputs": ["a", "b"], "first_fit_rows": 30
         }))
-        .expect("spec");
-        let config = spec.config();
-        // Deterministic rows: a first batch of 30, then batches of 1 to 5 rows.
+        .expect("spec")
+    }
+
+    /// Deterministic batches of `sizes` rows for [`wide_spec`]: `(rows, x, y)` row-major.
+    pub(crate) fn wide_batches(sizes: &[usize]) -> Vec<(usize, Vec<f64>, Vec<f64>)> {
         let mut seed = 7u64;
         let mut next = move || {
             seed = seed
@@ -526,8 +521,7 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             (seed >> 11) as f64 / (1u64 << 53) as f64
         };
-        let sizes = [30usize, 1, 3, 5, 2, 1, 4];
-        let batches: Vec<(usize, Vec<f64>, Vec<f64>)> = sizes
+        sizes
             .iter()
             .map(|&n| {
                 let x: Vec<f64> = (0..n * 24).map(|_| next()).collect();
@@ -539,7 +533,16 @@ mod tests {
                     .collect();
                 (n, x, y)
             })
-            .collect();
+            .collect()
+    }
+
+    /// A batch stored as rows folds to the very bits it folds to stored as statistics.
+    #[test]
+    fn batches_stored_as_rows_fold_to_the_bits_of_their_statistics() {
+        let config = wide_spec().config();
+        // A first batch of 30, then batches of 1 to 5 rows.
+        let sizes = [30usize, 1, 3, 5, 2, 1, 4];
+        let batches = wide_batches(&sizes);
         let encoded: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = batches
             .iter()
             .map(|(n, x, y)| {

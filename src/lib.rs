@@ -14,6 +14,7 @@ pub mod evaluate;
 pub mod folder;
 pub mod http;
 pub mod metrics;
+pub mod replay;
 pub mod simulate;
 pub mod startup;
 pub mod store;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use mordant::auth::Scope;
 use mordant::config::DatabaseSettings;
 use mordant::domain::{Body, ModelName, ModelSpec, NewBatch, row_fields};
-use mordant::store::{ModelLock, Notification, Store, StoreError, Subscription, Topic};
+use mordant::store::{ModelLock, Notification, StateBlob, Store, StoreError, Subscription, Topic};
 use serde_json::json;
 use sqlx::Connection;
 
@@ -28,6 +28,7 @@ fn settings(url: String) -> DatabaseSettings {
         max_connections: 8,
         acquire_timeout_secs: 5,
         startup_timeout_secs: 5,
+        full_state_every: 3,
     }
 }
 
@@ -130,6 +131,7 @@ conformance!(
     notifications_announce_committed_changes_only,
     keys_are_created_listed_and_revoked,
     concurrent_ingestion_and_folding_fold_each_batch_once_in_arrival_order,
+    folds_between_full_states_keep_their_digest_and_batches,
 );
 
 fn spec(name: &str, first_fit_rows: u64) -> ModelSpec {
@@ -152,6 +154,11 @@ fn batch(spec: &ModelSpec, id: &str, rows: usize, seed: f64) -> NewBatch {
     NewBatch::parse(body, spec, None).expect("valid batch")
 }
 
+/// A state as the store sees it: opaque bytes and their digest.
+fn blob(bytes: &[u8]) -> StateBlob {
+    StateBlob::new(bytes.to_vec())
+}
+
 /// Stores a batch; the statistics are opaque to the store, so any bytes do.
 async fn ingest(store: &Store, model_id: i64, batch: &NewBatch) -> mordant::store::Ingested {
     let statistics = format!("stats of {}", batch.batch_id.as_str()).into_bytes();
@@ -170,7 +177,7 @@ async fn fold_queue(mut lock: mordant::store::ModelLock) -> usize {
     }
     let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
     let (v, _) = lock
-        .write_version("fold", None, 0.0, &[Some(1.0)], b"s")
+        .write_version("fold", None, 0.0, &[Some(1.0)], &blob(b"s"))
         .await
         .unwrap();
     lock.mark_folded(&seqs, v).await.unwrap();
@@ -340,7 +347,7 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
         assert_eq!(queued[0].statistics, b"stats of b1");
         assert!(queued[0].seq < queued[1].seq);
         let (v, _) = lock
-            .write_version("fold", None, 4.0, &[Some(0.5)], b"state 1")
+            .write_version("fold", None, 4.0, &[Some(0.5)], &blob(b"state 1"))
             .await
             .unwrap();
         lock.mark_folded(&[queued[0].seq], v).await.unwrap();
@@ -358,7 +365,7 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
     let mut lock = store.claim_fold(&[]).await.unwrap().expect("work again");
     let queued = lock.queued_batches().await.unwrap();
     let (v, created_at) = lock
-        .write_version("fold", None, 4.0, &[Some(0.5), None], b"state 1")
+        .write_version("fold", None, 4.0, &[Some(0.5), None], &blob(b"state 1"))
         .await
         .unwrap();
     assert_eq!((v, lock.version), (1, 1));
@@ -403,14 +410,25 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
 
     // A restore: a new version, the old one untouched.
     let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    let stored = lock.stored_state(1).await.unwrap().expect("version 1");
     assert_eq!(
-        lock.state(1).await.unwrap().as_deref(),
-        Some(&b"state 1"[..])
+        (
+            stored.origin.as_str(),
+            stored.blob.as_slice(),
+            stored.digest
+        ),
+        ("fold", &b"state 1"[..], Some(blob(b"state 1").digest))
     );
-    assert_eq!(lock.state(7).await.unwrap(), None);
-    lock.write_version("restore", Some(1), 4.0, &[Some(0.5), None], b"state 1")
-        .await
-        .unwrap();
+    assert!(lock.stored_state(7).await.unwrap().is_none());
+    lock.write_version(
+        "restore",
+        Some(1),
+        4.0,
+        &[Some(0.5), None],
+        &blob(b"state 1"),
+    )
+    .await
+    .unwrap();
     lock.commit().await.unwrap();
     let versions = store.versions(id).await.unwrap();
     assert_eq!(versions.len(), 2);
@@ -421,6 +439,89 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
     );
     assert_eq!(versions[1].restored_from, Some(1));
     assert!(versions[1].batches.is_empty());
+}
+
+/// Ingests two batches and folds them into the next version, whose state is `state {v}`.
+async fn fold_two(store: &Store, id: i64, spec: &ModelSpec, v: i64) {
+    ingest(store, id, &batch(spec, &format!("b{v}a"), 2, v as f64)).await;
+    ingest(
+        store,
+        id,
+        &batch(spec, &format!("b{v}b"), 2, v as f64 + 0.5),
+    )
+    .await;
+    let mut lock = claim_eventually(store, &[]).await;
+    let seqs: Vec<i64> = lock
+        .queued_batches()
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.seq)
+        .collect();
+    let state = blob(format!("state {v}").as_bytes());
+    let (written, _) = lock
+        .write_version("fold", None, 4.0 * v as f64, &[Some(1.0)], &state)
+        .await
+        .unwrap();
+    assert_eq!(written, v);
+    lock.mark_folded(&seqs, written).await.unwrap();
+    lock.commit().await.unwrap();
+}
+
+/// The suite's stores keep a full state every 3 versions: once a later version is written, a
+/// fold drops its state unless it is the first or its number is a multiple of 3; restores and
+/// refits keep theirs, and so does the current version. Every version keeps its digest and
+/// lists the batches folded into it in the order they were folded (what a replay reads).
+async fn folds_between_full_states_keep_their_digest_and_batches(store: &Store) {
+    let spec = spec("lab", 1);
+    let id = create(store, &spec).await;
+    for v in 1..=7 {
+        fold_two(store, id, &spec, v).await;
+    }
+    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    lock.write_version("restore", Some(2), 8.0, &[Some(1.0)], &blob(b"state 8"))
+        .await
+        .unwrap();
+    lock.commit().await.unwrap();
+    fold_two(store, id, &spec, 9).await;
+    fold_two(store, id, &spec, 10).await;
+
+    let full: Vec<bool> = store
+        .versions(id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|v| v.full_state)
+        .collect();
+    // 1 the first, 3, 6 and 9 multiples of 3, 8 a restore, 10 the current version.
+    assert_eq!(
+        full,
+        [
+            true, false, true, false, false, true, false, true, true, true
+        ]
+    );
+    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    for v in 1..=10i64 {
+        let stored = lock.stored_state(v).await.unwrap().expect("a version");
+        let state = format!("state {v}").into_bytes();
+        assert_eq!(stored.digest, Some(blob(&state).digest), "version {v}");
+        assert_eq!(stored.is_thin(), !full[v as usize - 1], "version {v}");
+        if !stored.is_thin() {
+            assert_eq!(stored.blob, state, "version {v}");
+        }
+        if v == 8 {
+            assert_eq!(stored.origin, "restore");
+            assert!(lock.folded_batches(v).await.unwrap().is_empty());
+            continue;
+        }
+        let folded = lock.folded_batches(v).await.unwrap();
+        let ids: Vec<&str> = folded.iter().map(|b| b.batch_id.as_str()).collect();
+        assert_eq!(ids, [format!("b{v}a"), format!("b{v}b")], "version {v}");
+        assert_eq!(folded[0].statistics, format!("stats of b{v}a").into_bytes());
+    }
+    drop(lock);
+    let (_, current, state) = store.current_state(id).await.unwrap().unwrap();
+    assert_eq!((current, state), (10, Some(b"state 10".to_vec())));
 }
 
 /// A claim, waiting up to 5 s for one: a dropped claim's transaction is rolled back when its
@@ -495,7 +596,7 @@ async fn restore_locks_and_deletion_wait_for_a_held_lock(store: &Store) {
     assert!(!waiting.is_finished(), "a restore lock while a fold runs");
     let queued = fold.queued_batches().await.unwrap();
     let (v, _) = fold
-        .write_version("fold", None, 4.0, &[Some(1.0)], b"s")
+        .write_version("fold", None, 4.0, &[Some(1.0)], &blob(b"s"))
         .await
         .unwrap();
     fold.mark_folded(&[queued[0].seq], v).await.unwrap();
@@ -570,13 +671,13 @@ async fn notifications_announce_committed_changes_only(store: &Store) {
     // A version written in a lock that is rolled back is never announced.
     {
         let mut lock = store.claim_fold(&[]).await.unwrap().unwrap();
-        lock.write_version("fold", None, 4.0, &[Some(1.0)], b"s")
+        lock.write_version("fold", None, 4.0, &[Some(1.0)], &blob(b"s"))
             .await
             .unwrap();
     }
     assert_eq!(next(&mut models, short).await, None);
     let mut lock = store.claim_fold(&[]).await.unwrap().unwrap();
-    lock.write_version("fold", None, 4.0, &[Some(1.0)], b"s")
+    lock.write_version("fold", None, 4.0, &[Some(1.0)], &blob(b"s"))
         .await
         .unwrap();
     lock.commit().await.unwrap();

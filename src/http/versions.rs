@@ -16,7 +16,8 @@ use super::{AppState, model_name};
 use crate::cache::CachedModel;
 use crate::domain::Invalid;
 use crate::estimator::{ModelState, codec};
-use crate::store::{ModelLock, VersionRecord};
+use crate::replay;
+use crate::store::{ModelLock, StateBlob, VersionRecord};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -54,6 +55,9 @@ pub struct VersionView {
     pub batches: Vec<String>,
     /// σ² per output (null while an output is untrained).
     pub noise_variances: Vec<Option<f64>>,
+    /// Whether the version keeps its full state. A fold between two full states keeps only
+    /// its batches and a digest: restoring it replays them (`database.full_state_every`).
+    pub full_state: bool,
 }
 
 impl From<VersionRecord> for VersionView {
@@ -66,6 +70,7 @@ impl From<VersionRecord> for VersionView {
             observations: v.observations,
             batches: v.batches,
             noise_variances: v.noise_variances,
+            full_state: v.full_state,
         }
     }
 }
@@ -126,11 +131,9 @@ pub async fn restore(
         .lock_model(&name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    let blob = lock
-        .state(source)
+    let (state, blob) = replay::version_state(&mut lock, source)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no version {source}")))?;
-    let state = decode(&app, blob.clone()).await?;
     let view = write(&app, lock, "restore", Some(source), state, blob).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
@@ -159,17 +162,18 @@ pub async fn refit(
         return Err(not_trained(name.as_str()));
     }
     let current = lock.version;
-    let blob = lock.state(current).await?.ok_or_else(|| {
-        ApiError::internal(anyhow::anyhow!("model {name} lacks version {current}"))
-    })?;
+    let (state, _) = replay::version_state(&mut lock, current)
+        .await?
+        .ok_or_else(|| {
+            ApiError::internal(anyhow::anyhow!("model {name} lacks version {current}"))
+        })?;
     let config = lock.spec.config();
     let (state, blob) = app
         .cpu_bound(move || {
-            let state = codec::decode(&blob)
-                .map_err(ApiError::internal)?
+            let state = state
                 .refit(&config)
                 .map_err(|e| ApiError::Conflict(format!("the refit failed: {e}")))?;
-            let blob = codec::encode(&state);
+            let blob = StateBlob::new(codec::encode(&state));
             Ok::<_, ApiError>((state, blob))
         })
         .await??;
@@ -182,12 +186,6 @@ pub async fn refit(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
-async fn decode(app: &AppState, blob: Vec<u8>) -> Result<ModelState, ApiError> {
-    app.blocking(move || codec::decode(&blob))
-        .await?
-        .map_err(ApiError::internal)
-}
-
 /// Writes `state` as the model's next version, commits, and updates the cache.
 async fn write(
     app: &AppState,
@@ -195,7 +193,7 @@ async fn write(
     origin: &str,
     restored_from: Option<i64>,
     state: ModelState,
-    blob: Vec<u8>,
+    blob: StateBlob,
 ) -> Result<VersionView, ApiError> {
     let observations = state.totals().rows();
     let noise = state.noise_variances();
@@ -214,5 +212,6 @@ async fn write(
         observations,
         batches: Vec::new(),
         noise_variances: noise,
+        full_state: true,
     })
 }

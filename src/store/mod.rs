@@ -119,6 +119,8 @@ pub struct VersionRecord {
     pub observations: f64,
     pub noise_variances: Vec<Option<f64>>,
     pub batches: Vec<String>,
+    /// Whether the version keeps its full state (else it is replayed when restored).
+    pub full_state: bool,
 }
 
 /// Where a model stands, for the posterior cache.
@@ -213,12 +215,53 @@ pub trait Subscription: Send {
     async fn recv(&mut self) -> Result<Option<Notification>, StoreError>;
 }
 
+/// A version's state as stored: in full, or thin (see [`ModelLock::write_version`]).
+#[derive(Clone, Debug)]
+pub struct StoredState {
+    /// `fold`, `restore` or `refit`.
+    pub origin: String,
+    /// The encoded state; empty when the version is thin.
+    pub blob: Vec<u8>,
+    /// SHA-256 of the encoded state; `None` for versions written before digests were kept
+    /// (which are never thin).
+    pub digest: Option<[u8; 32]>,
+}
+
+impl StoredState {
+    /// The state is not stored: it is the previous version's with this version's batches
+    /// folded in.
+    pub fn is_thin(&self) -> bool {
+        self.blob.is_empty()
+    }
+}
+
+/// An encoded model state with its SHA-256, made off the async threads (a wide model's state
+/// is hundreds of megabytes).
+#[derive(Clone, Debug)]
+pub struct StateBlob {
+    pub bytes: Vec<u8>,
+    pub digest: [u8; 32],
+}
+
+impl StateBlob {
+    pub fn new(bytes: Vec<u8>) -> Self {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(&bytes).into();
+        Self { bytes, digest }
+    }
+}
+
 /// The transaction behind a [`ModelLock`]: the writes of a fold, a restore or a refit become
 /// visible together, when it commits, or not at all.
 #[async_trait]
 pub trait ModelTransaction: Send {
-    /// The encoded state of one of the model's versions.
-    async fn state(&mut self, version: i64) -> Result<Option<Vec<u8>>, StoreError>;
+    /// One of the model's versions' state as stored.
+    async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError>;
+    /// The batches folded into `version`, in the order they were folded.
+    async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError>;
+    /// Drops the state of `version` if it is a fold after the first (keeping its digest): it
+    /// is then the previous version's state with its batches folded in.
+    async fn thin_state(&mut self, version: i64) -> Result<(), StoreError>;
     /// The model's queued batches, oldest first.
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError>;
     /// Writes `version` (the current one plus one) and makes it current; returns its time.
@@ -250,7 +293,7 @@ pub struct NewVersion<'a> {
     pub restored_from: Option<i64>,
     pub observations: f64,
     pub noise_variances: &'a [Option<f64>],
-    pub state: &'a [u8],
+    pub state: &'a StateBlob,
 }
 
 /// One storage backend. Every method is one transaction (or one read) of its own, except the
@@ -349,6 +392,8 @@ pub struct ModelLock {
     pub name: String,
     pub spec: ModelSpec,
     pub version: i64,
+    /// See [`DatabaseSettings::full_state_every`].
+    full_state_every: u32,
     tx: Box<dyn ModelTransaction>,
 }
 
@@ -375,13 +420,20 @@ impl ModelLock {
             name,
             spec,
             version,
+            full_state_every: DEFAULT_FULL_STATE_EVERY,
             tx,
         }
     }
 
-    /// The encoded state of one of this model's versions.
-    pub async fn state(&mut self, version: i64) -> Result<Option<Vec<u8>>, StoreError> {
-        self.tx.state(version).await
+    /// One of this model's versions' state as stored (see [`crate::replay`] for the state
+    /// itself).
+    pub async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError> {
+        self.tx.stored_state(version).await
+    }
+
+    /// The batches folded into `version`, in the order they were folded.
+    pub async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError> {
+        self.tx.folded_batches(version).await
     }
 
     /// The model's queued batches, oldest first.
@@ -390,13 +442,20 @@ impl ModelLock {
     }
 
     /// Writes the next version and makes it current; returns its number and time.
+    ///
+    /// The version it replaces keeps its full state only every `full_state_every` versions
+    /// (and always when it is the first, a restore or a refit). A fold in between is thin: its
+    /// state is the version before it with its batches folded in, which [`crate::replay`]
+    /// recomputes and checks against the digest kept. So a wide model (p = 2,048, a full
+    /// state of p²/2 numbers per output) pays for a full state once every `full_state_every`
+    /// folds, and restoring any version replays at most `full_state_every − 1` folds.
     pub async fn write_version(
         &mut self,
         origin: &str,
         restored_from: Option<i64>,
         observations: f64,
         noise_variances: &[Option<f64>],
-        state: &[u8],
+        state: &StateBlob,
     ) -> Result<(i64, DateTime<Utc>), StoreError> {
         let version = self.version + 1;
         let created_at = self
@@ -410,6 +469,10 @@ impl ModelLock {
                 state,
             })
             .await?;
+        let previous = version - 1;
+        if previous > 1 && previous % i64::from(self.full_state_every) != 0 {
+            self.tx.thin_state(previous).await?;
+        }
         self.version = version;
         Ok((version, created_at))
     }
@@ -492,6 +555,12 @@ fn replay_or_conflict(
     })
 }
 
+/// A stored state digest, checked.
+pub(crate) fn digest(bytes: &[u8]) -> Result<[u8; 32], StoreError> {
+    <[u8; 32]>::try_from(bytes)
+        .map_err(|_| StoreError::Corrupt("a version's state digest is not 32 bytes".into()))
+}
+
 /// A stored key's hash and scopes, checked.
 fn key_parts(hash: &[u8], scopes: &[String]) -> Result<([u8; 32], Vec<Scope>), StoreError> {
     let hash = <[u8; 32]>::try_from(hash)
@@ -557,21 +626,47 @@ impl Location {
     }
 }
 
+/// The default of [`DatabaseSettings::full_state_every`].
+pub const DEFAULT_FULL_STATE_EVERY: u32 = 10;
+
 /// The store the service holds: one backend behind a cheap, cloneable handle.
 #[derive(Clone, Debug)]
-pub struct Store(Arc<dyn Backend>);
+pub struct Store {
+    backend: Arc<dyn Backend>,
+    full_state_every: u32,
+}
 
 impl Deref for Store {
     type Target = dyn Backend;
 
     fn deref(&self) -> &Self::Target {
-        &*self.0
+        &*self.backend
     }
 }
 
 impl Store {
-    pub fn new(backend: impl Backend) -> Self {
-        Self(Arc::new(backend))
+    pub fn new(backend: impl Backend, full_state_every: u32) -> Self {
+        Self {
+            backend: Arc::new(backend),
+            full_state_every: full_state_every.max(1),
+        }
+    }
+
+    /// Takes a model's write lock (see [`Backend::lock_model`]), writing versions by this
+    /// store's policy.
+    pub async fn lock_model(&self, name: &ModelName) -> Result<Option<ModelLock>, StoreError> {
+        Ok(self.backend.lock_model(name).await?.map(|l| self.policy(l)))
+    }
+
+    /// Claims a model with work (see [`Backend::claim_fold`]), writing versions by this
+    /// store's policy.
+    pub async fn claim_fold(&self, skip: &[i64]) -> Result<Option<ModelLock>, StoreError> {
+        Ok(self.backend.claim_fold(skip).await?.map(|l| self.policy(l)))
+    }
+
+    fn policy(&self, mut lock: ModelLock) -> ModelLock {
+        lock.full_state_every = self.full_state_every;
+        lock
     }
 
     /// Opens the configured backend. PostgreSQL connects lazily (the service starts, and
@@ -582,10 +677,12 @@ impl Store {
             Location::Postgres(url) => Ok(Self::new(
                 postgres::PgStore::connect_lazy(&url, settings)
                     .context("invalid PostgreSQL URL")?,
+                settings.full_state_every,
             )),
-            Location::Sqlite(path) => {
-                Ok(Self::new(sqlite::SqliteStore::open(&path, settings).await?))
-            }
+            Location::Sqlite(path) => Ok(Self::new(
+                sqlite::SqliteStore::open(&path, settings).await?,
+                settings.full_state_every,
+            )),
         }
     }
 }
@@ -601,6 +698,7 @@ mod tests {
             max_connections: 4,
             acquire_timeout_secs: 1,
             startup_timeout_secs: 1,
+            full_state_every: 10,
         }
     }
 

@@ -107,3 +107,78 @@ async fn refit_runs_the_evidence_approximation_on_the_accumulated_statistics() {
     let untrained = app.post("/v1/models/fresh/refit", &json!({})).await;
     assert_eq!(untrained.status(), StatusCode::CONFLICT);
 }
+
+/// With a full state kept every 3 versions, the folds in between keep only their batches and a
+/// digest; restoring any version (a thin one replays up to two folds, some of batches kept as
+/// rows) serves the very predictions that version served. A thin version whose replay does not
+/// give back its digest is refused with 409, naming the version kept in full.
+#[tokio::test]
+async fn thin_versions_restore_to_the_predictions_they_served() {
+    let app = spawn_configured(|s| s.database.full_state_every = 3).await;
+    app.create_model(&spec("lab", 3, 2)).await;
+    let (probe, _) = random_rows(7, 4, 3, 2);
+    // Batches of 1 and 2 rows cost less as rows than as statistics: kept as rows.
+    let sizes = [8usize, 1, 2, 8, 1, 3, 8];
+    let mut served = Vec::new();
+    for (i, rows) in sizes.iter().enumerate() {
+        let (x, y) = random_rows(20 + i as u64, *rows, 3, 2);
+        let id = format!("b{i}");
+        let response = app
+            .post_batch("lab", &json!({"batch_id": id, "x": x, "y": y}))
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        assert_eq!(app.wait_for_batch("lab", &id).await["version"], i + 1);
+        let body = app.predict_at("lab", &json!(probe), i as i64 + 1).await;
+        served.push((body["mean"].clone(), body["variance"].clone()));
+    }
+    let list = get_json(&app.client, &app.url("/v1/models/lab/versions")).await;
+    let full: Vec<bool> = list["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["full_state"].as_bool().unwrap())
+        .collect();
+    assert_eq!(full, [true, false, true, false, false, true, true]);
+
+    for source in [5, 2, 4, 1, 3, 7] {
+        let response = app
+            .post(
+                &format!("/v1/models/lab/versions/{source}/restore"),
+                &json!({}),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED, "restore {source}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["full_state"], true);
+        let version = body["version"].as_i64().unwrap();
+        let now = app.predict_at("lab", &json!(probe), version).await;
+        assert_eq!(now["version"], version);
+        assert_eq!(
+            (now["mean"].clone(), now["variance"].clone()),
+            served[source - 1],
+            "version {version} restores version {source}"
+        );
+    }
+
+    // Version 5 is thin: a digest its replay cannot give back (as after an upgrade whose
+    // estimator computes differently).
+    let changed = app
+        .database()
+        .execute(
+            "UPDATE versions SET state_digest = decode(repeat('00', 32), 'hex') WHERE version = 5",
+            "UPDATE versions SET state_digest = zeroblob(32) WHERE version = 5",
+        )
+        .await;
+    assert_eq!(changed, 1);
+    let response = app
+        .post("/v1/models/lab/versions/5/restore", &json!({}))
+        .await;
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "conflict");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("version 3 is kept in full"), "{message}");
+    // The model still serves what it did.
+    let now = app.predict_at("lab", &json!(probe), 13).await;
+    assert_eq!(now["version"], 13);
+}

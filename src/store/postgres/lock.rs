@@ -6,11 +6,14 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use super::{notify, parse_spec};
 use crate::domain::ModelName;
-use crate::store::{ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, Topic};
+use crate::store::{
+    ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState, Topic,
+};
 
 /// The transaction of a [`ModelLock`], holding the model's row lock.
 struct PgModelTransaction {
@@ -67,47 +70,65 @@ fn from_row(
 
 #[async_trait]
 impl ModelTransaction for PgModelTransaction {
-    async fn state(&mut self, version: i64) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT state FROM versions WHERE model_id = $1 AND version = $2")
-                .bind(self.model_id)
-                .bind(version)
-                .fetch_optional(&mut *self.tx)
-                .await?,
+    async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError> {
+        let row = sqlx::query(
+            "SELECT origin, state, state_digest FROM versions WHERE model_id = $1 AND version = $2",
         )
+        .bind(self.model_id)
+        .bind(version)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        row.map(|r| {
+            let digest: Option<Vec<u8>> = r.try_get("state_digest")?;
+            Ok(StoredState {
+                origin: r.try_get("origin")?,
+                blob: r.try_get("state")?,
+                digest: digest.map(|d| crate::store::digest(&d)).transpose()?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {BATCH_SOURCE} FROM batches WHERE model_id = $1 AND version = $2 \
+             AND status = 'folded' ORDER BY COALESCE(arrival, seq), seq"
+        ))
+        .bind(self.model_id)
+        .bind(version)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        rows.iter().map(queued_batch).collect()
+    }
+
+    async fn thin_state(&mut self, version: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE versions SET state = ''::bytea WHERE model_id = $1 AND version = $2 \
+             AND version > 1 AND origin = 'fold' AND state_digest IS NOT NULL",
+        )
+        .bind(self.model_id)
+        .bind(version)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
     }
 
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, batch_id, rows, statistics, received_at, released, \
-                    CASE WHEN octet_length(statistics) = 0 THEN x END AS rows_x, \
-                    CASE WHEN octet_length(statistics) = 0 THEN y END AS rows_y FROM batches \
-             WHERE model_id = $1 AND status = 'queued' ORDER BY arrival",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {BATCH_SOURCE} FROM batches \
+             WHERE model_id = $1 AND status = 'queued' ORDER BY arrival"
+        ))
         .bind(self.model_id)
         .fetch_all(&mut *self.tx)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(QueuedBatch {
-                    seq: r.try_get("seq")?,
-                    batch_id: r.try_get("batch_id")?,
-                    rows: r.try_get("rows")?,
-                    statistics: r.try_get("statistics")?,
-                    rows_x: r.try_get("rows_x")?,
-                    rows_y: r.try_get("rows_y")?,
-                    received_at: r.try_get("received_at")?,
-                    released: r.try_get("released")?,
-                })
-            })
-            .collect()
+        rows.iter().map(queued_batch).collect()
     }
 
     async fn write_version(&mut self, v: &NewVersion<'_>) -> Result<DateTime<Utc>, StoreError> {
         let created_at: DateTime<Utc> = sqlx::query_scalar(
             "INSERT INTO versions (model_id, version, origin, restored_from, observations, \
-                                   noise_variances, state, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp()) RETURNING created_at",
+                                   noise_variances, state, created_at, state_digest) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp(), $8) RETURNING created_at",
         )
         .bind(self.model_id)
         .bind(v.version)
@@ -115,7 +136,8 @@ impl ModelTransaction for PgModelTransaction {
         .bind(v.restored_from)
         .bind(v.observations)
         .bind(v.noise_variances)
-        .bind(v.state)
+        .bind(&v.state.bytes)
+        .bind(&v.state.digest[..])
         .fetch_one(&mut *self.tx)
         .await?;
         sqlx::query(
@@ -181,4 +203,22 @@ impl ModelTransaction for PgModelTransaction {
         self.tx.commit().await?;
         Ok(())
     }
+}
+
+/// What a fold reads of a batch: its statistics, or its rows when it was stored without them.
+const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, released, \
+     CASE WHEN octet_length(statistics) = 0 THEN x END AS rows_x, \
+     CASE WHEN octet_length(statistics) = 0 THEN y END AS rows_y";
+
+fn queued_batch(r: &PgRow) -> Result<QueuedBatch, StoreError> {
+    Ok(QueuedBatch {
+        seq: r.try_get("seq")?,
+        batch_id: r.try_get("batch_id")?,
+        rows: r.try_get("rows")?,
+        statistics: r.try_get("statistics")?,
+        rows_x: r.try_get("rows_x")?,
+        rows_y: r.try_get("rows_y")?,
+        received_at: r.try_get("received_at")?,
+        released: r.try_get("released")?,
+    })
 }

@@ -313,7 +313,7 @@ impl Backend for PgStore {
     async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT v.version, v.created_at, v.origin, v.restored_from, v.observations, \
-                    v.noise_variances, \
+                    v.noise_variances, octet_length(v.state) > 0 AS full_state, \
                     COALESCE((SELECT array_agg(b.batch_id ORDER BY COALESCE(b.arrival, b.seq)) FROM batches b \
                               WHERE b.model_id = v.model_id AND b.version = v.version \
                                 AND b.status = 'folded'), '{}') AS batches \
@@ -332,6 +332,7 @@ impl Backend for PgStore {
                     observations: row.try_get("observations")?,
                     noise_variances: row.try_get("noise_variances")?,
                     batches: row.try_get("batches")?,
+                    full_state: row.try_get("full_state")?,
                 })
             })
             .collect()

@@ -10,10 +10,13 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
 use tokio::sync::OwnedMutexGuard;
 
 use super::{SqliteStore, parse_spec};
-use crate::store::{ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, Topic};
+use crate::store::{
+    ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState, Topic,
+};
 
 /// The lock on `model_id`, already held: the model as it is now, `None` if it was deleted.
 pub(super) async fn locked(
@@ -49,7 +52,11 @@ enum Write {
         observations: f64,
         noise_variances: String,
         state: Vec<u8>,
+        digest: [u8; 32],
         at: DateTime<Utc>,
+    },
+    Thin {
+        version: i64,
     },
     Folded {
         seqs: Vec<i64>,
@@ -77,49 +84,68 @@ struct SqliteModelTransaction {
 
 #[async_trait]
 impl ModelTransaction for SqliteModelTransaction {
-    async fn state(&mut self, version: i64) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError> {
         let pending = self.writes.iter().find_map(|w| match w {
             Write::Version {
-                version: v, state, ..
-            } if *v == version => Some(state.clone()),
+                version: v,
+                origin,
+                state,
+                digest,
+                ..
+            } if *v == version => Some(StoredState {
+                origin: origin.clone(),
+                blob: state.clone(),
+                digest: Some(*digest),
+            }),
             _ => None,
         });
         if pending.is_some() {
             return Ok(pending);
         }
-        Ok(
-            sqlx::query_scalar("SELECT state FROM versions WHERE model_id = ?1 AND version = ?2")
-                .bind(self.model_id)
-                .bind(version)
-                .fetch_optional(&self.store.inner.readers)
-                .await?,
+        let row = sqlx::query(
+            "SELECT origin, state, state_digest FROM versions WHERE model_id = ?1 AND version = ?2",
         )
+        .bind(self.model_id)
+        .bind(version)
+        .fetch_optional(&self.store.inner.readers)
+        .await?;
+        row.map(|r| {
+            let digest: Option<Vec<u8>> = r.try_get("state_digest")?;
+            Ok(StoredState {
+                origin: r.try_get("origin")?,
+                blob: r.try_get("state")?,
+                digest: digest.map(|d| crate::store::digest(&d)).transpose()?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {BATCH_SOURCE} FROM batches WHERE model_id = ?1 AND version = ?2 \
+             AND status = 'folded' ORDER BY seq"
+        ))
+        .bind(self.model_id)
+        .bind(version)
+        .fetch_all(&self.store.inner.readers)
+        .await?;
+        rows.iter().map(queued_batch).collect()
+    }
+
+    async fn thin_state(&mut self, version: i64) -> Result<(), StoreError> {
+        self.writes.push(Write::Thin { version });
+        Ok(())
     }
 
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, batch_id, rows, statistics, received_at, released, \
-                    CASE WHEN length(statistics) = 0 THEN x END AS rows_x, \
-                    CASE WHEN length(statistics) = 0 THEN y END AS rows_y FROM batches \
-             WHERE model_id = ?1 AND status = 'queued' ORDER BY seq",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {BATCH_SOURCE} FROM batches \
+             WHERE model_id = ?1 AND status = 'queued' ORDER BY seq"
+        ))
         .bind(self.model_id)
         .fetch_all(&self.store.inner.readers)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(QueuedBatch {
-                    seq: r.try_get("seq")?,
-                    batch_id: r.try_get("batch_id")?,
-                    rows: r.try_get("rows")?,
-                    statistics: r.try_get("statistics")?,
-                    rows_x: r.try_get("rows_x")?,
-                    rows_y: r.try_get("rows_y")?,
-                    received_at: r.try_get("received_at")?,
-                    released: r.try_get("released")?,
-                })
-            })
-            .collect()
+        rows.iter().map(queued_batch).collect()
     }
 
     async fn write_version(&mut self, v: &NewVersion<'_>) -> Result<DateTime<Utc>, StoreError> {
@@ -132,7 +158,8 @@ impl ModelTransaction for SqliteModelTransaction {
             restored_from: v.restored_from,
             observations: v.observations,
             noise_variances,
-            state: v.state.to_vec(),
+            state: v.state.bytes.clone(),
+            digest: v.state.digest,
             at,
         });
         Ok(at)
@@ -187,12 +214,14 @@ impl ModelTransaction for SqliteModelTransaction {
                     observations,
                     noise_variances,
                     state,
+                    digest,
                     at,
                 } => {
                     sqlx::query(
                         "INSERT INTO versions (model_id, version, origin, restored_from, \
-                                               observations, noise_variances, state, created_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                                               observations, noise_variances, state, created_at, \
+                                               state_digest) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                     )
                     .bind(self.model_id)
                     .bind(version)
@@ -202,6 +231,7 @@ impl ModelTransaction for SqliteModelTransaction {
                     .bind(noise_variances)
                     .bind(state)
                     .bind(at)
+                    .bind(&digest[..])
                     .execute(&mut *tx)
                     .await?;
                     sqlx::query(
@@ -215,6 +245,16 @@ impl ModelTransaction for SqliteModelTransaction {
                     .execute(&mut *tx)
                     .await?;
                     new_version = true;
+                }
+                Write::Thin { version } => {
+                    sqlx::query(
+                        "UPDATE versions SET state = x'' WHERE model_id = ?1 AND version = ?2 \
+                         AND version > 1 AND origin = 'fold' AND state_digest IS NOT NULL",
+                    )
+                    .bind(self.model_id)
+                    .bind(version)
+                    .execute(&mut *tx)
+                    .await?;
                 }
                 Write::Folded { seqs, version, at } => {
                     for seq in seqs {
@@ -268,4 +308,22 @@ impl ModelTransaction for SqliteModelTransaction {
         }
         Ok(())
     }
+}
+
+/// What a fold reads of a batch: its statistics, or its rows when it was stored without them.
+const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, released, \
+     CASE WHEN length(statistics) = 0 THEN x END AS rows_x, \
+     CASE WHEN length(statistics) = 0 THEN y END AS rows_y";
+
+fn queued_batch(r: &SqliteRow) -> Result<QueuedBatch, StoreError> {
+    Ok(QueuedBatch {
+        seq: r.try_get("seq")?,
+        batch_id: r.try_get("batch_id")?,
+        rows: r.try_get("rows")?,
+        statistics: r.try_get("statistics")?,
+        rows_x: r.try_get("rows_x")?,
+        rows_y: r.try_get("rows_y")?,
+        received_at: r.try_get("received_at")?,
+        released: r.try_get("released")?,
+    })
 }

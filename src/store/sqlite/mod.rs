@@ -434,7 +434,8 @@ impl Backend for SqliteStore {
         // One read transaction: the versions and their batches from the same snapshot.
         let mut tx = self.inner.readers.begin().await?;
         let rows = sqlx::query(
-            "SELECT version, created_at, origin, restored_from, observations, noise_variances \
+            "SELECT version, created_at, origin, restored_from, observations, noise_variances, \
+                    length(state) > 0 AS full_state \
              FROM versions WHERE model_id = ?1 ORDER BY version",
         )
         .bind(model_id)
@@ -466,6 +467,7 @@ impl Backend for SqliteStore {
                         StoreError::Corrupt(format!("noise variances of version {version}: {e}"))
                     })?,
                     batches: batches.remove(&version).unwrap_or_default(),
+                    full_state: row.try_get("full_state")?,
                 })
             })
             .collect()
@@ -664,6 +666,7 @@ mod tests {
             max_connections: 2,
             acquire_timeout_secs: 1,
             startup_timeout_secs: 1,
+            full_state_every: 10,
         }
     }
 

@@ -1,0 +1,7 @@
+-- A fold's version keeps its full state only every `database.full_state_every` versions; a fold
+-- in between keeps an empty `state` and the SHA-256 of the state it had, and is recomputed by
+-- replaying its batches from the last full state before it (checked against the digest). A
+-- binary from before this cannot read a thin version: the new migration makes it refuse the
+-- database at start-up. Versions written before this have no digest and are never thinned.
+ALTER TABLE versions ADD COLUMN state_digest BLOB
+    CHECK (state_digest IS NULL OR length(state_digest) = 32);

@@ -1,0 +1,264 @@
+//! A version's model state, read in full or recomputed from the folds behind it.
+//!
+//! A fold's state is a pure function of the state before it, the batches folded into it and
+//! the model's spec: each batch, in the order it was folded, learnt by the model's update
+//! method ([`ModelState::update`], as [`crate::folder::plan_fold`] learnt it). So a fold need
+//! not keep its state: the store keeps a full state only every `database.full_state_every`
+//! versions (see [`crate::store::ModelLock::write_version`]) and, for the folds in between,
+//! the SHA-256 of the encoded state they had. Reading such a *thin* version replays the folds
+//! since the last full state and checks that the replayed state encodes to exactly the bytes
+//! it had: a build whose estimator computes differently refuses instead of serving a state
+//! that never was.
+
+use crate::estimator::{ModelConfig, ModelState, codec};
+use crate::folder::{Source, decode_batch};
+use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError};
+
+/// A thin version: the batches folded into it and the digest of the state it had.
+#[derive(Debug)]
+pub struct Fold {
+    pub version: i64,
+    pub digest: [u8; 32],
+    pub batches: Vec<QueuedBatch>,
+}
+
+/// Why a replay did not give back a version's state.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("a batch folded into version {version} cannot be read: {reason}")]
+    Batch { version: i64, reason: String },
+    #[error("learning a batch of version {version} failed: {reason}")]
+    Update { version: i64, reason: String },
+    #[error("the replayed state of version {version} differs from the state it had")]
+    Differs { version: i64 },
+}
+
+/// The state of the last of `folds`, replayed from `base` (the full state just before the
+/// first of them): `sₖ = update(…update(sₖ₋₁, b₁)…, bₙ)` over each fold's batches `b`, and
+/// its encoding, whose SHA-256 must be the digest the last fold kept.
+///
+/// Only the last digest is checked: every fold's state is a function of the one before, so an
+/// intermediate difference shows in the last.
+pub fn replay(
+    config: &ModelConfig,
+    base: ModelState,
+    folds: &[Fold],
+) -> Result<(ModelState, StateBlob), ReplayError> {
+    let mut state = base;
+    for fold in folds {
+        for batch in &fold.batches {
+            let stats =
+                decode_batch(Source::of(batch), config).map_err(|reason| ReplayError::Batch {
+                    version: fold.version,
+                    reason,
+                })?;
+            state = state
+                .update(config, &stats)
+                .map_err(|e| ReplayError::Update {
+                    version: fold.version,
+                    reason: e.to_string(),
+                })?;
+        }
+    }
+    let blob = StateBlob::new(codec::encode(&state));
+    match folds.last() {
+        Some(last) if last.digest != blob.digest => Err(ReplayError::Differs {
+            version: last.version,
+        }),
+        _ => Ok((state, blob)),
+    }
+}
+
+/// The state of `version` of the locked model with its encoding, `None` when the model has no
+/// such version. A full version is decoded; a thin one is replayed from the last full state
+/// before it (at most `database.full_state_every − 1` folds).
+pub async fn version_state(
+    lock: &mut ModelLock,
+    version: i64,
+) -> Result<Option<(ModelState, StateBlob)>, StoreError> {
+    let mut folds = Vec::new();
+    let mut at = version;
+    let base = loop {
+        let Some(stored) = lock.stored_state(at).await? else {
+            if at == version {
+                return Ok(None);
+            }
+            return Err(StoreError::Corrupt(format!(
+                "model {} version {version} is kept thin but version {at} is missing",
+                lock.name
+            )));
+        };
+        if !stored.is_thin() {
+            break stored.blob;
+        }
+        let digest = stored.digest.filter(|_| stored.origin == "fold" && at > 1);
+        let Some(digest) = digest else {
+            return Err(StoreError::Corrupt(format!(
+                "model {} version {at} has no state and is not a fold that can be replayed",
+                lock.name
+            )));
+        };
+        folds.push(Fold {
+            version: at,
+            digest,
+            batches: lock.folded_batches(at).await?,
+        });
+        at -= 1;
+    };
+    folds.reverse();
+    let (model, base_version) = (lock.name.clone(), at);
+    let config = lock.spec.config();
+    tokio::task::spawn_blocking(move || {
+        let state = codec::decode(&base).map_err(|e| StoreError::CorruptState {
+            model: model.clone(),
+            version: base_version,
+            reason: e.to_string(),
+        })?;
+        if folds.is_empty() {
+            return Ok(Some((state, StateBlob::new(base))));
+        }
+        replay(&config, state, &folds)
+            .map(Some)
+            .map_err(|error| match error {
+                ReplayError::Differs { .. } => StoreError::Conflict(format!(
+                    "version {version} of model {model} is kept as the batches folded into it, \
+                     and replaying them with this build does not give back the state it had \
+                     (the estimator has changed since it was written); version {base_version} \
+                     is kept in full and can be restored"
+                )),
+                other => StoreError::Corrupt(format!(
+                    "model {model} version {version} cannot be replayed: {other}"
+                )),
+            })
+    })
+    .await
+    .map_err(|e| StoreError::Corrupt(format!("replay task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+
+    use super::*;
+    use crate::estimator::BatchStatistics;
+    use crate::folder::tests::{le_bytes, wide_batches, wide_spec};
+    use crate::folder::{Pending, plan_fold};
+
+    /// A batch as the store lists it: with its statistics, or (`as_rows`) with its rows only.
+    fn stored(
+        config: &ModelConfig,
+        seq: i64,
+        rows: usize,
+        x: &[f64],
+        y: &[f64],
+        as_rows: bool,
+    ) -> QueuedBatch {
+        let statistics = if as_rows {
+            Vec::new()
+        } else {
+            let stats = BatchStatistics::from_row_major(&config.basis, rows, x, y).expect("stats");
+            codec::encode_statistics(&stats)
+        };
+        QueuedBatch {
+            seq,
+            batch_id: format!("b{seq}"),
+            rows: rows as i32,
+            statistics,
+            rows_x: as_rows.then(|| le_bytes(x)),
+            rows_y: as_rows.then(|| le_bytes(y)),
+            received_at: Utc::now(),
+            released: false,
+        }
+    }
+
+    /// Folds each group of batches as the folder does, one version per group: the states.
+    fn fold_versions(config: &ModelConfig, groups: &[Vec<QueuedBatch>]) -> Vec<ModelState> {
+        let mut states: Vec<ModelState> = Vec::new();
+        for group in groups {
+            let pending: Vec<Pending<'_>> = group
+                .iter()
+                .map(|b| Pending {
+                    seq: b.seq,
+                    source: Source::of(b),
+                    released: false,
+                })
+                .collect();
+            let plan = plan_fold(config, states.last(), &pending, 30.0, None);
+            assert_eq!(plan.folded.len(), group.len(), "{:?}", plan.rejected);
+            states.push(plan.state.expect("a state"));
+        }
+        states
+    }
+
+    /// Versions 1 (the first fit) to 4, each of one to three batches, some kept as rows.
+    fn history() -> (ModelConfig, Vec<Vec<QueuedBatch>>, Vec<ModelState>) {
+        let config = wide_spec().config();
+        let sizes = [30usize, 1, 3, 5, 2, 1, 4];
+        let batches: Vec<QueuedBatch> = wide_batches(&sizes)
+            .iter()
+            .enumerate()
+            .map(|(i, (n, x, y))| stored(&config, i as i64, *n, x, y, i % 2 == 1))
+            .collect();
+        let groups = vec![
+            batches[..1].to_vec(),
+            batches[1..3].to_vec(),
+            batches[3..4].to_vec(),
+            batches[4..].to_vec(),
+        ];
+        let states = fold_versions(&config, &groups);
+        (config, groups, states)
+    }
+
+    fn thin(version: usize, groups: &[Vec<QueuedBatch>], states: &[ModelState]) -> Fold {
+        Fold {
+            version: version as i64,
+            digest: StateBlob::new(codec::encode(&states[version - 1])).digest,
+            batches: groups[version - 1].clone(),
+        }
+    }
+
+    #[test]
+    fn a_replay_gives_back_the_very_bits_of_every_version_it_passes() {
+        let (config, groups, states) = history();
+        for from in 1..4 {
+            for to in from + 1..=4 {
+                let folds: Vec<Fold> = (from + 1..=to).map(|v| thin(v, &groups, &states)).collect();
+                let (state, blob) =
+                    replay(&config, states[from - 1].clone(), &folds).expect("replayed");
+                assert_eq!(blob.bytes, codec::encode(&states[to - 1]), "{from} → {to}");
+                assert_eq!(state, states[to - 1], "{from} → {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_replay_that_differs_from_the_digest_is_refused() {
+        let (config, groups, states) = history();
+        let mut folds: Vec<Fold> = (2..=4).map(|v| thin(v, &groups, &states)).collect();
+        // A batch missing from a fold.
+        let dropped = folds[0].batches.pop().expect("a batch");
+        let error = replay(&config, states[0].clone(), &folds).unwrap_err();
+        assert!(
+            matches!(error, ReplayError::Differs { version: 4 }),
+            "{error}"
+        );
+        // The batches of a fold in another order: the noise variance moves with each batch.
+        folds[0].batches.insert(0, dropped);
+        let error = replay(&config, states[0].clone(), &folds).unwrap_err();
+        assert!(
+            matches!(error, ReplayError::Differs { version: 4 }),
+            "{error}"
+        );
+        // Another base.
+        let folds: Vec<Fold> = (3..=4).map(|v| thin(v, &groups, &states)).collect();
+        assert!(replay(&config, states[0].clone(), &folds).is_err());
+        // A batch that cannot be read.
+        let mut folds: Vec<Fold> = (2..=2).map(|v| thin(v, &groups, &states)).collect();
+        folds[0].batches[0].statistics = b"not statistics".to_vec();
+        let error = replay(&config, states[0].clone(), &folds).unwrap_err();
+        assert!(
+            matches!(error, ReplayError::Batch { version: 2, .. }),
+            "{error}"
+        );
+    }
+}
