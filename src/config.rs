@@ -184,6 +184,23 @@ pub struct LogSettings {
     pub filter: String,
 }
 
+/// `MORDANT_ADMIN_KEY`, the bootstrap admin key under the plain name deployment tools set
+/// (empty counts as unset). It wins over the files, like `DATABASE_URL` and `MORDANT_ADDR`;
+/// set beside the layered `MORDANT__AUTH__ADMIN_KEY` with another value, it is refused: which
+/// of the two the operator meant cannot be told.
+fn plain_admin_key() -> anyhow::Result<Option<String>> {
+    let read = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let plain = read("MORDANT_ADMIN_KEY");
+    if let (Some(plain), Some(layered)) = (&plain, read("MORDANT__AUTH__ADMIN_KEY")) {
+        anyhow::ensure!(
+            *plain == layered,
+            "MORDANT_ADMIN_KEY and MORDANT__AUTH__ADMIN_KEY are both set, to different keys: \
+             set only one"
+        );
+    }
+    Ok(plain)
+}
+
 impl Settings {
     /// Loads the settings for `MORDANT_ENV` from the configuration directory (`MORDANT_CONFIG_DIR`,
     /// default `./config`; a missing directory leaves the compiled-in defaults).
@@ -216,6 +233,9 @@ impl Settings {
         if let Ok(addr) = std::env::var("MORDANT_ADDR") {
             builder = builder.set_override("server.addr", addr)?;
         }
+        if let Some(key) = plain_admin_key()? {
+            builder = builder.set_override("auth.admin_key", key)?;
+        }
         let mut settings: Self = builder
             .build()
             .and_then(|c| c.try_deserialize())
@@ -229,8 +249,8 @@ impl Settings {
     pub fn validate(&self) -> anyhow::Result<()> {
         match self.auth.admin_key() {
             None if self.environment == Environment::Production => anyhow::bail!(
-                "MORDANT_ENV=production needs a bootstrap admin key: set MORDANT__AUTH__ADMIN_KEY \
-                 (at least {} characters, e.g. from `openssl rand -hex 32`)",
+                "MORDANT_ENV=production needs a bootstrap admin key: set MORDANT_ADMIN_KEY (or \
+                 auth.admin_key; at least {} characters, e.g. from `openssl rand -hex 32`)",
                 crate::auth::MIN_CONFIGURED_KEY_LEN
             ),
             Some(key) if key.chars().count() < crate::auth::MIN_CONFIGURED_KEY_LEN => {

@@ -50,7 +50,7 @@ impl Application {
             None => {
                 tracing::warn!(
                     "NO ADMIN KEY CONFIGURED: the API is open to anyone who can reach it. \
-                     This is allowed in development only; set MORDANT__AUTH__ADMIN_KEY to \
+                     This is allowed in development only; set MORDANT_ADMIN_KEY to \
                      require API keys."
                 );
                 KeyRing::open()

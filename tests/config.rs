@@ -1,5 +1,5 @@
 //! Configuration layers: compiled-in defaults < config/<env>.toml < MORDANT__SECTION__KEY <
-//! DATABASE_URL and MORDANT_ADDR. One test in its own binary: it sets process environment.
+//! DATABASE_URL, MORDANT_ADDR and MORDANT_ADMIN_KEY. One test in its own binary: it sets process environment.
 
 use std::path::Path;
 
@@ -14,6 +14,7 @@ fn layers_apply_in_order() {
         std::env::remove_var("MORDANT_ADDR");
         std::env::remove_var("MORDANT__LIMITS__MAX_ROWS_PER_REQUEST");
         std::env::remove_var("MORDANT__AUTH__ADMIN_KEY");
+        std::env::remove_var("MORDANT_ADMIN_KEY");
     }
     let development = Settings::load_from(&dir, Environment::Development).unwrap();
     assert_eq!(development.server.addr, "127.0.0.1:8080");
@@ -27,9 +28,42 @@ fn layers_apply_in_order() {
     // Production refuses to start without a bootstrap admin key, and says how to set one.
     let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
     assert!(
-        format!("{error:#}").contains("MORDANT__AUTH__ADMIN_KEY"),
+        format!("{error:#}").contains("MORDANT_ADMIN_KEY"),
         "{error:#}"
     );
+
+    // The plain name sets the key; beside the layered one it must say the same.
+    let plain = "plain-k3y-that-is-long-enough-0123456789";
+    unsafe { std::env::set_var("MORDANT_ADMIN_KEY", plain) };
+    let settings = Settings::load_from(&dir, Environment::Production).unwrap();
+    assert_eq!(settings.auth.admin_key(), Some(plain));
+    unsafe { std::env::set_var("MORDANT__AUTH__ADMIN_KEY", plain) };
+    let settings = Settings::load_from(&dir, Environment::Production).unwrap();
+    assert_eq!(settings.auth.admin_key(), Some(plain));
+    unsafe {
+        std::env::set_var(
+            "MORDANT__AUTH__ADMIN_KEY",
+            "another-k3y-long-enough-0123456789ab",
+        )
+    };
+    let error = format!(
+        "{:#}",
+        Settings::load_from(&dir, Environment::Production).unwrap_err()
+    );
+    assert!(
+        error.contains("MORDANT_ADMIN_KEY") && error.contains("MORDANT__AUTH__ADMIN_KEY"),
+        "{error}"
+    );
+    assert!(!error.contains("k3y"), "the keys never appear: {error}");
+    unsafe { std::env::set_var("MORDANT_ADMIN_KEY", "") };
+    let settings = Settings::load_from(&dir, Environment::Production).unwrap();
+    assert_eq!(
+        settings.auth.admin_key(),
+        Some("another-k3y-long-enough-0123456789ab"),
+        "an empty plain variable is unset"
+    );
+    unsafe { std::env::remove_var("MORDANT_ADMIN_KEY") };
+
     unsafe { std::env::set_var("MORDANT__AUTH__ADMIN_KEY", "short") };
     let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
     assert!(format!("{error:#}").contains("too short"), "{error:#}");
@@ -105,5 +139,5 @@ fn layers_apply_in_order() {
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("MORDANT__AUTH__ADMIN_KEY"), "{stderr}");
+    assert!(stderr.contains("MORDANT_ADMIN_KEY"), "{stderr}");
 }

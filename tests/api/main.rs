@@ -8,6 +8,7 @@ mod crash;
 mod csv_ingest;
 mod docs;
 mod drift;
+mod environment;
 mod helpers;
 mod hostile;
 mod ingest;
