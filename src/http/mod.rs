@@ -158,20 +158,38 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
         api = api.route("/metrics", get(ops::metrics));
     }
     let router = api
-        // Before the route layers, so that 405 answers are counted like the rest (the answers
-        // of the layers outside routing, `431`, `413` for an announced length and `503 busy`,
-        // are not counted by route).
+        // Before the route layers, so that 405 answers carry their route like the rest.
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        // Order matters: the last route layer runs first. Requests are counted and timed
-        // (even those refused), then checked for a key, then given their time limit.
+        // Order matters: the last route layer runs first. A request's route is noted for the
+        // metrics, then it is checked for a key, then given its time limit.
         .route_layer(middleware::from_fn_with_state(timeout, limit_time))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,
         ))
-        .route_layer(middleware::from_fn_with_state(metrics, track))
+        .route_layer(middleware::from_fn(note_route))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
-        .with_state(state)
+        .with_state(state);
+    let router = serve_layers(router, metrics, body_limit, budget, head_limits);
+    Ok(match cors(&server.cors_origins)? {
+        Some(cors) => router.layer(cors),
+        None => router,
+    })
+}
+
+/// The layers around the routes: body limits, the panic guard, tracing, request ids, the
+/// head's limits, and outermost the metrics, so that every answer is counted: those of
+/// requests no route matched (`route="unmatched"`: unknown paths, and `431`, `413` for an
+/// announced length and `503 busy`, refused before routing) and the `500` of a handler that
+/// panicked.
+fn serve_layers(
+    router: Router,
+    metrics: Arc<Metrics>,
+    body_limit: usize,
+    budget: BodyBudget,
+    head_limits: HeadLimits,
+) -> Router {
+    router
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(budget, reserve_body))
         .layer(CatchPanicLayer::custom(
@@ -198,13 +216,10 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-        // Outermost, so that it counts the headers as sent (not the request id added above),
-        // and refuses an announced body over the limit before any of it is read.
-        .layer(middleware::from_fn_with_state(head_limits, check_head));
-    Ok(match cors(&server.cors_origins)? {
-        Some(cors) => router.layer(cors),
-        None => router,
-    })
+        // Outside the request id, so that it counts the headers as sent (not the id added
+        // above), and refuses an announced body over the limit before any of it is read.
+        .layer(middleware::from_fn_with_state(head_limits, check_head))
+        .layer(middleware::from_fn_with_state(metrics, track))
 }
 
 /// `/metrics` alone, for `server.metrics_addr`.
@@ -212,7 +227,8 @@ pub fn metrics_router(state: AppState) -> Router {
     let metrics = state.metrics.clone();
     Router::new()
         .route("/metrics", get(ops::metrics))
-        .route_layer(middleware::from_fn_with_state(metrics, track))
+        .route_layer(middleware::from_fn(note_route))
+        .layer(middleware::from_fn_with_state(metrics, track))
         .fallback(|| async { ApiError::NotFound("this listener serves /metrics only".into()) })
         .with_state(state)
 }
@@ -403,26 +419,40 @@ async fn limit_time(State(limit): State<Duration>, request: Request<Body>, next:
     }
 }
 
-/// Counts and times every request by its matched route.
+/// The route a request matched, noted by [`note_route`] once routing has happened, for
+/// [`track`] outside the router.
+#[derive(Clone, Default)]
+struct RouteSlot(Arc<std::sync::OnceLock<String>>);
+
+/// Counts and times every request by the route it matched (`unmatched` when none did).
 async fn track(
     State(metrics): State<Arc<Metrics>>,
-    request: Request<Body>,
+    mut request: Request<Body>,
     next: Next,
 ) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let slot = RouteSlot::default();
+    request.extensions_mut().insert(slot.clone());
     let method = request.method().clone();
     let start = Instant::now();
     let response = next.run(request).await;
     metrics.observe_request(
-        &route,
+        slot.0.get().map_or("unmatched", String::as_str),
         method.as_str(),
         response.status().as_u16(),
         start.elapsed().as_secs_f64(),
     );
     response
+}
+
+/// Notes the matched route in the request's [`RouteSlot`].
+async fn note_route(request: Request<Body>, next: Next) -> Response {
+    if let (Some(slot), Some(path)) = (
+        request.extensions().get::<RouteSlot>(),
+        request.extensions().get::<MatchedPath>(),
+    ) {
+        let _ = slot.0.set(path.as_str().to_owned());
+    }
+    next.run(request).await
 }
 
 /// A model name from a URL path; a name that is not a slug cannot exist.
@@ -435,4 +465,75 @@ pub fn model_name(name: &str) -> Result<ModelName, ApiError> {
 /// omitted).
 pub fn openapi_json() -> Result<String, serde_json::Error> {
     serde_json::to_string_pretty(&ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use axum::http::StatusCode;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::cache::PosteriorCache;
+    use crate::config::{Environment, Settings};
+
+    /// The answers of the layers around the routes are counted: a handler's panic (the
+    /// panic guard's 500), a path no route has, and a head refused before routing.
+    #[tokio::test]
+    async fn answers_outside_the_routes_are_counted() {
+        let settings = Settings::load_from(Path::new("/nonexistent"), Environment::Development)
+            .expect("defaults");
+        let metrics = Arc::new(Metrics::new().expect("metrics"));
+        let routes = Router::new()
+            .route(
+                "/boom",
+                get(|| async {
+                    panic!("a handler that panics");
+                    #[allow(unreachable_code)]
+                    ""
+                }),
+            )
+            .route_layer(middleware::from_fn(note_route));
+        let app = serve_layers(
+            routes,
+            metrics.clone(),
+            settings.limits.max_body_bytes,
+            BodyBudget::new(&settings.limits),
+            HeadLimits::from(&settings.limits),
+        );
+        let send = |request: Request<Body>| {
+            let app = app.clone();
+            async move { app.oneshot(request).await.expect("an answer").status() }
+        };
+        let get = |path: &str| Request::get(path).body(Body::empty()).expect("request");
+        assert_eq!(send(get("/boom")).await, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(send(get("/nowhere")).await, StatusCode::NOT_FOUND);
+        let mut crowded = Request::get("/boom");
+        for i in 0..=settings.limits.max_headers {
+            crowded = crowded.header(format!("x-h{i}"), "v");
+        }
+        let crowded = crowded.body(Body::empty()).expect("request");
+        assert_eq!(
+            send(crowded).await,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+
+        let text = metrics
+            .render(&PosteriorCache::default(), None)
+            .expect("render");
+        let count = |route: &str, status: &str| {
+            text.lines()
+                .filter(|l| l.starts_with("mordant_http_requests_total{"))
+                .find(|l| {
+                    l.contains(&format!("route=\"{route}\""))
+                        && l.contains(&format!("status=\"{status}\""))
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .map(str::to_owned)
+        };
+        assert_eq!(count("/boom", "500").as_deref(), Some("1"), "{text}");
+        assert_eq!(count("unmatched", "404").as_deref(), Some("1"), "{text}");
+        assert_eq!(count("unmatched", "431").as_deref(), Some("1"), "{text}");
+    }
 }
