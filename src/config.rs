@@ -50,6 +50,7 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub limits: Limits,
     pub folder: FolderSettings,
+    pub retention: RetentionSettings,
     pub cache: CacheSettings,
     pub log: LogSettings,
 }
@@ -166,6 +167,19 @@ impl FolderSettings {
     }
 }
 
+/// What the store keeps, and for how long.
+#[derive(Clone, Debug, Deserialize)]
+pub struct RetentionSettings {
+    /// Days a batch's raw rows are kept after it arrived; 0 keeps them forever. The
+    /// statistics, the versions and the batch's record stay (refit, restore and drift keep
+    /// working); only the rows of batches folded or rejected go.
+    pub raw_rows_days: u32,
+    /// How often the purge looks for rows past their time.
+    pub purge_interval_secs: u64,
+    /// Batches purged per transaction (small transactions keep ingestion flowing).
+    pub purge_batch_size: u32,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 pub struct CacheSettings {
     pub poll_interval_ms: u64,
@@ -278,6 +292,10 @@ impl Settings {
             (self.database.max_connections as usize).saturating_sub(2) / 2
         );
         crate::store::Location::of(&self.database)?;
+        anyhow::ensure!(
+            self.retention.purge_batch_size >= 1 && self.retention.purge_interval_secs >= 1,
+            "retention.purge_batch_size and retention.purge_interval_secs must be at least 1"
+        );
         anyhow::ensure!(
             self.database.full_state_every >= 1,
             "database.full_state_every must be at least 1 (1 keeps every version's full state)"

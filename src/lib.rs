@@ -15,6 +15,7 @@ pub mod folder;
 pub mod http;
 pub mod metrics;
 pub mod replay;
+pub mod retention;
 pub mod simulate;
 pub mod startup;
 pub mod store;

@@ -16,6 +16,7 @@ use crate::folder;
 use crate::http::serve::{ConnectionLimits, HttpServer, serve};
 use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
+use crate::retention;
 use crate::store::Store;
 
 /// A bound, migrated application, ready to run.
@@ -161,6 +162,12 @@ impl Application {
                 ))
             })
             .collect();
+        let retention = tokio::spawn(retention::run(
+            state.store.clone(),
+            settings.retention.clone(),
+            settings.folder.max_backoff(),
+            background.clone(),
+        ));
         let metrics_server = metrics_listener.map(|listener| {
             tracing::info!(addr = ?listener.local_addr().ok(), "/metrics listening");
             let app = http::metrics_router(state.clone());
@@ -177,6 +184,7 @@ impl Application {
         if let Some(server) = metrics_server {
             let _ = server.await;
         }
+        let _ = retention.await;
         let _ = follower.await;
         // Every task that used the store has stopped: close it (the embedded store checkpoints
         // its log, and its file is free for the next process once this one has exited).

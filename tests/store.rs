@@ -132,6 +132,7 @@ conformance!(
     keys_are_created_listed_and_revoked,
     concurrent_ingestion_and_folding_fold_each_batch_once_in_arrival_order,
     folds_between_full_states_keep_their_digest_and_batches,
+    retention_purges_the_rows_of_settled_batches_only,
 );
 
 fn spec(name: &str, first_fit_rows: u64) -> ModelSpec {
@@ -522,6 +523,70 @@ async fn folds_between_full_states_keep_their_digest_and_batches(store: &Store) 
     drop(lock);
     let (_, current, state) = store.current_state(id).await.unwrap().unwrap();
     assert_eq!((current, state), (10, Some(b"state 10".to_vec())));
+}
+
+/// A purge takes the rows of batches received before its cutoff that are folded or rejected
+/// and have statistics, at most `limit` per call, oldest first, once; queued batches and
+/// batches kept as their rows (no statistics) keep them; the batches' records stay.
+async fn retention_purges_the_rows_of_settled_batches_only(store: &Store) {
+    let spec = spec("lab", 1);
+    let id = create(store, &spec).await;
+    for b in ["b1", "b2", "b3"] {
+        ingest(store, id, &batch(&spec, b, 2, 1.0)).await;
+    }
+    let as_rows = batch(&spec, "b4", 2, 2.0);
+    store
+        .insert_batch(id, &as_rows, &as_rows.encode(), b"")
+        .await
+        .expect("insert");
+    let mut lock = claim_eventually(store, &[]).await;
+    let queued = lock.queued_batches().await.unwrap();
+    let (v, _) = lock
+        .write_version("fold", None, 6.0, &[Some(1.0)], &blob(b"s"))
+        .await
+        .unwrap();
+    lock.mark_folded(&[queued[0].seq, queued[1].seq, queued[3].seq], v)
+        .await
+        .unwrap();
+    lock.mark_rejected(queued[2].seq, "bad").await.unwrap();
+    lock.commit().await.unwrap();
+    ingest(store, id, &batch(&spec, "b5", 2, 3.0)).await;
+
+    let past = chrono::Utc::now() - chrono::Duration::days(1);
+    let future = chrono::Utc::now() + chrono::Duration::days(1);
+    assert_eq!(
+        store.purge_rows(past, 10).await.unwrap(),
+        0,
+        "nothing that old"
+    );
+    assert_eq!(store.purge_rows(future, 1).await.unwrap(), 1);
+    let purged_at =
+        |b: &'static str| async move { store.batch(id, b).await.unwrap().unwrap().rows_purged_at };
+    assert!(purged_at("b1").await.is_some(), "the oldest first");
+    assert!(purged_at("b2").await.is_none());
+    assert_eq!(store.purge_rows(future, 10).await.unwrap(), 2);
+    assert_eq!(store.purge_rows(future, 10).await.unwrap(), 0, "once");
+    for b in ["b1", "b2", "b3"] {
+        assert!(purged_at(b).await.is_some(), "{b}");
+    }
+    assert!(
+        purged_at("b4").await.is_none(),
+        "kept as rows: they are its statistics"
+    );
+    assert!(purged_at("b5").await.is_none(), "queued");
+    let b3 = store.batch(id, "b3").await.unwrap().unwrap();
+    assert_eq!(
+        (b3.status.as_str(), b3.error.as_deref()),
+        ("rejected", Some("bad"))
+    );
+
+    // What a replay reads is intact: the statistics, and the rows of the batch kept as rows.
+    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    let folded = lock.folded_batches(v).await.unwrap();
+    let ids: Vec<&str> = folded.iter().map(|b| b.batch_id.as_str()).collect();
+    assert_eq!(ids, ["b1", "b2", "b4"]);
+    assert_eq!(folded[0].statistics, b"stats of b1");
+    assert_eq!(folded[2].rows_x.as_deref(), Some(&as_rows.encode().x[..]));
 }
 
 /// A claim, waiting up to 5 s for one: a dropped claim's transaction is rolled back when its

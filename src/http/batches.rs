@@ -104,6 +104,10 @@ pub struct BatchView {
     /// then.
     #[schema(example = json!([0.94, 1.12, null]))]
     pub surprise: Option<Vec<Option<f64>>>,
+    /// When retention removed the batch's raw rows (`retention.raw_rows_days`); null while
+    /// they are kept. Its statistics stay, so the versions it is part of stay usable.
+    #[schema(example = json!(null))]
+    pub rows_purged_at: Option<DateTime<Utc>>,
     /// What a queued batch waits for, when it waits for more than the folder's next turn: a
     /// model's first fit runs once `first_fit_rows` rows are queued.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,6 +129,7 @@ impl From<BatchRecord> for BatchView {
             version: b.version,
             error: b.error,
             surprise: b.surprise,
+            rows_purged_at: b.rows_purged_at,
             waiting_for: None,
         }
     }

@@ -107,6 +107,8 @@ pub struct BatchRecord {
     /// Per output, how surprising the batch was to the posterior it met (`None` for an output
     /// not trained then); `None` before that was computed (queued, or part of the first fit).
     pub surprise: Option<Vec<Option<f64>>>,
+    /// When retention removed the batch's raw rows (`None` while they are kept).
+    pub rows_purged_at: Option<DateTime<Utc>>,
 }
 
 /// One entry of a model's history.
@@ -381,6 +383,15 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Revokes a key (revoking it again changes nothing); `None` when there is no such key.
     async fn revoke_key(&self, id: i64) -> Result<Option<KeyRecord>, StoreError>;
 
+    /// Removes the raw rows of at most `limit` batches received before `received_before`,
+    /// folded or rejected, that have statistics (a batch kept as its rows keeps them), in one
+    /// transaction, and marks them purged; how many it purged.
+    async fn purge_rows(
+        &self,
+        received_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<u64, StoreError>;
+
     /// Notifications on `topics`, from now on.
     async fn subscribe(&self, topics: &[Topic]) -> Result<Box<dyn Subscription>, StoreError>;
 }
@@ -508,7 +519,7 @@ const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_
      (SELECT coalesce(sum(b.rows), 0) FROM batches b WHERE b.model_id = m.id \
       AND b.status = 'queued') AS pending_rows";
 const BATCH_COLUMNS: &str =
-    "batch_id, status, rows, received_at, folded_at, version, error, surprise";
+    "batch_id, status, rows, received_at, folded_at, version, error, surprise, rows_purged_at";
 
 /// The answer to a review of a batch that is not held: what it is instead.
 fn not_held(batch: &BatchRecord) -> StoreError {

@@ -21,6 +21,7 @@ mod process;
 mod readme;
 mod replicas;
 mod resilience;
+mod retention;
 mod schemathesis;
 mod spectra;
 mod validation;

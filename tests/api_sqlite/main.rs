@@ -34,6 +34,8 @@ mod models;
 mod readme;
 #[path = "../api/resilience.rs"]
 mod resilience;
+#[path = "../api/retention.rs"]
+mod retention;
 #[path = "../api/schemathesis.rs"]
 mod schemathesis;
 #[path = "../api/validation.rs"]

@@ -397,6 +397,26 @@ impl Backend for PgStore {
         lock::claim(&self.pool, skip).await
     }
 
+    async fn purge_rows(
+        &self,
+        received_before: chrono::DateTime<chrono::Utc>,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE batches SET x = ''::bytea, y = ''::bytea, rows_purged_at = clock_timestamp() \
+             WHERE seq IN (SELECT seq FROM batches \
+                           WHERE received_at < $1 AND rows_purged_at IS NULL \
+                             AND status IN ('folded', 'rejected') \
+                             AND octet_length(statistics) > 0 \
+                           ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(received_before)
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     async fn create_key(
         &self,
         name: &str,
@@ -494,6 +514,7 @@ fn batch_record(row: &PgRow) -> Result<BatchRecord, StoreError> {
         version: row.try_get("version")?,
         error: row.try_get("error")?,
         surprise: row.try_get("surprise")?,
+        rows_purged_at: row.try_get("rows_purged_at")?,
     })
 }
 

@@ -555,6 +555,28 @@ impl Backend for SqliteStore {
         Ok(None)
     }
 
+    async fn purge_rows(
+        &self,
+        received_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.write().await?;
+        let done = sqlx::query(
+            "UPDATE batches SET x = x'', y = x'', rows_purged_at = ?3 \
+             WHERE seq IN (SELECT seq FROM batches \
+                           WHERE received_at < ?1 AND rows_purged_at IS NULL \
+                             AND status IN ('folded', 'rejected') AND length(statistics) > 0 \
+                           ORDER BY seq LIMIT ?2)",
+        )
+        .bind(received_before)
+        .bind(i64::from(limit))
+        .bind(Utc::now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
     async fn create_key(
         &self,
         name: &str,
@@ -652,6 +674,7 @@ fn batch_record(row: &SqliteRow) -> Result<BatchRecord, StoreError> {
                     .map_err(|e| StoreError::Corrupt(format!("a batch's surprise: {e}")))
             })
             .transpose()?,
+        rows_purged_at: row.try_get("rows_purged_at")?,
     })
 }
 
