@@ -117,19 +117,20 @@ pub async fn version_state(
         if folds.is_empty() {
             return Ok(Some((state, StateBlob::new(base))));
         }
-        replay(&config, state, &folds)
-            .map(Some)
-            .map_err(|error| match error {
-                ReplayError::Differs { .. } => StoreError::Conflict(format!(
-                    "version {version} of model {model} is kept as the batches folded into it, \
-                     and replaying them with this build does not give back the state it had \
-                     (the estimator has changed since it was written); version {base_version} \
-                     is kept in full and can be restored"
-                )),
-                other => StoreError::Corrupt(format!(
-                    "model {model} version {version} cannot be replayed: {other}"
-                )),
-            })
+        replay(&config, state, &folds).map(Some).map_err(|error| {
+            let why = match error {
+                ReplayError::Differs { .. } => "does not give back the state it had (the \
+                        estimator, or the arithmetic of the processor, differs from those that \
+                        wrote it)"
+                    .to_owned(),
+                other => format!("fails: {other}"),
+            };
+            StoreError::Conflict(format!(
+                "version {version} of model {model} is kept as the batches folded into it, \
+                     and replaying them here {why}; version {base_version} is kept in full and \
+                     can be restored"
+            ))
+        })
     })
     .await
     .map_err(|e| StoreError::Corrupt(format!("replay task failed: {e}")))?

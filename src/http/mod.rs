@@ -170,26 +170,39 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
         .route_layer(middleware::from_fn(note_route))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .with_state(state);
-    let router = serve_layers(router, metrics, body_limit, budget, head_limits);
-    Ok(match cors(&server.cors_origins)? {
-        Some(cors) => router.layer(cors),
-        None => router,
-    })
+    let outer = OuterLayers {
+        metrics,
+        body_limit,
+        budget,
+        head_limits,
+        cors: cors(&server.cors_origins)?,
+    };
+    Ok(serve_layers(router, outer))
 }
 
-/// The layers around the routes: body limits, the panic guard, tracing, request ids, the
-/// head's limits, and outermost the metrics, so that every answer is counted: those of
-/// requests no route matched (`route="unmatched"`: unknown paths, and `431`, `413` for an
-/// announced length and `503 busy`, refused before routing) and the `500` of a handler that
-/// panicked.
-fn serve_layers(
-    router: Router,
+/// What [`serve_layers`] puts around the routes.
+struct OuterLayers {
     metrics: Arc<Metrics>,
     body_limit: usize,
     budget: BodyBudget,
     head_limits: HeadLimits,
-) -> Router {
-    router
+    cors: Option<CorsLayer>,
+}
+
+/// The layers around the routes: body limits, the panic guard, tracing, request ids, the
+/// head's limits, CORS, and outermost the metrics, so that every answer is counted: those of
+/// requests no route matched (`route="unmatched"`: unknown paths, CORS preflights, and `431`,
+/// `413` for an announced length and `503 busy`, refused before routing) and the `500` of a
+/// handler that panicked.
+fn serve_layers(router: Router, outer: OuterLayers) -> Router {
+    let OuterLayers {
+        metrics,
+        body_limit,
+        budget,
+        head_limits,
+        cors,
+    } = outer;
+    let router = router
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(budget, reserve_body))
         .layer(CatchPanicLayer::custom(
@@ -218,8 +231,12 @@ fn serve_layers(
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         // Outside the request id, so that it counts the headers as sent (not the id added
         // above), and refuses an announced body over the limit before any of it is read.
-        .layer(middleware::from_fn_with_state(head_limits, check_head))
-        .layer(middleware::from_fn_with_state(metrics, track))
+        .layer(middleware::from_fn_with_state(head_limits, check_head));
+    let router = match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
+    router.layer(middleware::from_fn_with_state(metrics, track))
 }
 
 /// `/metrics` alone, for `server.metrics_addr`.
@@ -228,9 +245,9 @@ pub fn metrics_router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(ops::metrics))
         .route_layer(middleware::from_fn(note_route))
-        .layer(middleware::from_fn_with_state(metrics, track))
         .fallback(|| async { ApiError::NotFound("this listener serves /metrics only".into()) })
         .with_state(state)
+        .layer(middleware::from_fn_with_state(metrics, track))
 }
 
 /// The CORS layer for `origins` (`None` when there are none: browsers then refuse other
@@ -497,10 +514,13 @@ mod tests {
             .route_layer(middleware::from_fn(note_route));
         let app = serve_layers(
             routes,
-            metrics.clone(),
-            settings.limits.max_body_bytes,
-            BodyBudget::new(&settings.limits),
-            HeadLimits::from(&settings.limits),
+            OuterLayers {
+                metrics: metrics.clone(),
+                body_limit: settings.limits.max_body_bytes,
+                budget: BodyBudget::new(&settings.limits),
+                head_limits: HeadLimits::from(&settings.limits),
+                cors: cors(&["https://colour.plant.example".to_owned()]).expect("cors"),
+            },
         );
         let send = |request: Request<Body>| {
             let app = app.clone();
@@ -509,6 +529,12 @@ mod tests {
         let get = |path: &str| Request::get(path).body(Body::empty()).expect("request");
         assert_eq!(send(get("/boom")).await, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(send(get("/nowhere")).await, StatusCode::NOT_FOUND);
+        let preflight = Request::options("/boom")
+            .header("origin", "https://colour.plant.example")
+            .header("access-control-request-method", "GET")
+            .body(Body::empty())
+            .expect("request");
+        assert_eq!(send(preflight).await, StatusCode::OK);
         let mut crowded = Request::get("/boom");
         for i in 0..=settings.limits.max_headers {
             crowded = crowded.header(format!("x-h{i}"), "v");
@@ -535,5 +561,11 @@ mod tests {
         assert_eq!(count("/boom", "500").as_deref(), Some("1"), "{text}");
         assert_eq!(count("unmatched", "404").as_deref(), Some("1"), "{text}");
         assert_eq!(count("unmatched", "431").as_deref(), Some("1"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("mordant_http_requests_total{")
+                    && l.contains("method=\"OPTIONS\"")),
+            "the preflight is counted: {text}"
+        );
     }
 }
