@@ -32,6 +32,17 @@ enum Command {
     Serve,
     /// Apply the database migrations and exit.
     Migrate,
+    /// Copy everything in one store (models, versions, batches, keys) into another, empty one:
+    /// the embedded store into PostgreSQL, say. Stop the service first.
+    Copy {
+        /// The store to read: a PostgreSQL URL or sqlite://FILE.
+        #[arg(long, value_name = "URL")]
+        from: String,
+        /// The empty store to write (created or migrated first): a PostgreSQL URL or
+        /// sqlite://FILE.
+        #[arg(long, value_name = "URL")]
+        to: String,
+    },
     /// Print the OpenAPI document (the committed openapi/openapi.json is this output).
     Openapi,
     /// Exit 0 when the service answers 200 at URL (the container's HEALTHCHECK).
@@ -183,6 +194,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve => run_async(serve),
         Command::Migrate => run_async(migrate),
+        Command::Copy { from, to } => run_async(|| copy(from, to)),
         Command::Openapi => print_openapi(),
         Command::Healthcheck { url } => healthcheck(&url),
         Command::Evaluate(args) => run_evaluate(args),
@@ -251,6 +263,42 @@ async fn migrate() -> anyhow::Result<()> {
     store.migrate().await.context("migration failed")?;
     store.close().await;
     tracing::info!("migrations applied");
+    Ok(())
+}
+
+/// `mordant copy`: both stores are brought to this release's schema, then the target, which
+/// must be empty, gets everything in one transaction.
+async fn copy(from: String, to: String) -> anyhow::Result<()> {
+    anyhow::ensure!(from != to, "--from and --to name the same store");
+    let open = |url: String, what: &'static str| async move {
+        let settings = mordant::config::DatabaseSettings {
+            url,
+            path: String::new(),
+            max_connections: 4,
+            acquire_timeout_secs: 30,
+            startup_timeout_secs: 30,
+            full_state_every: mordant::store::DEFAULT_FULL_STATE_EVERY,
+        };
+        let store = Store::open(&settings)
+            .await
+            .with_context(|| format!("cannot open the {what} store"))?;
+        store
+            .migrate()
+            .await
+            .with_context(|| format!("cannot migrate the {what} store"))?;
+        anyhow::Ok(store)
+    };
+    let source = open(from, "source").await?;
+    let target = open(to, "target").await?;
+    let copied = mordant::store::copy::copy(&source, &target)
+        .await
+        .context("copy failed; the target is unchanged")?;
+    source.close().await;
+    target.close().await;
+    println!(
+        "copied {} models, {} versions, {} batches and {} API keys",
+        copied.models, copied.versions, copied.batches, copied.keys
+    );
     Ok(())
 }
 

@@ -14,6 +14,7 @@
 //!
 //! [`Store`] is the cheap, cloneable handle the rest of the service holds.
 
+pub mod copy;
 pub mod postgres;
 pub mod sqlite;
 
@@ -391,6 +392,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         received_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<u64, StoreError>;
+
+    /// One model with all its batches and versions, read in one snapshot; `None` if there is
+    /// no such model.
+    async fn dump_model(&self, id: i64) -> Result<Option<copy::ModelDump>, StoreError>;
+    /// Starts writing a copy into this store, which must hold no model and no key.
+    async fn begin_load(&self) -> Result<Box<dyn copy::Loader>, StoreError>;
 
     /// Notifications on `topics`, from now on.
     async fn subscribe(&self, topics: &[Topic]) -> Result<Box<dyn Subscription>, StoreError>;

@@ -4,6 +4,7 @@
 
 mod auth;
 mod client;
+mod copy;
 mod crash;
 mod csv_ingest;
 mod docs;

@@ -52,7 +52,15 @@ async fn purged_rows_leave_versions_refit_and_folds_working() {
         assert_eq!(response.status(), StatusCode::ACCEPTED);
         assert_eq!(app.wait_for_batch("lab", &id).await["version"], i + 1);
         let body = app.predict_at("lab", &json!(probe), i as i64 + 1).await;
-        served.push((body["mean"].clone(), body["variance"].clone()));
+        served.push(body["predictions"].clone());
+    }
+    for (i, p) in served.iter().enumerate() {
+        assert_eq!(p.as_array().map(Vec::len), Some(4), "{p}");
+        assert!(
+            served[..i].iter().all(|q| q != p),
+            "version {} predicts anew",
+            i + 1
+        );
     }
     assert_eq!(backdate(app.database()).await, sizes.len() as u64);
     let purged = wait_until(Duration::from_secs(30), || async {
@@ -90,10 +98,7 @@ async fn purged_rows_leave_versions_refit_and_folds_working() {
             .as_i64()
             .unwrap();
         let now = app.predict_at("lab", &json!(probe), version).await;
-        assert_eq!(
-            (now["mean"].clone(), now["variance"].clone()),
-            served[source - 1]
-        );
+        assert_eq!(now["predictions"], served[source - 1]);
     }
     let refit = app.post("/v1/models/lab/refit", &json!({})).await;
     assert_eq!(refit.status(), StatusCode::CREATED);

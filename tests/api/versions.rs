@@ -129,7 +129,15 @@ async fn thin_versions_restore_to_the_predictions_they_served() {
         assert_eq!(response.status(), StatusCode::ACCEPTED);
         assert_eq!(app.wait_for_batch("lab", &id).await["version"], i + 1);
         let body = app.predict_at("lab", &json!(probe), i as i64 + 1).await;
-        served.push((body["mean"].clone(), body["variance"].clone()));
+        served.push(body["predictions"].clone());
+    }
+    for (i, p) in served.iter().enumerate() {
+        assert_eq!(p.as_array().map(Vec::len), Some(4), "{p}");
+        assert!(
+            served[..i].iter().all(|q| q != p),
+            "version {} predicts anew",
+            i + 1
+        );
     }
     let list = get_json(&app.client, &app.url("/v1/models/lab/versions")).await;
     let full: Vec<bool> = list["versions"]
@@ -154,7 +162,7 @@ async fn thin_versions_restore_to_the_predictions_they_served() {
         let now = app.predict_at("lab", &json!(probe), version).await;
         assert_eq!(now["version"], version);
         assert_eq!(
-            (now["mean"].clone(), now["variance"].clone()),
+            now["predictions"],
             served[source - 1],
             "version {version} restores version {source}"
         );

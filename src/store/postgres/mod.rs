@@ -5,6 +5,7 @@
 //! is created, deleted or gets a new version (keeps every replica's posterior cache current),
 //! both with the model's id, and `mordant_keys` when an API key changes.
 
+mod copy;
 mod keys;
 mod lock;
 
@@ -415,6 +416,17 @@ impl Backend for PgStore {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn dump_model(
+        &self,
+        id: i64,
+    ) -> Result<Option<crate::store::copy::ModelDump>, StoreError> {
+        copy::dump_model(&self.pool, id).await
+    }
+
+    async fn begin_load(&self) -> Result<Box<dyn crate::store::copy::Loader>, StoreError> {
+        copy::begin_load(&self.pool).await
     }
 
     async fn create_key(

@@ -14,6 +14,7 @@
 //!   commits (see [`lock`]). Ingestion never waits for a fold's computation.
 //! * **Notifications** are in-process, sent once the change they announce is committed.
 
+mod copy;
 mod keys;
 mod lock;
 
@@ -575,6 +576,17 @@ impl Backend for SqliteStore {
         .await?;
         tx.commit().await?;
         Ok(done.rows_affected())
+    }
+
+    async fn dump_model(
+        &self,
+        id: i64,
+    ) -> Result<Option<crate::store::copy::ModelDump>, StoreError> {
+        copy::dump_model(self, id).await
+    }
+
+    async fn begin_load(&self) -> Result<Box<dyn crate::store::copy::Loader>, StoreError> {
+        copy::begin_load(self).await
     }
 
     async fn create_key(
