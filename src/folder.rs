@@ -17,7 +17,7 @@ use crate::cache::{CachedModel, PosteriorCache, sleep_or_stop};
 use crate::config::FolderSettings;
 use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec, drift};
 use crate::metrics::Metrics;
-use crate::replay;
+use crate::replay::{self, Source, decode_batch};
 use crate::store::{ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic};
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches
@@ -42,34 +42,6 @@ pub struct Pending<'a> {
     pub source: Source<'a>,
     /// Released by an admin after a hold: folded whatever its surprise.
     pub released: bool,
-}
-
-/// What a queued batch was stored as.
-#[derive(Clone, Copy, Debug)]
-pub enum Source<'a> {
-    /// Its encoded statistics.
-    Statistics(&'a [u8]),
-    /// Its raw rows, little-endian row-major `f64`s (a batch whose rows cost less than its
-    /// statistics would).
-    Rows {
-        rows: usize,
-        x: &'a [u8],
-        y: &'a [u8],
-    },
-}
-
-impl<'a> Source<'a> {
-    /// The source of a batch as the store lists it.
-    pub fn of(batch: &'a QueuedBatch) -> Self {
-        match (&batch.rows_x, &batch.rows_y) {
-            (Some(x), Some(y)) if batch.statistics.is_empty() => Self::Rows {
-                rows: usize::try_from(batch.rows).unwrap_or(0),
-                x,
-                y,
-            },
-            _ => Self::Statistics(&batch.statistics),
-        }
-    }
 }
 
 /// Folds `batches` (oldest first) into `current`.
@@ -178,32 +150,6 @@ pub fn plan_fold(
 enum Learnt {
     Folded(Box<ModelState>, Vec<Option<f64>>),
     Held(Vec<Option<f64>>),
-}
-
-/// A stored batch's statistics, checked against the model's shape.
-pub fn decode_batch(source: Source<'_>, config: &ModelConfig) -> Result<BatchStatistics, String> {
-    let stats = match source {
-        Source::Statistics(blob) => {
-            codec::decode_statistics(blob).map_err(|e| format!("stored statistics: {e}"))?
-        }
-        Source::Rows { rows, x, y } => {
-            let values = |bytes: &[u8]| -> Vec<f64> {
-                bytes
-                    .chunks_exact(8)
-                    .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
-                    .collect()
-            };
-            if !x.len().is_multiple_of(8) || !y.len().is_multiple_of(8) {
-                return Err("stored rows: not a whole number of values".to_owned());
-            }
-            BatchStatistics::from_row_major(&config.basis, rows, &values(x), &values(y))
-                .map_err(|e| format!("stored rows: {e}"))?
-        }
-    };
-    if stats.dim() != config.basis.dim() || stats.outputs() != config.outputs {
-        return Err("stored statistics do not match the model's shape".to_owned());
-    }
-    Ok(stats)
 }
 
 /// Outcome of one fold, for logs and tests.

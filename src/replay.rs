@@ -9,10 +9,66 @@
 //! since the last full state and checks that the replayed state encodes to exactly the bytes
 //! it had: a build whose estimator computes differently refuses instead of serving a state
 //! that never was.
+//!
+//! Reading a stored batch back into statistics ([`decode_batch`]) lives here too: the folder
+//! and a replay read batches the same way.
 
-use crate::estimator::{ModelConfig, ModelState, codec};
-use crate::folder::{Source, decode_batch};
+use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec};
 use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError};
+
+/// What a queued batch was stored as.
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// Its encoded statistics.
+    Statistics(&'a [u8]),
+    /// Its raw rows, little-endian row-major `f64`s (a batch whose rows cost less than its
+    /// statistics would).
+    Rows {
+        rows: usize,
+        x: &'a [u8],
+        y: &'a [u8],
+    },
+}
+
+impl<'a> Source<'a> {
+    /// The source of a batch as the store lists it.
+    pub fn of(batch: &'a QueuedBatch) -> Self {
+        match (&batch.rows_x, &batch.rows_y) {
+            (Some(x), Some(y)) if batch.statistics.is_empty() => Self::Rows {
+                rows: usize::try_from(batch.rows).unwrap_or(0),
+                x,
+                y,
+            },
+            _ => Self::Statistics(&batch.statistics),
+        }
+    }
+}
+
+/// A stored batch's statistics, checked against the model's shape.
+pub fn decode_batch(source: Source<'_>, config: &ModelConfig) -> Result<BatchStatistics, String> {
+    let stats = match source {
+        Source::Statistics(blob) => {
+            codec::decode_statistics(blob).map_err(|e| format!("stored statistics: {e}"))?
+        }
+        Source::Rows { rows, x, y } => {
+            let values = |bytes: &[u8]| -> Vec<f64> {
+                bytes
+                    .chunks_exact(8)
+                    .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                    .collect()
+            };
+            if !x.len().is_multiple_of(8) || !y.len().is_multiple_of(8) {
+                return Err("stored rows: not a whole number of values".to_owned());
+            }
+            BatchStatistics::from_row_major(&config.basis, rows, &values(x), &values(y))
+                .map_err(|e| format!("stored rows: {e}"))?
+        }
+    };
+    if stats.dim() != config.basis.dim() || stats.outputs() != config.outputs {
+        return Err("stored statistics do not match the model's shape".to_owned());
+    }
+    Ok(stats)
+}
 
 /// A thin version: the batches folded into it and the digest of the state it had.
 #[derive(Debug)]
@@ -141,7 +197,6 @@ mod tests {
     use chrono::Utc;
 
     use super::*;
-    use crate::estimator::BatchStatistics;
     use crate::folder::tests::{le_bytes, wide_batches, wide_spec};
     use crate::folder::{Pending, plan_fold};
 
