@@ -229,6 +229,34 @@ async fn a_copied_store_answers_as_the_original_did() {
         .post("/v1/models/watch/batches/shifted/release", &json!({}))
         .await;
     assert_eq!(release.status(), StatusCode::OK);
+    app.wait_for_batch("watch", "shifted").await;
+    let on_postgres = observe(&app, &probe).await;
+    app.stop().await;
+
+    // And back: PostgreSQL into a new embedded store answers as PostgreSQL did.
+    let back = fresh_sqlite_database();
+    let output = copy_command(&postgres.url, &back.url)
+        .output()
+        .await
+        .expect("run copy");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let app = spawn_keyed(&back.url).await;
+    assert_eq!(observe(&app, &probe).await, on_postgres);
+    let newest = app
+        .client
+        .post(app.url("/v1/keys"))
+        .json(&json!({"name": "newest", "scopes": ["predict"]}))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert!(newest["id"].as_i64() > newer["id"].as_i64(), "{newest}");
     app.stop().await;
 
     // A copy killed at any moment leaves the target empty or complete.
