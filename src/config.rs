@@ -297,6 +297,10 @@ impl Settings {
             "retention.purge_batch_size and retention.purge_interval_secs must be at least 1"
         );
         anyhow::ensure!(
+            self.retention.raw_rows_days <= 36_500,
+            "retention.raw_rows_days must be at most 36500 (a century); 0 keeps rows forever"
+        );
+        anyhow::ensure!(
             self.database.full_state_every >= 1,
             "database.full_state_every must be at least 1 (1 keeps every version's full state)"
         );

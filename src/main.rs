@@ -266,20 +266,39 @@ async fn migrate() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `mordant copy`: both stores are brought to this release's schema, then the target, which
-/// must be empty, gets everything in one transaction.
+/// `mordant copy`: the source, which must exist at this release's schema, is read; the
+/// target, brought to this release's schema and empty, gets everything in one transaction.
 async fn copy(from: String, to: String) -> anyhow::Result<()> {
     anyhow::ensure!(from != to, "--from and --to name the same store");
+    let settings = |url: String| mordant::config::DatabaseSettings {
+        url,
+        path: String::new(),
+        max_connections: 4,
+        acquire_timeout_secs: 30,
+        startup_timeout_secs: 30,
+        full_state_every: mordant::store::DEFAULT_FULL_STATE_EVERY,
+    };
+    // The source is read as it is: never created (a mistyped file would copy nothing) nor
+    // migrated (an older release would then refuse it).
+    let source = settings(from);
+    if let mordant::store::Location::Sqlite(path) = mordant::store::Location::of(&source)? {
+        anyhow::ensure!(
+            path.is_file(),
+            "the source store {} does not exist",
+            path.display()
+        );
+    }
+    let source = Store::open(&source)
+        .await
+        .context("cannot open the source store")?;
+    source.ready().await.map_err(|reason| {
+        anyhow::anyhow!(
+            "the source store is not at this release's schema ({reason}): run `mordant \
+             migrate` against it with this release first"
+        )
+    })?;
     let open = |url: String, what: &'static str| async move {
-        let settings = mordant::config::DatabaseSettings {
-            url,
-            path: String::new(),
-            max_connections: 4,
-            acquire_timeout_secs: 30,
-            startup_timeout_secs: 30,
-            full_state_every: mordant::store::DEFAULT_FULL_STATE_EVERY,
-        };
-        let store = Store::open(&settings)
+        let store = Store::open(&settings(url))
             .await
             .with_context(|| format!("cannot open the {what} store"))?;
         store
@@ -288,7 +307,6 @@ async fn copy(from: String, to: String) -> anyhow::Result<()> {
             .with_context(|| format!("cannot migrate the {what} store"))?;
         anyhow::Ok(store)
     };
-    let source = open(from, "source").await?;
     let target = open(to, "target").await?;
     let copied = mordant::store::copy::copy(&source, &target)
         .await

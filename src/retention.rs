@@ -54,6 +54,7 @@ pub async fn purge_once(
     settings: &RetentionSettings,
     shutdown: &CancellationToken,
 ) -> Result<u64, crate::store::StoreError> {
+    // `raw_rows_days` is validated to at most a century, far from chrono's range.
     let cutoff = chrono::Utc::now() - chrono::Duration::days(i64::from(settings.raw_rows_days));
     let mut total = 0;
     while !shutdown.is_cancelled() {

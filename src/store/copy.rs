@@ -78,10 +78,32 @@ pub struct Copied {
     pub keys: usize,
 }
 
+/// What changes when a store is written to: each model's version, queue and held batches, and
+/// each key. A copy reads it before and after, and refuses a source that changed meanwhile (a
+/// service still running on a PostgreSQL source).
+async fn fingerprint(store: &Store) -> Result<String, StoreError> {
+    let mut seen = Vec::new();
+    for m in store.list_models().await? {
+        let held = store
+            .list_batches(m.id, Some("held"), i64::MAX)
+            .await?
+            .len();
+        seen.push(format!(
+            "{} {} {} {} {} {held}",
+            m.id, m.version, m.pending_batches, m.pending_rows, m.updated_at
+        ));
+    }
+    for k in store.list_keys().await? {
+        seen.push(format!("key {} {:?}", k.id, k.revoked_at));
+    }
+    Ok(seen.join("\n"))
+}
+
 /// Copies everything in `from` into `to`, which must be empty; all of it or nothing.
 pub async fn copy(from: &Store, to: &Store) -> Result<Copied, StoreError> {
     let mut loader = to.begin_load().await?;
     let mut copied = Copied::default();
+    let before = fingerprint(from).await?;
     for model in from.list_models().await? {
         let dump = from.dump_model(model.id).await?.ok_or_else(|| {
             StoreError::Conflict(format!(
@@ -97,6 +119,13 @@ pub async fn copy(from: &Store, to: &Store) -> Result<Copied, StoreError> {
     let keys = from.list_keys().await?;
     loader.keys(&keys).await?;
     copied.keys = keys.len();
+    if fingerprint(from).await? != before {
+        return Err(StoreError::Conflict(
+            "the source changed while it was being copied (is a service still running on it?): \
+             stop it and copy again"
+                .into(),
+        ));
+    }
     loader.commit().await?;
     Ok(copied)
 }

@@ -136,7 +136,6 @@ async fn a_copied_store_answers_as_the_original_did() {
     let (probe, _) = random_rows(7, 4, 3, 2);
     let probe = json!(probe);
     let version3 = app.predict_at("lab", &probe, 6).await;
-    let before = observe(&app, &probe).await;
     // Version 4 is thin on the embedded store; its restore there is the reference.
     let restored = app
         .post("/v1/models/lab/versions/4/restore", &json!({}))
@@ -164,6 +163,16 @@ async fn a_copied_store_answers_as_the_original_did() {
         "{stdout}"
     );
 
+    // A source that does not exist is refused, not created and copied as nothing.
+    let missing = std::env::temp_dir().join(format!("mordant-missing-{}.db", uuid::Uuid::new_v4()));
+    let typo = copy_command(&format!("sqlite://{}", missing.display()), &postgres.url)
+        .output()
+        .await
+        .expect("run copy");
+    assert!(!typo.status.success());
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("does not exist"));
+    assert!(!missing.exists());
+
     // Into a store that holds something: refused, and nothing changes.
     let again = copy_command(&embedded.url, &postgres.url)
         .output()
@@ -174,7 +183,6 @@ async fn a_copied_store_answers_as_the_original_did() {
 
     let app = spawn_keyed(&postgres.url).await;
     assert_eq!(observe(&app, &probe).await, before_after_restore);
-    assert_ne!(before, before_after_restore);
     // The same replays and conflicts.
     let replay = app.post_batch("lab", &sent[2]).await;
     assert_eq!(replay.status(), StatusCode::ACCEPTED);

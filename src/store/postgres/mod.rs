@@ -409,7 +409,7 @@ impl Backend for PgStore {
                            WHERE received_at < $1 AND rows_purged_at IS NULL \
                              AND status IN ('folded', 'rejected') \
                              AND octet_length(statistics) > 0 \
-                           ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                           ORDER BY received_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED)",
         )
         .bind(received_before)
         .bind(i64::from(limit))

@@ -567,7 +567,7 @@ impl Backend for SqliteStore {
              WHERE seq IN (SELECT seq FROM batches \
                            WHERE received_at < ?1 AND rows_purged_at IS NULL \
                              AND status IN ('folded', 'rejected') AND length(statistics) > 0 \
-                           ORDER BY seq LIMIT ?2)",
+                           ORDER BY received_at, seq LIMIT ?2)",
         )
         .bind(received_before)
         .bind(i64::from(limit))
