@@ -28,6 +28,19 @@ async fn spawn_keyed(url: &str) -> TestApp {
     app
 }
 
+/// A new API key (the answer to `POST /v1/keys`, with the key itself).
+async fn create_key(app: &TestApp, name: &str, scopes: &[&str]) -> Value {
+    let response = app
+        .client
+        .post(app.url("/v1/keys"))
+        .json(&json!({"name": name, "scopes": scopes}))
+        .send()
+        .await
+        .expect("POST /v1/keys");
+    assert_eq!(response.status(), StatusCode::CREATED);
+    response.json().await.expect("key JSON")
+}
+
 fn copy_command(from: &str, to: &str) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mordant"));
     command
@@ -112,20 +125,8 @@ async fn a_copied_store_answers_as_the_original_did() {
         app.wait_for_batch("watch", "shifted").await["status"],
         "held"
     );
-    let key = |name: &str, scopes: &[&str]| {
-        let body = json!({"name": name, "scopes": scopes});
-        let request = app.client.post(app.url("/v1/keys")).json(&body).send();
-        async move {
-            request
-                .await
-                .expect("key")
-                .json::<Value>()
-                .await
-                .expect("key JSON")
-        }
-    };
-    let ingest = key("mes-line-3", &["ingest"]).await;
-    let revoked = key("old", &["predict"]).await;
+    let ingest = create_key(&app, "mes-line-3", &["ingest"]).await;
+    let revoked = create_key(&app, "old", &["predict"]).await;
     let revoke = app
         .client
         .delete(app.url(&format!("/v1/keys/{}", revoked["id"])))
@@ -221,16 +222,7 @@ async fn a_copied_store_answers_as_the_original_did() {
             .status(),
         StatusCode::UNAUTHORIZED
     );
-    let newer = app
-        .client
-        .post(app.url("/v1/keys"))
-        .json(&json!({"name": "new", "scopes": ["predict"]}))
-        .send()
-        .await
-        .unwrap()
-        .json::<Value>()
-        .await
-        .unwrap();
+    let newer = create_key(&app, "new", &["predict"]).await;
     assert!(newer["id"].as_i64() > revoked["id"].as_i64(), "{newer}");
     // The held batch is still held, and an admin can release it.
     let release = app
@@ -254,16 +246,7 @@ async fn a_copied_store_answers_as_the_original_did() {
     );
     let app = spawn_keyed(&back.url).await;
     assert_eq!(observe(&app, &probe).await, on_postgres);
-    let newest = app
-        .client
-        .post(app.url("/v1/keys"))
-        .json(&json!({"name": "newest", "scopes": ["predict"]}))
-        .send()
-        .await
-        .unwrap()
-        .json::<Value>()
-        .await
-        .unwrap();
+    let newest = create_key(&app, "newest", &["predict"]).await;
     assert!(newest["id"].as_i64() > newer["id"].as_i64(), "{newest}");
     app.stop().await;
 

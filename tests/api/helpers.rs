@@ -529,3 +529,39 @@ pub async fn fold_history(client: &reqwest::Client, base: &str, model: &str) -> 
     }
     history
 }
+
+/// Posts one batch of each size to `model` (d = 3, m = 2; rows from `random_rows(seed + i)`),
+/// each folded into its own version before the next is sent; what each version predicted at
+/// `probe`, every one of them different.
+pub async fn fold_one_version_each(
+    app: &TestApp,
+    model: &str,
+    sizes: &[usize],
+    seed: u64,
+    probe: &[Vec<f64>],
+) -> Vec<Value> {
+    let mut served: Vec<Value> = Vec::new();
+    for (i, rows) in sizes.iter().enumerate() {
+        let (x, y) = random_rows(seed + i as u64, *rows, 3, 2);
+        let id = format!("b{i}");
+        let response = app
+            .post_batch(model, &json!({"batch_id": id, "x": x, "y": y}))
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        assert_eq!(app.wait_for_batch(model, &id).await["version"], i + 1);
+        let body = app.predict_at(model, &json!(probe), i as i64 + 1).await;
+        let predictions = body["predictions"].clone();
+        assert_eq!(
+            predictions.as_array().map(Vec::len),
+            Some(probe.len()),
+            "{body}"
+        );
+        assert!(
+            served.iter().all(|q| *q != predictions),
+            "version {} predicts anew",
+            i + 1
+        );
+        served.push(predictions);
+    }
+    served
+}

@@ -43,26 +43,7 @@ async fn purged_rows_leave_versions_refit_and_folds_working() {
     let (probe, _) = random_rows(7, 4, 3, 2);
     // Batches of 1 and 2 rows are kept as rows (they are their statistics): never purged.
     let sizes = [8usize, 1, 8, 8, 2, 8];
-    let mut served = Vec::new();
-    for (i, rows) in sizes.iter().enumerate() {
-        let (x, y) = random_rows(40 + i as u64, *rows, 3, 2);
-        let id = format!("b{i}");
-        let response = app
-            .post_batch("lab", &json!({"batch_id": id, "x": x, "y": y}))
-            .await;
-        assert_eq!(response.status(), StatusCode::ACCEPTED);
-        assert_eq!(app.wait_for_batch("lab", &id).await["version"], i + 1);
-        let body = app.predict_at("lab", &json!(probe), i as i64 + 1).await;
-        served.push(body["predictions"].clone());
-    }
-    for (i, p) in served.iter().enumerate() {
-        assert_eq!(p.as_array().map(Vec::len), Some(4), "{p}");
-        assert!(
-            served[..i].iter().all(|q| q != p),
-            "version {} predicts anew",
-            i + 1
-        );
-    }
+    let served = fold_one_version_each(&app, "lab", &sizes, 40, &probe).await;
     assert_eq!(backdate(app.database()).await, sizes.len() as u64);
     let purged = wait_until(Duration::from_secs(30), || async {
         let list = get_json(&app.client, &app.url("/v1/models/lab/batches")).await;

@@ -119,26 +119,7 @@ async fn thin_versions_restore_to_the_predictions_they_served() {
     let (probe, _) = random_rows(7, 4, 3, 2);
     // Batches of 1 and 2 rows cost less as rows than as statistics: kept as rows.
     let sizes = [8usize, 1, 2, 8, 1, 3, 8];
-    let mut served = Vec::new();
-    for (i, rows) in sizes.iter().enumerate() {
-        let (x, y) = random_rows(20 + i as u64, *rows, 3, 2);
-        let id = format!("b{i}");
-        let response = app
-            .post_batch("lab", &json!({"batch_id": id, "x": x, "y": y}))
-            .await;
-        assert_eq!(response.status(), StatusCode::ACCEPTED);
-        assert_eq!(app.wait_for_batch("lab", &id).await["version"], i + 1);
-        let body = app.predict_at("lab", &json!(probe), i as i64 + 1).await;
-        served.push(body["predictions"].clone());
-    }
-    for (i, p) in served.iter().enumerate() {
-        assert_eq!(p.as_array().map(Vec::len), Some(4), "{p}");
-        assert!(
-            served[..i].iter().all(|q| q != p),
-            "version {} predicts anew",
-            i + 1
-        );
-    }
+    let served = fold_one_version_each(&app, "lab", &sizes, 20, &probe).await;
     let list = get_json(&app.client, &app.url("/v1/models/lab/versions")).await;
     let full: Vec<bool> = list["versions"]
         .as_array()
