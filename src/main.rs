@@ -47,9 +47,11 @@ enum Command {
     Openapi,
     /// Exit 0 when the service answers 200 at URL (the container's HEALTHCHECK).
     Healthcheck {
-        /// An http:// URL, e.g. http://127.0.0.1:8080/healthz.
-        #[arg(long, default_value = "http://127.0.0.1:8080/healthz")]
-        url: String,
+        /// An http:// URL, e.g. http://127.0.0.1:8080/healthz. Default: /healthz at the
+        /// address `serve` listens on (`MORDANT_ADDR` or `server.addr`; a wildcard host is asked
+        /// on loopback).
+        #[arg(long)]
+        url: Option<String>,
     },
     /// Reproduce the paper's experiment on a CSV file and print the table of scores.
     Evaluate(EvaluateArgs),
@@ -196,7 +198,9 @@ fn main() -> ExitCode {
         Command::Migrate => run_async(migrate),
         Command::Copy { from, to } => run_async(|| copy(from, to)),
         Command::Openapi => print_openapi(),
-        Command::Healthcheck { url } => healthcheck(&url),
+        Command::Healthcheck { url } => url
+            .map_or_else(own_health_url, Ok)
+            .and_then(|url| healthcheck(&url)),
         Command::Evaluate(args) => run_evaluate(args),
         Command::Simulate(args) => run_simulate(*args),
     };
@@ -321,6 +325,25 @@ async fn copy(from: String, to: String) -> anyhow::Result<()> {
 }
 
 /// A plain HTTP/1.0 GET with a 3 s timeout: the runtime image has no curl.
+/// `/healthz` at the address `serve` would listen on with the same environment and files.
+fn own_health_url() -> anyhow::Result<String> {
+    let (_, settings) = Settings::load()?;
+    let addr = &settings.server.addr;
+    let authority = match addr.parse::<std::net::SocketAddr>() {
+        // A service bound to every interface answers on loopback.
+        Ok(mut socket) if socket.ip().is_unspecified() => {
+            socket.set_ip(match socket {
+                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+            socket.to_string()
+        }
+        // An IP address as given, or a host name (`localhost:8080`) as `serve` resolves it.
+        _ => addr.clone(),
+    };
+    Ok(format!("http://{authority}/healthz"))
+}
+
 fn healthcheck(url: &str) -> anyhow::Result<()> {
     use std::io::{Read, Write};
     use std::net::{TcpStream, ToSocketAddrs};

@@ -4,6 +4,7 @@
 
 mod auth;
 mod client;
+mod container;
 mod copy;
 mod crash;
 mod csv_ingest;
@@ -20,6 +21,8 @@ mod models;
 mod outage;
 mod process;
 mod readme;
+#[path = "../readme/mod.rs"]
+mod readme_walkthrough;
 mod replicas;
 mod resilience;
 mod retention;

@@ -3,48 +3,10 @@
 use std::time::{Duration, Instant};
 
 use crate::helpers::spawn_app;
+use crate::readme_walkthrough::{CARGO_RUN, walkthrough};
 
-const README: &str = include_str!("../../README.md");
 const SECTION: &str = "## The service, step by step";
 const COLOUR_EXAMPLE: &str = "### A worked example: a colour-matching front end";
-/// How the README runs the command line; the tests run the binary they were built with.
-const CARGO_RUN: &str = "cargo run --release -- ";
-
-/// The shell commands of the section's `sh` blocks, one per `curl` or `cargo run` (continuation
-/// lines and multi-line quoted arguments joined back).
-fn walkthrough(heading: &str) -> Vec<String> {
-    let start = README
-        .find(heading)
-        .unwrap_or_else(|| panic!("the README has the section {heading:?}"));
-    let section = &README[start + heading.len()..];
-    // Up to the next heading of level 2 or 3 (`# …` lines inside the blocks are comments).
-    let end = section
-        .match_indices("\n#")
-        .map(|(i, _)| i)
-        .find(|&i| section[i + 1..].starts_with("## ") || section[i + 1..].starts_with("### "))
-        .unwrap_or(section.len());
-    let section = &section[..end];
-    let mut commands: Vec<String> = Vec::new();
-    let mut in_block = false;
-    for line in section.lines() {
-        match line.trim_end() {
-            "```sh" => in_block = true,
-            "```" => in_block = false,
-            line if !in_block || line.is_empty() || line.starts_with('#') => {}
-            line if line.starts_with("curl ") || line.starts_with(CARGO_RUN) => {
-                commands.push(line.to_owned())
-            }
-            line => {
-                let last = commands
-                    .last_mut()
-                    .expect("a continuation follows a curl line");
-                last.push('\n');
-                last.push_str(line);
-            }
-        }
-    }
-    commands
-}
 
 #[tokio::test]
 async fn readme_walkthrough_works_against_a_fresh_service() {

@@ -105,13 +105,35 @@ async fn the_healthcheck_command_follows_the_service() {
             .status
             .success()
     };
+    // Without --url: /healthz where `serve` would listen with the same environment (the
+    // container's HEALTHCHECK); a wildcard address is asked on loopback.
+    let at_addr = |addr: String| async move {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+            .arg("healthcheck")
+            .env("MORDANT_ADDR", addr)
+            .output()
+            .await
+            .expect("run mordant healthcheck")
+            .status
+            .success()
+    };
+    let port = app.address.rsplit(':').next().unwrap().to_owned();
     assert!(run(app.url("/healthz")).await, "healthy service");
+    assert!(at_addr(format!("127.0.0.1:{port}")).await, "MORDANT_ADDR");
+    assert!(
+        at_addr(format!("0.0.0.0:{port}")).await,
+        "a wildcard MORDANT_ADDR"
+    );
     assert!(!run(app.url("/no-such-page")).await, "a 404 is not healthy");
     let address = app.address.clone();
     app.stop().await;
     assert!(
         !run(format!("{address}/healthz")).await,
         "a stopped service is not healthy"
+    );
+    assert!(
+        !at_addr(format!("127.0.0.1:{port}")).await,
+        "a stopped service is not healthy at MORDANT_ADDR"
     );
 }
 

@@ -32,6 +32,8 @@ mod metrics;
 mod models;
 #[path = "../api/readme.rs"]
 mod readme;
+#[path = "../readme/mod.rs"]
+mod readme_walkthrough;
 #[path = "../api/resilience.rs"]
 mod resilience;
 #[path = "../api/retention.rs"]
