@@ -18,7 +18,7 @@ use crate::config::FolderSettings;
 use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec, drift};
 use crate::metrics::Metrics;
 use crate::replay::{self, Source, decode_batch};
-use crate::store::{ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic};
+use crate::store::{ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic, VersionOrigin};
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches
 /// folded into it, the batches rejected with their reasons and those held for review. Batches
@@ -267,7 +267,7 @@ async fn fold_claimed(
         };
         let (v, created_at) = lock
             .write_version(
-                "fold",
+                VersionOrigin::Fold,
                 None,
                 state.totals().rows(),
                 &state.noise_variances(),

@@ -14,7 +14,7 @@
 //! and a replay read batches the same way.
 
 use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec};
-use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError};
+use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin};
 
 /// What a queued batch was stored as.
 #[derive(Clone, Copy, Debug)]
@@ -147,7 +147,9 @@ pub async fn version_state(
         if !stored.is_thin() {
             break stored.blob;
         }
-        let digest = stored.digest.filter(|_| stored.origin == "fold" && at > 1);
+        let digest = stored
+            .digest
+            .filter(|_| stored.origin == VersionOrigin::Fold && at > 1);
         let Some(digest) = digest else {
             return Err(StoreError::Corrupt(format!(
                 "model {} version {at} has no state and is not a fold that can be replayed",

@@ -3,22 +3,28 @@
 //! alone. The service above the store relies on exactly these.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mordant::auth::Scope;
 use mordant::config::DatabaseSettings;
 use mordant::domain::{Body, ModelName, ModelSpec, NewBatch, row_fields};
-use mordant::store::{ModelLock, Notification, StateBlob, Store, StoreError, Subscription, Topic};
+use mordant::store::{
+    BatchStatus, ModelLock, Notification, StateBlob, Store, StoreError, Subscription, Topic,
+    VersionOrigin,
+};
 use serde_json::json;
 use sqlx::Connection;
 
-/// A store on an empty database of its own, removed on drop.
+#[path = "support/database.rs"]
+mod test_database;
+
+use test_database::{TestDatabase, fresh_postgres_database, fresh_sqlite_database};
+
+/// A store on an empty database of its own, removed on drop (the store closes first).
 struct TestStore {
     store: Store,
-    postgres: Option<String>,
-    dir: Option<PathBuf>,
+    database: TestDatabase,
 }
 
 fn settings(url: String) -> DatabaseSettings {
@@ -33,70 +39,20 @@ fn settings(url: String) -> DatabaseSettings {
 }
 
 impl TestStore {
-    async fn postgres() -> Self {
-        let server = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        let name = format!("mordant_store_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = sqlx::PgConnection::connect(&server)
-            .await
-            .expect("PostgreSQL must answer at DATABASE_URL (or 127.0.0.1:5432)");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut conn)
-            .await
-            .expect("create database");
-        let (base, _) = server.rsplit_once('/').expect("a database URL");
-        let store = Store::open(&settings(format!("{base}/{name}")))
+    async fn open(database: TestDatabase) -> Self {
+        let store = Store::open(&settings(database.url.clone()))
             .await
             .expect("open");
         store.migrate().await.expect("migrate");
-        Self {
-            store,
-            postgres: Some(name),
-            dir: None,
-        }
+        Self { store, database }
+    }
+
+    async fn postgres() -> Self {
+        Self::open(fresh_postgres_database().await).await
     }
 
     async fn sqlite() -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("mordant_store_{}", uuid::Uuid::new_v4().simple()));
-        let file = dir.join("store.db");
-        let store = Store::open(&settings(format!("sqlite://{}", file.display())))
-            .await
-            .expect("open");
-        store.migrate().await.expect("migrate");
-        Self {
-            store,
-            postgres: None,
-            dir: Some(dir),
-        }
-    }
-}
-
-impl Drop for TestStore {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.dir {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-        if let Some(name) = self.postgres.clone() {
-            let _ = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
-                runtime.block_on(async {
-                    let server = std::env::var("DATABASE_URL").unwrap_or_else(|_| {
-                        "postgres://postgres@127.0.0.1:5432/postgres".to_owned()
-                    });
-                    if let Ok(mut conn) = sqlx::PgConnection::connect(&server).await {
-                        let _ =
-                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                                .execute(&mut conn)
-                                .await;
-                    }
-                });
-            })
-            .join();
-        }
+        Self::open(fresh_sqlite_database()).await
     }
 }
 
@@ -178,7 +134,7 @@ async fn fold_queue(mut lock: mordant::store::ModelLock) -> usize {
     }
     let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
     let (v, _) = lock
-        .write_version("fold", None, 0.0, &[Some(1.0)], &blob(b"s"))
+        .write_version(VersionOrigin::Fold, None, 0.0, &[Some(1.0)], &blob(b"s"))
         .await
         .unwrap();
     lock.mark_folded(&seqs, v).await.unwrap();
@@ -348,7 +304,13 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
         assert_eq!(queued[0].statistics, b"stats of b1");
         assert!(queued[0].seq < queued[1].seq);
         let (v, _) = lock
-            .write_version("fold", None, 4.0, &[Some(0.5)], &blob(b"state 1"))
+            .write_version(
+                VersionOrigin::Fold,
+                None,
+                4.0,
+                &[Some(0.5)],
+                &blob(b"state 1"),
+            )
             .await
             .unwrap();
         lock.mark_folded(&[queued[0].seq], v).await.unwrap();
@@ -359,14 +321,20 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
     assert!(store.versions(id).await.unwrap().is_empty());
     assert_eq!(
         store.batch(id, "b1").await.unwrap().unwrap().status,
-        "queued"
+        BatchStatus::Queued
     );
 
     // Committed, it is all there.
     let mut lock = store.claim_fold(&[]).await.unwrap().expect("work again");
     let queued = lock.queued_batches().await.unwrap();
     let (v, created_at) = lock
-        .write_version("fold", None, 4.0, &[Some(0.5), None], &blob(b"state 1"))
+        .write_version(
+            VersionOrigin::Fold,
+            None,
+            4.0,
+            &[Some(0.5), None],
+            &blob(b"state 1"),
+        )
         .await
         .unwrap();
     assert_eq!((v, lock.version), (1, 1));
@@ -422,7 +390,7 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
     );
     assert!(lock.stored_state(7).await.unwrap().is_none());
     lock.write_version(
-        "restore",
+        VersionOrigin::Restore,
         Some(1),
         4.0,
         &[Some(0.5), None],
@@ -461,7 +429,13 @@ async fn fold_two(store: &Store, id: i64, spec: &ModelSpec, v: i64) {
         .collect();
     let state = blob(format!("state {v}").as_bytes());
     let (written, _) = lock
-        .write_version("fold", None, 4.0 * v as f64, &[Some(1.0)], &state)
+        .write_version(
+            VersionOrigin::Fold,
+            None,
+            4.0 * v as f64,
+            &[Some(1.0)],
+            &state,
+        )
         .await
         .unwrap();
     assert_eq!(written, v);
@@ -480,9 +454,15 @@ async fn folds_between_full_states_keep_their_digest_and_batches(store: &Store) 
         fold_two(store, id, &spec, v).await;
     }
     let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
-    lock.write_version("restore", Some(2), 8.0, &[Some(1.0)], &blob(b"state 8"))
-        .await
-        .unwrap();
+    lock.write_version(
+        VersionOrigin::Restore,
+        Some(2),
+        8.0,
+        &[Some(1.0)],
+        &blob(b"state 8"),
+    )
+    .await
+    .unwrap();
     lock.commit().await.unwrap();
     fold_two(store, id, &spec, 9).await;
     fold_two(store, id, &spec, 10).await;
@@ -511,7 +491,7 @@ async fn folds_between_full_states_keep_their_digest_and_batches(store: &Store) 
             assert_eq!(stored.blob, state, "version {v}");
         }
         if v == 8 {
-            assert_eq!(stored.origin, "restore");
+            assert_eq!(stored.origin, VersionOrigin::Restore);
             assert!(lock.folded_batches(v).await.unwrap().is_empty());
             continue;
         }
@@ -542,7 +522,7 @@ async fn retention_purges_the_rows_of_settled_batches_only(store: &Store) {
     let mut lock = claim_eventually(store, &[]).await;
     let queued = lock.queued_batches().await.unwrap();
     let (v, _) = lock
-        .write_version("fold", None, 6.0, &[Some(1.0)], &blob(b"s"))
+        .write_version(VersionOrigin::Fold, None, 6.0, &[Some(1.0)], &blob(b"s"))
         .await
         .unwrap();
     lock.mark_folded(&[queued[0].seq, queued[1].seq, queued[3].seq], v)
@@ -661,7 +641,7 @@ async fn restore_locks_and_deletion_wait_for_a_held_lock(store: &Store) {
     assert!(!waiting.is_finished(), "a restore lock while a fold runs");
     let queued = fold.queued_batches().await.unwrap();
     let (v, _) = fold
-        .write_version("fold", None, 4.0, &[Some(1.0)], &blob(b"s"))
+        .write_version(VersionOrigin::Fold, None, 4.0, &[Some(1.0)], &blob(b"s"))
         .await
         .unwrap();
     fold.mark_folded(&[queued[0].seq], v).await.unwrap();
@@ -736,13 +716,13 @@ async fn notifications_announce_committed_changes_only(store: &Store) {
     // A version written in a lock that is rolled back is never announced.
     {
         let mut lock = store.claim_fold(&[]).await.unwrap().unwrap();
-        lock.write_version("fold", None, 4.0, &[Some(1.0)], &blob(b"s"))
+        lock.write_version(VersionOrigin::Fold, None, 4.0, &[Some(1.0)], &blob(b"s"))
             .await
             .unwrap();
     }
     assert_eq!(next(&mut models, short).await, None);
     let mut lock = store.claim_fold(&[]).await.unwrap().unwrap();
-    lock.write_version("fold", None, 4.0, &[Some(1.0)], &blob(b"s"))
+    lock.write_version(VersionOrigin::Fold, None, 4.0, &[Some(1.0)], &blob(b"s"))
         .await
         .unwrap();
     lock.commit().await.unwrap();
@@ -939,13 +919,7 @@ async fn postgres_folds_in_arrival_order_under_concurrent_ingestion() {
     let versions = store.versions(id).await.unwrap();
     assert!(versions.len() > 1, "folds interleaved with ingestion");
     let folded: Vec<String> = versions.into_iter().flat_map(|v| v.batches).collect();
-    let name = db.postgres.clone().expect("a PostgreSQL database");
-    let server = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let (base, _) = server.rsplit_once('/').expect("a database URL");
-    let mut conn = sqlx::PgConnection::connect(&format!("{base}/{name}"))
-        .await
-        .unwrap();
+    let mut conn = sqlx::PgConnection::connect(&db.database.url).await.unwrap();
     let arrival: Vec<String> =
         sqlx::query_scalar("SELECT batch_id FROM batches WHERE model_id = $1 ORDER BY arrival")
             .bind(id)

@@ -15,7 +15,8 @@ use super::predict::Spectra;
 use super::{AppState, model_name};
 use crate::domain::{CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch, row_fields};
 use crate::estimator::{BatchStatistics, codec};
-use crate::store::{BatchRecord, ModelRecord, Review, StoreError};
+use crate::store::{BatchRecord, BatchStatus, ModelRecord, Review, StoreError};
+use strum::VariantArray;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -55,23 +56,13 @@ pub struct BatchAccepted {
     #[schema(example = "lot-2026-11-22-0042")]
     pub batch_id: String,
     /// `queued` for a new batch; a replayed batch shows its current status.
-    #[schema(example = "queued", value_type = BatchStatus)]
-    pub status: String,
+    #[schema(example = "queued")]
+    pub status: BatchStatus,
     #[schema(example = 2)]
     pub rows: i32,
     /// What was accepted but looks wrong (reflectance above full scale); left out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Detail>,
-}
-
-/// Where a batch is: the values the store writes (the API document's enum).
-#[derive(ToSchema)]
-#[schema(rename_all = "lowercase")]
-pub enum BatchStatus {
-    Queued,
-    Folded,
-    Rejected,
-    Held,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -80,8 +71,8 @@ pub struct BatchView {
     pub batch_id: String,
     /// `queued`, `folded`, `rejected` or `held` (for review: see the model's
     /// `drift_threshold`).
-    #[schema(example = "folded", value_type = BatchStatus)]
-    pub status: String,
+    #[schema(example = "folded")]
+    pub status: BatchStatus,
     #[schema(example = 1028)]
     pub rows: i32,
     #[schema(example = "2026-11-21T08:15:02.417Z")]
@@ -117,7 +108,10 @@ pub struct BatchView {
 
 impl From<BatchRecord> for BatchView {
     fn from(b: BatchRecord) -> Self {
-        let (folded, rejected) = (b.status == "folded", b.status == "rejected");
+        let (folded, rejected) = (
+            b.status == BatchStatus::Folded,
+            b.status == BatchStatus::Rejected,
+        );
         Self {
             batch_id: b.batch_id,
             status: b.status,
@@ -323,15 +317,16 @@ pub async fn status(
 /// Why a queued batch of a model that has no posterior yet is still queued.
 fn waiting_for(batch: &BatchView, model: &ModelRecord) -> Option<String> {
     let first = model.spec.first_fit_rows;
-    (batch.status == "queued" && model.version == 0 && (model.pending_rows as u64) < first).then(
-        || {
+    (batch.status == BatchStatus::Queued
+        && model.version == 0
+        && (model.pending_rows as u64) < first)
+        .then(|| {
             format!(
                 "the model's first fit, which runs once {first} rows are queued ({} are); \
                  post more rows, or create the model with a smaller \"first_fit_rows\"",
                 model.pending_rows
             )
-        },
-    )
+        })
 }
 
 /// Query of `GET /v1/models/{name}/batches` (documentation: the handler reads the query
@@ -340,8 +335,7 @@ fn waiting_for(batch: &BatchView, model: &ModelRecord) -> Option<String> {
 #[into_params(parameter_in = Query)]
 pub struct BatchFilter {
     /// Only batches with this status (`queued`, `folded`, `rejected`, `held`).
-    #[param(value_type = Option<BatchStatus>)]
-    pub status: Option<String>,
+    pub status: Option<BatchStatus>,
     /// At most this many, newest first (default 100, at most 1000).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
@@ -351,8 +345,6 @@ pub struct BatchFilter {
 pub struct BatchList {
     pub batches: Vec<BatchView>,
 }
-
-const STATUSES: [&str; 4] = ["queued", "folded", "rejected", "held"];
 
 /// A model's batches, newest first: `?status=held` lists those waiting for review.
 #[utoipa::path(get, operation_id = "list_batches", path = "/v1/models/{name}/batches", tag = "batches",
@@ -379,13 +371,17 @@ pub async fn list(
     };
     for (key, value) in query {
         match key.as_str() {
-            "status" if STATUSES.contains(&value.as_str()) => filter.status = Some(value),
-            "status" => {
-                return Err(ApiError::InvalidQuery(format!(
-                    "status must be one of {}, found {value:?}",
-                    STATUSES.join(", ")
-                )));
-            }
+            "status" => match value.parse() {
+                Ok(status) => filter.status = Some(status),
+                Err(_) => {
+                    let names: Vec<&str> =
+                        BatchStatus::VARIANTS.iter().map(|s| s.as_str()).collect();
+                    return Err(ApiError::InvalidQuery(format!(
+                        "status must be one of {}, found {value:?}",
+                        names.join(", ")
+                    )));
+                }
+            },
             "limit" => match value.parse::<i64>() {
                 Ok(n) if (1..=1000).contains(&n) => filter.limit = Some(n),
                 _ => {
@@ -400,11 +396,7 @@ pub async fn list(
     let (model_id, _) = current_model(&app, &name).await?;
     let batches = app
         .store
-        .list_batches(
-            model_id,
-            filter.status.as_deref(),
-            filter.limit.unwrap_or(100),
-        )
+        .list_batches(model_id, filter.status, filter.limit.unwrap_or(100))
         .await?;
     Ok(Json(BatchList {
         batches: batches.into_iter().map(BatchView::from).collect(),

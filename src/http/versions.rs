@@ -17,7 +17,7 @@ use crate::cache::CachedModel;
 use crate::domain::Invalid;
 use crate::estimator::{ModelState, codec};
 use crate::replay;
-use crate::store::{ModelLock, StateBlob, VersionRecord};
+use crate::store::{ModelLock, StateBlob, VersionOrigin, VersionRecord};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -29,15 +29,6 @@ pub fn router() -> Router<AppState> {
         .route("/v1/models/{name}/refit", post(refit))
 }
 
-/// What made a version: the values the store writes (the API document's enum).
-#[derive(ToSchema)]
-#[schema(rename_all = "lowercase")]
-pub enum VersionOrigin {
-    Fold,
-    Restore,
-    Refit,
-}
-
 #[derive(Debug, Serialize, ToSchema)]
 pub struct VersionView {
     #[schema(example = 13)]
@@ -45,8 +36,8 @@ pub struct VersionView {
     #[schema(example = "2026-11-21T08:15:02.417Z")]
     pub created_at: DateTime<Utc>,
     /// `fold`, `restore` or `refit`.
-    #[schema(example = "fold", value_type = VersionOrigin)]
-    pub origin: String,
+    #[schema(example = "fold")]
+    pub origin: VersionOrigin,
     /// For a restore: the version it copies.
     pub restored_from: Option<i64>,
     #[schema(example = 5140.0)]
@@ -134,7 +125,15 @@ pub async fn restore(
     let (state, blob) = replay::version_state(&mut lock, source)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no version {source}")))?;
-    let view = write(&app, lock, "restore", Some(source), state, blob).await?;
+    let view = write(
+        &app,
+        lock,
+        VersionOrigin::Restore,
+        Some(source),
+        state,
+        blob,
+    )
+    .await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -182,7 +181,7 @@ pub async fn refit(
             "the refit would make the model state non-finite".into(),
         ));
     }
-    let view = write(&app, lock, "refit", None, state, blob).await?;
+    let view = write(&app, lock, VersionOrigin::Refit, None, state, blob).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -190,7 +189,7 @@ pub async fn refit(
 async fn write(
     app: &AppState,
     mut lock: ModelLock,
-    origin: &str,
+    origin: VersionOrigin,
     restored_from: Option<i64>,
     state: ModelState,
     blob: StateBlob,
@@ -207,7 +206,7 @@ async fn write(
     Ok(VersionView {
         version,
         created_at,
-        origin: origin.to_owned(),
+        origin,
         restored_from,
         observations,
         batches: Vec::new(),

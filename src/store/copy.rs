@@ -11,7 +11,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{KeyRecord, Store, StoreError};
+use super::{BatchStatus, KeyRecord, Store, StoreError, VersionOrigin};
 
 /// One model, all of it, as both backends read and write it.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,7 +38,7 @@ pub struct BatchDump {
     pub x: Vec<u8>,
     pub y: Vec<u8>,
     pub statistics: Vec<u8>,
-    pub status: String,
+    pub status: BatchStatus,
     pub received_at: DateTime<Utc>,
     pub folded_at: Option<DateTime<Utc>>,
     pub version: Option<i64>,
@@ -52,7 +52,7 @@ pub struct BatchDump {
 pub struct VersionDump {
     pub version: i64,
     pub created_at: DateTime<Utc>,
-    pub origin: String,
+    pub origin: VersionOrigin,
     pub restored_from: Option<i64>,
     pub observations: f64,
     pub noise_variances: Vec<Option<f64>>,
@@ -85,7 +85,7 @@ async fn fingerprint(store: &Store) -> Result<String, StoreError> {
     let mut seen = Vec::new();
     for m in store.list_models().await? {
         let held = store
-            .list_batches(m.id, Some("held"), i64::MAX)
+            .list_batches(m.id, Some(BatchStatus::Held), i64::MAX)
             .await?
             .len();
         seen.push(format!(

@@ -17,6 +17,9 @@
 pub mod copy;
 pub mod postgres;
 pub mod sqlite;
+mod status;
+
+pub use status::{BatchStatus, VersionOrigin};
 
 use std::fmt;
 use std::ops::Deref;
@@ -99,7 +102,7 @@ pub struct ModelRecord {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BatchRecord {
     pub batch_id: String,
-    pub status: String,
+    pub status: BatchStatus,
     pub rows: i32,
     pub received_at: DateTime<Utc>,
     pub folded_at: Option<DateTime<Utc>>,
@@ -117,7 +120,7 @@ pub struct BatchRecord {
 pub struct VersionRecord {
     pub version: i64,
     pub created_at: DateTime<Utc>,
-    pub origin: String,
+    pub origin: VersionOrigin,
     pub restored_from: Option<i64>,
     pub observations: f64,
     pub noise_variances: Vec<Option<f64>>,
@@ -221,8 +224,7 @@ pub trait Subscription: Send {
 /// A version's state as stored: in full, or thin (see [`ModelLock::write_version`]).
 #[derive(Clone, Debug)]
 pub struct StoredState {
-    /// `fold`, `restore` or `refit`.
-    pub origin: String,
+    pub origin: VersionOrigin,
     /// The encoded state; empty when the version is thin.
     pub blob: Vec<u8>,
     /// SHA-256 of the encoded state; `None` for versions written before digests were kept
@@ -291,8 +293,7 @@ pub trait ModelTransaction: Send {
 #[derive(Clone, Copy, Debug)]
 pub struct NewVersion<'a> {
     pub version: i64,
-    /// `fold`, `restore` or `refit`.
-    pub origin: &'a str,
+    pub origin: VersionOrigin,
     pub restored_from: Option<i64>,
     pub observations: f64,
     pub noise_variances: &'a [Option<f64>],
@@ -339,7 +340,7 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     async fn list_batches(
         &self,
         model_id: i64,
-        status: Option<&str>,
+        status: Option<BatchStatus>,
         limit: i64,
     ) -> Result<Vec<BatchRecord>, StoreError>;
     /// Releases or rejects a batch held for review (and wakes the folders on release). `None`
@@ -469,7 +470,7 @@ impl ModelLock {
     /// folds, and restoring any version replays at most `full_state_every − 1` folds.
     pub async fn write_version(
         &mut self,
-        origin: &str,
+        origin: VersionOrigin,
         restored_from: Option<i64>,
         observations: f64,
         noise_variances: &[Option<f64>],

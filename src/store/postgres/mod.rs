@@ -16,9 +16,9 @@ use sqlx::postgres::{PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 
 use super::{
-    BATCH_COLUMNS, Backend, BatchRecord, Ingested, KeyRecord, MODEL_COLUMNS, ModelHead, ModelLock,
-    ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription, Topic, VersionRecord,
-    check_migrations, not_held, replay_or_conflict,
+    BATCH_COLUMNS, Backend, BatchRecord, BatchStatus, Ingested, KeyRecord, MODEL_COLUMNS,
+    ModelHead, ModelLock, ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription,
+    Topic, VersionRecord, check_migrations, not_held, replay_or_conflict,
 };
 use crate::auth::Scope;
 use crate::config::DatabaseSettings;
@@ -256,7 +256,7 @@ impl Backend for PgStore {
     async fn list_batches(
         &self,
         model_id: i64,
-        status: Option<&str>,
+        status: Option<BatchStatus>,
         limit: i64,
     ) -> Result<Vec<BatchRecord>, StoreError> {
         let rows = sqlx::query(&format!(

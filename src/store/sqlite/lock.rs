@@ -16,6 +16,7 @@ use tokio::sync::OwnedMutexGuard;
 use super::{SqliteStore, parse_spec};
 use crate::store::{
     ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState, Topic,
+    VersionOrigin,
 };
 
 /// The lock on `model_id`, already held: the model as it is now, `None` if it was deleted.
@@ -47,7 +48,7 @@ pub(super) async fn locked(
 enum Write {
     Version {
         version: i64,
-        origin: String,
+        origin: VersionOrigin,
         restored_from: Option<i64>,
         observations: f64,
         noise_variances: String,
@@ -93,7 +94,7 @@ impl ModelTransaction for SqliteModelTransaction {
                 digest,
                 ..
             } if *v == version => Some(StoredState {
-                origin: origin.clone(),
+                origin: *origin,
                 blob: state.clone(),
                 digest: Some(*digest),
             }),
@@ -154,7 +155,7 @@ impl ModelTransaction for SqliteModelTransaction {
             .map_err(|e| StoreError::Corrupt(format!("noise variances: {e}")))?;
         self.writes.push(Write::Version {
             version: v.version,
-            origin: v.origin.to_owned(),
+            origin: v.origin,
             restored_from: v.restored_from,
             observations: v.observations,
             noise_variances,

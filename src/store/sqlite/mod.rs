@@ -36,9 +36,9 @@ use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::broadcast;
 
 use super::{
-    BATCH_COLUMNS, Backend, BatchRecord, Ingested, KeyRecord, MODEL_COLUMNS, ModelHead, ModelLock,
-    ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription, Topic, VersionRecord,
-    check_migrations, not_held, replay_or_conflict,
+    BATCH_COLUMNS, Backend, BatchRecord, BatchStatus, Ingested, KeyRecord, MODEL_COLUMNS,
+    ModelHead, ModelLock, ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription,
+    Topic, VersionRecord, check_migrations, not_held, replay_or_conflict,
 };
 use crate::auth::Scope;
 use crate::config::DatabaseSettings;
@@ -374,7 +374,7 @@ impl Backend for SqliteStore {
     async fn list_batches(
         &self,
         model_id: i64,
-        status: Option<&str>,
+        status: Option<BatchStatus>,
         limit: i64,
     ) -> Result<Vec<BatchRecord>, StoreError> {
         let rows = sqlx::query(&format!(

@@ -1,0 +1,143 @@
+//! The two words the store keeps as text and the service decides by: where a batch is, and what
+//! made a version. Both backends keep them in `TEXT` columns as these lower-case names (the
+//! API shows the same names, and its document lists them), so the types encode and decode as
+//! text.
+
+use serde::{Deserialize, Serialize};
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::{Database, Decode, Encode, Type};
+
+/// Maps a text-valued enum to a `TEXT` column of either backend (its names, from strum).
+macro_rules! text_column {
+    ($name:ident) => {
+        impl<DB: Database> Type<DB> for $name
+        where
+            str: Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <str as Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <str as Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'q, DB: Database> Encode<'q, DB> for $name
+        where
+            &'q str: Encode<'q, DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <DB as Database>::ArgumentBuffer<'q>,
+            ) -> Result<IsNull, BoxDynError> {
+                <&'q str as Encode<'q, DB>>::encode_by_ref(&self.as_str(), buf)
+            }
+        }
+
+        impl<'r, DB: Database> Decode<'r, DB> for $name
+        where
+            &'r str: Decode<'r, DB>,
+        {
+            fn decode(value: <DB as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
+                let text = <&'r str as Decode<'r, DB>>::decode(value)?;
+                text.parse()
+                    .map_err(|_| format!("{text:?} is not a {}", stringify!($name)).into())
+            }
+        }
+
+        impl $name {
+            /// The stored (and API) name.
+            pub fn as_str(self) -> &'static str {
+                self.into()
+            }
+        }
+    };
+}
+
+/// Where a batch is: the values the store writes (the API document's enum).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum BatchStatus {
+    /// Stored, waiting to be folded.
+    Queued,
+    /// In the model's posterior, at the version it records.
+    Folded,
+    /// Not learnt from: unreadable, or rejected by review.
+    Rejected,
+    /// Waiting for review (it surprised the model beyond its drift threshold).
+    Held,
+}
+text_column!(BatchStatus);
+
+/// What made a version: the values the store writes (the API document's enum).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum VersionOrigin {
+    /// The folder learnt batches.
+    Fold,
+    /// An earlier version made current again.
+    Restore,
+    /// The evidence approximation run again on everything learnt.
+    Refit,
+}
+text_column!(VersionOrigin);
+
+#[cfg(test)]
+mod tests {
+    use strum::VariantArray;
+
+    use super::*;
+
+    #[test]
+    fn names_read_back_and_match_serde() {
+        for status in BatchStatus::VARIANTS {
+            assert_eq!(status.as_str().parse::<BatchStatus>().unwrap(), *status);
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::json!(status.as_str())
+            );
+        }
+        assert_eq!(BatchStatus::Held.as_str(), "held");
+        for origin in VersionOrigin::VARIANTS {
+            assert_eq!(origin.as_str().parse::<VersionOrigin>().unwrap(), *origin);
+            assert_eq!(
+                serde_json::to_value(origin).unwrap(),
+                serde_json::json!(origin.as_str())
+            );
+        }
+        assert_eq!(VersionOrigin::Refit.to_string(), "refit");
+        assert!("folding".parse::<BatchStatus>().is_err());
+    }
+}
