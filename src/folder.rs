@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cache::{CachedModel, PosteriorCache, sleep_or_stop};
+use crate::cache::{PosteriorCache, sleep_or_stop};
 use crate::config::FolderSettings;
 use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec, drift};
+use crate::history::{self, Source, decode_batch};
 use crate::metrics::Metrics;
-use crate::replay::{self, Source, decode_batch};
 use crate::store::{ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic, VersionOrigin};
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches
@@ -255,31 +255,30 @@ async fn fold_claimed(
         }
         lock.record_surprise(*seq, z, held).await?;
     }
-    let mut version = None;
-    let mut new_state = None;
-    if let Some(state) = plan.state {
-        let state = Arc::new(state);
-        let blob = {
-            let state = state.clone();
-            tokio::task::spawn_blocking(move || StateBlob::new(codec::encode(&state)))
-                .await
-                .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
-        };
-        let (v, created_at) = lock
-            .write_version(
-                VersionOrigin::Fold,
-                None,
-                state.totals().rows(),
-                &state.noise_variances(),
-                &blob,
-            )
-            .await?;
-        lock.mark_folded(&plan.folded, v).await?;
-        version = Some((v, created_at));
-        new_state = Some(state);
-    }
-    let (name, spec) = (lock.name.clone(), lock.spec.clone());
-    lock.commit().await?;
+    let name = lock.name.clone();
+    let version = match plan.state {
+        Some(state) => {
+            let state = Arc::new(state);
+            let blob = {
+                let state = state.clone();
+                tokio::task::spawn_blocking(move || StateBlob::new(codec::encode(&state)))
+                    .await
+                    .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
+            };
+            let next = history::NextVersion {
+                origin: VersionOrigin::Fold,
+                restored_from: None,
+                state,
+                blob: &blob,
+                folds: &plan.folded,
+            };
+            Some(history::commit_version(lock, cache, next).await?)
+        }
+        None => {
+            lock.commit().await?;
+            None
+        }
+    };
     // Both times are the database's clock.
     let committed = version.map_or_else(chrono::Utc::now, |(_, at)| at);
     let version = version.map(|(v, _)| v);
@@ -300,8 +299,7 @@ async fn fold_claimed(
         started.elapsed().as_secs_f64(),
         &lags,
     );
-    if let (Some(v), Some(state)) = (version, new_state) {
-        cache.put(CachedModel::new(model_id, spec, v, Some(state)));
+    if let Some(v) = version {
         tracing::info!(
             model = %name,
             version = v,
@@ -344,9 +342,11 @@ async fn current_state(
         return Ok(Some(state.clone()));
     }
     let version = lock.version;
-    let (state, _) = replay::version_state(lock, version).await?.ok_or_else(|| {
-        StoreError::Corrupt(format!("model {} has no version {version}", lock.name))
-    })?;
+    let (state, _) = history::version_state(lock, version)
+        .await?
+        .ok_or_else(|| {
+            StoreError::Corrupt(format!("model {} has no version {version}", lock.name))
+        })?;
     Ok(Some(Arc::new(state)))
 }
 

@@ -13,10 +13,9 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::models::not_trained;
 use super::{AppState, model_name};
-use crate::cache::CachedModel;
 use crate::domain::Invalid;
 use crate::estimator::{ModelState, codec};
-use crate::replay;
+use crate::history;
 use crate::store::{ModelLock, StateBlob, VersionOrigin, VersionRecord};
 
 pub fn router() -> Router<AppState> {
@@ -122,7 +121,7 @@ pub async fn restore(
         .lock_model(&name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    let (state, blob) = replay::version_state(&mut lock, source)
+    let (state, blob) = history::version_state(&mut lock, source)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no version {source}")))?;
     let view = write(
@@ -161,7 +160,7 @@ pub async fn refit(
         return Err(not_trained(name.as_str()));
     }
     let current = lock.version;
-    let (state, _) = replay::version_state(&mut lock, current)
+    let (state, _) = history::version_state(&mut lock, current)
         .await?
         .ok_or_else(|| {
             ApiError::internal(anyhow::anyhow!("model {name} lacks version {current}"))
@@ -185,10 +184,10 @@ pub async fn refit(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
-/// Writes `state` as the model's next version, commits, and updates the cache.
+/// Writes `state` as the model's next version (see [`history::commit_version`]).
 async fn write(
     app: &AppState,
-    mut lock: ModelLock,
+    lock: ModelLock,
     origin: VersionOrigin,
     restored_from: Option<i64>,
     state: ModelState,
@@ -196,13 +195,14 @@ async fn write(
 ) -> Result<VersionView, ApiError> {
     let observations = state.totals().rows();
     let noise = state.noise_variances();
-    let (version, created_at) = lock
-        .write_version(origin, restored_from, observations, &noise, &blob)
-        .await?;
-    let (id, spec) = (lock.model_id, lock.spec.clone());
-    lock.commit().await?;
-    app.cache
-        .put(CachedModel::new(id, spec, version, Some(Arc::new(state))));
+    let next = history::NextVersion {
+        origin,
+        restored_from,
+        state: Arc::new(state),
+        blob: &blob,
+        folds: &[],
+    };
+    let (version, created_at) = history::commit_version(lock, &app.cache, next).await?;
     Ok(VersionView {
         version,
         created_at,

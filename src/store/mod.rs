@@ -444,7 +444,7 @@ impl ModelLock {
         }
     }
 
-    /// One of this model's versions' state as stored (see [`crate::replay`] for the state
+    /// One of this model's versions' state as stored (see [`crate::history`] for the state
     /// itself).
     pub async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError> {
         self.tx.stored_state(version).await
@@ -464,7 +464,7 @@ impl ModelLock {
     ///
     /// The version it replaces keeps its full state only every `full_state_every` versions
     /// (and always when it is the first, a restore or a refit). A fold in between is thin: its
-    /// state is the version before it with its batches folded in, which [`crate::replay`]
+    /// state is the version before it with its batches folded in, which [`crate::history`]
     /// recomputes and checks against the digest kept. So a wide model (p = 2,048, a full
     /// state of p²/2 numbers per output) pays for a full state once every `full_state_every`
     /// folds, and restoring any version replays at most `full_state_every − 1` folds.

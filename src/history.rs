@@ -1,4 +1,10 @@
-//! A version's model state, read in full or recomputed from the folds behind it.
+//! A model's history: the one way a version is written, and any version's state read back, in
+//! full or recomputed from the folds behind it.
+//!
+//! A fold, a restore and a refit each make a version the same way ([`commit_version`]): the
+//! state is written as the lock's next version with its batches (a fold's) marked folded, the
+//! transaction commits, and this replica's posterior cache serves the state at once (the others
+//! follow the store's notification).
 //!
 //! A fold's state is a pure function of the state before it, the batches folded into it and
 //! the model's spec: each batch, in the order it was folded, learnt by the model's update
@@ -13,6 +19,11 @@
 //! Reading a stored batch back into statistics ([`decode_batch`]) lives here too: the folder
 //! and a replay read batches the same way.
 
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::cache::{CachedModel, PosteriorCache};
 use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec};
 use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin};
 
@@ -123,6 +134,44 @@ pub fn replay(
         }),
         _ => Ok((state, blob)),
     }
+}
+
+/// A state about to become a model's next version.
+pub struct NextVersion<'a> {
+    pub origin: VersionOrigin,
+    /// For a restore: the version whose state this is.
+    pub restored_from: Option<i64>,
+    pub state: Arc<ModelState>,
+    /// The state's encoding (what the store keeps, or digests for a thin version).
+    pub blob: &'a StateBlob,
+    /// The queued batches this version folds in (a fold's; none for a restore or a refit).
+    pub folds: &'a [i64],
+}
+
+/// Writes `next` as the locked model's next version, commits everything the lock holds, and
+/// makes this replica's posterior cache serve the new state: the version and the database's
+/// time of it.
+pub async fn commit_version(
+    mut lock: ModelLock,
+    cache: &PosteriorCache,
+    next: NextVersion<'_>,
+) -> Result<(i64, DateTime<Utc>), StoreError> {
+    let (version, created_at) = lock
+        .write_version(
+            next.origin,
+            next.restored_from,
+            next.state.totals().rows(),
+            &next.state.noise_variances(),
+            next.blob,
+        )
+        .await?;
+    if !next.folds.is_empty() {
+        lock.mark_folded(next.folds, version).await?;
+    }
+    let (id, spec) = (lock.model_id, lock.spec.clone());
+    lock.commit().await?;
+    cache.put(CachedModel::new(id, spec, version, Some(next.state)));
+    Ok((version, created_at))
 }
 
 /// The state of `version` of the locked model with its encoding, `None` when the model has no
