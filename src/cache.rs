@@ -16,6 +16,7 @@ use crate::domain::{ModelName, ModelSpec};
 use crate::estimator::recipe::ForwardMap;
 use crate::estimator::{EstimatorError, ModelConfig, ModelState, Predictor, codec};
 use crate::store::{Store, StoreError, Topic};
+use crate::tasks::Notifications;
 
 /// One model as predict sees it.
 #[derive(Debug)]
@@ -206,75 +207,82 @@ impl PosteriorCache {
 }
 
 /// Keeps `cache` and `keys` current until `shutdown`: a full sync at start and every `poll`, a
-/// sync of one model whenever a notification names it, and of the keys when they change.
-/// Database errors are logged and retried.
+/// sync of one model whenever a notification names it, of the keys when they change, and of
+/// everything when notifications may have been missed. While the database is unavailable the
+/// cache serves what it holds, and the follower tries again every `max_backoff`, or as soon as
+/// the process's listener is back.
 pub async fn follow(
     cache: Arc<PosteriorCache>,
     keys: Arc<KeyRing>,
     store: Store,
+    notifications: Arc<Notifications>,
     poll: Duration,
     max_backoff: Duration,
     shutdown: CancellationToken,
 ) {
-    let mut backoff = Duration::from_millis(100);
+    // Subscribed before syncing, so no version written meanwhile is missed.
+    let mut listener = notifications.subscribe(&[Topic::Models, Topic::Keys]);
+    let mut reachable = sync_everything(&cache, &keys, &store, "sync").await;
+    let mut ticks = tokio::time::interval(poll);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
     loop {
-        let mut listener = match store.subscribe(&[Topic::Models, Topic::Keys]).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "cache: database unreachable, retrying");
-                if sleep_or_stop(&shutdown, &mut backoff, max_backoff).await {
-                    return;
-                }
-                continue;
-            }
-        };
-        // Armed before syncing, so no version written meanwhile is missed.
-        sync_everything(&cache, &keys, &store, "sync").await;
-        backoff = Duration::from_millis(100);
-        let mut ticks = tokio::time::interval(poll);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticks.tick().await;
-        loop {
+        if !reachable {
+            // The process's listener probes the database and says when it is back;
+            // meanwhile try again now and then.
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = ticks.tick() => sync_everything(&cache, &keys, &store, "periodic sync").await,
-                notification = listener.recv() => match notification {
-                    Ok(Some(n)) if n.topic == Topic::Keys => {
-                        if let Err(e) = sync_keys(&keys, &store).await {
-                            tracing::warn!(error = %e, "cache: API key sync failed");
-                        }
-                    }
-                    Ok(Some(n)) => {
-                        let Some(id) = n.model_id else { continue };
-                        if let Err(e) = cache.sync_model(&store, id).await {
-                            tracing::warn!(error = %e, model_id = id, "cache: sync failed");
-                        }
-                    }
-                    // Notifications may have been lost (a reconnection, or this task fell behind).
-                    Ok(None) => {
-                        sync_everything(&cache, &keys, &store, "sync after reconnect").await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cache: notification listener failed");
-                        break;
-                    }
-                },
+                _ = listener.recv() => {}
+                _ = tokio::time::sleep(max_backoff) => {}
             }
+            reachable = sync_everything(&cache, &keys, &store, "resync").await;
+            continue;
         }
-        if sleep_or_stop(&shutdown, &mut backoff, max_backoff).await {
-            return;
-        }
+        let outcome = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => {
+                reachable = sync_everything(&cache, &keys, &store, "periodic sync").await;
+                continue;
+            }
+            notification = listener.recv() => match notification {
+                Some(n) if n.topic == Topic::Keys => sync_keys(&keys, &store)
+                    .await
+                    .inspect_err(|e| tracing::warn!(error = %e, "cache: API key sync failed")),
+                Some(n) => {
+                    let Some(id) = n.model_id else { continue };
+                    cache.sync_model(&store, id).await.inspect_err(|e| {
+                        tracing::warn!(error = %e, model_id = id, "cache: sync failed");
+                    })
+                }
+                None => {
+                    reachable = sync_everything(&cache, &keys, &store, "resync").await;
+                    continue;
+                }
+            },
+        };
+        reachable = !matches!(outcome, Err(StoreError::Unavailable(_)));
     }
 }
 
-/// Syncs every model and the API keys, logging what fails.
-async fn sync_everything(cache: &PosteriorCache, keys: &KeyRing, store: &Store, what: &str) {
+/// Syncs every model and the API keys, logging what fails; `false` when the database was
+/// unavailable (the keys are not tried then).
+async fn sync_everything(
+    cache: &PosteriorCache,
+    keys: &KeyRing,
+    store: &Store,
+    what: &str,
+) -> bool {
     if let Err(e) = cache.sync_all(store).await {
         tracing::warn!(error = %e, "cache: {what} of the models failed");
+        if matches!(e, StoreError::Unavailable(_)) {
+            return false;
+        }
     }
     if let Err(e) = sync_keys(keys, store).await {
         tracing::warn!(error = %e, "cache: {what} of the API keys failed");
+        return !matches!(e, StoreError::Unavailable(_));
     }
+    true
 }
 
 async fn sync_keys(keys: &KeyRing, store: &Store) -> Result<(), StoreError> {
@@ -282,19 +290,5 @@ async fn sync_keys(keys: &KeyRing, store: &Store) -> Result<(), StoreError> {
         keys.sync(store).await
     } else {
         Ok(())
-    }
-}
-
-/// Sleeps for `backoff` (doubling it up to `max`); `true` when shutdown came first.
-pub(crate) async fn sleep_or_stop(
-    shutdown: &CancellationToken,
-    backoff: &mut Duration,
-    max: Duration,
-) -> bool {
-    let pause = *backoff;
-    *backoff = (*backoff * 2).min(max);
-    tokio::select! {
-        _ = shutdown.cancelled() => true,
-        _ = tokio::time::sleep(pause) => false,
     }
 }

@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cache::{PosteriorCache, sleep_or_stop};
+use crate::cache::PosteriorCache;
 use crate::config::FolderSettings;
 use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec, drift};
 use crate::history::{self, Source, decode_batch};
 use crate::metrics::Metrics;
 use crate::store::{ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic, VersionOrigin};
+use crate::tasks::{Notifications, sleep_or_stop};
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches
 /// folded into it, the batches rejected with their reasons and those held for review. Batches
@@ -354,88 +355,72 @@ async fn current_state(
 /// (a corrupt stored state, say) is set aside, so that it does not hold up every other model.
 const SET_ASIDE: Duration = Duration::from_secs(60);
 
-/// Runs the folder until `shutdown`. A fold in progress when shutdown is requested finishes.
+/// Runs the folder until `shutdown`: drains the queue, then waits for a batch notification (or
+/// the poll interval, or a hint that notifications were missed). A fold in progress when
+/// shutdown is requested finishes.
 pub async fn run(
     store: Store,
     cache: Arc<PosteriorCache>,
     metrics: Arc<Metrics>,
+    notifications: Arc<Notifications>,
     settings: FolderSettings,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
     let mut set_aside: HashMap<i64, Instant> = HashMap::new();
-    'connect: loop {
-        if shutdown.is_cancelled() {
-            return;
-        }
-        let mut listener = match store.subscribe(&[Topic::Batches]).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "folder: database unreachable, retrying");
-                if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {
-                    return;
-                }
-                continue;
-            }
-        };
-        let mut ticks = tokio::time::interval(settings.poll_interval());
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Subscribed before the first drain, so nothing queued meanwhile is missed.
+    let mut listener = notifications.subscribe(&[Topic::Batches]);
+    let mut ticks = tokio::time::interval(settings.poll_interval());
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        // Drain the work there is.
         loop {
-            // Drain the work there is; the listener is armed, so nothing queued meanwhile is
-            // missed.
-            loop {
-                if shutdown.is_cancelled() {
-                    return;
+            if shutdown.is_cancelled() {
+                return;
+            }
+            set_aside.retain(|_, until| *until > Instant::now());
+            let skip: Vec<i64> = set_aside.keys().copied().collect();
+            match fold_once(&store, &cache, &metrics, &skip).await {
+                Ok(Some(_)) => backoff = Duration::from_millis(100),
+                Ok(None) => {
+                    backoff = Duration::from_millis(100);
+                    break;
                 }
-                set_aside.retain(|_, until| *until > Instant::now());
-                let skip: Vec<i64> = set_aside.keys().copied().collect();
-                match fold_once(&store, &cache, &metrics, &skip).await {
-                    Ok(Some(_)) => backoff = Duration::from_millis(100),
-                    Ok(None) => {
-                        backoff = Duration::from_millis(100);
-                        break;
+                Err(FoldError {
+                    error: e @ StoreError::Unavailable(_),
+                    ..
+                }) => {
+                    tracing::warn!(error = %e, "folder: database unavailable");
+                    // The process's listener probes the database and says when it is back
+                    // (notifications may have been missed); meanwhile try again now and then.
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = listener.recv() => {}
+                        _ = tokio::time::sleep(settings.max_backoff()) => {}
                     }
-                    Err(FoldError {
-                        error: e @ StoreError::Unavailable(_),
-                        ..
-                    }) => {
-                        tracing::warn!(error = %e, "folder: database unavailable");
-                        if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {
-                            return;
+                }
+                Err(FoldError { model_id, error }) => {
+                    tracing::error!(error = %error, model_id, "folder: fold failed, model set aside");
+                    match model_id {
+                        Some(id) => {
+                            set_aside.insert(id, Instant::now() + SET_ASIDE);
                         }
-                        continue 'connect;
-                    }
-                    Err(FoldError { model_id, error }) => {
-                        tracing::error!(error = %error, model_id, "folder: fold failed, model set aside");
-                        match model_id {
-                            Some(id) => {
-                                set_aside.insert(id, Instant::now() + SET_ASIDE);
+                        None => {
+                            if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await
+                            {
+                                return;
                             }
-                            None => {
-                                if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff())
-                                    .await
-                                {
-                                    return;
-                                }
-                                break;
-                            }
+                            break;
                         }
                     }
                 }
             }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = ticks.tick() => {}
-                notification = listener.recv() => {
-                    if let Err(e) = notification {
-                        tracing::warn!(error = %e, "folder: notification listener failed");
-                        if sleep_or_stop(&shutdown, &mut backoff, settings.max_backoff()).await {
-                            return;
-                        }
-                        continue 'connect;
-                    }
-                }
-            }
+        }
+        // Any notification, or word that some were missed, means: drain again.
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+            _ = listener.recv() => {}
         }
     }
 }

@@ -19,4 +19,5 @@ pub mod retention;
 pub mod simulate;
 pub mod startup;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cache::sleep_or_stop;
 use crate::config::RetentionSettings;
 use crate::store::Store;
+use crate::tasks::sleep_or_stop;
 
 /// Purges rows past their time until none are left, then waits `purge_interval_secs`; until
 /// `shutdown`. Does nothing when `raw_rows_days` is 0.

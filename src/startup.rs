@@ -18,6 +18,7 @@ use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
 use crate::retention;
 use crate::store::Store;
+use crate::tasks::Notifications;
 
 /// A bound, migrated application, ready to run.
 pub struct Application {
@@ -136,10 +137,17 @@ impl Application {
         .await?;
         tracing::info!(%addr, threads, "mordant listening");
         let background = CancellationToken::new();
+        // One listener on the store's notifications for every task of this process.
+        let (notifications, listener) = Notifications::start(
+            state.store.clone(),
+            settings.folder.max_backoff(),
+            background.clone(),
+        );
         let follower = tokio::spawn(cache::follow(
             state.cache.clone(),
             state.keys.clone(),
             state.store.clone(),
+            notifications.clone(),
             Duration::from_millis(settings.cache.poll_interval_ms.max(1)),
             settings.folder.max_backoff(),
             background.clone(),
@@ -157,6 +165,7 @@ impl Application {
                     state.store.clone(),
                     state.cache.clone(),
                     state.metrics.clone(),
+                    notifications.clone(),
                     settings.folder.clone(),
                     background.clone(),
                 ))
@@ -186,6 +195,7 @@ impl Application {
         }
         let _ = retention.await;
         let _ = follower.await;
+        let _ = listener.await;
         // Every task that used the store has stopped: close it (the embedded store checkpoints
         // its log, and its file is free for the next process once this one has exited).
         store.close().await;
