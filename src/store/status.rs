@@ -8,9 +8,39 @@ use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
 use sqlx::{Database, Decode, Encode, Type};
 
-/// Maps a text-valued enum to a `TEXT` column of either backend (its names, from strum).
-macro_rules! text_column {
-    ($name:ident) => {
+/// Declares a text-valued enum: its lower-case names (strum), serde and OpenAPI under the same
+/// names, and its mapping to a `TEXT` column of either backend.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident,)+ }) => {
+        $(#[$meta])*
+        #[derive(
+            Clone,
+            Copy,
+            Debug,
+            PartialEq,
+            Eq,
+            Hash,
+            Serialize,
+            Deserialize,
+            strum::EnumString,
+            strum::Display,
+            strum::IntoStaticStr,
+            strum::VariantArray,
+            utoipa::ToSchema,
+        )]
+        #[serde(rename_all = "lowercase")]
+        #[strum(serialize_all = "lowercase")]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// The stored (and API) name.
+            pub fn as_str(self) -> &'static str {
+                self.into()
+            }
+        }
+
         impl<DB: Database> Type<DB> for $name
         where
             str: Type<DB>,
@@ -42,77 +72,39 @@ macro_rules! text_column {
         {
             fn decode(value: <DB as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
                 let text = <&'r str as Decode<'r, DB>>::decode(value)?;
-                text.parse()
-                    .map_err(|_| format!("{text:?} is not a {}", stringify!($name)).into())
-            }
-        }
-
-        impl $name {
-            /// The stored (and API) name.
-            pub fn as_str(self) -> &'static str {
-                self.into()
+                text.parse().map_err(|_| {
+                    format!("{text:?} is not a {}", stringify!($name)).into()
+                })
             }
         }
     };
 }
 
-/// Where a batch is: the values the store writes (the API document's enum).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::EnumString,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum BatchStatus {
-    /// Stored, waiting to be folded.
-    Queued,
-    /// In the model's posterior, at the version it records.
-    Folded,
-    /// Not learnt from: unreadable, or rejected by review.
-    Rejected,
-    /// Waiting for review (it surprised the model beyond its drift threshold).
-    Held,
+text_enum! {
+    /// Where a batch is: the values the store writes (the API document's enum).
+    pub enum BatchStatus {
+        /// Stored, waiting to be folded.
+        Queued,
+        /// In the model's posterior, at the version it records.
+        Folded,
+        /// Not learnt from: unreadable, or rejected by review.
+        Rejected,
+        /// Waiting for review (it surprised the model beyond its drift threshold).
+        Held,
+    }
 }
-text_column!(BatchStatus);
 
-/// What made a version: the values the store writes (the API document's enum).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::EnumString,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum VersionOrigin {
-    /// The folder learnt batches.
-    Fold,
-    /// An earlier version made current again.
-    Restore,
-    /// The evidence approximation run again on everything learnt.
-    Refit,
+text_enum! {
+    /// What made a version: the values the store writes (the API document's enum).
+    pub enum VersionOrigin {
+        /// The folder learnt batches.
+        Fold,
+        /// An earlier version made current again.
+        Restore,
+        /// The evidence approximation run again on everything learnt.
+        Refit,
+    }
 }
-text_column!(VersionOrigin);
 
 #[cfg(test)]
 mod tests {

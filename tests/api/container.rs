@@ -18,7 +18,7 @@ use tokio::process::Command;
 
 use crate::helpers::fresh_postgres_database;
 use crate::process::free_port;
-use crate::readme_walkthrough::walkthrough;
+use crate::readme_walkthrough::{run_curl, walkthrough};
 
 /// The Debian base, kept between runs (made once per machine; the test's images are removed).
 const BASE_IMAGE: &str = "mordant-test-base:bookworm";
@@ -244,39 +244,10 @@ impl Service {
         outputs
     }
 
-    /// A README `curl` line against this container; the batch status is asked until it folded.
+    /// A README `curl` line against this container, with the admin key.
     async fn curl(&self, command: &str) -> String {
-        assert!(command.contains("localhost:8080"), "{command}");
-        let runnable = command
-            .replacen(
-                "curl ",
-                &format!(
-                    "curl --fail-with-body --max-time 30 -H 'Authorization: Bearer {ADMIN_KEY}' "
-                ),
-                1,
-            )
-            .replace("localhost:8080", &self.host);
-        let waits_for_fold = command.contains("/batches/");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let output = Command::new("bash")
-                .args(["-c", &runnable])
-                .output()
-                .await
-                .expect("bash runs");
-            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-            if output.status.success()
-                && (!waits_for_fold || stdout.contains("\"status\":\"folded\""))
-            {
-                return stdout;
-            }
-            assert!(
-                waits_for_fold && Instant::now() < deadline,
-                "README command failed against the container:\n{command}\nstdout: {stdout}\nstderr: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let key = format!("-H 'Authorization: Bearer {ADMIN_KEY}'");
+        run_curl(command, &self.host, &key).await
     }
 
     /// Stops the container and checks it went within the grace period, with exit code 0.

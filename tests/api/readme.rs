@@ -1,9 +1,9 @@
 //! The README's `curl` walkthrough works, in its order, against a freshly started service.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::helpers::spawn_app;
-use crate::readme_walkthrough::{CARGO_RUN, walkthrough};
+use crate::readme_walkthrough::{CARGO_RUN, run_curl, walkthrough};
 
 const SECTION: &str = "## The service, step by step";
 const COLOUR_EXAMPLE: &str = "### A worked example: a colour-matching front end";
@@ -17,34 +17,7 @@ async fn readme_walkthrough_works_against_a_fresh_service() {
 
     let mut outputs = Vec::new();
     for command in &commands {
-        assert!(command.contains("localhost:8080"), "{command}");
-        // `--fail-with-body`: an HTTP error status fails the command.
-        let runnable = command
-            .replacen("curl ", "curl --fail-with-body --max-time 30 ", 1)
-            .replace("localhost:8080", &host);
-        // A batch folds in the background: "check that it folded" is retried for a while, as
-        // a person would; every other command must succeed the first time.
-        let waits_for_fold = command.contains("/batches/");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let output = loop {
-            let output = tokio::process::Command::new("bash")
-                .args(["-c", &runnable])
-                .output()
-                .await
-                .expect("bash runs");
-            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-            let done = output.status.success()
-                && (!waits_for_fold || stdout.contains("\"status\":\"folded\""));
-            if done {
-                break stdout;
-            }
-            assert!(
-                waits_for_fold && Instant::now() < deadline,
-                "README command failed:\n{command}\nstdout: {stdout}\nstderr: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let output = run_curl(command, &host, "").await;
         outputs.push((command.as_str(), output));
     }
 
