@@ -6,52 +6,15 @@
 //! PostgreSQL is down, and revoking a key reaches every replica by notification.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::sync::RwLock;
 
 use rand::TryRngCore;
 use rand::rngs::OsRng;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use utoipa::ToSchema;
 
 use crate::store::{Store, StoreError};
 
-/// What a key may do. `admin` may do everything.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize, ToSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// Create and delete models, restore, refit, manage keys (and everything below).
-    Admin,
-    /// Post batches, read models and batches.
-    Ingest,
-    /// Predict, read models.
-    Predict,
-}
-
-impl Scope {
-    pub const ALL: [Scope; 3] = [Scope::Admin, Scope::Ingest, Scope::Predict];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Admin => "admin",
-            Self::Ingest => "ingest",
-            Self::Predict => "predict",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|scope| scope.as_str() == s)
-    }
-}
-
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::domain::Scope;
 
 /// The prefix every key starts with (it makes leaked keys easy to find with a secret scanner).
 pub const KEY_PREFIX: &str = "mdk_";

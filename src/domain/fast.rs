@@ -12,7 +12,7 @@
 //! path. Whatever they accept, the full way accepts too, with the same values (tested in
 //! `tests` below).
 
-use super::batch::{Column, csv_columns};
+use super::header::{Column, csv_columns};
 use super::{ModelSpec, Rows};
 
 /// What [`fast_rows_object`] read: the row arrays in the order of its `fields`.

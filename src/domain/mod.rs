@@ -6,8 +6,10 @@
 mod batch;
 mod body;
 mod fast;
+mod header;
 pub mod model;
 mod rows;
+mod scope;
 pub mod spectrum;
 
 pub use batch::{
@@ -18,6 +20,7 @@ pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
 pub use fast::{FastObject, fast_rows_object};
 pub use model::{ModelName, ModelSpec, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};
+pub use scope::Scope;
 pub use spectrum::{Grid, ScaleName, SpectrumSpec};
 
 use serde::Serialize;

@@ -91,6 +91,16 @@ pub struct Basis {
 }
 
 impl Basis {
+    /// Whether a model with this basis can match recipes (see [`super::recipe`]): a declared
+    /// spectrum under Kubelka–Munk, and an intercept (the fabric's own K/S). Only such models
+    /// keep `YᵀY`.
+    pub fn can_match(&self) -> bool {
+        self.declared
+            && self.spectral > 0
+            && self.transform == Transform::KubelkaMunk
+            && self.intercept
+    }
+
     /// A basis over `features` inputs. With [`Transform::KubelkaMunk`] every input is read as
     /// a reflectance fraction (models that declare no spectrum); see [`Basis::spectral`].
     pub fn new(features: usize, intercept: bool, transform: Transform) -> Self {

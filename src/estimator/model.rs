@@ -1,12 +1,11 @@
 //! A model's whole state: running statistics and one posterior per output.
 
-use faer::{Mat, MatRef};
+use faer::Mat;
 use rayon::prelude::*;
 
 use super::evidence::{SharedScale, evidence};
 use super::incremental::one_step;
 use super::posterior::OutputPosterior;
-use super::predictor::Predictor;
 use super::statistics::{BatchStatistics, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
 
@@ -391,19 +390,6 @@ impl ModelState {
             }
         }
         w
-    }
-
-    /// Predictions for the raw input rows `x` (rows × d): `mean_k = φᵀμ_k` and
-    /// `variance_k = s_k + φᵀΣ_kφ` (see [`Predictor`], which a server keeps per version). An
-    /// untrained output predicts 0 with the mean square of its non-zero values (the noise floor
-    /// if it has none).
-    pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
-        Predictor::new(self).predict(x)
-    }
-
-    /// Predictions for a design matrix `Φ` (rows × p).
-    pub fn predict_design(&self, phi: MatRef<'_, f64>) -> Predictions {
-        Predictor::new(self).predict_design(phi)
     }
 
     /// Mean square of an untrained output's non-zero values, what a prediction of 0 misses by

@@ -233,3 +233,19 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     let tail: f64 = a_rest.iter().zip(b_rest).map(|(x, y)| x * y).sum();
     (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
 }
+
+/// Prediction straight from a state (a server keeps a [`Predictor`] per version instead).
+impl ModelState {
+    /// Predictions for the raw input rows `x` (rows × d): `mean_k = φᵀμ_k` and
+    /// `variance_k = s_k + φᵀΣ_kφ` (see [`Predictor`], which a server keeps per version). An
+    /// untrained output predicts 0 with the mean square of its non-zero values (the noise floor
+    /// if it has none).
+    pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
+        Predictor::new(self).predict(x)
+    }
+
+    /// Predictions for a design matrix `Φ` (rows × p).
+    pub fn predict_design(&self, phi: MatRef<'_, f64>) -> Predictions {
+        Predictor::new(self).predict_design(phi)
+    }
+}

@@ -73,15 +73,6 @@ pub fn forward_fit_options() -> FitOptions {
     }
 }
 
-/// Whether a model with basis `basis` can match recipes: a declared spectrum under Kubelka–Munk,
-/// and an intercept (the fabric's own K/S). Only such models keep `YᵀY`.
-pub fn can_match(basis: &Basis) -> bool {
-    basis.declared
-        && basis.spectral > 0
-        && basis.transform == Transform::KubelkaMunk
-        && basis.intercept
-}
-
 /// The statistics of the forward map of a model with a declared spectrum, from the model's own
 /// statistics.
 ///
@@ -113,7 +104,7 @@ pub fn forward_statistics(
             "the model has no intercept (the fabric's own K/S)",
         ));
     }
-    debug_assert!(can_match(basis));
+    debug_assert!(basis.can_match());
     let Some(yy) = stats.output_products() else {
         return Err(EstimatorError::NoForwardMap(
             "the model's statistics do not keep the outputs' cross products (folded before recipe matching)",
@@ -575,13 +566,13 @@ mod tests {
             identity,
             no_intercept,
         ] {
-            assert!(!can_match(&basis));
+            assert!(!basis.can_match());
             assert!(matches!(
                 forward_statistics(t, &basis),
                 Err(EstimatorError::NoForwardMap(_))
             ));
         }
-        assert!(can_match(&spectral_basis()));
+        assert!(spectral_basis().can_match());
         let map = state.forward_map().unwrap();
         assert!(matches!(
             map.match_recipe(&[0.5; 3], &[0.0]),

@@ -133,7 +133,7 @@ impl BatchStatistics {
         y: MatRef<'_, f64>,
     ) -> Result<Self, EstimatorError> {
         let stats = Self::from_design(basis.design(x)?.as_ref(), y)?;
-        if super::recipe::can_match(basis) {
+        if basis.can_match() {
             stats.with_output_products(y)
         } else {
             Ok(stats)

@@ -16,8 +16,11 @@
 
 pub mod copy;
 pub mod postgres;
+mod settings;
 pub mod sqlite;
 mod status;
+
+pub use settings::DatabaseSettings;
 
 pub use status::{BatchStatus, VersionOrigin};
 
@@ -30,8 +33,7 @@ use anyhow::Context;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::auth::Scope;
-use crate::config::DatabaseSettings;
+use crate::domain::Scope;
 use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
 
 /// Errors of the store, as the HTTP layer needs to tell them apart.

@@ -5,7 +5,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
 
 use super::notify;
-use crate::auth::Scope;
+use crate::domain::Scope;
 use crate::store::{KEY_COLUMNS, KeyRecord, StoreError, Topic, key_parts};
 
 pub(super) async fn create(

@@ -20,9 +20,9 @@ use super::{
     ModelHead, ModelLock, ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription,
     Topic, VersionRecord, check_migrations, not_held, replay_or_conflict,
 };
-use crate::auth::Scope;
-use crate::config::DatabaseSettings;
+use crate::domain::Scope;
 use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
+use crate::store::DatabaseSettings;
 
 const BATCHES_CHANNEL: &str = "mordant_batches";
 const MODELS_CHANNEL: &str = "mordant_models";

@@ -5,7 +5,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqlitePool};
 
 use super::SqliteStore;
-use crate::auth::Scope;
+use crate::domain::Scope;
 use crate::store::{KEY_COLUMNS, KeyRecord, StoreError, key_parts};
 
 pub(super) async fn create(
