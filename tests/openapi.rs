@@ -1,4 +1,8 @@
-//! The committed OpenAPI document is the one the code generates, and it documents every route.
+//! The committed OpenAPI document is the one the code generates, and it documents every route
+//! with the access it needs.
+
+use mordant::http::auth::Access;
+use serde_json::Value;
 
 #[test]
 fn committed_openapi_document_is_up_to_date() {
@@ -12,35 +16,66 @@ fn committed_openapi_document_is_up_to_date() {
     );
 }
 
+/// The document and the policy come from the same declarations (`src/http/routes.rs`): every
+/// operation documented has its access, every access its operation, and the document says
+/// which need a key and what they answer without one.
 #[test]
-fn every_route_is_documented() {
-    let doc: serde_json::Value =
-        serde_json::from_str(&mordant::http::openapi_json().unwrap()).unwrap();
-    let paths = doc["paths"].as_object().unwrap();
-    for (path, methods) in [
-        ("/v1/models", &["get", "post"][..]),
-        ("/v1/models/{name}", &["get", "delete"]),
-        ("/v1/models/{name}/posterior", &["get"]),
-        ("/v1/models/{name}/batches", &["post"]),
-        ("/v1/models/{name}/batches/{batch_id}", &["get"]),
-        ("/v1/models/{name}/predict", &["post"]),
-        ("/v1/models/{name}/match", &["post"]),
-        ("/v1/models/{name}/versions", &["get"]),
-        ("/v1/models/{name}/versions/{version}/restore", &["post"]),
-        ("/v1/models/{name}/refit", &["post"]),
-        ("/metrics", &["get"]),
-        ("/healthz", &["get"]),
-        ("/readyz", &["get"]),
-        ("/openapi.json", &["get"]),
-        ("/docs", &["get"]),
+fn every_route_has_its_entry_and_its_access() {
+    let doc: Value = serde_json::from_str(&mordant::http::openapi_json().unwrap()).unwrap();
+    let policy = mordant::http::policy();
+    let mut documented = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in ["get", "post", "put", "delete", "patch"] {
+            if let Some(operation) = item.get(method) {
+                documented.push((method.to_uppercase(), path.clone(), operation.clone()));
+            }
+        }
+    }
+    let mut listed: Vec<(String, String)> = policy
+        .rules()
+        .iter()
+        .map(|rule| (rule.method.to_string(), rule.path.clone()))
+        .collect();
+    listed.sort();
+    let mut names: Vec<(String, String)> = documented
+        .iter()
+        .map(|(m, p, _)| (m.clone(), p.clone()))
+        .collect();
+    names.sort();
+    assert_eq!(listed, names, "the policy and the OpenAPI document differ");
+    // The README's endpoints are among them (a route dropped from the declarations would be
+    // dropped from both).
+    for (method, path) in [
+        ("POST", "/v1/models"),
+        ("POST", "/v1/models/{name}/batches"),
+        ("GET", "/v1/models/{name}/batches/{batch_id}"),
+        ("POST", "/v1/models/{name}/predict"),
+        ("GET", "/metrics"),
     ] {
-        for method in methods {
+        assert!(
+            names.contains(&(method.to_owned(), path.to_owned())),
+            "{method} {path}"
+        );
+    }
+    for (method, path, operation) in documented {
+        let access = policy.access(&method, &path);
+        let secured = operation.get("security").is_some();
+        assert_eq!(secured, access != Access::Open, "{method} {path}");
+        if secured {
             assert!(
-                paths.get(path).and_then(|p| p.get(*method)).is_some(),
-                "{method} {path} is not documented"
+                operation["responses"].get("401").is_some(),
+                "{method} {path}"
+            );
+            assert!(
+                operation["responses"].get("403").is_some(),
+                "{method} {path}"
             );
         }
     }
+    assert_eq!(
+        doc["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
 }
 
 /// `openapi-spec-validator` (PyPI) accepts the committed document. CI installs it and sets

@@ -1,5 +1,5 @@
-//! Who may call what: one table, enforced by one middleware and written into the OpenAPI
-//! document from the same table.
+//! Who may call what: the access each route declares beside it ([`super::routes`]), enforced
+//! by one middleware and written into the OpenAPI document from the same declarations.
 //!
 //! Keys travel as `Authorization: Bearer <key>`. No key, or an unknown or revoked one, is
 //! answered `401` (with `WWW-Authenticate: Bearer`); a valid key without the scope an endpoint
@@ -16,9 +16,11 @@ use utoipa::openapi::{
     security::SecurityRequirement,
 };
 
-use super::AppState;
+use std::sync::Arc;
+
 use super::error::ApiError;
-use crate::auth::{Scope, Verdict};
+use super::routes::Policy;
+use crate::auth::{KeyRing, Scope, Verdict};
 
 /// What a route needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,70 +31,25 @@ pub enum Access {
     Scopes(&'static [Scope]),
 }
 
-const ANY: Access = Access::Scopes(&[Scope::Admin, Scope::Ingest, Scope::Predict]);
-const ADMIN: Access = Access::Scopes(&[Scope::Admin]);
-const INGEST: Access = Access::Scopes(&[Scope::Admin, Scope::Ingest]);
-const PREDICT: Access = Access::Scopes(&[Scope::Admin, Scope::Predict]);
+/// Any valid key.
+pub const ANY: Access = Access::Scopes(&[Scope::Admin, Scope::Ingest, Scope::Predict]);
+/// An admin key.
+pub const ADMIN: Access = Access::Scopes(&[Scope::Admin]);
+/// A key that may post batches.
+pub const INGEST: Access = Access::Scopes(&[Scope::Admin, Scope::Ingest]);
+/// A key that may predict and match.
+pub const PREDICT: Access = Access::Scopes(&[Scope::Admin, Scope::Predict]);
 
-/// Every route of the API with what it needs. A route missing here needs `admin`.
-pub const POLICY: &[(&str, &str, Access)] = &[
-    ("GET", "/v1/models", ANY),
-    ("POST", "/v1/models", ADMIN),
-    ("GET", "/v1/models/{name}", ANY),
-    ("DELETE", "/v1/models/{name}", ADMIN),
-    ("GET", "/v1/models/{name}/posterior", ANY),
-    ("GET", "/v1/models/{name}/relevance", ANY),
-    ("POST", "/v1/models/{name}/batches", INGEST),
-    ("GET", "/v1/models/{name}/batches", INGEST),
-    ("GET", "/v1/models/{name}/batches/{batch_id}", INGEST),
-    (
-        "POST",
-        "/v1/models/{name}/batches/{batch_id}/release",
-        ADMIN,
-    ),
-    ("POST", "/v1/models/{name}/batches/{batch_id}/reject", ADMIN),
-    ("POST", "/v1/models/{name}/predict", PREDICT),
-    ("POST", "/v1/models/{name}/match", PREDICT),
-    ("GET", "/v1/models/{name}/versions", ANY),
-    (
-        "POST",
-        "/v1/models/{name}/versions/{version}/restore",
-        ADMIN,
-    ),
-    ("POST", "/v1/models/{name}/refit", ADMIN),
-    ("GET", "/v1/keys", ADMIN),
-    ("POST", "/v1/keys", ADMIN),
-    ("DELETE", "/v1/keys/{id}", ADMIN),
-    ("GET", "/healthz", Access::Open),
-    ("GET", "/readyz", Access::Open),
-    ("GET", "/metrics", Access::Open),
-    ("GET", "/openapi.json", Access::Open),
-    ("GET", "/docs", Access::Open),
-    ("GET", "/docs/", Access::Open),
-    ("GET", "/docs/{file}", Access::Open),
-];
-
-/// What `method route` needs; routes not in [`POLICY`] need `admin` (fail closed).
-pub fn access(method: &str, route: &str) -> Access {
-    // Axum answers HEAD with the GET handler: the same rule applies.
-    let method = if method.eq_ignore_ascii_case("HEAD") {
-        "GET"
-    } else {
-        method
-    };
-    POLICY
-        .iter()
-        .find(|(m, r, _)| m.eq_ignore_ascii_case(method) && *r == route)
-        .map_or(ADMIN, |(_, _, access)| *access)
+/// What the middleware needs: the keys, and what every route needs.
+#[derive(Clone)]
+pub struct Guard {
+    pub keys: Arc<KeyRing>,
+    pub policy: Arc<Policy>,
 }
 
 /// The middleware: checks the request's key against the route's policy.
-pub async fn authorize(
-    State(app): State<AppState>,
-    request: Request<Body>,
-    next: Next,
-) -> Response {
-    if !app.keys.is_enforced() {
+pub async fn authorize(State(guard): State<Guard>, request: Request<Body>, next: Next) -> Response {
+    if !guard.keys.is_enforced() {
         return next.run(request).await;
     }
     // A route layer always sees the matched route; without one, nothing is open (fail closed).
@@ -100,14 +57,14 @@ pub async fn authorize(
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(String::new, |p| p.as_str().to_owned());
-    let Access::Scopes(allowed) = access(request.method().as_str(), &route) else {
+    let Access::Scopes(allowed) = guard.policy.access(request.method().as_str(), &route) else {
         return next.run(request).await;
     };
     let presented = match bearer(&request) {
         Ok(key) => key,
         Err(problem) => return ApiError::Unauthorized(problem.into()).into_response(),
     };
-    match app.keys.check(presented, allowed) {
+    match guard.keys.check(presented, allowed) {
         Verdict::Allowed(_) => next.run(request).await,
         Verdict::Unauthenticated if presented.is_none() => ApiError::Unauthorized(
             "this endpoint needs an API key: send `Authorization: Bearer <key>`".into(),
@@ -158,32 +115,27 @@ fn join(scopes: &[Scope]) -> String {
 /// Name of the security scheme in the OpenAPI document.
 pub const SECURITY_SCHEME: &str = "api_key";
 
-/// Writes [`POLICY`] into the OpenAPI document: the bearer scheme, and on every protected
+/// Writes `policy` into the OpenAPI document: the bearer scheme, and on every protected
 /// operation its security requirement, the scopes in its description, and the 401 and 403
 /// answers.
-pub struct SecurityAddon;
-
-impl utoipa::Modify for SecurityAddon {
-    fn modify(&self, openapi: &mut OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        let mut scheme = Http::new(HttpAuthScheme::Bearer);
-        scheme.bearer_format = Some("mdk_ followed by 64 hex digits".into());
-        scheme.description = Some(
-            "An API key from `POST /v1/keys` (or the bootstrap admin key of the configuration)."
-                .into(),
-        );
-        components.add_security_scheme(SECURITY_SCHEME, SecurityScheme::Http(scheme));
-        for (path, item) in openapi.paths.paths.iter_mut() {
-            for (method, operation) in [
-                ("GET", item.get.as_mut()),
-                ("POST", item.post.as_mut()),
-                ("PUT", item.put.as_mut()),
-                ("DELETE", item.delete.as_mut()),
-            ] {
-                let Some(operation) = operation else { continue };
-                if let Access::Scopes(scopes) = access(method, path) {
-                    protect(operation, scopes);
-                }
+pub fn secure(openapi: &mut OpenApi, policy: &Policy) {
+    let components = openapi.components.get_or_insert_with(Default::default);
+    let mut scheme = Http::new(HttpAuthScheme::Bearer);
+    scheme.bearer_format = Some("mdk_ followed by 64 hex digits".into());
+    scheme.description = Some(
+        "An API key from `POST /v1/keys` (or the bootstrap admin key of the configuration).".into(),
+    );
+    components.add_security_scheme(SECURITY_SCHEME, SecurityScheme::Http(scheme));
+    for (path, item) in openapi.paths.paths.iter_mut() {
+        for (method, operation) in [
+            ("GET", item.get.as_mut()),
+            ("POST", item.post.as_mut()),
+            ("PUT", item.put.as_mut()),
+            ("DELETE", item.delete.as_mut()),
+        ] {
+            let Some(operation) = operation else { continue };
+            if let Access::Scopes(scopes) = policy.access(method, path) {
+                protect(operation, scopes);
             }
         }
     }

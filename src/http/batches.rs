@@ -1,32 +1,32 @@
 //! `/v1/models/{name}/batches`: durable, idempotent ingestion and batch status.
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+use utoipa_axum::routes;
 
+use super::auth::{ADMIN, INGEST};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{BatchBody, parse_body};
 use super::predict::Spectra;
+use super::routes::Routes;
 use super::{AppState, model_name};
 use crate::domain::{CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch, row_fields};
 use crate::estimator::{BatchStatistics, codec};
 use crate::store::{BatchRecord, BatchStatus, ModelRecord, Review, StoreError};
 use strum::VariantArray;
-
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/models/{name}/batches", post(ingest).get(list))
-        .route("/v1/models/{name}/batches/{batch_id}", get(status))
-        .route(
-            "/v1/models/{name}/batches/{batch_id}/release",
-            post(release),
-        )
-        .route("/v1/models/{name}/batches/{batch_id}/reject", post(reject))
+/// The routes of batches, with the access each needs.
+pub fn routes(routes: Routes) -> Routes {
+    routes
+        .add(INGEST, routes!(ingest))
+        .add(INGEST, routes!(list))
+        .add(INGEST, routes!(status))
+        .add(ADMIN, routes!(release))
+        .add(ADMIN, routes!(reject))
 }
 
 /// Body of `POST /v1/models/{name}/batches`.

@@ -7,15 +7,15 @@
 
 use std::sync::{Arc, LazyLock};
 
-use axum::Router;
 use axum::extract::Path;
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::get;
+use utoipa_axum::routes;
 use utoipa_swagger_ui::Config;
 
-use super::AppState;
+use super::auth::Access;
 use super::error::ApiError;
+use super::routes::Routes;
 
 const INDEX_HTML: &str = include_str!("docs/index.html");
 const STARTER_JS: &str = include_str!("docs/mordant.js");
@@ -25,12 +25,12 @@ const STARTER_JS: &str = include_str!("docs/mordant.js");
 const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; img-src 'self' data:; \
      style-src 'self' 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'; \
      base-uri 'none'; form-action 'self'";
-
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/docs", get(redirect))
-        .route("/docs/", get(page))
-        .route("/docs/{file}", get(asset))
+/// The reference page's routes: open.
+pub fn routes(routes: Routes) -> Routes {
+    routes
+        .add(Access::Open, routes!(redirect))
+        .add(Access::Open, routes!(page))
+        .add(Access::Open, routes!(asset))
 }
 
 /// The reference page lives at `/docs/` (its files are relative to it).

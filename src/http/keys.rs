@@ -1,26 +1,29 @@
 //! `/v1/keys`: create (the key is shown once), list and revoke API keys. Admin only.
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{delete, get};
-use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
+use utoipa_axum::routes;
 
 use super::AppState;
+use super::auth::ADMIN;
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
+use super::routes::Routes;
 use crate::auth::{self, Principal, Scope};
 use crate::domain::{Details, Invalid, describe};
 use crate::store::KeyRecord;
-
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/keys", get(list).post(create))
-        .route("/v1/keys/{id}", delete(revoke))
+/// The routes of API keys: all of them for admins.
+pub fn routes(routes: Routes) -> Routes {
+    routes
+        .add(ADMIN, routes!(list))
+        .add(ADMIN, routes!(create))
+        .add(ADMIN, routes!(revoke))
 }
 
 /// Longest key name.

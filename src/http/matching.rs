@@ -4,24 +4,25 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::Router;
 use axum::extract::{Path, State};
-use axum::routing::post;
 use serde::Serialize;
 use utoipa::ToSchema;
+use utoipa_axum::routes;
 
 use super::AppState;
+use super::auth::PREDICT;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{RawJson, check_malformed};
 use super::models::not_trained;
 use super::predict::{PredictRequest, parse_request};
+use super::routes::Routes;
 use crate::cache::CachedModel;
 use crate::domain::{Detail, Invalid};
 use crate::estimator::EstimatorError;
 use crate::estimator::recipe::{ForwardMap, RecipeMatch};
-
-pub fn router() -> Router<AppState> {
-    Router::new().route("/v1/models/{name}/match", post(match_recipes))
+/// The route of match, with the access it needs.
+pub fn routes(routes: Routes) -> Routes {
+    routes.add(PREDICT, routes!(match_recipes))
 }
 
 /// The recipe matched to one target: per output (in the model's order), a concentration ≥ 0 and

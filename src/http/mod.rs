@@ -11,6 +11,7 @@ pub mod matching;
 pub mod models;
 pub mod ops;
 pub mod predict;
+pub mod routes;
 pub mod serve;
 pub mod versions;
 
@@ -31,7 +32,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
-use utoipa::OpenApi;
+use utoipa::{Modify, OpenApi};
 
 use crate::auth::KeyRing;
 use crate::cache::PosteriorCache;
@@ -39,9 +40,10 @@ use crate::config::{Limits, ServerSettings};
 use crate::domain::ModelName;
 use crate::metrics::Metrics;
 use crate::store::Store;
-use auth::SecurityAddon;
+use auth::Guard;
 use document::ProtocolAddon;
 use error::ApiError;
+use routes::{Policy, Routes};
 
 /// What every handler can reach: one shared allocation. axum clones a route's state for every
 /// request (the handler's and each stateful route layer's), so a clone is one reference count,
@@ -112,16 +114,6 @@ impl AppState {
                        with a key repeated in an object is refused (`400`).",
         license(name = "MIT"),
     ),
-    paths(
-        models::create, models::list, models::read, models::delete, models::posterior,
-        models::relevance,
-        batches::ingest, batches::list, batches::status, batches::release, batches::reject,
-        predict::predict, matching::match_recipes,
-        versions::list, versions::restore, versions::refit,
-        keys::create, keys::list, keys::revoke,
-        ops::healthz, ops::readyz, ops::metrics, ops::openapi,
-        docs::redirect, docs::page, docs::asset,
-    ),
     tags(
         (name = "models", description = "Model specifications and posteriors"),
         (name = "batches", description = "Observation batches (the learning queue)"),
@@ -130,10 +122,37 @@ impl AppState {
         (name = "keys", description = "API keys and their scopes (admin)"),
         (name = "operations", description = "Health, readiness, metrics, documentation"),
     ),
-    modifiers(&SecurityAddon, &ProtocolAddon),
     servers((url = "/", description = "The server that serves this document")),
 )]
 pub struct ApiDoc;
+
+/// Every route of the API, each module's beside the access it needs; `/metrics` is served
+/// here unless `metrics_here` is false (documented either way).
+pub fn api(metrics_here: bool) -> Routes {
+    let routes = Routes::new(ApiDoc::openapi());
+    let routes = models::routes(routes);
+    let routes = batches::routes(routes);
+    let routes = predict::routes(routes);
+    let routes = matching::routes(routes);
+    let routes = versions::routes(routes);
+    let routes = keys::routes(routes);
+    let routes = ops::routes(routes, metrics_here);
+    docs::routes(routes)
+}
+
+/// What every route needs.
+pub fn policy() -> Policy {
+    api(true).into_parts().2
+}
+
+/// The OpenAPI document: the routes' entries, with what each needs and the answers every
+/// operation shares.
+pub fn document() -> utoipa::openapi::OpenApi {
+    let (_, mut document, policy) = api(true).into_parts();
+    auth::secure(&mut document, &policy);
+    ProtocolAddon.modify(&mut document);
+    document
+}
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -145,28 +164,18 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
     let budget = BodyBudget::new(&state.limits);
     let timeout = Duration::from_secs(state.limits.request_timeout_secs);
     let metrics = state.metrics.clone();
-    let mut api = Router::new()
-        .merge(models::router())
-        .merge(batches::router())
-        .merge(predict::router())
-        .merge(matching::router())
-        .merge(versions::router())
-        .merge(keys::router())
-        .merge(ops::router())
-        .merge(docs::router());
-    if server.metrics_addr.is_empty() {
-        api = api.route("/metrics", get(ops::metrics));
-    }
+    let (api, _, policy) = api(server.metrics_addr.is_empty()).into_parts();
+    let guard = Guard {
+        keys: state.keys.clone(),
+        policy: Arc::new(policy),
+    };
     let router = api
         // Before the route layers, so that 405 answers carry their route like the rest.
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         // Order matters: the last route layer runs first. A request's route is noted for the
         // metrics, then it is checked for a key, then given its time limit.
         .route_layer(middleware::from_fn_with_state(timeout, limit_time))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::authorize,
-        ))
+        .route_layer(middleware::from_fn_with_state(guard, auth::authorize))
         .route_layer(middleware::from_fn(note_route))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .with_state(state);
@@ -481,7 +490,7 @@ pub fn model_name(name: &str) -> Result<ModelName, ApiError> {
 /// The OpenAPI document as committed in `openapi/openapi.json` (pretty JSON, final newline
 /// omitted).
 pub fn openapi_json() -> Result<String, serde_json::Error> {
-    serde_json::to_string_pretty(&ApiDoc::openapi())
+    serde_json::to_string_pretty(&document())
 }
 
 #[cfg(test)]

@@ -1,28 +1,32 @@
 //! `/v1/models`: create, list, read, delete, and the posterior of a model.
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+use utoipa_axum::routes;
 
+use super::auth::{ADMIN, ANY};
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
+use super::routes::Routes;
 use super::{AppState, model_name};
 use crate::cache::CachedModel;
 use crate::domain::model::{ForgettingSpec, PriorName};
 use crate::domain::{ModelSpec, SpectrumSpec, TransformName, UpdateName};
 use crate::store::ModelRecord;
-
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/models", get(list).post(create))
-        .route("/v1/models/{name}", get(read).delete(delete))
-        .route("/v1/models/{name}/posterior", get(posterior))
-        .route("/v1/models/{name}/relevance", get(relevance))
+/// The routes of models, with the access each needs.
+pub fn routes(routes: Routes) -> Routes {
+    routes
+        .add(ANY, routes!(list))
+        .add(ADMIN, routes!(create))
+        .add(ANY, routes!(read))
+        .add(ADMIN, routes!(delete))
+        .add(ANY, routes!(posterior))
+        .add(ANY, routes!(relevance))
 }
 
 /// Body of `POST /v1/models`.

@@ -1,21 +1,31 @@
 //! Operations endpoints: health, readiness, metrics and the OpenAPI document.
 
+use std::sync::LazyLock;
+
+use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
 use serde::Serialize;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
+use utoipa_axum::routes;
 
+use super::AppState;
+use super::auth::Access;
 use super::error::ApiError;
-use super::{ApiDoc, AppState};
-
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/openapi.json", get(openapi))
+use super::routes::Routes;
+/// Health, readiness and this document: open. `/metrics` is open too, served here unless
+/// `metrics_here` is false (it then has a listener of its own, [`super::metrics_router`]).
+pub fn routes(routes: Routes, metrics_here: bool) -> Routes {
+    let routes = routes
+        .add(Access::Open, routes!(healthz))
+        .add(Access::Open, routes!(readyz))
+        .add(Access::Open, routes!(openapi));
+    if metrics_here {
+        routes.add(Access::Open, routes!(metrics))
+    } else {
+        routes.document(Access::Open, routes!(metrics))
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -93,5 +103,8 @@ pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, A
 #[utoipa::path(get, operation_id = "get_openapi", path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object)))]
 pub async fn openapi() -> impl IntoResponse {
-    Json(ApiDoc::openapi())
+    Json(DOCUMENT.clone())
 }
+
+/// Built once: the document never changes while the process runs.
+static DOCUMENT: LazyLock<utoipa::openapi::OpenApi> = LazyLock::new(super::document);

@@ -1,27 +1,28 @@
 //! `POST /v1/models/{name}/predict`, served from the posterior cache.
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use faer::RowRef;
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 use utoipa::ToSchema;
+use utoipa_axum::routes;
 
 use super::AppState;
+use super::auth::PREDICT;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{RawJson, check_malformed, parse_body};
 use super::models::not_trained;
+use super::routes::Routes;
 use crate::domain::{
     Detail, Details, FastObject, Invalid, ModelSpec, Rows, fast_rows_object, parse_inputs,
     pointer_token, row_fields,
 };
 use crate::estimator::{Predictions, Predictor};
-
-pub fn router() -> Router<AppState> {
-    Router::new().route("/v1/models/{name}/predict", post(predict))
+/// The route of predict, with the access it needs.
+pub fn routes(routes: Routes) -> Routes {
+    routes.add(PREDICT, routes!(predict))
 }
 
 /// Bodies longer than this (about 3,000 numbers) are parsed and predicted on the blocking pool,

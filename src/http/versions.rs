@@ -2,30 +2,29 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
+use utoipa_axum::routes;
 
+use super::auth::{ADMIN, ANY};
 use super::error::{ApiError, ErrorBody};
 use super::models::not_trained;
+use super::routes::Routes;
 use super::{AppState, model_name};
 use crate::domain::Invalid;
 use crate::estimator::{ModelState, codec};
 use crate::history;
 use crate::store::{ModelLock, StateBlob, VersionOrigin, VersionRecord};
-
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/models/{name}/versions", get(list))
-        .route(
-            "/v1/models/{name}/versions/{version}/restore",
-            post(restore),
-        )
-        .route("/v1/models/{name}/refit", post(refit))
+/// The routes of a model's history, with the access each needs.
+pub fn routes(routes: Routes) -> Routes {
+    routes
+        .add(ANY, routes!(list))
+        .add(ADMIN, routes!(restore))
+        .add(ADMIN, routes!(refit))
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -1,0 +1,166 @@
+//! Every route of the API declared once: the handler's `#[utoipa::path]` gives its path, method
+//! and OpenAPI entry, and [`Routes::add`] puts the access it needs beside it. The router, the
+//! OpenAPI document and the [`Policy`] that the auth middleware enforces are all read off the
+//! same declarations, so none of them can miss a route the others have.
+
+use axum::http::Method;
+use utoipa::openapi::OpenApi;
+use utoipa::openapi::path::{PathItem, Paths};
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
+
+use super::AppState;
+use super::auth::Access;
+
+/// One route and what it needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub method: Method,
+    /// The route as axum matches it (`/v1/models/{name}`), which is also its OpenAPI path.
+    pub path: String,
+    pub access: Access,
+}
+
+/// What every route needs.
+#[derive(Clone, Debug, Default)]
+pub struct Policy(Vec<Rule>);
+
+impl Policy {
+    pub fn rules(&self) -> &[Rule] {
+        &self.0
+    }
+
+    /// What `method route` needs; a route without a rule needs `admin` (fail closed).
+    pub fn access(&self, method: &str, route: &str) -> Access {
+        // Axum answers HEAD with the GET handler: the same rule applies.
+        let method = if method.eq_ignore_ascii_case("HEAD") {
+            "GET"
+        } else {
+            method
+        };
+        self.0
+            .iter()
+            .find(|rule| rule.method.as_str().eq_ignore_ascii_case(method) && rule.path == route)
+            .map_or(super::auth::ADMIN, |rule| rule.access)
+    }
+}
+
+/// The routes declared so far: the router with its document, and the policy.
+pub struct Routes {
+    router: OpenApiRouter<AppState>,
+    policy: Policy,
+}
+
+impl Routes {
+    /// No routes yet; `base` is the document's title, tags and servers.
+    pub fn new(base: OpenApi) -> Self {
+        Self {
+            router: OpenApiRouter::with_openapi(base),
+            policy: Policy::default(),
+        }
+    }
+
+    /// Serves and documents the handlers of `route` (`utoipa_axum::routes!(…)`), which need
+    /// `access`.
+    pub fn add(mut self, access: Access, route: UtoipaMethodRouter<AppState>) -> Self {
+        self.note(access, &route.1);
+        self.router = self.router.routes(route);
+        self
+    }
+
+    /// Documents the handlers of `route` and records their access, without serving them here:
+    /// for `/metrics` when it has a listener of its own.
+    pub fn document(mut self, access: Access, route: UtoipaMethodRouter<AppState>) -> Self {
+        self.note(access, &route.1);
+        let (schemas, paths, _) = route;
+        let document = self.router.get_openapi_mut();
+        for (path, item) in paths.paths {
+            match document.paths.paths.get_mut(&path) {
+                Some(existing) => existing.merge_operations(item),
+                None => {
+                    document.paths.paths.insert(path, item);
+                }
+            }
+        }
+        document
+            .components
+            .get_or_insert_with(Default::default)
+            .schemas
+            .extend(schemas);
+        self
+    }
+
+    fn note(&mut self, access: Access, paths: &Paths) {
+        for (path, item) in &paths.paths {
+            for method in methods(item) {
+                self.policy.0.push(Rule {
+                    method,
+                    path: path.clone(),
+                    access,
+                });
+            }
+        }
+    }
+
+    /// The router (state still to be given), the document as declared (before the policy and
+    /// the shared answers are written into it) and the policy.
+    pub fn into_parts(self) -> (axum::Router<AppState>, OpenApi, Policy) {
+        let (router, document) = self.router.split_for_parts();
+        (router, document, self.policy)
+    }
+}
+
+/// The methods `item` has an operation for.
+fn methods(item: &PathItem) -> impl Iterator<Item = Method> + '_ {
+    [
+        (Method::GET, item.get.is_some()),
+        (Method::POST, item.post.is_some()),
+        (Method::PUT, item.put.is_some()),
+        (Method::DELETE, item.delete.is_some()),
+        (Method::PATCH, item.patch.is_some()),
+        (Method::HEAD, item.head.is_some()),
+        (Method::OPTIONS, item.options.is_some()),
+        (Method::TRACE, item.trace.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(method, present)| present.then_some(method))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::auth::{ADMIN, ANY, PREDICT};
+
+    #[test]
+    fn the_policy_is_read_off_the_declarations_and_fails_closed() {
+        let policy = crate::http::policy();
+        assert_eq!(policy.access("GET", "/v1/models"), ANY);
+        assert_eq!(policy.access("POST", "/v1/models"), ADMIN);
+        assert_eq!(policy.access("post", "/v1/models/{name}/predict"), PREDICT);
+        // HEAD is answered by GET's handler, so it needs what GET needs.
+        assert_eq!(policy.access("HEAD", "/healthz"), Access::Open);
+        // A route nobody declared needs admin.
+        assert_eq!(policy.access("GET", "/v1/undeclared"), ADMIN);
+        assert_eq!(policy.access("PUT", "/v1/models"), ADMIN);
+        // One rule per method and route.
+        let mut seen: Vec<_> = policy
+            .rules()
+            .iter()
+            .map(|rule| (rule.method.clone(), rule.path.clone()))
+            .collect();
+        let all = seen.len();
+        seen.sort_by(|a, b| (a.0.as_str(), &a.1).cmp(&(b.0.as_str(), &b.1)));
+        seen.dedup();
+        assert_eq!(seen.len(), all);
+    }
+
+    #[test]
+    fn metrics_elsewhere_stays_documented_and_open() {
+        let (_, here, _) = crate::http::api(true).into_parts();
+        let (_, elsewhere, policy) = crate::http::api(false).into_parts();
+        assert_eq!(
+            serde_json::to_value(&here).unwrap(),
+            serde_json::to_value(&elsewhere).unwrap()
+        );
+        assert_eq!(policy.access("GET", "/metrics"), Access::Open);
+    }
+}
