@@ -8,7 +8,7 @@ the rows, every number in its shortest round-trip form, so that `benches/peers.r
 them with `Dataset::from_csv`) and numpy hold the same doubles.
 
 * dyeing: tests/data/dyeing/data.csv, features and outputs chosen by the column prefixes of
-  `src/evaluate/dataset.rs` (125 features, 82 outputs); first fit on rows 0..1543, the update
+  `crates/lab/src/evaluate/dataset.rs` (125 features, 82 outputs); first fit on rows 0..1543, the update
   on the next 1,000 (1543..2543), the probe on the remaining 671 (never learnt).
 * spectrum: 31 bands of reflectance R uniform in [0.05, 0.95] as Kubelka–Munk values
   (1 − R)² / 2R (the space the linear model uses, so mordant fits it with Transform::Identity),
@@ -42,7 +42,7 @@ import warnings
 
 import numpy as np
 
-# The column prefixes of src/evaluate/dataset.rs (DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES).
+# The column prefixes of crates/lab/src/evaluate/dataset.rs (DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES).
 DYEING_FEATURE_PREFIXES = ["小缸面料大类", "小缸光谱", "小缸配方组合"]
 DYEING_OUTPUT_PREFIXES = ["大缸物料代码"]
 DYEING_FIRST, UPDATE_ROWS = 1543, 1000

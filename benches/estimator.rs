@@ -146,11 +146,11 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
 /// Recipe matching on 2,000 simulated lab dips (benchtop noise): what keeping `YᵀY` costs a
 /// batch's statistics, what the forward map costs at a version's first match, and one match.
 fn bench_recipe(c: &mut Criterion) {
-    use mordant::simulate::evaluate::{Design, recipes};
-    use mordant::simulate::{NoiseModel, SimulationConfig, Simulator};
+    use mordant_lab::simulate::evaluate::{Design, recipes};
+    use mordant_lab::simulate::{NoiseModel, SimulationConfig, Simulator};
     let sim = Simulator::new(SimulationConfig {
         noise: NoiseModel::BENCHTOP,
-        grid: mordant::simulate::Grid::MODEL,
+        grid: mordant_lab::simulate::Grid::MODEL,
         ..SimulationConfig::new(0)
     });
     let design = Design::standard(&sim);

@@ -30,7 +30,7 @@ use faer::Mat;
 use mordant::estimator::{
     Basis, BatchStatistics, ModelConfig, ModelState, OutputPosterior, Transform,
 };
-use mordant::evaluate::Dataset;
+use mordant_lab::evaluate::Dataset;
 use serde_json::{Value, json};
 
 const DEFAULT_REPEATS: usize = 15;

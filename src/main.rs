@@ -8,14 +8,14 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mordant::config::Settings;
 use mordant::estimator::{FitOptions, ReflectanceScale};
-use mordant::evaluate::{self, Dataset, EvaluateOptions, MODELS};
-use mordant::simulate::post::PostOptions;
-use mordant::simulate::{
-    EvaluationOptions, ForgettingOptions, Grid, NoiseModel, Scenario, SimulationConfig, Simulator,
-};
 use mordant::startup::{Application, shutdown_on_signal};
 use mordant::store::Store;
 use mordant::telemetry;
+use mordant_lab::evaluate::{self, Dataset, EvaluateOptions, MODELS};
+use mordant_lab::simulate::post::PostOptions;
+use mordant_lab::simulate::{
+    EvaluationOptions, ForgettingOptions, Grid, NoiseModel, Scenario, SimulationConfig, Simulator,
+};
 use tokio_util::sync::CancellationToken;
 
 /// Incremental Bayesian linear regression for dye-concentration prediction.
@@ -467,7 +467,7 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             noise: args.noise,
             ..EvaluationOptions::default()
         };
-        let report = mordant::simulate::evaluate(&options, model).context("evaluation")?;
+        let report = mordant_lab::simulate::evaluate(&options, model).context("evaluation")?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
@@ -489,7 +489,7 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             ..ForgettingOptions::default()
         };
         let report =
-            mordant::simulate::forgetting_study(&options, model).context("forgetting study")?;
+            mordant_lab::simulate::forgetting_study(&options, model).context("forgetting study")?;
         if let Some(path) = &args.curves {
             std::fs::write(path, report.curves_csv())
                 .with_context(|| format!("cannot write {}", path.display()))?;
@@ -520,7 +520,7 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             attempts: 5,
         };
         run_async(|| async {
-            let summary = mordant::simulate::post::post(&sim, &options).await?;
+            let summary = mordant_lab::simulate::post::post(&sim, &options).await?;
             let seconds = summary.elapsed.as_secs_f64();
             println!(
                 "posted {} rows in {} batches to model {:?} ({}) in {:.2} s ({:.0} rows/s, {} retries)",
@@ -549,12 +549,12 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
         Some(path) => {
             let file = std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?;
-            mordant::simulate::write_csv(&sim, args.rows, scale, std::io::BufWriter::new(file))
+            mordant_lab::simulate::write_csv(&sim, args.rows, scale, std::io::BufWriter::new(file))
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         None => {
             let stdout = std::io::stdout();
-            mordant::simulate::write_csv(&sim, args.rows, scale, stdout.lock())
+            mordant_lab::simulate::write_csv(&sim, args.rows, scale, stdout.lock())
                 .context("writing CSV to standard output")?;
         }
     }

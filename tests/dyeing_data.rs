@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use mordant::estimator::{FitOptions, ModelConfig, ModelState, PriorFamily};
-use mordant::evaluate::{self, EvaluateOptions, Split};
+use mordant_lab::evaluate::{self, EvaluateOptions, Split};
 
 /// A first fit on the old rows of trial seed 3, with the given options.
 fn first_fit(options: FitOptions) -> (Split, ModelState) {
@@ -105,7 +105,7 @@ fn safeguarded_fit_leaves_the_training_range_only_where_the_truth_does() {
             }
         }
     }
-    let error = mordant::evaluate::metrics::max_relative_error(
+    let error = mordant_lab::evaluate::metrics::max_relative_error(
         split.old_y.as_ref(),
         split.test_y.as_ref(),
         pred.mean.as_ref(),

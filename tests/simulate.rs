@@ -2,7 +2,7 @@
 //! model, a model fitted on them, matched recipes dyed again and compared in CIEDE2000; and a
 //! model with a half-life against one without across an instrument swap.
 
-use mordant::simulate::{
+use mordant_lab::simulate::{
     EvaluationOptions, ForgettingOptions, Grid, NoiseModel, evaluate, forgetting_study,
 };
 
@@ -123,9 +123,9 @@ fn forgetting_recovers_from_an_instrument_swap_sooner() {
 #[test]
 fn one_batch_from_a_new_instrument_takes_the_model_half_way_to_a_refit() {
     use mordant::estimator::{BatchStatistics, ModelConfig, ModelState};
-    use mordant::evaluate::baselines::bayesian_ridge;
-    use mordant::simulate::evaluate::{Design, recipes};
-    use mordant::simulate::{Scenario, SimulationConfig, Simulator};
+    use mordant_lab::evaluate::baselines::bayesian_ridge;
+    use mordant_lab::simulate::evaluate::{Design, recipes};
+    use mordant_lab::simulate::{Scenario, SimulationConfig, Simulator};
 
     let sim = Simulator::new(SimulationConfig {
         grid: Grid::MODEL,
@@ -151,7 +151,7 @@ fn one_batch_from_a_new_instrument_takes_the_model_half_way_to_a_refit() {
         (sq / n).sqrt()
     };
     let config = ModelConfig::new(basis, y_test.ncols());
-    let stats = |dips: &[mordant::simulate::LabDip]| {
+    let stats = |dips: &[mordant_lab::simulate::LabDip]| {
         BatchStatistics::from_rows(&basis, design.inputs(dips).as_ref(), recipes(dips).as_ref())
             .unwrap()
     };
@@ -167,7 +167,7 @@ fn one_batch_from_a_new_instrument_takes_the_model_half_way_to_a_refit() {
     );
     // The peer sees the same basis (Kubelka–Munk values and fabric indicators), without the
     // constant it adds itself.
-    let design_rows = |dips: &[mordant::simulate::LabDip]| {
+    let design_rows = |dips: &[mordant_lab::simulate::LabDip]| {
         let phi = basis.design(design.inputs(dips).as_ref()).unwrap();
         phi.subcols(0, phi.ncols() - 1).to_owned()
     };

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use faer::Mat;
-use mordant::evaluate::Dataset;
-use mordant::evaluate::dataset::{DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES};
+use mordant_lab::evaluate::Dataset;
+use mordant_lab::evaluate::dataset::{DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES};
 
 /// The dyeing data of `tests/data/dyeing` (p = 125 features, m = 82 outputs).
 pub fn dyeing_data() -> Dataset {

@@ -93,7 +93,7 @@ pub enum UpdateName {
     Refit,
 }
 
-/// The prior family of the weights, as the API names it (see `src/estimator/prior.rs`).
+/// The prior family of the weights, as the API names it (see `crates/estimator/src/prior.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PriorName {

@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 
 use faer::Mat;
 use mordant::estimator::{Basis, BatchStatistics, Transform};
-use mordant::evaluate::Dataset;
-use mordant::evaluate::dataset::{DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES};
+use mordant_lab::evaluate::Dataset;
+use mordant_lab::evaluate::dataset::{DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

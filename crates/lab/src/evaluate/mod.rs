@@ -16,12 +16,12 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 
-use crate::estimator::{
+pub use dataset::Dataset;
+use metrics::{coverage95, max_abs_ratio, max_relative_error, r2_present, r2_uniform};
+use mordant_estimator::{
     Basis, BatchStatistics, FitOptions, ModelConfig, ModelState, PriorFamily, Transform,
     UpdateMethod,
 };
-pub use dataset::Dataset;
-use metrics::{coverage95, max_abs_ratio, max_relative_error, r2_present, r2_uniform};
 
 /// The rows of the table, in order.
 pub const MODELS: [&str; 7] = [

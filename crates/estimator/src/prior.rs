@@ -316,7 +316,7 @@ pub fn matern32(distance: f64, length: f64) -> f64 {
 }
 
 /// `K_ℓ^½` (bands × r): `V_r diag(√κ_r)` from the eigendecomposition `K_ℓ = V diag(κ) Vᵀ`,
-/// keeping the eigenvalues above [`KERNEL_RANK_TOLERANCE`] of the largest, so that
+/// keeping the eigenvalues above `KERNEL_RANK_TOLERANCE` of the largest, so that
 /// `K_ℓ^½ (K_ℓ^½)ᵀ = K_ℓ` to round-off.
 pub fn kernel_factor(bands: usize, length: f64) -> Result<Mat<f64>, EstimatorError> {
     let k = Mat::from_fn(bands, bands, |i, j| {

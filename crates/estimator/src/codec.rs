@@ -516,7 +516,7 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimator::{ModelConfig, Transform};
+    use crate::{ModelConfig, Transform};
 
     fn small_state() -> ModelState {
         let basis = Basis::new(2, true, Transform::Identity);

@@ -5,7 +5,7 @@
 //! * [`generate`] — lab dips with instrument and process noise and the drift scenarios
 //!   (`instrument_swap`, `dye_lot`, `new_substrate`), deterministic for a seed;
 //! * [`colour`] — CIELAB (D65, CIE 1964 10°) and CIEDE2000 through the `colorimetry` crate;
-//! * [`evaluate`] — predicted recipes scored in ΔE00, and the forgetting study across an
+//! * [`evaluate`](mod@evaluate) — predicted recipes scored in ΔE00, and the forgetting study across an
 //!   instrument swap;
 //! * [`post`] — posting simulated batches to a running service.
 //!
@@ -23,7 +23,7 @@ pub use evaluate::{
 };
 pub use generate::{Grid, Instrument, LabDip, NoiseModel, Scenario, SimulationConfig, Simulator};
 
-use crate::estimator::{EstimatorError, ReflectanceScale};
+use mordant_estimator::{EstimatorError, ReflectanceScale};
 
 /// Errors of the simulator.
 #[derive(Debug, thiserror::Error)]

@@ -408,7 +408,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
-    use crate::estimator::ReflectanceScale;
+    use crate::ReflectanceScale;
 
     const BANDS: usize = 31;
 
@@ -543,8 +543,8 @@ mod tests {
         let t = state.totals();
         // A state folded before recipe matching (no YᵀY), as stored and read back.
         let old = ModelState::fit(&ModelConfig::new(spectral_basis(), 3), bare(t)).unwrap();
-        let blob = crate::estimator::codec::encode(&old);
-        let old = crate::estimator::codec::decode(&blob).unwrap();
+        let blob = crate::codec::encode(&old);
+        let old = crate::codec::decode(&blob).unwrap();
         assert!(matches!(
             old.forward_map(),
             Err(EstimatorError::NoForwardMap(_))

@@ -282,7 +282,7 @@ mod tests {
             assert!((back - r).abs() < 1e-12, "{r} → {back}");
         }
         // It agrees with the estimator's basis transform.
-        let km = crate::estimator::Transform::KubelkaMunk;
+        let km = mordant_estimator::Transform::KubelkaMunk;
         assert!((km.apply(0.37) - ks_from_reflectance(0.37)).abs() < 1e-15);
     }
 

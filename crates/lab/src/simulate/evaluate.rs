@@ -27,7 +27,7 @@ use super::colour::{COLOUR_RANGE_NM, ciede2000, lab_d65_10};
 use super::generate::{
     CONCENTRATION_RANGE, Grid, LabDip, NoiseModel, Recipes, Scenario, SimulationConfig, Simulator,
 };
-use crate::estimator::{
+use mordant_estimator::{
     Basis, BatchStatistics, FitOptions, Forgetting, ModelConfig, ModelState, ReflectanceScale,
     Transform,
 };

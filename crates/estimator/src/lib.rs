@@ -1,10 +1,90 @@
-//! The mathematics of mordant: incremental Bayesian linear regression (Song & Zhang) with ARD.
+//! Incremental Bayesian linear regression from sufficient statistics: the estimator of
+//! mordant, usable on its own.
 //!
-//! Every output `k` is an independent regression `y_k = w_kᵀφ(x) + ε, ε ~ N(0, s_k)` with prior
-//! `w_kj ~ N(0, v_kj)`. A batch is reduced once to its [`BatchStatistics`]; the first fit runs
-//! the evidence approximation ([`evidence::evidence`], Algorithm 2), later batches take one
-//! Bayesian step ([`incremental::one_step`], Algorithm 3) or a warm-started refit. Everything
-//! here is pure: no I/O, no async, no clocks.
+//! # The model
+//!
+//! Every output `k` of a model is an independent regression on a basis `φ(x)` of `p`
+//! functions (the inputs, possibly a reflectance spectrum turned into Kubelka–Munk `K/S`, and
+//! an intercept: [`Basis`]):
+//!
+//! ```text
+//! y_k = w_kᵀ φ(x) + ε,   ε ~ N(0, s_k),   w_k ~ N(0, V_k)
+//! ```
+//!
+//! The prior covariance `V_k` belongs to a family ([`PriorFamily`]): ARD, one variance per
+//! basis function (Tipping 2001, the family of Song & Zhang); ridge, one shared variance; or
+//! smooth, a Gaussian process over a spectrum's coefficient curve (a Matérn-3/2 covariance along
+//! the wavelengths). Its hyperparameters and `s_k` are set by the evidence (MacKay 1992), and
+//! `auto` lets the evidence choose the family per output. The intercept has a flat prior,
+//! exactly what centring does, except where an output's zeros are structural (see below).
+//!
+//! # Notation
+//!
+//! A batch of rows is reduced once to its statistics ([`BatchStatistics`]): `G = ΦᵀΦ` (`p × p`),
+//! `B = ΦᵀY` (`p × m`), `q_k = Σ y_k²`, `N` rows, and per output the count of its non-zero
+//! values. Statistics of two batches add, so nothing needs a row twice:
+//!
+//! * the first fit runs the evidence approximation on them ([`evidence::evidence`], Algorithm 2
+//!   of Song & Zhang);
+//! * each later batch takes one Bayesian step from the current posterior
+//!   ([`incremental::one_step`], Algorithm 3): the posterior after it is the posterior of all
+//!   rows under the same hyperparameters;
+//! * [`ModelState::refit`] runs Algorithm 2 again on all the statistics kept.
+//!
+//! The posterior of output `k` is `N(μ_k, Σ_k)` with `Σ_k = (G/s_k + V_k⁻¹)⁻¹` and
+//! `μ_k = Σ_k B_k / s_k`; a prediction's variance is `s_k + φᵀ Σ_k φ` (a Student-t when `s_k`
+//! is integrated over its posterior, [`model::Predictive`]).
+//!
+//! # Example
+//!
+//! Learn two batches of a noisy line, the second by one step, and predict with the variance:
+//!
+//! ```
+//! use faer::Mat;
+//! use mordant_estimator::{Basis, BatchStatistics, ModelConfig, ModelState, Transform};
+//!
+//! // y = 1 + 2x plus a little noise, in two batches of 20 rows.
+//! let batch = |from: usize| {
+//!     let x = Mat::from_fn(20, 1, |i, _| (from + i) as f64 / 40.0);
+//!     let y = Mat::from_fn(20, 1, |i, _| {
+//!         1.0 + 2.0 * x[(i, 0)] + 0.01 * (((from + i) * 7919 % 13) as f64 - 6.0)
+//!     });
+//!     (x, y)
+//! };
+//! let basis = Basis::new(1, true, Transform::Identity);
+//! let config = ModelConfig::new(basis, 1);
+//!
+//! let (x, y) = batch(0);
+//! let first = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+//! let state = ModelState::fit(&config, first).unwrap();
+//!
+//! let (x, y) = batch(20);
+//! let second = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+//! let state = state.update(&config, &second).unwrap();
+//!
+//! let at = Mat::from_fn(1, 1, |_, _| 0.5);
+//! let predicted = state.predict(at.as_ref()).unwrap();
+//! assert!((predicted.mean[(0, 0)] - 2.0).abs() < 0.02);
+//! // The predictive variance is at least the noise variance (here about 0.037²).
+//! let noise = state.noise_variances()[0].unwrap();
+//! assert!(predicted.variance[(0, 0)] >= noise && predicted.variance[(0, 0)] < 0.01);
+//! ```
+//!
+//! `examples/spectrum.rs` fits a smooth prior to a simulated spectrum.
+//!
+//! Everything here is pure: no I/O, no async, no clocks. A state encodes to a versioned,
+//! checksummed byte string ([`codec`]) for whoever stores it.
+//!
+//! # References
+//!
+//! * Song, Zhang: *Incremental learning for Bayesian linear regression and its application in
+//!   dyeing industry* (Algorithms 2 and 3). Two bugs of the authors' published code are not
+//!   copied: it stores `N ×` the posterior covariance (Algorithm 2 divides `G` by `N` and never
+//!   undoes it), and its one-step noise update takes the residual sum where the mean belongs.
+//! * Tipping (2001): *Sparse Bayesian learning and the relevance vector machine*, JMLR 1.
+//! * MacKay (1992): *Bayesian interpolation*, Neural Computation 4(3).
+//! * Rasmussen, Williams (2006): *Gaussian processes for machine learning* (the Matérn kernel).
+//! * Kubelka, Munk (1931): *Ein Beitrag zur Optik der Farbanstriche*; `K/S = (1 − R)²/(2R)`.
 
 pub mod basis;
 pub mod codec;

@@ -58,7 +58,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
-    use crate::estimator::{Basis, ModelConfig, Transform};
+    use crate::{Basis, ModelConfig, Transform};
 
     /// `y = 1 + 2x₁ − x₂ + ε`, ε ~ N(0, 0.3²) (above the estimator's noise floor, 1 % of the
     /// mean square of y), plus `shift` on every y.
