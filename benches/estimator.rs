@@ -150,7 +150,7 @@ fn bench_recipe(c: &mut Criterion) {
     use mordant_lab::simulate::{NoiseModel, SimulationConfig, Simulator};
     let sim = Simulator::new(SimulationConfig {
         noise: NoiseModel::BENCHTOP,
-        grid: mordant_lab::simulate::Grid::MODEL,
+        grid: mordant_lab::simulate::MODEL_GRID,
         ..SimulationConfig::new(0)
     });
     let design = Design::standard(&sim);

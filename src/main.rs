@@ -439,24 +439,16 @@ fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
 }
 
 fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
-    let instrument = Grid {
-        start_nm: args.start_nm,
-        interval_nm: args.interval_nm,
-        count: args.count,
-    };
-    let model = Grid {
-        start_nm: args.model_start_nm,
-        interval_nm: args.model_interval_nm,
-        count: args.model_count,
-    };
-    instrument
-        .check()
+    let instrument = Grid::new(args.start_nm, args.interval_nm, args.count)
         .map_err(anyhow::Error::msg)
         .context("instrument grid (--start-nm, --interval-nm, --count)")?;
-    model
-        .check()
-        .map_err(anyhow::Error::msg)
-        .context("model grid (--model-start-nm, --model-interval-nm, --model-count)")?;
+    let model = Grid::new(
+        args.model_start_nm,
+        args.model_interval_nm,
+        args.model_count,
+    )
+    .map_err(anyhow::Error::msg)
+    .context("model grid (--model-start-nm, --model-interval-nm, --model-count)")?;
     if args.evaluate {
         let options = EvaluationOptions {
             seed: args.seed,

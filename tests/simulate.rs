@@ -3,7 +3,7 @@
 //! model with a half-life against one without across an instrument swap.
 
 use mordant_lab::simulate::{
-    EvaluationOptions, ForgettingOptions, Grid, NoiseModel, evaluate, forgetting_study,
+    EvaluationOptions, ForgettingOptions, MODEL_GRID, NoiseModel, evaluate, forgetting_study,
 };
 
 #[test]
@@ -18,7 +18,7 @@ fn benchtop_lab_dips_are_matched_within_the_acceptance() {
             noise,
             ..EvaluationOptions::default()
         };
-        let report = evaluate(&options, Grid::MODEL).unwrap();
+        let report = evaluate(&options, MODEL_GRID).unwrap();
         let score = report.score;
         println!("{}", report.to_table());
         assert_eq!(score.targets, 300);
@@ -53,7 +53,7 @@ fn too_little_data_does_not_pass_for_accurate() {
         batch_rows: 8,
         ..EvaluationOptions::default()
     };
-    let report = evaluate(&options, Grid::MODEL).unwrap();
+    let report = evaluate(&options, MODEL_GRID).unwrap();
     assert!(!report.accepted(), "{}", report.to_table());
 }
 
@@ -66,7 +66,7 @@ fn measurement_noise_costs_colour_accuracy() {
         ..EvaluationOptions::default()
     };
     let score = |noise| {
-        evaluate(&EvaluationOptions { noise, ..base }, Grid::MODEL)
+        evaluate(&EvaluationOptions { noise, ..base }, MODEL_GRID)
             .unwrap()
             .score
     };
@@ -97,7 +97,7 @@ fn forgetting_recovers_from_an_instrument_swap_sooner() {
         noise: NoiseModel::PROCESS_ONLY,
         ..ForgettingOptions::default()
     };
-    let report = forgetting_study(&options, Grid::MODEL).unwrap();
+    let report = forgetting_study(&options, MODEL_GRID).unwrap();
     println!("{}", report.to_table());
     let [plain, forgetting] = &report.models[..] else {
         panic!("two models expected")
@@ -128,7 +128,7 @@ fn one_batch_from_a_new_instrument_takes_the_model_half_way_to_a_refit() {
     use mordant_lab::simulate::{Scenario, SimulationConfig, Simulator};
 
     let sim = Simulator::new(SimulationConfig {
-        grid: Grid::MODEL,
+        grid: MODEL_GRID,
         noise: NoiseModel::LAB,
         scenario: Scenario::InstrumentSwap,
         drift_at: 1000,

@@ -90,6 +90,7 @@ pub mod basis;
 pub mod codec;
 pub mod drift;
 pub mod evidence;
+pub mod grid;
 pub mod incremental;
 pub mod model;
 pub mod posterior;

@@ -378,7 +378,7 @@ fn describe(grid: &Grid) -> String {
     format!(
         "{}–{} nm every {} nm",
         grid.start_nm,
-        grid.nm(grid.count.saturating_sub(1)),
+        grid.wavelength(grid.count.saturating_sub(1)),
         grid.interval_nm
     )
 }
@@ -753,7 +753,7 @@ mod tests {
     #[test]
     fn indicators_code_the_fabrics_other_than_the_first() {
         let sim = Simulator::new(SimulationConfig {
-            grid: Grid::MODEL,
+            grid: crate::simulate::MODEL_GRID,
             ..SimulationConfig::new(2)
         });
         let design = Design::standard(&sim);
@@ -776,7 +776,7 @@ mod tests {
     #[test]
     fn a_perfect_recipe_scores_zero_and_a_wrong_one_does_not() {
         let sim = Simulator::new(SimulationConfig {
-            grid: Grid::MODEL,
+            grid: crate::simulate::MODEL_GRID,
             noise: NoiseModel::NONE,
             ..SimulationConfig::new(9)
         });
@@ -816,7 +816,7 @@ mod diagnose {
             concentration_range: range,
             ..EvaluationOptions::default()
         };
-        let Ok((sim, design, state, _)) = train(&options, Grid::MODEL) else {
+        let Ok((sim, design, state, _)) = train(&options, crate::simulate::MODEL_GRID) else {
             println!("== {name}: fit failed");
             return;
         };

@@ -76,58 +76,21 @@ pub const NEW_SUBSTRATE_SHARE: f64 = 0.5;
 /// First stream of the held-out targets: far from any row index a simulation will reach.
 const HELD_OUT_STREAM: u64 = 1 << 48;
 
-/// A wavelength grid: `count` wavelengths `start_nm + k · interval_nm`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Grid {
-    pub start_nm: f64,
-    pub interval_nm: f64,
-    pub count: usize,
-}
+pub use mordant_estimator::grid::Grid;
 
-impl Grid {
-    /// The default instrument grid, 360–780 nm every 10 nm (43 bands).
-    pub const INSTRUMENT: Grid = Grid {
-        start_nm: 360.0,
-        interval_nm: 10.0,
-        count: 43,
-    };
+/// The default instrument grid, 360–780 nm every 10 nm (43 bands).
+pub const INSTRUMENT_GRID: Grid = Grid {
+    start_nm: 360.0,
+    interval_nm: 10.0,
+    count: 43,
+};
 
-    /// The default model grid, 400–700 nm every 10 nm (31 bands).
-    pub const MODEL: Grid = Grid {
-        start_nm: 400.0,
-        interval_nm: 10.0,
-        count: 31,
-    };
-
-    /// The `k`-th wavelength, nm.
-    pub fn nm(&self, k: usize) -> f64 {
-        self.start_nm + k as f64 * self.interval_nm
-    }
-
-    pub fn wavelengths(&self) -> impl Iterator<Item = f64> + '_ {
-        (0..self.count).map(|k| self.nm(k))
-    }
-
-    /// The CSV column names `<wavelength>nm`, e.g. `360nm` (`362.5nm` off the integers).
-    pub fn column_names(&self) -> Vec<String> {
-        self.wavelengths().map(|nm| format!("{nm}nm")).collect()
-    }
-
-    /// Whether the grid is usable: at least one band, a positive finite interval, a positive
-    /// finite start.
-    pub fn check(&self) -> Result<(), String> {
-        if self.count == 0 {
-            return Err("a wavelength grid needs at least one band".into());
-        }
-        if !(self.interval_nm.is_finite() && self.interval_nm > 0.0) {
-            return Err(format!("interval {} nm is not positive", self.interval_nm));
-        }
-        if !(self.start_nm.is_finite() && self.start_nm > 0.0) {
-            return Err(format!("start {} nm is not positive", self.start_nm));
-        }
-        Ok(())
-    }
-}
+/// The default model grid, 400–700 nm every 10 nm (31 bands).
+pub const MODEL_GRID: Grid = Grid {
+    start_nm: 400.0,
+    interval_nm: 10.0,
+    count: 31,
+};
 
 /// How a spectrophotometer distorts what it measures: `g · 100 R(λ + δ) + o`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -307,7 +270,7 @@ impl SimulationConfig {
             seed,
             scenario: Scenario::None,
             drift_at: 0,
-            grid: Grid::INSTRUMENT,
+            grid: INSTRUMENT_GRID,
             noise: NoiseModel::LAB,
             concentration_range: CONCENTRATION_RANGE,
             recipes: Recipes::AnyThree,
@@ -630,7 +593,7 @@ mod tests {
             assert_eq!(used.len(), DYES_PER_RECIPE);
             assert!(used.iter().all(|c| (lo..=hi).contains(c)));
             assert!(dip.sample.substrate < 3);
-            assert_eq!(dip.reflectance.len(), Grid::INSTRUMENT.count);
+            assert_eq!(dip.reflectance.len(), INSTRUMENT_GRID.count);
             assert!(
                 dip.reflectance
                     .iter()
@@ -674,7 +637,7 @@ mod tests {
         });
         let dip = sim.lab_dip(4);
         assert_eq!(dip.sample.recipe, dip.sample.uptake);
-        for (k, nm) in Grid::INSTRUMENT.wavelengths().enumerate() {
+        for (k, nm) in INSTRUMENT_GRID.wavelengths().enumerate() {
             let expected = 100.0 * sim.true_reflectance(&dip.sample, nm);
             assert!((dip.reflectance[k] - expected).abs() < 1e-12);
         }
@@ -764,8 +727,8 @@ mod tests {
             assert_eq!(sc.as_str().parse::<Scenario>(), Ok(sc));
         }
         assert!("swap".parse::<Scenario>().is_err());
-        assert_eq!(Grid::INSTRUMENT.column_names()[0], "360nm");
-        assert_eq!(Grid::INSTRUMENT.column_names()[42], "780nm");
+        assert_eq!(INSTRUMENT_GRID.band_names()[0], "360nm");
+        assert_eq!(INSTRUMENT_GRID.band_names()[42], "780nm");
     }
 
     #[test]

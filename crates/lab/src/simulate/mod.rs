@@ -21,7 +21,10 @@ pub use evaluate::{
     EvaluationOptions, EvaluationReport, ForgettingOptions, ForgettingReport, evaluate,
     forgetting_study,
 };
-pub use generate::{Grid, Instrument, LabDip, NoiseModel, Scenario, SimulationConfig, Simulator};
+pub use generate::{
+    Grid, INSTRUMENT_GRID, Instrument, LabDip, MODEL_GRID, NoiseModel, Scenario, SimulationConfig,
+    Simulator,
+};
 
 use mordant_estimator::{EstimatorError, ReflectanceScale};
 
@@ -42,7 +45,7 @@ pub enum SimulateError {
 /// [`Simulator::fabric_features`]), the grid's `<wavelength>nm` columns, then one column per dye.
 pub fn csv_header(fabrics: &[&str], grid: &Grid, dyes: &[&str]) -> Vec<String> {
     let mut header: Vec<String> = fabrics.iter().map(|f| (*f).to_owned()).collect();
-    header.extend(grid.column_names());
+    header.extend(grid.band_names());
     header.extend(dyes.iter().map(|d| (*d).to_owned()));
     header
 }

@@ -212,7 +212,7 @@ mod tests {
         let model = model_body(
             "dyehouse",
             &super::super::fabric_names(&sim),
-            &Grid::MODEL,
+            &crate::simulate::MODEL_GRID,
             &sim.dye_names(),
         );
         assert_eq!(model["spectrum"]["start_nm"], json!(400));
