@@ -1,0 +1,53 @@
+//! The store's errors, classified as the HTTP layer and the background tasks need them.
+
+use super::{postgres, sqlite};
+
+/// Errors of the store, as the HTTP layer needs to tell them apart.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    /// The database cannot be reached (or no connection is free): retry later.
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+    /// A version's stored state does not decode; restoring an earlier version repairs it.
+    #[error("the stored state of model {model:?} version {version} is corrupt: {reason}")]
+    CorruptState {
+        model: String,
+        version: i64,
+        reason: String,
+    },
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        let unavailable = match &e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::Io(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::Tls(_) => true,
+            sqlx::Error::Database(db) => {
+                if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                    postgres::is_unavailable_code(pg.code())
+                } else if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                    sqlite::is_unavailable_code(db.code().as_deref())
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        };
+        if unavailable {
+            Self::Unavailable(e)
+        } else {
+            Self::Database(e)
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Where the data lives: a PostgreSQL URL or the embedded file.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use super::DatabaseSettings;
+
+/// Where the data lives, from `database.url` and `database.path`.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A PostgreSQL URL (`postgres://` or `postgresql://`).
+    Postgres(String),
+    /// An embedded SQLite file: `database.path` when the URL is empty, or a `sqlite:` URL.
+    Sqlite(PathBuf),
+}
+
+impl fmt::Debug for Location {
+    // A PostgreSQL URL may carry a password: never print it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Postgres(_) => f.write_str("Postgres(<redacted>)"),
+            Self::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
+        }
+    }
+}
+
+impl Location {
+    pub fn of(settings: &DatabaseSettings) -> anyhow::Result<Self> {
+        let url = settings.url.trim();
+        if url.is_empty() {
+            anyhow::ensure!(
+                !settings.path.trim().is_empty(),
+                "database.path is empty: set it to the embedded database's file, or set \
+                 DATABASE_URL to a PostgreSQL URL"
+            );
+            return Ok(Self::Sqlite(PathBuf::from(settings.path.trim())));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Self::Postgres(url.to_owned()));
+        }
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            anyhow::ensure!(
+                !path.is_empty() && !path.contains('?'),
+                "DATABASE_URL {url:?}: a sqlite URL names a file, as in sqlite://data/mordant.db \
+                 (no options)"
+            );
+            return Ok(Self::Sqlite(PathBuf::from(path)));
+        }
+        let scheme = url.split(':').next().unwrap_or_default();
+        anyhow::bail!(
+            "DATABASE_URL (database.url) must be a PostgreSQL URL (postgres://…), a sqlite: URL, \
+             or empty for the embedded database at database.path; found scheme {scheme:?}"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(url: &str, path: &str) -> DatabaseSettings {
+        DatabaseSettings {
+            url: url.to_owned(),
+            path: path.to_owned(),
+            max_connections: 4,
+            acquire_timeout_secs: 1,
+            startup_timeout_secs: 1,
+            full_state_every: 10,
+        }
+    }
+
+    #[test]
+    fn no_url_means_the_embedded_file_and_urls_choose_their_backend() {
+        let at = |url: &str, path: &str| Location::of(&settings(url, path));
+        assert_eq!(
+            at("", "data/mordant.db").unwrap(),
+            Location::Sqlite("data/mordant.db".into())
+        );
+        assert_eq!(
+            at("postgres://u:pw@db/plant", "x").unwrap(),
+            Location::Postgres("postgres://u:pw@db/plant".into())
+        );
+        assert!(matches!(
+            at("postgresql://db/plant", "").unwrap(),
+            Location::Postgres(_)
+        ));
+        assert_eq!(
+            at("sqlite:///var/lib/mordant/m.db", "x").unwrap(),
+            Location::Sqlite("/var/lib/mordant/m.db".into())
+        );
+        assert_eq!(
+            at("sqlite:m.db", "x").unwrap(),
+            Location::Sqlite("m.db".into())
+        );
+        let error = at("mysql://db/plant", "x").unwrap_err().to_string();
+        assert!(
+            error.contains("DATABASE_URL") && error.contains("mysql"),
+            "{error}"
+        );
+        assert!(at("", " ").is_err(), "no URL and no path");
+        assert!(at("sqlite://m.db?mode=ro", "").is_err());
+        assert!(
+            !format!("{:?}", at("postgres://u:pw@db/plant", "").unwrap()).contains("pw"),
+            "a URL's password never reaches the logs"
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! A model's write lock: the fold, restore or refit that holds it, and its versions.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::ModelSpec;
+
+use super::{
+    DEFAULT_FULL_STATE_EVERY, ModelTransaction, NewVersion, QueuedBatch, StateBlob, StoreError,
+    StoredState, VersionOrigin,
+};
+
+/// An open transaction holding one model's write lock: it excludes other folds, restores,
+/// refits and the deletion of the same model, never ingestion. Dropping it rolls back.
+pub struct ModelLock {
+    pub model_id: i64,
+    pub name: String,
+    pub spec: ModelSpec,
+    pub version: i64,
+    /// See [`DatabaseSettings::full_state_every`].
+    pub(super) full_state_every: u32,
+    tx: Box<dyn ModelTransaction>,
+}
+
+impl fmt::Debug for ModelLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelLock")
+            .field("model_id", &self.model_id)
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ModelLock {
+    pub fn new(
+        model_id: i64,
+        name: String,
+        spec: ModelSpec,
+        version: i64,
+        tx: Box<dyn ModelTransaction>,
+    ) -> Self {
+        Self {
+            model_id,
+            name,
+            spec,
+            version,
+            full_state_every: DEFAULT_FULL_STATE_EVERY,
+            tx,
+        }
+    }
+
+    /// One of this model's versions' state as stored (see [`crate::history`] for the state
+    /// itself).
+    pub async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError> {
+        self.tx.stored_state(version).await
+    }
+
+    /// The batches folded into `version`, in the order they were folded.
+    pub async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError> {
+        self.tx.folded_batches(version).await
+    }
+
+    /// The model's queued batches, oldest first.
+    pub async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
+        self.tx.queued_batches().await
+    }
+
+    /// Writes the next version and makes it current; returns its number and time.
+    ///
+    /// The version it replaces keeps its full state only every `full_state_every` versions
+    /// (and always when it is the first, a restore or a refit). A fold in between is thin: its
+    /// state is the version before it with its batches folded in, which [`crate::history`]
+    /// recomputes and checks against the digest kept. So a wide model (p = 2,048, a full
+    /// state of p²/2 numbers per output) pays for a full state once every `full_state_every`
+    /// folds, and restoring any version replays at most `full_state_every − 1` folds.
+    pub async fn write_version(
+        &mut self,
+        origin: VersionOrigin,
+        restored_from: Option<i64>,
+        observations: f64,
+        noise_variances: &[Option<f64>],
+        state: &StateBlob,
+    ) -> Result<(i64, DateTime<Utc>), StoreError> {
+        let version = self.version + 1;
+        let created_at = self
+            .tx
+            .write_version(&NewVersion {
+                version,
+                origin,
+                restored_from,
+                observations,
+                noise_variances,
+                state,
+            })
+            .await?;
+        let previous = version - 1;
+        if previous > 1 && previous % i64::from(self.full_state_every) != 0 {
+            self.tx.thin_state(previous).await?;
+        }
+        self.version = version;
+        Ok((version, created_at))
+    }
+
+    /// Marks batches as folded into `version`.
+    pub async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {
+        self.tx.mark_folded(seqs, version).await
+    }
+
+    /// Marks a batch as rejected with the reason.
+    pub async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError> {
+        self.tx.mark_rejected(seq, reason).await
+    }
+
+    /// Stores a batch's surprise, and holds it for review when `hold`.
+    pub async fn record_surprise(
+        &mut self,
+        seq: i64,
+        surprise: &[Option<f64>],
+        hold: bool,
+    ) -> Result<(), StoreError> {
+        self.tx.record_surprise(seq, surprise, hold).await
+    }
+
+    pub async fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().await
+    }
+}

@@ -1,0 +1,220 @@
+//! What the store reads and writes: one type per record, and the checks of stored values.
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::ModelSpec;
+use crate::domain::Scope;
+
+use super::{BatchStatus, StoreError, VersionOrigin};
+
+/// A model as stored, with its queue length.
+#[derive(Clone, Debug)]
+pub struct ModelRecord {
+    pub id: i64,
+    pub spec: ModelSpec,
+    pub version: i64,
+    pub observations: f64,
+    pub pending_batches: i64,
+    /// Rows of the queued batches.
+    pub pending_rows: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A batch's status as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchRecord {
+    pub batch_id: String,
+    pub status: BatchStatus,
+    pub rows: i32,
+    pub received_at: DateTime<Utc>,
+    pub folded_at: Option<DateTime<Utc>>,
+    pub version: Option<i64>,
+    pub error: Option<String>,
+    /// Per output, how surprising the batch was to the posterior it met (`None` for an output
+    /// not trained then); `None` before that was computed (queued, or part of the first fit).
+    pub surprise: Option<Vec<Option<f64>>>,
+    /// When retention removed the batch's raw rows (`None` while they are kept).
+    pub rows_purged_at: Option<DateTime<Utc>>,
+}
+
+/// One entry of a model's history.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VersionRecord {
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub origin: VersionOrigin,
+    pub restored_from: Option<i64>,
+    pub observations: f64,
+    pub noise_variances: Vec<Option<f64>>,
+    pub batches: Vec<String>,
+    /// Whether the version keeps its full state (else it is replayed when restored).
+    pub full_state: bool,
+}
+
+/// Where a model stands, for the posterior cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelHead {
+    pub id: i64,
+    pub name: String,
+    pub version: i64,
+}
+
+/// Batches and rows waiting in one model's queue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueDepth {
+    pub model: String,
+    pub batches: i64,
+    pub rows: i64,
+}
+
+/// What ingestion did with a batch.
+#[derive(Clone, Debug)]
+pub struct Ingested {
+    pub batch: BatchRecord,
+    /// The same batch had been accepted before; nothing was added.
+    pub replayed: bool,
+}
+
+/// A queued batch, in arrival order.
+#[derive(Clone, Debug)]
+pub struct QueuedBatch {
+    /// The batch's row, to mark it folded or rejected (not its place in the queue).
+    pub seq: i64,
+    pub batch_id: String,
+    pub rows: i32,
+    /// The encoded statistics; empty when the batch was stored without them (its rows cost
+    /// less than its statistics would), and then `rows_x`, `rows_y` hold its raw rows.
+    pub statistics: Vec<u8>,
+    pub rows_x: Option<Vec<u8>>,
+    pub rows_y: Option<Vec<u8>>,
+    pub received_at: DateTime<Utc>,
+    /// Released by an admin after a hold: folded whatever its surprise.
+    pub released: bool,
+}
+
+/// What an admin decides of a batch held for review.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Review {
+    /// Back into the queue: folded by the next fold, whatever its surprise.
+    Release,
+    /// Rejected for good.
+    Reject,
+}
+
+/// A stored API key (never its text).
+#[derive(Clone, Debug)]
+pub struct KeyRecord {
+    pub id: i64,
+    pub name: String,
+    pub prefix: String,
+    pub hash: [u8; 32],
+    pub scopes: Vec<Scope>,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A version's state as stored: in full, or thin (see [`ModelLock::write_version`]).
+#[derive(Clone, Debug)]
+pub struct StoredState {
+    pub origin: VersionOrigin,
+    /// The encoded state; empty when the version is thin.
+    pub blob: Vec<u8>,
+    /// SHA-256 of the encoded state; `None` for versions written before digests were kept
+    /// (which are never thin).
+    pub digest: Option<[u8; 32]>,
+}
+
+impl StoredState {
+    /// The state is not stored: it is the previous version's with this version's batches
+    /// folded in.
+    pub fn is_thin(&self) -> bool {
+        self.blob.is_empty()
+    }
+}
+
+/// An encoded model state with its SHA-256, made off the async threads (a wide model's state
+/// is hundreds of megabytes).
+#[derive(Clone, Debug)]
+pub struct StateBlob {
+    pub bytes: Vec<u8>,
+    pub digest: [u8; 32],
+}
+
+impl StateBlob {
+    pub fn new(bytes: Vec<u8>) -> Self {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(&bytes).into();
+        Self { bytes, digest }
+    }
+}
+
+/// A version about to be written.
+#[derive(Clone, Copy, Debug)]
+pub struct NewVersion<'a> {
+    pub version: i64,
+    pub origin: VersionOrigin,
+    pub restored_from: Option<i64>,
+    pub observations: f64,
+    pub noise_variances: &'a [Option<f64>],
+    pub state: &'a StateBlob,
+}
+
+/// A batch id the model has already stored: that batch again (a replay) when its content hash
+/// is the hash of the batch posted now, a conflict when it is not.
+pub(super) fn replay_or_conflict(
+    stored_hash: &[u8],
+    hash: &[u8; 32],
+    stored: BatchRecord,
+) -> Result<Ingested, StoreError> {
+    if stored_hash != hash {
+        return Err(StoreError::Conflict(format!(
+            "batch {:?} was already accepted with different content",
+            stored.batch_id
+        )));
+    }
+    Ok(Ingested {
+        batch: stored,
+        replayed: true,
+    })
+}
+
+/// A stored state digest, checked.
+pub(crate) fn digest(bytes: &[u8]) -> Result<[u8; 32], StoreError> {
+    <[u8; 32]>::try_from(bytes)
+        .map_err(|_| StoreError::Corrupt("a version's state digest is not 32 bytes".into()))
+}
+
+/// A stored key's hash and scopes, checked.
+pub(super) fn key_parts(
+    hash: &[u8],
+    scopes: &[String],
+) -> Result<([u8; 32], Vec<Scope>), StoreError> {
+    let hash = <[u8; 32]>::try_from(hash)
+        .map_err(|_| StoreError::Corrupt("an API key hash is not 32 bytes".into()))?;
+    let scopes = scopes
+        .iter()
+        .map(|s| {
+            Scope::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown key scope {s:?}")))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((hash, scopes))
+}
+
+// The columns both backends read, with the same names and meaning.
+pub(super) const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
+     (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending, \
+     (SELECT coalesce(sum(b.rows), 0) FROM batches b WHERE b.model_id = m.id \
+      AND b.status = 'queued') AS pending_rows";
+pub(super) const BATCH_COLUMNS: &str =
+    "batch_id, status, rows, received_at, folded_at, version, error, surprise, rows_purged_at";
+
+/// The answer to a review of a batch that is not held: what it is instead.
+pub(super) fn not_held(batch: &BatchRecord) -> StoreError {
+    StoreError::Conflict(format!(
+        "batch {:?} is {}, not held for review",
+        batch.batch_id, batch.status
+    ))
+}
+
+pub(super) const KEY_COLUMNS: &str = "id, name, prefix, hash, scopes, created_at, revoked_at";
