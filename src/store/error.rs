@@ -27,6 +27,11 @@ pub enum StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
+        // A column that does not decode (a spec that is not a model spec, say) is corrupt data,
+        // not a failing database.
+        if let sqlx::Error::ColumnDecode { index, source } = &e {
+            return Self::Corrupt(format!("column {index}: {source}"));
+        }
         let unavailable = match &e {
             sqlx::Error::PoolTimedOut
             | sqlx::Error::Io(_)
@@ -49,5 +54,31 @@ impl From<sqlx::Error> for StoreError {
         } else {
             Self::Database(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_column_that_does_not_decode_is_corrupt_data() {
+        let source = serde_json::from_str::<crate::domain::ModelSpec>("{}").unwrap_err();
+        let error = StoreError::from(sqlx::Error::ColumnDecode {
+            index: "\"spec\"".into(),
+            source: Box::new(source),
+        });
+        assert!(
+            matches!(&error, StoreError::Corrupt(m) if m.contains("spec")),
+            "{error:?}"
+        );
+        assert!(matches!(
+            StoreError::from(sqlx::Error::PoolTimedOut),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            StoreError::from(sqlx::Error::RowNotFound),
+            StoreError::Database(_)
+        ));
     }
 }

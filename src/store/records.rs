@@ -7,13 +7,16 @@ use crate::domain::Scope;
 
 use super::{BatchStatus, StoreError, VersionOrigin};
 
-/// A model as stored, with its queue length.
-#[derive(Clone, Debug)]
+/// A model as stored, with its queue length: one mapping for both backends (the spec is JSON
+/// in either, `jsonb` or text), read from [`MODEL_COLUMNS`].
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ModelRecord {
     pub id: i64,
+    #[sqlx(json)]
     pub spec: ModelSpec,
     pub version: i64,
     pub observations: f64,
+    #[sqlx(rename = "pending")]
     pub pending_batches: i64,
     /// Rows of the queued batches.
     pub pending_rows: i64,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgListener, PgPoolOptions, PgRow};
-use sqlx::{PgPool, Row};
+use sqlx::{FromRow, PgPool, Row};
 
 use super::{
     BATCH_COLUMNS, Backend, BatchRecord, BatchStatus, Ingested, KeyRecord, MODEL_COLUMNS,
@@ -504,16 +504,7 @@ fn parse_spec(json: serde_json::Value) -> Result<ModelSpec, StoreError> {
 }
 
 fn model_record(row: &PgRow) -> Result<ModelRecord, StoreError> {
-    Ok(ModelRecord {
-        id: row.try_get("id")?,
-        spec: parse_spec(row.try_get("spec")?)?,
-        version: row.try_get("version")?,
-        observations: row.try_get("observations")?,
-        pending_batches: row.try_get("pending")?,
-        pending_rows: row.try_get("pending_rows")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
+    Ok(ModelRecord::from_row(row)?)
 }
 
 fn batch_record(row: &PgRow) -> Result<BatchRecord, StoreError> {

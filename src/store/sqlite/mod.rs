@@ -32,7 +32,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{FromRow, Row, Sqlite, Transaction};
 use tokio::sync::broadcast;
 
 use super::{
@@ -658,16 +658,7 @@ fn parse_spec(json: &str) -> Result<ModelSpec, StoreError> {
 }
 
 fn model_record(row: &SqliteRow) -> Result<ModelRecord, StoreError> {
-    Ok(ModelRecord {
-        id: row.try_get("id")?,
-        spec: parse_spec(&row.try_get::<String, _>("spec")?)?,
-        version: row.try_get("version")?,
-        observations: row.try_get("observations")?,
-        pending_batches: row.try_get("pending")?,
-        pending_rows: row.try_get("pending_rows")?,
-        created_at: row.try_get::<DateTime<Utc>, _>("created_at")?,
-        updated_at: row.try_get::<DateTime<Utc>, _>("updated_at")?,
-    })
+    Ok(ModelRecord::from_row(row)?)
 }
 
 fn batch_record(row: &SqliteRow) -> Result<BatchRecord, StoreError> {
