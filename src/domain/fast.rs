@@ -312,7 +312,7 @@ mod tests {
             .iter()
             .map(|f| parse_rows(body.take_rows(f.pointer), f.pointer, &mut details))
             .collect::<Option<Vec<_>>>();
-        (details.total == 0).then_some(rows).flatten()
+        details.is_empty().then_some(rows).flatten()
     }
 
     fn bits(rows: &[Rows]) -> Vec<(usize, usize, Vec<u64>)> {

@@ -5,6 +5,7 @@
 
 mod batch;
 mod body;
+mod details;
 mod fast;
 mod header;
 pub mod model;
@@ -17,130 +18,10 @@ pub use batch::{
     row_fields,
 };
 pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
+pub(crate) use details::describe;
+pub use details::{Detail, Details, Invalid, MAX_DETAILS, pointer_token};
 pub use fast::{FastObject, fast_rows_object};
 pub use model::{ModelName, ModelSpec, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};
 pub use scope::Scope;
 pub use spectrum::{Grid, ScaleName, SpectrumSpec};
-
-use serde::Serialize;
-
-/// One invalid value of a request: where it is (a JSON pointer) and what is wrong with it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct Detail {
-    /// JSON pointer to the value, e.g. `/x/3/7`.
-    #[schema(example = "/x/3/7")]
-    pub path: String,
-    #[schema(example = "must be a finite number, found the string \"NaN\"")]
-    pub message: String,
-}
-
-impl Detail {
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-}
-
-/// A request that does not describe a valid value, with every problem found.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct Invalid {
-    pub message: String,
-    pub details: Vec<Detail>,
-}
-
-impl Invalid {
-    pub fn new(message: impl Into<String>, details: Vec<Detail>) -> Self {
-        Self {
-            message: message.into(),
-            details,
-        }
-    }
-
-    pub fn one(path: impl Into<String>, message: impl Into<String>) -> Self {
-        let message = message.into();
-        Self::new(message.clone(), vec![Detail::new(path, message)])
-    }
-}
-
-/// At most this many details are reported for one request; the message says how many there were.
-pub const MAX_DETAILS: usize = 100;
-
-/// Collects details up to [`MAX_DETAILS`], counting the rest.
-#[derive(Debug, Default)]
-pub struct Details {
-    list: Vec<Detail>,
-    total: usize,
-}
-
-impl Details {
-    pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.total += 1;
-        if self.list.len() < MAX_DETAILS {
-            self.list.push(Detail::new(path, message));
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.total == 0
-    }
-
-    /// Adds `other`'s details (up to [`MAX_DETAILS`] in all) and counts all of them.
-    pub fn extend(&mut self, other: &Details) {
-        let room = MAX_DETAILS.saturating_sub(self.list.len());
-        self.list.extend(other.list.iter().take(room).cloned());
-        self.total += other.total;
-    }
-
-    /// The details as a response lists them (warnings, say): at most [`MAX_DETAILS`], then
-    /// one line saying how many more there were.
-    pub fn into_list(mut self) -> Vec<Detail> {
-        if self.total > self.list.len() {
-            let more = self.total - self.list.len();
-            self.list
-                .push(Detail::new("", format!("and {more} more like these")));
-        }
-        self.list
-    }
-
-    /// `Ok(())` when nothing was wrong, else the details under `what`.
-    pub fn finish(self, what: &str) -> Result<(), Invalid> {
-        if self.total == 0 {
-            return Ok(());
-        }
-        let message = if self.total > self.list.len() {
-            format!(
-                "{what}: {} invalid values (the first {} are listed)",
-                self.total,
-                self.list.len()
-            )
-        } else if self.total == 1 {
-            format!("{what}: {}", self.list[0].message)
-        } else {
-            format!("{what}: {} invalid values", self.total)
-        };
-        Err(Invalid::new(message, self.list))
-    }
-}
-
-/// Escapes an object key for use in a JSON pointer (RFC 6901).
-pub fn pointer_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
-/// A short description of a JSON value's type, for error messages.
-pub(crate) fn describe(value: &serde_json::Value) -> String {
-    use serde_json::Value;
-    match value {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
-        Value::String(s) if s.chars().count() <= 32 => format!("the string {s:?}"),
-        Value::String(_) => "a string".into(),
-        Value::Array(_) => "an array".into(),
-        Value::Object(_) => "an object".into(),
-    }
-}

@@ -19,8 +19,8 @@ use utoipa::openapi::{
 use std::sync::Arc;
 
 use super::error::ApiError;
-use super::routes::Policy;
 use crate::auth::{KeyRing, Scope, Verdict};
+use axum::http::Method;
 
 /// What a route needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +39,43 @@ pub const ADMIN: Access = Access::Scopes(&[Scope::Admin]);
 pub const INGEST: Access = Access::Scopes(&[Scope::Admin, Scope::Ingest]);
 /// A key that may predict and match.
 pub const PREDICT: Access = Access::Scopes(&[Scope::Admin, Scope::Predict]);
+
+/// One route and what it needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub method: Method,
+    /// The route as axum matches it (`/v1/models/{name}`), which is also its OpenAPI path.
+    pub path: String,
+    pub access: Access,
+}
+
+/// What every route needs.
+#[derive(Clone, Debug, Default)]
+pub struct Policy(Vec<Rule>);
+
+impl Policy {
+    pub(super) fn push(&mut self, rule: Rule) {
+        self.0.push(rule);
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.0
+    }
+
+    /// What `method route` needs; a route without a rule needs `admin` (fail closed).
+    pub fn access(&self, method: &str, route: &str) -> Access {
+        // Axum answers HEAD with the GET handler: the same rule applies.
+        let method = if method.eq_ignore_ascii_case("HEAD") {
+            "GET"
+        } else {
+            method
+        };
+        self.0
+            .iter()
+            .find(|rule| rule.method.as_str().eq_ignore_ascii_case(method) && rule.path == route)
+            .map_or(ADMIN, |rule| rule.access)
+    }
+}
 
 /// What the middleware needs: the keys, and what every route needs.
 #[derive(Clone)]

@@ -9,12 +9,13 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::{ADMIN, INGEST};
 use super::error::{ApiError, ErrorBody};
+use super::extract::model_name;
 use super::extract::{BatchBody, parse_body};
 use super::predict::Spectra;
 use super::routes::Routes;
-use super::{AppState, model_name};
 use crate::domain::{CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch, row_fields};
 use crate::estimator::{BatchStatistics, codec};
 use crate::store::{BatchRecord, BatchStatus, ModelRecord, Review, StoreError};

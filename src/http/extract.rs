@@ -9,7 +9,7 @@ use axum::http::{StatusCode, header};
 use serde_json::Value;
 
 use super::error::ApiError;
-use crate::domain::{Body, RowField, check_json};
+use crate::domain::{Body, ModelName, RowField, check_json};
 
 /// A JSON request body, parsed but not yet validated.
 pub struct JsonBody(pub Value);
@@ -136,4 +136,10 @@ pub fn parse_body(bytes: &[u8], fields: &[RowField], max_rows: usize) -> Result<
 /// not exist is told its body is malformed first).
 pub fn check_malformed(bytes: &[u8]) -> Result<(), ApiError> {
     check_json(bytes).map_err(ApiError::from)
+}
+
+/// A model name from a URL path; a name that is not a slug cannot exist.
+pub fn model_name(name: &str) -> Result<ModelName, ApiError> {
+    ModelName::parse(name)
+        .map_err(|e| ApiError::NotFound(format!("no model named {name:?}: names {e}")))
 }

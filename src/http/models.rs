@@ -9,11 +9,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::{ADMIN, ANY};
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
+use super::extract::model_name;
 use super::routes::Routes;
-use super::{AppState, model_name};
 use crate::cache::CachedModel;
 use crate::domain::model::{ForgettingSpec, PriorName};
 use crate::domain::{ModelSpec, SpectrumSpec, TransformName, UpdateName};

@@ -9,40 +9,7 @@ use utoipa::openapi::path::{PathItem, Paths};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 
 use super::AppState;
-use super::auth::Access;
-
-/// One route and what it needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rule {
-    pub method: Method,
-    /// The route as axum matches it (`/v1/models/{name}`), which is also its OpenAPI path.
-    pub path: String,
-    pub access: Access,
-}
-
-/// What every route needs.
-#[derive(Clone, Debug, Default)]
-pub struct Policy(Vec<Rule>);
-
-impl Policy {
-    pub fn rules(&self) -> &[Rule] {
-        &self.0
-    }
-
-    /// What `method route` needs; a route without a rule needs `admin` (fail closed).
-    pub fn access(&self, method: &str, route: &str) -> Access {
-        // Axum answers HEAD with the GET handler: the same rule applies.
-        let method = if method.eq_ignore_ascii_case("HEAD") {
-            "GET"
-        } else {
-            method
-        };
-        self.0
-            .iter()
-            .find(|rule| rule.method.as_str().eq_ignore_ascii_case(method) && rule.path == route)
-            .map_or(super::auth::ADMIN, |rule| rule.access)
-    }
-}
+use super::auth::{Access, Policy, Rule};
 
 /// The routes declared so far: the router with its document, and the policy.
 pub struct Routes {
@@ -92,7 +59,7 @@ impl Routes {
     fn note(&mut self, access: Access, paths: &Paths) {
         for (path, item) in &paths.paths {
             for method in methods(item) {
-                self.policy.0.push(Rule {
+                self.policy.push(Rule {
                     method,
                     path: path.clone(),
                     access,

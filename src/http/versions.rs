@@ -10,11 +10,12 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::auth::{ADMIN, ANY};
 use super::error::{ApiError, ErrorBody};
+use super::extract::model_name;
 use super::models::not_trained;
 use super::routes::Routes;
-use super::{AppState, model_name};
 use crate::domain::Invalid;
 use crate::estimator::{ModelState, codec};
 use crate::history;

@@ -9,8 +9,8 @@ use crate::domain::Scope;
 use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
 
 use super::{
-    BatchRecord, BatchStatus, Ingested, KeyRecord, ModelHead, ModelLock, ModelRecord, NewVersion,
-    QueueDepth, QueuedBatch, Review, StoreError, StoredState, VersionRecord, copy,
+    BatchRecord, BatchStatus, Ingested, KeyRecord, ModelHead, ModelLock, ModelRecord, QueueDepth,
+    Review, StoreError, VersionRecord, dump,
 };
 
 /// What a notification is about. Each carries the model's id, except [`Topic::Keys`].
@@ -41,39 +41,6 @@ pub trait Subscription: Send {
     /// The next notification. `Ok(None)` means some may have been lost (a reconnection, or a
     /// subscriber that fell behind): resynchronise from the store.
     async fn recv(&mut self) -> Result<Option<Notification>, StoreError>;
-}
-
-/// The transaction behind a [`ModelLock`]: the writes of a fold, a restore or a refit become
-/// visible together, when it commits, or not at all.
-#[async_trait]
-pub trait ModelTransaction: Send {
-    /// One of the model's versions' state as stored.
-    async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError>;
-    /// The batches folded into `version`, in the order they were folded.
-    async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError>;
-    /// Drops the state of `version` if it is a fold after the first (keeping its digest): it
-    /// is then the previous version's state with its batches folded in.
-    async fn thin_state(&mut self, version: i64) -> Result<(), StoreError>;
-    /// The model's queued batches, oldest first.
-    async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError>;
-    /// Writes `version` (the current one plus one) and makes it current; returns its time.
-    async fn write_version(
-        &mut self,
-        version: &NewVersion<'_>,
-    ) -> Result<DateTime<Utc>, StoreError>;
-    /// Marks queued batches as folded into `version`.
-    async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError>;
-    /// Marks a queued batch as rejected with the reason.
-    async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError>;
-    /// Stores a batch's surprise; with `hold`, the queued batch is also held for review.
-    async fn record_surprise(
-        &mut self,
-        seq: i64,
-        surprise: &[Option<f64>],
-        hold: bool,
-    ) -> Result<(), StoreError>;
-    /// Makes every write visible and releases the lock.
-    async fn commit(self: Box<Self>) -> Result<(), StoreError>;
 }
 
 /// One storage backend. Every method is one transaction (or one read) of its own, except the
@@ -172,9 +139,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// One model with all its batches and versions, read in one snapshot; `None` if there is
     /// no such model.
-    async fn dump_model(&self, id: i64) -> Result<Option<copy::ModelDump>, StoreError>;
+    async fn dump_model(&self, id: i64) -> Result<Option<dump::ModelDump>, StoreError>;
     /// Starts writing a copy into this store, which must hold no model and no key.
-    async fn begin_load(&self) -> Result<Box<dyn copy::Loader>, StoreError>;
+    async fn begin_load(&self) -> Result<Box<dyn dump::Loader>, StoreError>;
 
     /// Notifications on `topics`, from now on.
     async fn subscribe(&self, topics: &[Topic]) -> Result<Box<dyn Subscription>, StoreError>;

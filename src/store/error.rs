@@ -1,7 +1,5 @@
 //! The store's errors, classified as the HTTP layer and the background tasks need them.
 
-use super::{postgres, sqlite};
-
 /// Errors of the store, as the HTTP layer needs to tell them apart.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -40,9 +38,9 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::Tls(_) => true,
             sqlx::Error::Database(db) => {
                 if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-                    postgres::is_unavailable_code(pg.code())
+                    postgres_unavailable(pg.code())
                 } else if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
-                    sqlite::is_unavailable_code(db.code().as_deref())
+                    sqlite_unavailable(db.code().as_deref())
                 } else {
                     false
                 }
@@ -55,6 +53,26 @@ impl From<sqlx::Error> for StoreError {
             Self::Database(e)
         }
     }
+}
+
+/// SQLSTATEs that mean "try again later": classes 08 (connection exception), 53
+/// (insufficient resources, e.g. too many connections) and 57P (shutdown), serialization
+/// failures and deadlocks (40001, 40P01), a read-only server after a failover (25006) and a
+/// lock timeout (55P03).
+fn postgres_unavailable(code: &str) -> bool {
+    Some(code).is_some_and(|c| {
+        c.starts_with("08")
+            || c.starts_with("53")
+            || c.starts_with("57P")
+            || matches!(c, "40001" | "40P01" | "25006" | "55P03")
+    })
+}
+
+/// SQLite result codes that mean "try again later" (the primary code, the low byte of the
+/// extended one): busy (5), locked (6), I/O error (10), disk full (13), cannot open (14).
+fn sqlite_unavailable(code: Option<&str>) -> bool {
+    code.and_then(|c| c.parse::<i32>().ok())
+        .is_some_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13 | 14))
 }
 
 #[cfg(test)]

@@ -2,14 +2,49 @@
 
 use std::fmt;
 
+use async_trait::async_trait;
+
 use chrono::{DateTime, Utc};
 
 use crate::domain::ModelSpec;
 
 use super::{
-    DEFAULT_FULL_STATE_EVERY, ModelTransaction, NewVersion, QueuedBatch, StateBlob, StoreError,
-    StoredState, VersionOrigin,
+    DEFAULT_FULL_STATE_EVERY, NewVersion, QueuedBatch, StateBlob, StoreError, StoredState,
+    VersionOrigin,
 };
+
+/// The transaction behind a [`ModelLock`]: the writes of a fold, a restore or a refit become
+/// visible together, when it commits, or not at all.
+#[async_trait]
+pub trait ModelTransaction: Send {
+    /// One of the model's versions' state as stored.
+    async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError>;
+    /// The batches folded into `version`, in the order they were folded.
+    async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError>;
+    /// Drops the state of `version` if it is a fold after the first (keeping its digest): it
+    /// is then the previous version's state with its batches folded in.
+    async fn thin_state(&mut self, version: i64) -> Result<(), StoreError>;
+    /// The model's queued batches, oldest first.
+    async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError>;
+    /// Writes `version` (the current one plus one) and makes it current; returns its time.
+    async fn write_version(
+        &mut self,
+        version: &NewVersion<'_>,
+    ) -> Result<DateTime<Utc>, StoreError>;
+    /// Marks queued batches as folded into `version`.
+    async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError>;
+    /// Marks a queued batch as rejected with the reason.
+    async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError>;
+    /// Stores a batch's surprise; with `hold`, the queued batch is also held for review.
+    async fn record_surprise(
+        &mut self,
+        seq: i64,
+        surprise: &[Option<f64>],
+        hold: bool,
+    ) -> Result<(), StoreError>;
+    /// Makes every write visible and releases the lock.
+    async fn commit(self: Box<Self>) -> Result<(), StoreError>;
+}
 
 /// An open transaction holding one model's write lock: it excludes other folds, restores,
 /// refits and the deletion of the same model, never ingestion. Dropping it rolls back.

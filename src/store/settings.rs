@@ -33,3 +33,6 @@ impl fmt::Debug for DatabaseSettings {
             .finish()
     }
 }
+
+/// The default of [`DatabaseSettings::full_state_every`].
+pub const DEFAULT_FULL_STATE_EVERY: u32 = 10;

@@ -50,6 +50,7 @@ use super::posterior::{OutputPosterior, active_set};
 use super::prior::{FittedFamily, Prior, Smooth, kernel_factor};
 use super::statistics::BatchStatistics;
 use super::{Basis, EstimatorError, ReflectanceScale, Transform};
+pub use crate::error::DecodeError;
 
 const MAGIC: &[u8; 4] = b"MRDT";
 const STATISTICS_MAGIC: &[u8; 4] = b"MRDS";
@@ -68,23 +69,6 @@ const FORMAT_VERSION_1: u16 = 1;
 const STATISTICS_VERSION_2: u16 = 2;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
 const MAX_DIM: usize = 1 << 16;
-
-/// Why a blob could not be decoded.
-#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
-pub enum DecodeError {
-    #[error("not a mordant model state (bad magic bytes)")]
-    BadMagic,
-    #[error(
-        "model state format version {0} is not supported (this build reads versions 1 to {FORMAT_VERSION})"
-    )]
-    UnsupportedVersion(u16),
-    #[error("model state is truncated")]
-    Truncated,
-    #[error("model state checksum mismatch (corrupt blob)")]
-    Checksum,
-    #[error("model state is invalid: {0}")]
-    Invalid(&'static str),
-}
 
 /// Encodes a model state (format version 5).
 pub fn encode(state: &ModelState) -> Vec<u8> {
@@ -416,7 +400,11 @@ impl<'a> Reader<'a> {
         }
         let version = u16::from_le_bytes([bytes[4], bytes[5]]);
         if !versions.contains(&version) {
-            return Err(DecodeError::UnsupportedVersion(version).into());
+            return Err(DecodeError::UnsupportedVersion {
+                found: version,
+                newest: FORMAT_VERSION,
+            }
+            .into());
         }
         if bytes.len() < 10 {
             return Err(DecodeError::Truncated.into());
@@ -615,7 +603,10 @@ mod tests {
         blob[4] = 9;
         assert_eq!(
             decode(&blob),
-            Err(EstimatorError::Decode(DecodeError::UnsupportedVersion(9)))
+            Err(EstimatorError::Decode(DecodeError::UnsupportedVersion {
+                found: 9,
+                newest: FORMAT_VERSION
+            }))
         );
     }
 

@@ -11,7 +11,7 @@ const MAX_NM: f64 = 5000.0;
 /// The finest grid: band names (rounded to [`NM_DIGITS`]) stay distinct far below it.
 pub const MIN_INTERVAL_NM: f64 = 0.01;
 /// Band names carry wavelengths rounded to this many decimals of a nanometre.
-const NM_DIGITS: i32 = 6;
+pub const NM_DIGITS: i32 = 6;
 /// A regular wavelength grid: `λ_i = start_nm + i · interval_nm`, `i = 0 … count − 1`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Grid {

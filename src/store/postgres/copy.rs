@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
-use crate::store::copy::{BatchDump, Loader, ModelDump, VersionDump, not_empty};
+use crate::store::dump::{BatchDump, Loader, ModelDump, VersionDump, not_empty};
 use crate::store::{KeyRecord, StoreError};
 
 pub(super) async fn dump_model(pool: &PgPool, id: i64) -> Result<Option<ModelDump>, StoreError> {

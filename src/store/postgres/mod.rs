@@ -41,19 +41,6 @@ const INGEST_LOCK_CLASS: i32 = 0x6d6f_7264;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// SQLSTATEs that mean "try again later": classes 08 (connection exception), 53
-/// (insufficient resources, e.g. too many connections) and 57P (shutdown), serialization
-/// failures and deadlocks (40001, 40P01), a read-only server after a failover (25006) and a
-/// lock timeout (55P03).
-pub(super) fn is_unavailable_code(code: &str) -> bool {
-    Some(code).is_some_and(|c| {
-        c.starts_with("08")
-            || c.starts_with("53")
-            || c.starts_with("57P")
-            || matches!(c, "40001" | "40P01" | "25006" | "55P03")
-    })
-}
-
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
@@ -421,11 +408,11 @@ impl Backend for PgStore {
     async fn dump_model(
         &self,
         id: i64,
-    ) -> Result<Option<crate::store::copy::ModelDump>, StoreError> {
+    ) -> Result<Option<crate::store::dump::ModelDump>, StoreError> {
         copy::dump_model(&self.pool, id).await
     }
 
-    async fn begin_load(&self) -> Result<Box<dyn crate::store::copy::Loader>, StoreError> {
+    async fn begin_load(&self) -> Result<Box<dyn crate::store::dump::Loader>, StoreError> {
         copy::begin_load(&self.pool).await
     }
 

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::{Row, Sqlite, Transaction};
 
 use super::SqliteStore;
-use crate::store::copy::{BatchDump, Loader, ModelDump, VersionDump, not_empty};
+use crate::store::dump::{BatchDump, Loader, ModelDump, VersionDump, not_empty};
 use crate::store::{KeyRecord, StoreError};
 
 /// A JSON column (`surprise`, `noise_variances`), decoded.

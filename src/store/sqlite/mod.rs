@@ -49,13 +49,6 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 /// Notifications a subscriber may fall behind by before it is told to resynchronise.
 const NOTIFICATION_BUFFER: usize = 4096;
 
-/// SQLite result codes that mean "try again later" (the primary code, the low byte of the
-/// extended one): busy (5), locked (6), I/O error (10), disk full (13), cannot open (14).
-pub(super) fn is_unavailable_code(code: Option<&str>) -> bool {
-    code.and_then(|c| c.parse::<i32>().ok())
-        .is_some_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13 | 14))
-}
-
 /// The embedded store. Cloning is cheap; the file stays locked until the last clone is dropped.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -581,11 +574,11 @@ impl Backend for SqliteStore {
     async fn dump_model(
         &self,
         id: i64,
-    ) -> Result<Option<crate::store::copy::ModelDump>, StoreError> {
+    ) -> Result<Option<crate::store::dump::ModelDump>, StoreError> {
         copy::dump_model(self, id).await
     }
 
-    async fn begin_load(&self) -> Result<Box<dyn crate::store::copy::Loader>, StoreError> {
+    async fn begin_load(&self) -> Result<Box<dyn crate::store::dump::Loader>, StoreError> {
         copy::begin_load(self).await
     }
 

@@ -12,6 +12,7 @@
 //! Everything but [`post`] is pure.
 
 pub mod colour;
+mod error;
 pub mod evaluate;
 pub mod forward;
 pub mod generate;
@@ -26,20 +27,8 @@ pub use generate::{
     Simulator,
 };
 
-use mordant_estimator::{EstimatorError, ReflectanceScale};
-
-/// Errors of the simulator.
-#[derive(Debug, thiserror::Error)]
-pub enum SimulateError {
-    #[error("invalid simulation options: {0}")]
-    Options(String),
-    #[error("estimator: {0}")]
-    Estimator(#[from] EstimatorError),
-    #[error(transparent)]
-    Colour(#[from] colour::ColourError),
-    #[error("writing CSV: {0}")]
-    Csv(#[from] csv::Error),
-}
+pub use error::SimulateError;
+use mordant_estimator::ReflectanceScale;
 
 /// The CSV header: one 0/1 column per fabric with an indicator (named after the fabric, see
 /// [`Simulator::fabric_features`]), the grid's `<wavelength>nm` columns, then one column per dye.

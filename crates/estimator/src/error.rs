@@ -1,0 +1,39 @@
+//! The estimator's errors: one type, and why a stored state did not decode.
+
+/// Errors of the estimator. Each names what was wrong so the caller can report it.
+#[derive(Clone, Debug, thiserror::Error, PartialEq)]
+pub enum EstimatorError {
+    #[error("wrong number of {what}: expected {expected}, found {found}")]
+    Dimension {
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    #[error("{0} would not be finite")]
+    NonFinite(&'static str),
+    #[error("the scaled posterior precision is not positive definite (non-finite input?)")]
+    NotPositiveDefinite,
+    #[error("the model has no posterior yet")]
+    Untrained,
+    #[error("recipe matching is not available: {0}")]
+    NoForwardMap(&'static str),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
+
+/// Why a blob could not be decoded.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("not a mordant model state (bad magic bytes)")]
+    BadMagic,
+    #[error(
+        "model state format version {found} is not supported (this build reads versions 1 to {newest})"
+    )]
+    UnsupportedVersion { found: u16, newest: u16 },
+    #[error("model state is truncated")]
+    Truncated,
+    #[error("model state checksum mismatch (corrupt blob)")]
+    Checksum,
+    #[error("model state is invalid: {0}")]
+    Invalid(&'static str),
+}
