@@ -931,3 +931,52 @@ async fn postgres_folds_in_arrival_order_under_concurrent_ingestion() {
     conn.close().await.unwrap();
     store.close().await;
 }
+
+/// A list stored as JSON text on the embedded store (PostgreSQL keeps typed arrays, and its
+/// checks refuse unknown scopes) that its row mapping cannot read is reported as corrupt data:
+/// not a database failure, and never a value read wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_lists_that_do_not_decode_are_corrupt() {
+    let db = TestStore::sqlite().await;
+    let (store, database) = (&db.store, &db.database);
+    let corrupt = |result: Result<(), StoreError>, what: &str| match result {
+        Err(StoreError::Corrupt(message)) => assert!(message.contains(what), "{message}"),
+        other => panic!("expected corrupt data ({what}), got {other:?}"),
+    };
+    let key = store
+        .create_key("mes", "mdk_cccc", &[3; 32], &[Scope::Predict])
+        .await
+        .unwrap();
+    assert_eq!(key.scopes, [Scope::Predict]);
+    let changed = database
+        .execute(
+            "",
+            "UPDATE api_keys SET scopes = '[\"predict\", \"wizard\"]'",
+        )
+        .await;
+    assert_eq!(changed, 1);
+    corrupt(store.list_keys().await.map(drop), "wizard");
+    corrupt(store.active_keys().await.map(drop), "wizard");
+
+    let spec = spec("corrupt", 1);
+    let id = create(store, &spec).await;
+    ingest(store, id, &batch(&spec, "b1", 4, 1.0)).await;
+    database
+        .execute("", "UPDATE batches SET surprise = '[0.5, \"high\"]'")
+        .await;
+    corrupt(store.batch(id, "b1").await.map(drop), "surprise");
+    database
+        .execute("", "UPDATE batches SET surprise = '[0.5, null]'")
+        .await;
+    let read = store.batch(id, "b1").await.unwrap().unwrap();
+    assert_eq!(read.surprise, Some(vec![Some(0.5), None]));
+
+    let lock = store.lock_model(&name("corrupt")).await.unwrap().unwrap();
+    assert_eq!(fold_queue(lock).await, 1);
+    assert_eq!(store.versions(id).await.unwrap().len(), 1);
+    database
+        .execute("", "UPDATE versions SET noise_variances = '{\"a\": 1}'")
+        .await;
+    corrupt(store.versions(id).await.map(drop), "noise_variances");
+    db.store.close().await;
+}

@@ -68,6 +68,22 @@ impl fmt::Debug for ModelLock {
     }
 }
 
+/// A model as its lock reads it (`id, name, spec, version`), in either backend.
+#[derive(sqlx::FromRow)]
+pub(super) struct LockedModel {
+    pub(super) id: i64,
+    name: String,
+    #[sqlx(json)]
+    spec: ModelSpec,
+    version: i64,
+}
+
+impl LockedModel {
+    pub(super) fn lock(self, tx: Box<dyn ModelTransaction>) -> ModelLock {
+        ModelLock::new(self.id, self.name, self.spec, self.version, tx)
+    }
+}
+
 impl ModelLock {
     pub fn new(
         model_id: i64,

@@ -15,6 +15,7 @@
 //! [`Store`] is the cheap, cloneable handle the rest of the service holds.
 
 mod backend;
+mod columns;
 pub mod copy;
 mod dump;
 mod error;
@@ -24,6 +25,7 @@ mod lock;
 pub mod postgres;
 mod records;
 mod settings;
+mod sql;
 pub mod sqlite;
 mod status;
 
@@ -38,4 +40,5 @@ pub use handle::Store;
 pub use location::Location;
 pub use lock::{ModelLock, ModelTransaction};
 pub use records::*;
-use records::{BATCH_COLUMNS, KEY_COLUMNS, MODEL_COLUMNS, key_parts, not_held, replay_or_conflict};
+use records::{StoredBatch, not_held};
+use sql::{BATCH_COLUMNS, KEY_COLUMNS};

@@ -5,10 +5,11 @@ use chrono::{DateTime, Utc};
 use crate::domain::ModelSpec;
 use crate::domain::Scope;
 
+use super::columns::{List, Sha256Digest};
 use super::{BatchStatus, StoreError, VersionOrigin};
 
 /// A model as stored, with its queue length: one mapping for both backends (the spec is JSON
-/// in either, `jsonb` or text), read from [`MODEL_COLUMNS`].
+/// in either, `jsonb` or text), read with `sql::MODELS`.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ModelRecord {
     pub id: i64,
@@ -24,8 +25,8 @@ pub struct ModelRecord {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A batch's status as stored.
-#[derive(Clone, Debug, PartialEq)]
+/// A batch's status as stored, read with `sql::BATCH`.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct BatchRecord {
     pub batch_id: String,
     pub status: BatchStatus,
@@ -36,27 +37,31 @@ pub struct BatchRecord {
     pub error: Option<String>,
     /// Per output, how surprising the batch was to the posterior it met (`None` for an output
     /// not trained then); `None` before that was computed (queued, or part of the first fit).
+    #[sqlx(try_from = "List<Option<Vec<Option<f64>>>>")]
     pub surprise: Option<Vec<Option<f64>>>,
     /// When retention removed the batch's raw rows (`None` while they are kept).
     pub rows_purged_at: Option<DateTime<Utc>>,
 }
 
 /// One entry of a model's history.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct VersionRecord {
     pub version: i64,
     pub created_at: DateTime<Utc>,
     pub origin: VersionOrigin,
     pub restored_from: Option<i64>,
     pub observations: f64,
+    #[sqlx(try_from = "List<Vec<Option<f64>>>")]
     pub noise_variances: Vec<Option<f64>>,
+    /// The batches folded into this version, in arrival order.
+    #[sqlx(try_from = "List<Vec<String>>")]
     pub batches: Vec<String>,
     /// Whether the version keeps its full state (else it is replayed when restored).
     pub full_state: bool,
 }
 
 /// Where a model stands, for the posterior cache.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct ModelHead {
     pub id: i64,
     pub name: String,
@@ -64,8 +69,9 @@ pub struct ModelHead {
 }
 
 /// Batches and rows waiting in one model's queue.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct QueueDepth {
+    #[sqlx(rename = "name")]
     pub model: String,
     pub batches: i64,
     pub rows: i64,
@@ -80,7 +86,7 @@ pub struct Ingested {
 }
 
 /// A queued batch, in arrival order.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct QueuedBatch {
     /// The batch's row, to mark it folded or rejected (not its place in the queue).
     pub seq: i64,
@@ -105,26 +111,30 @@ pub enum Review {
     Reject,
 }
 
-/// A stored API key (never its text).
-#[derive(Clone, Debug)]
+/// A stored API key (never its text), read with `sql::KEYS`.
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct KeyRecord {
     pub id: i64,
     pub name: String,
     pub prefix: String,
+    #[sqlx(try_from = "Sha256Digest<[u8; 32]>")]
     pub hash: [u8; 32],
+    #[sqlx(try_from = "List<Vec<Scope>>")]
     pub scopes: Vec<Scope>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
 /// A version's state as stored: in full, or thin (see [`ModelLock::write_version`]).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct StoredState {
     pub origin: VersionOrigin,
     /// The encoded state; empty when the version is thin.
+    #[sqlx(rename = "state")]
     pub blob: Vec<u8>,
     /// SHA-256 of the encoded state; `None` for versions written before digests were kept
     /// (which are never thin).
+    #[sqlx(rename = "state_digest", try_from = "Sha256Digest<Option<[u8; 32]>>")]
     pub digest: Option<[u8; 32]>,
 }
 
@@ -163,54 +173,30 @@ pub struct NewVersion<'a> {
     pub state: &'a StateBlob,
 }
 
-/// A batch id the model has already stored: that batch again (a replay) when its content hash
-/// is the hash of the batch posted now, a conflict when it is not.
-pub(super) fn replay_or_conflict(
-    stored_hash: &[u8],
-    hash: &[u8; 32],
-    stored: BatchRecord,
-) -> Result<Ingested, StoreError> {
-    if stored_hash != hash {
-        return Err(StoreError::Conflict(format!(
-            "batch {:?} was already accepted with different content",
-            stored.batch_id
-        )));
-    }
-    Ok(Ingested {
-        batch: stored,
-        replayed: true,
-    })
+/// A batch already stored under an id, with the hash of its content.
+#[derive(sqlx::FromRow)]
+pub(super) struct StoredBatch {
+    content_hash: Vec<u8>,
+    #[sqlx(flatten)]
+    batch: BatchRecord,
 }
 
-/// A stored state digest, checked.
-pub(crate) fn digest(bytes: &[u8]) -> Result<[u8; 32], StoreError> {
-    <[u8; 32]>::try_from(bytes)
-        .map_err(|_| StoreError::Corrupt("a version's state digest is not 32 bytes".into()))
-}
-
-/// A stored key's hash and scopes, checked.
-pub(super) fn key_parts(
-    hash: &[u8],
-    scopes: &[String],
-) -> Result<([u8; 32], Vec<Scope>), StoreError> {
-    let hash = <[u8; 32]>::try_from(hash)
-        .map_err(|_| StoreError::Corrupt("an API key hash is not 32 bytes".into()))?;
-    let scopes = scopes
-        .iter()
-        .map(|s| {
-            Scope::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown key scope {s:?}")))
+impl StoredBatch {
+    /// The same batch again (a replay) when the batch posted now has the stored content
+    /// `hash`, a conflict when it has not.
+    pub(super) fn replay_or_conflict(self, hash: &[u8; 32]) -> Result<Ingested, StoreError> {
+        if self.content_hash != hash {
+            return Err(StoreError::Conflict(format!(
+                "batch {:?} was already accepted with different content",
+                self.batch.batch_id
+            )));
+        }
+        Ok(Ingested {
+            batch: self.batch,
+            replayed: true,
         })
-        .collect::<Result<_, _>>()?;
-    Ok((hash, scopes))
+    }
 }
-
-// The columns both backends read, with the same names and meaning.
-pub(super) const MODEL_COLUMNS: &str = "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
-     (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') AS pending, \
-     (SELECT coalesce(sum(b.rows), 0) FROM batches b WHERE b.model_id = m.id \
-      AND b.status = 'queued') AS pending_rows";
-pub(super) const BATCH_COLUMNS: &str =
-    "batch_id, status, rows, received_at, folded_at, version, error, surprise, rows_purged_at";
 
 /// The answer to a review of a batch that is not held: what it is instead.
 pub(super) fn not_held(batch: &BatchRecord) -> StoreError {
@@ -219,5 +205,3 @@ pub(super) fn not_held(batch: &BatchRecord) -> StoreError {
         batch.batch_id, batch.status
     ))
 }
-
-pub(super) const KEY_COLUMNS: &str = "id, name, prefix, hash, scopes, created_at, revoked_at";

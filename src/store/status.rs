@@ -4,9 +4,52 @@
 //! text.
 
 use serde::{Deserialize, Serialize};
-use sqlx::encode::IsNull;
-use sqlx::error::BoxDynError;
-use sqlx::{Database, Decode, Encode, Type};
+
+/// Maps a type with an `as_str` name to a `TEXT` column of either backend, read back by
+/// `$parse` (a name it does not know is an error of the column, reported as corrupt data).
+macro_rules! text_column {
+    ($name:ident, $parse:expr) => {
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $name
+        where
+            str: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <str as sqlx::Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <str as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for $name
+        where
+            &'q str: sqlx::Encode<'q, DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <DB as sqlx::Database>::ArgumentBuffer<'q>,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&'q str as sqlx::Encode<'q, DB>>::encode_by_ref(&self.as_str(), buf)
+            }
+        }
+
+        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $name
+        where
+            &'r str: sqlx::Decode<'r, DB>,
+        {
+            fn decode(
+                value: <DB as sqlx::Database>::ValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                let text = <&'r str as sqlx::Decode<'r, DB>>::decode(value)?;
+                let parse: fn(&str) -> Option<$name> = $parse;
+                parse(text).ok_or_else(|| format!("{text:?} is not a {}", stringify!($name)).into())
+            }
+        }
+    };
+}
+
+pub(super) use text_column;
 
 /// Declares a text-valued enum: its lower-case names (strum), serde and OpenAPI under the same
 /// names, and its mapping to a `TEXT` column of either backend.
@@ -41,42 +84,7 @@ macro_rules! text_enum {
             }
         }
 
-        impl<DB: Database> Type<DB> for $name
-        where
-            str: Type<DB>,
-        {
-            fn type_info() -> DB::TypeInfo {
-                <str as Type<DB>>::type_info()
-            }
-
-            fn compatible(ty: &DB::TypeInfo) -> bool {
-                <str as Type<DB>>::compatible(ty)
-            }
-        }
-
-        impl<'q, DB: Database> Encode<'q, DB> for $name
-        where
-            &'q str: Encode<'q, DB>,
-        {
-            fn encode_by_ref(
-                &self,
-                buf: &mut <DB as Database>::ArgumentBuffer<'q>,
-            ) -> Result<IsNull, BoxDynError> {
-                <&'q str as Encode<'q, DB>>::encode_by_ref(&self.as_str(), buf)
-            }
-        }
-
-        impl<'r, DB: Database> Decode<'r, DB> for $name
-        where
-            &'r str: Decode<'r, DB>,
-        {
-            fn decode(value: <DB as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
-                let text = <&'r str as Decode<'r, DB>>::decode(value)?;
-                text.parse().map_err(|_| {
-                    format!("{text:?} is not a {}", stringify!($name)).into()
-                })
-            }
-        }
+        text_column!($name, |text: &str| text.parse().ok());
     };
 }
 

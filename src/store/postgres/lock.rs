@@ -6,11 +6,12 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{PgPool, Postgres, Transaction};
 
-use super::{notify, parse_spec};
+use super::notify;
 use crate::domain::ModelName;
+use crate::store::lock::LockedModel;
+use crate::store::sql;
 use crate::store::{
     ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState, Topic,
 };
@@ -26,19 +27,20 @@ pub(super) async fn acquire(
     name: &ModelName,
 ) -> Result<Option<ModelLock>, StoreError> {
     let mut tx = pool.begin().await?;
-    let row =
-        sqlx::query("SELECT id, name, spec, version FROM models WHERE name = $1 FOR NO KEY UPDATE")
-            .bind(name.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-    row.map(|row| from_row(tx, &row)).transpose()
+    let row = sqlx::query_as::<_, LockedModel>(
+        "SELECT id, name, spec, version FROM models WHERE name = $1 FOR NO KEY UPDATE",
+    )
+    .bind(name.as_str())
+    .fetch_optional(&mut *tx)
+    .await?;
+    Ok(row.map(|row| locked(tx, row)))
 }
 
 /// The model whose oldest queued batch is oldest among models with work: trained models
 /// with any queued batch, untrained ones once `first_fit_rows` rows are queued.
 pub(super) async fn claim(pool: &PgPool, skip: &[i64]) -> Result<Option<ModelLock>, StoreError> {
     let mut tx = pool.begin().await?;
-    let row = sqlx::query(
+    let row = sqlx::query_as::<_, LockedModel>(
         "SELECT m.id, m.name, m.spec, m.version FROM models m \
              JOIN LATERAL (SELECT min(b.arrival) AS first, sum(b.rows) AS rows FROM batches b \
                            WHERE b.model_id = m.id AND b.status = 'queued') q ON true \
@@ -51,46 +53,26 @@ pub(super) async fn claim(pool: &PgPool, skip: &[i64]) -> Result<Option<ModelLoc
     .bind(skip)
     .fetch_optional(&mut *tx)
     .await?;
-    row.map(|row| from_row(tx, &row)).transpose()
+    Ok(row.map(|row| locked(tx, row)))
 }
 
-fn from_row(
-    tx: Transaction<'static, Postgres>,
-    row: &sqlx::postgres::PgRow,
-) -> Result<ModelLock, StoreError> {
-    let model_id = row.try_get("id")?;
-    Ok(ModelLock::new(
-        model_id,
-        row.try_get("name")?,
-        parse_spec(row.try_get("spec")?)?,
-        row.try_get("version")?,
-        Box::new(PgModelTransaction { tx, model_id }),
-    ))
+fn locked(tx: Transaction<'static, Postgres>, model: LockedModel) -> ModelLock {
+    let model_id = model.id;
+    model.lock(Box::new(PgModelTransaction { tx, model_id }))
 }
 
 #[async_trait]
 impl ModelTransaction for PgModelTransaction {
     async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError> {
-        let row = sqlx::query(
-            "SELECT origin, state, state_digest FROM versions WHERE model_id = $1 AND version = $2",
-        )
-        .bind(self.model_id)
-        .bind(version)
-        .fetch_optional(&mut *self.tx)
-        .await?;
-        row.map(|r| {
-            let digest: Option<Vec<u8>> = r.try_get("state_digest")?;
-            Ok(StoredState {
-                origin: r.try_get("origin")?,
-                blob: r.try_get("state")?,
-                digest: digest.map(|d| crate::store::digest(&d)).transpose()?,
-            })
-        })
-        .transpose()
+        Ok(sqlx::query_as(sql::STORED_STATE)
+            .bind(self.model_id)
+            .bind(version)
+            .fetch_optional(&mut *self.tx)
+            .await?)
     }
 
     async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as(&format!(
             "SELECT {BATCH_SOURCE} FROM batches WHERE model_id = $1 AND version = $2 \
              AND status = 'folded' ORDER BY COALESCE(arrival, seq), seq"
         ))
@@ -98,7 +80,7 @@ impl ModelTransaction for PgModelTransaction {
         .bind(version)
         .fetch_all(&mut *self.tx)
         .await?;
-        rows.iter().map(queued_batch).collect()
+        Ok(rows)
     }
 
     async fn thin_state(&mut self, version: i64) -> Result<(), StoreError> {
@@ -114,14 +96,14 @@ impl ModelTransaction for PgModelTransaction {
     }
 
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as(&format!(
             "SELECT {BATCH_SOURCE} FROM batches \
              WHERE model_id = $1 AND status = 'queued' ORDER BY arrival"
         ))
         .bind(self.model_id)
         .fetch_all(&mut *self.tx)
         .await?;
-        rows.iter().map(queued_batch).collect()
+        Ok(rows)
     }
 
     async fn write_version(&mut self, v: &NewVersion<'_>) -> Result<DateTime<Utc>, StoreError> {
@@ -209,16 +191,3 @@ impl ModelTransaction for PgModelTransaction {
 const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, released, \
      CASE WHEN octet_length(statistics) = 0 THEN x END AS rows_x, \
      CASE WHEN octet_length(statistics) = 0 THEN y END AS rows_y";
-
-fn queued_batch(r: &PgRow) -> Result<QueuedBatch, StoreError> {
-    Ok(QueuedBatch {
-        seq: r.try_get("seq")?,
-        batch_id: r.try_get("batch_id")?,
-        rows: r.try_get("rows")?,
-        statistics: r.try_get("statistics")?,
-        rows_x: r.try_get("rows_x")?,
-        rows_y: r.try_get("rows_y")?,
-        received_at: r.try_get("received_at")?,
-        released: r.try_get("released")?,
-    })
-}

@@ -13,12 +13,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgListener, PgPoolOptions, PgRow};
-use sqlx::{FromRow, PgPool, Row};
+use sqlx::types::Json;
+use sqlx::{FromRow, PgPool};
 
 use super::{
-    BATCH_COLUMNS, Backend, BatchRecord, BatchStatus, Ingested, KeyRecord, MODEL_COLUMNS,
-    ModelHead, ModelLock, ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription,
-    Topic, VersionRecord, check_migrations, not_held, replay_or_conflict,
+    BATCH_COLUMNS, Backend, BatchRecord, BatchStatus, Ingested, KeyRecord, ModelHead, ModelLock,
+    ModelRecord, Notification, QueueDepth, Review, StoreError, StoredBatch, Subscription, Topic,
+    VersionRecord, check_migrations, not_held, sql,
 };
 use crate::domain::Scope;
 use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
@@ -84,25 +85,22 @@ impl Backend for PgStore {
 
     #[tracing::instrument(skip_all, fields(model = %spec.name))]
     async fn create_model(&self, spec: &ModelSpec) -> Result<ModelRecord, StoreError> {
-        let json = serde_json::to_value(spec)
-            .map_err(|e| StoreError::Corrupt(format!("model spec: {e}")))?;
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(
+        let id: Option<i64> = sqlx::query_scalar(
             "INSERT INTO models (name, spec, first_fit_rows) VALUES ($1, $2, $3) \
              ON CONFLICT (name) DO NOTHING RETURNING id",
         )
         .bind(spec.name.as_str())
-        .bind(json)
+        .bind(Json(spec))
         .bind(i64::try_from(spec.first_fit_rows).unwrap_or(i64::MAX))
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(row) = row else {
+        let Some(id) = id else {
             return Err(StoreError::Conflict(format!(
                 "a model named {:?} already exists",
                 spec.name.as_str()
             )));
         };
-        let id: i64 = row.try_get("id")?;
         notify(&mut tx, Topic::Models, id).await?;
         tx.commit().await?;
         self.model_by_id(id)
@@ -111,32 +109,21 @@ impl Backend for PgStore {
     }
 
     async fn list_models(&self) -> Result<Vec<ModelRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MODEL_COLUMNS} FROM models m ORDER BY m.name"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(model_record).collect()
+        Ok(sqlx::query_as(sql::MODELS).fetch_all(&self.pool).await?)
     }
 
     async fn model(&self, name: &ModelName) -> Result<Option<ModelRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {MODEL_COLUMNS} FROM models m WHERE m.name = $1"
-        ))
-        .bind(name.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(model_record).transpose()
+        Ok(sqlx::query_as(sql::MODEL_BY_NAME)
+            .bind(name.as_str())
+            .fetch_optional(&self.pool)
+            .await?)
     }
 
     async fn model_by_id(&self, id: i64) -> Result<Option<ModelRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {MODEL_COLUMNS} FROM models m WHERE m.id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(model_record).transpose()
+        Ok(sqlx::query_as(sql::MODEL_BY_ID)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
     }
 
     #[tracing::instrument(skip(self))]
@@ -230,14 +217,11 @@ impl Backend for PgStore {
         model_id: i64,
         batch_id: &str,
     ) -> Result<Option<BatchRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {BATCH_COLUMNS} FROM batches WHERE model_id = $1 AND batch_id = $2"
-        ))
-        .bind(model_id)
-        .bind(batch_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(batch_record).transpose()
+        Ok(sqlx::query_as(sql::BATCH)
+            .bind(model_id)
+            .bind(batch_id)
+            .fetch_optional(&self.pool)
+            .await?)
     }
 
     async fn list_batches(
@@ -246,17 +230,12 @@ impl Backend for PgStore {
         status: Option<BatchStatus>,
         limit: i64,
     ) -> Result<Vec<BatchRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {BATCH_COLUMNS} FROM batches \
-             WHERE model_id = $1 AND ($2 IS NULL OR status = $2) \
-             ORDER BY seq DESC LIMIT $3"
-        ))
-        .bind(model_id)
-        .bind(status)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(batch_record).collect()
+        Ok(sqlx::query_as(sql::BATCHES)
+            .bind(model_id)
+            .bind(status)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     async fn review_batch(
@@ -299,7 +278,7 @@ impl Backend for PgStore {
     }
 
     async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT v.version, v.created_at, v.origin, v.restored_from, v.observations, \
                     v.noise_variances, octet_length(v.state) > 0 AS full_state, \
                     COALESCE((SELECT array_agg(b.batch_id ORDER BY COALESCE(b.arrival, b.seq)) FROM batches b \
@@ -309,72 +288,33 @@ impl Backend for PgStore {
         )
         .bind(model_id)
         .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(VersionRecord {
-                    version: row.try_get("version")?,
-                    created_at: row.try_get("created_at")?,
-                    origin: row.try_get("origin")?,
-                    restored_from: row.try_get("restored_from")?,
-                    observations: row.try_get("observations")?,
-                    noise_variances: row.try_get("noise_variances")?,
-                    batches: row.try_get("batches")?,
-                    full_state: row.try_get("full_state")?,
-                })
-            })
-            .collect()
+        .await?)
     }
 
     async fn queue_depth(&self) -> Result<Vec<QueueDepth>, StoreError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT m.name, count(b.seq) AS batches, COALESCE(sum(b.rows), 0)::BIGINT AS rows \
              FROM models m LEFT JOIN batches b ON b.model_id = m.id AND b.status = 'queued' \
              GROUP BY m.name ORDER BY m.name",
         )
         .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(QueueDepth {
-                    model: r.try_get("name")?,
-                    batches: r.try_get("batches")?,
-                    rows: r.try_get("rows")?,
-                })
-            })
-            .collect()
+        .await?)
     }
 
     async fn heads(&self) -> Result<Vec<ModelHead>, StoreError> {
-        let rows = sqlx::query("SELECT id, name, version FROM models")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(ModelHead {
-                    id: r.try_get("id")?,
-                    name: r.try_get("name")?,
-                    version: r.try_get("version")?,
-                })
-            })
-            .collect()
+        Ok(sqlx::query_as(sql::HEADS).fetch_all(&self.pool).await?)
     }
 
     async fn current_state(
         &self,
         model_id: i64,
     ) -> Result<Option<(ModelSpec, i64, Option<Vec<u8>>)>, StoreError> {
-        let row = sqlx::query(
-            "SELECT m.spec, m.version, v.state FROM models m \
-             LEFT JOIN versions v ON v.model_id = m.id AND v.version = m.version \
-             WHERE m.id = $1",
-        )
-        .bind(model_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let spec = parse_spec(row.try_get("spec")?)?;
-        Ok(Some((spec, row.try_get("version")?, row.try_get("state")?)))
+        let row: Option<(Json<ModelSpec>, i64, Option<Vec<u8>>)> =
+            sqlx::query_as(sql::CURRENT_STATE)
+                .bind(model_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|(Json(spec), version, state)| (spec, version, state)))
     }
 
     async fn lock_model(&self, name: &ModelName) -> Result<Option<ModelLock>, StoreError> {
@@ -486,26 +426,8 @@ async fn notify(
         .map(|_| ())
 }
 
-fn parse_spec(json: serde_json::Value) -> Result<ModelSpec, StoreError> {
-    serde_json::from_value(json).map_err(|e| StoreError::Corrupt(format!("model spec: {e}")))
-}
-
-fn model_record(row: &PgRow) -> Result<ModelRecord, StoreError> {
-    Ok(ModelRecord::from_row(row)?)
-}
-
 fn batch_record(row: &PgRow) -> Result<BatchRecord, StoreError> {
-    Ok(BatchRecord {
-        batch_id: row.try_get("batch_id")?,
-        status: row.try_get("status")?,
-        rows: row.try_get("rows")?,
-        received_at: row.try_get("received_at")?,
-        folded_at: row.try_get("folded_at")?,
-        version: row.try_get("version")?,
-        error: row.try_get("error")?,
-        surprise: row.try_get("surprise")?,
-        rows_purged_at: row.try_get("rows_purged_at")?,
-    })
+    Ok(BatchRecord::from_row(row)?)
 }
 
 /// The batch stored under `batch`'s id, if any: a replay when its content hash is `hash`, a
@@ -516,16 +438,12 @@ async fn stored_batch(
     batch: &NewBatch,
     hash: &[u8; 32],
 ) -> Result<Option<Ingested>, StoreError> {
-    let existing = sqlx::query(&format!(
-        "SELECT content_hash, {BATCH_COLUMNS} FROM batches WHERE model_id = $1 AND batch_id = $2"
-    ))
-    .bind(model_id)
-    .bind(batch.batch_id.as_str())
-    .fetch_optional(&mut **tx)
-    .await?;
-    let Some(row) = existing else {
-        return Ok(None);
-    };
-    let stored: Vec<u8> = row.try_get("content_hash")?;
-    replay_or_conflict(&stored, hash, batch_record(&row)?).map(Some)
+    let existing: Option<StoredBatch> = sqlx::query_as(sql::STORED_BATCH)
+        .bind(model_id)
+        .bind(batch.batch_id.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
+    existing
+        .map(|stored| stored.replay_or_conflict(hash))
+        .transpose()
 }

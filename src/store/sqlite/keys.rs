@@ -1,12 +1,13 @@
 //! API keys on SQLite: created, listed, revoked. Scopes are a JSON array.
 
 use chrono::Utc;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqlitePool};
+use sqlx::SqlitePool;
 
 use super::SqliteStore;
 use crate::domain::Scope;
-use crate::store::{KEY_COLUMNS, KeyRecord, StoreError, key_parts};
+use crate::store::columns::List;
+use crate::store::sql;
+use crate::store::{KEY_COLUMNS, KeyRecord, StoreError};
 
 pub(super) async fn create(
     store: &SqliteStore,
@@ -15,49 +16,38 @@ pub(super) async fn create(
     hash: &[u8; 32],
     scopes: &[Scope],
 ) -> Result<KeyRecord, StoreError> {
-    let scopes: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
-    let scopes = serde_json::to_string(&scopes)
-        .map_err(|e| StoreError::Corrupt(format!("key scopes: {e}")))?;
     let mut tx = store.write().await?;
-    let row = sqlx::query(&format!(
+    let row = sqlx::query_as::<_, KeyRecord>(&format!(
         "INSERT INTO api_keys (name, prefix, hash, scopes, created_at) VALUES (?1, ?2, ?3, ?4, ?5) \
          RETURNING {KEY_COLUMNS}"
     ))
     .bind(name)
     .bind(prefix)
     .bind(hash.as_slice())
-    .bind(scopes)
+    .bind(List(scopes))
     .bind(Utc::now())
     .fetch_one(&mut *tx)
     .await?;
-    let record = key_record(&row)?;
     tx.commit().await?;
-    Ok(record)
+    Ok(row)
 }
 
 pub(super) async fn list(readers: &SqlitePool) -> Result<Vec<KeyRecord>, StoreError> {
-    let rows = sqlx::query(&format!("SELECT {KEY_COLUMNS} FROM api_keys ORDER BY id"))
-        .fetch_all(readers)
-        .await?;
-    rows.iter().map(key_record).collect()
+    let rows = sqlx::query_as(sql::KEYS).fetch_all(readers).await?;
+    Ok(rows)
 }
 
 pub(super) async fn active(readers: &SqlitePool) -> Result<(i64, Vec<KeyRecord>), StoreError> {
-    let newest: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM api_keys")
+    let newest: i64 = sqlx::query_scalar(sql::NEWEST_KEY)
         .fetch_one(readers)
         .await?;
-    let rows = sqlx::query(&format!(
-        "SELECT {KEY_COLUMNS} FROM api_keys WHERE revoked_at IS NULL"
-    ))
-    .fetch_all(readers)
-    .await?;
-    let keys = rows.iter().map(key_record).collect::<Result<_, _>>()?;
-    Ok((newest, keys))
+    let rows = sqlx::query_as(sql::ACTIVE_KEYS).fetch_all(readers).await?;
+    Ok((newest, rows))
 }
 
 pub(super) async fn revoke(store: &SqliteStore, id: i64) -> Result<Option<KeyRecord>, StoreError> {
     let mut tx = store.write().await?;
-    let row = sqlx::query(&format!(
+    let row = sqlx::query_as::<_, KeyRecord>(&format!(
         "UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?2) WHERE id = ?1 \
          RETURNING {KEY_COLUMNS}"
     ))
@@ -65,24 +55,6 @@ pub(super) async fn revoke(store: &SqliteStore, id: i64) -> Result<Option<KeyRec
     .bind(Utc::now())
     .fetch_optional(&mut *tx)
     .await?;
-    let record = row.as_ref().map(key_record).transpose()?;
     tx.commit().await?;
-    Ok(record)
-}
-
-fn key_record(row: &SqliteRow) -> Result<KeyRecord, StoreError> {
-    let hash: Vec<u8> = row.try_get("hash")?;
-    let scopes: String = row.try_get("scopes")?;
-    let scopes: Vec<String> = serde_json::from_str(&scopes)
-        .map_err(|e| StoreError::Corrupt(format!("key scopes: {e}")))?;
-    let (hash, scopes) = key_parts(&hash, &scopes)?;
-    Ok(KeyRecord {
-        id: row.try_get("id")?,
-        name: row.try_get("name")?,
-        prefix: row.try_get("prefix")?,
-        hash,
-        scopes,
-        created_at: row.try_get("created_at")?,
-        revoked_at: row.try_get("revoked_at")?,
-    })
+    Ok(row)
 }

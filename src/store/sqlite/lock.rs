@@ -9,11 +9,12 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
 use tokio::sync::OwnedMutexGuard;
 
-use super::{SqliteStore, parse_spec};
+use super::SqliteStore;
+use crate::store::columns::List;
+use crate::store::lock::LockedModel;
+use crate::store::sql;
 use crate::store::{
     ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState, Topic,
     VersionOrigin,
@@ -25,23 +26,20 @@ pub(super) async fn locked(
     model_id: i64,
     guard: OwnedMutexGuard<()>,
 ) -> Result<Option<ModelLock>, StoreError> {
-    let row = sqlx::query("SELECT name, spec, version FROM models WHERE id = ?1")
-        .bind(model_id)
-        .fetch_optional(&store.inner.readers)
-        .await?;
-    let Some(row) = row else { return Ok(None) };
-    Ok(Some(ModelLock::new(
-        model_id,
-        row.try_get("name")?,
-        parse_spec(&row.try_get::<String, _>("spec")?)?,
-        row.try_get("version")?,
-        Box::new(SqliteModelTransaction {
+    let row = sqlx::query_as::<_, LockedModel>(
+        "SELECT id, name, spec, version FROM models WHERE id = ?1",
+    )
+    .bind(model_id)
+    .fetch_optional(&store.inner.readers)
+    .await?;
+    Ok(row.map(|row| {
+        row.lock(Box::new(SqliteModelTransaction {
             store,
             model_id,
             writes: Vec::new(),
             _guard: guard,
-        }),
-    )))
+        }))
+    }))
 }
 
 /// A write kept until commit.
@@ -51,7 +49,7 @@ enum Write {
         origin: VersionOrigin,
         restored_from: Option<i64>,
         observations: f64,
-        noise_variances: String,
+        noise_variances: Vec<Option<f64>>,
         state: Vec<u8>,
         digest: [u8; 32],
         at: DateTime<Utc>,
@@ -66,7 +64,7 @@ enum Write {
     },
     Surprise {
         seq: i64,
-        surprise: String,
+        surprise: Vec<Option<f64>>,
         hold: bool,
     },
     Rejected {
@@ -103,26 +101,15 @@ impl ModelTransaction for SqliteModelTransaction {
         if pending.is_some() {
             return Ok(pending);
         }
-        let row = sqlx::query(
-            "SELECT origin, state, state_digest FROM versions WHERE model_id = ?1 AND version = ?2",
-        )
-        .bind(self.model_id)
-        .bind(version)
-        .fetch_optional(&self.store.inner.readers)
-        .await?;
-        row.map(|r| {
-            let digest: Option<Vec<u8>> = r.try_get("state_digest")?;
-            Ok(StoredState {
-                origin: r.try_get("origin")?,
-                blob: r.try_get("state")?,
-                digest: digest.map(|d| crate::store::digest(&d)).transpose()?,
-            })
-        })
-        .transpose()
+        Ok(sqlx::query_as(sql::STORED_STATE)
+            .bind(self.model_id)
+            .bind(version)
+            .fetch_optional(&self.store.inner.readers)
+            .await?)
     }
 
     async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as(&format!(
             "SELECT {BATCH_SOURCE} FROM batches WHERE model_id = ?1 AND version = ?2 \
              AND status = 'folded' ORDER BY seq"
         ))
@@ -130,7 +117,7 @@ impl ModelTransaction for SqliteModelTransaction {
         .bind(version)
         .fetch_all(&self.store.inner.readers)
         .await?;
-        rows.iter().map(queued_batch).collect()
+        Ok(rows)
     }
 
     async fn thin_state(&mut self, version: i64) -> Result<(), StoreError> {
@@ -139,26 +126,24 @@ impl ModelTransaction for SqliteModelTransaction {
     }
 
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as(&format!(
             "SELECT {BATCH_SOURCE} FROM batches \
              WHERE model_id = ?1 AND status = 'queued' ORDER BY seq"
         ))
         .bind(self.model_id)
         .fetch_all(&self.store.inner.readers)
         .await?;
-        rows.iter().map(queued_batch).collect()
+        Ok(rows)
     }
 
     async fn write_version(&mut self, v: &NewVersion<'_>) -> Result<DateTime<Utc>, StoreError> {
         let at = Utc::now();
-        let noise_variances = serde_json::to_string(v.noise_variances)
-            .map_err(|e| StoreError::Corrupt(format!("noise variances: {e}")))?;
         self.writes.push(Write::Version {
             version: v.version,
             origin: v.origin,
             restored_from: v.restored_from,
             observations: v.observations,
-            noise_variances,
+            noise_variances: v.noise_variances.to_vec(),
             state: v.state.bytes.clone(),
             digest: v.state.digest,
             at,
@@ -190,11 +175,9 @@ impl ModelTransaction for SqliteModelTransaction {
         surprise: &[Option<f64>],
         hold: bool,
     ) -> Result<(), StoreError> {
-        let surprise = serde_json::to_string(surprise)
-            .map_err(|e| StoreError::Corrupt(format!("a batch's surprise: {e}")))?;
         self.writes.push(Write::Surprise {
             seq,
-            surprise,
+            surprise: surprise.to_vec(),
             hold,
         });
         Ok(())
@@ -229,7 +212,7 @@ impl ModelTransaction for SqliteModelTransaction {
                     .bind(origin)
                     .bind(restored_from)
                     .bind(observations)
-                    .bind(noise_variances)
+                    .bind(List(noise_variances))
                     .bind(state)
                     .bind(at)
                     .bind(&digest[..])
@@ -283,7 +266,7 @@ impl ModelTransaction for SqliteModelTransaction {
                          WHERE seq = ?1 AND model_id = ?3",
                     )
                     .bind(seq)
-                    .bind(surprise)
+                    .bind(List(surprise))
                     .bind(self.model_id)
                     .bind(hold)
                     .execute(&mut *tx)
@@ -315,16 +298,3 @@ impl ModelTransaction for SqliteModelTransaction {
 const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, released, \
      CASE WHEN length(statistics) = 0 THEN x END AS rows_x, \
      CASE WHEN length(statistics) = 0 THEN y END AS rows_y";
-
-fn queued_batch(r: &SqliteRow) -> Result<QueuedBatch, StoreError> {
-    Ok(QueuedBatch {
-        seq: r.try_get("seq")?,
-        batch_id: r.try_get("batch_id")?,
-        rows: r.try_get("rows")?,
-        statistics: r.try_get("statistics")?,
-        rows_x: r.try_get("rows_x")?,
-        rows_y: r.try_get("rows_y")?,
-        received_at: r.try_get("received_at")?,
-        released: r.try_get("released")?,
-    })
-}

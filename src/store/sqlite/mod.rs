@@ -32,13 +32,14 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{FromRow, Row, Sqlite, Transaction};
+use sqlx::types::Json;
+use sqlx::{FromRow, Sqlite, Transaction};
 use tokio::sync::broadcast;
 
 use super::{
-    BATCH_COLUMNS, Backend, BatchRecord, BatchStatus, Ingested, KeyRecord, MODEL_COLUMNS,
-    ModelHead, ModelLock, ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription,
-    Topic, VersionRecord, check_migrations, not_held, replay_or_conflict,
+    BATCH_COLUMNS, Backend, BatchRecord, BatchStatus, Ingested, KeyRecord, ModelHead, ModelLock,
+    ModelRecord, Notification, QueueDepth, Review, StoreError, StoredBatch, Subscription, Topic,
+    VersionRecord, check_migrations, not_held, sql,
 };
 use crate::domain::Scope;
 use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
@@ -217,8 +218,6 @@ impl Backend for SqliteStore {
 
     #[tracing::instrument(skip_all, fields(model = %spec.name))]
     async fn create_model(&self, spec: &ModelSpec) -> Result<ModelRecord, StoreError> {
-        let json = serde_json::to_string(spec)
-            .map_err(|e| StoreError::Corrupt(format!("model spec: {e}")))?;
         let now = Utc::now();
         let mut tx = self.write().await?;
         let id: Option<i64> = sqlx::query_scalar(
@@ -226,7 +225,7 @@ impl Backend for SqliteStore {
              VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (name) DO NOTHING RETURNING id",
         )
         .bind(spec.name.as_str())
-        .bind(json)
+        .bind(Json(spec))
         .bind(i64::try_from(spec.first_fit_rows).unwrap_or(i64::MAX))
         .bind(now)
         .fetch_optional(&mut *tx)
@@ -245,32 +244,23 @@ impl Backend for SqliteStore {
     }
 
     async fn list_models(&self) -> Result<Vec<ModelRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MODEL_COLUMNS} FROM models m ORDER BY m.name"
-        ))
-        .fetch_all(&self.inner.readers)
-        .await?;
-        rows.iter().map(model_record).collect()
+        Ok(sqlx::query_as(sql::MODELS)
+            .fetch_all(&self.inner.readers)
+            .await?)
     }
 
     async fn model(&self, name: &ModelName) -> Result<Option<ModelRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {MODEL_COLUMNS} FROM models m WHERE m.name = ?1"
-        ))
-        .bind(name.as_str())
-        .fetch_optional(&self.inner.readers)
-        .await?;
-        row.as_ref().map(model_record).transpose()
+        Ok(sqlx::query_as(sql::MODEL_BY_NAME)
+            .bind(name.as_str())
+            .fetch_optional(&self.inner.readers)
+            .await?)
     }
 
     async fn model_by_id(&self, id: i64) -> Result<Option<ModelRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {MODEL_COLUMNS} FROM models m WHERE m.id = ?1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.inner.readers)
-        .await?;
-        row.as_ref().map(model_record).transpose()
+        Ok(sqlx::query_as(sql::MODEL_BY_ID)
+            .bind(id)
+            .fetch_optional(&self.inner.readers)
+            .await?)
     }
 
     #[tracing::instrument(skip(self))]
@@ -315,16 +305,13 @@ impl Backend for SqliteStore {
         if exists.is_none() {
             return Err(StoreError::NotFound("the model was deleted".into()));
         }
-        let existing = sqlx::query(&format!(
-            "SELECT content_hash, {BATCH_COLUMNS} FROM batches WHERE model_id = ?1 AND batch_id = ?2"
-        ))
-        .bind(model_id)
-        .bind(batch.batch_id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(row) = existing {
-            let stored: Vec<u8> = row.try_get("content_hash")?;
-            return replay_or_conflict(&stored, &hash, batch_record(&row)?);
+        let existing: Option<StoredBatch> = sqlx::query_as(sql::STORED_BATCH)
+            .bind(model_id)
+            .bind(batch.batch_id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(stored) = existing {
+            return stored.replay_or_conflict(&hash);
         }
         let row = sqlx::query(&format!(
             "INSERT INTO batches (model_id, batch_id, content_hash, rows, statistics, received_at, x, y) \
@@ -354,14 +341,11 @@ impl Backend for SqliteStore {
         model_id: i64,
         batch_id: &str,
     ) -> Result<Option<BatchRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {BATCH_COLUMNS} FROM batches WHERE model_id = ?1 AND batch_id = ?2"
-        ))
-        .bind(model_id)
-        .bind(batch_id)
-        .fetch_optional(&self.inner.readers)
-        .await?;
-        row.as_ref().map(batch_record).transpose()
+        Ok(sqlx::query_as(sql::BATCH)
+            .bind(model_id)
+            .bind(batch_id)
+            .fetch_optional(&self.inner.readers)
+            .await?)
     }
 
     async fn list_batches(
@@ -370,17 +354,12 @@ impl Backend for SqliteStore {
         status: Option<BatchStatus>,
         limit: i64,
     ) -> Result<Vec<BatchRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {BATCH_COLUMNS} FROM batches \
-             WHERE model_id = ?1 AND (?2 IS NULL OR status = ?2) \
-             ORDER BY seq DESC LIMIT ?3"
-        ))
-        .bind(model_id)
-        .bind(status)
-        .bind(limit)
-        .fetch_all(&self.inner.readers)
-        .await?;
-        rows.iter().map(batch_record).collect()
+        Ok(sqlx::query_as(sql::BATCHES)
+            .bind(model_id)
+            .bind(status)
+            .bind(limit)
+            .fetch_all(&self.inner.readers)
+            .await?)
     }
 
     async fn review_batch(
@@ -425,97 +404,45 @@ impl Backend for SqliteStore {
     }
 
     async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError> {
-        // One read transaction: the versions and their batches from the same snapshot.
-        let mut tx = self.inner.readers.begin().await?;
-        let rows = sqlx::query(
-            "SELECT version, created_at, origin, restored_from, observations, noise_variances, \
-                    length(state) > 0 AS full_state \
-             FROM versions WHERE model_id = ?1 ORDER BY version",
+        Ok(sqlx::query_as(
+            "SELECT v.version, v.created_at, v.origin, v.restored_from, v.observations, \
+                    v.noise_variances, length(v.state) > 0 AS full_state, \
+                    (SELECT json_group_array(b.batch_id ORDER BY b.seq) FROM batches b \
+                     WHERE b.model_id = v.model_id AND b.version = v.version \
+                       AND b.status = 'folded') AS batches \
+             FROM versions v WHERE v.model_id = ?1 ORDER BY v.version",
         )
         .bind(model_id)
-        .fetch_all(&mut *tx)
-        .await?;
-        let folded: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT version, batch_id FROM batches \
-             WHERE model_id = ?1 AND status = 'folded' AND version IS NOT NULL ORDER BY seq",
-        )
-        .bind(model_id)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        let mut batches: HashMap<i64, Vec<String>> = HashMap::new();
-        for (version, batch_id) in folded {
-            batches.entry(version).or_default().push(batch_id);
-        }
-        rows.iter()
-            .map(|row| {
-                let version: i64 = row.try_get("version")?;
-                let noise: String = row.try_get("noise_variances")?;
-                Ok(VersionRecord {
-                    version,
-                    created_at: row.try_get("created_at")?,
-                    origin: row.try_get("origin")?,
-                    restored_from: row.try_get("restored_from")?,
-                    observations: row.try_get("observations")?,
-                    noise_variances: serde_json::from_str(&noise).map_err(|e| {
-                        StoreError::Corrupt(format!("noise variances of version {version}: {e}"))
-                    })?,
-                    batches: batches.remove(&version).unwrap_or_default(),
-                    full_state: row.try_get("full_state")?,
-                })
-            })
-            .collect()
+        .fetch_all(&self.inner.readers)
+        .await?)
     }
 
     async fn queue_depth(&self) -> Result<Vec<QueueDepth>, StoreError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT m.name, count(b.seq) AS batches, coalesce(sum(b.rows), 0) AS rows \
              FROM models m LEFT JOIN batches b ON b.model_id = m.id AND b.status = 'queued' \
              GROUP BY m.id ORDER BY m.name",
         )
         .fetch_all(&self.inner.readers)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(QueueDepth {
-                    model: r.try_get("name")?,
-                    batches: r.try_get("batches")?,
-                    rows: r.try_get("rows")?,
-                })
-            })
-            .collect()
+        .await?)
     }
 
     async fn heads(&self) -> Result<Vec<ModelHead>, StoreError> {
-        let rows = sqlx::query("SELECT id, name, version FROM models")
+        Ok(sqlx::query_as(sql::HEADS)
             .fetch_all(&self.inner.readers)
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(ModelHead {
-                    id: r.try_get("id")?,
-                    name: r.try_get("name")?,
-                    version: r.try_get("version")?,
-                })
-            })
-            .collect()
+            .await?)
     }
 
     async fn current_state(
         &self,
         model_id: i64,
     ) -> Result<Option<(ModelSpec, i64, Option<Vec<u8>>)>, StoreError> {
-        let row = sqlx::query(
-            "SELECT m.spec, m.version, v.state FROM models m \
-             LEFT JOIN versions v ON v.model_id = m.id AND v.version = m.version \
-             WHERE m.id = ?1",
-        )
-        .bind(model_id)
-        .fetch_optional(&self.inner.readers)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let spec = parse_spec(&row.try_get::<String, _>("spec")?)?;
-        Ok(Some((spec, row.try_get("version")?, row.try_get("state")?)))
+        let row: Option<(Json<ModelSpec>, i64, Option<Vec<u8>>)> =
+            sqlx::query_as(sql::CURRENT_STATE)
+                .bind(model_id)
+                .fetch_optional(&self.inner.readers)
+                .await?;
+        Ok(row.map(|(Json(spec), version, state)| (spec, version, state)))
     }
 
     async fn lock_model(&self, name: &ModelName) -> Result<Option<ModelLock>, StoreError> {
@@ -646,32 +573,8 @@ async fn model_id(readers: &SqlitePool, name: &ModelName) -> Result<Option<i64>,
         .await?)
 }
 
-fn parse_spec(json: &str) -> Result<ModelSpec, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("model spec: {e}")))
-}
-
-fn model_record(row: &SqliteRow) -> Result<ModelRecord, StoreError> {
-    Ok(ModelRecord::from_row(row)?)
-}
-
 fn batch_record(row: &SqliteRow) -> Result<BatchRecord, StoreError> {
-    Ok(BatchRecord {
-        batch_id: row.try_get("batch_id")?,
-        status: row.try_get("status")?,
-        rows: row.try_get("rows")?,
-        received_at: row.try_get("received_at")?,
-        folded_at: row.try_get("folded_at")?,
-        version: row.try_get("version")?,
-        error: row.try_get("error")?,
-        surprise: row
-            .try_get::<Option<String>, _>("surprise")?
-            .map(|json| {
-                serde_json::from_str(&json)
-                    .map_err(|e| StoreError::Corrupt(format!("a batch's surprise: {e}")))
-            })
-            .transpose()?,
-        rows_purged_at: row.try_get("rows_purged_at")?,
-    })
+    Ok(BatchRecord::from_row(row)?)
 }
 
 #[cfg(test)]

@@ -1,0 +1,113 @@
+//! SQL the two dialects agree on, written once. Both backends number their parameters `$1`,
+//! `$2`, … (SQLite reads `$NNN` as `?NNN`); each record is read by its `sqlx::FromRow` mapping
+//! from the columns named here.
+
+/// A model with its queue length, as [`super::ModelRecord`] reads it (`m` is `models`).
+macro_rules! model_columns {
+    () => {
+        "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
+         (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') \
+         AS pending, \
+         (SELECT coalesce(sum(b.rows), 0) FROM batches b WHERE b.model_id = m.id \
+          AND b.status = 'queued') AS pending_rows"
+    };
+}
+
+/// A batch's status, as [`super::BatchRecord`] reads it.
+macro_rules! batch_columns {
+    () => {
+        "batch_id, status, rows, received_at, folded_at, version, error, surprise, rows_purged_at"
+    };
+}
+
+/// An API key, as [`super::KeyRecord`] reads it.
+macro_rules! key_columns {
+    () => {
+        "id, name, prefix, hash, scopes, created_at, revoked_at"
+    };
+}
+
+/// A batch, all of it, as a copy moves it (see `dump::bind_batch!`).
+macro_rules! batch_dump_columns {
+    () => {
+        "batch_id, content_hash, rows, x, y, statistics, status, received_at, folded_at, \
+         version, error, surprise, released, rows_purged_at"
+    };
+}
+
+/// A version, all of it, as a copy moves it (see `dump::bind_version!`).
+macro_rules! version_dump_columns {
+    () => {
+        "version, created_at, origin, restored_from, observations, noise_variances, state, \
+         state_digest"
+    };
+}
+
+pub(crate) use {batch_dump_columns, key_columns};
+
+pub(super) const BATCH_COLUMNS: &str = batch_columns!();
+pub(super) const KEY_COLUMNS: &str = key_columns!();
+
+pub(super) const MODELS: &str = concat!(
+    "SELECT ",
+    model_columns!(),
+    " FROM models m ORDER BY m.name"
+);
+pub(super) const MODEL_BY_NAME: &str = concat!(
+    "SELECT ",
+    model_columns!(),
+    " FROM models m WHERE m.name = $1"
+);
+pub(super) const MODEL_BY_ID: &str = concat!(
+    "SELECT ",
+    model_columns!(),
+    " FROM models m WHERE m.id = $1"
+);
+
+pub(super) const BATCH: &str = concat!(
+    "SELECT ",
+    batch_columns!(),
+    " FROM batches WHERE model_id = $1 AND batch_id = $2"
+);
+/// The batch under an id with its content hash, to tell a replay from a conflict.
+pub(super) const STORED_BATCH: &str = concat!(
+    "SELECT content_hash, ",
+    batch_columns!(),
+    " FROM batches WHERE model_id = $1 AND batch_id = $2"
+);
+/// A model's batches, newest first, of one status or any (`$2` NULL), at most `$3`.
+pub(super) const BATCHES: &str = concat!(
+    "SELECT ",
+    batch_columns!(),
+    " FROM batches WHERE model_id = $1 AND ($2 IS NULL OR status = $2) \
+     ORDER BY seq DESC LIMIT $3"
+);
+
+pub(super) const KEYS: &str = concat!("SELECT ", key_columns!(), " FROM api_keys ORDER BY id");
+pub(super) const ACTIVE_KEYS: &str = concat!(
+    "SELECT ",
+    key_columns!(),
+    " FROM api_keys WHERE revoked_at IS NULL"
+);
+pub(super) const NEWEST_KEY: &str = "SELECT coalesce(max(id), 0) FROM api_keys";
+
+pub(super) const HEADS: &str = "SELECT id, name, version FROM models";
+/// A model's spec, current version and that version's state (NULL before the first fit).
+pub(super) const CURRENT_STATE: &str = "SELECT m.spec, m.version, v.state FROM models m \
+     LEFT JOIN versions v ON v.model_id = m.id AND v.version = m.version WHERE m.id = $1";
+/// A version's state as stored, for [`super::StoredState`].
+pub(super) const STORED_STATE: &str =
+    "SELECT origin, state, state_digest FROM versions WHERE model_id = $1 AND version = $2";
+
+/// A model's versions, oldest first, as a copy reads them.
+pub(super) const VERSION_DUMPS: &str = concat!(
+    "SELECT ",
+    version_dump_columns!(),
+    " FROM versions WHERE model_id = $1 ORDER BY version"
+);
+/// A version as a copy writes it.
+pub(super) const INSERT_VERSION_DUMP: &str = concat!(
+    "INSERT INTO versions (model_id, ",
+    version_dump_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+);
