@@ -23,6 +23,7 @@ mod handle;
 mod location;
 mod lock;
 pub mod postgres;
+mod reads;
 mod records;
 mod settings;
 mod sql;

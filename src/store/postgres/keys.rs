@@ -6,7 +6,6 @@ use sqlx::PgPool;
 use super::notify;
 use crate::domain::Scope;
 use crate::store::columns::List;
-use crate::store::sql;
 use crate::store::{KEY_COLUMNS, KeyRecord, StoreError, Topic};
 
 pub(super) async fn create(
@@ -30,17 +29,6 @@ pub(super) async fn create(
     notify(&mut tx, Topic::Keys, "").await?;
     tx.commit().await?;
     Ok(row)
-}
-
-pub(super) async fn list(pool: &PgPool) -> Result<Vec<KeyRecord>, StoreError> {
-    let rows = sqlx::query_as(sql::KEYS).fetch_all(pool).await?;
-    Ok(rows)
-}
-
-pub(super) async fn active(pool: &PgPool) -> Result<(i64, Vec<KeyRecord>), StoreError> {
-    let newest: i64 = sqlx::query_scalar(sql::NEWEST_KEY).fetch_one(pool).await?;
-    let rows = sqlx::query_as(sql::ACTIVE_KEYS).fetch_all(pool).await?;
-    Ok((newest, rows))
 }
 
 pub(super) async fn revoke(pool: &PgPool, id: i64) -> Result<Option<KeyRecord>, StoreError> {

@@ -24,6 +24,7 @@ use super::{
 use crate::domain::Scope;
 use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
 use crate::store::DatabaseSettings;
+use crate::store::reads::Reads;
 
 const BATCHES_CHANNEL: &str = "mordant_batches";
 const MODELS_CHANNEL: &str = "mordant_models";
@@ -109,21 +110,15 @@ impl Backend for PgStore {
     }
 
     async fn list_models(&self) -> Result<Vec<ModelRecord>, StoreError> {
-        Ok(sqlx::query_as(sql::MODELS).fetch_all(&self.pool).await?)
+        Reads(&self.pool).models().await
     }
 
     async fn model(&self, name: &ModelName) -> Result<Option<ModelRecord>, StoreError> {
-        Ok(sqlx::query_as(sql::MODEL_BY_NAME)
-            .bind(name.as_str())
-            .fetch_optional(&self.pool)
-            .await?)
+        Reads(&self.pool).model(name).await
     }
 
     async fn model_by_id(&self, id: i64) -> Result<Option<ModelRecord>, StoreError> {
-        Ok(sqlx::query_as(sql::MODEL_BY_ID)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?)
+        Reads(&self.pool).model_by_id(id).await
     }
 
     #[tracing::instrument(skip(self))]
@@ -217,11 +212,7 @@ impl Backend for PgStore {
         model_id: i64,
         batch_id: &str,
     ) -> Result<Option<BatchRecord>, StoreError> {
-        Ok(sqlx::query_as(sql::BATCH)
-            .bind(model_id)
-            .bind(batch_id)
-            .fetch_optional(&self.pool)
-            .await?)
+        Reads(&self.pool).batch(model_id, batch_id).await
     }
 
     async fn list_batches(
@@ -230,12 +221,7 @@ impl Backend for PgStore {
         status: Option<BatchStatus>,
         limit: i64,
     ) -> Result<Vec<BatchRecord>, StoreError> {
-        Ok(sqlx::query_as(sql::BATCHES)
-            .bind(model_id)
-            .bind(status)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?)
+        Reads(&self.pool).batches(model_id, status, limit).await
     }
 
     async fn review_batch(
@@ -302,19 +288,14 @@ impl Backend for PgStore {
     }
 
     async fn heads(&self) -> Result<Vec<ModelHead>, StoreError> {
-        Ok(sqlx::query_as(sql::HEADS).fetch_all(&self.pool).await?)
+        Reads(&self.pool).heads().await
     }
 
     async fn current_state(
         &self,
         model_id: i64,
     ) -> Result<Option<(ModelSpec, i64, Option<Vec<u8>>)>, StoreError> {
-        let row: Option<(Json<ModelSpec>, i64, Option<Vec<u8>>)> =
-            sqlx::query_as(sql::CURRENT_STATE)
-                .bind(model_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(row.map(|(Json(spec), version, state)| (spec, version, state)))
+        Reads(&self.pool).current_state(model_id).await
     }
 
     async fn lock_model(&self, name: &ModelName) -> Result<Option<ModelLock>, StoreError> {
@@ -367,11 +348,11 @@ impl Backend for PgStore {
     }
 
     async fn list_keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
-        keys::list(&self.pool).await
+        Reads(&self.pool).keys().await
     }
 
     async fn active_keys(&self) -> Result<(i64, Vec<KeyRecord>), StoreError> {
-        keys::active(&self.pool).await
+        Reads(&self.pool).active_keys().await
     }
 
     async fn revoke_key(&self, id: i64) -> Result<Option<KeyRecord>, StoreError> {

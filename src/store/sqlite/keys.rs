@@ -1,12 +1,10 @@
 //! API keys on SQLite: created, listed, revoked. Scopes are a JSON array.
 
 use chrono::Utc;
-use sqlx::SqlitePool;
 
 use super::SqliteStore;
 use crate::domain::Scope;
 use crate::store::columns::List;
-use crate::store::sql;
 use crate::store::{KEY_COLUMNS, KeyRecord, StoreError};
 
 pub(super) async fn create(
@@ -30,19 +28,6 @@ pub(super) async fn create(
     .await?;
     tx.commit().await?;
     Ok(row)
-}
-
-pub(super) async fn list(readers: &SqlitePool) -> Result<Vec<KeyRecord>, StoreError> {
-    let rows = sqlx::query_as(sql::KEYS).fetch_all(readers).await?;
-    Ok(rows)
-}
-
-pub(super) async fn active(readers: &SqlitePool) -> Result<(i64, Vec<KeyRecord>), StoreError> {
-    let newest: i64 = sqlx::query_scalar(sql::NEWEST_KEY)
-        .fetch_one(readers)
-        .await?;
-    let rows = sqlx::query_as(sql::ACTIVE_KEYS).fetch_all(readers).await?;
-    Ok((newest, rows))
 }
 
 pub(super) async fn revoke(store: &SqliteStore, id: i64) -> Result<Option<KeyRecord>, StoreError> {

@@ -44,6 +44,7 @@ use super::{
 use crate::domain::Scope;
 use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
 use crate::store::DatabaseSettings;
+use crate::store::reads::Reads;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -244,23 +245,15 @@ impl Backend for SqliteStore {
     }
 
     async fn list_models(&self) -> Result<Vec<ModelRecord>, StoreError> {
-        Ok(sqlx::query_as(sql::MODELS)
-            .fetch_all(&self.inner.readers)
-            .await?)
+        Reads(&self.inner.readers).models().await
     }
 
     async fn model(&self, name: &ModelName) -> Result<Option<ModelRecord>, StoreError> {
-        Ok(sqlx::query_as(sql::MODEL_BY_NAME)
-            .bind(name.as_str())
-            .fetch_optional(&self.inner.readers)
-            .await?)
+        Reads(&self.inner.readers).model(name).await
     }
 
     async fn model_by_id(&self, id: i64) -> Result<Option<ModelRecord>, StoreError> {
-        Ok(sqlx::query_as(sql::MODEL_BY_ID)
-            .bind(id)
-            .fetch_optional(&self.inner.readers)
-            .await?)
+        Reads(&self.inner.readers).model_by_id(id).await
     }
 
     #[tracing::instrument(skip(self))]
@@ -341,11 +334,7 @@ impl Backend for SqliteStore {
         model_id: i64,
         batch_id: &str,
     ) -> Result<Option<BatchRecord>, StoreError> {
-        Ok(sqlx::query_as(sql::BATCH)
-            .bind(model_id)
-            .bind(batch_id)
-            .fetch_optional(&self.inner.readers)
-            .await?)
+        Reads(&self.inner.readers).batch(model_id, batch_id).await
     }
 
     async fn list_batches(
@@ -354,12 +343,9 @@ impl Backend for SqliteStore {
         status: Option<BatchStatus>,
         limit: i64,
     ) -> Result<Vec<BatchRecord>, StoreError> {
-        Ok(sqlx::query_as(sql::BATCHES)
-            .bind(model_id)
-            .bind(status)
-            .bind(limit)
-            .fetch_all(&self.inner.readers)
-            .await?)
+        Reads(&self.inner.readers)
+            .batches(model_id, status, limit)
+            .await
     }
 
     async fn review_batch(
@@ -428,21 +414,14 @@ impl Backend for SqliteStore {
     }
 
     async fn heads(&self) -> Result<Vec<ModelHead>, StoreError> {
-        Ok(sqlx::query_as(sql::HEADS)
-            .fetch_all(&self.inner.readers)
-            .await?)
+        Reads(&self.inner.readers).heads().await
     }
 
     async fn current_state(
         &self,
         model_id: i64,
     ) -> Result<Option<(ModelSpec, i64, Option<Vec<u8>>)>, StoreError> {
-        let row: Option<(Json<ModelSpec>, i64, Option<Vec<u8>>)> =
-            sqlx::query_as(sql::CURRENT_STATE)
-                .bind(model_id)
-                .fetch_optional(&self.inner.readers)
-                .await?;
-        Ok(row.map(|(Json(spec), version, state)| (spec, version, state)))
+        Reads(&self.inner.readers).current_state(model_id).await
     }
 
     async fn lock_model(&self, name: &ModelName) -> Result<Option<ModelLock>, StoreError> {
@@ -522,11 +501,11 @@ impl Backend for SqliteStore {
     }
 
     async fn list_keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
-        keys::list(&self.inner.readers).await
+        Reads(&self.inner.readers).keys().await
     }
 
     async fn active_keys(&self) -> Result<(i64, Vec<KeyRecord>), StoreError> {
-        keys::active(&self.inner.readers).await
+        Reads(&self.inner.readers).active_keys().await
     }
 
     async fn revoke_key(&self, id: i64) -> Result<Option<KeyRecord>, StoreError> {
