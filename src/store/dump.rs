@@ -3,6 +3,11 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::{
+    ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Transaction, Type,
+};
+
+use crate::domain::Scope;
 
 use super::columns::List;
 use super::{BatchStatus, KeyRecord, StoreError, VersionOrigin};
@@ -26,7 +31,7 @@ pub struct ModelDump {
     pub versions: Vec<VersionDump>,
 }
 
-/// A batch, read and written with the columns of `sql::batch_dump_columns!`.
+/// A batch, read and written with the columns `sql::batch_dump_columns!` names.
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct BatchDump {
     pub batch_id: String,
@@ -46,7 +51,7 @@ pub struct BatchDump {
     pub rows_purged_at: Option<DateTime<Utc>>,
 }
 
-/// A version, read and written with the columns of `sql::version_dump_columns!`.
+/// A version, read and written with the columns `sql::version_dump_columns!` names.
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct VersionDump {
     pub version: i64,
@@ -77,58 +82,158 @@ pub(super) fn not_empty(models: i64, keys: i64) -> StoreError {
     ))
 }
 
-/// Binds a model id and a [`BatchDump`] (`$1`, then its columns in the order
-/// `sql::batch_dump_columns!` names them) to a query of either dialect.
-macro_rules! bind_batch {
-    ($query:expr, $model_id:expr, $b:expr) => {
-        $query
-            .bind($model_id)
-            .bind(&$b.batch_id)
-            .bind(&$b.content_hash)
-            .bind($b.rows)
-            .bind(&$b.x)
-            .bind(&$b.y)
-            .bind(&$b.statistics)
-            .bind($b.status)
-            .bind($b.received_at)
-            .bind($b.folded_at)
-            .bind($b.version)
-            .bind(&$b.error)
-            .bind($crate::store::columns::List(&$b.surprise))
-            .bind($b.released)
-            .bind($b.rows_purged_at)
-    };
+/// The SQL a copy reads and writes with, where the dialects differ.
+pub(super) struct Statements {
+    /// The model `$1`, its spec as JSON text.
+    pub model: &'static str,
+    /// The model `$1`'s batches, in arrival order.
+    pub batches: &'static str,
+    /// A model (`name, spec, first_fit_rows, version, observations, created_at, updated_at`),
+    /// returning its id.
+    pub insert_model: &'static str,
+    /// A batch (`$1` the model's id, then the batch's columns as `sql::batch_dump_columns!`
+    /// names them), after the batches already there.
+    pub insert_batch: &'static str,
+    /// A key with its id (its columns as `sql::key_columns!` names them).
+    pub insert_key: &'static str,
+    /// Run once the keys are in (PostgreSQL moves its key id sequence past them).
+    pub after_keys: Option<&'static str>,
 }
 
-/// Binds a model id and a [`VersionDump`] (`$1`, then its columns in the order
-/// `sql::version_dump_columns!` names them).
-macro_rules! bind_version {
-    ($query:expr, $model_id:expr, $v:expr) => {
-        $query
-            .bind($model_id)
-            .bind($v.version)
-            .bind($v.created_at)
-            .bind($v.origin)
-            .bind($v.restored_from)
-            .bind($v.observations)
-            .bind($crate::store::columns::List(&$v.noise_variances))
-            .bind(&$v.state)
-            .bind(&$v.state_digest)
+/// Reads one model, all of it, in the read transaction `conn` is in.
+pub(super) async fn read_model<DB>(
+    conn: &mut DB::Connection,
+    sql: &Statements,
+    id: i64,
+) -> Result<Option<ModelDump>, StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> ModelDump: FromRow<'r, DB::Row>,
+    for<'r> BatchDump: FromRow<'r, DB::Row>,
+    for<'r> VersionDump: FromRow<'r, DB::Row>,
+{
+    let Some(mut model) = sqlx::query_as::<DB, ModelDump>(sql.model)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
     };
+    model.batches = sqlx::query_as(sql.batches)
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+    model.versions = sqlx::query_as(super::sql::VERSION_DUMPS)
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(Some(model))
 }
 
-/// Binds a [`KeyRecord`] (`$1`…`$7`, its columns as `sql::KEY_COLUMNS` names them).
-macro_rules! bind_key {
-    ($query:expr, $k:expr) => {
-        $query
-            .bind($k.id)
-            .bind(&$k.name)
-            .bind(&$k.prefix)
-            .bind(&$k.hash[..])
-            .bind($crate::store::columns::List(&$k.scopes))
-            .bind($k.created_at)
-            .bind($k.revoked_at)
-    };
+/// A copy's target: one transaction, and the dialect's statements.
+pub(super) struct TransactionLoader<DB: Database> {
+    pub tx: Transaction<'static, DB>,
+    pub sql: &'static Statements,
 }
 
-pub(super) use {bind_batch, bind_key, bind_version};
+#[async_trait]
+impl<DB> Loader for TransactionLoader<DB>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i32: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> f64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q String: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q Option<String>: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q Vec<u8>: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q Option<Vec<u8>>: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
+    for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<DateTime<Utc>>: Encode<'q, DB> + Type<DB>,
+    for<'q> BatchStatus: Encode<'q, DB> + Type<DB>,
+    for<'q> VersionOrigin: Encode<'q, DB> + Type<DB>,
+    for<'q> List<&'q Option<Vec<Option<f64>>>>: Encode<'q, DB> + Type<DB>,
+    for<'q> List<&'q Vec<Option<f64>>>: Encode<'q, DB> + Type<DB>,
+    for<'q> List<&'q Vec<Scope>>: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    async fn model(&mut self, m: &ModelDump) -> Result<(), StoreError> {
+        let id: i64 = sqlx::query_scalar(self.sql.insert_model)
+            .bind(&m.name)
+            .bind(&m.spec)
+            .bind(m.first_fit_rows)
+            .bind(m.version)
+            .bind(m.observations)
+            .bind(m.created_at)
+            .bind(m.updated_at)
+            .fetch_one(&mut *self.tx)
+            .await?;
+        for b in &m.batches {
+            sqlx::query(self.sql.insert_batch)
+                .bind(id)
+                .bind(&b.batch_id)
+                .bind(&b.content_hash)
+                .bind(b.rows)
+                .bind(&b.x)
+                .bind(&b.y)
+                .bind(&b.statistics)
+                .bind(b.status)
+                .bind(b.received_at)
+                .bind(b.folded_at)
+                .bind(b.version)
+                .bind(&b.error)
+                .bind(List(&b.surprise))
+                .bind(b.released)
+                .bind(b.rows_purged_at)
+                .execute(&mut *self.tx)
+                .await?;
+        }
+        for v in &m.versions {
+            sqlx::query(super::sql::INSERT_VERSION_DUMP)
+                .bind(id)
+                .bind(v.version)
+                .bind(v.created_at)
+                .bind(v.origin)
+                .bind(v.restored_from)
+                .bind(v.observations)
+                .bind(List(&v.noise_variances))
+                .bind(&v.state)
+                .bind(&v.state_digest)
+                .execute(&mut *self.tx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn keys(&mut self, keys: &[KeyRecord]) -> Result<(), StoreError> {
+        for k in keys {
+            sqlx::query(self.sql.insert_key)
+                .bind(k.id)
+                .bind(&k.name)
+                .bind(&k.prefix)
+                .bind(&k.hash[..])
+                .bind(List(&k.scopes))
+                .bind(k.created_at)
+                .bind(k.revoked_at)
+                .execute(&mut *self.tx)
+                .await?;
+        }
+        if let Some(after) = self.sql.after_keys {
+            sqlx::query(after).execute(&mut *self.tx).await?;
+        }
+        Ok(())
+    }
+
+    async fn commit(self: Box<Self>) -> Result<(), StoreError> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}

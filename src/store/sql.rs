@@ -27,7 +27,7 @@ macro_rules! key_columns {
     };
 }
 
-/// A batch, all of it, as a copy moves it (see `dump::bind_batch!`).
+/// A batch, all of it, as a copy moves it (`dump::TransactionLoader` binds them in this order).
 macro_rules! batch_dump_columns {
     () => {
         "batch_id, content_hash, rows, x, y, statistics, status, received_at, folded_at, \
@@ -35,7 +35,7 @@ macro_rules! batch_dump_columns {
     };
 }
 
-/// A version, all of it, as a copy moves it (see `dump::bind_version!`).
+/// A version, all of it, as a copy moves it (`dump::TransactionLoader` binds them in this order).
 macro_rules! version_dump_columns {
     () => {
         "version, created_at, origin, restored_from, observations, noise_variances, state, \
