@@ -214,11 +214,10 @@ fn main() -> ExitCode {
 }
 
 /// Hands the allocator's free memory back to the operating system once a second. glibc keeps
-/// what it freed in its heaps: after a burst of large uploads (a 1,000-row batch is about 700 kB
-/// of JSON and 280 kB of values) the peak would stay resident for good. `bench/memory`: a
-/// million rows into one model grew the resident memory by 20 MB after the first 10,000 rows
-/// without this. (Fixing glibc's mmap threshold instead returns each large buffer as it is
-/// freed, but the page faults of mapping them anew cost batch predict 60 % of its rows/s.)
+/// what it freed in its heaps: after a burst of large uploads (batch bodies of hundreds of
+/// kilobytes) the peak would stay resident for good (`bench/memory`; BENCHMARKS.md has what
+/// this bought). Fixing glibc's mmap threshold instead returns each large buffer as it is
+/// freed, but faulting them in anew costs batch predict most of its throughput.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 async fn trim_allocator() {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));

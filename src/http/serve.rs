@@ -4,9 +4,9 @@
 //! Why not the process's work-stealing runtime: a request with a body makes hyper's
 //! connection task wake itself twice (the handler asks for the body, then the body arrives
 //! through a channel), and on a work-stealing runtime every such wake-up also unparks another
-//! worker to come and steal. `bench/profile` put that scheduler traffic at 3 of the 9 µs by
-//! which a single-row predict cost more than `/healthz`. On a single-threaded runtime a
-//! wake-up is a push onto a local queue. The trade: a connection stays on the thread that
+//! worker to come and steal: `bench/profile` found that scheduler traffic to be a third of
+//! what a single-row predict cost beyond `/healthz` (BENCHMARKS.md has the figures). On a
+//! single-threaded runtime a wake-up is a push onto a local queue. The trade: a connection stays on the thread that
 //! accepted it, so a few long-lived connections may share one core; CPU-heavy request work
 //! (parsing a batch, a large predict) goes to the blocking pool either way
 //! ([`super::AppState::cpu_bound`]).
