@@ -4,9 +4,10 @@
 //! * [`List`]: a PostgreSQL array (`float8[]`, `text[]`); SQLite has no arrays, so there it is
 //!   JSON text.
 //! * [`Sha256Digest`]: a digest stored as bytes, checked to be 32 of them.
+//! * `Scope`: a key's scope, stored as its name.
 //!
 //! A value that does not decode is an error of its `Decode` (reported as corrupt data), not of
-//! a conversion after it: sqlx reports those without their message.
+//! a `#[sqlx(try_from)]` conversion after it, whose error sqlx 0.8 reports without its message.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -1,4 +1,5 @@
-//! What the store reads and writes: one type per record, and the checks of stored values.
+//! What the store reads and writes: one type per record, each with its one row mapping (the
+//! column types that differ by dialect, and their checks, are in `columns.rs`).
 
 use chrono::{DateTime, Utc};
 
@@ -25,7 +26,7 @@ pub struct ModelRecord {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A batch's status as stored, read with `sql::BATCH`.
+/// A batch's status as stored, read from `sql::BATCH_COLUMNS`.
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct BatchRecord {
     pub batch_id: String,

@@ -1,6 +1,6 @@
-//! SQL the two dialects agree on, written once. Both backends number their parameters `$1`,
-//! `$2`, … (SQLite reads `$NNN` as `?NNN`); each record is read by its `sqlx::FromRow` mapping
-//! from the columns named here.
+//! SQL the two dialects agree on, written once. The statements here number their parameters
+//! `$1`, `$2`, … for both (sqlx's SQLite driver binds `$N` by its number, as it does `?N`);
+//! each record is read by its `sqlx::FromRow` mapping from the columns named here.
 
 /// A model with its queue length, as [`super::ModelRecord`] reads it (`m` is `models`).
 macro_rules! model_columns {
@@ -90,6 +90,15 @@ pub(super) const ACTIVE_KEYS: &str = concat!(
     " FROM api_keys WHERE revoked_at IS NULL"
 );
 pub(super) const NEWEST_KEY: &str = "SELECT coalesce(max(id), 0) FROM api_keys";
+
+/// What a fold reads of a batch: its statistics, or its rows when it was stored without them
+/// (`length` of a `bytea` or a `BLOB` counts bytes).
+pub(super) const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, released, \
+     CASE WHEN length(statistics) = 0 THEN x END AS rows_x, \
+     CASE WHEN length(statistics) = 0 THEN y END AS rows_y";
+/// The models and keys a store holds, which a copy's target must not.
+pub(super) const COUNTS: &str =
+    "SELECT (SELECT count(*) FROM models), (SELECT count(*) FROM api_keys)";
 
 pub(super) const HEADS: &str = "SELECT id, name, version FROM models";
 /// A model's spec, current version and that version's state (NULL before the first fit).

@@ -4,7 +4,7 @@ use sqlx::PgPool;
 
 use crate::store::StoreError;
 use crate::store::dump::{Loader, ModelDump, Statements, TransactionLoader, not_empty, read_model};
-use crate::store::sql::{batch_dump_columns, key_columns};
+use crate::store::sql::{self, batch_dump_columns, key_columns};
 
 static STATEMENTS: Statements = Statements {
     model: "SELECT name, spec::text AS spec, first_fit_rows, version, observations, created_at, \
@@ -50,10 +50,7 @@ pub(super) async fn begin_load(pool: &PgPool) -> Result<Box<dyn Loader>, StoreEr
     sqlx::query("LOCK TABLE models, api_keys IN EXCLUSIVE MODE")
         .execute(&mut *tx)
         .await?;
-    let (models, keys): (i64, i64) =
-        sqlx::query_as("SELECT (SELECT count(*) FROM models), (SELECT count(*) FROM api_keys)")
-            .fetch_one(&mut *tx)
-            .await?;
+    let (models, keys): (i64, i64) = sqlx::query_as(sql::COUNTS).fetch_one(&mut *tx).await?;
     if models + keys > 0 {
         return Err(not_empty(models, keys));
     }

@@ -1,5 +1,5 @@
-//! API keys on PostgreSQL: created, listed, revoked. Changes are announced on
-//! [`Topic::Keys`].
+//! API keys on PostgreSQL: created and revoked (they are read by `store::reads`). Changes are
+//! announced on [`Topic::Keys`].
 
 use sqlx::PgPool;
 

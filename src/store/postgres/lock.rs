@@ -73,8 +73,9 @@ impl ModelTransaction for PgModelTransaction {
 
     async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query_as(&format!(
-            "SELECT {BATCH_SOURCE} FROM batches WHERE model_id = $1 AND version = $2 \
-             AND status = 'folded' ORDER BY COALESCE(arrival, seq), seq"
+            "SELECT {} FROM batches WHERE model_id = $1 AND version = $2 \
+             AND status = 'folded' ORDER BY COALESCE(arrival, seq), seq",
+            sql::BATCH_SOURCE
         ))
         .bind(self.model_id)
         .bind(version)
@@ -97,8 +98,9 @@ impl ModelTransaction for PgModelTransaction {
 
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query_as(&format!(
-            "SELECT {BATCH_SOURCE} FROM batches \
-             WHERE model_id = $1 AND status = 'queued' ORDER BY arrival"
+            "SELECT {} FROM batches \
+             WHERE model_id = $1 AND status = 'queued' ORDER BY arrival",
+            sql::BATCH_SOURCE
         ))
         .bind(self.model_id)
         .fetch_all(&mut *self.tx)
@@ -186,8 +188,3 @@ impl ModelTransaction for PgModelTransaction {
         Ok(())
     }
 }
-
-/// What a fold reads of a batch: its statistics, or its rows when it was stored without them.
-const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, released, \
-     CASE WHEN octet_length(statistics) = 0 THEN x END AS rows_x, \
-     CASE WHEN octet_length(statistics) = 0 THEN y END AS rows_y";

@@ -3,7 +3,7 @@
 use super::SqliteStore;
 use crate::store::StoreError;
 use crate::store::dump::{Loader, ModelDump, Statements, TransactionLoader, not_empty, read_model};
-use crate::store::sql::{batch_dump_columns, key_columns};
+use crate::store::sql::{self, batch_dump_columns, key_columns};
 
 static STATEMENTS: Statements = Statements {
     model: "SELECT name, spec, first_fit_rows, version, observations, created_at, updated_at \
@@ -42,10 +42,7 @@ pub(super) async fn dump_model(
 pub(super) async fn begin_load(store: &SqliteStore) -> Result<Box<dyn Loader>, StoreError> {
     // The one write transaction: nothing else writes the file until the copy commits.
     let mut tx = store.write().await?;
-    let (models, keys): (i64, i64) =
-        sqlx::query_as("SELECT (SELECT count(*) FROM models), (SELECT count(*) FROM api_keys)")
-            .fetch_one(&mut *tx)
-            .await?;
+    let (models, keys): (i64, i64) = sqlx::query_as(sql::COUNTS).fetch_one(&mut *tx).await?;
     if models + keys > 0 {
         return Err(not_empty(models, keys));
     }

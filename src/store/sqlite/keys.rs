@@ -1,4 +1,5 @@
-//! API keys on SQLite: created, listed, revoked. Scopes are a JSON array.
+//! API keys on SQLite: created and revoked (they are read by `store::reads`). Scopes are a JSON
+//! array.
 
 use chrono::Utc;
 

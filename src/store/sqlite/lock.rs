@@ -110,8 +110,9 @@ impl ModelTransaction for SqliteModelTransaction {
 
     async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query_as(&format!(
-            "SELECT {BATCH_SOURCE} FROM batches WHERE model_id = ?1 AND version = ?2 \
-             AND status = 'folded' ORDER BY seq"
+            "SELECT {} FROM batches WHERE model_id = ?1 AND version = ?2 \
+             AND status = 'folded' ORDER BY seq",
+            sql::BATCH_SOURCE
         ))
         .bind(self.model_id)
         .bind(version)
@@ -127,8 +128,9 @@ impl ModelTransaction for SqliteModelTransaction {
 
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query_as(&format!(
-            "SELECT {BATCH_SOURCE} FROM batches \
-             WHERE model_id = ?1 AND status = 'queued' ORDER BY seq"
+            "SELECT {} FROM batches \
+             WHERE model_id = ?1 AND status = 'queued' ORDER BY seq",
+            sql::BATCH_SOURCE
         ))
         .bind(self.model_id)
         .fetch_all(&self.store.inner.readers)
@@ -293,8 +295,3 @@ impl ModelTransaction for SqliteModelTransaction {
         Ok(())
     }
 }
-
-/// What a fold reads of a batch: its statistics, or its rows when it was stored without them.
-const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, released, \
-     CASE WHEN length(statistics) = 0 THEN x END AS rows_x, \
-     CASE WHEN length(statistics) = 0 THEN y END AS rows_y";
