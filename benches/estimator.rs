@@ -58,8 +58,9 @@ fn spectrum() -> Problem {
 }
 
 /// A 700-channel NIR-like spectrum (smooth absorption bands, a declared spectrum so the default
-/// prior is smooth), three outputs, 200 first-fit rows and a 100-row update.
-fn wide_spectrum() -> Problem {
+/// prior is smooth), `outputs` outputs (each a mix of the four absorbers), 200 first-fit rows
+/// and a 100-row update.
+fn wide_spectrum(outputs: usize, name: &'static str) -> Problem {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(700);
     let (n, bands) = (400, 700);
     let amounts = Mat::from_fn(n, 4, |_, _| rng.random_range(0.0..1.0));
@@ -71,8 +72,9 @@ fn wide_spectrum() -> Problem {
             .sum::<f64>()
     });
     let x = Mat::from_fn(n, bands, |i, j| x[(i, j)] + rng.random_range(-0.002..0.002));
-    let y = Mat::from_fn(n, 3, |i, k| {
-        1.0 + amounts[(i, k)] - 0.5 * amounts[(i, 3)] + rng.random_range(-0.01..0.01)
+    let y = Mat::from_fn(n, outputs, |i, k| {
+        1.0 + amounts[(i, k % 3)] - 0.5 * amounts[(i, 3)] * (1 + k / 3) as f64
+            + rng.random_range(-0.01..0.01)
     });
     let basis = Basis::spectral(
         bands,
@@ -82,8 +84,8 @@ fn wide_spectrum() -> Problem {
         Transform::Identity,
     );
     Problem {
-        name: "wide_spectrum_p701_m3",
-        config: ModelConfig::new(basis, 3),
+        name,
+        config: ModelConfig::new(basis, outputs),
         first: (rows(&x, 0, 200), rows(&y, 0, 200)),
         batch: (rows(&x, 200, 300), rows(&y, 200, 300)),
         probe: rows(&x, 300, 400),
@@ -189,7 +191,8 @@ fn bench_recipe(c: &mut Criterion) {
 fn benches(c: &mut Criterion) {
     bench_problem(c, dyeing());
     bench_problem(c, spectrum());
-    bench_problem(c, wide_spectrum());
+    bench_problem(c, wide_spectrum(3, "wide_spectrum_p701_m3"));
+    bench_problem(c, wide_spectrum(10, "wide_spectrum_p701_m10"));
     bench_recipe(c);
 }
 

@@ -4,7 +4,8 @@
 //! Ridge and smooth ([`SharedScale`]) have one prior scale over a fixed prior shape (and, for
 //! smooth, a length scale among candidates): there the evidence is maximised directly, in the
 //! eigenbasis of the shape's data precision, which finds the same fixed point in one
-//! eigendecomposition per shape instead of one Cholesky factorisation per iteration.
+//! eigendecomposition per shape (as small as the data's rank: `data_factor`) instead of one
+//! Cholesky factorisation per iteration, keeping at least one residual degree of freedom.
 //!
 //! A flat intercept (`v_f = ∞`) takes no part in either: both run on statistics centred by it
 //! ([`Centred`]), which is exactly integrating the intercept out under its flat prior, and the
@@ -14,7 +15,9 @@ use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Mat, MatRef, Par, Side};
 
 use super::posterior::{OutputPosterior, active_set, lower_inverse, scaled_precision_factor};
-use super::prior::{FittedFamily, Prior, Smooth, kernel_factor};
+use std::sync::OnceLock;
+
+use super::prior::{FittedFamily, Prior, Smooth, kernel_factor, kernel_matrix};
 pub use super::statistics::OutputData;
 use super::{EstimatorError, FitOptions, NoisePrior};
 
@@ -349,6 +352,28 @@ fn relative_change(a: f64, b: f64) -> f64 {
     }
 }
 
+/// The smallest `log α` in `[low, high]` at which `γ(α) = Σ λ_i/(λ_i + α) ≤ cap` (γ falls as α
+/// grows), by bisection; `low` when γ never exceeds the cap there, or the cap is below 1.
+fn lowest_log_alpha(lambda: &[f64], cap: f64, low: f64, high: f64) -> f64 {
+    let gamma = |log_alpha: f64| -> f64 {
+        let alpha = log_alpha.exp();
+        lambda.iter().map(|l| l / (l + alpha)).sum()
+    };
+    if cap < 1.0 || gamma(low) <= cap {
+        return low;
+    }
+    let (mut lo, mut hi) = (low, high);
+    for _ in 0..80 {
+        let mid = 0.5 * (lo + hi);
+        if gamma(mid) > cap {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
+}
+
 /// Length scales (in bands) the smooth prior tries: from nearly independent bands to a curve
 /// that bends a few times over the whole spectrum.
 const LENGTH_SCALES: [f64; 17] = [
@@ -364,13 +389,41 @@ pub struct Shape {
     smooth: Option<Smooth>,
     /// Prior variance of each basis function at `v = 1` (0 pruned, `∞` flat).
     unit_variance: Vec<f64>,
-    /// `K_ℓ^½` of the smooth family's bands.
-    kernel: Option<Mat<f64>>,
-    /// `R̃ᵀ G_c R̃ = U diag(λ) Uᵀ`.
+    /// `K_ℓ^½` of the smooth family's bands, formed the first time an output's evidence picks
+    /// this shape (the evidence itself needs only `K_ℓ`).
+    kernel: OnceLock<Mat<f64>>,
+    /// The non-zero eigenvalues `λ` of `R̃ᵀ G_c R̃`.
     eigenvalues: Vec<f64>,
-    /// `(R̃ U)ᵀ` (r × p): maps `b_c` to `Uᵀ R̃ᵀ b_c`.
+    /// `(R̃ U)ᵀ` (r × p) for their eigenvectors `U`: maps `b_c` to `Uᵀ R̃ᵀ b_c`.
     projection: Mat<f64>,
 }
+
+/// `G_c = Zᵀ Z` (`Z` is rank × p), from the eigendecomposition of the centred data precision
+/// with the directions the rows never moved in dropped: formed once and shared by every shape.
+/// With fewer rows than basis functions (a wide spectrum) `Z` has fewer rows than columns, and
+/// each shape's eigenproblem is only as large as the data's rank.
+fn data_factor(g_c: MatRef<'_, f64>) -> Result<Mat<f64>, EstimatorError> {
+    let p = g_c.nrows();
+    if p == 0 {
+        return Ok(Mat::zeros(0, 0));
+    }
+    let eig = g_c
+        .self_adjoint_eigen(Side::Lower)
+        .map_err(|_| EstimatorError::NotPositiveDefinite)?;
+    let values = eig.S().column_vector();
+    let largest = values.iter().fold(0.0_f64, |a, v| a.max(*v));
+    let keep: Vec<usize> = (0..p)
+        .filter(|&i| values[i] > RANK_TOLERANCE * largest)
+        .collect();
+    let u = eig.U();
+    Ok(Mat::from_fn(keep.len(), p, |c, j| {
+        values[keep[c]].sqrt() * u[(j, keep[c])]
+    }))
+}
+
+/// Eigenvalues below this fraction of the largest are round-off: the direction carries none of
+/// the data (in `G_c`) or of the prior (in `Z R̃ R̃ᵀ Zᵀ`).
+const RANK_TOLERANCE: f64 = 1e-12;
 
 /// The ridge and smooth families: one prior scale per output over candidate shapes, chosen with
 /// it by the evidence.
@@ -428,6 +481,7 @@ impl SharedScale {
             .map(|j| Some(j) != flat && g_c[(j, j)] > CONSTANT_FEATURE * g[(j, j)])
             .collect();
         let spread = |j: usize| g_c[(j, j)] / n;
+        let z = data_factor(g_c.as_ref())?;
         let mut shapes = Vec::new();
         let smooth = bands >= 2 && matches!(family, PriorFamily::Smooth | PriorFamily::Auto);
         if !smooth || family == PriorFamily::Auto {
@@ -442,8 +496,7 @@ impl SharedScale {
                 FittedFamily::Ridge,
                 None,
                 unit_variance,
-                None,
-                g_c.as_ref(),
+                z.as_ref(),
             )?);
         }
         if smooth {
@@ -462,13 +515,11 @@ impl SharedScale {
                 .copied()
                 .filter(|l| *l <= 2.0 * bands as f64)
             {
-                let kernel = kernel_factor(bands, length)?;
                 shapes.push(Shape::new(
                     FittedFamily::Smooth,
                     Some(Smooth { bands, length }),
                     unit_variance.clone(),
-                    Some(kernel),
-                    g_c.as_ref(),
+                    z.as_ref(),
                 )?);
             }
         }
@@ -509,7 +560,10 @@ impl SharedScale {
             variance,
             smooth,
         };
-        let kernel = shape.kernel.as_ref().filter(|_| smooth.is_some());
+        let kernel = match smooth {
+            Some(_) => shape.kernel_factor()?,
+            None => None,
+        };
         let factor = prior.factor_with_kernel(kernel)?;
         let posterior =
             OutputPosterior::from_statistics_with_factor(prior, factor, s, data.g, data.b)?;
@@ -524,52 +578,97 @@ impl SharedScale {
 }
 
 impl Shape {
+    /// The shape with unit prior covariance `C = R̃ R̃ᵀ` (`K_ℓ` over the bands of a smooth shape,
+    /// `diag(unit_variance)` elsewhere) on the data `G_c = Zᵀ Z` ([`data_factor`]). The
+    /// non-zero eigenvalues of `R̃ᵀ G_c R̃ = (Z R̃)ᵀ (Z R̃)` are those of `S = Z C Zᵀ` (as small as
+    /// the data's rank); for `S = W diag(λ) Wᵀ` the eigenvectors are `U = (Z R̃)ᵀ W λ^-½`, so
+    ///
+    /// ```text
+    /// (R̃ U)ᵀ = λ^-½ Wᵀ Z C
+    /// ```
+    ///
+    /// and neither `R̃` nor an eigendecomposition of `K_ℓ` is needed. The directions `S` leaves
+    /// at 0 add nothing to the evidence (`log(1 + 0/α) = 0`, and `b_c` has no part in them).
     fn new(
         family: FittedFamily,
         smooth: Option<Smooth>,
         unit_variance: Vec<f64>,
-        kernel: Option<Mat<f64>>,
-        g_c: MatRef<'_, f64>,
+        z: MatRef<'_, f64>,
     ) -> Result<Self, EstimatorError> {
-        let unit = Prior {
-            family,
-            variance: unit_variance.clone(),
-            smooth,
-        };
-        let weighted = unit.weighted();
-        let factor = unit.factor_with_kernel(kernel.as_ref())?;
-        let g_w = Mat::from_fn(weighted.len(), weighted.len(), |i, k| {
-            g_c[(weighted[i], weighted[k])]
+        let p = unit_variance.len();
+        let weighted: Vec<usize> = (0..p)
+            .filter(|&j| unit_variance[j] > 0.0 && unit_variance[j] < f64::INFINITY)
+            .collect();
+        let rows = z.nrows();
+        // Z C over the weighted basis functions; a smooth shape's bands are its first ones.
+        let bands = smooth.map_or(0, |s| s.bands);
+        if weighted.iter().take(bands).copied().ne(0..bands) {
+            return Err(EstimatorError::Dimension {
+                what: "smooth prior bands",
+                expected: bands,
+                found: weighted.iter().take_while(|&&j| j < bands).count(),
+            });
+        }
+        let mut zc = Mat::from_fn(rows, weighted.len(), |i, a| {
+            let j = weighted[a];
+            if j < bands {
+                0.0
+            } else {
+                z[(i, j)] * unit_variance[j]
+            }
         });
-        let r = factor.rank();
-        let (eigenvalues, rotation) = if r == 0 {
-            (Vec::new(), Mat::zeros(0, 0))
+        if let Some(smooth) = smooth {
+            let kernel = kernel_matrix(smooth.bands, smooth.length);
+            let product = z.subcols(0, bands) * &kernel;
+            zc.as_mut().subcols_mut(0, bands).copy_from(&product);
+        }
+        let z_w = Mat::from_fn(rows, weighted.len(), |i, a| z[(i, weighted[a])]);
+        let mut s = &zc * z_w.transpose();
+        super::statistics::mirror_lower(s.as_mut());
+        let (eigenvalues, projection) = if rows == 0 || weighted.is_empty() {
+            (Vec::new(), Mat::zeros(0, p))
         } else {
-            let h = factor.congruence(g_w.as_ref());
-            let eig = h
+            let eig = s
                 .self_adjoint_eigen(Side::Lower)
                 .map_err(|_| EstimatorError::NotPositiveDefinite)?;
-            let values = eig.S().column_vector().iter().map(|v| v.max(0.0)).collect();
-            (values, eig.U().to_owned())
-        };
-        // (R̃ U)ᵀ, spread back over the p basis functions.
-        let dense = factor.to_dense();
-        let ru = &dense * &rotation;
-        let p = unit_variance.len();
-        let mut projection = Mat::zeros(r, p);
-        for (a, &j) in weighted.iter().enumerate() {
-            for i in 0..r {
-                projection[(i, j)] = ru[(a, i)];
+            let values = eig.S().column_vector();
+            let largest = values.iter().fold(0.0_f64, |a, v| a.max(*v));
+            let keep: Vec<usize> = (0..rows)
+                .filter(|&i| values[i] > RANK_TOLERANCE * largest)
+                .collect();
+            let w = eig.U();
+            let scaled = Mat::from_fn(rows, keep.len(), |i, c| {
+                w[(i, keep[c])] / values[keep[c]].sqrt()
+            });
+            let projected = scaled.transpose() * &zc;
+            let mut projection = Mat::zeros(keep.len(), p);
+            for (a, &j) in weighted.iter().enumerate() {
+                for i in 0..keep.len() {
+                    projection[(i, j)] = projected[(i, a)];
+                }
             }
-        }
+            (keep.iter().map(|&i| values[i]).collect(), projection)
+        };
         Ok(Self {
             family,
             smooth,
             unit_variance,
-            kernel,
+            kernel: OnceLock::new(),
             eigenvalues,
             projection,
         })
+    }
+
+    /// `K_ℓ^½` of a smooth shape, formed once.
+    fn kernel_factor(&self) -> Result<Option<&Mat<f64>>, EstimatorError> {
+        let Some(smooth) = self.smooth else {
+            return Ok(None);
+        };
+        if self.kernel.get().is_none() {
+            // Two outputs may form it at once; either result is the same.
+            let _ = self.kernel.set(kernel_factor(smooth.bands, smooth.length)?);
+        }
+        Ok(self.kernel.get())
     }
 
     /// `(−2 log evidence, v, ŝ, γ)` at the best `α` for the centred statistics of one output.
@@ -601,7 +700,16 @@ impl Shape {
         // A coarse grid over 52 e-folds around the data's scale, then golden-section search in
         // the bracket around the best grid point.
         let centre = largest.ln();
-        let grid: Vec<f64> = (0..=104).map(|i| centre - 40.0 + 0.5 * i as f64).collect();
+        // A shape that can fit every row (rank ≥ N_c: a wide spectrum) has a second minimum as
+        // α → 0, where the rows are interpolated and ŝ → 0 on no residual at all. The search
+        // keeps at least one residual degree of freedom (γ ≤ dof − 1), as ŝ's formula counts
+        // fewer than one as one.
+        let lowest = lowest_log_alpha(lambda, dof - 1.0, centre - 40.0, centre + 12.0);
+        let grid: Vec<f64> = (0..=104)
+            .map(|i| centre - 40.0 + 0.5 * i as f64)
+            .filter(|a| *a >= lowest)
+            .collect();
+        let grid = if grid.is_empty() { vec![lowest] } else { grid };
         let values: Vec<f64> = grid.iter().map(|&a| profile(a).0).collect();
         let best = (0..grid.len())
             .min_by(|&a, &b| values[a].total_cmp(&values[b]))
@@ -643,5 +751,165 @@ impl Shape {
             return (objective, 0.0, s, 0.0);
         }
         (objective, scale, s, gamma)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows of a smooth curve plus noise, deterministic.
+    fn design(rows: usize, p: usize) -> Mat<f64> {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut noise = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        Mat::from_fn(rows, p, |i, j| {
+            (0.1 * (i + 1) as f64 * j as f64 / p as f64).sin() + 0.05 * noise()
+        })
+    }
+
+    fn gram(rows: usize, p: usize) -> Mat<f64> {
+        let phi = design(rows, p);
+        phi.transpose() * &phi
+    }
+
+    /// The non-zero eigenvalues of `R̃ᵀ G R̃` and `(Uᵀ R̃ᵀ b)²`, by the definition.
+    fn by_definition(shape: &Shape, g: &Mat<f64>, b: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let prior = Prior {
+            family: shape.family,
+            variance: shape.unit_variance.clone(),
+            smooth: shape.smooth,
+        };
+        let factor = prior.factor().unwrap();
+        let weighted = prior.weighted();
+        let g_w = Mat::from_fn(weighted.len(), weighted.len(), |i, k| {
+            g[(weighted[i], weighted[k])]
+        });
+        let h = factor.congruence(g_w.as_ref());
+        let eig = h.self_adjoint_eigen(Side::Lower).unwrap();
+        let b_w: Vec<f64> = weighted.iter().map(|&j| b[j]).collect();
+        let rb = factor.t_mul(&b_w);
+        let largest = eig
+            .S()
+            .column_vector()
+            .iter()
+            .fold(0.0_f64, |a, v| a.max(*v));
+        let mut pairs: Vec<(f64, f64)> = (0..h.nrows())
+            .filter(|&i| eig.S().column_vector()[i] > 1e-9 * largest)
+            .map(|i| {
+                let t: f64 = (0..rb.len()).map(|k| eig.U()[(k, i)] * rb[k]).sum();
+                (eig.S().column_vector()[i], t * t)
+            })
+            .collect();
+        pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        pairs.into_iter().unzip()
+    }
+
+    #[test]
+    fn a_shape_that_can_interpolate_the_rows_keeps_a_residual_degree_of_freedom() {
+        // 12 rows of 40 smooth bands and an intercept: every shape can fit the rows exactly.
+        let (rows, bands) = (12, 40);
+        let x = design(rows, bands);
+        let phi = Mat::from_fn(
+            rows,
+            bands + 1,
+            |i, j| if j < bands { x[(i, j)] } else { 1.0 },
+        );
+        let g = phi.transpose() * &phi;
+        // Targets a smooth curve of coefficients reads off the rows exactly.
+        let w = Mat::from_fn(bands + 1, 1, |j, _| (j as f64 / 8.0).sin());
+        let y = &phi * &w;
+        let b: Vec<f64> = (0..=bands)
+            .map(|j| (0..rows).map(|i| phi[(i, j)] * y[(i, 0)]).sum())
+            .collect();
+        let q: f64 = (0..rows).map(|i| y[(i, 0)] * y[(i, 0)]).sum();
+        let shared = SharedScale::prepare(
+            super::super::PriorFamily::Smooth,
+            bands,
+            g.as_ref(),
+            rows as f64,
+            Some(bands),
+        )
+        .unwrap();
+        let data = OutputData {
+            g: g.as_ref(),
+            b: &b,
+            q,
+            n: rows as f64,
+            informative: rows as f64,
+        };
+        let centred = Centred::new(data, Some(bands)).unwrap();
+        let noise = NoisePrior {
+            rows: 0.0,
+            scale: 0.0,
+            floor: 1e-300,
+        };
+        for shape in &shared.shapes {
+            let (_, _, s, gamma) = shape.maximise(&centred, noise);
+            assert!(
+                gamma <= centred.informative - 1.0 + 1e-9,
+                "γ {gamma} of {} rows ({:?})",
+                centred.informative,
+                shape.smooth
+            );
+            assert!(s > 1e-12, "ŝ {s} ({:?})", shape.smooth);
+        }
+    }
+
+    #[test]
+    fn shapes_from_the_data_factor_match_their_definition() {
+        // Wide (rows < p, as a spectrum's first batch) and tall.
+        for (rows, p) in [(12, 40), (60, 25)] {
+            let g = gram(rows, p);
+            let b: Vec<f64> = (0..p).map(|j| g[(j, 3)] - 0.5 * g[(j, 7)]).collect();
+            let z = data_factor(g.as_ref()).unwrap();
+            assert!(z.nrows() <= rows.min(p), "{} rows of Z", z.nrows());
+            let mut unit = vec![1.0; p];
+            unit[p - 1] = 0.0;
+            let mut shapes = vec![Shape::new(
+                FittedFamily::Ridge,
+                None,
+                unit.clone(),
+                z.as_ref(),
+            )];
+            for length in [0.5, 4.0, 32.0] {
+                shapes.push(Shape::new(
+                    FittedFamily::Smooth,
+                    Some(Smooth {
+                        bands: p - 2,
+                        length,
+                    }),
+                    unit.clone(),
+                    z.as_ref(),
+                ));
+            }
+            for shape in shapes {
+                let shape = shape.unwrap();
+                let (lambda, t2) = by_definition(&shape, &g, &b);
+                let largest = lambda.last().copied().unwrap_or(0.0);
+                let mut ours: Vec<(f64, f64)> = (0..shape.eigenvalues.len())
+                    .map(|i| {
+                        let t: f64 = (0..p).map(|j| shape.projection[(i, j)] * b[j]).sum();
+                        (shape.eigenvalues[i], t * t)
+                    })
+                    .filter(|(l, _)| *l > 1e-9 * largest)
+                    .collect();
+                ours.sort_by(|a, b| a.0.total_cmp(&b.0));
+                assert_eq!(ours.len(), lambda.len(), "{rows}×{p} {:?}", shape.smooth);
+                let t2_scale = t2.iter().fold(0.0_f64, |a, v| a.max(*v));
+                for (i, (l, t)) in ours.iter().enumerate() {
+                    assert!(
+                        (l - lambda[i]).abs() <= 1e-8 * largest,
+                        "λ {l} vs {}",
+                        lambda[i]
+                    );
+                    assert!((t - t2[i]).abs() <= 1e-6 * t2_scale, "t² {t} vs {}", t2[i]);
+                }
+            }
+        }
     }
 }

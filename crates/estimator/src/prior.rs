@@ -315,13 +315,18 @@ pub fn matern32(distance: f64, length: f64) -> f64 {
     (1.0 + t) * (-t).exp()
 }
 
+/// `K_ℓ` (bands × bands): the Matérn-3/2 correlation of every pair of bands, which depends on
+/// their distance alone (one kernel evaluation per distance).
+pub fn kernel_matrix(bands: usize, length: f64) -> Mat<f64> {
+    let by_distance: Vec<f64> = (0..bands).map(|d| matern32(d as f64, length)).collect();
+    Mat::from_fn(bands, bands, |i, j| by_distance[i.abs_diff(j)])
+}
+
 /// `K_ℓ^½` (bands × r): `V_r diag(√κ_r)` from the eigendecomposition `K_ℓ = V diag(κ) Vᵀ`,
 /// keeping the eigenvalues above `KERNEL_RANK_TOLERANCE` of the largest, so that
 /// `K_ℓ^½ (K_ℓ^½)ᵀ = K_ℓ` to round-off.
 pub fn kernel_factor(bands: usize, length: f64) -> Result<Mat<f64>, EstimatorError> {
-    let k = Mat::from_fn(bands, bands, |i, j| {
-        matern32((i as f64 - j as f64).abs(), length)
-    });
+    let k = kernel_matrix(bands, length);
     let eig = k
         .self_adjoint_eigen(Side::Lower)
         .map_err(|_| EstimatorError::NotPositiveDefinite)?;
