@@ -12,12 +12,12 @@
 //! residual degrees of freedom lose the one it uses.
 
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
-use faer::{Mat, MatRef, Par, Side};
+use faer::{Mat, MatRef, Par};
 
 use super::posterior::{OutputPosterior, active_set, lower_inverse, scaled_precision_factor};
 use std::sync::OnceLock;
 
-use super::prior::{FittedFamily, Prior, Smooth, kernel_factor, kernel_matrix};
+use super::prior::{FittedFamily, Prior, Smooth, kept_eigen, kernel_factor, kernel_matrix};
 pub use super::statistics::OutputData;
 use super::{EstimatorError, FitOptions, NoisePrior};
 
@@ -403,21 +403,9 @@ pub struct Shape {
 /// With fewer rows than basis functions (a wide spectrum) `Z` has fewer rows than columns, and
 /// each shape's eigenproblem is only as large as the data's rank.
 fn data_factor(g_c: MatRef<'_, f64>) -> Result<Mat<f64>, EstimatorError> {
-    let p = g_c.nrows();
-    if p == 0 {
-        return Ok(Mat::zeros(0, 0));
-    }
-    let eig = g_c
-        .self_adjoint_eigen(Side::Lower)
-        .map_err(|_| EstimatorError::NotPositiveDefinite)?;
-    let values = eig.S().column_vector();
-    let largest = values.iter().fold(0.0_f64, |a, v| a.max(*v));
-    let keep: Vec<usize> = (0..p)
-        .filter(|&i| values[i] > RANK_TOLERANCE * largest)
-        .collect();
-    let u = eig.U();
-    Ok(Mat::from_fn(keep.len(), p, |c, j| {
-        values[keep[c]].sqrt() * u[(j, keep[c])]
+    let (values, u) = kept_eigen(g_c, RANK_TOLERANCE)?;
+    Ok(Mat::from_fn(values.len(), g_c.nrows(), |c, j| {
+        values[c].sqrt() * u[(j, c)]
     }))
 }
 
@@ -628,26 +616,16 @@ impl Shape {
         let (eigenvalues, projection) = if rows == 0 || weighted.is_empty() {
             (Vec::new(), Mat::zeros(0, p))
         } else {
-            let eig = s
-                .self_adjoint_eigen(Side::Lower)
-                .map_err(|_| EstimatorError::NotPositiveDefinite)?;
-            let values = eig.S().column_vector();
-            let largest = values.iter().fold(0.0_f64, |a, v| a.max(*v));
-            let keep: Vec<usize> = (0..rows)
-                .filter(|&i| values[i] > RANK_TOLERANCE * largest)
-                .collect();
-            let w = eig.U();
-            let scaled = Mat::from_fn(rows, keep.len(), |i, c| {
-                w[(i, keep[c])] / values[keep[c]].sqrt()
-            });
+            let (values, w) = kept_eigen(s.as_ref(), RANK_TOLERANCE)?;
+            let scaled = Mat::from_fn(rows, values.len(), |i, c| w[(i, c)] / values[c].sqrt());
             let projected = scaled.transpose() * &zc;
-            let mut projection = Mat::zeros(keep.len(), p);
+            let mut projection = Mat::zeros(values.len(), p);
             for (a, &j) in weighted.iter().enumerate() {
-                for i in 0..keep.len() {
+                for i in 0..values.len() {
                     projection[(i, j)] = projected[(i, a)];
                 }
             }
-            (keep.iter().map(|&i| values[i]).collect(), projection)
+            (values, projection)
         };
         Ok(Self {
             family,
@@ -756,6 +734,8 @@ impl Shape {
 
 #[cfg(test)]
 mod tests {
+    use faer::Side;
+
     use super::*;
 
     /// Rows of a smooth curve plus noise, deterministic.
@@ -868,7 +848,10 @@ mod tests {
             let b: Vec<f64> = (0..p).map(|j| g[(j, 3)] - 0.5 * g[(j, 7)]).collect();
             let z = data_factor(g.as_ref()).unwrap();
             assert!(z.nrows() <= rows.min(p), "{} rows of Z", z.nrows());
+            // The bands at 1 (the smooth shapes' first p − 2), then a named feature at 3.5, one
+            // pruned.
             let mut unit = vec![1.0; p];
+            unit[p - 2] = 3.5;
             unit[p - 1] = 0.0;
             let mut shapes = vec![Shape::new(
                 FittedFamily::Ridge,

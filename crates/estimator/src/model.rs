@@ -425,7 +425,8 @@ fn predictive(config: &ModelConfig) -> Predictive {
 /// Fits outputs of one model on the same statistics: ARD one output at a time; ridge and smooth
 /// with the eigendecompositions of their prior shapes shared by every output, prepared before
 /// the outputs are fitted in parallel (faer's decompositions may themselves run on the rayon
-/// pool, so nothing waits for them inside the parallel loop).
+/// pool). A smooth shape's kernel square root is formed by the first output whose evidence
+/// picks it, without a lock: two outputs may form it at once, neither waits.
 struct Fitter<'a> {
     config: &'a ModelConfig,
     stats: &'a BatchStatistics,

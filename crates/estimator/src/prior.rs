@@ -326,19 +326,36 @@ pub fn kernel_matrix(bands: usize, length: f64) -> Mat<f64> {
 /// keeping the eigenvalues above `KERNEL_RANK_TOLERANCE` of the largest, so that
 /// `K_ℓ^½ (K_ℓ^½)ᵀ = K_ℓ` to round-off.
 pub fn kernel_factor(bands: usize, length: f64) -> Result<Mat<f64>, EstimatorError> {
-    let k = kernel_matrix(bands, length);
-    let eig = k
+    let (values, vectors) =
+        kept_eigen(kernel_matrix(bands, length).as_ref(), KERNEL_RANK_TOLERANCE)?;
+    Ok(Mat::from_fn(bands, values.len(), |i, c| {
+        vectors[(i, c)] * values[c].sqrt()
+    }))
+}
+
+/// The eigenpairs of a symmetric positive semidefinite `a` whose eigenvalues exceed `tolerance`
+/// times the largest (the rest are round-off), eigenvectors as columns.
+pub(crate) fn kept_eigen(
+    a: MatRef<'_, f64>,
+    tolerance: f64,
+) -> Result<(Vec<f64>, Mat<f64>), EstimatorError> {
+    let n = a.nrows();
+    if n == 0 {
+        return Ok((Vec::new(), Mat::zeros(0, 0)));
+    }
+    let eig = a
         .self_adjoint_eigen(Side::Lower)
         .map_err(|_| EstimatorError::NotPositiveDefinite)?;
     let values = eig.S().column_vector();
     let largest = values.iter().fold(0.0_f64, |a, v| a.max(*v));
-    let keep: Vec<usize> = (0..bands)
-        .filter(|&i| values[i] > KERNEL_RANK_TOLERANCE * largest)
+    let keep: Vec<usize> = (0..n)
+        .filter(|&i| values[i] > tolerance * largest)
         .collect();
     let u = eig.U();
-    Ok(Mat::from_fn(bands, keep.len(), |i, c| {
-        u[(i, keep[c])] * values[keep[c]].sqrt()
-    }))
+    Ok((
+        keep.iter().map(|&i| values[i]).collect(),
+        Mat::from_fn(n, keep.len(), |i, c| u[(i, keep[c])]),
+    ))
 }
 
 #[cfg(test)]
