@@ -6,10 +6,16 @@
 //! through a channel), and on a work-stealing runtime every such wake-up also unparks another
 //! worker to come and steal: `bench/profile` found that scheduler traffic to be a third of
 //! what a single-row predict cost beyond `/healthz` (BENCHMARKS.md has the figures). On a
-//! single-threaded runtime a wake-up is a push onto a local queue. The trade: a connection stays on the thread that
-//! accepted it, so a few long-lived connections may share one core; CPU-heavy request work
-//! (parsing a batch, a large predict) goes to the blocking pool either way
-//! ([`super::AppState::cpu_bound`]).
+//! single-threaded runtime a wake-up is a push onto a local queue. The trade: a connection stays on
+//! one thread for its life; CPU-heavy request work (parsing a batch, a large predict) goes to the
+//! blocking pool either way ([`super::AppState::cpu_bound`]).
+//!
+//! Every thread accepts from the shared socket (one held by a slow request leaves the others
+//! accepting), but which thread accepts is the kernel's choice, and a burst of new connections
+//! often all wake the same one: a load generator's 32 keep-alive connections could all land on
+//! one thread and leave the other core idle for the whole run. So a thread that accepts a
+//! connection serves it only if no thread has fewer open connections, and otherwise hands it to
+//! the one with the fewest ([`Threads`]).
 //!
 //! Everything else (the folders, the cache follower) runs on the process's own runtime. I/O
 //! resources belong to the runtime that created them, and a pooled database connection may be
@@ -17,8 +23,9 @@
 //! alive, idle, until [`HttpServer::release`]: after the store is closed.
 
 use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-
 use std::time::Duration;
 
 use anyhow::Context;
@@ -27,8 +34,8 @@ use axum::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -94,7 +101,8 @@ impl HttpServer {
             stop: stop.clone(),
             release: release.clone(),
         };
-        for i in 0..threads.max(1) {
+        let (peers, inboxes) = Threads::new(threads.max(1));
+        for (i, inbox) in inboxes.into_iter().enumerate() {
             // Every thread's listener is the same socket: the kernel hands each new connection
             // to one of the threads waiting in accept.
             let listener = listener
@@ -105,6 +113,7 @@ impl HttpServer {
             let app = app.clone();
             let stop = stop.clone();
             let release = release.clone();
+            let peers = peers.clone();
             // The runtime is built and dropped on its own thread, never inside the caller's.
             let thread = std::thread::Builder::new()
                 .name(format!("mordant-http-{i}"))
@@ -129,7 +138,13 @@ impl HttpServer {
                             }
                         };
                         let _ = ready.send(Ok(()));
-                        let result = serve(listener, app, connections, stop.clone()).await;
+                        let this = Member {
+                            peers,
+                            index: i,
+                            inbox,
+                        };
+                        let result =
+                            serve_among(listener, app, connections, stop.clone(), this).await;
                         // One server ending ends them all: none is left serving unnoticed.
                         stop.cancel();
                         let _ = done.send(result);
@@ -182,6 +197,59 @@ impl HttpServer {
     }
 }
 
+/// Open connections per serving thread, and each thread's inbox for the connections another
+/// thread accepted and handed to it.
+struct Threads {
+    open: Vec<AtomicUsize>,
+    inboxes: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
+}
+
+/// One serving thread's place among [`Threads`].
+struct Member {
+    peers: Arc<Threads>,
+    index: usize,
+    inbox: mpsc::UnboundedReceiver<std::net::TcpStream>,
+}
+
+impl Threads {
+    fn new(count: usize) -> (Arc<Self>, Vec<mpsc::UnboundedReceiver<std::net::TcpStream>>) {
+        let (inboxes, receivers) = (0..count).map(|_| mpsc::unbounded_channel()).unzip();
+        let open = (0..count).map(|_| AtomicUsize::new(0)).collect();
+        (Arc::new(Self { open, inboxes }), receivers)
+    }
+
+    /// The thread that should serve a connection thread `me` accepted: `me` unless another has
+    /// fewer open connections; counted as open there from now on. Two threads deciding at once
+    /// may both pick the same one: a connection's difference, not a drift.
+    fn assign(&self, me: usize) -> usize {
+        let load = |i: usize| self.open[i].load(Ordering::Relaxed);
+        let mut best = me;
+        for i in 0..self.open.len() {
+            if load(i) < load(best) {
+                best = i;
+            }
+        }
+        self.open[best].fetch_add(1, Ordering::Relaxed);
+        best
+    }
+
+    fn closed(&self, index: usize) {
+        self.open[index].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts a connection as open on its thread until dropped.
+struct OpenConnection {
+    peers: Arc<Threads>,
+    index: usize,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.peers.closed(self.index);
+    }
+}
+
 /// Accepts connections on `listener` and serves each with `app` until `stop` is cancelled; then
 /// stops accepting, closes idle connections, and returns once every connection's in-flight
 /// requests are answered.
@@ -191,21 +259,67 @@ pub async fn serve(
     limits: ConnectionLimits,
     stop: CancellationToken,
 ) -> io::Result<()> {
+    let (peers, mut inboxes) = Threads::new(1);
+    let inbox = inboxes
+        .pop()
+        .ok_or_else(|| io::Error::other("no serving thread"))?;
+    serve_among(
+        listener,
+        app,
+        limits,
+        stop,
+        Member {
+            peers,
+            index: 0,
+            inbox,
+        },
+    )
+    .await
+}
+
+/// [`serve`] as one of several threads sharing `listener`: each connection is served by the
+/// thread with the fewest open connections.
+async fn serve_among(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    stop: CancellationToken,
+    mut this: Member,
+) -> io::Result<()> {
     let connections = TaskTracker::new();
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    let target = this.peers.assign(this.index);
+                    if target == this.index {
+                        tcp
+                    } else {
+                        hand_over(&this.peers, target, tcp);
+                        continue;
+                    }
+                }
+                // Out of file descriptors, or a connection reset before it was accepted: the
+                // listener itself is fine. Pausing lets descriptors free up instead of spinning.
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            Some(handed) = this.inbox.recv() => match TcpStream::from_std(handed) {
+                Ok(tcp) => tcp,
+                Err(e) => {
+                    this.peers.closed(this.index);
+                    tracing::warn!(error = %e, "cannot take over a connection from another thread");
+                    continue;
+                }
+            },
             () = stop.cancelled() => break,
         };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
-            // Out of file descriptors, or a connection reset before it was accepted: the
-            // listener itself is fine. Pausing lets descriptors free up instead of spinning.
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
+        let open = OpenConnection {
+            peers: this.peers.clone(),
+            index: this.index,
         };
         // Answered as soon as their response is written, not after Nagle's delay for the
         // last segment.
@@ -218,6 +332,7 @@ pub async fn serve(
         );
         let stop = stop.clone();
         connections.spawn(async move {
+            let _open = open;
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
@@ -241,6 +356,21 @@ pub async fn serve(
     connections.close();
     connections.wait().await;
     Ok(())
+}
+
+/// Hands a connection this thread accepted to thread `target`, which registers it with its own
+/// runtime. If that thread has stopped, the connection is closed unanswered, as it would be had
+/// it arrived after the shutdown.
+fn hand_over(peers: &Threads, target: usize, tcp: TcpStream) {
+    let sent = tcp.into_std().map_err(|e| e.to_string()).and_then(|std| {
+        peers.inboxes[target]
+            .send(std)
+            .map_err(|_| "it has stopped".to_owned())
+    });
+    if let Err(e) = sent {
+        peers.closed(target);
+        tracing::debug!(error = %e, target, "cannot hand a connection to another thread");
+    }
 }
 
 impl Drop for HttpServer {
@@ -383,6 +513,69 @@ mod tests {
             refused.is_err(),
             "still serving after shutdown: {refused:?}"
         );
+        server.release().await;
+    }
+
+    /// Sends `GET /name` on an open connection and returns the body: the serving thread's name.
+    async fn name_on(tcp: &mut tokio::net::TcpStream) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        tcp.write_all(b"GET /name HTTP/1.1\r\nhost: test\r\n\r\n")
+            .await
+            .expect("request sent");
+        let mut answer = Vec::new();
+        let mut chunk = [0u8; 512];
+        loop {
+            let read = tcp.read(&mut chunk).await.expect("answer read");
+            assert!(read > 0, "connection closed mid-answer");
+            answer.extend_from_slice(&chunk[..read]);
+            let text = String::from_utf8_lossy(&answer).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length: "))
+                    .expect("a content length")
+                    .parse()
+                    .expect("a number");
+                if body.len() >= length {
+                    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+                    return body.to_owned();
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn connections_are_spread_evenly_over_the_threads() {
+        const THREADS: usize = 4;
+        const PER_THREAD: usize = 4;
+        let (mut server, base, shutdown) = start(
+            THREADS,
+            Arc::new(Barrier::new(2)),
+            Arc::new(tokio::sync::Barrier::new(1)),
+        )
+        .await;
+        let addr = base.trim_start_matches("http://").to_owned();
+        // Opened one after the other and all kept open: whichever thread the kernel wakes to
+        // accept each, it is served by one with the fewest.
+        let mut open = Vec::new();
+        let mut served = std::collections::BTreeMap::<String, usize>::new();
+        for _ in 0..THREADS * PER_THREAD {
+            let mut tcp = tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect");
+            *served.entry(name_on(&mut tcp).await).or_default() += 1;
+            open.push(tcp);
+        }
+        assert_eq!(served.len(), THREADS, "{served:?}");
+        assert!(served.values().all(|&n| n == PER_THREAD), "{served:?}");
+        // Each connection stays on its thread for its life.
+        for (i, tcp) in open.iter_mut().enumerate() {
+            let again = name_on(tcp).await;
+            assert!(served.contains_key(&again), "connection {i}: {again}");
+        }
+        drop(open);
+        shutdown.cancel();
+        server.stopped().await.expect("stopped cleanly");
         server.release().await;
     }
 
