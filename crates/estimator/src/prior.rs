@@ -19,7 +19,8 @@
 //!     the eigendecomposition of `K_ℓ`, truncated where its eigenvalues vanish) beside
 //!     `diag(√v)`.
 
-use faer::{Mat, MatRef, Side};
+use faer::linalg::matmul::triangular::{self, BlockStructure};
+use faer::{Accum, Mat, MatRef, Side};
 
 use super::EstimatorError;
 
@@ -271,7 +272,20 @@ impl Factor {
             Factor::Smooth { .. } => {
                 let r = self.to_dense();
                 let ar = a * &r;
-                let mut out = r.transpose() * &ar;
+                // Only the lower triangle of `Rᵀ(AR)` is formed (half that product's work), then
+                // mirrored.
+                let mut out = Mat::zeros(r.ncols(), r.ncols());
+                triangular::matmul(
+                    out.as_mut(),
+                    BlockStructure::TriangularLower,
+                    Accum::Replace,
+                    r.transpose(),
+                    BlockStructure::Rectangular,
+                    ar.as_ref(),
+                    BlockStructure::Rectangular,
+                    1.0,
+                    faer::get_global_parallelism(),
+                );
                 super::statistics::mirror_lower(out.as_mut());
                 out
             }
