@@ -15,7 +15,9 @@
 //! often all wake the same one: a load generator's 32 keep-alive connections could all land on
 //! one thread and leave the other core idle for the whole run. So a thread that accepts a
 //! connection serves it only if no thread has fewer open connections, and otherwise hands it to
-//! the one with the fewest ([`Threads`]).
+//! the one with the fewest ([`Threads`]). A thread held by a long request takes nothing from its
+//! inbox meanwhile, so a connection handed to it waits; it is handed no other until it takes that
+//! one.
 //!
 //! Everything else (the folders, the cache follower) runs on the process's own runtime. I/O
 //! resources belong to the runtime that created them, and a pooled database connection may be
@@ -197,44 +199,79 @@ impl HttpServer {
     }
 }
 
+/// A connection handed from the thread that accepted it to the one that serves it.
+type Handed = (std::net::TcpStream, OpenConnection);
+
 /// Open connections per serving thread, and each thread's inbox for the connections another
 /// thread accepted and handed to it.
 struct Threads {
     open: Vec<AtomicUsize>,
-    inboxes: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
+    /// Connections in a thread's inbox, not yet taken: a thread with one waiting is busy (held
+    /// by a long request, it cannot take it) and is handed no other.
+    pending: Vec<AtomicUsize>,
+    inboxes: Vec<mpsc::UnboundedSender<Handed>>,
 }
 
 /// One serving thread's place among [`Threads`].
 struct Member {
     peers: Arc<Threads>,
     index: usize,
-    inbox: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    inbox: mpsc::UnboundedReceiver<Handed>,
 }
 
 impl Threads {
-    fn new(count: usize) -> (Arc<Self>, Vec<mpsc::UnboundedReceiver<std::net::TcpStream>>) {
+    fn new(count: usize) -> (Arc<Self>, Vec<mpsc::UnboundedReceiver<Handed>>) {
         let (inboxes, receivers) = (0..count).map(|_| mpsc::unbounded_channel()).unzip();
-        let open = (0..count).map(|_| AtomicUsize::new(0)).collect();
-        (Arc::new(Self { open, inboxes }), receivers)
+        let counters = || (0..count).map(|_| AtomicUsize::new(0)).collect();
+        let threads = Self {
+            open: counters(),
+            pending: counters(),
+            inboxes,
+        };
+        (Arc::new(threads), receivers)
     }
 
-    /// The thread that should serve a connection thread `me` accepted: `me` unless another has
-    /// fewer open connections; counted as open there from now on. Two threads deciding at once
-    /// may both pick the same one: a connection's difference, not a drift.
-    fn assign(&self, me: usize) -> usize {
+    /// The thread that should serve a connection thread `me` accepted: `me` unless another with
+    /// nothing waiting in its inbox has fewer open connections; counted as open there until the
+    /// returned guard drops. Two threads deciding at once may both pick the same one: a
+    /// connection's difference, not a drift.
+    fn assign(self: &Arc<Self>, me: usize) -> OpenConnection {
         let load = |i: usize| self.open[i].load(Ordering::Relaxed);
         let mut best = me;
         for i in 0..self.open.len() {
-            if load(i) < load(best) {
+            if load(i) < load(best) && self.pending[i].load(Ordering::Relaxed) == 0 {
                 best = i;
             }
         }
         self.open[best].fetch_add(1, Ordering::Relaxed);
-        best
+        OpenConnection {
+            peers: self.clone(),
+            index: best,
+        }
     }
 
-    fn closed(&self, index: usize) {
-        self.open[index].fetch_sub(1, Ordering::Relaxed);
+    /// Sends a connection to its thread's inbox. If that thread has stopped, the connection is
+    /// closed unanswered, as it would be had it arrived after the shutdown.
+    fn hand_over(&self, tcp: TcpStream, open: OpenConnection) {
+        let target = open.index;
+        let std = match tcp.into_std() {
+            Ok(std) => std,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot hand a connection to another thread");
+                return;
+            }
+        };
+        self.pending[target].fetch_add(1, Ordering::Relaxed);
+        if self.inboxes[target].send((std, open)).is_err() {
+            self.pending[target].fetch_sub(1, Ordering::Relaxed);
+            tracing::debug!(target, "cannot hand a connection to a stopped thread");
+        }
+    }
+
+    /// What thread `me` takes out of its inbox.
+    fn taken(&self, me: usize, handed: Handed) -> Handed {
+        self.pending[me].fetch_sub(1, Ordering::Relaxed);
+        handed
     }
 }
 
@@ -246,7 +283,7 @@ struct OpenConnection {
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.peers.closed(self.index);
+        self.peers.open[self.index].fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -288,14 +325,14 @@ async fn serve_among(
 ) -> io::Result<()> {
     let connections = TaskTracker::new();
     loop {
-        let tcp = tokio::select! {
+        let (tcp, open) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => {
-                    let target = this.peers.assign(this.index);
-                    if target == this.index {
-                        tcp
+                    let open = this.peers.assign(this.index);
+                    if open.index == this.index {
+                        (tcp, open)
                     } else {
-                        hand_over(&this.peers, target, tcp);
+                        this.peers.hand_over(tcp, open);
                         continue;
                     }
                 }
@@ -307,19 +344,17 @@ async fn serve_among(
                     continue;
                 }
             },
-            Some(handed) = this.inbox.recv() => match TcpStream::from_std(handed) {
-                Ok(tcp) => tcp,
-                Err(e) => {
-                    this.peers.closed(this.index);
-                    tracing::warn!(error = %e, "cannot take over a connection from another thread");
-                    continue;
+            Some(handed) = this.inbox.recv() => {
+                let (std, open) = this.peers.taken(this.index, handed);
+                match TcpStream::from_std(std) {
+                    Ok(tcp) => (tcp, open),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot take over a connection from another thread");
+                        continue;
+                    }
                 }
-            },
+            }
             () = stop.cancelled() => break,
-        };
-        let open = OpenConnection {
-            peers: this.peers.clone(),
-            index: this.index,
         };
         // Answered as soon as their response is written, not after Nagle's delay for the
         // last segment.
@@ -353,24 +388,15 @@ async fn serve_among(
             }
         });
     }
+    // Connections handed over but not yet taken close now, unanswered, like any that arrive
+    // after the shutdown, rather than wait for the in-flight requests below.
+    this.inbox.close();
+    while let Ok(handed) = this.inbox.try_recv() {
+        drop(this.peers.taken(this.index, handed));
+    }
     connections.close();
     connections.wait().await;
     Ok(())
-}
-
-/// Hands a connection this thread accepted to thread `target`, which registers it with its own
-/// runtime. If that thread has stopped, the connection is closed unanswered, as it would be had
-/// it arrived after the shutdown.
-fn hand_over(peers: &Threads, target: usize, tcp: TcpStream) {
-    let sent = tcp.into_std().map_err(|e| e.to_string()).and_then(|std| {
-        peers.inboxes[target]
-            .send(std)
-            .map_err(|_| "it has stopped".to_owned())
-    });
-    if let Err(e) = sent {
-        peers.closed(target);
-        tracing::debug!(error = %e, target, "cannot hand a connection to another thread");
-    }
 }
 
 impl Drop for HttpServer {
@@ -563,20 +589,61 @@ mod tests {
             let mut tcp = tokio::net::TcpStream::connect(&addr)
                 .await
                 .expect("connect");
-            *served.entry(name_on(&mut tcp).await).or_default() += 1;
-            open.push(tcp);
+            let name = name_on(&mut tcp).await;
+            *served.entry(name.clone()).or_default() += 1;
+            open.push((tcp, name));
         }
         assert_eq!(served.len(), THREADS, "{served:?}");
         assert!(served.values().all(|&n| n == PER_THREAD), "{served:?}");
         // Each connection stays on its thread for its life.
-        for (i, tcp) in open.iter_mut().enumerate() {
-            let again = name_on(tcp).await;
-            assert!(served.contains_key(&again), "connection {i}: {again}");
+        for (i, (tcp, first)) in open.iter_mut().enumerate() {
+            assert_eq!(&name_on(tcp).await, first, "connection {i}");
         }
         drop(open);
         shutdown.cancel();
         server.stopped().await.expect("stopped cleanly");
         server.release().await;
+    }
+
+    #[tokio::test]
+    async fn a_connection_counts_on_its_thread_until_it_ends_and_busy_inboxes_get_no_more() {
+        let (peers, mut inboxes) = Threads::new(2);
+        let counts = |what: &[AtomicUsize]| -> Vec<usize> {
+            what.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let mut accepted = Vec::new();
+        let mut clients = Vec::new();
+        for _ in 0..2 {
+            clients.push(TcpStream::connect(addr).await.expect("connect"));
+            accepted.push(listener.accept().await.expect("accept").0);
+        }
+        let first = peers.assign(0);
+        assert_eq!(first.index, 0);
+        let second = peers.assign(0);
+        assert_eq!(second.index, 1, "thread 1 had fewer open");
+        peers.hand_over(accepted.pop().expect("a connection"), second);
+        assert_eq!(counts(&peers.open), [1, 1]);
+        assert_eq!(counts(&peers.pending), [0, 1]);
+        let third = peers.assign(0);
+        assert_eq!(third.index, 0, "a tie: the thread that accepted it");
+        // While its inbox holds one, thread 1 is handed nothing, though it has fewer open.
+        let fourth = peers.assign(0);
+        assert_eq!(fourth.index, 0);
+        assert_eq!(counts(&peers.open), [3, 1]);
+        let handed = inboxes[1].try_recv().expect("handed to thread 1");
+        let (_std, taken) = peers.taken(1, handed);
+        assert_eq!(counts(&peers.pending), [0, 0]);
+        let fifth = peers.assign(0);
+        assert_eq!(fifth.index, 1, "thread 1 has fewer open and an empty inbox");
+        // A thread that has stopped: the connection is closed and counted nowhere.
+        inboxes[1].close();
+        peers.hand_over(accepted.pop().expect("a connection"), fifth);
+        assert_eq!(counts(&peers.pending), [0, 0]);
+        assert_eq!(counts(&peers.open), [3, 1]);
+        drop((first, third, fourth, taken));
+        assert_eq!(counts(&peers.open), [0, 0]);
     }
 
     #[tokio::test]
