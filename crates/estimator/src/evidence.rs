@@ -5,7 +5,8 @@
 //! smooth, a length scale among candidates): there the evidence is maximised directly, in the
 //! eigenbasis of the shape's data precision, which finds the same fixed point in one
 //! eigendecomposition per shape (as small as the data's rank: `data_factor`) instead of one
-//! Cholesky factorisation per iteration, keeping at least one residual degree of freedom.
+//! Cholesky factorisation per iteration, keeping three residual degrees of freedom where the rows
+//! allow ([`residual_cap`]).
 //!
 //! A flat intercept (`v_f = ∞`) takes no part in either: both run on statistics centred by it
 //! ([`Centred`]), which is exactly integrating the intercept out under its flat prior, and the
@@ -374,6 +375,19 @@ fn lowest_log_alpha(lambda: &[f64], cap: f64, low: f64, high: f64) -> f64 {
     hi
 }
 
+/// Residual degrees of freedom a shared-scale fit keeps: the most determined weights `γ` it may
+/// spend out of `dof` rows. The Student-t predictive ([`super::model::Predictive`]) has a finite
+/// variance only with `ν = dof − γ > 2`, and answers it for `ν ≥ 3`; a fit that spent more
+/// would answer a variance its own distribution does not have, from a σ² estimated on one or two
+/// residuals. So `γ ≤ dof − 3`, and where the rows are too few for that, `γ ≤ min(dof − 1, 1)`:
+/// one weight determined, or none (a cap below 1 leaves the search free).
+pub(crate) fn residual_cap(dof: f64) -> f64 {
+    (dof - MIN_RESIDUAL_DOF).max((dof - 1.0).min(1.0))
+}
+
+/// The residual degrees of freedom at which the Student-t predictive's variance is its own.
+const MIN_RESIDUAL_DOF: f64 = 3.0;
+
 /// Length scales (in bands) the smooth prior tries: from nearly independent bands to a curve
 /// that bends a few times over the whole spectrum.
 const LENGTH_SCALES: [f64; 17] = [
@@ -680,9 +694,8 @@ impl Shape {
         let centre = largest.ln();
         // A shape that can fit every row (rank ≥ N_c: a wide spectrum) has a second minimum as
         // α → 0, where the rows are interpolated and ŝ → 0 on no residual at all. The search
-        // keeps at least one residual degree of freedom (γ ≤ dof − 1), as ŝ's formula counts
-        // fewer than one as one.
-        let lowest = lowest_log_alpha(lambda, dof - 1.0, centre - 40.0, centre + 12.0);
+        // keeps the residual degrees of freedom of `residual_cap`.
+        let lowest = lowest_log_alpha(lambda, residual_cap(dof), centre - 40.0, centre + 12.0);
         let grid: Vec<f64> = (0..=104)
             .map(|i| centre - 40.0 + 0.5 * i as f64)
             .filter(|a| *a >= lowest)
@@ -790,7 +803,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shape_that_can_interpolate_the_rows_keeps_a_residual_degree_of_freedom() {
+    fn a_shape_that_can_interpolate_the_rows_keeps_three_residual_degrees_of_freedom() {
         // 12 rows of 40 smooth bands and an intercept: every shape can fit the rows exactly.
         let (rows, bands) = (12, 40);
         let x = design(rows, bands);
@@ -831,13 +844,29 @@ mod tests {
         for shape in &shared.shapes {
             let (_, _, s, gamma) = shape.maximise(&centred, noise);
             assert!(
-                gamma <= centred.informative - 1.0 + 1e-9,
+                gamma <= centred.informative - 3.0 + 1e-9,
                 "γ {gamma} of {} rows ({:?})",
                 centred.informative,
                 shape.smooth
             );
+            // The Student-t predictive's variance is its own: ν ≥ 3 without a clamp.
+            let inflation =
+                super::super::model::Predictive::Student.inflation(rows as f64, 1, gamma);
+            let nu = rows as f64 - 1.0 - gamma;
+            assert!((inflation - nu / (nu - 2.0)).abs() < 1e-9, "ν {nu}");
             assert!(s > 1e-12, "ŝ {s} ({:?})", shape.smooth);
         }
+    }
+
+    #[test]
+    fn the_residual_cap_keeps_three_degrees_of_freedom_where_the_rows_allow() {
+        assert_eq!(residual_cap(20.0), 17.0);
+        assert_eq!(residual_cap(4.0), 1.0);
+        // Too few rows for three: one weight determined at most, as before.
+        assert_eq!(residual_cap(3.0), 1.0);
+        assert_eq!(residual_cap(2.0), 1.0);
+        // Below one residual row the cap is below 1, which leaves the search free.
+        assert!(residual_cap(1.5) < 1.0);
     }
 
     #[test]
