@@ -81,6 +81,7 @@ conformance!(
     models_are_created_read_listed_and_deleted,
     a_batch_is_stored_once_and_its_id_never_reused_for_other_content,
     concurrent_requests_with_one_batch_id_store_it_once,
+    a_burst_of_batches_is_answered_and_stored_batch_by_batch,
     a_fold_writes_everything_at_commit_or_nothing,
     claims_skip_held_and_unready_models_and_follow_arrival_order,
     restore_locks_and_deletion_wait_for_a_held_lock,
@@ -286,6 +287,105 @@ async fn concurrent_requests_with_one_batch_id_store_it_once(store: &Store) {
     }
     let depth = store.queue_depth().await.unwrap();
     assert_eq!((depth[0].batches, depth[0].rows), (5, 2500));
+}
+
+/// Many batches at once, for two models, one of them deleted: each is answered as it would
+/// be alone (stored, a replay, a conflict, its model gone), and each stored batch keeps its own
+/// rows, whether stored with its statistics or as rows only (the embedded store commits such a
+/// burst together).
+async fn a_burst_of_batches_is_answered_and_stored_batch_by_batch(store: &Store) {
+    let spec = Arc::new(spec("lab", 3));
+    let id = create(store, &spec).await;
+    let gone = create(store, &self::spec("gone", 3)).await;
+    assert_eq!(store.delete_model(&name("gone")).await.unwrap(), Some(gone));
+    // (model, batch id, seed, rows, with statistics); "b0" comes three times with one content
+    // and twice with another: whichever arrives first is stored, the posts of its content are
+    // replays, the others conflicts.
+    const OTHER: f64 = 50.0;
+    let mut posts: Vec<(i64, String, f64, usize, bool)> = (0..12)
+        .map(|i| (id, format!("b{i}"), i as f64, 2 + i % 3, i % 2 == 0))
+        .collect();
+    posts.extend((0..2).map(|_| (id, "b0".to_owned(), 0.0, 2, true)));
+    posts.extend((0..2).map(|_| (id, "b0".to_owned(), OTHER, 2, true)));
+    posts.extend((0..4).map(|i| (gone, format!("g{i}"), i as f64, 2, true)));
+    let start = Arc::new(tokio::sync::Barrier::new(posts.len()));
+    let tasks: Vec<_> = posts
+        .iter()
+        .cloned()
+        .map(|(model, batch_id, seed, rows, with_statistics)| {
+            let (store, spec, start) = (store.clone(), spec.clone(), start.clone());
+            let b = batch(&spec, &batch_id, rows, seed);
+            tokio::spawn(async move {
+                start.wait().await;
+                let statistics = if with_statistics {
+                    format!("stats of {batch_id}").into_bytes()
+                } else {
+                    Vec::new()
+                };
+                store
+                    .insert_batch(model, &b, &b.encode(), &statistics)
+                    .await
+            })
+        })
+        .collect();
+    let mut stored = 0;
+    // The seeds of the posts of "b0" accepted and refused.
+    let (mut accepted, mut refused) = (Vec::new(), Vec::new());
+    for (task, (model, batch_id, seed, _, _)) in tasks.into_iter().zip(&posts) {
+        match task.await.unwrap() {
+            Ok(ingested) => {
+                assert_eq!(*model, id);
+                assert_eq!(&ingested.batch.batch_id, batch_id);
+                stored += usize::from(!ingested.replayed);
+                if batch_id == "b0" {
+                    accepted.push(*seed);
+                }
+            }
+            Err(StoreError::Conflict(_)) if batch_id == "b0" => refused.push(*seed),
+            Err(StoreError::NotFound(_)) => assert_eq!(*model, gone),
+            Err(e) => panic!("{batch_id}: {e}"),
+        }
+    }
+    assert_eq!(stored, 12, "each batch of the live model stored once");
+    let b0 = accepted[0];
+    assert!(accepted.iter().all(|&s| s == b0), "{accepted:?}");
+    assert!(refused.iter().all(|&s| s != b0), "{refused:?}");
+    assert_eq!(accepted.len(), if b0 == OTHER { 2 } else { 3 });
+    assert_eq!(accepted.len() + refused.len(), 5);
+    // The seed each stored batch was made from.
+    let seed = |batch_id: &str| -> (usize, f64) {
+        let i: usize = batch_id[1..].parse().unwrap();
+        (i, if i == 0 { b0 } else { i as f64 })
+    };
+
+    let dump = store.dump_model(id).await.unwrap().unwrap();
+    assert_eq!(dump.batches.len(), 12);
+    for b in &dump.batches {
+        let (i, s) = seed(&b.batch_id);
+        let encoded = batch(&spec, &b.batch_id, 2 + i % 3, s).encode();
+        assert_eq!(
+            (&b.x[..], &b.y[..]),
+            (&encoded.x[..], &encoded.y[..]),
+            "{}",
+            b.batch_id
+        );
+        assert_eq!(b.statistics.is_empty(), i % 2 == 1, "{}", b.batch_id);
+    }
+    // What a fold reads: the statistics, or the rows of a batch stored without them.
+    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    let queued = lock.queued_batches().await.unwrap();
+    assert_eq!(queued.len(), 12);
+    for q in &queued {
+        let (i, s) = seed(&q.batch_id);
+        let encoded = batch(&spec, &q.batch_id, 2 + i % 3, s).encode();
+        if i % 2 == 1 {
+            assert_eq!(q.rows_x.as_deref(), Some(&encoded.x[..]), "{}", q.batch_id);
+            assert_eq!(q.rows_y.as_deref(), Some(&encoded.y[..]), "{}", q.batch_id);
+        } else {
+            assert_eq!((&q.rows_x, &q.rows_y), (&None, &None), "{}", q.batch_id);
+        }
+    }
+    drop(lock);
 }
 
 async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
@@ -978,5 +1078,117 @@ async fn sqlite_lists_that_do_not_decode_are_corrupt() {
         .execute("", "UPDATE versions SET noise_variances = '{\"a\": 1}'")
         .await;
     corrupt(store.versions(id).await.map(drop), "noise_variances");
+    db.store.close().await;
+}
+
+/// A database from before the raw rows moved to a table of their own keeps them: the migration
+/// moves every batch's rows, and a fold (of a batch stored as rows only), a copy and a purge
+/// find them where they are now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_batches_stored_before_the_rows_moved_keep_their_rows() {
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+    use std::str::FromStr;
+
+    const ROWS_APART: i64 = 20261126000000;
+    let database = fresh_sqlite_database();
+    let spec = spec("lab", 3);
+    let batches = [
+        batch(&spec, "rows-only", 2, 2.0),
+        batch(&spec, "with-stats", 5, 3.0),
+    ];
+    {
+        let options = SqliteConnectOptions::from_str(&database.url)
+            .unwrap()
+            .create_if_missing(true);
+        let pool = SqlitePool::connect_with(options).await.unwrap();
+        let mut before = sqlx::migrate!("./migrations/sqlite");
+        let earlier: Vec<_> = before
+            .migrations
+            .iter()
+            .filter(|m| m.version < ROWS_APART)
+            .cloned()
+            .collect();
+        assert!(
+            earlier.len() < before.migrations.len(),
+            "the migration exists"
+        );
+        before.migrations = earlier.into();
+        before.run(&pool).await.unwrap();
+        let model: i64 = sqlx::query_scalar(
+            "INSERT INTO models (name, spec, first_fit_rows, created_at, updated_at) \
+             VALUES ('lab', ?1, 3, ?2, ?2) RETURNING id",
+        )
+        .bind(sqlx::types::Json(&spec))
+        .bind(chrono::Utc::now())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        for (b, statistics) in batches.iter().zip([&b""[..], b"stats"]) {
+            let encoded = b.encode();
+            sqlx::query(
+                "INSERT INTO batches (model_id, batch_id, content_hash, rows, statistics, \
+                                      received_at, x, y) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, '2000-01-01T00:00:00+00:00', ?6, ?7)",
+            )
+            .bind(model)
+            .bind(b.batch_id.as_str())
+            .bind(&encoded.content_hash[..])
+            .bind(b.rows() as i64)
+            .bind(statistics)
+            .bind(&encoded.x[..])
+            .bind(&encoded.y[..])
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        pool.close().await;
+    }
+    let db = TestStore::open(database).await;
+    let store = &db.store;
+    let id = store.model(&name("lab")).await.unwrap().unwrap().id;
+    let dump = store.dump_model(id).await.unwrap().unwrap();
+    for (dumped, b) in dump.batches.iter().zip(&batches) {
+        let encoded = b.encode();
+        assert_eq!(dumped.batch_id, b.batch_id.as_str());
+        assert_eq!(
+            (&dumped.x[..], &dumped.y[..]),
+            (&encoded.x[..], &encoded.y[..])
+        );
+    }
+    // A replay of the old batch is recognised by its stored hash.
+    let replay = ingest(store, id, &batches[1]).await;
+    assert!(replay.replayed);
+
+    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    let queued = lock.queued_batches().await.unwrap();
+    let encoded = batches[0].encode();
+    assert_eq!(queued[0].rows_x.as_deref(), Some(&encoded.x[..]));
+    assert_eq!(queued[0].rows_y.as_deref(), Some(&encoded.y[..]));
+    assert_eq!(
+        (&queued[1].rows_x, queued[1].statistics.as_slice()),
+        (&None, &b"stats"[..])
+    );
+    drop(lock);
+    assert_eq!(
+        fold_queue(store.lock_model(&name("lab")).await.unwrap().unwrap()).await,
+        2
+    );
+    // Folded long ago: the batch with statistics loses its rows, the other keeps them.
+    assert_eq!(store.purge_rows(chrono::Utc::now(), 10).await.unwrap(), 1);
+    let purged: Vec<String> = db
+        .database
+        .strings(
+            "SELECT b.batch_id || ':' || CAST(length(r.x) AS TEXT) || ':' || \
+             CAST(b.rows_purged_at IS NOT NULL AS TEXT) \
+             FROM batches b JOIN batch_rows r ON r.seq = b.seq ORDER BY b.seq",
+        )
+        .await;
+    assert_eq!(
+        purged,
+        [
+            format!("rows-only:{}:0", encoded.x.len()),
+            "with-stats:0:1".to_owned()
+        ]
+    );
     db.store.close().await;
 }

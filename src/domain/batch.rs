@@ -1,5 +1,6 @@
 //! Observation batches as clients send them.
 
+use bytes::Bytes;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -62,10 +63,12 @@ pub enum CsvError {
     TooManyRows(usize),
 }
 
-/// What [`NewBatch::encode`] makes of a batch for storage.
+/// What [`NewBatch::encode`] makes of a batch for storage. The raw rows are shared, not
+/// copied, when the batch is handed on (to the embedded store's committer).
+#[derive(Clone, Debug)]
 pub struct EncodedBatch {
-    pub x: Vec<u8>,
-    pub y: Vec<u8>,
+    pub x: Bytes,
+    pub y: Bytes,
     pub content_hash: [u8; 32],
 }
 
@@ -336,8 +339,8 @@ impl NewBatch {
         hash.update(&x);
         hash.update(&y);
         EncodedBatch {
-            x,
-            y,
+            x: x.into(),
+            y: y.into(),
             content_hash: hash.finalize().into(),
         }
     }

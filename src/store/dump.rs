@@ -94,6 +94,9 @@ pub(super) struct Statements {
     /// A batch (`$1` the model's id, then the batch's columns as `sql::batch_dump_columns!`
     /// names them), after the batches already there.
     pub insert_batch: &'static str,
+    /// Where the raw rows are kept apart from the batch (SQLite): their insert (`$1` x,
+    /// `$2` y), run right after the batch's.
+    pub insert_rows: Option<&'static str>,
     /// A key with its id (its columns as `sql::key_columns!` names them).
     pub insert_key: &'static str,
     /// Run once the keys are in (PostgreSQL moves its key id sequence past them).
@@ -195,6 +198,13 @@ where
                 .bind(b.rows_purged_at)
                 .execute(&mut *self.tx)
                 .await?;
+            if let Some(insert_rows) = self.sql.insert_rows {
+                sqlx::query(insert_rows)
+                    .bind(&b.x)
+                    .bind(&b.y)
+                    .execute(&mut *self.tx)
+                    .await?;
+            }
         }
         for v in &m.versions {
             sqlx::query(super::sql::INSERT_VERSION_DUMP)

@@ -23,6 +23,30 @@ pub enum StoreError {
     Database(#[source] sqlx::Error),
 }
 
+impl StoreError {
+    /// The same error for another waiter (one failed commit answers every batch of its group):
+    /// the same kind and message; a database error's source is carried as its message.
+    pub fn duplicate(&self) -> Self {
+        let source = |e: &sqlx::Error| sqlx::Error::Io(std::io::Error::other(e.to_string()));
+        match self {
+            Self::NotFound(m) => Self::NotFound(m.clone()),
+            Self::Conflict(m) => Self::Conflict(m.clone()),
+            Self::Unavailable(e) => Self::Unavailable(source(e)),
+            Self::Corrupt(m) => Self::Corrupt(m.clone()),
+            Self::CorruptState {
+                model,
+                version,
+                reason,
+            } => Self::CorruptState {
+                model: model.clone(),
+                version: *version,
+                reason: reason.clone(),
+            },
+            Self::Database(e) => Self::Database(source(e)),
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         // A column that does not decode (a spec that is not a model spec, say) is corrupt data,

@@ -96,6 +96,16 @@ pub(super) const NEWEST_KEY: &str = "SELECT coalesce(max(id), 0) FROM api_keys";
 pub(super) const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, released, \
      CASE WHEN length(statistics) = 0 THEN x END AS rows_x, \
      CASE WHEN length(statistics) = 0 THEN y END AS rows_y";
+/// A batch's raw rows on SQLite, right after the batch (`last_insert_rowid()` is its `seq`).
+pub(super) const SQLITE_INSERT_ROWS: &str =
+    "INSERT INTO batch_rows (seq, x, y) VALUES (last_insert_rowid(), $1, $2)";
+/// [`BATCH_SOURCE`] on SQLite, which keeps the raw rows in `batch_rows`.
+pub(super) const SQLITE_BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, \
+     released, \
+     CASE WHEN length(statistics) = 0 THEN (SELECT r.x FROM batch_rows r WHERE r.seq = batches.seq) \
+     END AS rows_x, \
+     CASE WHEN length(statistics) = 0 THEN (SELECT r.y FROM batch_rows r WHERE r.seq = batches.seq) \
+     END AS rows_y";
 /// The models and keys a store holds, which a copy's target must not.
 pub(super) const COUNTS: &str =
     "SELECT (SELECT count(*) FROM models), (SELECT count(*) FROM api_keys)";

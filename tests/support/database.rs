@@ -85,12 +85,19 @@ impl TestDatabase {
 
     /// The first column of a query's rows, as text (the same SQL on both backends).
     pub async fn strings(&self, sql: &str) -> Vec<String> {
+        self.strings_each(sql, sql).await
+    }
+
+    /// The first column of a query's rows, as text, where the backends' schemas differ.
+    pub async fn strings_each(&self, postgres: &str, sqlite: &str) -> Vec<String> {
         if self.dir.is_some() {
+            let sql = sqlite;
             let pool = sqlx::SqlitePool::connect(&self.url).await.expect("open");
             let rows = sqlx::query_scalar(sql).fetch_all(&pool).await.expect(sql);
             pool.close().await;
             rows
         } else {
+            let sql = postgres;
             let pool = sqlx::PgPool::connect(&self.url).await.expect("connect");
             let rows = sqlx::query_scalar(sql).fetch_all(&pool).await.expect(sql);
             pool.close().await;

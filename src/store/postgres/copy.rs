@@ -22,6 +22,7 @@ static STATEMENTS: Statements = Statements {
         ", arrival) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
          nextval('batch_arrival'))"
     ),
+    insert_rows: None,
     insert_key: concat!(
         "INSERT INTO api_keys (",
         key_columns!(),

@@ -172,8 +172,8 @@ impl Backend for PgStore {
         .bind(batch.batch_id.as_str())
         .bind(&hash[..])
         .bind(batch.rows() as i32)
-        .bind(&encoded.x)
-        .bind(&encoded.y)
+        .bind(&encoded.x[..])
+        .bind(&encoded.y[..])
         .bind(statistics)
         .fetch_optional(&mut *tx)
         .await?;

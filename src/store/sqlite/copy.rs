@@ -3,23 +3,24 @@
 use super::SqliteStore;
 use crate::store::StoreError;
 use crate::store::dump::{Loader, ModelDump, Statements, TransactionLoader, not_empty, read_model};
-use crate::store::sql::{self, batch_dump_columns, key_columns};
+use crate::store::sql::{self, key_columns};
 
 static STATEMENTS: Statements = Statements {
     model: "SELECT name, spec, first_fit_rows, version, observations, created_at, updated_at \
             FROM models WHERE id = $1",
-    batches: concat!(
-        "SELECT ",
-        batch_dump_columns!(),
-        " FROM batches WHERE model_id = $1 ORDER BY seq"
-    ),
+    // The columns of `batch_dump_columns!`, the raw rows from their own table.
+    batches: "SELECT batch_id, content_hash, rows, r.x, r.y, statistics, status, received_at, \
+              folded_at, version, error, surprise, released, rows_purged_at \
+              FROM batches b JOIN batch_rows r ON r.seq = b.seq \
+              WHERE model_id = $1 ORDER BY b.seq",
     insert_model: "INSERT INTO models (name, spec, first_fit_rows, version, observations, \
                    created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-    insert_batch: concat!(
-        "INSERT INTO batches (model_id, ",
-        batch_dump_columns!(),
-        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
-    ),
+    // `$5` and `$6` are the raw rows, which go to `batch_rows` (`insert_rows`).
+    insert_batch: "INSERT INTO batches (model_id, batch_id, content_hash, rows, statistics, \
+                   status, received_at, folded_at, version, error, surprise, released, \
+                   rows_purged_at) \
+                   VALUES ($1, $2, $3, $4, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+    insert_rows: Some(sql::SQLITE_INSERT_ROWS),
     insert_key: concat!(
         "INSERT INTO api_keys (",
         key_columns!(),

@@ -112,7 +112,7 @@ impl ModelTransaction for SqliteModelTransaction {
         let rows = sqlx::query_as(&format!(
             "SELECT {} FROM batches WHERE model_id = ?1 AND version = ?2 \
              AND status = 'folded' ORDER BY seq",
-            sql::BATCH_SOURCE
+            sql::SQLITE_BATCH_SOURCE
         ))
         .bind(self.model_id)
         .bind(version)
@@ -130,7 +130,7 @@ impl ModelTransaction for SqliteModelTransaction {
         let rows = sqlx::query_as(&format!(
             "SELECT {} FROM batches \
              WHERE model_id = ?1 AND status = 'queued' ORDER BY seq",
-            sql::BATCH_SOURCE
+            sql::SQLITE_BATCH_SOURCE
         ))
         .bind(self.model_id)
         .fetch_all(&self.store.inner.readers)

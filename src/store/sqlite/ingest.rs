@@ -1,0 +1,207 @@
+//! Group commit of ingested batches on SQLite.
+//!
+//! A commit in WAL mode with `synchronous = FULL` waits for the log to reach the disk, and the
+//! file has one writer: batch by batch, concurrent requests queue behind each other's `fsync`.
+//! So every batch goes to one committer task, which takes all the batches waiting for it (up to
+//! [`MAX_GROUP`]) and stores them in one transaction: one `fsync` for the group, and each batch
+//! answered as it would have been alone (stored, a replay, a conflict, or its model gone; none
+//! of the last three writes anything). A database error fails the whole group: SQLite may have
+//! rolled the transaction back itself (a full disk, an I/O error), so nothing after it could be
+//! trusted to be part of the group's commit. An answer leaves only once the group's commit
+//! returned, so a 202 still means the batch is on disk. The queue is in arrival order, so a
+//! model's batches are committed in the order of their `seq`, as before.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use chrono::Utc;
+use sqlx::{SqliteConnection, SqlitePool};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::batch_record;
+use crate::domain::{EncodedBatch, NewBatch};
+use crate::store::sql::{self, BATCH_COLUMNS};
+use crate::store::{Ingested, Notification, StoreError, StoredBatch, Topic};
+
+/// Batches committed together at most: bounds a transaction at about 18 MB of 1,000-row,
+/// 35-column batches.
+const MAX_GROUP: usize = 64;
+
+/// Batches waiting for the committer at most before senders wait too.
+const QUEUE: usize = 256;
+
+/// A batch handed to the committer, with everything it stores.
+struct Pending {
+    model_id: i64,
+    batch_id: String,
+    rows: i32,
+    encoded: EncodedBatch,
+    statistics: Vec<u8>,
+    answer: oneshot::Sender<Result<Ingested, StoreError>>,
+}
+
+/// The sending side of the committer's queue; the task ends when the last clone is dropped.
+#[derive(Clone, Debug)]
+pub(super) struct Committer {
+    queue: mpsc::Sender<Pending>,
+    /// Groups committed so far (the task counts them; tests read them).
+    #[cfg(test)]
+    groups: Arc<AtomicUsize>,
+}
+
+impl Committer {
+    /// Starts the committer task on the current runtime.
+    pub(super) fn start(writer: SqlitePool, events: broadcast::Sender<Notification>) -> Self {
+        let (queue, receiver) = mpsc::channel(QUEUE);
+        let groups = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(run(writer, events, receiver, groups.clone()));
+        Self {
+            queue,
+            #[cfg(test)]
+            groups,
+        }
+    }
+
+    /// The groups committed so far.
+    #[cfg(test)]
+    pub(super) fn groups(&self) -> usize {
+        self.groups.load(Ordering::Relaxed)
+    }
+
+    /// Stores one batch; answers once the group it was committed in is on disk.
+    pub(super) async fn insert(
+        &self,
+        model_id: i64,
+        batch: &NewBatch,
+        encoded: &EncodedBatch,
+        statistics: &[u8],
+    ) -> Result<Ingested, StoreError> {
+        let (answer, answered) = oneshot::channel();
+        let pending = Pending {
+            model_id,
+            batch_id: batch.batch_id.as_str().to_owned(),
+            rows: batch.rows() as i32,
+            // The raw rows are reference-counted: no copy.
+            encoded: encoded.clone(),
+            statistics: statistics.to_vec(),
+            answer,
+        };
+        if self.queue.send(pending).await.is_err() {
+            return Err(stopped());
+        }
+        answered.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Unavailable(sqlx::Error::PoolClosed)
+}
+
+async fn run(
+    writer: SqlitePool,
+    events: broadcast::Sender<Notification>,
+    mut receiver: mpsc::Receiver<Pending>,
+    groups: Arc<AtomicUsize>,
+) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    while receiver.recv_many(&mut group, MAX_GROUP).await > 0 {
+        let batches = group.len();
+        commit_group(&writer, &events, std::mem::take(&mut group)).await;
+        let committed = groups.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::trace!(batches, groups = committed, "a group of batches committed");
+    }
+}
+
+/// One transaction for `group`; every batch answered once it has committed (or failed).
+async fn commit_group(
+    writer: &SqlitePool,
+    events: &broadcast::Sender<Notification>,
+    group: Vec<Pending>,
+) {
+    let mut tx = match writer.begin_with("BEGIN IMMEDIATE").await {
+        Ok(tx) => tx,
+        Err(e) => return fail_all(group, &StoreError::from(e)),
+    };
+    let mut outcomes = Vec::with_capacity(group.len());
+    for pending in &group {
+        match insert(&mut tx, pending).await {
+            Err(e @ (StoreError::NotFound(_) | StoreError::Conflict(_))) => outcomes.push(Err(e)),
+            Err(e) => {
+                tracing::warn!(error = %e, batches = group.len(), "a group of batches failed");
+                // Dropping the transaction rolls back whatever the group wrote.
+                drop(tx);
+                return fail_all(group, &e);
+            }
+            Ok(ingested) => outcomes.push(Ok(ingested)),
+        }
+    }
+    if let Err(e) = tx.commit().await {
+        // Even the answers that wrote nothing (replays, conflicts) may rest on a batch of this
+        // group that is now gone.
+        return fail_all(group, &StoreError::from(e));
+    }
+    let mut stored: Vec<i64> = Vec::new();
+    for (pending, outcome) in group.into_iter().zip(outcomes) {
+        if matches!(&outcome, Ok(ingested) if !ingested.replayed)
+            && !stored.contains(&pending.model_id)
+        {
+            stored.push(pending.model_id);
+        }
+        // A request that went away no longer needs its answer.
+        let _ = pending.answer.send(outcome);
+    }
+    for model_id in stored {
+        // No subscriber is not an error.
+        let _ = events.send(Notification {
+            topic: Topic::Batches,
+            model_id: Some(model_id),
+        });
+    }
+}
+
+fn fail_all(group: Vec<Pending>, error: &StoreError) {
+    for pending in group {
+        let _ = pending.answer.send(Err(error.duplicate()));
+    }
+}
+
+/// One batch inside the group's transaction. Only a stored batch writes anything: a replay,
+/// a conflict or a deleted model leave the transaction as they found it.
+async fn insert(tx: &mut SqliteConnection, pending: &Pending) -> Result<Ingested, StoreError> {
+    let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM models WHERE id = ?1")
+        .bind(pending.model_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    if exists.is_none() {
+        return Err(StoreError::NotFound("the model was deleted".into()));
+    }
+    let existing: Option<StoredBatch> = sqlx::query_as(sql::STORED_BATCH)
+        .bind(pending.model_id)
+        .bind(&pending.batch_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    if let Some(stored) = existing {
+        return stored.replay_or_conflict(&pending.encoded.content_hash);
+    }
+    let row = sqlx::query(&format!(
+        "INSERT INTO batches (model_id, batch_id, content_hash, rows, statistics, received_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING {BATCH_COLUMNS}"
+    ))
+    .bind(pending.model_id)
+    .bind(&pending.batch_id)
+    .bind(&pending.encoded.content_hash[..])
+    .bind(pending.rows)
+    .bind(&pending.statistics)
+    .bind(Utc::now())
+    .fetch_one(&mut *tx)
+    .await?;
+    sqlx::query(sql::SQLITE_INSERT_ROWS)
+        .bind(&pending.encoded.x[..])
+        .bind(&pending.encoded.y[..])
+        .execute(&mut *tx)
+        .await?;
+    Ok(Ingested {
+        batch: batch_record(&row)?,
+        replayed: false,
+    })
+}
