@@ -8,10 +8,12 @@ use crate::store::sql::{self, key_columns};
 static STATEMENTS: Statements = Statements {
     model: "SELECT name, spec, first_fit_rows, version, observations, created_at, updated_at \
             FROM models WHERE id = $1",
-    // The columns of `batch_dump_columns!`, the raw rows from their own table.
-    batches: "SELECT batch_id, content_hash, rows, r.x, r.y, statistics, status, received_at, \
-              folded_at, version, error, surprise, released, rows_purged_at \
-              FROM batches b JOIN batch_rows r ON r.seq = b.seq \
+    // The columns of `batch_dump_columns!`, the raw rows from their own table. A batch without
+    // its row (never written so) reads as NULL rows, which fail to decode as corrupt data
+    // instead of leaving the batch out of the copy.
+    batches: "SELECT batch_id, content_hash, rows, r.x AS x, r.y AS y, statistics, status, \
+              received_at, folded_at, version, error, surprise, released, rows_purged_at \
+              FROM batches b LEFT JOIN batch_rows r ON r.seq = b.seq \
               WHERE model_id = $1 ORDER BY b.seq",
     insert_model: "INSERT INTO models (name, spec, first_fit_rows, version, observations, \
                    created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",

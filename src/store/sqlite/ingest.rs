@@ -54,7 +54,17 @@ impl Committer {
     pub(super) fn start(writer: SqlitePool, events: broadcast::Sender<Notification>) -> Self {
         let (queue, receiver) = mpsc::channel(QUEUE);
         let groups = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(run(writer, events, receiver, groups.clone()));
+        let task = tokio::spawn(run(writer, events, receiver, groups.clone()));
+        tokio::spawn(async move {
+            // The task ends by itself only when the store is dropped; a panic would leave every
+            // later batch answered 503, so it is said where an operator looks.
+            if let Err(e) = task.await {
+                tracing::error!(
+                    error = %e,
+                    "the embedded store's batch committer stopped: batches are refused until a restart"
+                );
+            }
+        });
         Self {
             queue,
             #[cfg(test)]
@@ -125,14 +135,19 @@ async fn commit_group(
     let mut outcomes = Vec::with_capacity(group.len());
     for pending in &group {
         match insert(&mut tx, pending).await {
-            Err(e @ (StoreError::NotFound(_) | StoreError::Conflict(_))) => outcomes.push(Err(e)),
+            Ok(answer) => outcomes.push(answer),
             Err(e) => {
-                tracing::warn!(error = %e, batches = group.len(), "a group of batches failed");
+                tracing::warn!(
+                    error = %e,
+                    batch_id = %pending.batch_id,
+                    model_id = pending.model_id,
+                    batches = group.len(),
+                    "a group of batches failed"
+                );
                 // Dropping the transaction rolls back whatever the group wrote.
                 drop(tx);
                 return fail_all(group, &e);
             }
-            Ok(ingested) => outcomes.push(Ok(ingested)),
         }
     }
     if let Err(e) = tx.commit().await {
@@ -165,23 +180,34 @@ fn fail_all(group: Vec<Pending>, error: &StoreError) {
     }
 }
 
-/// One batch inside the group's transaction. Only a stored batch writes anything: a replay,
-/// a conflict or a deleted model leave the transaction as they found it.
-async fn insert(tx: &mut SqliteConnection, pending: &Pending) -> Result<Ingested, StoreError> {
+/// One batch inside the group's transaction: `Ok` with this batch's own answer, `Err` when the
+/// group cannot go on. Only a stored batch writes anything: a replay, a conflict, a deleted model
+/// or a stored batch of the same id that does not decode leave the transaction as they found
+/// it, so they answer their own request and the group's other batches still commit.
+async fn insert(
+    tx: &mut SqliteConnection,
+    pending: &Pending,
+) -> Result<Result<Ingested, StoreError>, StoreError> {
     let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM models WHERE id = ?1")
         .bind(pending.model_id)
         .fetch_optional(&mut *tx)
         .await?;
     if exists.is_none() {
-        return Err(StoreError::NotFound("the model was deleted".into()));
+        return Ok(Err(StoreError::NotFound("the model was deleted".into())));
     }
-    let existing: Option<StoredBatch> = sqlx::query_as(sql::STORED_BATCH)
+    let existing: Option<StoredBatch> = match sqlx::query_as(sql::STORED_BATCH)
         .bind(pending.model_id)
         .bind(&pending.batch_id)
         .fetch_optional(&mut *tx)
-        .await?;
+        .await
+        .map_err(StoreError::from)
+    {
+        Ok(existing) => existing,
+        Err(e @ StoreError::Corrupt(_)) => return Ok(Err(e)),
+        Err(e) => return Err(e),
+    };
     if let Some(stored) = existing {
-        return stored.replay_or_conflict(&pending.encoded.content_hash);
+        return Ok(stored.replay_or_conflict(&pending.encoded.content_hash));
     }
     let row = sqlx::query(&format!(
         "INSERT INTO batches (model_id, batch_id, content_hash, rows, statistics, received_at) \
@@ -200,8 +226,8 @@ async fn insert(tx: &mut SqliteConnection, pending: &Pending) -> Result<Ingested
         .bind(&pending.encoded.y[..])
         .execute(&mut *tx)
         .await?;
-    Ok(Ingested {
+    Ok(Ok(Ingested {
         batch: batch_record(&row)?,
         replayed: false,
-    })
+    }))
 }

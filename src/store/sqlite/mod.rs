@@ -647,6 +647,84 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// A replay of a stored batch that does not decode answers its own request; the batches it
+    /// shares a group with are stored.
+    #[tokio::test]
+    async fn a_corrupt_replay_fails_alone_not_its_group() {
+        const BATCHES: usize = 8;
+        let dir = scratch();
+        let store = SqliteStore::open(&dir.join("m.db"), &settings())
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        let spec = ModelSpec::parse(&serde_json::json!({
+            "name": "lab", "features": ["f"], "outputs": ["o"],
+        }))
+        .unwrap();
+        let id = store.create_model(&spec).await.unwrap().id;
+        let batch = |name: &str, x: usize| {
+            let body = serde_json::json!({"batch_id": name, "x": [[x]], "y": [[1]]});
+            let body = crate::domain::Body::parse(
+                body.to_string().as_bytes(),
+                &crate::domain::row_fields(&spec),
+                10,
+            )
+            .unwrap();
+            NewBatch::parse(body, &spec, None).unwrap()
+        };
+        let bad = batch("bad", 0);
+        store
+            .insert_batch(id, &bad, &bad.encode(), b"s")
+            .await
+            .unwrap();
+        sqlx::query("UPDATE batches SET surprise = '[0.5, \"high\"]' WHERE batch_id = 'bad'")
+            .execute(&store.inner.writer)
+            .await
+            .unwrap();
+        let before = store.inner.committer.groups();
+        // On this single-threaded runtime every insert is queued before the committer runs, the
+        // replay of the corrupt batch in the middle.
+        let burst: Vec<NewBatch> = (0..BATCHES)
+            .map(|i| {
+                if i == BATCHES / 2 {
+                    batch("bad", 0)
+                } else {
+                    batch(&format!("b{i}"), i + 1)
+                }
+            })
+            .collect();
+        let inserts: Vec<_> = burst
+            .into_iter()
+            .map(|b| {
+                let store = store.clone();
+                tokio::spawn(async move { store.insert_batch(id, &b, &b.encode(), b"s").await })
+            })
+            .collect();
+        for (i, insert) in inserts.into_iter().enumerate() {
+            let answer = insert.await.unwrap();
+            if i == BATCHES / 2 {
+                assert!(
+                    matches!(answer, Err(StoreError::Corrupt(_))),
+                    "the corrupt replay answered {answer:?}"
+                );
+            } else {
+                assert!(!answer.unwrap().replayed, "batch {i}");
+            }
+        }
+        assert_eq!(
+            store.inner.committer.groups() - before,
+            1,
+            "the burst is one group"
+        );
+        for i in (0..BATCHES).filter(|i| *i != BATCHES / 2) {
+            let stored = store.batch(id, &format!("b{i}")).await.unwrap();
+            assert!(stored.is_some(), "batch b{i} was not stored");
+        }
+        store.close().await;
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[tokio::test]
     async fn one_owner_at_a_time() {
         let dir = scratch();
