@@ -595,10 +595,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// Batches that arrive together share one transaction and its `fsync`.
-    #[tokio::test]
-    async fn a_burst_of_batches_is_committed_together() {
-        const BATCHES: usize = 16;
+    /// A migrated store in a scratch folder with one model of one feature and one output.
+    async fn lab_store() -> (PathBuf, SqliteStore, ModelSpec, i64) {
         let dir = scratch();
         let store = SqliteStore::open(&dir.join("m.db"), &settings())
             .await
@@ -609,27 +607,47 @@ mod tests {
         }))
         .unwrap();
         let id = store.create_model(&spec).await.unwrap().id;
-        let batches: Vec<NewBatch> = (0..BATCHES)
-            .map(|i| {
-                let body = serde_json::json!({"batch_id": format!("b{i}"), "x": [[i]], "y": [[1]]});
-                let body = crate::domain::Body::parse(
-                    body.to_string().as_bytes(),
-                    &crate::domain::row_fields(&spec),
-                    10,
-                )
-                .unwrap();
-                NewBatch::parse(body, &spec, None).unwrap()
-            })
-            .collect();
-        let before = store.inner.committer.groups();
-        // On this single-threaded runtime every insert is queued before the committer runs.
-        let inserts: Vec<_> = batches
+        (dir, store, spec, id)
+    }
+
+    /// A one-row batch of the lab model.
+    fn lab_batch(spec: &ModelSpec, batch_id: &str, x: usize) -> NewBatch {
+        let body = serde_json::json!({"batch_id": batch_id, "x": [[x]], "y": [[1]]});
+        let body = crate::domain::Body::parse(
+            body.to_string().as_bytes(),
+            &crate::domain::row_fields(spec),
+            10,
+        )
+        .unwrap();
+        NewBatch::parse(body, spec, None).unwrap()
+    }
+
+    /// Every batch inserted by a task of its own, in order.
+    fn insert_all(
+        store: &SqliteStore,
+        id: i64,
+        batches: Vec<NewBatch>,
+    ) -> Vec<tokio::task::JoinHandle<Result<Ingested, StoreError>>> {
+        batches
             .into_iter()
             .map(|b| {
                 let store = store.clone();
                 tokio::spawn(async move { store.insert_batch(id, &b, &b.encode(), b"s").await })
             })
+            .collect()
+    }
+
+    /// Batches that arrive together share one transaction and its `fsync`.
+    #[tokio::test]
+    async fn a_burst_of_batches_is_committed_together() {
+        const BATCHES: usize = 16;
+        let (dir, store, spec, id) = lab_store().await;
+        let batches: Vec<NewBatch> = (0..BATCHES)
+            .map(|i| lab_batch(&spec, &format!("b{i}"), i))
             .collect();
+        let before = store.inner.committer.groups();
+        // On this single-threaded runtime every insert is queued before the committer runs.
+        let inserts = insert_all(&store, id, batches);
         for insert in inserts {
             assert!(!insert.await.unwrap().unwrap().replayed);
         }
@@ -652,27 +670,8 @@ mod tests {
     #[tokio::test]
     async fn a_corrupt_replay_fails_alone_not_its_group() {
         const BATCHES: usize = 8;
-        let dir = scratch();
-        let store = SqliteStore::open(&dir.join("m.db"), &settings())
-            .await
-            .unwrap();
-        store.migrate().await.unwrap();
-        let spec = ModelSpec::parse(&serde_json::json!({
-            "name": "lab", "features": ["f"], "outputs": ["o"],
-        }))
-        .unwrap();
-        let id = store.create_model(&spec).await.unwrap().id;
-        let batch = |name: &str, x: usize| {
-            let body = serde_json::json!({"batch_id": name, "x": [[x]], "y": [[1]]});
-            let body = crate::domain::Body::parse(
-                body.to_string().as_bytes(),
-                &crate::domain::row_fields(&spec),
-                10,
-            )
-            .unwrap();
-            NewBatch::parse(body, &spec, None).unwrap()
-        };
-        let bad = batch("bad", 0);
+        let (dir, store, spec, id) = lab_store().await;
+        let bad = lab_batch(&spec, "bad", 0);
         store
             .insert_batch(id, &bad, &bad.encode(), b"s")
             .await
@@ -687,19 +686,13 @@ mod tests {
         let burst: Vec<NewBatch> = (0..BATCHES)
             .map(|i| {
                 if i == BATCHES / 2 {
-                    batch("bad", 0)
+                    lab_batch(&spec, "bad", 0)
                 } else {
-                    batch(&format!("b{i}"), i + 1)
+                    lab_batch(&spec, &format!("b{i}"), i + 1)
                 }
             })
             .collect();
-        let inserts: Vec<_> = burst
-            .into_iter()
-            .map(|b| {
-                let store = store.clone();
-                tokio::spawn(async move { store.insert_batch(id, &b, &b.encode(), b"s").await })
-            })
-            .collect();
+        let inserts = insert_all(&store, id, burst);
         for (i, insert) in inserts.into_iter().enumerate() {
             let answer = insert.await.unwrap();
             if i == BATCHES / 2 {
