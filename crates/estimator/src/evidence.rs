@@ -380,7 +380,9 @@ fn lowest_log_alpha(lambda: &[f64], cap: f64, low: f64, high: f64) -> f64 {
 /// variance only with `ν = dof − γ > 2`, and answers it for `ν ≥ 3`; a fit that spent more
 /// would answer a variance its own distribution does not have, from a σ² estimated on one or two
 /// residuals. So `γ ≤ dof − 3`, and where the rows are too few for that, `γ ≤ min(dof − 1, 1)`:
-/// one weight determined, or none (a cap below 1 leaves the search free).
+/// one weight determined, or none (a cap below 1 leaves the search free). `dof` counts a
+/// zero-inflated output's noise-prior pseudo-rows, which the predictive's `ν` does not: there the
+/// clamp at 3 may still apply.
 pub(crate) fn residual_cap(dof: f64) -> f64 {
     (dof - MIN_RESIDUAL_DOF).max((dof - 1.0).min(1.0))
 }
