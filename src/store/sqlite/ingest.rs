@@ -15,13 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::Utc;
-use sqlx::{SqliteConnection, SqlitePool};
+use sqlx::{FromRow, SqliteConnection, SqlitePool};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::batch_record;
 use crate::domain::{EncodedBatch, NewBatch};
 use crate::store::sql::{self, BATCH_COLUMNS};
-use crate::store::{Ingested, Notification, StoreError, StoredBatch, Topic};
+use crate::store::{BatchRecord, Ingested, Notification, StoreError, StoredBatch, Topic};
 
 /// Batches committed together at most: bounds a transaction at about 18 MB of 1,000-row,
 /// 35-column batches.
@@ -227,7 +226,7 @@ async fn insert(
         .execute(&mut *tx)
         .await?;
     Ok(Ok(Ingested {
-        batch: batch_record(&row)?,
+        batch: BatchRecord::from_row(&row)?,
         replayed: false,
     }))
 }
