@@ -60,21 +60,61 @@ fn assert_symmetric_psd(cov: &Mat<f64>) {
     }
 }
 
-/// Σ of every trained output is symmetric PSD and every predictive variance is at least `s`.
+/// Σ of every trained output is symmetric PSD and every predictive variance is at least `s`,
+/// except at a structural zero, which predicts exactly 0 with a positive variance no larger than
+/// the one answered elsewhere (`κ s`).
 fn assert_uncertainty_consistent(state: &ModelState, probe: &Mat<f64>) {
     let pred = state.predict(probe.as_ref()).expect("predict");
+    let phi = state.basis().design(probe.as_ref()).expect("design");
     for (k, output) in state.outputs().iter().enumerate() {
         let Some(post) = output.posterior() else {
             continue;
         };
         assert_symmetric_psd(&post.covariance_active());
         for i in 0..probe.nrows() {
-            assert!(
-                pred.variance[(i, k)] >= post.noise_variance(),
-                "variance < s at ({i},{k})"
-            );
+            let row: Vec<f64> = phi.row(i).iter().copied().collect();
+            let variance = pred.variance[(i, k)];
+            if structural_zero(post, &row) {
+                assert_eq!(pred.mean[(i, k)], 0.0, "structural zero at ({i},{k})");
+                let otherwise = inflation(state, k) * post.noise_variance();
+                assert!(
+                    variance > 0.0 && variance <= otherwise,
+                    "structural zero's variance {variance} at ({i},{k}), κs {otherwise}"
+                );
+            } else {
+                assert!(
+                    variance >= post.noise_variance(),
+                    "variance < s at ({i},{k})"
+                );
+            }
         }
     }
+}
+
+/// Whether `post` predicts a structural zero for the design row `phi`: no flat intercept, and
+/// every weighted basis function 0.
+fn structural_zero(post: &OutputPosterior, phi: &[f64]) -> bool {
+    post.flat().is_none() && post.weighted().iter().all(|&j| phi[j] == 0.0)
+}
+
+/// Output `k`'s sum of squares and the count over the rows of `phi` where every basis function
+/// in `used` is 0, by brute force.
+fn zero_rows_brute_force(phi: &Mat<f64>, y: &Mat<f64>, k: usize, used: &[usize]) -> (f64, f64) {
+    (0..phi.nrows())
+        .filter(|&r| used.iter().all(|&j| phi[(r, j)] == 0.0))
+        .fold((0.0, 0.0), |(sum, count), r| {
+            (sum + y[(r, k)] * y[(r, k)], count + 1.0)
+        })
+}
+
+/// Equal zero rows (counts exactly: they count rows).
+fn assert_same_zero_rows(a: &BatchStatistics, b: &BatchStatistics) {
+    let (a, b) = (
+        a.zero_rows().expect("zero rows"),
+        b.zero_rows().expect("zero rows"),
+    );
+    assert_eq!(a.count(), b.count());
+    assert!(rel_diff(&a.square().to_owned(), &b.square().to_owned()) < 1e-12);
 }
 
 /// `κ_k`, what the predictive multiplies `s + φᵀΣφ` by (1 under the plug-in predictive).
@@ -133,6 +173,7 @@ proptest! {
             prop_assert!(rel_diff_slice(whole.q(), other.q()) < 1e-12);
             prop_assert_eq!(whole.nonzero(), other.nonzero());
             prop_assert_eq!(whole.rows(), other.rows());
+            assert_same_zero_rows(&whole, other);
         }
     }
 
@@ -154,6 +195,43 @@ proptest! {
         prop_assert!(rel_diff(&stats.g().to_owned(), &g) < 1e-13);
         prop_assert!(rel_diff(&stats.b().to_owned(), &b) < 1e-13);
         prop_assert!(stats.g() == stats.g().transpose());
+        let zeros = stats.zero_rows().expect("zero rows");
+        for j in 0..p {
+            for k in 0..m {
+                let (sum, count) = zero_rows_brute_force(&phi, &y, k, &[j]);
+                prop_assert_eq!(zeros.count()[j], count);
+                prop_assert!((zeros.square()[(j, k)] - sum).abs() <= 1e-13 * sum.max(1.0));
+            }
+        }
+    }
+
+    /// The zero regime of a set of basis functions bounds the output's sum of squares over the
+    /// rows where they are all 0 from above and the rows' count from below (so the variance it
+    /// gives errs wide), and is exact for one function or none, whatever the batch split.
+    #[test]
+    fn the_zero_regime_bounds_the_rows_where_the_used_functions_are_zero(
+        seed in any::<u64>(), n in 1usize..80, p in 1usize..10, m in 1usize..4, cut in 0.0f64..1.0,
+        picks in proptest::collection::vec(0usize..10, 0..4),
+    ) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let density: Vec<f64> = (0..p).map(|_| [0.05, 0.3, 0.8, 1.0][rng.random_range(0..4)]).collect();
+        let phi = Mat::from_fn(n, p, |_, j| if rng.random::<f64>() < density[j] { rng.random_range(-3.0..3.0) } else { 0.0 });
+        let y = Mat::from_fn(n, m, |_, _| if rng.random::<f64>() < 0.5 { rng.random_range(-2.0..2.0) } else { 0.0 });
+        let split = ((n as f64) * cut) as usize;
+        let mut stats = BatchStatistics::from_design(rows(&phi, 0..split).as_ref(), rows(&y, 0..split).as_ref()).unwrap();
+        stats.add(&BatchStatistics::from_design(rows(&phi, split..n).as_ref(), rows(&y, split..n).as_ref()).unwrap()).unwrap();
+        let mut used: Vec<usize> = picks.into_iter().filter(|j| *j < p).collect();
+        used.sort_unstable();
+        used.dedup();
+        for k in 0..m {
+            let (sum, count) = zero_rows_brute_force(&phi, &y, k, &used);
+            let (bound, least) = stats.zero_regime(k, &used).expect("zero rows");
+            prop_assert!(bound >= sum * (1.0 - 1e-12) && least <= count, "{bound} {sum} {least} {count}");
+            if used.len() <= 1 {
+                prop_assert!((bound - sum).abs() <= 1e-12 * sum.max(1.0));
+                prop_assert_eq!(least, count);
+            }
+        }
     }
 
     /// The posterior computed through `M = I + D^½ G D^½ / s` and its Cholesky factor agrees
@@ -516,6 +594,7 @@ proptest! {
             prop_assert!(rel_diff(&whole.b().to_owned(), &other.b().to_owned()) < 1e-12);
             prop_assert!(rel_diff_slice(whole.q(), other.q()) < 1e-12);
             prop_assert_eq!(whole.nonzero(), other.nonzero());
+            assert_same_zero_rows(&whole, other);
         }
     }
 
@@ -969,8 +1048,9 @@ fn informative_rows_are_the_non_zero_ones_of_a_mostly_zero_output() {
 }
 
 /// A zero-inflated output (a dye in a few recipes, dosed by a lab-dip feature) keeps the
-/// paper's shrinkable intercept and predicts exactly 0 where its dose is 0; a dense output on
-/// the same rows keeps the flat one, whatever the family that is not an explicit shared prior.
+/// paper's shrinkable intercept and predicts exactly 0 where its dose is 0, with the spread of
+/// the rows without a dose rather than a dose's noise; a dense output on the same rows keeps the
+/// flat one, whatever the family that is not an explicit shared prior.
 #[test]
 fn a_zero_inflated_output_predicts_exact_zeros_where_its_dose_is_zero() {
     let (n, d) = (120, 6);
@@ -1012,6 +1092,36 @@ fn a_zero_inflated_output_predicts_exact_zeros_where_its_dose_is_zero() {
                 "{family:?}: row {i} without the dye"
             );
         }
+        // Without the dye the rows were exactly 0: the variance is the mean square there, with
+        // one pseudo-row at s (exact for one used basis function, an upper bound for several),
+        // row by row and through the blocked products alike.
+        let phi = basis.design(x.as_ref()).unwrap();
+        let used = sparse.weighted();
+        let (sum, count) = zero_rows_brute_force(&phi, &y, 0, used);
+        let s = sparse.noise_variance();
+        let kappa = inflation(&state, 0);
+        let least = ((sum + s) / (count + 1.0)).min(kappa * s);
+        let many = Mat::from_fn(
+            20,
+            d,
+            |i, j| if j == 0 { 0.0 } else { 0.1 * i as f64 - 1.0 },
+        );
+        let blocked = state.predict(many.as_ref()).unwrap();
+        for v in (0..5)
+            .map(|i| pred.variance[(i, 0)])
+            .chain((0..20).map(|i| blocked.variance[(i, 0)]))
+        {
+            assert!(
+                v >= least * (1.0 - 1e-12) && v < s,
+                "{family:?}: {v}, s {s}, least {least}"
+            );
+            if used.len() == 1 {
+                assert!(
+                    (v - least).abs() <= 1e-12 * least,
+                    "{family:?}: {v} against {least}"
+                );
+            }
+        }
         let dosed = Mat::from_fn(1, d, |_, j| if j == 0 { 2.0 } else { 0.0 });
         let pred = state.predict(dosed.as_ref()).unwrap();
         assert!(
@@ -1019,6 +1129,7 @@ fn a_zero_inflated_output_predicts_exact_zeros_where_its_dose_is_zero() {
             "{}",
             pred.mean[(0, 0)]
         );
+        assert!(pred.variance[(0, 0)] >= s);
     }
 }
 

@@ -1,13 +1,14 @@
 //! A compact, versioned binary encoding of a [`ModelState`].
 //!
-//! Format version 5, written for every state since one-step updates refit hyperparameters that
-//! their rows have outgrown (little-endian):
+//! Format version 6, written for every state since the statistics keep the rows in which each
+//! basis function is 0 (little-endian):
 //!
 //! ```text
-//! magic "MRDT" · version u16 = 5 · features u32 · intercept u8 · transform u8 · declared u8
+//! magic "MRDT" · version u16 = 6 · features u32 · intercept u8 · transform u8 · declared u8
 //!         · spectral bands u32 · reflectance scale u8 · outputs m u32
-//!         · predictive u8 (0 plug-in, 1 Student-t) · YᵀY kept u8
-//! totals as below, with YᵀY when kept
+//!         · predictive u8 (0 plug-in, 1 Student-t) · YᵀY kept u8 · zero rows kept u8
+//! totals as below, with YᵀY when kept, then when kept the zero rows: z p f64 · Z p·m f64
+//!         (column-major)
 //! per output: tag u8 (0 untrained, 1 trained); trained: family u8 (0 ARD, 1 ridge, 2 smooth)
 //!         · s f64 · v p f64 (+∞ for a flat intercept) · smooth bands u32 (0: none)
 //!         · [smooth length f64 when bands > 0]
@@ -16,8 +17,10 @@
 //! crc32 (IEEE) of everything before it, u32
 //! ```
 //!
-//! Version 4, written since the prior families, is version 5 without the fitted rows: an
-//! output read from it counts its hyperparameters as fitted on every row so far.
+//! Version 5 is version 6 without the zero-rows flag and the zero rows: a state read from it
+//! keeps none, and predicts as it did (see [`super::Predictor`]). Version 4, written since the
+//! prior families, is version 5 without the fitted rows: an output read from it counts its
+//! hyperparameters as fitted on every row so far.
 //!
 //! Versions 1 to 3, written by earlier releases, are still read: their outputs are ARD
 //! posteriors with the intercept shrunk like any coefficient and σ² plugged in, and they
@@ -48,14 +51,16 @@ use faer::Mat;
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, active_set};
 use super::prior::{FittedFamily, Prior, Smooth, kernel_factor};
-use super::statistics::BatchStatistics;
+use super::statistics::{BatchStatistics, ZeroRows};
 use super::{Basis, EstimatorError, ReflectanceScale, Transform};
 pub use crate::error::DecodeError;
 
 const MAGIC: &[u8; 4] = b"MRDT";
 const STATISTICS_MAGIC: &[u8; 4] = b"MRDS";
-/// The format version [`encode`] writes (and [`decode`] reads, beside versions 1 to 4).
-pub const FORMAT_VERSION: u16 = 5;
+/// The format version [`encode`] writes (and [`decode`] reads, beside versions 1 to 5).
+pub const FORMAT_VERSION: u16 = 6;
+/// The fitted rows' format, without the zero rows.
+const FORMAT_VERSION_5: u16 = 5;
 /// The prior families' format, without the fitted rows.
 const FORMAT_VERSION_4: u16 = 4;
 /// Model states with a declared spectrum and `YᵀY`, before the prior families.
@@ -67,15 +72,23 @@ const FORMAT_VERSION_2: u16 = 2;
 const FORMAT_VERSION_1: u16 = 1;
 /// Statistics blobs with `YᵀY`.
 const STATISTICS_VERSION_2: u16 = 2;
+/// Statistics blobs with flags for `YᵀY` and the zero rows.
+const STATISTICS_VERSION_3: u16 = 3;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
 const MAX_DIM: usize = 1 << 16;
 
-/// Encodes a model state (format version 5).
+/// Encodes a model state (format version 6).
 pub fn encode(state: &ModelState) -> Vec<u8> {
     encode_as(state, FORMAT_VERSION)
 }
 
-/// Encodes in format 5, or in format 4 (without the fitted rows) for the tests of its reading.
+/// The format-5 encoding of `state`, as the release before format 6 wrote it (without zero
+/// rows). A version kept thin by that release is checked against the digest of this encoding.
+pub fn encode_previous(state: &ModelState) -> Vec<u8> {
+    encode_as(state, FORMAT_VERSION_5)
+}
+
+/// Encodes in format 6, or in format 5 or 4 for the tests of their reading.
 fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
     let basis = state.basis();
     let totals = state.totals();
@@ -84,6 +97,7 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
         64 + 8 * (p * (p + 1) / 2 + p * m + 2 * m),
     ));
     let products = totals.output_products().is_some();
+    let zeros = version >= FORMAT_VERSION && totals.zero_rows().is_some();
     w.bytes(MAGIC);
     w.u16(version);
     w.u32(basis.features as u32);
@@ -104,7 +118,10 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
         Predictive::Student => 1,
     });
     w.u8(u8::from(products));
-    w.statistics(totals, products);
+    if version >= FORMAT_VERSION {
+        w.u8(u8::from(zeros));
+    }
+    w.statistics(totals, products, zeros);
     for (output, fitted_rows) in state.outputs().iter().zip(state.fitted_rows()) {
         match output {
             OutputState::Untrained => w.u8(0),
@@ -127,7 +144,7 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
                 }
                 w.lower(post.precision_data());
                 post.natural_mean().iter().for_each(|v| w.f64(*v));
-                if version >= FORMAT_VERSION {
+                if version >= FORMAT_VERSION_5 {
                     w.f64(*fitted_rows);
                 }
             }
@@ -147,6 +164,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             FORMAT_VERSION_2,
             FORMAT_VERSION_3,
             FORMAT_VERSION_4,
+            FORMAT_VERSION_5,
             FORMAT_VERSION,
         ],
     )?;
@@ -195,17 +213,13 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             1 => Predictive::Student,
             _ => return Err(DecodeError::Invalid("predictive").into()),
         };
-        let products = match r.u8()? {
-            0 => false,
-            1 => true,
-            _ => return Err(DecodeError::Invalid("products flag").into()),
-        };
-        (predictive, products)
+        (predictive, r.flag("products flag")?)
     } else {
         (Predictive::Plugin, r.version >= FORMAT_VERSION_3)
     };
+    let zeros = r.version >= FORMAT_VERSION && r.flag("zero rows flag")?;
     let p = basis.dim();
-    let totals = r.statistics(p, m, products)?;
+    let totals = r.statistics(p, m, products, zeros)?;
     let mut outputs = Vec::with_capacity(m);
     let mut fitted_rows = Vec::with_capacity(m);
     let mut kernels = std::collections::HashMap::new();
@@ -275,7 +289,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
                     .factor_with_kernel(kernel)
                     .and_then(|factor| OutputPosterior::with_factor(prior, factor, s, a, c))
                     .map_err(|_| DecodeError::Invalid("posterior"))?;
-                let rows = if r.version >= FORMAT_VERSION {
+                let rows = if r.version >= FORMAT_VERSION_5 {
                     r.f64()?
                 } else {
                     totals.informative_rows(k)
@@ -296,24 +310,23 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
 
 /// Encodes the statistics of one batch (what the service stores beside a batch's raw rows).
 ///
-/// Layout: magic "MRDS" · version u16 · p u32 · m u32 · the statistics as in a model state ·
-/// crc32 u32. Version 2 carries `YᵀY` (as a version 3 state does); version 1, written whenever
-/// the statistics do not keep it, does not.
+/// Layout (version 3): magic "MRDS" · version u16 · p u32 · m u32 · YᵀY kept u8
+/// · zero rows kept u8 · the statistics as in a model state · crc32 u32. Versions 1 and 2,
+/// written by earlier releases, have no flags and no zero rows; version 2 carries `YᵀY`.
 pub fn encode_statistics(stats: &BatchStatistics) -> Vec<u8> {
     let (p, m) = (stats.dim(), stats.outputs());
     let products = stats.output_products().is_some();
+    let zeros = stats.zero_rows().is_some();
     let mut w = Writer(Vec::with_capacity(
-        32 + 8 * (p * (p + 1) / 2 + p * m + 2 * m + m * (m + 1) / 2),
+        32 + 8 * (p * (p + 1) / 2 + 2 * p * m + p + 2 * m + m * (m + 1) / 2),
     ));
     w.bytes(STATISTICS_MAGIC);
-    w.u16(if products {
-        STATISTICS_VERSION_2
-    } else {
-        FORMAT_VERSION_1
-    });
+    w.u16(STATISTICS_VERSION_3);
     w.u32(p as u32);
     w.u32(m as u32);
-    w.statistics(stats, products);
+    w.u8(u8::from(products));
+    w.u8(u8::from(zeros));
+    w.statistics(stats, products, zeros);
     w.finish()
 }
 
@@ -322,14 +335,19 @@ pub fn decode_statistics(bytes: &[u8]) -> Result<BatchStatistics, EstimatorError
     let mut r = Reader::open(
         bytes,
         STATISTICS_MAGIC,
-        &[FORMAT_VERSION_1, STATISTICS_VERSION_2],
+        &[FORMAT_VERSION_1, STATISTICS_VERSION_2, STATISTICS_VERSION_3],
     )?;
     let p = r.u32()? as usize;
     let m = r.u32()? as usize;
     if p == 0 || p >= MAX_DIM || m >= MAX_DIM {
         return Err(DecodeError::Invalid("dimensions").into());
     }
-    let stats = r.statistics(p, m, r.version >= STATISTICS_VERSION_2)?;
+    let (products, zeros) = if r.version >= STATISTICS_VERSION_3 {
+        (r.flag("products flag")?, r.flag("zero rows flag")?)
+    } else {
+        (r.version >= STATISTICS_VERSION_2, false)
+    };
+    let stats = r.statistics(p, m, products, zeros)?;
     r.finish()?;
     Ok(stats)
 }
@@ -353,7 +371,7 @@ impl Writer {
         self.bytes(&v.to_le_bytes());
     }
     /// The statistics, with `YᵀY` when `products` (and the statistics keep it).
-    fn statistics(&mut self, stats: &BatchStatistics, products: bool) {
+    fn statistics(&mut self, stats: &BatchStatistics, products: bool, zeros: bool) {
         let (p, m) = (stats.dim(), stats.outputs());
         self.f64(stats.rows());
         self.lower(stats.g());
@@ -366,6 +384,15 @@ impl Writer {
         stats.nonzero().iter().for_each(|v| self.f64(*v));
         if let Some(yy) = stats.output_products().filter(|_| products) {
             self.lower(yy);
+        }
+        if let Some(zero_rows) = stats.zero_rows().filter(|_| zeros) {
+            zero_rows.count().iter().for_each(|v| self.f64(*v));
+            let square = zero_rows.square();
+            for k in 0..square.ncols() {
+                for j in 0..square.nrows() {
+                    self.f64(square[(j, k)]);
+                }
+            }
         }
     }
     /// Appends the checksum of everything written so far.
@@ -426,6 +453,7 @@ impl<'a> Reader<'a> {
         p: usize,
         m: usize,
         products: bool,
+        zeros: bool,
     ) -> Result<BatchStatistics, EstimatorError> {
         let n = self.f64()?;
         let g = self.lower(p)?;
@@ -442,10 +470,30 @@ impl<'a> Reader<'a> {
         if products {
             stats.set_output_products(self.lower(m)?);
         }
+        if zeros {
+            let count = self.vec(p)?;
+            self.ensure(p * m)?;
+            let mut square = Mat::zeros(p, m);
+            for k in 0..m {
+                for j in 0..p {
+                    square[(j, k)] = self.f64()?;
+                }
+            }
+            stats.set_zero_rows(ZeroRows::from_parts(count, square));
+        }
         if !stats.is_finite() || n < 0.0 {
             return Err(DecodeError::Invalid("non-finite statistics").into());
         }
         Ok(stats)
+    }
+
+    /// A boolean byte (0 or 1).
+    fn flag(&mut self, what: &'static str) -> Result<bool, EstimatorError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(DecodeError::Invalid(what).into()),
+        }
     }
 
     fn finish(&self) -> Result<(), EstimatorError> {
@@ -557,7 +605,91 @@ mod tests {
         let old = decode(&blob).unwrap();
         assert_eq!(old.fitted_rows()[0], 7.0);
         assert_eq!(old.outputs(), updated.outputs());
-        assert_eq!(old.totals(), updated.totals());
+        assert_same_totals_but_zero_rows(old.totals(), updated.totals());
+    }
+
+    fn assert_same_totals_but_zero_rows(old: &BatchStatistics, new: &BatchStatistics) {
+        assert!(new.zero_rows().is_some());
+        assert!(
+            old.zero_rows().is_none(),
+            "an older format keeps no zero rows"
+        );
+        assert_eq!(old.g(), new.g());
+        assert_eq!(old.b(), new.b());
+        assert_eq!(old.q(), new.q());
+        assert_eq!(old.nonzero(), new.nonzero());
+        assert_eq!(old.rows(), new.rows());
+    }
+
+    /// A dye whose intercept is pruned, 0 wherever its dose is 0: format 6 keeps the zero rows
+    /// and answers a structural zero with their variance; the same state read from format 5
+    /// answers the noise variance there, as the release that wrote it did.
+    #[test]
+    fn zero_rows_round_trip_and_format_5_predicts_as_before() {
+        let basis = Basis::new(2, true, Transform::Identity);
+        let x = Mat::from_fn(40, 2, |i, j| match j {
+            0 if i % 8 == 0 => 1.0 + 0.1 * i as f64,
+            0 => 0.0,
+            _ => (i as f64 * 0.37).sin(),
+        });
+        let y = Mat::from_fn(40, 1, |i, _| {
+            0.5 * x[(i, 0)] * (1.0 + 0.01 * (i as f64).cos())
+        });
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let state = ModelState::fit(&ModelConfig::new(basis, 1), stats).unwrap();
+        let post = state.outputs()[0].posterior().unwrap();
+        assert!(
+            post.flat().is_none() && post.mean()[2] == 0.0,
+            "intercept pruned"
+        );
+        assert_eq!(decode(&encode(&state)).unwrap(), state);
+
+        let old = decode(&encode_as(&state, FORMAT_VERSION_5)).unwrap();
+        assert_same_totals_but_zero_rows(old.totals(), state.totals());
+        let undosed = faer::mat![[0.0, 0.0]];
+        let (now, before) = (
+            state.predict(undosed.as_ref()).unwrap(),
+            old.predict(undosed.as_ref()).unwrap(),
+        );
+        assert_eq!((now.mean[(0, 0)], before.mean[(0, 0)]), (0.0, 0.0));
+        assert!(before.variance[(0, 0)] >= post.noise_variance());
+        // 35 undosed rows, every one exactly 0: one pseudo-row at s among 36.
+        let expected = post.noise_variance() / 36.0;
+        assert!(
+            (now.variance[(0, 0)] - expected).abs() <= 1e-12 * expected,
+            "{} against {expected}",
+            now.variance[(0, 0)]
+        );
+    }
+
+    /// Statistics blobs of the releases before the zero rows (versions 1 and 2) still decode,
+    /// without them; version 3 keeps them.
+    #[test]
+    fn statistics_blobs_of_earlier_releases_decode_without_zero_rows() {
+        let basis = Basis::new(2, true, Transform::Identity);
+        let x = faer::mat![[1.0, 0.0], [0.0, 2.0], [3.0, 1.0]];
+        let y = faer::mat![[1.0, 2.0], [0.0, 4.0], [3.0, 1.0]];
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let blob = encode_statistics(&stats);
+        assert_eq!(blob[4] as u16, STATISTICS_VERSION_3);
+        assert_eq!(decode_statistics(&blob).unwrap(), stats);
+        let with_products = stats.clone().with_output_products(y.as_ref()).unwrap();
+        assert_eq!(
+            decode_statistics(&encode_statistics(&with_products)).unwrap(),
+            with_products
+        );
+        for (version, products) in [(FORMAT_VERSION_1, false), (STATISTICS_VERSION_2, true)] {
+            let source = if products { &with_products } else { &stats };
+            let mut w = Writer(Vec::new());
+            w.bytes(STATISTICS_MAGIC);
+            w.u16(version);
+            w.u32(3);
+            w.u32(2);
+            w.statistics(source, products, false);
+            let old = decode_statistics(&w.finish()).unwrap();
+            assert_same_totals_but_zero_rows(&old, source);
+            assert_eq!(old.output_products(), source.output_products());
+        }
     }
 
     #[test]

@@ -11,7 +11,22 @@
 //! ```
 //!
 //! with `κ_k = ν/(ν − 2)` under the Student-t predictive and 1 under the plug-in one
-//! ([`super::model::Predictive`]). `F_k` is formed once per model version, so a prediction is a
+//! ([`super::model::Predictive`]).
+//!
+//! A structural zero is the exception. Where the posterior has no flat intercept and every
+//! weighted basis function is 0 in a row (`φ_W = 0`: a dye the lab recipe does not use, its
+//! intercept pruned), the mean is exactly 0 and `φᵀΣφ = 0`; `s_k` is the noise of a dose, which
+//! that row does not have. Its variance is instead the output's mean square over the training
+//! rows where `φ_W = 0`, bounded from the statistics' zero rows (`S`, `C` of
+//! [`super::statistics::BatchStatistics::zero_regime`]) with one pseudo-row at `s_k` (so that
+//! rows that were all exactly 0 still leave a positive variance), and never above the variance
+//! answered otherwise:
+//!
+//! ```text
+//! variance_k = min(κ_k s_k, (S + s_k) / (C + 1))      where φ_W = 0 and no flat intercept
+//! ```
+//!
+//! Statistics without zero rows (states stored before them) answer `κ_k s_k` there, as before. `F_k` is formed once per model version, so a prediction is a
 //! product and a squared norm, with no solve. Forming it explicitly is safe: every eigenvalue of
 //! `M` is ≥ 1, so `‖L⁻¹‖ ≤ 1` and the inverse amplifies no rounding error; the variance stays a
 //! sum of squares, never below `s_k`.
@@ -54,6 +69,9 @@ enum Term {
         flat: Option<(usize, Vec<f64>, f64)>,
         /// `κ_k`.
         inflation: f64,
+        /// The variance of a structural zero (a row with `φ_W = 0`), if the output can predict
+        /// one.
+        zero: Option<f64>,
     },
     /// Predicts 0 with this variance.
     Untrained { variance: f64 },
@@ -75,6 +93,11 @@ impl Predictor {
                         usize::from(flat.is_some()),
                         gamma,
                     );
+                    let zero = match flat {
+                        Some(_) => None,
+                        None => zero_variance(state, k, post.weighted(), post.noise_variance())
+                            .map(|v| v.min(inflation * post.noise_variance())),
+                    };
                     Term::Trained {
                         noise_variance: post.noise_variance(),
                         weighted: post.weighted().to_vec(),
@@ -82,6 +105,7 @@ impl Predictor {
                         triangular: matches!(post.factor(), Factor::Diagonal(_)),
                         flat,
                         inflation,
+                        zero,
                     }
                 }
                 OutputState::Untrained => Term::Untrained {
@@ -131,6 +155,7 @@ impl Predictor {
                         triangular,
                         flat,
                         inflation,
+                        zero,
                     } => {
                         centred.clear();
                         let flat_part = match flat {
@@ -146,14 +171,20 @@ impl Predictor {
                                 pf * pf * v
                             }
                         };
-                        let quadratic: f64 = (0..factor_t.ncols())
-                            .map(|i| {
-                                let end = if *triangular { i + 1 } else { centred.len() };
-                                let t = dot(&factor_t.col_as_slice(i)[..end], &centred[..end]);
-                                t * t
-                            })
-                            .sum();
-                        inflation * (noise_variance + quadratic + flat_part)
+                        match zero {
+                            Some(v) if centred.iter().all(|c| *c == 0.0) => *v,
+                            _ => {
+                                let quadratic: f64 = (0..factor_t.ncols())
+                                    .map(|i| {
+                                        let end = if *triangular { i + 1 } else { centred.len() };
+                                        let t =
+                                            dot(&factor_t.col_as_slice(i)[..end], &centred[..end]);
+                                        t * t
+                                    })
+                                    .sum();
+                                inflation * (noise_variance + quadratic + flat_part)
+                            }
+                        }
                     }
                     Term::Untrained { variance } => *variance,
                 };
@@ -184,6 +215,7 @@ impl Predictor {
                     factor_t,
                     flat,
                     inflation,
+                    zero,
                     ..
                 } => {
                     let x = Mat::from_fn(rows, weighted.len(), |r, i| match flat {
@@ -204,8 +236,13 @@ impl Predictor {
                             let pf = phi[(r, *f)];
                             pf * pf * v
                         });
-                        variance[(r, k)] =
-                            inflation * (noise_variance + t.row(r).squared_norm_l2() + flat_part);
+                        variance[(r, k)] = match zero {
+                            Some(v) if x.row(r).iter().all(|c| *c == 0.0) => *v,
+                            _ => {
+                                inflation
+                                    * (noise_variance + t.row(r).squared_norm_l2() + flat_part)
+                            }
+                        };
                     }
                 }
                 Term::Untrained { variance: v } => {
@@ -217,6 +254,13 @@ impl Predictor {
         }
         Predictions { mean, variance }
     }
+}
+
+/// `(S + s) / (C + 1)` for output `k` of `state` with weighted set `used` and noise variance
+/// `s` (see the module's doc), if its statistics keep zero rows.
+fn zero_variance(state: &ModelState, k: usize, used: &[usize], s: f64) -> Option<f64> {
+    let (sum, count) = state.totals().zero_regime(k, used)?;
+    Some((sum + s) / (count + 1.0))
 }
 
 /// `Σ aᵢbᵢ` over four interleaved partial sums (which lets the loop use SIMD lanes; the order
@@ -237,9 +281,9 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 /// Prediction straight from a state (a server keeps a [`Predictor`] per version instead).
 impl ModelState {
     /// Predictions for the raw input rows `x` (rows × d): `mean_k = φᵀμ_k` and
-    /// `variance_k = s_k + φᵀΣ_kφ` (see [`Predictor`], which a server keeps per version). An
-    /// untrained output predicts 0 with the mean square of its non-zero values (the noise floor
-    /// if it has none).
+    /// `variance_k = κ_k (s_k + φᵀΣ_kφ)`, or a structural zero's variance (see [`Predictor`],
+    /// which a server keeps per version). An untrained output predicts 0 with the mean square of
+    /// its non-zero values (the noise floor if it has none).
     pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         Predictor::new(self).predict(x)
     }

@@ -29,6 +29,9 @@ pub struct OutputData<'a> {
 /// * `nonzero_k`, the weighted count of rows in which output `k` is not zero. It is what tells a
 ///   dye that has been used from one that merely appears in the schema (see
 ///   [`super::FitOptions::min_informative_rows`]).
+/// * the rows in which each basis function is 0 ([`ZeroRows`]): where the posterior's basis
+///   functions are all 0 a structural zero is predicted, and these say how far the output
+///   strays from 0 there;
 /// * optionally `YᵀY` (m × m), the cross products of the outputs. Models with a declared
 ///   spectrum keep it: with it, the normal equations of the forward map (K/S of each band as a
 ///   regression on the concentrations) are blocks of these statistics
@@ -44,7 +47,88 @@ pub struct BatchStatistics {
     q: Vec<f64>,
     nonzero: Vec<f64>,
     n: f64,
+    zero_rows: Option<ZeroRows>,
     yy: Option<Mat<f64>>,
+}
+
+/// Per basis function `j`, the rows in which `φ_j = 0`:
+///
+/// ```text
+/// z_j  = Σ_rows [φ_j = 0]            (weighted count, p)
+/// Z_jk = Σ_rows [φ_j = 0] y_k²       (p × m)
+/// ```
+///
+/// Additive like the rest of the statistics. A posterior that uses only the basis functions
+/// `U` (its intercept pruned: a dye's zeros are structural) predicts exactly 0 with no weight
+/// uncertainty on a row where every `φ_j`, `j ∈ U`, is 0; the output's spread about 0 on such
+/// rows is a property of those rows, not of a dose's noise. [`BatchStatistics::zero_regime`]
+/// bounds it from these marginals.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZeroRows {
+    count: Vec<f64>,
+    square: Mat<f64>,
+}
+
+impl ZeroRows {
+    fn zeros(p: usize, m: usize) -> Self {
+        Self {
+            count: vec![0.0; p],
+            square: Mat::zeros(p, m),
+        }
+    }
+
+    /// The zero rows of the design `phi` (rows × p) with targets `y` (rows × m): one pass over
+    /// `Φ`, and `y_k²` added only where a `φ_j` is 0 (rarely, for a dense spectrum).
+    fn of(phi: MatRef<'_, f64>, y: MatRef<'_, f64>) -> Self {
+        let (p, m) = (phi.ncols(), y.ncols());
+        let mut zeros = Self::zeros(p, m);
+        // Row r's squared targets, contiguous.
+        let squares = Mat::from_fn(m, y.nrows(), |k, r| y[(r, k)] * y[(r, k)]);
+        for j in 0..p {
+            let mut count = 0usize;
+            for (r, v) in phi.col(j).iter().enumerate() {
+                if *v == 0.0 {
+                    count += 1;
+                    for k in 0..m {
+                        zeros.square[(j, k)] += squares[(k, r)];
+                    }
+                }
+            }
+            zeros.count[j] = count as f64;
+        }
+        zeros
+    }
+
+    /// Reassembles zero rows from their parts (used by the decoder).
+    pub(crate) fn from_parts(count: Vec<f64>, square: Mat<f64>) -> Self {
+        Self { count, square }
+    }
+
+    /// `z_j`.
+    pub fn count(&self) -> &[f64] {
+        &self.count
+    }
+
+    /// `Z` (p × m).
+    pub fn square(&self) -> MatRef<'_, f64> {
+        self.square.as_ref()
+    }
+
+    fn add(&mut self, other: &ZeroRows) {
+        for (a, b) in self.count.iter_mut().zip(&other.count) {
+            *a += b;
+        }
+        self.square += &other.square;
+    }
+
+    fn scale(&mut self, weight: f64) {
+        self.count.iter_mut().for_each(|v| *v *= weight);
+        self.square *= faer::Scale(weight);
+    }
+
+    fn is_finite(&self) -> bool {
+        self.count.iter().all(|v| v.is_finite() && *v >= 0.0) && all_finite(self.square.as_ref())
+    }
 }
 
 impl BatchStatistics {
@@ -56,6 +140,7 @@ impl BatchStatistics {
             q: vec![0.0; m],
             nonzero: vec![0.0; m],
             n: 0.0,
+            zero_rows: Some(ZeroRows::zeros(p, m)),
             yy: None,
         }
     }
@@ -88,6 +173,7 @@ impl BatchStatistics {
             q,
             nonzero,
             n: phi.nrows() as f64,
+            zero_rows: Some(ZeroRows::of(phi, y)),
             yy: None,
         };
         if !stats.is_finite() {
@@ -140,7 +226,8 @@ impl BatchStatistics {
         }
     }
 
-    /// Reassembles statistics from their parts (used by the state decoder).
+    /// Reassembles statistics from their parts (used by the state decoder), without zero rows
+    /// or `YᵀY`.
     pub(crate) fn from_parts(
         g: Mat<f64>,
         b: Mat<f64>,
@@ -154,8 +241,44 @@ impl BatchStatistics {
             q,
             nonzero,
             n,
+            zero_rows: None,
             yy: None,
         }
+    }
+
+    /// Sets the zero rows (used by the decoder).
+    pub(crate) fn set_zero_rows(&mut self, zero_rows: ZeroRows) {
+        self.zero_rows = Some(zero_rows);
+    }
+
+    /// The rows in which each basis function is 0, if these statistics keep them (statistics
+    /// stored by releases before them do not).
+    pub fn zero_rows(&self) -> Option<&ZeroRows> {
+        self.zero_rows.as_ref()
+    }
+
+    /// Output `k`'s spread about 0 on the rows where every basis function in `used` is 0, as
+    /// `(S, C)`: `S ≥ Σ y_k²` and `C ≤` the weighted count over those rows. The rows are the
+    /// intersection of each `φ_j = 0` set, which the marginals bound (exact for one function;
+    /// all rows for none):
+    ///
+    /// ```text
+    /// S = min_{j∈U} Z_jk                    (the intersection lies in every set)
+    /// C = max(0, Σ_{j∈U} z_j − (|U| − 1) N) (at most N − z_j rows leave per set)
+    /// ```
+    ///
+    /// `None` without zero rows.
+    pub fn zero_regime(&self, k: usize, used: &[usize]) -> Option<(f64, f64)> {
+        let zeros = self.zero_rows.as_ref()?;
+        if used.is_empty() {
+            return Some((self.q[k], self.n));
+        }
+        let sum = used
+            .iter()
+            .map(|&j| zeros.square[(j, k)])
+            .fold(f64::INFINITY, f64::min);
+        let missing: f64 = used.iter().map(|&j| self.n - zeros.count[j]).sum();
+        Some((sum.max(0.0), (self.n - missing).max(0.0)))
     }
 
     /// The same statistics with the outputs' cross products `YᵀY` of the rows `y` (rows × m)
@@ -274,14 +397,23 @@ impl BatchStatistics {
         self.n
     }
 
-    /// Adds the statistics of another, disjoint set of rows. `YᵀY` is kept when both sides keep
-    /// it, or when one side holds no rows and the other keeps it; otherwise it is dropped (the
-    /// sum of statistics with and without it has no `YᵀY`).
+    /// Adds the statistics of another, disjoint set of rows. `YᵀY` and the zero rows are each
+    /// kept when both sides keep them, or when one side holds no rows and the other keeps them;
+    /// otherwise they are dropped (a sum with a side that lacks them has none).
     pub fn add(&mut self, other: &BatchStatistics) -> Result<(), EstimatorError> {
         self.check_same_shape(other)?;
         self.yy = match (self.yy.take(), &other.yy) {
             (Some(mut a), Some(b)) => {
                 a += b;
+                Some(a)
+            }
+            (None, Some(b)) if self.n == 0.0 => Some(b.clone()),
+            (Some(a), None) if other.n == 0.0 => Some(a),
+            _ => None,
+        };
+        self.zero_rows = match (self.zero_rows.take(), &other.zero_rows) {
+            (Some(mut a), Some(b)) => {
+                a.add(b);
                 Some(a)
             }
             (None, Some(b)) if self.n == 0.0 => Some(b.clone()),
@@ -307,6 +439,9 @@ impl BatchStatistics {
         self.q.iter_mut().for_each(|v| *v *= weight);
         self.nonzero.iter_mut().for_each(|v| *v *= weight);
         self.n *= weight;
+        if let Some(zeros) = &mut self.zero_rows {
+            zeros.scale(weight);
+        }
         if let Some(yy) = &mut self.yy {
             *yy *= faer::Scale(weight);
         }
@@ -318,6 +453,7 @@ impl BatchStatistics {
             && self.q.iter().all(|v| v.is_finite())
             && self.nonzero.iter().all(|v| v.is_finite())
             && self.n.is_finite()
+            && self.zero_rows.as_ref().is_none_or(ZeroRows::is_finite)
             && self.yy.as_ref().is_none_or(|yy| all_finite(yy.as_ref()))
     }
 
