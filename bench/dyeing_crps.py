@@ -1,5 +1,4 @@
-"""Where mordant's CRPS on the dyeing data comes from, and what an honest variance for its exact
-zeros would make of it (ACCURACY.md, "The dyeing data's CRPS").
+"""Where mordant's CRPS on the dyeing data comes from (ACCURACY.md, "The dyeing data's CRPS").
 
     python3 bench/dyeing_crps.py [TRIALS] [--bin PATH]
 
@@ -8,10 +7,10 @@ protocol's splits (bench/accuracy.py's, the first TRIALS, default 3) and predict
 split's CRPS is broken down by cell: truth 0 or not, predicted exactly 0 or not. Then the
 what-if: for an output whose intercept the posterior prunes, a prediction of exactly 0 (every
 basis function the posterior uses is 0) gets as its variance the mean square of the output over
-the training rows where those basis functions were all 0, instead of the noise variance of a
-dose; everything else is left as mordant answered it. That is what statistics of the rows where
-each basis function is 0 would let the service compute (exactly where one basis function is in
-use, approximately where several are).
+the training rows where those basis functions were *all* 0, counted row by row; everything else
+is left as mordant answered it. The service answers such a cell from the per-function marginals
+of the statistics (exact where one basis function is in use, an upper bound where several are)
+with one pseudo-row at σ²: the what-if shows what the bound and the pseudo-row cost.
 """
 import argparse
 import os
@@ -83,7 +82,7 @@ def main(argv):
             honest = zero_sd(ds.x[train], ds.y[train], mean, sd, outputs)
             inside, inside_honest = (np.abs(truth - mean) <= A.Z95 * s for s in (sd, honest))
             nonzero = truth != 0
-            print(f"  what-if, exact zeros with their rows' mean square: CRPS "
+            print(f"  what-if, structural zeros with the exact mean square of their rows: CRPS "
                   f"{A.gaussian_crps(truth, mean, honest).mean():.5f}; 95 % coverage {inside.mean():.4f} → "
                   f"{inside_honest.mean():.4f}, non-zero cells {inside[nonzero].mean():.3f} → "
                   f"{inside_honest[nonzero].mean():.3f}")

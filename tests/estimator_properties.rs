@@ -1492,3 +1492,46 @@ fn a_posterior_forms_on_spectra_that_barely_leave_their_baseline() {
         assert!(v.is_finite() && v >= noise, "predictive variance {v}");
     }
 }
+
+/// An untrained dye, non-zero in one row where its lab-dip dose (a mostly-zero input) was
+/// given: on a row without that dose (unlike every row where the dye was used) it answers the
+/// spread of the rows without it, one pseudo-row at the mean square of its non-zero values `v`
+/// among them; on a row with the dose, `v`, as does a state without zero rows; row by row and
+/// through the blocked products alike.
+#[test]
+fn an_untrained_output_is_sure_of_its_zeros_only_on_rows_unlike_its_non_zero_ones() {
+    let (n, d) = (60, 3);
+    let x = Mat::from_fn(n, d, |i, j| match j {
+        0 if i % 15 == 0 => 1.0 + i as f64 / 30.0, // a dose in 4 rows
+        0 => 0.0,
+        _ => 1.0 + 0.01 * ((i * (j + 3)) as f64).sin(), // never 0 (a reflectance)
+    });
+    let y = Mat::from_fn(n, 1, |i, _| if i == 15 { 1.5 } else { 0.0 });
+    let basis = identity_basis(d);
+    let state = ModelState::fit(&ModelConfig::new(basis, 1), stats(&basis, &x, &y)).unwrap();
+    assert!(
+        state.outputs()[0].posterior().is_none(),
+        "one row: untrained"
+    );
+    // The 56 rows without a dose were all 0: S = 0, C = 56.
+    let v = 1.5 * 1.5;
+    let expected = v / ((n - 4) as f64 + 1.0);
+    let probe =
+        |rows: usize, dose: f64| Mat::from_fn(rows, d, |_, j| if j == 0 { dose } else { 1.0 });
+    let legacy = codec::decode(&codec::encode_previous(&state)).unwrap();
+    for rows in [3, 20] {
+        let unlike = state.predict(probe(rows, 0.0).as_ref()).unwrap();
+        let like = state.predict(probe(rows, 2.0).as_ref()).unwrap();
+        let before = legacy.predict(probe(rows, 0.0).as_ref()).unwrap();
+        for r in 0..rows {
+            assert_eq!((unlike.mean[(r, 0)], like.mean[(r, 0)]), (0.0, 0.0));
+            assert!(
+                (unlike.variance[(r, 0)] - expected).abs() <= 1e-12 * expected,
+                "{rows} rows: {} against {expected}",
+                unlike.variance[(r, 0)]
+            );
+            assert_eq!(like.variance[(r, 0)], v);
+            assert_eq!(before.variance[(r, 0)], v);
+        }
+    }
+}

@@ -1,6 +1,7 @@
-//! Model states stored by the release before the prior families (format versions 1 and 3,
-//! written by that release's encoder: `tests/data/legacy/`) load and predict exactly as they
-//! did, and a refit moves them to the current priors.
+//! Model states stored by earlier releases load and predict exactly as they did
+//! (`tests/data/legacy/`): formats 1 and 3, written by the release before the prior families'
+//! encoder (a refit moves them to the current priors), and format 5, by the release before the
+//! zero rows.
 
 use faer::Mat;
 use mordant::estimator::model::Predictive;
@@ -51,6 +52,50 @@ fn states_of_the_previous_release_predict_as_they_did() {
         let again = codec::decode(&codec::encode(&state)).unwrap();
         assert_eq!(again, state);
     }
+}
+
+/// A state stored by the release before state format 6 (`v5`: written by that release's
+/// service through its API, a dye dosed in 8 rows of 40 beside a dense output, read from its
+/// embedded store) predicts as it did, structural zeros included (it keeps no zero rows); the
+/// format-5 encoding the previous release's thin versions are checked against gives back its
+/// very bytes; and folds keep it without zero rows.
+#[test]
+fn a_state_of_the_release_before_zero_rows_predicts_as_it_did() {
+    let (blob, recorded) = fixture("v5");
+    assert_eq!(u16::from_le_bytes([blob[4], blob[5]]), 5);
+    let state = codec::decode(&blob).expect("decodes");
+    assert!(state.totals().zero_rows().is_none());
+    assert_eq!(
+        codec::encode_previous(&state),
+        blob,
+        "the previous release's bytes"
+    );
+    let probe = matrix(&recorded["probe"]);
+    let (mean, variance) = (matrix(&recorded["mean"]), matrix(&recorded["variance"]));
+    let again = codec::decode(&codec::encode(&state)).unwrap();
+    assert_eq!(again, state);
+    for state in [&state, &again] {
+        let pred = state.predict(probe.as_ref()).unwrap();
+        assert_eq!(pred.mean, mean);
+        assert_eq!(pred.variance, variance);
+    }
+    assert_eq!(mean[(0, 0)], 0.0, "the fixture holds a structural zero");
+    let config = ModelConfig::new(*state.basis(), 2);
+    let folded = state
+        .update(
+            &config,
+            &mordant::estimator::BatchStatistics::from_rows(
+                state.basis(),
+                probe.as_ref(),
+                mean.as_ref(),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    assert!(
+        folded.totals().zero_rows().is_none(),
+        "a sum with a side without them"
+    );
 }
 
 /// Folds never refit a stored state's hyperparameters, however many rows follow: they keep

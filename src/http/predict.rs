@@ -56,7 +56,8 @@ pub struct Spectra {
 }
 
 /// The prediction for one row: per output, the mean concentration and the predictive variance
-/// `σ² + φᵀΣφ`.
+/// `κ(σ² + φᵀΣφ)` (`κ = ν/(ν − 2)` under the Student-t predictive, 1 under the plug-in one); for
+/// a dye predicted exactly 0 where its dose is 0, the spread of the training rows without it.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"mean": [1.18, 0.02, 0.33], "variance": [0.0041, 0.0009, 0.0023]}))]
 pub struct Prediction {

@@ -479,7 +479,11 @@ impl<'a> Reader<'a> {
                     square[(j, k)] = self.f64()?;
                 }
             }
-            stats.set_zero_rows(ZeroRows::from_parts(count, square));
+            let zero_rows = ZeroRows::from_parts(count, square);
+            if !zero_rows.consistent_with(n) {
+                return Err(DecodeError::Invalid("zero rows").into());
+            }
+            stats.set_zero_rows(zero_rows);
         }
         if !stats.is_finite() || n < 0.0 {
             return Err(DecodeError::Invalid("non-finite statistics").into());
@@ -660,6 +664,62 @@ mod tests {
             "{} against {expected}",
             now.variance[(0, 0)]
         );
+    }
+
+    /// A zero-rows flag other than 0 or 1, a count above the rows or a negative sum of squares
+    /// is refused; a format-6 state without zero rows (one read from format 5 and written back)
+    /// round-trips.
+    #[test]
+    fn inconsistent_zero_rows_are_refused() {
+        let state = small_state();
+        let mut w = Writer(Vec::new());
+        let blob = encode(&state);
+        let flag_at = 4 + 2 + 4 + 1 + 1 + 1 + 4 + 1 + 4 + 1 + 1;
+        assert_eq!(blob[flag_at], 1, "the zero-rows flag");
+        let reseal = |mut bytes: Vec<u8>| {
+            bytes.truncate(bytes.len() - 4);
+            let crc = crc32fast::hash(&bytes);
+            bytes.extend_from_slice(&crc.to_le_bytes());
+            bytes
+        };
+        let mut bad = blob.clone();
+        bad[flag_at] = 2;
+        assert_eq!(
+            decode(&reseal(bad)),
+            Err(EstimatorError::Decode(DecodeError::Invalid(
+                "zero rows flag"
+            )))
+        );
+
+        let stats = state.totals();
+        let zero_rows = stats.zero_rows().unwrap();
+        for (count, square) in [(stats.rows() + 1.0, 0.0), (0.0, -1.0)] {
+            let mut forged = stats.clone();
+            let mut counts = zero_rows.count().to_vec();
+            counts[0] = count;
+            let mut squares = zero_rows.square().to_owned();
+            squares[(0, 0)] = square;
+            forged.set_zero_rows(ZeroRows::from_parts(counts, squares));
+            w.0.clear();
+            w.bytes(STATISTICS_MAGIC);
+            w.u16(STATISTICS_VERSION_3);
+            w.u32(stats.dim() as u32);
+            w.u32(stats.outputs() as u32);
+            w.u8(0);
+            w.u8(1);
+            w.statistics(&forged, false, true);
+            let sealed = Writer(std::mem::take(&mut w.0)).finish();
+            assert_eq!(
+                decode_statistics(&sealed),
+                Err(EstimatorError::Decode(DecodeError::Invalid("zero rows"))),
+                "count {count}, square {square}"
+            );
+        }
+
+        let old = decode(&encode_as(&state, FORMAT_VERSION_5)).unwrap();
+        let written = encode(&old);
+        assert_eq!(written[flag_at], 0);
+        assert_eq!(decode(&written).unwrap(), old);
     }
 
     /// Statistics blobs of the releases before the zero rows (versions 1 and 2) still decode,

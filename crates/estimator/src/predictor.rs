@@ -11,25 +11,38 @@
 //! ```
 //!
 //! with `κ_k = ν/(ν − 2)` under the Student-t predictive and 1 under the plug-in one
-//! ([`super::model::Predictive`]).
+//! ([`super::model::Predictive`]). `F_k` is formed once per model version, so a prediction is
+//! a product and a squared norm, with no solve. Forming it explicitly is safe: every eigenvalue
+//! of `M` is ≥ 1, so `‖L⁻¹‖ ≤ 1` and the inverse amplifies no rounding error; the variance stays
+//! a sum of squares, never below `s_k`, except at a structural zero.
 //!
-//! A structural zero is the exception. Where the posterior has no flat intercept and every
-//! weighted basis function is 0 in a row (`φ_W = 0`: a dye the lab recipe does not use, its
-//! intercept pruned), the mean is exactly 0 and `φᵀΣφ = 0`; `s_k` is the noise of a dose, which
-//! that row does not have. Its variance is instead the output's mean square over the training
-//! rows where `φ_W = 0`, bounded from the statistics' zero rows (`S`, `C` of
+//! A structural zero is that exception. Where the posterior has pruned the intercept (a
+//! zero-inflated output under ARD) and every weighted basis function is 0 in a row (`φ_W = 0`:
+//! a dye the lab recipe does not use), the mean is exactly 0 and `φᵀΣφ = 0`; `s_k` is the noise
+//! of a dose, which that row does not have. Its variance is instead the output's mean square
+//! over the training rows where `φ_W = 0`, bounded from the statistics' zero rows (`S`, `C` of
 //! [`super::statistics::BatchStatistics::zero_regime`]) with one pseudo-row at `s_k` (so that
 //! rows that were all exactly 0 still leave a positive variance), and never above the variance
-//! answered otherwise:
+//! answered otherwise, when at least one training row is known to be in the regime (`C ≥ 1`):
 //!
 //! ```text
-//! variance_k = min(κ_k s_k, (S + s_k) / (C + 1))      where φ_W = 0 and no flat intercept
+//! variance_k = min(κ_k s_k, (S + s_k) / (C + 1))      where φ_W = 0, the intercept pruned
 //! ```
 //!
-//! Statistics without zero rows (states stored before them) answer `κ_k s_k` there, as before. `F_k` is formed once per model version, so a prediction is a
-//! product and a squared norm, with no solve. Forming it explicitly is safe: every eigenvalue of
-//! `M` is ≥ 1, so `‖L⁻¹‖ ≤ 1` and the inverse amplifies no rounding error; the variance stays a
-//! sum of squares, never below `s_k`.
+//! Statistics without zero rows (states stored before them) answer `κ_k s_k` there, as before.
+//!
+//! An untrained output predicts 0 with `v_k`, the mean square of its non-zero values: it cannot
+//! tell the rows that use it from the rest. Its statistics can tell it which rows are *unlike*
+//! every row where it was non-zero. Its support `U_k` is the basis functions that are 0 in at
+//! least half the rows and were non-zero in a row where the output was (`B_jk ≠ 0`); on a row
+//! where all of them are 0 it answers, as for a structural zero,
+//!
+//! ```text
+//! variance_k = min(v_k, (S + v_k) / (C + 1))      (S, C over U_k; one pseudo-row at v_k)
+//! ```
+//!
+//! and `v_k` elsewhere. `S` counts every row where the output was non-zero with all of `U_k`
+//! at 0 (say, one told apart by a dense input alone), so such rows widen the answer.
 //!
 //! A handful of rows (a colour-matching front end asks for one) are computed row by row with
 //! plain loops; more rows go through `faer`'s blocked products. The two differ only in the
@@ -73,8 +86,12 @@ enum Term {
         /// one.
         zero: Option<f64>,
     },
-    /// Predicts 0 with this variance.
-    Untrained { variance: f64 },
+    /// Predicts 0 with this variance, or with the second where every basis function of the
+    /// first is 0 (see the module's doc).
+    Untrained {
+        variance: f64,
+        unlike: Option<(Vec<usize>, f64)>,
+    },
 }
 
 impl Predictor {
@@ -93,11 +110,14 @@ impl Predictor {
                         usize::from(flat.is_some()),
                         gamma,
                     );
-                    let zero = match flat {
-                        Some(_) => None,
-                        None => zero_variance(state, k, post.weighted(), post.noise_variance())
-                            .map(|v| v.min(inflation * post.noise_variance())),
-                    };
+                    let basis = state.basis();
+                    let pruned_intercept = flat.is_none()
+                        && basis.intercept
+                        && post.prior_variance()[basis.features] == 0.0;
+                    let zero = pruned_intercept
+                        .then(|| zero_variance(state, k, post.weighted(), post.noise_variance()))
+                        .flatten()
+                        .map(|v| v.min(inflation * post.noise_variance()));
                     Term::Trained {
                         noise_variance: post.noise_variance(),
                         weighted: post.weighted().to_vec(),
@@ -108,9 +128,13 @@ impl Predictor {
                         zero,
                     }
                 }
-                OutputState::Untrained => Term::Untrained {
-                    variance: state.untrained_variance(k),
-                },
+                OutputState::Untrained => {
+                    let variance = state.untrained_variance(k);
+                    Term::Untrained {
+                        variance,
+                        unlike: unlike_support(state, k, variance),
+                    }
+                }
             })
             .collect();
         Self {
@@ -186,7 +210,10 @@ impl Predictor {
                             }
                         }
                     }
-                    Term::Untrained { variance } => *variance,
+                    Term::Untrained { variance, unlike } => match unlike {
+                        Some((support, v)) if support.iter().all(|&j| phi[j] == 0.0) => *v,
+                        _ => *variance,
+                    },
                 };
             }
         }
@@ -245,9 +272,15 @@ impl Predictor {
                         };
                     }
                 }
-                Term::Untrained { variance: v } => {
+                Term::Untrained {
+                    variance: v,
+                    unlike,
+                } => {
                     for r in 0..rows {
-                        variance[(r, k)] = *v;
+                        variance[(r, k)] = match unlike {
+                            Some((support, u)) if support.iter().all(|&j| phi[(r, j)] == 0.0) => *u,
+                            _ => *v,
+                        };
                     }
                 }
             }
@@ -257,10 +290,31 @@ impl Predictor {
 }
 
 /// `(S + s) / (C + 1)` for output `k` of `state` with weighted set `used` and noise variance
-/// `s` (see the module's doc), if its statistics keep zero rows.
+/// `s` (see the module's doc), if its statistics keep zero rows and at least one row is known
+/// to be in the regime (`C ≥ 1`): with none, nothing speaks for a variance below `κ s`.
 fn zero_variance(state: &ModelState, k: usize, used: &[usize], s: f64) -> Option<f64> {
     let (sum, count) = state.totals().zero_regime(k, used)?;
-    Some((sum + s) / (count + 1.0))
+    (count >= 1.0).then(|| (sum + s) / (count + 1.0))
+}
+
+/// The support `U_k` of untrained output `k` with variance `v` and the variance on a row unlike
+/// every row where it was non-zero (see the module's doc), if it has been non-zero, its
+/// statistics keep zero rows and the support is not empty.
+fn unlike_support(state: &ModelState, k: usize, v: f64) -> Option<(Vec<usize>, f64)> {
+    let totals = state.totals();
+    let zeros = totals.zero_rows()?;
+    if totals.nonzero()[k] <= 0.0 {
+        return None;
+    }
+    let n = totals.rows();
+    let support: Vec<usize> = (0..totals.dim())
+        .filter(|&j| totals.b()[(j, k)] != 0.0 && 2.0 * zeros.count()[j] >= n)
+        .collect();
+    if support.is_empty() {
+        return None;
+    }
+    let variance = zero_variance(state, k, &support, v)?;
+    Some((support, variance.min(v)))
 }
 
 /// `Σ aᵢbᵢ` over four interleaved partial sums (which lets the loop use SIMD lanes; the order

@@ -77,26 +77,41 @@ impl ZeroRows {
         }
     }
 
-    /// The zero rows of the design `phi` (rows × p) with targets `y` (rows × m): one pass over
-    /// `Φ`, and `y_k²` added only where a `φ_j` is 0 (rarely, for a dense spectrum).
+    /// The zero rows of the design `phi` (rows × p) with targets `y` (rows × m), in one pass
+    /// over `Φ` and `O(min(zeros, non-zeros) · m)` per column: a mostly-zero column (a one-hot,
+    /// an unused dye's dose) subtracts its few non-zero rows' `y²` from `q`, clamped at 0
+    /// (rounding may leave a trace of `q` where the true sum is 0); any other adds its zero rows.
     fn of(phi: MatRef<'_, f64>, y: MatRef<'_, f64>) -> Self {
-        let (p, m) = (phi.ncols(), y.ncols());
-        let mut zeros = Self::zeros(p, m);
-        // Row r's squared targets, contiguous.
-        let squares = Mat::from_fn(m, y.nrows(), |k, r| y[(r, k)] * y[(r, k)]);
+        let (n, p, m) = (phi.nrows(), phi.ncols(), y.ncols());
+        // Row r's squared targets as column r, contiguous; their sums, `q`.
+        let squares = Mat::from_fn(m, n, |k, r| y[(r, k)] * y[(r, k)]);
+        let q: Vec<f64> = (0..m).map(|k| squares.row(k).iter().sum()).collect();
+        let mut count = Vec::with_capacity(p);
+        // Column j holds Z_j· (m values, contiguous).
+        let mut square_t = Mat::<f64>::zeros(m, p);
         for j in 0..p {
-            let mut count = 0usize;
-            for (r, v) in phi.col(j).iter().enumerate() {
-                if *v == 0.0 {
-                    count += 1;
-                    for k in 0..m {
-                        zeros.square[(j, k)] += squares[(k, r)];
+            let column = phi.col(j);
+            let zeros = column.iter().filter(|v| **v == 0.0).count();
+            count.push(zeros as f64);
+            let mostly_zero = 2 * zeros > n;
+            let acc = square_t.col_as_slice_mut(j);
+            for (r, v) in column.iter().enumerate() {
+                if (*v == 0.0) != mostly_zero {
+                    for (a, s) in acc.iter_mut().zip(squares.col_as_slice(r)) {
+                        *a += s;
                     }
                 }
             }
-            zeros.count[j] = count as f64;
+            if mostly_zero {
+                for (a, q) in acc.iter_mut().zip(&q) {
+                    *a = (q - *a).max(0.0);
+                }
+            }
         }
-        zeros
+        Self {
+            count,
+            square: square_t.transpose().to_owned(),
+        }
     }
 
     /// Reassembles zero rows from their parts (used by the decoder).
@@ -128,6 +143,14 @@ impl ZeroRows {
 
     fn is_finite(&self) -> bool {
         self.count.iter().all(|v| v.is_finite() && *v >= 0.0) && all_finite(self.square.as_ref())
+    }
+
+    /// Whether these can be the zero rows of `n` rows: no count above `n` and no negative sum
+    /// of squares (up to rounding in the counts, which forgetting scales with `n`).
+    pub(crate) fn consistent_with(&self, n: f64) -> bool {
+        let most = n * (1.0 + 1e-9) + 1e-9;
+        self.count.iter().all(|c| *c <= most)
+            && (0..self.square.ncols()).all(|k| self.square.col(k).iter().all(|v| *v >= 0.0))
     }
 }
 
@@ -278,7 +301,7 @@ impl BatchStatistics {
             .map(|&j| zeros.square[(j, k)])
             .fold(f64::INFINITY, f64::min);
         let missing: f64 = used.iter().map(|&j| self.n - zeros.count[j]).sum();
-        Some((sum.max(0.0), (self.n - missing).max(0.0)))
+        Some((sum.max(0.0), (self.n - missing).clamp(0.0, self.n.max(0.0))))
     }
 
     /// The same statistics with the outputs' cross products `YᵀY` of the rows `y` (rows × m)
@@ -629,5 +652,101 @@ fn targets_product(b: MatMut<'_, f64>, phi: MatRef<'_, f64>, y: MatRef<'_, f64>)
         );
     } else {
         matmul(b, Accum::Replace, phi.transpose(), y, 1.0, Par::Seq);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(rows: &[[f64; 3]]) -> BatchStatistics {
+        let phi = Mat::from_fn(rows.len(), 2, |i, j| rows[i][j]);
+        let y = Mat::from_fn(rows.len(), 1, |i, _| rows[i][2]);
+        BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
+    }
+
+    /// Zero rows add up; a sum with a side that lacks them keeps none, unless that side holds
+    /// no rows.
+    #[test]
+    fn zero_rows_are_kept_only_where_every_row_has_them() {
+        let (a, b) = (
+            batch(&[[0.0, 1.0, 2.0]]),
+            batch(&[[3.0, 0.0, 1.0], [0.0, 2.0, 0.0]]),
+        );
+        let mut sum = a.clone();
+        sum.add(&b).unwrap();
+        let zeros = sum.zero_rows().unwrap();
+        assert_eq!(zeros.count(), &[2.0, 1.0]);
+        assert_eq!(zeros.square()[(0, 0)], 4.0);
+        assert_eq!(zeros.square()[(1, 0)], 1.0);
+
+        let without = BatchStatistics::from_parts(
+            b.g.clone(),
+            b.b.clone(),
+            b.q.clone(),
+            b.nonzero.clone(),
+            b.n,
+        );
+        let mut mixed = a.clone();
+        mixed.add(&without).unwrap();
+        assert!(mixed.zero_rows().is_none(), "rows without zero rows");
+        let mut empty = BatchStatistics::from_parts(
+            Mat::zeros(2, 2),
+            Mat::zeros(2, 1),
+            vec![0.0],
+            vec![0.0],
+            0.0,
+        );
+        empty.add(&a).unwrap();
+        assert_eq!(empty.zero_rows(), a.zero_rows(), "no rows beside them");
+        let mut kept = a.clone();
+        kept.add(&BatchStatistics::from_parts(
+            Mat::zeros(2, 2),
+            Mat::zeros(2, 1),
+            vec![0.0],
+            vec![0.0],
+            0.0,
+        ))
+        .unwrap();
+        assert_eq!(kept.zero_rows(), a.zero_rows());
+        let mut fresh = BatchStatistics::zeros(2, 1);
+        fresh.add(&b).unwrap();
+        assert_eq!(fresh.zero_rows(), b.zero_rows());
+    }
+
+    /// Forgetting weighs the zero rows like every other statistic, so the regime's bounds stay
+    /// within the weighted row count.
+    #[test]
+    fn forgetting_scales_the_zero_rows_with_the_rows() {
+        let mut stats = batch(&[[0.0, 1.0, 2.0], [1.0, 0.0, 0.0], [0.0, 0.0, 3.0]]);
+        assert_eq!(stats.zero_regime(0, &[0, 1]), Some((9.0, 1.0)));
+        assert_eq!(stats.zero_regime(0, &[0]), Some((13.0, 2.0)));
+        stats.scale(0.5);
+        assert_eq!(stats.zero_rows().unwrap().count(), &[1.0, 1.0]);
+        assert_eq!(stats.zero_regime(0, &[0]), Some((6.5, 1.0)));
+        assert_eq!(stats.zero_regime(0, &[]), Some((6.5, 1.5)));
+        assert!(stats.zero_rows().unwrap().consistent_with(stats.rows()));
+        assert!(!stats.zero_rows().unwrap().consistent_with(0.5));
+    }
+
+    /// A mostly-zero column takes the complement (`q` less its non-zero rows) and a mostly
+    /// non-zero one adds its zero rows: both give the brute-force sums, exactly 0 where every
+    /// non-zero target sits on a non-zero input.
+    #[test]
+    fn both_ways_of_forming_zero_rows_give_the_sums() {
+        let stats = batch(&[
+            [0.0, 1.0, 0.0],
+            [0.0, 1.0, 0.0],
+            [0.5, 0.0, 1.5],
+            [0.0, 2.0, 0.0],
+        ]);
+        let zeros = stats.zero_rows().unwrap();
+        assert_eq!(zeros.count(), &[3.0, 1.0]);
+        assert_eq!(
+            zeros.square()[(0, 0)],
+            0.0,
+            "mostly zero: complement, exactly 0"
+        );
+        assert_eq!(zeros.square()[(1, 0)], 2.25, "mostly non-zero: added");
     }
 }
