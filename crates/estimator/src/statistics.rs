@@ -77,25 +77,37 @@ impl ZeroRows {
         }
     }
 
-    /// The zero rows of the design `phi` (rows × p) with targets `y` (rows × m), in one pass
-    /// over `Φ` and `O(min(zeros, non-zeros) · m)` per column: a mostly-zero column (a one-hot,
-    /// an unused dye's dose) subtracts its few non-zero rows' `y²` from `q`, clamped at 0
-    /// (rounding may leave a trace of `q` where the true sum is 0); any other adds its zero rows.
+    /// The zero rows of the design `phi` (rows × p) with targets `y` (rows × m): a count per
+    /// column, then `O(min(zeros, non-zeros) · m)` for a column that has both. A column without
+    /// a 0 (a reflectance, the intercept) costs only its count; a mostly-zero one (a one-hot, an
+    /// unused dye's dose) subtracts its few non-zero rows' `y²` from `q`, clamped at 0 (rounding
+    /// may leave a trace of `q` where the true sum is 0); any other adds its zero rows.
     fn of(phi: MatRef<'_, f64>, y: MatRef<'_, f64>) -> Self {
         let (n, p, m) = (phi.nrows(), phi.ncols(), y.ncols());
+        let count: Vec<usize> = (0..p)
+            .map(|j| phi.col(j).iter().filter(|v| **v == 0.0).count())
+            .collect();
+        let mut zeros = Self::zeros(p, m);
+        zeros.count = count.iter().map(|c| *c as f64).collect();
+        if count.iter().all(|c| *c == 0) {
+            return zeros;
+        }
         // Row r's squared targets as column r, contiguous; their sums, `q`.
         let squares = Mat::from_fn(m, n, |k, r| y[(r, k)] * y[(r, k)]);
         let q: Vec<f64> = (0..m).map(|k| squares.row(k).iter().sum()).collect();
-        let mut count = Vec::with_capacity(p);
         // Column j holds Z_j· (m values, contiguous).
         let mut square_t = Mat::<f64>::zeros(m, p);
-        for j in 0..p {
-            let column = phi.col(j);
-            let zeros = column.iter().filter(|v| **v == 0.0).count();
-            count.push(zeros as f64);
-            let mostly_zero = 2 * zeros > n;
+        for (j, &zero_rows) in count.iter().enumerate() {
             let acc = square_t.col_as_slice_mut(j);
-            for (r, v) in column.iter().enumerate() {
+            if zero_rows == 0 {
+                continue;
+            }
+            if zero_rows == n {
+                acc.copy_from_slice(&q);
+                continue;
+            }
+            let mostly_zero = 2 * zero_rows > n;
+            for (r, v) in phi.col(j).iter().enumerate() {
                 if (*v == 0.0) != mostly_zero {
                     for (a, s) in acc.iter_mut().zip(squares.col_as_slice(r)) {
                         *a += s;
@@ -108,10 +120,8 @@ impl ZeroRows {
                 }
             }
         }
-        Self {
-            count,
-            square: square_t.transpose().to_owned(),
-        }
+        zeros.square = square_t.transpose().to_owned();
+        zeros
     }
 
     /// Reassembles zero rows from their parts (used by the decoder).
