@@ -365,13 +365,17 @@ mod tests {
             old.push(state);
         }
         assert!(old.iter().all(|s| s.totals().zero_rows().is_none()));
-        let folds: Vec<Fold> = (2..=4)
-            .map(|v| Fold {
-                version: v as i64,
-                digest: StateBlob::new(previous(&old[v - 1])).digest,
-                batches: groups[v - 1].clone(),
-            })
-            .collect();
+        // Versions 2 to 4 kept thin, each with the digest of `states`' format-5 encoding.
+        let thin_previous = |states: &[ModelState]| -> Vec<Fold> {
+            (2..=4)
+                .map(|v| Fold {
+                    version: v as i64,
+                    digest: StateBlob::new(previous(&states[v - 1])).digest,
+                    batches: groups[v - 1].clone(),
+                })
+                .collect()
+        };
+        let folds = thin_previous(&old);
         let (state, blob) = replay(&config, old[0].clone(), &folds).expect("replayed");
         assert_eq!(state, old[3]);
         assert_eq!(
@@ -379,29 +383,15 @@ mod tests {
             codec::encode(&old[3]),
             "kept in the current format"
         );
-        let mut short: Vec<Fold> = folds
-            .iter()
-            .map(|f| Fold {
-                version: f.version,
-                digest: f.digest,
-                batches: f.batches.clone(),
-            })
-            .collect();
+        let mut short = thin_previous(&old);
         short[2].batches.pop();
         assert!(matches!(
             replay(&config, old[0].clone(), &short),
             Err(ReplayError::Differs { version: 4 })
         ));
         // A state of this release (with zero rows) is not taken for one of the previous release.
-        let current: Vec<Fold> = (2..=4)
-            .map(|v| Fold {
-                version: v as i64,
-                digest: StateBlob::new(previous(&states[v - 1])).digest,
-                batches: groups[v - 1].clone(),
-            })
-            .collect();
         assert!(matches!(
-            replay(&config, states[0].clone(), &current),
+            replay(&config, states[0].clone(), &thin_previous(&states)),
             Err(ReplayError::Differs { version: 4 })
         ));
     }

@@ -4,7 +4,8 @@
 mod common;
 
 use common::*;
-use mordant::estimator::{FitOptions, ModelConfig, ModelState, PriorFamily};
+use faer::Mat;
+use mordant::estimator::{FitOptions, ModelConfig, ModelState, Predictions, PriorFamily};
 use mordant_lab::evaluate::{self, EvaluateOptions, Split};
 
 /// A first fit on the old rows of trial seed 3, with the given options.
@@ -163,15 +164,22 @@ fn incremental_model_beats_the_paper_and_ols() {
     );
 }
 
+/// The safeguarded first fit of trial seed 3, its predictions for the held-out rows and their
+/// design rows.
+fn held_out_predictions() -> (Split, ModelState, Predictions, Mat<f64>) {
+    let (split, state) = first_fit(FitOptions::default());
+    let pred = state.predict(split.test_x.as_ref()).unwrap();
+    let phi = state.basis().design(split.test_x.as_ref()).unwrap();
+    (split, state, pred, phi)
+}
+
 /// A trained dye's structural zeros (its intercept pruned, every basis function it uses 0 in
 /// the row) answer the spread of the training rows without it, not the noise of a dose: on the
 /// held-out rows of trial seed 3 those intervals are far narrower than `σ` and still cover
 /// all but a handful of truths (the rare row that uses the dye after all).
 #[test]
 fn structural_zeros_answer_the_spread_of_the_rows_without_the_dye() {
-    let (split, state) = first_fit(FitOptions::default());
-    let pred = state.predict(split.test_x.as_ref()).unwrap();
-    let phi = state.basis().design(split.test_x.as_ref()).unwrap();
+    let (split, state, pred, phi) = held_out_predictions();
     let (mut cells, mut covered, mut used, mut narrower) = (0, 0, 0, 0);
     for (k, output) in state.outputs().iter().enumerate() {
         let Some(post) = output.posterior() else {
@@ -213,9 +221,7 @@ fn structural_zeros_answer_the_spread_of_the_rows_without_the_dye() {
 /// of trial seed 3 those intervals are far narrower and cover all but a handful of truths.
 #[test]
 fn untrained_dyes_are_sure_of_their_zeros_only_on_rows_unlike_their_uses() {
-    let (split, state) = first_fit(FitOptions::default());
-    let pred = state.predict(split.test_x.as_ref()).unwrap();
-    let phi = state.basis().design(split.test_x.as_ref()).unwrap();
+    let (split, state, pred, phi) = held_out_predictions();
     let totals = state.totals();
     let zeros = totals.zero_rows().expect("zero rows");
     let (mut outputs, mut cells, mut covered, mut narrower, mut wide) = (0, 0, 0, 0, 0);
