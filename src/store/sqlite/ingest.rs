@@ -71,6 +71,12 @@ impl Committer {
         }
     }
 
+    /// Whether the committer task still takes batches (it stops only by a panic while the store
+    /// is open).
+    pub(super) fn running(&self) -> bool {
+        !self.queue.is_closed()
+    }
+
     /// The groups committed so far.
     #[cfg(test)]
     pub(super) fn groups(&self) -> usize {
@@ -114,6 +120,11 @@ async fn run(
 ) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while receiver.recv_many(&mut group, MAX_GROUP).await > 0 {
+        #[cfg(test)]
+        assert!(
+            group.iter().all(|p| p.batch_id != tests::PANIC),
+            "the committer's panic, for the tests"
+        );
         let batches = group.len();
         commit_group(&writer, &events, std::mem::take(&mut group)).await;
         let committed = groups.fetch_add(1, Ordering::Relaxed) + 1;
@@ -229,4 +240,10 @@ async fn insert(
         batch: BatchRecord::from_row(&row)?,
         replayed: false,
     }))
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// A batch id that makes the committer panic (tests of what a stopped committer does).
+    pub(in crate::store::sqlite) const PANIC: &str = "committer-panic";
 }

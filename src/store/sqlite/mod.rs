@@ -220,6 +220,12 @@ impl Backend for SqliteStore {
     }
 
     async fn ready(&self) -> Result<(), String> {
+        if !self.inner.committer.running() {
+            return Err(
+                "the embedded store's batch committer stopped: batches are refused until a restart"
+                    .to_owned(),
+            );
+        }
         let applied = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
             .fetch_all(&self.inner.readers);
         check_migrations(&MIGRATOR, applied).await
@@ -660,6 +666,44 @@ mod tests {
             store.list_batches(id, None, 100).await.unwrap().len(),
             BATCHES
         );
+        store.close().await;
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A committer that stopped (a panic) makes the store not ready, and every later batch is
+    /// refused as unavailable, never left waiting; what was stored before stays readable.
+    #[tokio::test]
+    async fn a_stopped_committer_makes_the_store_not_ready() {
+        let (dir, store, spec, id) = lab_store().await;
+        store.ready().await.expect("ready");
+        let first = lab_batch(&spec, "b0", 1);
+        store
+            .insert_batch(id, &first, &first.encode(), b"s")
+            .await
+            .unwrap();
+        let fatal = lab_batch(&spec, ingest::tests::PANIC, 2);
+        let answer = store.insert_batch(id, &fatal, &fatal.encode(), b"s").await;
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable(_))),
+            "{answer:?}"
+        );
+        // The task's end reaches the queue once the runtime has dropped its receiver.
+        for _ in 0..100 {
+            if !store.inner.committer.running() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let reason = store.ready().await.expect_err("not ready");
+        assert!(reason.contains("committer stopped"), "{reason}");
+        let later = lab_batch(&spec, "b1", 3);
+        let answer = store.insert_batch(id, &later, &later.encode(), b"s").await;
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable(_))),
+            "{answer:?}"
+        );
+        assert!(store.batch(id, "b0").await.unwrap().is_some());
         store.close().await;
         drop(store);
         let _ = std::fs::remove_dir_all(dir);
