@@ -429,7 +429,7 @@ impl<'a> Reader<'a> {
         if !versions.contains(&version) {
             return Err(DecodeError::UnsupportedVersion {
                 found: version,
-                newest: FORMAT_VERSION,
+                newest: versions.iter().copied().max().unwrap_or(version),
             }
             .into());
         }
@@ -798,6 +798,19 @@ mod tests {
             Err(EstimatorError::Decode(DecodeError::UnsupportedVersion {
                 found: 9,
                 newest: FORMAT_VERSION
+            }))
+        );
+    }
+
+    #[test]
+    fn a_newer_statistics_version_names_the_newest_statistics_version() {
+        let mut blob = encode_statistics(small_state().totals());
+        blob[4] = 9;
+        assert_eq!(
+            decode_statistics(&blob),
+            Err(EstimatorError::Decode(DecodeError::UnsupportedVersion {
+                found: 9,
+                newest: STATISTICS_VERSION_3
             }))
         );
     }
