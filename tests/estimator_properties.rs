@@ -1493,45 +1493,70 @@ fn a_posterior_forms_on_spectra_that_barely_leave_their_baseline() {
     }
 }
 
-/// An untrained dye, non-zero in one row where its lab-dip dose (a mostly-zero input) was
-/// given: on a row without that dose (unlike every row where the dye was used) it answers the
-/// spread of the rows without it, one pseudo-row at the mean square of its non-zero values `v`
-/// among them; on a row with the dose, `v`, as does a state without zero rows; row by row and
-/// through the blocked products alike.
+/// Untrained dyes answer the mean square `v` of their non-zero values, except where every
+/// input that marks their uses is 0. Dye 0 was used in rows 15 and 45; its lab-dip dose (input
+/// 0) is non-zero in row 15 alone, so it marks a use, and a row without it answers the spread
+/// of the rows without it, `(S + v)/(C + 1)`, with row 45's square in `S`. A second dose
+/// column (input 3) marks the same use: the rows where both are 0 are bounded, `C = N − 2`.
+/// Dye 1 was used once, in row 30, whose only mostly-zero input is a fabric class shared with
+/// 19 other rows: no marker, `v` everywhere. Row by row and through the blocked products
+/// alike; a state without zero rows answers `v` everywhere, as before.
 #[test]
-fn an_untrained_output_is_sure_of_its_zeros_only_on_rows_unlike_its_non_zero_ones() {
-    let (n, d) = (60, 3);
+fn an_untrained_output_is_sure_of_its_zeros_only_where_its_markers_are_zero() {
+    let (n, d) = (60, 5);
     let x = Mat::from_fn(n, d, |i, j| match j {
-        0 if i % 15 == 0 => 1.0 + i as f64 / 30.0, // a dose in 4 rows
-        0 => 0.0,
-        _ => 1.0 + 0.01 * ((i * (j + 3)) as f64).sin(), // never 0 (a reflectance)
+        0 | 3 if i == 15 => 1.5, // the doses marking dye 0's use
+        0 | 3 => 0.0,
+        1 => f64::from(u8::from(i % 3 == 0)), // a fabric class, 20 rows
+        _ => 1.0 + 0.01 * ((i * (j + 3)) as f64).sin(), // never 0 (reflectances)
     });
-    let y = Mat::from_fn(n, 1, |i, _| if i == 15 { 1.5 } else { 0.0 });
+    let y = Mat::from_fn(n, 2, |i, k| match (i, k) {
+        (15, 0) => 1.5,
+        (45, 0) => 0.5,
+        (30, 1) => 2.0,
+        _ => 0.0,
+    });
     let basis = identity_basis(d);
-    let state = ModelState::fit(&ModelConfig::new(basis, 1), stats(&basis, &x, &y)).unwrap();
+    let config = ModelConfig {
+        options: FitOptions {
+            min_zero_inflated_rows: 3.0,
+            ..FitOptions::default()
+        },
+        ..ModelConfig::new(basis, 2)
+    };
+    let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
     assert!(
-        state.outputs()[0].posterior().is_none(),
-        "one row: untrained"
+        state.outputs().iter().all(|o| o.posterior().is_none()),
+        "untrained"
     );
-    // The 56 rows without a dose were all 0: S = 0, C = 56.
-    let v = 1.5 * 1.5;
-    let expected = v / ((n - 4) as f64 + 1.0);
-    let probe =
-        |rows: usize, dose: f64| Mat::from_fn(rows, d, |_, j| if j == 0 { dose } else { 1.0 });
+    let v0 = (1.5f64 * 1.5 + 0.5 * 0.5) / 2.0;
+    let v1 = 2.0f64 * 2.0;
+    // S = row 45's 0.25 (inputs 0 and 3 are 0 there); C = 60 − 1 − 1.
+    let unlike = (0.25 + v0) / ((n - 2) as f64 + 1.0);
+    let probe = |rows: usize, dose: f64| {
+        Mat::from_fn(rows, d, |r, j| match j {
+            0 | 3 => dose,
+            1 => f64::from(u8::from(r % 2 == 0)),
+            _ => 1.0,
+        })
+    };
     let legacy = codec::decode(&codec::encode_previous(&state)).unwrap();
     for rows in [3, 20] {
-        let unlike = state.predict(probe(rows, 0.0).as_ref()).unwrap();
-        let like = state.predict(probe(rows, 2.0).as_ref()).unwrap();
+        let without = state.predict(probe(rows, 0.0).as_ref()).unwrap();
+        let with = state.predict(probe(rows, 2.0).as_ref()).unwrap();
         let before = legacy.predict(probe(rows, 0.0).as_ref()).unwrap();
         for r in 0..rows {
-            assert_eq!((unlike.mean[(r, 0)], like.mean[(r, 0)]), (0.0, 0.0));
+            assert_eq!((without.mean[(r, 0)], with.mean[(r, 0)]), (0.0, 0.0));
             assert!(
-                (unlike.variance[(r, 0)] - expected).abs() <= 1e-12 * expected,
-                "{rows} rows: {} against {expected}",
-                unlike.variance[(r, 0)]
+                (without.variance[(r, 0)] - unlike).abs() <= 1e-12 * unlike,
+                "{rows} rows: {} against {unlike}",
+                without.variance[(r, 0)]
             );
-            assert_eq!(like.variance[(r, 0)], v);
-            assert_eq!(before.variance[(r, 0)], v);
+            assert_eq!(with.variance[(r, 0)], v0, "a row with the dose");
+            assert_eq!(before.variance[(r, 0)], v0, "no zero rows");
+            for pred in [&without, &with, &before] {
+                assert_eq!(pred.variance[(r, 1)], v1, "dye 1 has no marker");
+            }
         }
     }
 }

@@ -47,7 +47,8 @@ pub async fn healthz() -> Json<Health> {
     })
 }
 
-/// The database answers and every migration is applied.
+/// The database answers and every migration is applied (on the embedded store, its batch
+/// committer runs too).
 #[utoipa::path(get, operation_id = "readyz", path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", body = Health),

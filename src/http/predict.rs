@@ -56,8 +56,10 @@ pub struct Spectra {
 }
 
 /// The prediction for one row: per output, the mean concentration and the predictive variance
-/// `κ(σ² + φᵀΣφ)` (`κ = ν/(ν − 2)` under the Student-t predictive, 1 under the plug-in one); for
-/// a dye predicted exactly 0 where its dose is 0, the spread of the training rows without it.
+/// `κ(σ² + φᵀΣφ)` (`κ = ν/(ν − 2)` under the Student-t predictive, 1 under the plug-in one). A
+/// dye predicted exactly 0 because every input its posterior uses is 0 gets the spread of the
+/// training rows like that instead (at most `κσ²`); a dye not yet trained, the mean square of
+/// its non-zero values, or less where every input that marked its uses is 0.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"mean": [1.18, 0.02, 0.33], "variance": [0.0041, 0.0009, 0.0023]}))]
 pub struct Prediction {

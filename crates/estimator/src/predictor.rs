@@ -32,17 +32,21 @@
 //! Statistics without zero rows (states stored before them) answer `κ_k s_k` there, as before.
 //!
 //! An untrained output predicts 0 with `v_k`, the mean square of its non-zero values: it cannot
-//! tell the rows that use it from the rest. Its statistics can tell it which rows are *unlike*
-//! every row where it was non-zero. Its support `U_k` is the basis functions that are 0 in at
-//! least half the rows and were non-zero in a row where the output was (`B_jk ≠ 0`); on a row
-//! where all of them are 0 it answers, as for a structural zero,
+//! tell the rows that use it from the rest, unless an input marks them. Its markers `U_k` are
+//! the basis functions non-zero in a row where the output was (`B_jk ≠ 0`) and in no more rows
+//! than the output is non-zero in (`N − z_j ≤ N_nz,k`): a dye's own lab-dip dose, non-zero
+//! exactly where the dye was used, is one; a fabric class shared by other rows is not (nothing
+//! says that the fabric, rather than the colour, called for the dye). On a row where every
+//! marker is 0 it answers, as for a structural zero,
 //!
 //! ```text
 //! variance_k = min(v_k, (S + v_k) / (C + 1))      (S, C over U_k; one pseudo-row at v_k)
 //! ```
 //!
-//! and `v_k` elsewhere. `S` counts every row where the output was non-zero with all of `U_k`
-//! at 0 (say, one told apart by a dense input alone), so such rows widen the answer.
+//! and `v_k` elsewhere, or everywhere when it has no marker. With one pseudo-row that is the
+//! rule of succession: no use seen in `C` rows like this one. `B_jk ≠ 0` assumes that the
+//! products `φ_j y_k` of the rows do not cancel (doses and concentrations are not negative); a
+//! marker lost that way leaves the rows it marks in `S`, which widens the answer.
 //!
 //! A handful of rows (a colour-matching front end asks for one) are computed row by row with
 //! plain loops; more rows go through `faer`'s blocked products. The two differ only in the
@@ -86,8 +90,8 @@ enum Term {
         /// one.
         zero: Option<f64>,
     },
-    /// Predicts 0 with this variance, or with the second where every basis function of the
-    /// first is 0 (see the module's doc).
+    /// Predicts 0 with this variance, or with the second where every marker (the first) is 0
+    /// (see the module's doc).
     Untrained {
         variance: f64,
         unlike: Option<(Vec<usize>, f64)>,
@@ -297,24 +301,27 @@ fn zero_variance(state: &ModelState, k: usize, used: &[usize], s: f64) -> Option
     (count >= 1.0).then(|| (sum + s) / (count + 1.0))
 }
 
-/// The support `U_k` of untrained output `k` with variance `v` and the variance on a row unlike
-/// every row where it was non-zero (see the module's doc), if it has been non-zero, its
-/// statistics keep zero rows and the support is not empty.
+/// The markers `U_k` of untrained output `k` with variance `v`, and the variance on a row where
+/// every marker is 0 (see the module's doc), if it has been non-zero, its statistics keep zero
+/// rows and it has a marker.
 fn unlike_support(state: &ModelState, k: usize, v: f64) -> Option<(Vec<usize>, f64)> {
     let totals = state.totals();
     let zeros = totals.zero_rows()?;
-    if totals.nonzero()[k] <= 0.0 {
+    let used = totals.nonzero()[k];
+    if used <= 0.0 {
         return None;
     }
     let n = totals.rows();
-    let support: Vec<usize> = (0..totals.dim())
-        .filter(|&j| totals.b()[(j, k)] != 0.0 && 2.0 * zeros.count()[j] >= n)
+    // Rows are counted in (forgetting-weighted) floating point: a hair of tolerance.
+    let rare = |j: usize| n - zeros.count()[j] <= used * (1.0 + 1e-9);
+    let markers: Vec<usize> = (0..totals.dim())
+        .filter(|&j| totals.b()[(j, k)] != 0.0 && rare(j))
         .collect();
-    if support.is_empty() {
+    if markers.is_empty() {
         return None;
     }
-    let variance = zero_variance(state, k, &support, v)?;
-    Some((support, variance.min(v)))
+    let variance = zero_variance(state, k, &markers, v)?;
+    Some((markers, variance.min(v)))
 }
 
 /// `Σ aᵢbᵢ` over four interleaved partial sums (which lets the loop use SIMD lanes; the order
@@ -337,7 +344,8 @@ impl ModelState {
     /// Predictions for the raw input rows `x` (rows × d): `mean_k = φᵀμ_k` and
     /// `variance_k = κ_k (s_k + φᵀΣ_kφ)`, or a structural zero's variance (see [`Predictor`],
     /// which a server keeps per version). An untrained output predicts 0 with the mean square of
-    /// its non-zero values (the noise floor if it has none).
+    /// its non-zero values (the noise floor if it has none), or less on a row where every input
+    /// that marked its uses is 0.
     pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         Predictor::new(self).predict(x)
     }

@@ -80,8 +80,9 @@ impl ZeroRows {
     /// The zero rows of the design `phi` (rows × p) with targets `y` (rows × m): a count per
     /// column, then `O(min(zeros, non-zeros) · m)` for a column that has both. A column without
     /// a 0 (a reflectance, the intercept) costs only its count; a mostly-zero one (a one-hot, an
-    /// unused dye's dose) subtracts its few non-zero rows' `y²` from `q`, clamped at 0 (rounding
-    /// may leave a trace of `q` where the true sum is 0); any other adds its zero rows.
+    /// unused dye's dose) subtracts its few non-zero rows' `y²` from `q` (both summed in row
+    /// order, so exactly 0 where every non-zero target sits on a non-zero input; the clamp only
+    /// guards the sign); any other adds its zero rows.
     fn of(phi: MatRef<'_, f64>, y: MatRef<'_, f64>) -> Self {
         let (n, p, m) = (phi.nrows(), phi.ncols(), y.ncols());
         let count: Vec<usize> = (0..p)
