@@ -59,8 +59,9 @@ Methods:
   mean and variance (already the predictive variance σ² + φᵀΣφ) of each prediction; DELETE.
 * mordant spectrum: the same with the spectral columns declared as "spectrum"
   ({"start_nm", "interval_nm", "count", "scale"}, named features then only the rest, none
-  for gasoline and yarn) and sent as "spectra". Gasoline and yarn: scale "fraction" (the
-  values are absorbances, above 1 for yarn: the service warns and keeps them); dyeing:
+  for gasoline and yarn) and sent as "spectra". Gasoline and yarn: scale "absorbance"
+  (log 1/R; a release that predates that scale is given "fraction", which under the default
+  transform "none" changes nothing but its warnings of values above 1); dyeing:
   "percent" with fabric and recipe as named features; fermentation: not applicable.
 * mordant prev / prev spectrum: the same against ACCURACY_PREV_BIN, if set.
 
@@ -259,7 +260,7 @@ def load_gasoline(directory):
     return Dataset(
         name="gasoline", target="octane", x=x, y=frame[["octane"]].to_numpy(float), outputs=["octane"],
         spectrum_cols=list(range(x.shape[1])),
-        grid={"start_nm": start, "interval_nm": interval, "count": x.shape[1], "scale": "fraction"},
+        grid={"start_nm": start, "interval_nm": interval, "count": x.shape[1], "scale": "absorbance"},
         grid_note=f"{nm[0]:g}–{nm[-1]:g} nm every {interval:g} nm (log 1/R)",
         canonical=(list(range(50)), list(range(50, n))),
     )
@@ -274,7 +275,7 @@ def load_yarn(directory):
     return Dataset(
         name="yarn", target="density", x=x, y=frame[["density"]].to_numpy(float), outputs=["density"],
         spectrum_cols=list(range(x.shape[1])),
-        grid={"start_nm": 1000.0, "interval_nm": 1.0, "count": x.shape[1], "scale": "fraction"},
+        grid={"start_nm": 1000.0, "interval_nm": 1.0, "count": x.shape[1], "scale": "absorbance"},
         grid_note=f"{x.shape[1]} bands, wavelengths not given by the package: nominal grid 1000 nm + 1 nm per band",
         canonical=(np.flatnonzero(train).tolist(), np.flatnonzero(~train).tolist()),
         notes=["yarn holds replicate spectra at the same density (e.g. 6 rows at 0): random splits "
@@ -563,6 +564,18 @@ def model_spec(ds, variant, name, first_stage_rows, workaround):
     return spec
 
 
+def create_model(service, spec):
+    """Creates the model `spec` describes. A release from before the `absorbance` scale refuses
+    it (422 at /spectrum/scale) and is given the spectrum as reflectance fractions, the only
+    way it had: with `"transform": "none"` the scale changes nothing but the warnings."""
+    status, body = service.call("POST", "/v1/models", spec)
+    details = body.get("error", {}).get("details", []) if isinstance(body, dict) else []
+    if status == 422 and any(d.get("path") == "/spectrum/scale" for d in details):
+        spec = dict(spec, spectrum=dict(spec["spectrum"], scale="fraction"))
+        status, body = service.call("POST", "/v1/models", spec)
+    return expect((status, body), 201, "create model")
+
+
 def input_body(ds, variant, rows):
     """The inputs of `rows` as a batch or predict body."""
     x = ds.x[rows]
@@ -642,8 +655,7 @@ def run_mordant(service, ds, variant, split, name, workaround, timeout):
     """mean, sd and info of mordant's predictions for one split, trained through the API."""
     stages = split["stages"]
     service.call("DELETE", f"/v1/models/{name}")
-    expect(service.call("POST", "/v1/models", model_spec(ds, variant, name, len(stages[0]), workaround)), 201,
-           "create model")
+    create_model(service, model_spec(ds, variant, name, len(stages[0]), workaround))
     try:
         posted = 0
         for b, rows in enumerate(stages):

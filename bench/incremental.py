@@ -33,7 +33,7 @@ def run(service, ds, seed, timeout=120):
     name = "incremental"
     service.call("DELETE", f"/v1/models/{name}")
     spec = accuracy.model_spec(ds, "spectrum", name, FIRST, True)
-    accuracy.expect(service.call("POST", "/v1/models", spec), 201, "create model")
+    accuracy.create_model(service, spec)
     try:
         sizes = [FIRST] + [STEP] * ((TOTAL - FIRST) // STEP)
         start, version = 0, None

@@ -64,8 +64,7 @@ def fermentation_repeats(ds, repeats):
 def mordant_before_after(service, variant, old_ds, new_ds, split, timeout=120):
     name = "transfer"
     service.call("DELETE", f"/v1/models/{name}")
-    accuracy.expect(service.call("POST", "/v1/models", accuracy.model_spec(old_ds, variant, name, len(split["old"]),
-                                                                            False)), 201, "create model")
+    accuracy.create_model(service, accuracy.model_spec(old_ds, variant, name, len(split["old"]), False))
     try:
         rows = split["old"].tolist()
         body = dict(accuracy.input_body(old_ds, variant, rows), batch_id="old", y=old_ds.y[rows].tolist())

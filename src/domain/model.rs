@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::spectrum::SpectrumSpec;
+use super::spectrum::{ScaleName, SpectrumSpec};
 use super::{Details, Invalid, describe};
 use crate::estimator::{Basis, Forgetting, ModelConfig, PriorFamily, Transform, UpdateMethod};
 
@@ -280,6 +280,15 @@ impl ModelSpec {
             "\"none\", \"kubelka_munk\"",
             &mut details,
         );
+        if transform == TransformName::KubelkaMunk
+            && spectrum.is_some_and(|s| s.scale == ScaleName::Absorbance)
+        {
+            details.push(
+                "/transform",
+                "\"kubelka_munk\" reads reflectance; an \"absorbance\" spectrum enters as it is \
+                 (use \"none\")",
+            );
+        }
         let update = enum_field(
             fields.get("update"),
             "/update",
@@ -413,9 +422,10 @@ impl ModelSpec {
             TransformName::KubelkaMunk => Transform::KubelkaMunk,
         };
         let basis = match &self.spectrum {
+            // Only Kubelka–Munk reads the scale, and an absorbance spectrum refuses it.
             Some(spectrum) => Basis::spectral(
                 spectrum.count,
-                spectrum.scale.scale(),
+                spectrum.scale.reflectance().unwrap_or_default(),
                 self.input_width(),
                 self.intercept,
                 transform,
@@ -586,6 +596,27 @@ mod tests {
         let basis = spec.config().basis;
         assert_eq!((basis.spectral, basis.features), (31, 32));
         assert_eq!(basis.scale, crate::estimator::ReflectanceScale::Percent);
+    }
+
+    #[test]
+    fn an_absorbance_spectrum_enters_as_it_is_and_refuses_kubelka_munk() {
+        let nir = json!({"start_nm": 1100, "interval_nm": 2, "count": 700, "scale": "absorbance"});
+        let err = spectral(json!({"spectrum": nir})).unwrap_err();
+        let paths: Vec<_> = err.details.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["/transform"], "{err:?}");
+        assert!(err.details[0].message.contains("\"none\""), "{err:?}");
+        let spec = spectral(json!({"spectrum": nir, "transform": "none"})).unwrap();
+        assert_eq!(spec.spectrum.map(|s| s.scale), Some(ScaleName::Absorbance));
+        let basis = spec.config().basis;
+        assert_eq!(
+            (basis.spectral, basis.transform),
+            (700, Transform::Identity)
+        );
+        assert!(!basis.can_match());
+        // Stored and read back as the API names it.
+        let stored = serde_json::to_value(&spec).unwrap();
+        assert_eq!(stored["spectrum"]["scale"], "absorbance");
+        assert_eq!(serde_json::from_value::<ModelSpec>(stored).unwrap(), spec);
     }
 
     #[test]

@@ -17,21 +17,26 @@ pub use crate::estimator::grid::{Grid, MIN_INTERVAL_NM, band_wavelength, nm_name
 /// Most bands in a spectrum a request may send (a fine grid, 0.5 nm over 380–780 nm, is 801).
 pub(crate) const MAX_REQUEST_BANDS: usize = 4096;
 
-/// How reflectances are written, as the API names it.
+/// How a spectrum's values are written, as the API names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ScaleName {
-    /// 0 to 1.
+    /// Reflectance, 0 to 1.
     Fraction,
-    /// 0 to 100.
+    /// Reflectance, 0 to 100.
     Percent,
+    /// Absorbance `log₁₀(1/R)`, as near-infrared instruments write it: no full scale, and the
+    /// values enter the model as they are (Beer–Lambert makes them additive already).
+    Absorbance,
 }
 
 impl ScaleName {
-    pub fn scale(self) -> ReflectanceScale {
+    /// The reflectance scale, `None` for absorbance.
+    pub fn reflectance(self) -> Option<ReflectanceScale> {
         match self {
-            ScaleName::Fraction => ReflectanceScale::Fraction,
-            ScaleName::Percent => ReflectanceScale::Percent,
+            ScaleName::Fraction => Some(ReflectanceScale::Fraction),
+            ScaleName::Percent => Some(ReflectanceScale::Percent),
+            ScaleName::Absorbance => None,
         }
     }
 }
@@ -49,7 +54,8 @@ pub struct SpectrumSpec {
     /// Number of bands (at least 2).
     #[schema(example = 31, minimum = 2)]
     pub count: usize,
-    /// `fraction` (0–1) or `percent` (0–100).
+    /// Reflectance as a `fraction` (0–1) or in `percent` (0–100), or `absorbance`
+    /// (`log₁₀(1/R)`, near-infrared; only with `"transform": "none"`).
     pub scale: ScaleName,
 }
 
@@ -100,7 +106,8 @@ impl SpectrumSpec {
                     details.push(
                         format!("{path}/scale"),
                         format!(
-                            "must be one of \"fraction\", \"percent\", found {}",
+                            "must be one of \"fraction\", \"percent\", \"absorbance\", \
+                             found {}",
                             describe(v)
                         ),
                     );
@@ -152,9 +159,9 @@ impl SpectrumSpec {
         (0..self.count).map(|i| grid.band_name(i)).collect()
     }
 
-    /// Full reflectance on this spectrum's scale (1 or 100).
-    pub fn full_scale(&self) -> f64 {
-        self.scale.scale().full()
+    /// Full reflectance on this spectrum's scale (1 or 100); absorbance has none.
+    pub fn full_scale(&self) -> Option<f64> {
+        self.scale.reflectance().map(ReflectanceScale::full)
     }
 }
 
@@ -283,10 +290,12 @@ pub fn flag_above_full(
     warnings: &mut Details,
     path: impl Fn(usize, usize) -> String,
 ) {
-    let full = spec.full_scale();
+    let Some(full) = spec.full_scale() else {
+        return;
+    };
     let unit = match spec.scale {
         ScaleName::Percent => " %",
-        ScaleName::Fraction => "",
+        ScaleName::Fraction | ScaleName::Absorbance => "",
     };
     for (i, row) in rows.values().chunks_exact(rows.width().max(1)).enumerate() {
         for (j, &r) in row[..grid.count].iter().enumerate() {
@@ -446,6 +455,44 @@ mod tests {
         assert_eq!(warnings.len(), 1);
         assert_eq!(warnings[0].path, "/spectra/values/0/3");
         assert!(warnings[0].message.contains("430nm"), "{warnings:?}");
+    }
+
+    #[test]
+    fn absorbance_has_no_full_scale_to_flag() {
+        let row: Vec<f64> = (0..31).map(|i| 2.0 + 0.1 * f64::from(i)).collect();
+        let body = json!({"start_nm": 400, "interval_nm": 10, "values": [row]});
+        let absorbance = SpectrumSpec {
+            scale: ScaleName::Absorbance,
+            ..percent_model()
+        };
+        let (mut details, mut warnings) = (Details::default(), Details::default());
+        let rows = parse_spectra(
+            Some(&body),
+            values(&body),
+            "/spectra",
+            &absorbance,
+            &mut details,
+            &mut warnings,
+        )
+        .expect("valid");
+        assert_eq!(rows.values()[30], 5.0);
+        assert!(warnings.is_empty(), "{:?}", warnings.into_list());
+        // The same values read as reflectance fractions are 31 brighteners.
+        let (mut details, mut warnings) = (Details::default(), Details::default());
+        let fraction = SpectrumSpec {
+            scale: ScaleName::Fraction,
+            ..percent_model()
+        };
+        parse_spectra(
+            Some(&body),
+            values(&body),
+            "/spectra",
+            &fraction,
+            &mut details,
+            &mut warnings,
+        )
+        .expect("valid");
+        assert_eq!(warnings.into_list().len(), 31);
     }
 
     #[test]

@@ -443,19 +443,27 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
 
-/// A 700-channel spectral model with the default spec learns from a first batch of 40 rows
-/// (Bayesian regression needs no N ≥ p), with the smooth prior along the wavelengths and a
-/// flat intercept.
+/// A 700-channel near-infrared model (absorbance, as such instruments write it) with the default
+/// spec learns from a first batch of 40 rows (Bayesian regression needs no N ≥ p), with the
+/// smooth prior along the wavelengths and a flat intercept; absorbances above 1 are no
+/// brighteners, and Kubelka–Munk, which reads reflectance, is refused for them.
 #[tokio::test]
 async fn a_wide_spectrum_trains_from_a_small_first_batch() {
     let app = spawn_app().await;
-    let model = app
-        .create_model(&json!({
-            "name": "nir",
-            "spectrum": {"start_nm": 1100, "interval_nm": 2, "count": 700, "scale": "fraction"},
-            "outputs": ["oil"],
-        }))
+    let nir = json!({"start_nm": 1100, "interval_nm": 2, "count": 700, "scale": "absorbance"});
+    let refused = app
+        .post(
+            "/v1/models",
+            &json!({"name": "nir-km", "spectrum": nir, "outputs": ["oil"], "transform": "kubelka_munk"}),
+        )
         .await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["details"][0]["path"], "/transform", "{body}");
+    let model = app
+        .create_model(&json!({"name": "nir", "spectrum": nir, "outputs": ["oil"]}))
+        .await;
+    assert_eq!(model["spectrum"]["scale"], "absorbance");
     assert_eq!(model["prior"], "auto");
     assert_eq!(model["first_fit_rows"], 10);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(700);
@@ -465,7 +473,7 @@ async fn a_wide_spectrum_trains_from_a_small_first_batch() {
             let spectrum = (0..700)
                 .map(|i| {
                     let t = i as f64 / 700.0;
-                    0.3 + a * (-(t - 0.3).powi(2) / 0.01).exp()
+                    2.3 + a * (-(t - 0.3).powi(2) / 0.01).exp()
                         + b * (-(t - 0.7).powi(2) / 0.02).exp()
                         + 0.001 * rng.random_range(-1.0..1.0)
                 })
@@ -485,6 +493,8 @@ async fn a_wide_spectrum_trains_from_a_small_first_batch() {
         )
         .await;
     assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let accepted: Value = response.json().await.unwrap();
+    assert!(accepted.get("warnings").is_none(), "{accepted}");
     let batch = app.wait_for_batch("nir", "calibration").await;
     assert_eq!(batch["status"], "folded", "{batch}");
     assert!(batch.get("waiting_for").is_none(), "{batch}");
@@ -503,6 +513,18 @@ async fn a_wide_spectrum_trains_from_a_small_first_batch() {
         Value::Null,
         "the intercept is flat"
     );
+    let predicted: Value = app
+        .post(
+            "/v1/models/nir/predict",
+            &json!({"spectra": {"start_nm": 1100, "interval_nm": 2, "values": [rows[0].0]}}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(predicted.get("warnings").is_none(), "{predicted}");
+    let mean = predicted["predictions"][0]["mean"][0].as_f64().unwrap();
+    assert!((mean - rows[0].1).abs() < 0.1, "{mean} for {}", rows[0].1);
 }
 
 /// The posterior says on how many rows each output's hyperparameters were fitted; one-step
