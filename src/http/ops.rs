@@ -47,8 +47,7 @@ pub async fn healthz() -> Json<Health> {
     })
 }
 
-/// The database answers and every migration is applied (on the embedded store, its batch
-/// committer runs too).
+/// The database answers and every migration is applied.
 #[utoipa::path(get, operation_id = "readyz", path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", body = Health),

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::Utc;
 use sqlx::{FromRow, SqliteConnection, SqlitePool};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
 
 use crate::domain::{EncodedBatch, NewBatch};
 use crate::store::sql::{self, BATCH_COLUMNS};
@@ -43,38 +43,65 @@ struct Pending {
 #[derive(Clone, Debug)]
 pub(super) struct Committer {
     queue: mpsc::Sender<Pending>,
+    /// Panics of the committer task, each followed by a restart.
+    #[cfg(test)]
+    restarts: Arc<AtomicUsize>,
     /// Groups committed so far (the task counts them; tests read them).
     #[cfg(test)]
     groups: Arc<AtomicUsize>,
 }
 
 impl Committer {
-    /// Starts the committer task on the current runtime.
+    /// Starts the committer task on the current runtime, and restarts it if it panics.
+    ///
+    /// A panic loses nothing stored: the group in hand was not committed (its transaction rolls
+    /// back when dropped), and its batches are answered unavailable (`503`), which a client
+    /// retries under the same batch id. The next batches go to a new task on the same queue.
     pub(super) fn start(writer: SqlitePool, events: broadcast::Sender<Notification>) -> Self {
         let (queue, receiver) = mpsc::channel(QUEUE);
+        let receiver = Arc::new(Mutex::new(receiver));
         let groups = Arc::new(AtomicUsize::new(0));
-        let task = tokio::spawn(run(writer, events, receiver, groups.clone()));
+        let restarts = Arc::new(AtomicUsize::new(0));
+        let counted = restarts.clone();
+        let group_count = groups.clone();
         tokio::spawn(async move {
-            // The task ends by itself only when the store is dropped; a panic would leave every
-            // later batch answered 503, so it is said where an operator looks.
-            if let Err(e) = task.await {
-                tracing::error!(
-                    error = %e,
-                    "the embedded store's batch committer stopped: batches are refused until a restart"
-                );
+            loop {
+                let task = tokio::spawn(run(
+                    writer.clone(),
+                    events.clone(),
+                    receiver.clone(),
+                    group_count.clone(),
+                ));
+                match task.await {
+                    // The queue closed: the store was dropped.
+                    Ok(()) => break,
+                    Err(e) if e.is_panic() => {
+                        let restarts = counted.fetch_add(1, Ordering::Relaxed) + 1;
+                        tracing::error!(
+                            error = %e,
+                            restarts,
+                            "the embedded store's batch committer panicked: the batches of its \
+                             group were answered unavailable and not stored; restarting it"
+                        );
+                    }
+                    // Cancelled: the runtime is shutting down.
+                    Err(_) => break,
+                }
             }
         });
         Self {
             queue,
             #[cfg(test)]
+            restarts,
+            #[cfg(test)]
             groups,
         }
     }
 
-    /// Whether the committer task still takes batches (it stops only by a panic while the store
-    /// is open).
-    pub(super) fn running(&self) -> bool {
-        !self.queue.is_closed()
+    /// How often the committer task panicked and was restarted.
+    #[cfg(test)]
+    pub(super) fn restarts(&self) -> usize {
+        self.restarts.load(Ordering::Relaxed)
     }
 
     /// The groups committed so far.
@@ -115,9 +142,12 @@ fn stopped() -> StoreError {
 async fn run(
     writer: SqlitePool,
     events: broadcast::Sender<Notification>,
-    mut receiver: mpsc::Receiver<Pending>,
+    receiver: Arc<Mutex<mpsc::Receiver<Pending>>>,
     groups: Arc<AtomicUsize>,
 ) {
+    // Held for the task's life; a panic releases it (tokio's mutex is not poisoned) for the
+    // task that replaces this one.
+    let mut receiver = receiver.lock().await;
     let mut group = Vec::with_capacity(MAX_GROUP);
     while receiver.recv_many(&mut group, MAX_GROUP).await > 0 {
         #[cfg(test)]
