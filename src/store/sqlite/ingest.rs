@@ -54,9 +54,10 @@ pub(super) struct Committer {
 impl Committer {
     /// Starts the committer task on the current runtime, and restarts it if it panics.
     ///
-    /// A panic loses nothing stored: the group in hand was not committed (its transaction rolls
-    /// back when dropped), and its batches are answered unavailable (`503`), which a client
-    /// retries under the same batch id. The next batches go to a new task on the same queue.
+    /// A panic loses nothing stored: the batches of the group in hand are answered unavailable
+    /// (`503`), and a client retries them under the same batch ids: if the panic came before the
+    /// commit, the transaction rolled back when dropped and the retry stores them; if after, the
+    /// retry is answered as a replay. The next batches go to a new task on the same queue.
     pub(super) fn start(writer: SqlitePool, events: broadcast::Sender<Notification>) -> Self {
         let (queue, receiver) = mpsc::channel(QUEUE);
         let receiver = Arc::new(Mutex::new(receiver));
