@@ -5,6 +5,7 @@
 
 mod batch;
 mod body;
+pub mod colour;
 mod details;
 mod fast;
 mod header;

@@ -167,7 +167,7 @@ impl SpectrumSpec {
 
 /// The `start_nm` and `interval_nm` of an object at `path` whose fields must be among
 /// `allowed`.
-fn grid_fields(
+pub(super) fn grid_fields(
     fields: &serde_json::Map<String, Value>,
     allowed: &[&str],
     path: &str,

@@ -2,6 +2,7 @@
 
 pub mod auth;
 pub mod batches;
+pub mod colour;
 pub mod docs;
 pub mod document;
 pub mod error;
@@ -77,6 +78,7 @@ pub fn api(metrics_here: bool) -> Routes {
     let routes = batches::routes(routes);
     let routes = predict::routes(routes);
     let routes = matching::routes(routes);
+    let routes = colour::routes(routes);
     let routes = versions::routes(routes);
     let routes = keys::routes(routes);
     let routes = ops::routes(routes, metrics_here);

@@ -30,6 +30,11 @@ fn concrete(route: &str, key_id: i64) -> (String, Option<Value>) {
             "y": [[1.0], [2.0], [0.5], [1.5]],
         })),
         "/v1/models/{name}/predict" => Some(json!({"x": [[0.4, 0.3]]})),
+        "/v1/colour/compare" => Some(json!({
+            "reference": {"start_nm": 400, "interval_nm": 150, "values": [40.0, 45.0, 50.0]},
+            "sample": {"start_nm": 400, "interval_nm": 150, "values": [41.0, 45.0, 49.0]},
+            "scale": "percent",
+        })),
         "/v1/keys" => Some(json!({"name": "spare", "scopes": ["predict"]})),
         _ => None,
     };

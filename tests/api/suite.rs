@@ -67,6 +67,9 @@ run_once! {
     // depend on the store the service runs on.
     #[path = "../api/client.rs"]
     mod client;
+    // Colour differences: computed from the request alone.
+    #[path = "../api/colour.rs"]
+    mod colour;
     #[path = "../api/docs.rs"]
     mod docs;
     #[path = "../api/environment.rs"]

@@ -109,9 +109,11 @@ pub fn band_wavelength(header: &str) -> Option<f64> {
 /// r(λ) = (1 − t) · r_i + t · r_{i+1},   u = (λ − λ₀) / Δλ,   i = ⌊u⌋,   t = u − i
 /// ```
 ///
-/// `from` must cover `to` (see [`Grid::covers`]); positions within the tolerance of an end are
-/// clamped onto it, so no value is ever extrapolated. A wavelength on `from`'s grid is copied
-/// exactly.
+/// Positions beyond `from`'s ends are clamped onto them: the end value is held, never
+/// extrapolated along the slope. Model inputs are only resampled from grids that cover the
+/// model's ([`Grid::covers`]), so there this clamps only within the tolerance of an end; colour
+/// relies on the hold to extend a spectrum over the colour-matching functions' range. A
+/// wavelength on `from`'s grid is copied exactly.
 pub fn resample(from: &Grid, values: &[f64], to: &Grid, out: &mut [f64]) {
     debug_assert_eq!(values.len(), from.count);
     debug_assert_eq!(out.len(), to.count);
@@ -143,5 +145,19 @@ impl Grid {
     /// The names of the bands (`400nm`, `402.5nm`, …), as CSV columns and model inputs.
     pub fn band_names(&self) -> Vec<String> {
         (0..self.count).map(|i| self.band_name(i)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resampling_holds_the_end_values_beyond_the_grid() {
+        let from = Grid::new(400.0, 10.0, 3).unwrap();
+        let to = Grid::new(390.0, 5.0, 7).unwrap();
+        let mut out = [0.0; 7];
+        resample(&from, &[1.0, 3.0, 2.0], &to, &mut out);
+        assert_eq!(out, [1.0, 1.0, 1.0, 2.0, 3.0, 2.5, 2.0]);
     }
 }

@@ -18,12 +18,12 @@
 //! before the instrument and its noise). The dye house accepts a match at ΔE00 ≤ 1 and a
 //! production at ≤ 1.5 or so; hence the targets median < 1.0 and 90th percentile < 1.5.
 
-use colorimetry::lab::CieLab;
 use faer::Mat;
+use mordant_colour::CieLab;
 use serde::Serialize;
 
 use super::SimulateError;
-use super::colour::{COLOUR_RANGE_NM, ciede2000, lab_d65_10};
+use super::colour::{COLOUR_RANGE_NM, Illuminant, ciede2000};
 use super::generate::{
     CONCENTRATION_RANGE, Grid, LabDip, NoiseModel, Recipes, Scenario, SimulationConfig, Simulator,
 };
@@ -135,9 +135,10 @@ impl Renderer {
             }
         }
         let start = COLOUR_RANGE_NM.0 as f64;
-        Ok(lab_d65_10(|nm| {
-            super::forward::reflectance_from_ks(ks[(nm - start) as usize])
-        })?)
+        Ok(super::colour::lab(
+            |nm| super::forward::reflectance_from_ks(ks[(nm - start) as usize]),
+            Illuminant::D65,
+        )?)
     }
 }
 
@@ -159,7 +160,7 @@ impl Targets {
         let dips: Vec<LabDip> = (0..count).map(|i| sim.held_out(i, drifted)).collect();
         let truth = dips
             .iter()
-            .map(|d| lab_d65_10(|nm| sim.true_reflectance(&d.sample, nm)))
+            .map(|d| super::colour::lab(|nm| sim.true_reflectance(&d.sample, nm), Illuminant::D65))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             inputs: design.inputs(&dips),
@@ -782,7 +783,11 @@ mod tests {
         });
         let renderer = Renderer::new(&sim);
         let dip = sim.lab_dip(0);
-        let truth = lab_d65_10(|nm| sim.true_reflectance(&dip.sample, nm)).unwrap();
+        let truth = crate::simulate::colour::lab(
+            |nm| sim.true_reflectance(&dip.sample, nm),
+            Illuminant::D65,
+        )
+        .unwrap();
         let same = renderer
             .lab(dip.sample.substrate, &dip.sample.uptake)
             .unwrap();

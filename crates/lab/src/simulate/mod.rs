@@ -4,14 +4,14 @@
 //!   documented;
 //! * [`generate`] — lab dips with instrument and process noise and the drift scenarios
 //!   (`instrument_swap`, `dye_lot`, `new_substrate`), deterministic for a seed;
-//! * [`colour`] — CIELAB (D65, CIE 1964 10°) and CIEDE2000 through the `colorimetry` crate;
+//! * [`colour`] — CIELAB and CIEDE2000, `mordant-colour` re-exported;
 //! * [`evaluate`](mod@evaluate) — predicted recipes scored in ΔE00, and the forgetting study across an
 //!   instrument swap;
 //! * [`post`] — posting simulated batches to a running service.
 //!
 //! Everything but [`post`] is pure.
 
-pub mod colour;
+pub use mordant_colour as colour;
 mod error;
 pub mod evaluate;
 pub mod forward;
