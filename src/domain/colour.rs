@@ -64,12 +64,18 @@ impl Tolerance {
 
 /// A reflectance spectrum as a fraction, on its own grid.
 #[derive(Clone, Debug, PartialEq)]
-struct Reflectance {
+pub struct Reflectance {
     grid: Grid,
     values: Vec<f64>,
 }
 
 impl Reflectance {
+    /// `values` (fractions, one per band of `grid`).
+    pub fn new(grid: Grid, values: Vec<f64>) -> Self {
+        debug_assert_eq!(grid.count, values.len());
+        Self { grid, values }
+    }
+
     /// CIELAB under `illuminant`.
     fn lab(&self, illuminant: Illuminant) -> Result<CieLab, mordant_colour::ColourError> {
         // `resample` holds the end value beyond the grid's ends: the extension described above.
@@ -147,11 +153,10 @@ impl CompareRequest {
         };
         let reference = spectrum(fields.get("reference"), "/reference", &mut details);
         let sample = spectrum(fields.get("sample"), "/sample", &mut details);
-        let tolerance = tolerance(fields.get("tolerance"), &mut details);
-        let cmc = weights(fields.get("cmc"), &mut details);
+        let judgement = read_judgement(fields, &mut details);
         details.finish("invalid comparison")?;
-        let (Some(scale), Some(reference), Some(sample), Some(tolerance), Some(cmc)) =
-            (scale, reference, sample, tolerance, cmc)
+        let (Some(scale), Some(reference), Some(sample), Some((tolerance, cmc))) =
+            (scale, reference, sample, judgement)
         else {
             return Err(Invalid::one("", "invalid comparison"));
         };
@@ -184,23 +189,43 @@ impl CompareRequest {
 
     /// The sample against the reference under D65, A and F11.
     pub fn compare(&self) -> Result<Comparison, mordant_colour::ColourError> {
-        let seen = Illuminant::ALL
-            .into_iter()
-            .map(|illuminant| {
-                let reference = self.reference.lab(illuminant)?;
-                let sample = self.sample.lab(illuminant)?;
-                let difference = Difference::between(&reference, &sample, self.cmc)?;
-                Ok(Seen {
-                    illuminant,
-                    reference,
-                    sample,
-                    difference,
-                })
-            })
-            .collect::<Result<Vec<_>, mordant_colour::ColourError>>()?;
-        let pass = self.tolerance.passes(&seen[0].difference);
-        Ok(Comparison { seen, pass })
+        judge(&self.reference, &self.sample, self.tolerance, self.cmc)
     }
+}
+
+/// `sample` against `reference` under D65, A and F11, and the verdict under D65.
+pub fn judge(
+    reference: &Reflectance,
+    sample: &Reflectance,
+    tolerance: Tolerance,
+    cmc: CmcWeights,
+) -> Result<Comparison, mordant_colour::ColourError> {
+    let seen = Illuminant::ALL
+        .into_iter()
+        .map(|illuminant| {
+            let reference = reference.lab(illuminant)?;
+            let sample = sample.lab(illuminant)?;
+            let difference = Difference::between(&reference, &sample, cmc)?;
+            Ok(Seen {
+                illuminant,
+                reference,
+                sample,
+                difference,
+            })
+        })
+        .collect::<Result<Vec<_>, mordant_colour::ColourError>>()?;
+    let pass = tolerance.passes(&seen[0].difference);
+    Ok(Comparison { seen, pass })
+}
+
+/// The `tolerance` and `cmc` fields of a body (defaults where left out), problems to `details`.
+pub fn read_judgement(
+    fields: &serde_json::Map<String, Value>,
+    details: &mut Details,
+) -> Option<(Tolerance, CmcWeights)> {
+    let tolerance = tolerance(fields.get("tolerance"), details);
+    let cmc = weights(fields.get("cmc"), details);
+    Some((tolerance?, cmc?))
 }
 
 /// One spectrum `{"start_nm", "interval_nm", "values": […]}` at `path`, covering 400–700 nm.

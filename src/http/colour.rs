@@ -135,6 +135,12 @@ pub enum Verdict {
     Fail,
 }
 
+impl Verdict {
+    pub fn of(pass: bool) -> Self {
+        if pass { Verdict::Pass } else { Verdict::Fail }
+    }
+}
+
 /// The tolerance the verdict was judged against.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ToleranceUsed {
@@ -197,11 +203,7 @@ pub async fn compare(JsonBody(body): JsonBody) -> Result<Json<CompareResponse>, 
     })?;
     let (metric, limit) = request.tolerance.parts();
     Ok(Json(CompareResponse {
-        verdict: if found.pass {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
+        verdict: Verdict::of(found.pass),
         tolerance: ToleranceUsed {
             metric,
             limit,

@@ -5,18 +5,20 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::PREDICT;
+use super::colour::{CmcSpec, ColourDifference, ToleranceSpec, Verdict};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{RawJson, check_malformed};
 use super::models::not_trained;
-use super::predict::{PredictRequest, parse_request};
+use super::predict::{Spectra, parse_request_with};
 use super::routes::Routes;
 use crate::cache::CachedModel;
+use crate::domain::colour::{self, Comparison, Reflectance, read_judgement};
 use crate::domain::{Detail, Invalid};
 use crate::estimator::EstimatorError;
 use crate::estimator::recipe::{ForwardMap, RecipeMatch};
@@ -42,6 +44,32 @@ pub struct Recipe {
     /// Root mean square of the difference between the target's reflectance and the recipe's, as
     /// the forward map predicts it (a fraction; 0.001 is 0.1 percentage points).
     pub reflectance_rms: f64,
+    /// The recipe's colour, as the forward map predicts it, against the target's, both on the
+    /// model's bands: under D65, A and F11, and the verdict under D65.
+    pub colour: RecipeColour,
+}
+
+/// How the colour a recipe is predicted to dye differs from the target's.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RecipeColour {
+    /// `pass` when the difference under D65 is within the request's tolerance.
+    pub verdict: Verdict,
+    /// D65, then A and F11 (reference: the target; sample: the recipe's predicted colour).
+    pub illuminants: Vec<ColourDifference>,
+}
+
+/// Body of `POST /v1/models/{name}/match`: a predict body, and how to judge the recipes.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct MatchRequest {
+    /// The model's named features other than the spectrum, one row per target.
+    #[schema(min_items = 1)]
+    pub x: Option<Vec<Vec<f64>>>,
+    /// The target spectra, one per row.
+    pub spectra: Spectra,
+    /// The colour difference a recipe's verdict is judged on (default `{"de00": 1.0}`).
+    pub tolerance: Option<ToleranceSpec>,
+    /// The weights of CMC(l:c) (default `{"l": 2, "c": 1}`).
+    pub cmc: Option<CmcSpec>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -68,7 +96,7 @@ pub struct MatchResponse {
 /// model's other features, `x`.
 #[utoipa::path(post, operation_id = "match_recipes", path = "/v1/models/{name}/match", tag = "predict",
     params(("name" = String, Path, description = "Model name")),
-    request_body = PredictRequest,
+    request_body = MatchRequest,
     responses(
         (status = 200, description = "One recipe per target", body = MatchResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
@@ -93,17 +121,43 @@ pub async fn match_recipes(
     let (recipes, warnings, version) = {
         let name = name.clone();
         app.cpu_bound(move || {
-            let (x, warnings) = parse_request(&bytes, &model.spec, limit)?;
+            let (x, warnings, judgement) = parse_request_with(
+                &bytes,
+                &model.spec,
+                limit,
+                &["tolerance", "cmc"],
+                read_judgement,
+            )?;
+            let (tolerance, cmc) =
+                judgement.ok_or_else(|| Invalid::one("", "invalid match request"))?;
             let map = forward_map(&model, &name)?;
+            // A model with a forward map declares its spectrum; the check keeps it so.
+            let grid = model.spec.spectrum.map(|s| s.grid()).ok_or_else(|| {
+                ApiError::Conflict(format!("model {name:?} declares no spectrum to match"))
+            })?;
             let x = x.as_mat();
             let recipes = (0..x.nrows())
                 .map(|i| {
                     let row: Vec<f64> = x.row(i).iter().copied().collect();
-                    map.match_inputs(&row)
-                        .map(recipe)
-                        .map_err(|e| match_error(&name, i, e))
+                    let matched = map
+                        .match_inputs(&row)
+                        .map_err(|e| match_error(&name, i, e))?;
+                    let (target, others) = map.split_inputs(&row);
+                    let dyed = map.reflectance(&matched.concentration, others);
+                    let found = colour::judge(
+                        &Reflectance::new(grid, target),
+                        &Reflectance::new(grid, dyed),
+                        tolerance,
+                        cmc,
+                    )
+                    .map_err(|e| {
+                        ApiError::Internal(
+                            anyhow::Error::new(e).context(format!("colour of row {i}'s recipe")),
+                        )
+                    })?;
+                    Ok(recipe(matched, &found))
                 })
-                .collect::<Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>, ApiError>>()?;
             Ok::<_, ApiError>((recipes, warnings, model.version))
         })
         .await??
@@ -140,7 +194,7 @@ fn match_error(name: &str, row: usize, e: EstimatorError) -> ApiError {
     }
 }
 
-fn recipe(m: RecipeMatch) -> Recipe {
+fn recipe(m: RecipeMatch, found: &Comparison) -> Recipe {
     Recipe {
         concentration: m.concentration,
         variance: m
@@ -149,5 +203,9 @@ fn recipe(m: RecipeMatch) -> Recipe {
             .map(|v| v.is_finite().then_some(v))
             .collect(),
         reflectance_rms: m.residual_rms,
+        colour: RecipeColour {
+            verdict: Verdict::of(found.pass),
+            illuminants: found.seen.iter().map(ColourDifference::from).collect(),
+        },
     }
 }

@@ -257,6 +257,18 @@ pub(super) fn parse_request(
     spec: &ModelSpec,
     limit: usize,
 ) -> Result<(Rows, Vec<Detail>), ApiError> {
+    parse_request_with(bytes, spec, limit, &[], |_, _| ()).map(|(x, warnings, ())| (x, warnings))
+}
+
+/// [`parse_request`] for a body that may also hold the fields `extra`, which `read` parses
+/// (reporting its problems beside those of the rows).
+pub(super) fn parse_request_with<T>(
+    bytes: &[u8],
+    spec: &ModelSpec,
+    limit: usize,
+    extra: &[&str],
+    read: impl FnOnce(&serde_json::Map<String, serde_json::Value>, &mut Details) -> T,
+) -> Result<(Rows, Vec<Detail>, T), ApiError> {
     // `y` is read as rows too: a predict request has none, and one sent is an unknown field
     // whose size is bounded like the rest.
     let mut body = parse_body(bytes, &row_fields(spec), limit)?;
@@ -264,9 +276,13 @@ pub(super) fn parse_request(
         return Err(Invalid::one("", "the body must be a JSON object with \"x\"").into());
     };
     let mut details = Details::default();
-    for key in fields.keys().filter(|k| k.as_str() != "spectra") {
+    for key in fields
+        .keys()
+        .filter(|k| k.as_str() != "spectra" && !extra.contains(&k.as_str()))
+    {
         details.push(format!("/{}", pointer_token(key)), "unknown field");
     }
+    let extras = read(fields, &mut details);
     if body.take_rows("/y").is_some() {
         details.push("/y", "unknown field");
     }
@@ -277,7 +293,7 @@ pub(super) fn parse_request(
     let x = parse_inputs(&mut body, spec, &mut details, &mut warnings);
     details.finish("invalid predict request")?;
     let x = x.ok_or_else(|| Invalid::one("/x", "invalid rows"))?;
-    Ok((x, warnings.into_list()))
+    Ok((x, warnings.into_list(), extras))
 }
 
 #[cfg(test)]

@@ -393,7 +393,50 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
         }
         let rms = recipe["reflectance_rms"].as_f64().unwrap();
         assert!((0.0..0.002).contains(&rms), "{answer}");
+        // The recipe's predicted colour is the target's within the default tolerance, under
+        // every light (the simulated dye house has no metamerism the map cannot see).
+        let colour = &recipe["colour"];
+        assert_eq!(colour["verdict"], "pass", "{colour}");
+        let lights: Vec<_> = colour["illuminants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["illuminant"].as_str().unwrap())
+            .collect();
+        assert_eq!(lights, ["D65", "A", "F11"]);
+        for d in colour["illuminants"].as_array().unwrap() {
+            assert!(d["de00"].as_f64().unwrap() < 1.0, "{d}");
+        }
     }
+    // A tolerance tighter than the recipe's difference fails it; the judgement's fields are
+    // checked like the rows.
+    let d65 = answer["recipes"][0]["colour"]["illuminants"][0]["cmc"]
+        .as_f64()
+        .unwrap();
+    let mut strict = body.clone();
+    strict["tolerance"] = json!({"cmc": d65 / 2.0});
+    strict["cmc"] = json!({"l": 2, "c": 1});
+    let judged: Value = app
+        .post("/v1/models/kitchen/match", &strict)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(judged["recipes"][0]["colour"]["verdict"], "fail", "{judged}");
+    let mut wrong = body.clone();
+    wrong["tolerance"] = json!({"de00": -1});
+    wrong["colour"] = json!(true);
+    let refused = app.post("/v1/models/kitchen/match", &wrong).await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let refused: Value = refused.json().await.unwrap();
+    let mut paths: Vec<_> = refused["error"]["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    paths.sort_unstable();
+    assert_eq!(paths, ["/colour", "/tolerance/de00"], "{refused}");
 
     // A short spectrum is refused as predict refuses it.
     let short = app

@@ -194,10 +194,17 @@ impl ForwardMap {
     /// The recipe matching one raw input row of the model (its bands on the model's scale,
     /// then its other features), as predict reads it.
     pub fn match_inputs(&self, x: &[f64]) -> Result<RecipeMatch, EstimatorError> {
+        let (r, others) = self.split_inputs(x);
+        self.match_recipe(&r, others)
+    }
+
+    /// One raw input row of the model read as match reads it: its bands' reflectance as
+    /// fractions, and its other features.
+    pub fn split_inputs<'x>(&self, x: &'x [f64]) -> (Vec<f64>, &'x [f64]) {
         let bands = self.bands().min(x.len());
         let fraction = self.scale.to_fraction();
-        let r: Vec<f64> = x[..bands].iter().map(|v| v * fraction).collect();
-        self.match_recipe(&r, &x[bands..])
+        let r = x[..bands].iter().map(|v| v * fraction).collect();
+        (r, &x[bands..])
     }
 
     /// Number of bands.
@@ -222,6 +229,20 @@ impl ForwardMap {
                     .map(|(o, x)| x * w[(self.dyes + o, l)])
                     .sum();
                 dyes + subs + w[(self.dyes + self.others, l)]
+            })
+            .collect()
+    }
+
+    /// The reflectance (fraction) the map predicts for recipe `c` with other features `others`,
+    /// per band: Kubelka–Munk inverted, `R = 1 + K/S − √((K/S)² + 2 K/S)`, the root in [0, 1]
+    /// of `K/S = (1 − R)²/(2R)`, computed as `1 / (1 + K/S + √((K/S)² + 2 K/S))` (no
+    /// cancellation for deep shades); a predicted `K/S < 0`, which no surface has, reads as 0.
+    pub fn reflectance(&self, c: &[f64], others: &[f64]) -> Vec<f64> {
+        self.ks(c, others)
+            .into_iter()
+            .map(|ks| {
+                let ks = ks.max(0.0);
+                1.0 / (1.0 + ks + (ks * ks + 2.0 * ks).sqrt())
             })
             .collect()
     }
@@ -512,7 +533,16 @@ mod tests {
             }
             assert!(matched.residual_rms < 5e-4, "{matched:?}");
             assert!(matched.variance.iter().all(|v| v.is_finite() && *v >= 0.0));
+            // The reflectance the map predicts for the true recipe is the dip's.
+            let others = [f64::from(u8::from(second))];
+            let predicted = map.reflectance(&truth, &others);
+            for (p, r) in predicted.iter().zip(reflectance(&truth, second)) {
+                assert!((p - r).abs() < 1e-3, "{p} vs {r}");
+            }
         }
+        // Negative K/S (an extrapolated map) is no surface: read as white, never above it.
+        let white = map.reflectance(&[-100.0, -100.0, -100.0], &[0.0]);
+        assert!(white.iter().all(|r| *r == 1.0), "{white:?}");
     }
 
     #[test]
