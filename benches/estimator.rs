@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::{dyeing_data, rows};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use faer::Mat;
+use mordant::domain::colour;
 use mordant::estimator::{
     Basis, BatchStatistics, ModelConfig, ModelState, Predictor, Transform, UpdateMethod, drift,
 };
@@ -184,6 +185,22 @@ fn bench_recipe(c: &mut Criterion) {
     });
     group.bench_function("match_1_target", |b| {
         b.iter(|| map.match_recipe(&r, &others).expect("match"))
+    });
+    // What match adds per target to judge a recipe: its predicted reflectance, and both colours
+    // under D65, A and F11 with their differences.
+    let grid = mordant_lab::simulate::MODEL_GRID;
+    let matched = map.match_recipe(&r, &others).expect("match");
+    group.bench_function("judge_1_recipe", |b| {
+        b.iter(|| {
+            let dyed = map.reflectance(&matched.concentration, &others);
+            colour::judge(
+                &colour::Reflectance::new(grid, r.clone()),
+                &colour::Reflectance::new(grid, dyed),
+                colour::DEFAULT_TOLERANCE,
+                mordant_colour::CmcWeights::default(),
+            )
+            .expect("colour")
+        })
     });
     group.finish();
 }
