@@ -11,8 +11,8 @@
 use mordant_colour::{CieLab, CmcWeights, Difference, Illuminant};
 use serde_json::Value;
 
-use super::spectrum::grid_fields;
-use super::{Details, Grid, Invalid, ScaleName, describe, pointer_token};
+use super::spectrum::{MAX_REQUEST_BANDS, flag_above_full, grid_fields};
+use super::{Details, Grid, Invalid, Rows, ScaleName, SpectrumSpec, describe, pointer_token};
 use crate::estimator::grid::resample;
 
 /// The range a compared spectrum must cover.
@@ -22,15 +22,17 @@ const REQUIRED: Grid = Grid {
     count: 31,
 };
 
+/// Whether spectra on `grid` cover the range colour needs (400–700 nm).
+pub fn can_judge(grid: &Grid) -> bool {
+    grid.covers(&REQUIRED)
+}
+
 /// The 1 nm grid the colour is integrated over.
 const COLOUR_GRID: Grid = Grid {
     start_nm: mordant_colour::COLOUR_RANGE_NM.0 as f64,
     interval_nm: 1.0,
     count: mordant_colour::COLOUR_RANGE_NM.1 - mordant_colour::COLOUR_RANGE_NM.0 + 1,
 };
-
-/// Most values in one compared spectrum (a 0.1 nm grid over 360–830 nm is 4,701).
-const MAX_VALUES: usize = 8192;
 
 /// Default tolerance: ΔE00 1.0 under D65, a common commercial pass/fail for textiles.
 pub const DEFAULT_TOLERANCE: Tolerance = Tolerance::De00(1.0);
@@ -78,9 +80,12 @@ impl Reflectance {
 
     /// CIELAB under `illuminant`.
     fn lab(&self, illuminant: Illuminant) -> Result<CieLab, mordant_colour::ColourError> {
+        // A surface reflects at most all the light and no less than none: each band is read so
+        // before interpolation, so a brightener's excess does not leak into its neighbours.
+        let bands: Vec<f64> = self.values.iter().map(|r| r.clamp(0.0, 1.0)).collect();
         // `resample` holds the end value beyond the grid's ends: the extension described above.
         let mut sampled = vec![0.0; COLOUR_GRID.count];
-        resample(&self.grid, &self.values, &COLOUR_GRID, &mut sampled);
+        resample(&self.grid, &bands, &COLOUR_GRID, &mut sampled);
         let start = COLOUR_GRID.start_nm;
         mordant_colour::lab(|nm| sampled[(nm - start) as usize], illuminant)
     }
@@ -135,7 +140,7 @@ impl CompareRequest {
             }
             Some(v) => match serde_json::from_value::<ScaleName>(v.clone())
                 .ok()
-                .and_then(ScaleName::reflectance)
+                .and_then(|name| Some((name, name.reflectance()?)))
             {
                 Some(scale) => Some(scale),
                 None => {
@@ -155,29 +160,24 @@ impl CompareRequest {
         let sample = spectrum(fields.get("sample"), "/sample", &mut details);
         let judgement = read_judgement(fields, &mut details);
         details.finish("invalid comparison")?;
-        let (Some(scale), Some(reference), Some(sample), Some((tolerance, cmc))) =
+        let (Some((scale_name, scale)), Some(reference), Some(sample), Some((tolerance, cmc))) =
             (scale, reference, sample, judgement)
         else {
             return Err(Invalid::one("", "invalid comparison"));
         };
-        let full = scale.full();
         let mut to_fraction = |(grid, values): (Grid, Vec<f64>), path: &str| {
-            for (j, &r) in values.iter().enumerate() {
-                if r > full {
-                    warnings.push(
-                        format!("{path}/values/{j}"),
-                        format!(
-                            "reflectance {r} at {} is above full scale ({full}): an optical \
-                             brightener? read as full reflectance",
-                            grid.band_name(j)
-                        ),
-                    );
-                }
-            }
-            Reflectance {
-                grid,
-                values: values.iter().map(|r| r * scale.to_fraction()).collect(),
-            }
+            let spec = SpectrumSpec {
+                start_nm: grid.start_nm,
+                interval_nm: grid.interval_nm,
+                count: grid.count,
+                scale: scale_name,
+            };
+            let rows = Rows::from_row_major(1, values.len(), values);
+            flag_above_full(&rows, &grid, &spec, warnings, |_, j| {
+                format!("{path}/values/{j}")
+            });
+            let fraction = scale.to_fraction();
+            Reflectance::new(grid, rows.values().iter().map(|r| r * fraction).collect())
         };
         Ok(Self {
             reference: to_fraction(reference, "/reference"),
@@ -246,10 +246,10 @@ fn spectrum(value: Option<&Value>, path: &str, details: &mut Details) -> Option<
     );
     let values_path = format!("{path}/values");
     let values = match fields.get("values") {
-        Some(Value::Array(items)) if items.len() > MAX_VALUES => {
+        Some(Value::Array(items)) if items.len() > MAX_REQUEST_BANDS => {
             details.push(
                 &values_path,
-                format!("at most {MAX_VALUES} values, found {}", items.len()),
+                format!("at most {MAX_REQUEST_BANDS} values, found {}", items.len()),
             );
             None
         }
@@ -277,7 +277,7 @@ fn spectrum(value: Option<&Value>, path: &str, details: &mut Details) -> Option<
     };
     let (start, interval, values) = (start_nm?, interval_nm?, values?);
     match Grid::new(start, interval, values.len()) {
-        Ok(grid) if grid.covers(&REQUIRED) => Some((grid, values)),
+        Ok(grid) if can_judge(&grid) => Some((grid, values)),
         Ok(grid) => {
             details.push(
                 path,
@@ -296,10 +296,11 @@ fn spectrum(value: Option<&Value>, path: &str, details: &mut Details) -> Option<
     }
 }
 
-/// `{"de00": v}` or `{"cmc": v}`, `v > 0`; ΔE00 1.0 when left out.
+/// `{"de00": v}` or `{"cmc": v}`, `v > 0`; ΔE00 1.0 when left out (or `{}`).
 fn tolerance(value: Option<&Value>, details: &mut Details) -> Option<Tolerance> {
     let fields = match value {
         None | Some(Value::Null) => return Some(DEFAULT_TOLERANCE),
+        Some(Value::Object(fields)) if fields.is_empty() => return Some(DEFAULT_TOLERANCE),
         Some(Value::Object(fields)) if fields.len() == 1 => fields,
         Some(other) => {
             details.push(
@@ -481,6 +482,14 @@ mod tests {
         let warnings = warnings.into_list();
         assert_eq!(warnings.len(), 1);
         assert_eq!(warnings[0].path, "/sample/values/2");
-        assert!(request.compare().unwrap().seen[0].difference.de00 > 0.0);
+        // The same as a sample that read exactly full scale there.
+        let mut full = body.clone();
+        full["sample"]["values"][2] = json!(100.0);
+        let full = CompareRequest::parse(&full, &mut Details::default()).unwrap();
+        let (bright, full) = (request.compare().unwrap(), full.compare().unwrap());
+        for (b, f) in bright.seen.iter().zip(&full.seen) {
+            assert!(b.difference.de00 > 0.0);
+            assert_eq!(b.difference, f.difference);
+        }
     }
 }

@@ -11,7 +11,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use super::routes::Routes;
 use crate::domain::colour::{CompareRequest, Seen};
-use crate::domain::{Detail, Details, ScaleName};
+use crate::domain::{Detail, Details};
 
 /// The route of compare, with the access it needs.
 pub fn routes(routes: Routes) -> Routes {
@@ -34,13 +34,13 @@ pub struct MeasuredSpectrum {
 
 /// The colour difference a verdict is judged on, under D65: exactly one of `de00` and `cmc`.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
-#[schema(example = json!({"de00": 1.0}))]
+#[schema(example = json!({"de00": 1.0}), min_properties = 1, max_properties = 1)]
 pub struct ToleranceSpec {
     /// CIEDE2000 at most this.
-    #[schema(exclusive_minimum = 0.0)]
+    #[schema(exclusive_minimum = 0.0, nullable = false)]
     pub de00: Option<f64>,
     /// CMC(l:c), with the request's weights, at most this.
-    #[schema(exclusive_minimum = 0.0)]
+    #[schema(exclusive_minimum = 0.0, nullable = false)]
     pub cmc: Option<f64>,
 }
 
@@ -48,11 +48,21 @@ pub struct ToleranceSpec {
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct CmcSpec {
     /// Lightness weight `l` (default 2).
-    #[schema(exclusive_minimum = 0.0, example = 2.0)]
+    #[schema(exclusive_minimum = 0.0, example = 2.0, nullable = false)]
     pub l: Option<f64>,
     /// Chroma weight `c` (default 1).
-    #[schema(exclusive_minimum = 0.0, example = 1.0)]
+    #[schema(exclusive_minimum = 0.0, example = 1.0, nullable = false)]
     pub c: Option<f64>,
+}
+
+/// How a compared spectrum's reflectances are written.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReflectanceScaleName {
+    /// 0 to 1.
+    Fraction,
+    /// 0 to 100.
+    Percent,
 }
 
 /// Body of `POST /v1/colour/compare`.
@@ -63,7 +73,7 @@ pub struct CompareBody {
     /// The batch or lab dip judged against it.
     pub sample: MeasuredSpectrum,
     /// How both spectra's reflectances are written: `fraction` (0–1) or `percent` (0–100).
-    pub scale: ScaleName,
+    pub scale: ReflectanceScaleName,
     /// Default `{"de00": 1.0}`.
     pub tolerance: Option<ToleranceSpec>,
     /// Default `{"l": 2, "c": 1}`.

@@ -45,8 +45,10 @@ pub struct Recipe {
     /// the forward map predicts it (a fraction; 0.001 is 0.1 percentage points).
     pub reflectance_rms: f64,
     /// The recipe's colour, as the forward map predicts it, against the target's, both on the
-    /// model's bands: under D65, A and F11, and the verdict under D65.
-    pub colour: RecipeColour,
+    /// model's bands: under D65, A and F11, and the verdict under D65. Left out for a model
+    /// whose bands do not cover 400–700 nm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub colour: Option<RecipeColour>,
 }
 
 /// How the colour a recipe is predicted to dye differs from the target's.
@@ -139,23 +141,29 @@ pub async fn match_recipes(
             let recipes = (0..x.nrows())
                 .map(|i| {
                     let row: Vec<f64> = x.row(i).iter().copied().collect();
-                    let matched = map
-                        .match_inputs(&row)
-                        .map_err(|e| match_error(&name, i, e))?;
                     let (target, others) = map.split_inputs(&row);
-                    let dyed = map.reflectance(&matched.concentration, others);
-                    let found = colour::judge(
-                        &Reflectance::new(grid, target),
-                        &Reflectance::new(grid, dyed),
-                        tolerance,
-                        cmc,
-                    )
-                    .map_err(|e| {
-                        ApiError::Internal(
-                            anyhow::Error::new(e).context(format!("colour of row {i}'s recipe")),
-                        )
-                    })?;
-                    Ok(recipe(matched, &found))
+                    let matched = map
+                        .match_recipe(&target, others)
+                        .map_err(|e| match_error(&name, i, e))?;
+                    // Colour needs the visible range: a model on other bands gets none.
+                    let found = colour::can_judge(&grid)
+                        .then(|| {
+                            let dyed = map.reflectance(&matched.concentration, others);
+                            colour::judge(
+                                &Reflectance::new(grid, target),
+                                &Reflectance::new(grid, dyed),
+                                tolerance,
+                                cmc,
+                            )
+                        })
+                        .transpose()
+                        .map_err(|e| {
+                            ApiError::Internal(
+                                anyhow::Error::new(e)
+                                    .context(format!("colour of row {i}'s recipe")),
+                            )
+                        })?;
+                    Ok(recipe(matched, found.as_ref()))
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
             Ok::<_, ApiError>((recipes, warnings, model.version))
@@ -194,7 +202,7 @@ fn match_error(name: &str, row: usize, e: EstimatorError) -> ApiError {
     }
 }
 
-fn recipe(m: RecipeMatch, found: &Comparison) -> Recipe {
+fn recipe(m: RecipeMatch, found: Option<&Comparison>) -> Recipe {
     Recipe {
         concentration: m.concentration,
         variance: m
@@ -203,9 +211,9 @@ fn recipe(m: RecipeMatch, found: &Comparison) -> Recipe {
             .map(|v| v.is_finite().then_some(v))
             .collect(),
         reflectance_rms: m.residual_rms,
-        colour: RecipeColour {
+        colour: found.map(|found| RecipeColour {
             verdict: Verdict::of(found.pass),
             illuminants: found.seen.iter().map(ColourDifference::from).collect(),
-        },
+        }),
     }
 }

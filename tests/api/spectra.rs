@@ -438,6 +438,26 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
     paths.sort_unstable();
     assert_eq!(paths, ["/colour", "/tolerance/de00"], "{refused}");
 
+    // A model on 420–680 nm matches recipes but has no colour to judge them by.
+    let mut narrow = spectral_spec("narrow");
+    narrow["spectrum"] = json!({"start_nm": 420, "interval_nm": 10, "count": 27, "scale": "percent"});
+    app.create_model(&narrow).await;
+    post_lab_dips(&app, "narrow", "n0", 24).await;
+    post_lab_dips(&app, "narrow", "n1", 25).await;
+    let version = app.wait_for_batch("narrow", "n1").await["version"]
+        .as_i64()
+        .unwrap();
+    let narrow = wait_until(std::time::Duration::from_secs(30), || async {
+        let r = app.post("/v1/models/narrow/match", &body).await;
+        let body: Value = r.json().await.ok()?;
+        (body["version"].as_i64()? >= version).then_some(body)
+    })
+    .await
+    .expect("match reaches the version");
+    let recipe = &narrow["recipes"][0];
+    assert!(recipe["concentration"].is_array(), "{narrow}");
+    assert!(recipe.get("colour").is_none(), "{narrow}");
+
     // A short spectrum is refused as predict refuses it.
     let short = app
         .post(

@@ -45,6 +45,17 @@ impl Transform {
     }
 }
 
+/// The inverse of Kubelka–Munk's `K/S = (1 − R)²/(2R)`: `R = 1 + K/S − √((K/S)² + 2 K/S)`, the
+/// root in (0, 1], for `K/S ≥ 0` (a negative K/S, which no surface has, reads as 0: R = 1).
+///
+/// Written as `R = 1 / (1 + K/S + √((K/S)² + 2 K/S))`, the same root (the product of the two
+/// roots of `R² − 2(1 + K/S)R + 1` is 1), which loses no digits to cancellation when K/S is large.
+#[inline]
+pub fn reflectance_from_ks(ks: f64) -> f64 {
+    let ks = ks.max(0.0);
+    1.0 / (1.0 + ks + (ks * ks + 2.0 * ks).sqrt())
+}
+
 /// How a spectrum's reflectances are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReflectanceScale {

@@ -45,6 +45,7 @@ use faer::linalg::triangular_solve::{
 };
 use faer::{Mat, MatRef, Par};
 
+use super::basis::reflectance_from_ks;
 use super::posterior::cholesky_lower;
 use super::{
     Basis, BatchStatistics, EstimatorError, FitOptions, ModelConfig, ModelState, ReflectanceScale,
@@ -234,16 +235,11 @@ impl ForwardMap {
     }
 
     /// The reflectance (fraction) the map predicts for recipe `c` with other features `others`,
-    /// per band: Kubelka–Munk inverted, `R = 1 + K/S − √((K/S)² + 2 K/S)`, the root in [0, 1]
-    /// of `K/S = (1 − R)²/(2R)`, computed as `1 / (1 + K/S + √((K/S)² + 2 K/S))` (no
-    /// cancellation for deep shades); a predicted `K/S < 0`, which no surface has, reads as 0.
+    /// per band: its K/S, Kubelka–Munk inverted ([`reflectance_from_ks`]).
     pub fn reflectance(&self, c: &[f64], others: &[f64]) -> Vec<f64> {
         self.ks(c, others)
             .into_iter()
-            .map(|ks| {
-                let ks = ks.max(0.0);
-                1.0 / (1.0 + ks + (ks * ks + 2.0 * ks).sqrt())
-            })
+            .map(reflectance_from_ks)
             .collect()
     }
 

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use chrono::Utc;
 use sqlx::{FromRow, SqliteConnection, SqlitePool};
@@ -39,13 +40,21 @@ struct Pending {
     answer: oneshot::Sender<Result<Ingested, StoreError>>,
 }
 
+/// Panics in a row after which the store says it is not ready: one is a batch the committer
+/// could not handle; several, with nothing committed between them, is a committer that cannot
+/// work.
+const FAILING: usize = 3;
+
+/// The longest wait before a panicked committer is restarted (the wait doubles from 50 ms with
+/// each panic in a row).
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
 /// The sending side of the committer's queue; the task ends when the last clone is dropped.
 #[derive(Clone, Debug)]
 pub(super) struct Committer {
     queue: mpsc::Sender<Pending>,
-    /// Panics of the committer task, each followed by a restart.
-    #[cfg(test)]
-    restarts: Arc<AtomicUsize>,
+    /// Panics of the committer task since it last finished a group, each followed by a restart.
+    panics: Arc<AtomicUsize>,
     /// Groups committed so far (the task counts them; tests read them).
     #[cfg(test)]
     groups: Arc<AtomicUsize>,
@@ -57,14 +66,15 @@ impl Committer {
     /// A panic loses nothing stored: the batches of the group in hand are answered unavailable
     /// (`503`), and a client retries them under the same batch ids: if the panic came before the
     /// commit, the transaction rolled back when dropped and the retry stores them; if after, the
-    /// retry is answered as a replay. The next batches go to a new task on the same queue.
+    /// retry is answered as a replay. The next batches go to a new task on the same queue, after
+    /// a wait that doubles with each panic in a row; from [`FAILING`] in a row the store is not
+    /// ready ([`Self::failing`]) until a group goes through.
     pub(super) fn start(writer: SqlitePool, events: broadcast::Sender<Notification>) -> Self {
         let (queue, receiver) = mpsc::channel(QUEUE);
         let receiver = Arc::new(Mutex::new(receiver));
         let groups = Arc::new(AtomicUsize::new(0));
-        let restarts = Arc::new(AtomicUsize::new(0));
-        let counted = restarts.clone();
-        let group_count = groups.clone();
+        let panics = Arc::new(AtomicUsize::new(0));
+        let (counted, group_count) = (panics.clone(), groups.clone());
         tokio::spawn(async move {
             loop {
                 let task = tokio::spawn(run(
@@ -72,18 +82,24 @@ impl Committer {
                     events.clone(),
                     receiver.clone(),
                     group_count.clone(),
+                    counted.clone(),
                 ));
                 match task.await {
                     // The queue closed: the store was dropped.
                     Ok(()) => break,
                     Err(e) if e.is_panic() => {
-                        let restarts = counted.fetch_add(1, Ordering::Relaxed) + 1;
+                        let in_a_row = counted.fetch_add(1, Ordering::Relaxed) + 1;
+                        let wait = Duration::from_millis(50)
+                            .saturating_mul(1 << (in_a_row - 1).min(16))
+                            .min(MAX_BACKOFF);
                         tracing::error!(
                             error = %e,
-                            restarts,
+                            in_a_row,
+                            restart_in_ms = wait.as_millis() as u64,
                             "the embedded store's batch committer panicked: the batches of its \
                              group were answered unavailable and not stored; restarting it"
                         );
+                        tokio::time::sleep(wait).await;
                     }
                     // Cancelled: the runtime is shutting down.
                     Err(_) => break,
@@ -92,17 +108,16 @@ impl Committer {
         });
         Self {
             queue,
-            #[cfg(test)]
-            restarts,
+            panics,
             #[cfg(test)]
             groups,
         }
     }
 
-    /// How often the committer task panicked and was restarted.
-    #[cfg(test)]
-    pub(super) fn restarts(&self) -> usize {
-        self.restarts.load(Ordering::Relaxed)
+    /// The panics in a row, once they are [`FAILING`] or more.
+    pub(super) fn failing(&self) -> Option<usize> {
+        let panics = self.panics.load(Ordering::Relaxed);
+        (panics >= FAILING).then_some(panics)
     }
 
     /// The groups committed so far.
@@ -145,6 +160,7 @@ async fn run(
     events: broadcast::Sender<Notification>,
     receiver: Arc<Mutex<mpsc::Receiver<Pending>>>,
     groups: Arc<AtomicUsize>,
+    panics: Arc<AtomicUsize>,
 ) {
     // Held for the task's life; a panic releases it (tokio's mutex is not poisoned) for the
     // task that replaces this one.
@@ -158,6 +174,7 @@ async fn run(
         );
         let batches = group.len();
         commit_group(&writer, &events, std::mem::take(&mut group)).await;
+        panics.store(0, Ordering::Relaxed);
         let committed = groups.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::trace!(batches, groups = committed, "a group of batches committed");
     }

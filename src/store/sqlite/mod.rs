@@ -220,6 +220,12 @@ impl Backend for SqliteStore {
     }
 
     async fn ready(&self) -> Result<(), String> {
+        if let Some(panics) = self.inner.committer.failing() {
+            return Err(format!(
+                "the embedded store's batch committer panicked on each of its last {panics} \
+                 groups of batches (restarted after each; see the log): batches are answered 503"
+            ));
+        }
         let applied = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
             .fetch_all(&self.inner.readers);
         check_migrations(&MIGRATOR, applied).await
@@ -666,7 +672,9 @@ mod tests {
     }
 
     /// A committer that panics is restarted: the batches of its group are refused as
-    /// unavailable and not stored, the store stays ready, and the next batches are stored.
+    /// unavailable and not stored, and the next batches are stored. The store stays ready
+    /// through one panic, is not ready after three in a row, and is ready again once a group
+    /// goes through.
     #[tokio::test]
     async fn a_committer_that_panics_is_restarted_and_loses_nothing_stored() {
         let (dir, store, spec, id) = lab_store().await;
@@ -676,11 +684,30 @@ mod tests {
             .await
             .unwrap();
         let fatal = lab_batch(&spec, ingest::tests::PANIC, 2);
-        let answer = store.insert_batch(id, &fatal, &fatal.encode(), b"s").await;
-        assert!(
-            matches!(answer, Err(StoreError::Unavailable(_))),
-            "{answer:?}"
-        );
+        for in_a_row in 1..=3 {
+            let answer = store.insert_batch(id, &fatal, &fatal.encode(), b"s").await;
+            assert!(
+                matches!(answer, Err(StoreError::Unavailable(_))),
+                "{answer:?}"
+            );
+            // The panic is counted once the supervisor has seen the task end.
+            for _ in 0..1000 {
+                if store.inner.committer.failing().is_some() || in_a_row < 3 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            let ready = store.ready().await;
+            if in_a_row < 3 {
+                assert!(ready.is_ok(), "{ready:?}");
+            } else {
+                let reason = ready.expect_err("not ready after three panics in a row");
+                assert!(
+                    reason.contains("panicked on each of its last 3"),
+                    "{reason}"
+                );
+            }
+        }
         assert!(
             store
                 .batch(id, ingest::tests::PANIC)
@@ -688,13 +715,15 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        store.ready().await.expect("ready");
         let later = lab_batch(&spec, "b1", 3);
         store
             .insert_batch(id, &later, &later.encode(), b"s")
             .await
             .expect("stored by the restarted committer");
-        assert_eq!(store.inner.committer.restarts(), 1);
+        store
+            .ready()
+            .await
+            .expect("ready once a group went through");
         let listed: Vec<_> = store
             .list_batches(id, None, 100)
             .await

@@ -209,15 +209,8 @@ pub fn ks_from_reflectance(r: f64) -> f64 {
     (1.0 - r) * (1.0 - r) / (2.0 * r)
 }
 
-/// Its inverse, `R = 1 + K/S − √((K/S)² + 2 K/S)` for `K/S ≥ 0` (a fraction in (0, 1]).
-///
-/// Written as `R = 1 / (1 + K/S + √((K/S)² + 2 K/S))`, the same root (the product of the two
-/// roots of `R² − 2(1 + K/S)R + 1` is 1), which loses no digits to cancellation when K/S is large.
-#[inline]
-pub fn reflectance_from_ks(ks: f64) -> f64 {
-    let ks = ks.max(0.0);
-    1.0 / (1.0 + ks + (ks * ks + 2.0 * ks).sqrt())
-}
+/// Its inverse, the estimator's (the forward map predicts reflectance with it too).
+pub use mordant_estimator::basis::reflectance_from_ks;
 
 /// `K/S(λ) = K/S_substrate(λ) + Σᵢ cᵢ kᵢ(λ)` for concentrations `c` (% owf, one per dye of
 /// `dyes`, in the same order) and per-dye strength factors `strength` (1 for the reference dye
