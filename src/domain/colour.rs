@@ -11,7 +11,7 @@
 use mordant_colour::{CieLab, CmcWeights, Difference, Illuminant};
 use serde_json::Value;
 
-use super::spectrum::{MAX_REQUEST_BANDS, flag_above_full, grid_fields};
+use super::spectrum::{MAX_REQUEST_BANDS, SpectrumObject, flag_above_full, spectrum_object};
 use super::{Details, Grid, Invalid, Rows, ScaleName, SpectrumSpec, describe, pointer_token};
 use crate::estimator::grid::resample;
 
@@ -230,20 +230,18 @@ pub fn read_judgement(
 
 /// One spectrum `{"start_nm", "interval_nm", "values": […]}` at `path`, covering 400–700 nm.
 fn spectrum(value: Option<&Value>, path: &str, details: &mut Details) -> Option<(Grid, Vec<f64>)> {
-    let Some(Value::Object(fields)) = value else {
-        let found = value.map_or("nothing".to_owned(), describe);
+    let Some(value) = value else {
         details.push(
             path,
-            format!("must be {{\"start_nm\", \"interval_nm\", \"values\"}}, found {found}"),
+            "is required: {\"start_nm\", \"interval_nm\", \"values\"}",
         );
         return None;
     };
-    let (start_nm, interval_nm) = grid_fields(
+    let SpectrumObject {
         fields,
-        &["start_nm", "interval_nm", "values"],
-        path,
-        details,
-    );
+        start_nm,
+        interval_nm,
+    } = spectrum_object(value, path, details)?;
     let values_path = format!("{path}/values");
     let values = match fields.get("values") {
         Some(Value::Array(items)) if items.len() > MAX_REQUEST_BANDS => {

@@ -165,9 +165,46 @@ impl SpectrumSpec {
     }
 }
 
+/// A spectrum object's fields, and its grid's where they are numbers.
+pub(super) struct SpectrumObject<'v> {
+    pub fields: &'v serde_json::Map<String, Value>,
+    pub start_nm: Option<f64>,
+    pub interval_nm: Option<f64>,
+}
+
+/// A spectrum object `{"start_nm", "interval_nm", "values"}` at `path`; `None` (and the problem
+/// in `details`) when `value` is not an object.
+pub(super) fn spectrum_object<'v>(
+    value: &'v Value,
+    path: &str,
+    details: &mut Details,
+) -> Option<SpectrumObject<'v>> {
+    let Value::Object(fields) = value else {
+        details.push(
+            path,
+            format!(
+                "must be {{\"start_nm\", \"interval_nm\", \"values\"}}, found {}",
+                describe(value)
+            ),
+        );
+        return None;
+    };
+    let (start_nm, interval_nm) = grid_fields(
+        fields,
+        &["start_nm", "interval_nm", "values"],
+        path,
+        details,
+    );
+    Some(SpectrumObject {
+        fields,
+        start_nm,
+        interval_nm,
+    })
+}
+
 /// The `start_nm` and `interval_nm` of an object at `path` whose fields must be among
 /// `allowed`.
-pub(super) fn grid_fields(
+fn grid_fields(
     fields: &serde_json::Map<String, Value>,
     allowed: &[&str],
     path: &str,
@@ -220,22 +257,11 @@ pub fn parse_spectra(
         details.push(path, "is required: the model reads a reflectance spectrum");
         return None;
     };
-    let Value::Object(fields) = value else {
-        details.push(
-            path,
-            format!(
-                "must be {{\"start_nm\", \"interval_nm\", \"values\"}}, found {}",
-                describe(value)
-            ),
-        );
-        return None;
-    };
-    let (start_nm, interval_nm) = grid_fields(
-        fields,
-        &["start_nm", "interval_nm", "values"],
-        path,
-        details,
-    );
+    let SpectrumObject {
+        start_nm,
+        interval_nm,
+        ..
+    } = spectrum_object(value, path, details)?;
     let values_path = format!("{path}/values");
     if matches!(&values, Some(RowArray::Rows(rows)) if rows.rows == 0) {
         details.push(&values_path, "needs at least one spectrum");

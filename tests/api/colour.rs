@@ -4,7 +4,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::spawn_app;
+use crate::helpers::{illuminant_names, spawn_app};
 
 /// A red standard's reflectance (percent): low in the blue and green, high in the red.
 fn standard(nm: f64) -> f64 {
@@ -47,13 +47,7 @@ async fn the_same_colour_on_two_instruments_passes_under_every_light() {
         json!({"metric": "de00", "limit": 1.0, "illuminant": "D65"})
     );
     assert_eq!(found["cmc"], json!({"l": 2.0, "c": 1.0}));
-    let lights: Vec<_> = found["illuminants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["illuminant"].as_str().unwrap())
-        .collect();
-    assert_eq!(lights, ["D65", "A", "F11"]);
+    assert_eq!(illuminant_names(&found), ["D65", "A", "F11"]);
     for d in found["illuminants"].as_array().unwrap() {
         assert!(d["de00"].as_f64().unwrap() < 0.1, "{d}");
         // A red: a* > 0, and warmer (more a*) under tungsten than under daylight.

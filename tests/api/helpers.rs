@@ -387,6 +387,17 @@ pub fn tool_runs(command: &str, require: &str) -> bool {
 }
 
 /// `GET url`, its JSON body.
+/// The illuminants a colour judgement lists (compare's answer, or a matched recipe's
+/// `colour`), in order.
+pub fn illuminant_names(judged: &Value) -> Vec<&str> {
+    judged["illuminants"]
+        .as_array()
+        .expect("illuminants")
+        .iter()
+        .map(|d| d["illuminant"].as_str().expect("an illuminant's name"))
+        .collect()
+}
+
 pub async fn get_json(client: &reqwest::Client, url: &str) -> Value {
     let response = client.get(url).send().await.expect("GET");
     response.json().await.expect("a JSON body")
