@@ -27,8 +27,8 @@ pub struct MeasuredSpectrum {
     /// Distance between values (nm).
     #[schema(exclusive_minimum = 0.0)]
     pub interval_nm: f64,
-    /// Reflectances on the request's `scale`, at least 2, at most 8,192.
-    #[schema(min_items = 2, max_items = 8192)]
+    /// Reflectances on the request's `scale`, at least 2, at most 4,096.
+    #[schema(min_items = 2, max_items = 4096)]
     pub values: Vec<f64>,
 }
 
