@@ -4,7 +4,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{illuminant_names, spawn_app};
+use crate::helpers::{error_paths, illuminant_names, spawn_app};
 
 /// A red standard's reflectance (percent): low in the blue and green, high in the red.
 fn standard(nm: f64) -> f64 {
@@ -141,12 +141,7 @@ async fn a_tolerance_in_cmc_judges_by_cmc_and_bad_input_is_named() {
     let response = app.post("/v1/colour/compare", &short).await;
     assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let error: Value = response.json().await.unwrap();
-    let mut paths: Vec<_> = error["error"]["details"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["path"].as_str().unwrap().to_owned())
-        .collect();
+    let mut paths = error_paths(&error["error"]);
     paths.sort();
     assert_eq!(paths, ["/sample", "/scale"], "{error}");
     let response = app

@@ -387,6 +387,16 @@ pub fn tool_runs(command: &str, require: &str) -> bool {
 }
 
 /// `GET url`, its JSON body.
+/// The paths of an error body's `details` (`error` is the body's `"error"` object), in order.
+pub fn error_paths(error: &Value) -> Vec<String> {
+    error["details"]
+        .as_array()
+        .expect("details")
+        .iter()
+        .map(|d| d["path"].as_str().expect("a detail's path").to_owned())
+        .collect()
+}
+
 /// The illuminants a colour judgement lists (compare's answer, or a matched recipe's
 /// `colour`), in order.
 pub fn illuminant_names(judged: &Value) -> Vec<&str> {

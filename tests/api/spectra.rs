@@ -423,12 +423,7 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
     let refused = app.post("/v1/models/kitchen/match", &wrong).await;
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let refused: Value = refused.json().await.unwrap();
-    let mut paths: Vec<_> = refused["error"]["details"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["path"].as_str().unwrap())
-        .collect();
+    let mut paths = error_paths(&refused["error"]);
     paths.sort_unstable();
     assert_eq!(paths, ["/colour", "/tolerance/de00"], "{refused}");
 

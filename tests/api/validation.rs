@@ -16,15 +16,6 @@ async fn error_of(response: reqwest::Response, status: StatusCode) -> Value {
     body["error"].clone()
 }
 
-fn paths(error: &Value) -> Vec<String> {
-    error["details"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["path"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 /// The model is as it was: nothing queued, never trained.
 async fn assert_untouched(app: &TestApp) {
     let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
@@ -129,7 +120,7 @@ async fn every_invalid_value_is_reported_with_its_path() {
         .await;
     let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
     assert_eq!(error["code"], "invalid_input");
-    let paths = paths(&error);
+    let paths = error_paths(&error);
     for expected in [
         "/x/1", "/x/2/1", "/x/3/1", "/x/4", "/x/5/0", "/x/5/1", "/y/1", "/extra",
     ] {
@@ -156,13 +147,13 @@ async fn row_counts_must_agree_and_a_batch_needs_rows() {
         .post_batch("lab", &json!({"x": [[1.0, 2.0], [3.0, 4.0]], "y": [[1.0]]}))
         .await;
     let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
-    assert_eq!(paths(&error), ["/y"]);
+    assert_eq!(error_paths(&error), ["/y"]);
     let response = app.post_batch("lab", &json!({"x": [], "y": []})).await;
     let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
-    assert_eq!(paths(&error), ["/x", "/y"]);
+    assert_eq!(error_paths(&error), ["/x", "/y"]);
     let response = app.post_batch("lab", &json!({"y": [[1.0]]})).await;
     let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
-    assert_eq!(paths(&error), ["/x"]);
+    assert_eq!(error_paths(&error), ["/x"]);
     let response = app.post_batch("lab", &json!([1, 2])).await;
     error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
     let response = app
@@ -172,7 +163,7 @@ async fn row_counts_must_agree_and_a_batch_needs_rows() {
         )
         .await;
     let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
-    assert_eq!(paths(&error), ["/batch_id"]);
+    assert_eq!(error_paths(&error), ["/batch_id"]);
     assert_untouched(&app).await;
 }
 
@@ -187,7 +178,7 @@ async fn predict_validates_its_rows_too() {
         )
         .await;
     let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
-    assert_eq!(paths(&error), ["/x/0/1", "/x/1"]);
+    assert_eq!(error_paths(&error), ["/x/0/1", "/x/1"]);
     let response = app.post("/v1/models/lab/predict", &json!({"x": []})).await;
     error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
 }
@@ -206,7 +197,7 @@ async fn inputs_whose_prediction_overflows_are_422_not_null() {
     ] {
         let response = app.post("/v1/models/lab/predict", &json!({"x": x})).await;
         let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
-        assert_eq!(paths(&error), ["/x/1"], "{x}: {error}");
+        assert_eq!(error_paths(&error), ["/x/1"], "{x}: {error}");
     }
     let fine: Value = app
         .post("/v1/models/lab/predict", &json!({"x": [[0.5, 0.5, 0.5]]}))
@@ -254,7 +245,7 @@ async fn a_batch_id_that_differs_from_the_idempotency_key_is_refused() {
         .await
         .unwrap();
     let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
-    assert_eq!(paths(&error), ["/batch_id"]);
+    assert_eq!(error_paths(&error), ["/batch_id"]);
     let response = app
         .client
         .put(app.url("/v1/models/lab"))
