@@ -244,8 +244,20 @@ impl ForwardMap {
     }
 
     /// The recipe matching reflectance `r` (fraction, one per band) with other features
-    /// `others`.
+    /// `others`: every dye may be used, each at least 0.
     pub fn match_recipe(&self, r: &[f64], others: &[f64]) -> Result<RecipeMatch, EstimatorError> {
+        let problem = self.problem(r, others)?;
+        let c = nnls(problem.h.as_ref(), &problem.g)?;
+        if !c.iter().chain(&problem.g).all(|v| v.is_finite()) {
+            return Err(EstimatorError::NonFinite("matched recipe"));
+        }
+        let free: Vec<usize> = (0..self.dyes).filter(|&i| c[i] > 0.0).collect();
+        problem.recipe(c, &free)
+    }
+
+    /// The weighted least-squares problem of matching reflectance `r` (fraction, one per band)
+    /// with other features `others` (module documentation): its normal equations over every dye.
+    pub fn problem(&self, r: &[f64], others: &[f64]) -> Result<MatchProblem<'_>, EstimatorError> {
         let (bands, m) = (self.bands(), self.dyes);
         check_len("reflectance bands", bands, r.len())?;
         check_len("other features", self.others, others.len())?;
@@ -275,15 +287,175 @@ impl ForwardMap {
         let g: Vec<f64> = (0..m)
             .map(|i| (0..bands).map(|l| weight[l] * w[(i, l)] * t[l]).sum())
             .collect();
-        let c = nnls(h.as_ref(), &g)?;
-        if !c.iter().chain(&g).all(|v| v.is_finite()) {
-            return Err(EstimatorError::NonFinite("matched recipe"));
+        Ok(MatchProblem {
+            map: self,
+            substrate,
+            t,
+            weight,
+            h,
+            g,
+        })
+    }
+}
+
+/// The match of one target as a quadratic in the recipe `c` (module documentation):
+/// `Σ_λ w_λ (t_λ − Σ_i k_λi c_i)² = tᵀWt − 2gᵀc + cᵀHc` with `H = JᵀWJ`, `g = JᵀWt`. Formed
+/// once per target, it answers the match over every dye ([`ForwardMap::match_recipe`]) and over
+/// any subset of the dyes within bounds ([`Self::within`]); only a recipe's residual reads the
+/// bands again (summed band by band, not from the quadratic, whose terms cancel for a close
+/// match).
+#[derive(Clone, Debug)]
+pub struct MatchProblem<'m> {
+    map: &'m ForwardMap,
+    /// The fabric's own K/S per band (the map at `c = 0`).
+    substrate: Vec<f64>,
+    /// `t_λ`: the target's K/S less the fabric's.
+    t: Vec<f64>,
+    /// `w_λ`.
+    weight: Vec<f64>,
+    h: Mat<f64>,
+    g: Vec<f64>,
+}
+
+/// The largest number of dyes [`MatchProblem::within`] solves a bounded match for: it
+/// enumerates the `3^k` ways each dye can sit at a bound or between them.
+pub const MAX_BOUNDED_DYES: usize = 4;
+
+/// The bounds of one dye's concentration in a bounded match.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DyeBounds {
+    /// At least this much when the dye is used (≥ 0).
+    pub min: f64,
+    /// At most this much (`∞` for no limit).
+    pub max: f64,
+}
+
+impl Default for DyeBounds {
+    fn default() -> Self {
+        Self {
+            min: 0.0,
+            max: f64::INFINITY,
         }
-        let fitted = self.ks(&c, others);
+    }
+}
+
+impl MatchProblem<'_> {
+    /// The map this problem was formed from.
+    pub fn map(&self) -> &ForwardMap {
+        self.map
+    }
+
+    /// The match using only `dyes` (distinct indices, at most [`MAX_BOUNDED_DYES`]), each within
+    /// its bounds (`bounds[i]` for dye `dyes[i]`, `min ≤ max`):
+    ///
+    /// ```text
+    /// ĉ = argmin { ½cᵀHc − gᵀc : c_j = 0 for j ∉ dyes, min_i ≤ c_i ≤ max_i }
+    /// ```
+    ///
+    /// a strictly convex quadratic over a box when `H` restricted to `dyes` is positive definite,
+    /// so its minimum is the one point satisfying the KKT conditions: with `r = g − Hĉ`, every
+    /// dye strictly inside its bounds has `r_i = 0`, a dye at its lower bound `r_i ≤ 0`, at its
+    /// upper bound `r_i ≥ 0`. This enumerates which dyes sit at which bound (the free ones first,
+    /// fewest bounds first), solves the free dyes' equations for each and returns the first
+    /// point satisfying every condition (to `10⁻⁹` of the gradient's scale): the exact minimum,
+    /// not an iteration's approximation. `None` when no assignment does (a dye the map never saw
+    /// used, `H_ii = 0`, or dyes whose columns are collinear). Variances as in the module
+    /// documentation, with the dyes strictly between their bounds as the free set.
+    pub fn within(
+        &self,
+        dyes: &[usize],
+        bounds: &[DyeBounds],
+    ) -> Result<Option<RecipeMatch>, EstimatorError> {
+        let k = dyes.len();
+        check_len("bounds of the dyes", k, bounds.len())?;
+        if k > MAX_BOUNDED_DYES {
+            return Err(EstimatorError::Dimension {
+                what: "dyes in a bounded match",
+                expected: MAX_BOUNDED_DYES,
+                found: k,
+            });
+        }
+        if dyes
+            .iter()
+            .any(|&i| i >= self.map.dyes || self.h[(i, i)] <= 0.0)
+        {
+            return Ok(None);
+        }
+        let scale = dyes
+            .iter()
+            .fold(0.0_f64, |a, &i| a.max(self.g[i].abs()))
+            .max(f64::MIN_POSITIVE);
+        let tol = 1e-9 * scale;
+        // State of dye a: 0 free, 1 at min, 2 at max; visited by the number of bounds held.
+        let mut states: Vec<[u8; MAX_BOUNDED_DYES]> = (0..3usize.pow(k as u32))
+            .map(|code| {
+                let mut state = [0u8; MAX_BOUNDED_DYES];
+                let mut rest = code;
+                for s in state.iter_mut().take(k) {
+                    *s = (rest % 3) as u8;
+                    rest /= 3;
+                }
+                state
+            })
+            .filter(|state| (0..k).all(|a| state[a] != 2 || bounds[a].max.is_finite()))
+            .collect();
+        states.sort_by_key(|state| state.iter().filter(|&&s| s != 0).count());
+        'states: for state in states {
+            let mut c = vec![0.0; self.map.dyes];
+            // Positions in `dyes` of the free dyes.
+            let free: Vec<usize> = (0..k).filter(|&a| state[a] == 0).collect();
+            for a in (0..k).filter(|&a| state[a] != 0) {
+                c[dyes[a]] = if state[a] == 1 {
+                    bounds[a].min
+                } else {
+                    bounds[a].max
+                };
+            }
+            if !free.is_empty() {
+                // H_FF c_F = g_F − H_F,B c_B for the free dyes F given the bound ones B.
+                let rhs: Vec<f64> = free
+                    .iter()
+                    .map(|&a| {
+                        let i = dyes[a];
+                        self.g[i] - dyes.iter().map(|&j| self.h[(i, j)] * c[j]).sum::<f64>()
+                    })
+                    .collect();
+                let free_dyes: Vec<usize> = free.iter().map(|&a| dyes[a]).collect();
+                let Some(solution) = solve_small(&self.h, &free_dyes, &rhs) else {
+                    continue;
+                };
+                for (&a, v) in free.iter().zip(solution) {
+                    if !(v > bounds[a].min && v < bounds[a].max) {
+                        continue 'states;
+                    }
+                    c[dyes[a]] = v;
+                }
+            }
+            for a in (0..k).filter(|&a| state[a] != 0) {
+                let i = dyes[a];
+                let r = self.g[i]
+                    - (0..self.map.dyes)
+                        .map(|j| self.h[(i, j)] * c[j])
+                        .sum::<f64>();
+                let optimal = if state[a] == 1 { r <= tol } else { r >= -tol };
+                if !optimal {
+                    continue 'states;
+                }
+            }
+            let free: Vec<usize> = free.into_iter().map(|a| dyes[a]).collect();
+            return self.recipe(c, &free).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// The recipe `c` as an answer: its variances with `free` the dyes the fit set (module
+    /// documentation) and its residual.
+    fn recipe(&self, c: Vec<f64>, free: &[usize]) -> Result<RecipeMatch, EstimatorError> {
+        let (bands, m, h) = (self.map.bands(), self.map.dyes, &self.h);
+        let fitted = self.ks(&c);
         let wrss: f64 = (0..bands)
-            .map(|l| weight[l] * (t[l] + substrate[l] - fitted[l]).powi(2))
+            .map(|l| self.weight[l] * (self.t[l] + self.substrate[l] - fitted[l]).powi(2))
             .sum();
-        let free: Vec<usize> = (0..m).filter(|&i| c[i] > 0.0).collect();
         let s2 = wrss / (bands.saturating_sub(free.len()).max(1)) as f64;
         let mut variance: Vec<f64> = (0..m)
             .map(|i| {
@@ -303,7 +475,10 @@ impl ForwardMap {
             }
         }
         let residual_rms = (wrss / bands.max(1) as f64).sqrt();
-        if !residual_rms.is_finite() || variance.iter().any(|v| v.is_nan()) {
+        if !residual_rms.is_finite()
+            || variance.iter().any(|v| v.is_nan())
+            || !c.iter().all(|v| v.is_finite())
+        {
             return Err(EstimatorError::NonFinite("matched recipe"));
         }
         Ok(RecipeMatch {
@@ -312,6 +487,58 @@ impl ForwardMap {
             residual_rms,
         })
     }
+
+    /// The K/S the map predicts for recipe `c` (one per dye) on this target's fabric, per band.
+    pub fn ks(&self, c: &[f64]) -> Vec<f64> {
+        let w = &self.map.coefficients;
+        self.substrate
+            .iter()
+            .enumerate()
+            .map(|(l, s)| {
+                s + c
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, ci)| **ci != 0.0)
+                    .map(|(i, ci)| ci * w[(i, l)])
+                    .sum::<f64>()
+            })
+            .collect()
+    }
+
+    /// The reflectance (fraction) the map predicts for recipe `c` on this target's fabric.
+    pub fn reflectance(&self, c: &[f64]) -> Vec<f64> {
+        self.ks(c).into_iter().map(reflectance_from_ks).collect()
+    }
+}
+
+/// `H_FF⁻¹ rhs` for the few dyes `F` of a bounded match, by Cholesky on the stack; `None` when
+/// `H_FF` is not positive definite to working precision.
+fn solve_small(h: &Mat<f64>, free: &[usize], rhs: &[f64]) -> Option<[f64; MAX_BOUNDED_DYES]> {
+    let n = free.len();
+    let mut l = [[0.0_f64; MAX_BOUNDED_DYES]; MAX_BOUNDED_DYES];
+    for a in 0..n {
+        for b in 0..=a {
+            let dot: f64 = (0..b).map(|k| l[a][k] * l[b][k]).sum();
+            let v = h[(free[a], free[b])] - dot;
+            if a == b {
+                // Relative to the diagonal: a pivot lost to cancellation is a singular H_FF.
+                if v <= 1e-12 * h[(free[a], free[a])] {
+                    return None;
+                }
+                l[a][a] = v.sqrt();
+            } else {
+                l[a][b] = v / l[b][b];
+            }
+        }
+    }
+    let mut x = [0.0_f64; MAX_BOUNDED_DYES];
+    for a in 0..n {
+        x[a] = (rhs[a] - (0..a).map(|k| l[a][k] * x[k]).sum::<f64>()) / l[a][a];
+    }
+    for a in (0..n).rev() {
+        x[a] = (x[a] - (a + 1..n).map(|k| l[k][a] * x[k]).sum::<f64>()) / l[a][a];
+    }
+    Some(x)
 }
 
 fn check_len(what: &'static str, expected: usize, found: usize) -> Result<(), EstimatorError> {
@@ -671,6 +898,133 @@ mod tests {
             assert!((x - y).abs() < 1e-3, "{a:?} vs {b:?}");
         }
         assert!(b.residual_rms < 1e-3, "{b:?}");
+    }
+
+    /// `½cᵀHc − gᵀc` of the problem, the objective a bounded match minimises.
+    fn objective(problem: &MatchProblem<'_>, c: &[f64]) -> f64 {
+        let n = c.len();
+        (0..n)
+            .map(|i| {
+                c[i] * (0.5 * (0..n).map(|j| problem.h[(i, j)] * c[j]).sum::<f64>() - problem.g[i])
+            })
+            .sum()
+    }
+
+    #[test]
+    fn a_bounded_match_over_every_dye_is_the_nonnegative_match() {
+        let map = exact_state(200, 7).forward_map().unwrap();
+        for (truth, second) in [([0.4, 0.0, 1.3], true), ([0.02, 0.05, 0.0], false)] {
+            let (r, others) = (reflectance(&truth, second), [f64::from(u8::from(second))]);
+            let problem = map.problem(&r, &others).unwrap();
+            let all = problem
+                .within(&[0, 1, 2], &[DyeBounds::default(); 3])
+                .unwrap()
+                .unwrap();
+            let nnls = map.match_recipe(&r, &others).unwrap();
+            for (a, b) in all.concentration.iter().zip(&nnls.concentration) {
+                assert!((a - b).abs() < 1e-9 * (1.0 + b), "{all:?} vs {nnls:?}");
+            }
+            for (a, b) in all.variance.iter().zip(&nnls.variance) {
+                assert!((a - b).abs() <= 1e-6 * b, "{all:?} vs {nnls:?}");
+            }
+            assert!((all.residual_rms - nnls.residual_rms).abs() < 1e-9);
+        }
+    }
+
+    proptest::proptest! {
+        /// The bounded match is the minimum over its box: no feasible point of a grid over the
+        /// box (nor a step from it along any axis) does better, and it satisfies its bounds.
+        #[test]
+        fn a_bounded_match_is_the_minimum_over_its_box(
+            truth in proptest::collection::vec(0.0..2.0f64, 3),
+            dyes in proptest::sample::subsequence(vec![0usize, 1, 2], 1..=3),
+            lower in proptest::collection::vec(0.0..0.6f64, 3),
+            width in proptest::collection::vec(0.05..1.5f64, 3),
+            bounded in proptest::collection::vec(proptest::bool::ANY, 3),
+        ) {
+            let map = exact_state(120, 8).forward_map().unwrap();
+            let r = reflectance(&truth, false);
+            let problem = map.problem(&r, &[0.0]).unwrap();
+            let bounds: Vec<DyeBounds> = dyes
+                .iter()
+                .map(|&i| DyeBounds {
+                    min: lower[i],
+                    max: if bounded[i] { lower[i] + width[i] } else { f64::INFINITY },
+                })
+                .collect();
+            let found = problem.within(&dyes, &bounds).unwrap().unwrap();
+            let c = &found.concentration;
+            for i in 0..3 {
+                match dyes.iter().position(|&d| d == i) {
+                    Some(a) => proptest::prop_assert!(
+                        c[i] >= bounds[a].min && c[i] <= bounds[a].max,
+                        "{c:?} {bounds:?}"
+                    ),
+                    None => proptest::prop_assert_eq!(c[i], 0.0),
+                }
+            }
+            let best = objective(&problem, c);
+            let steps = 6;
+            let mut point = vec![0.0; 3];
+            for code in 0..(steps + 1usize).pow(dyes.len() as u32) {
+                let mut rest = code;
+                for (a, &i) in dyes.iter().enumerate() {
+                    let hi = if bounds[a].max.is_finite() { bounds[a].max } else { bounds[a].min + 3.0 };
+                    point[i] = bounds[a].min + (hi - bounds[a].min) * (rest % (steps + 1)) as f64 / steps as f64;
+                    rest /= steps + 1;
+                }
+                let value = objective(&problem, &point);
+                proptest::prop_assert!(best <= value + 1e-9 * value.abs().max(1.0), "{c:?}: {best} > {value} at {point:?}");
+            }
+            for (a, &i) in dyes.iter().enumerate() {
+                for step in [-1e-3, 1e-3] {
+                    let mut moved = c.clone();
+                    moved[i] = (c[i] + step).clamp(bounds[a].min, bounds[a].max);
+                    let value = objective(&problem, &moved);
+                    proptest::prop_assert!(best <= value + 1e-12 * value.abs().max(1.0));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_bounded_match_respects_its_limits_and_refuses_what_it_cannot_solve() {
+        let map = exact_state(200, 9).forward_map().unwrap();
+        let truth = [0.9, 0.0, 0.7];
+        let problem = map.problem(&reflectance(&truth, false), &[0.0]).unwrap();
+        // Capped below what the target needs, the dye sits at its cap and the other makes up
+        // what it can; a floor above the need holds too.
+        let capped = problem
+            .within(
+                &[0, 2],
+                &[DyeBounds { min: 0.0, max: 0.5 }, DyeBounds::default()],
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(capped.concentration[0], 0.5, "{capped:?}");
+        assert!(capped.concentration[2] > 0.0 && capped.concentration[1] == 0.0);
+        let floored = problem
+            .within(&[1], &[DyeBounds { min: 0.3, max: 0.3 }])
+            .unwrap()
+            .unwrap();
+        assert_eq!(floored.concentration, vec![0.0, 0.3, 0.0]);
+        assert!(floored.residual_rms > capped.residual_rms);
+        // A dye a map never saw used has no column to solve for.
+        let mut blind = map.clone();
+        for l in 0..blind.bands() {
+            blind.coefficients[(1, l)] = 0.0;
+        }
+        let problem = blind.problem(&reflectance(&truth, false), &[0.0]).unwrap();
+        assert!(
+            problem
+                .within(&[0, 1], &[DyeBounds::default(); 2])
+                .unwrap()
+                .is_none()
+        );
+        assert!(matches!(
+            problem.within(&[0, 1, 2, 0, 1], &[DyeBounds::default(); 5]),
+            Err(EstimatorError::Dimension { .. })
+        ));
     }
 
     #[test]
