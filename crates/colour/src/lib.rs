@@ -17,6 +17,7 @@ use colorimetry::illuminant::CieIlluminant;
 pub use colorimetry::lab::CieLab;
 use colorimetry::observer::Observer;
 use colorimetry::spectrum::Spectrum;
+use std::sync::OnceLock;
 
 /// First and last wavelength (nm) of the 1 nm samples the colour is integrated over.
 pub const COLOUR_RANGE_NM: (usize, usize) = (380, 780);
@@ -29,6 +30,8 @@ pub enum ColourError {
     NonFinite { nm: usize, value: f64 },
     #[error("colour difference: {0}")]
     Colorimetry(#[from] colorimetry::Error),
+    #[error("tristimulus weights: {0}")]
+    Table(String),
 }
 
 /// A CIE standard illuminant a colour is seen under.
@@ -79,6 +82,59 @@ pub fn lab(r: impl Fn(f64) -> f64, illuminant: Illuminant) -> Result<CieLab, Col
     }
     let colorant = Colorant::new(Spectrum::from(values))?;
     Ok(Observer::Cie1964.lab(&illuminant.cie(), &colorant))
+}
+
+/// The colour computation of [`lab`] as weights: `X = Σ_k r_k x_k` (and Y, Z alike) over the
+/// 1 nm samples `r_k` of [`COLOUR_RANGE_NM`], `x_k = k S(λ_k) x̄₁₀(λ_k)`, and CIELAB relative to
+/// the illuminant's white. A spectrum's colour is then a dot product, which is what ranking
+/// many candidate recipes by colour needs; the weights are read off the `colorimetry` crate's own
+/// integration (one unit spectrum per sample, once per process), so both ways agree to rounding.
+#[derive(Clone, Debug)]
+pub struct Tristimulus {
+    weights: Vec<[f64; 3]>,
+    white: colorimetry::xyz::XYZ,
+}
+
+impl Tristimulus {
+    /// The weights of `illuminant` (computed at the first call, then shared).
+    pub fn of(illuminant: Illuminant) -> Result<&'static Tristimulus, ColourError> {
+        static TABLES: [OnceLock<Result<Tristimulus, String>>; 3] =
+            [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        let index = Illuminant::ALL
+            .iter()
+            .position(|i| *i == illuminant)
+            .unwrap_or(0);
+        TABLES[index]
+            .get_or_init(|| Tristimulus::compute(illuminant).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| ColourError::Table(e.clone()))
+    }
+
+    fn compute(illuminant: Illuminant) -> Result<Tristimulus, ColourError> {
+        let light = illuminant.cie();
+        let mut white = Observer::Cie1964.xyz(&light, None);
+        let weights = (0..SAMPLES)
+            .map(|k| {
+                let mut unit = [0.0; SAMPLES];
+                unit[k] = 1.0;
+                let relative =
+                    Observer::Cie1964.rel_xyz(&light, &Colorant::new(Spectrum::from(unit))?);
+                white = relative.white_point();
+                Ok(relative.xyz().to_array())
+            })
+            .collect::<Result<Vec<_>, ColourError>>()?;
+        Ok(Tristimulus { weights, white })
+    }
+
+    /// The weights `[x_k, y_k, z_k]` of the 1 nm samples from 380 nm.
+    pub fn weights(&self) -> &[[f64; 3]] {
+        &self.weights
+    }
+
+    /// CIELAB of tristimulus values `[X, Y, Z]` (Y = 100 for the perfect white).
+    pub fn lab(&self, xyz: [f64; 3]) -> CieLab {
+        CieLab::from_rxyz(colorimetry::xyz::RelXYZ::new(xyz, self.white))
+    }
 }
 
 /// A CIELAB colour given by its coordinates, relative to `illuminant`'s white for the CIE 1964
@@ -241,6 +297,42 @@ mod tests {
             0.9082,
         ),
     ];
+
+    #[test]
+    fn the_tristimulus_weights_give_the_integrated_colour() {
+        let curves: [fn(f64) -> f64; 3] = [
+            |nm| 0.2 + 0.6 / (1.0 + (-(nm - 560.0) / 25.0).exp()),
+            |nm| 0.05 + 0.5 * (-0.5 * ((nm - 470.0) / 30.0).powi(2)).exp(),
+            |_| 1.0,
+        ];
+        for illuminant in Illuminant::ALL {
+            let table = Tristimulus::of(illuminant).unwrap();
+            assert_eq!(table.weights().len(), SAMPLES);
+            for r in curves {
+                let direct = lab(r, illuminant).unwrap();
+                let mut xyz = [0.0; 3];
+                for (k, w) in table.weights().iter().enumerate() {
+                    let value = r((COLOUR_RANGE_NM.0 + k) as f64);
+                    for (x, wx) in xyz.iter_mut().zip(w) {
+                        *x += value * wx;
+                    }
+                }
+                let weighed = table.lab(xyz);
+                let (a, b) = (direct.to_array(), weighed.to_array());
+                for (u, v) in a.iter().zip(&b) {
+                    assert!(
+                        (u - v).abs() < 1e-9,
+                        "{}: {a:?} vs {b:?}",
+                        illuminant.name()
+                    );
+                }
+                assert!(ciede2000(&direct, &weighed).unwrap() < 1e-9);
+            }
+        }
+        // No light reflected is black.
+        let black = Tristimulus::of(Illuminant::A).unwrap().lab([0.0; 3]);
+        assert_eq!(black.l(), 0.0);
+    }
 
     #[test]
     fn ciede2000_matches_sharma_test_data() {
