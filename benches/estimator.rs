@@ -189,18 +189,44 @@ fn bench_recipe(c: &mut Criterion) {
     // What match adds per target to judge a recipe: its predicted reflectance, and both colours
     // under D65, A and F11 with their differences.
     let grid = mordant_lab::simulate::MODEL_GRID;
+    let colorimeter = mordant_kitchen::Colorimeter::new(&grid).expect("colorimeter");
     let matched = map.match_recipe(&r, &others).expect("match");
+    let cmc = mordant_colour::CmcWeights::default();
     group.bench_function("judge_1_recipe", |b| {
         b.iter(|| {
             let dyed = map.reflectance(&matched.concentration, &others);
-            colour::judge(
-                &colour::Reflectance::new(grid, r.clone()),
-                &colour::Reflectance::new(grid, dyed),
+            mordant_kitchen::judge(
+                &colorimeter.labs(&r).expect("colour"),
+                &colorimeter.labs(&dyed).expect("colour"),
                 colour::DEFAULT_TOLERANCE,
-                mordant_colour::CmcWeights::default(),
+                cmc,
             )
             .expect("colour")
         })
+    });
+    // The candidates of one target with the service's defaults: every combination of up to
+    // three of the ten dyes (175), each solved within its bounds and judged, best ten answered.
+    let search = mordant_kitchen::Search {
+        allowed: (0..map.dyes()).collect(),
+        max_dyes: 3,
+        bounds: vec![Default::default(); map.dyes()],
+        prices: Some(vec![1.0; map.dyes()]),
+        ranking: mordant_kitchen::Ranking::ColourDifference,
+        max_candidates: 10,
+        tolerance: colour::DEFAULT_TOLERANCE,
+        cmc,
+    };
+    let tried = mordant_kitchen::combinations(&search.allowed, search.max_dyes);
+    group.bench_function(format!("candidates_{}_1_target", tried.len()), |b| {
+        b.iter(|| {
+            let problem = map.problem(&r, &others).expect("problem");
+            let labs = colorimeter.labs(&r).expect("colour");
+            mordant_kitchen::candidates(&problem, Some((&colorimeter, &labs)), &tried, &search)
+                .expect("candidates")
+        })
+    });
+    group.bench_function("colorimeter_of_the_grid", |b| {
+        b.iter(|| mordant_kitchen::Colorimeter::new(&grid).expect("colorimeter"))
     });
     group.finish();
 }

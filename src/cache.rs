@@ -14,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::KeyRing;
 use crate::domain::{ModelName, ModelSpec};
 use crate::estimator::recipe::ForwardMap;
-use crate::estimator::{EstimatorError, ModelConfig, ModelState, Predictor, codec};
+use crate::estimator::{ModelConfig, ModelState, Predictor, codec};
 use crate::store::{Store, StoreError, Topic};
 use crate::tasks::Notifications;
+use mordant_kitchen::Colorimeter;
 
 /// One model as predict sees it.
 #[derive(Debug)]
@@ -29,9 +30,8 @@ pub struct CachedModel {
     pub state: Option<Arc<ModelState>>,
     /// What predictions need of `state`, formed once per version.
     pub predictor: Option<Arc<Predictor>>,
-    /// The forward map recipe matching needs, fitted at the version's first match (or why it
-    /// cannot be).
-    pub forward: OnceLock<Result<Arc<ForwardMap>, EstimatorError>>,
+    /// What recipe matching needs, formed at the version's first match (or why it cannot be).
+    pub forward: OnceLock<Result<Arc<Matching>, String>>,
 }
 
 impl CachedModel {
@@ -46,6 +46,14 @@ impl CachedModel {
             state,
         }
     }
+}
+
+/// A version's forward map, and the colour of spectra on its bands when they cover the visible
+/// range.
+#[derive(Debug)]
+pub struct Matching {
+    pub map: ForwardMap,
+    pub colorimeter: Option<Colorimeter>,
 }
 
 /// Model ids only grow (an identity column), so `(id, version)` orders every state a name has

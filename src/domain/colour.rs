@@ -1,68 +1,20 @@
 //! Two reflectance spectra compared as a dye house judges a dyeing against its standard: CIELAB
 //! under D65, A and F11 (CIE 1964 10°), CIEDE2000 and CMC(l:c) with ΔL*, ΔC*, ΔH*, and a
-//! verdict against a tolerance under D65. The colour science is `mordant-colour`'s; this module
-//! reads the request and samples the spectra.
+//! verdict against a tolerance under D65. The colour science is `mordant-colour`'s and
+//! `mordant-kitchen`'s; this module reads the request.
 //!
 //! A spectrum must cover 400–700 nm, the range every textile spectrophotometer measures; the
 //! colour is integrated over 380–780 nm every 1 nm, each spectrum interpolated linearly on its
 //! own grid and, beyond its ends, extended with its end values (the practice of ASTM E308 for
 //! data that stop short of the colour-matching functions' range, where they weigh little).
 
-use mordant_colour::{CieLab, CmcWeights, Difference, Illuminant};
+use mordant_colour::CmcWeights;
+pub use mordant_kitchen::judge::DEFAULT_TOLERANCE;
+pub use mordant_kitchen::{Colorimeter, Comparison, Seen, Tolerance, can_judge};
 use serde_json::Value;
 
 use super::spectrum::{MAX_REQUEST_BANDS, SpectrumObject, flag_above_full, spectrum_object};
 use super::{Details, Grid, Invalid, Rows, ScaleName, SpectrumSpec, describe, pointer_token};
-use crate::estimator::grid::resample;
-
-/// The range a compared spectrum must cover.
-const REQUIRED: Grid = Grid {
-    start_nm: 400.0,
-    interval_nm: 10.0,
-    count: 31,
-};
-
-/// Whether spectra on `grid` cover the range colour needs (400–700 nm).
-pub fn can_judge(grid: &Grid) -> bool {
-    grid.covers(&REQUIRED)
-}
-
-/// The 1 nm grid the colour is integrated over.
-const COLOUR_GRID: Grid = Grid {
-    start_nm: mordant_colour::COLOUR_RANGE_NM.0 as f64,
-    interval_nm: 1.0,
-    count: mordant_colour::COLOUR_RANGE_NM.1 - mordant_colour::COLOUR_RANGE_NM.0 + 1,
-};
-
-/// Default tolerance: ΔE00 1.0 under D65, a common commercial pass/fail for textiles.
-pub const DEFAULT_TOLERANCE: Tolerance = Tolerance::De00(1.0);
-
-/// The colour difference a verdict is judged on, and its limit.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Tolerance {
-    /// CIEDE2000 at most this.
-    De00(f64),
-    /// CMC(l:c), with the request's weights, at most this.
-    Cmc(f64),
-}
-
-impl Tolerance {
-    /// The metric's name in the API, and the limit.
-    pub fn parts(self) -> (&'static str, f64) {
-        match self {
-            Tolerance::De00(v) => ("de00", v),
-            Tolerance::Cmc(v) => ("cmc", v),
-        }
-    }
-
-    /// Whether `d` is within the tolerance.
-    pub fn passes(self, d: &Difference) -> bool {
-        match self {
-            Tolerance::De00(v) => d.de00 <= v,
-            Tolerance::Cmc(v) => d.cmc <= v,
-        }
-    }
-}
 
 /// A reflectance spectrum as a fraction, on its own grid.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,16 +30,9 @@ impl Reflectance {
         Self { grid, values }
     }
 
-    /// CIELAB under `illuminant`.
-    fn lab(&self, illuminant: Illuminant) -> Result<CieLab, mordant_colour::ColourError> {
-        // A surface reflects at most all the light and no less than none: each band is read so
-        // before interpolation, so a brightener's excess does not leak into its neighbours.
-        let bands: Vec<f64> = self.values.iter().map(|r| r.clamp(0.0, 1.0)).collect();
-        // `resample` holds the end value beyond the grid's ends: the extension described above.
-        let mut sampled = vec![0.0; COLOUR_GRID.count];
-        resample(&self.grid, &bands, &COLOUR_GRID, &mut sampled);
-        let start = COLOUR_GRID.start_nm;
-        mordant_colour::lab(|nm| sampled[(nm - start) as usize], illuminant)
+    /// CIELAB under D65, A and F11.
+    fn labs(&self) -> Result<[mordant_colour::CieLab; 3], mordant_colour::ColourError> {
+        Colorimeter::new(&self.grid)?.labs(&self.values)
     }
 }
 
@@ -98,23 +43,6 @@ pub struct CompareRequest {
     sample: Reflectance,
     pub tolerance: Tolerance,
     pub cmc: CmcWeights,
-}
-
-/// The sample against the reference under one illuminant.
-#[derive(Clone, Copy, Debug)]
-pub struct Seen {
-    pub illuminant: Illuminant,
-    pub reference: CieLab,
-    pub sample: CieLab,
-    pub difference: Difference,
-}
-
-/// What a comparison found: D65 first, then A and F11.
-#[derive(Clone, Debug)]
-pub struct Comparison {
-    pub seen: Vec<Seen>,
-    /// Whether the difference under D65 is within the tolerance.
-    pub pass: bool,
 }
 
 const FIELDS: [&str; 5] = ["reference", "sample", "scale", "tolerance", "cmc"];
@@ -189,33 +117,13 @@ impl CompareRequest {
 
     /// The sample against the reference under D65, A and F11.
     pub fn compare(&self) -> Result<Comparison, mordant_colour::ColourError> {
-        judge(&self.reference, &self.sample, self.tolerance, self.cmc)
+        mordant_kitchen::judge(
+            &self.reference.labs()?,
+            &self.sample.labs()?,
+            self.tolerance,
+            self.cmc,
+        )
     }
-}
-
-/// `sample` against `reference` under D65, A and F11, and the verdict under D65.
-pub fn judge(
-    reference: &Reflectance,
-    sample: &Reflectance,
-    tolerance: Tolerance,
-    cmc: CmcWeights,
-) -> Result<Comparison, mordant_colour::ColourError> {
-    let seen = Illuminant::ALL
-        .into_iter()
-        .map(|illuminant| {
-            let reference = reference.lab(illuminant)?;
-            let sample = sample.lab(illuminant)?;
-            let difference = Difference::between(&reference, &sample, cmc)?;
-            Ok(Seen {
-                illuminant,
-                reference,
-                sample,
-                difference,
-            })
-        })
-        .collect::<Result<Vec<_>, mordant_colour::ColourError>>()?;
-    let pass = tolerance.passes(&seen[0].difference);
-    Ok(Comparison { seen, pass })
 }
 
 /// The `tolerance` and `cmc` fields of a body (defaults where left out), problems to `details`.
@@ -282,7 +190,7 @@ fn spectrum(value: Option<&Value>, path: &str, details: &mut Details) -> Option<
                 format!(
                     "the spectrum covers {} but colour needs at least {}",
                     grid.describe(),
-                    REQUIRED.describe()
+                    mordant_kitchen::colorimeter::REQUIRED.describe()
                 ),
             );
             None

@@ -9,6 +9,7 @@ pub mod colour;
 mod details;
 mod fast;
 mod header;
+pub mod kitchen;
 pub mod model;
 mod rows;
 mod scope;

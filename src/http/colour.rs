@@ -81,7 +81,7 @@ pub struct CompareBody {
 }
 
 /// A CIELAB colour (CIE 1964 10°, relative to the illuminant's white).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 #[schema(example = json!({"l": 62.1, "a": 38.4, "b": 21.7}))]
 pub struct Lab {
     pub l: f64,
@@ -97,7 +97,7 @@ impl From<&mordant_colour::CieLab> for Lab {
 }
 
 /// The sample against the reference under one illuminant.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ColourDifference {
     /// `D65` (daylight), `A` (tungsten) or `F11` (three-band fluorescent shop light).
     #[schema(example = "D65")]
@@ -138,7 +138,7 @@ impl From<&Seen> for ColourDifference {
 }
 
 /// `pass` or `fail`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Pass,

@@ -17,33 +17,80 @@ use super::extract::{RawJson, check_malformed};
 use super::models::not_trained;
 use super::predict::{Spectra, parse_request_with};
 use super::routes::Routes;
-use crate::cache::CachedModel;
-use crate::domain::colour::{self, Comparison, Reflectance, read_judgement};
+use crate::cache::{CachedModel, Matching};
+use crate::domain::colour::{self, Comparison, read_judgement};
+use crate::domain::kitchen::{self, read_search};
 use crate::domain::{Detail, Invalid};
 use crate::estimator::EstimatorError;
-use crate::estimator::recipe::{ForwardMap, RecipeMatch};
+use crate::estimator::recipe::RecipeMatch;
+use mordant_kitchen::candidates::KitchenError;
+use mordant_kitchen::{Candidate, Colorimeter, Ranking, combinations};
 /// The route of match, with the access it needs.
 pub fn routes(routes: Routes) -> Routes {
     routes.add(PREDICT, routes!(match_recipes))
 }
 
-/// The recipe matched to one target: per output (in the model's order), a concentration ≥ 0 and
-/// its variance.
+/// The recipes matched to one target: the best candidate's fields (what a front end that reads
+/// one recipe uses), and every candidate answered, best first (the first is the same recipe).
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({
+    "dyes": ["yellow", "blue"],
     "concentration": [0.12, 0.0, 1.04],
     "variance": [0.00002, 0.0000004, 0.0003],
-    "reflectance_rms": 0.0004
+    "reflectance_rms": 0.0004,
+    "candidates": [{
+        "dyes": ["yellow", "blue"],
+        "concentration": [0.12, 0.0, 1.04],
+        "variance": [0.00002, 0.0000004, 0.0003],
+        "reflectance_rms": 0.0004
+    }]
 }))]
 pub struct Recipe {
-    /// Concentrations, 0 for the dyes the target does not need.
+    /// The dyes the best candidate uses.
+    pub dyes: Vec<String>,
+    /// Its concentrations, one per output in the model's order (0 for a dye it does not use).
     pub concentration: Vec<f64>,
-    /// `s² (J_FᵀWJ_F)⁻¹` on the dyes in the recipe, `s² / (JᵀWJ)_ii` for a dye at 0; `null` for
-    /// a dye the model has never seen used.
+    /// Their variances (see `Candidate`).
+    pub variance: Vec<Option<f64>>,
+    /// Its reflectance residual (see `Candidate`).
+    pub reflectance_rms: f64,
+    /// Its cost, when prices were given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    /// Its colour against the target's (see `Candidate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub colour: Option<RecipeColour>,
+    /// Every candidate answered (at most `max_candidates`), in the order asked for.
+    pub candidates: Vec<CandidateRecipe>,
+}
+
+/// One candidate recipe: a combination of at most `max_dyes` of the allowed dyes, solved within
+/// its bounds.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "dyes": ["yellow", "blue"],
+    "concentration": [0.12, 0.0, 1.04],
+    "variance": [0.00002, 0.0000004, 0.0003],
+    "reflectance_rms": 0.0004,
+    "cost": 3.7
+}))]
+pub struct CandidateRecipe {
+    /// The dyes it uses, in the model's order. Empty only for the undyed fabric, answered when
+    /// no combination uses any dye.
+    pub dyes: Vec<String>,
+    /// Concentrations ≥ 0, one per output in the model's order: within their bounds for the
+    /// dyes used, 0 for the others.
+    pub concentration: Vec<f64>,
+    /// `s² (J_FᵀWJ_F)⁻¹` on the dyes the fit set (strictly between their bounds); `s² /
+    /// (JᵀWJ)_ii` for a dye at a bound or not used (how much of it the fit could take); `null`
+    /// for a dye the model has never seen used.
     pub variance: Vec<Option<f64>>,
     /// Root mean square of the difference between the target's reflectance and the recipe's, as
     /// the forward map predicts it (a fraction; 0.001 is 0.1 percentage points).
     pub reflectance_rms: f64,
+    /// `Σ price × concentration` over its dyes, when the request gives prices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
     /// The recipe's colour, as the forward map predicts it, against the target's, both on the
     /// model's bands: under D65, A and F11, and the verdict under D65. Left out for a model
     /// whose bands do not cover 400–700 nm.
@@ -52,7 +99,7 @@ pub struct Recipe {
 }
 
 /// How the colour a recipe is predicted to dye differs from the target's.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct RecipeColour {
     /// `pass` when the difference under D65 is within the request's tolerance.
     pub verdict: Verdict,
@@ -72,6 +119,46 @@ pub struct MatchRequest {
     pub tolerance: Option<ToleranceSpec>,
     /// The weights of CMC(l:c) (default `{"l": 2, "c": 1}`).
     pub cmc: Option<CmcSpec>,
+    /// The dyes a candidate may use (output names; default every output).
+    #[schema(min_items = 1)]
+    pub dyes: Option<Vec<String>>,
+    /// At most this many dyes in a candidate (default 3).
+    #[schema(minimum = 1, maximum = 4)]
+    pub max_dyes: Option<u32>,
+    /// Per dye (output name): its concentration when used, at least `min` (default 0) and at
+    /// most `max` (default none).
+    pub bounds: Option<std::collections::BTreeMap<String, DyeBoundsSpec>>,
+    /// Per dye (output name): its price per unit of concentration. When given, every dye a
+    /// candidate may use needs one, and each candidate carries its cost.
+    pub prices: Option<std::collections::BTreeMap<String, f64>>,
+    /// How candidates are ordered (default `de00`).
+    pub sort: Option<SortSpec>,
+    /// At most this many candidates per target (default 10).
+    #[schema(minimum = 1, maximum = 100)]
+    pub max_candidates: Option<u32>,
+}
+
+/// The bounds of one dye's concentration when a candidate uses it.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DyeBoundsSpec {
+    #[schema(minimum = 0)]
+    pub min: Option<f64>,
+    #[schema(exclusive_minimum = 0)]
+    pub max: Option<f64>,
+}
+
+/// How candidates are ordered: `de00`, ΔE00 under D65, smallest first; `cost`, those within
+/// tolerance cheapest first, then the rest by ΔE00; `metamerism`, those within tolerance by the
+/// larger of their ΔE00 under A and F11, then the rest by ΔE00. A model whose bands do not
+/// cover 400–700 nm has no colour: its candidates are ordered by `reflectance_rms`, and only
+/// `de00` is accepted.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SortSpec {
+    De00,
+    Cost,
+    Metamerism,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -88,27 +175,36 @@ pub struct MatchResponse {
     pub warnings: Vec<Detail>,
 }
 
+/// The most recipe solves (targets × combinations of dyes) one request may ask for: about a
+/// second of one core.
+pub const MAX_SOLVES: usize = 200_000;
+
 /// Match recipes to target spectra.
 ///
-/// For a model that declares a spectrum under `kubelka_munk`: the recipe `c ≥ 0` minimising
-/// `Σ_λ w_λ (K/S_target(λ) − K/S(λ; c, x))²`, with `K/S(λ; c, x)` the forward map (K/S of each
-/// band as a regression on the concentrations and the other features, learnt from the same
-/// batches) and `w_λ = (dR/d(K/S))²` at the target's reflectance, so that every band counts as
-/// a spectrophotometer's reading does. The body is a predict body: `spectra` and, for the
-/// model's other features, `x`.
+/// For a model that declares a spectrum under `kubelka_munk`, per target, candidate recipes:
+/// every combination of at most `max_dyes` of the allowed `dyes`, each the recipe `c` within
+/// its `bounds` minimising `Σ_λ w_λ (K/S_target(λ) − K/S(λ; c, x))²`, with `K/S(λ; c, x)` the
+/// forward map (K/S of each band as a regression on the concentrations and the other
+/// features, learnt from the same batches) and `w_λ = (dR/d(K/S))²` at the target's
+/// reflectance, so that every band counts as a spectrophotometer's reading does. Each
+/// candidate's colour is judged under D65, A and F11 against the target's, it is priced when
+/// `prices` are given, and the candidates are ordered by `sort`; the best one's fields are
+/// also the target's recipe. The body is a predict body (`spectra` and, for the model's other
+/// features, `x`) with those options.
 #[utoipa::path(post, operation_id = "match_recipes", path = "/v1/models/{name}/match", tag = "predict",
     params(("name" = String, Path, description = "Model name")),
     request_body = MatchRequest,
     responses(
-        (status = 200, description = "One recipe per target", body = MatchResponse),
+        (status = 200, description = "The candidate recipes of each target", body = MatchResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 404, description = "No such model", body = ErrorBody),
         (status = 409, description = "Not trained yet, or the model cannot match recipes: no \
             spectrum under kubelka_munk, no intercept, or statistics folded before recipe \
             matching (no YᵀY)", body = ErrorBody),
-        (status = 413, description = "Body or row count over the limit", body = ErrorBody),
+        (status = 413, description = "Body or row count over the limit, or more recipe solves \
+            (targets × combinations) than one request may ask", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
-        (status = 422, description = "Invalid rows", body = ErrorBody),
+        (status = 422, description = "Invalid rows or options", body = ErrorBody),
     ))]
 pub async fn match_recipes(
     State(app): State<AppState>,
@@ -123,47 +219,66 @@ pub async fn match_recipes(
     let (recipes, warnings, version) = {
         let name = name.clone();
         app.cpu_bound(move || {
-            let (x, warnings, judgement) = parse_request_with(
-                &bytes,
-                &model.spec,
-                limit,
-                &["tolerance", "cmc"],
-                read_judgement,
-            )?;
-            let (tolerance, cmc) =
-                judgement.ok_or_else(|| Invalid::one("", "invalid match request"))?;
-            let map = forward_map(&model, &name)?;
-            // A model with a forward map declares its spectrum; the check keeps it so.
-            let grid = model.spec.spectrum.map(|s| s.grid()).ok_or_else(|| {
-                ApiError::Conflict(format!("model {name:?} declares no spectrum to match"))
-            })?;
+            let outputs = &model.spec.outputs;
+            let mut fields = vec!["tolerance", "cmc"];
+            fields.extend(kitchen::FIELDS);
+            let (x, warnings, search) =
+                parse_request_with(&bytes, &model.spec, limit, &fields, |fields, details| {
+                    let (tolerance, cmc) = read_judgement(fields, details)?;
+                    read_search(fields, outputs, tolerance, cmc, details)
+                })?;
+            let search = search.ok_or_else(|| Invalid::one("", "invalid match request"))?;
+            let matching = matching(&model, &name)?;
+            let colorimeter = matching.colorimeter.as_ref();
+            if colorimeter.is_none() && search.ranking != Ranking::ColourDifference {
+                return Err(Invalid::one(
+                    "/sort",
+                    "the model's bands do not cover 400–700 nm, so its candidates have no \
+                     colour to pass or fail: only \"de00\" (by reflectance residual) applies",
+                )
+                .into());
+            }
+            let tried = combinations(&search.allowed, search.max_dyes);
             let x = x.as_mat();
+            let solves = x.nrows().saturating_mul(tried.len());
+            if solves > MAX_SOLVES {
+                return Err(ApiError::PayloadTooLarge(format!(
+                    "{} targets × {} combinations of dyes is {solves} recipe solves, over the \
+                     {MAX_SOLVES} one request may ask: send fewer targets, allow fewer dyes or \
+                     lower max_dyes",
+                    x.nrows(),
+                    tried.len()
+                )));
+            }
             let recipes = (0..x.nrows())
                 .map(|i| {
                     let row: Vec<f64> = x.row(i).iter().copied().collect();
-                    let (target, others) = map.split_inputs(&row);
-                    let matched = map
-                        .match_recipe(&target, others)
+                    let (target, others) = matching.map.split_inputs(&row);
+                    let problem = matching
+                        .map
+                        .problem(&target, others)
                         .map_err(|e| match_error(&name, i, e))?;
-                    // Colour needs the visible range: a model on other bands gets none.
-                    let found = colour::can_judge(&grid)
-                        .then(|| {
-                            let dyed = map.reflectance(&matched.concentration, others);
-                            colour::judge(
-                                &Reflectance::new(grid, target),
-                                &Reflectance::new(grid, dyed),
-                                tolerance,
-                                cmc,
-                            )
-                        })
+                    let colour = colorimeter
+                        .map(|c| c.labs(&target).map(|labs| (c, labs)))
                         .transpose()
                         .map_err(|e| {
                             ApiError::Internal(
-                                anyhow::Error::new(e)
-                                    .context(format!("colour of row {i}'s recipe")),
+                                anyhow::Error::new(e).context(format!("colour of target {i}")),
                             )
                         })?;
-                    Ok(recipe(matched, found.as_ref()))
+                    let found = mordant_kitchen::candidates(
+                        &problem,
+                        colour.as_ref().map(|(c, labs)| (*c, labs)),
+                        &tried,
+                        &search,
+                    )
+                    .map_err(|e| match e {
+                        KitchenError::Estimator(e) => match_error(&name, i, e),
+                        KitchenError::Colour(e) => ApiError::Internal(
+                            anyhow::Error::new(e).context(format!("colour of row {i}'s recipes")),
+                        ),
+                    })?;
+                    recipe(found, outputs, &name, i)
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
             Ok::<_, ApiError>((recipes, warnings, model.version))
@@ -178,14 +293,24 @@ pub async fn match_recipes(
     }))
 }
 
-/// The version's forward map, fitted at its first match.
-fn forward_map(model: &CachedModel, name: &str) -> Result<Arc<ForwardMap>, ApiError> {
+/// The version's forward map and colorimeter, formed at its first match.
+fn matching(model: &CachedModel, name: &str) -> Result<Arc<Matching>, ApiError> {
     let state = model.state.as_deref().ok_or_else(|| not_trained(name))?;
-    match model
-        .forward
-        .get_or_init(|| state.forward_map().map(Arc::new))
-    {
-        Ok(map) => Ok(Arc::clone(map)),
+    let formed = model.forward.get_or_init(|| {
+        let map = state.forward_map().map_err(|e| e.to_string())?;
+        // Colour needs the visible range: a model on other bands gets none.
+        let colorimeter = model
+            .spec
+            .spectrum
+            .map(|s| s.grid())
+            .filter(colour::can_judge)
+            .map(|grid| Colorimeter::new(&grid))
+            .transpose()
+            .map_err(|e| format!("the colour of the model's bands: {e}"))?;
+        Ok(Arc::new(Matching { map, colorimeter }))
+    });
+    match formed {
+        Ok(matching) => Ok(Arc::clone(matching)),
         Err(e) => Err(ApiError::Conflict(format!("model {name:?}: {e}"))),
     }
 }
@@ -202,18 +327,54 @@ fn match_error(name: &str, row: usize, e: EstimatorError) -> ApiError {
     }
 }
 
-fn recipe(m: RecipeMatch, found: Option<&Comparison>) -> Recipe {
-    Recipe {
-        concentration: m.concentration,
-        variance: m
-            .variance
+/// The answer for one target: its candidates, the best one's fields first.
+fn recipe(
+    found: Vec<Candidate>,
+    outputs: &[String],
+    name: &str,
+    row: usize,
+) -> Result<Recipe, ApiError> {
+    let candidates: Vec<CandidateRecipe> =
+        found.into_iter().map(|c| candidate(c, outputs)).collect();
+    let Some(best) = candidates.first().cloned() else {
+        return Err(ApiError::Conflict(format!(
+            "model {name:?} cannot match row {row}: no combination of the allowed dyes has a \
+             solution (dyes the model has never seen used, or bounds no recipe meets)"
+        )));
+    };
+    Ok(Recipe {
+        dyes: best.dyes,
+        concentration: best.concentration,
+        variance: best.variance,
+        reflectance_rms: best.reflectance_rms,
+        cost: best.cost,
+        colour: best.colour,
+        candidates,
+    })
+}
+
+fn candidate(c: Candidate, outputs: &[String]) -> CandidateRecipe {
+    let RecipeMatch {
+        concentration,
+        variance,
+        residual_rms,
+    } = c.recipe;
+    CandidateRecipe {
+        dyes: c.dyes.iter().map(|&i| outputs[i].clone()).collect(),
+        concentration,
+        variance: variance
             .into_iter()
             .map(|v| v.is_finite().then_some(v))
             .collect(),
-        reflectance_rms: m.residual_rms,
-        colour: found.map(|found| RecipeColour {
-            verdict: Verdict::of(found.pass),
-            illuminants: found.seen.iter().map(ColourDifference::from).collect(),
-        }),
+        reflectance_rms: residual_rms,
+        cost: c.cost,
+        colour: c.colour.as_ref().map(recipe_colour),
+    }
+}
+
+fn recipe_colour(found: &Comparison) -> RecipeColour {
+    RecipeColour {
+        verdict: Verdict::of(found.pass),
+        illuminants: found.seen.iter().map(ColourDifference::from).collect(),
     }
 }

@@ -341,6 +341,125 @@ async fn relevance_lists_the_inputs_no_output_uses_and_posteriors_rank_theirs() 
     }
 }
 
+/// The numbers of a JSON array.
+fn numbers(value: &Value) -> Vec<f64> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn candidate_recipes_are_listed_priced_bounded_and_sorted_as_asked() {
+    let app = spawn_app().await;
+    app.create_model(&spectral_spec("kitchen")).await;
+    for (b, seed) in [31u64, 32, 33].into_iter().enumerate() {
+        post_lab_dips(&app, "kitchen", &format!("c{b}"), seed).await;
+    }
+    let version = app.wait_for_batch("kitchen", "c2").await["version"]
+        .as_i64()
+        .unwrap();
+    let target: Vec<f64> = (0..85)
+        .map(|i| reflectance(360.0 + 5.0 * i as f64, &[0.5, 0.0, 1.2]))
+        .collect();
+    let body = json!({
+        "spectra": {"start_nm": 360, "interval_nm": 5, "values": [target]},
+        "x": [[0.0]],
+    });
+    let ask = |options: Value| {
+        let mut request = body.clone();
+        for (k, v) in options.as_object().unwrap() {
+            request[k] = v.clone();
+        }
+        let app = &app;
+        async move {
+            let response = app.post("/v1/models/kitchen/match", &request).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            let answer: Value = response.json().await.unwrap();
+            assert!(answer["version"].as_i64().unwrap() >= version, "{answer}");
+            answer["recipes"][0].clone()
+        }
+    };
+    let de00 = |c: &Value| c["colour"]["illuminants"][0]["de00"].as_f64().unwrap();
+
+    // By default: every combination of up to three dyes that uses all its dyes, best first;
+    // the target's recipe is the best candidate.
+    let recipe = ask(json!({})).await;
+    let candidates = recipe["candidates"].as_array().unwrap();
+    assert!((2..=7).contains(&candidates.len()), "{recipe}");
+    // The target's own two dyes make a passing candidate; the best may add a trace of the
+    // third, which the rows' noise lets fit a little closer.
+    let best: Vec<&str> = recipe["dyes"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    assert!(best.contains(&"yellow") && best.contains(&"blue"), "{recipe}");
+    let own = candidates.iter().find(|c| c["dyes"] == json!(["yellow", "blue"])).unwrap();
+    assert_eq!(own["colour"]["verdict"], "pass", "{own}");
+    for key in ["dyes", "concentration", "variance", "reflectance_rms", "colour"] {
+        assert_eq!(recipe[key], candidates[0][key], "{key}");
+    }
+    assert_eq!(recipe["colour"]["verdict"], "pass");
+    for pair in candidates.windows(2) {
+        assert!(de00(&pair[0]) <= de00(&pair[1]), "{recipe}");
+    }
+    for c in candidates {
+        let used: Vec<&str> = c["dyes"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+        for (name, amount) in ["yellow", "red", "blue"].iter().zip(numbers(&c["concentration"])) {
+            assert_eq!(used.contains(name), amount > 0.0, "{c}");
+        }
+        assert!(c.get("cost").is_none());
+        assert_eq!(illuminant_names(&c["colour"]), ["D65", "A", "F11"]);
+    }
+
+    // One dye at a time from an allow-list.
+    let single = ask(json!({"dyes": ["red", "yellow"], "max_dyes": 1})).await;
+    let names: Vec<&Value> = single["candidates"].as_array().unwrap().iter().map(|c| &c["dyes"]).collect();
+    assert!(!names.is_empty() && names.len() <= 2, "{single}");
+    assert!(names.iter().all(|d| *d == &json!(["red"]) || *d == &json!(["yellow"])), "{single}");
+
+    // A cap below what the target needs holds, and shows in the colour.
+    let capped = ask(json!({"bounds": {"blue": {"max": 0.6}}, "max_candidates": 3})).await;
+    let candidates = capped["candidates"].as_array().unwrap();
+    assert!(candidates.len() <= 3);
+    assert!(candidates.iter().all(|c| numbers(&c["concentration"])[2] <= 0.6), "{capped}");
+    assert!(de00(&capped) > de00(&recipe), "{capped}");
+
+    // Priced and sorted by cost with a lenient tolerance: the cheapest passing candidate first,
+    // each cost the sum of its dyes' price × amount.
+    let prices = [1.0, 2.0, 5.0];
+    let cheap = ask(json!({
+        "prices": {"yellow": prices[0], "red": prices[1], "blue": prices[2]},
+        "sort": "cost",
+        "tolerance": {"de00": 100},
+    }))
+    .await;
+    let candidates = cheap["candidates"].as_array().unwrap();
+    for c in candidates {
+        let cost: f64 = numbers(&c["concentration"]).iter().zip(prices).map(|(a, p)| a * p).sum();
+        assert!((c["cost"].as_f64().unwrap() - cost).abs() < 1e-9, "{c}");
+        assert_eq!(c["colour"]["verdict"], "pass");
+    }
+    for pair in candidates.windows(2) {
+        assert!(pair[0]["cost"].as_f64() <= pair[1]["cost"].as_f64(), "{cheap}");
+    }
+
+    // Options are checked like the rows, every problem with its path.
+    let mut wrong = body.clone();
+    wrong["dyes"] = json!(["green"]);
+    wrong["max_dyes"] = json!(7);
+    wrong["bounds"] = json!({"red": {"min": 2, "max": 1}});
+    let refused = app.post("/v1/models/kitchen/match", &wrong).await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let refused: Value = refused.json().await.unwrap();
+    let mut paths = error_paths(&refused["error"]);
+    paths.sort_unstable();
+    assert_eq!(paths, ["/bounds/red", "/dyes/0", "/max_dyes"], "{refused}");
+    let mut unpriced = body.clone();
+    unpriced["sort"] = json!("cost");
+    let refused: Value = app.post("/v1/models/kitchen/match", &unpriced).await.json().await.unwrap();
+    assert_eq!(error_paths(&refused["error"]), ["/sort"], "{refused}");
+}
+
 #[tokio::test]
 async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
     let app = spawn_app().await;
@@ -446,6 +565,13 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
     let recipe = &narrow["recipes"][0];
     assert!(recipe["concentration"].is_array(), "{narrow}");
     assert!(recipe.get("colour").is_none(), "{narrow}");
+    // Without colour there is no pass or fail to rank by cost or metamerism.
+    let mut by_metamerism = body.clone();
+    by_metamerism["sort"] = json!("metamerism");
+    let refused = app.post("/v1/models/narrow/match", &by_metamerism).await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let refused: Value = refused.json().await.unwrap();
+    assert_eq!(error_paths(&refused["error"]), ["/sort"], "{refused}");
 
     // A short spectrum is refused as predict refuses it.
     let short = app

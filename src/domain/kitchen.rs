@@ -1,0 +1,411 @@
+//! What a match request asks of its candidate recipes: which dyes, how many at most, their
+//! bounds and prices, the order and how many to answer (see `mordant_kitchen::candidates`).
+//! Read from the body's fields against the model's outputs, every problem reported with its
+//! path.
+
+use mordant_colour::CmcWeights;
+use mordant_kitchen::{Ranking, Search, Tolerance};
+use serde_json::{Map, Value};
+
+use super::{Details, describe, pointer_token};
+use crate::estimator::recipe::{DyeBounds, MAX_BOUNDED_DYES};
+
+/// The body fields this module reads.
+pub const FIELDS: [&str; 6] = [
+    "dyes",
+    "max_dyes",
+    "bounds",
+    "prices",
+    "sort",
+    "max_candidates",
+];
+
+/// Dyes in a candidate when the request does not say.
+pub const DEFAULT_MAX_DYES: usize = 3;
+/// Candidates answered per target when the request does not say.
+pub const DEFAULT_MAX_CANDIDATES: usize = 10;
+/// The most candidates a request may ask for per target.
+pub const MAX_CANDIDATES: usize = 100;
+
+/// The candidate search of a match request for a model with `outputs` (the dyes), judged by
+/// `tolerance` and `cmc`; `None` with the problems in `details`.
+pub fn read_search(
+    fields: &Map<String, Value>,
+    outputs: &[String],
+    tolerance: Tolerance,
+    cmc: CmcWeights,
+    details: &mut Details,
+) -> Option<Search> {
+    let allowed = allowed(fields.get("dyes"), outputs, details);
+    let max_dyes = count(
+        fields.get("max_dyes"),
+        "/max_dyes",
+        DEFAULT_MAX_DYES,
+        MAX_BOUNDED_DYES,
+        details,
+    );
+    let max_candidates = count(
+        fields.get("max_candidates"),
+        "/max_candidates",
+        DEFAULT_MAX_CANDIDATES,
+        MAX_CANDIDATES,
+        details,
+    );
+    let bounds = bounds(fields.get("bounds"), outputs, details);
+    let prices = prices(fields.get("prices"), outputs, details);
+    let ranking = ranking(fields.get("sort"), details);
+    let (allowed, prices, ranking) = (allowed?, prices?, ranking?);
+    if let Some(prices) = &prices {
+        let missing: Vec<&str> = allowed
+            .iter()
+            .filter(|&&i| prices[i].is_none())
+            .map(|&i| outputs[i].as_str())
+            .collect();
+        if !missing.is_empty() {
+            details.push(
+                "/prices",
+                format!(
+                    "has no price for {} (every dye a candidate may use needs one)",
+                    missing.join(", ")
+                ),
+            );
+            return None;
+        }
+    } else if ranking == Ranking::Cost {
+        details.push("/sort", "\"cost\" needs \"prices\"");
+        return None;
+    }
+    Some(Search {
+        allowed,
+        max_dyes: max_dyes?,
+        bounds: bounds?,
+        prices: prices.map(|p| p.into_iter().map(|v| v.unwrap_or(0.0)).collect()),
+        ranking,
+        max_candidates: max_candidates?,
+        tolerance,
+        cmc,
+    })
+}
+
+/// The index of the output named `key`, or a problem at `path`.
+fn output(key: &str, outputs: &[String], path: &str, details: &mut Details) -> Option<usize> {
+    let found = outputs.iter().position(|o| o == key);
+    if found.is_none() {
+        details.push(
+            path,
+            format!(
+                "{key:?} is not an output of the model ({})",
+                outputs.join(", ")
+            ),
+        );
+    }
+    found
+}
+
+/// `dyes`: distinct output names, at least one; every output when left out.
+fn allowed(value: Option<&Value>, outputs: &[String], details: &mut Details) -> Option<Vec<usize>> {
+    let items = match value {
+        None | Some(Value::Null) => return Some((0..outputs.len()).collect()),
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        Some(other) => {
+            details.push(
+                "/dyes",
+                format!(
+                    "must be a non-empty array of the model's outputs, found {}",
+                    describe(other)
+                ),
+            );
+            return None;
+        }
+    };
+    let mut chosen = vec![false; outputs.len()];
+    let mut ok = true;
+    for (j, item) in items.iter().enumerate() {
+        let path = format!("/dyes/{j}");
+        match item.as_str() {
+            Some(name) => match output(name, outputs, &path, details) {
+                Some(i) if chosen[i] => {
+                    details.push(path, format!("{name:?} is listed twice"));
+                    ok = false;
+                }
+                Some(i) => chosen[i] = true,
+                None => ok = false,
+            },
+            None => {
+                details.push(
+                    path,
+                    format!("must be an output's name, found {}", describe(item)),
+                );
+                ok = false;
+            }
+        }
+    }
+    ok.then(|| (0..outputs.len()).filter(|&i| chosen[i]).collect())
+}
+
+/// A whole number in `1..=max`, `default` when left out.
+fn count(
+    value: Option<&Value>,
+    path: &str,
+    default: usize,
+    max: usize,
+    details: &mut Details,
+) -> Option<usize> {
+    match value {
+        None | Some(Value::Null) => Some(default),
+        Some(v) => match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
+            Some(n) if (1..=max).contains(&n) => Some(n),
+            _ => {
+                details.push(
+                    path,
+                    format!(
+                        "must be a whole number from 1 to {max}, found {}",
+                        describe(v)
+                    ),
+                );
+                None
+            }
+        },
+    }
+}
+
+/// An object keyed by output names, each value read by `read` at its path.
+fn per_output<T>(
+    value: Option<&Value>,
+    path: &str,
+    what: &str,
+    outputs: &[String],
+    details: &mut Details,
+    mut read: impl FnMut(&Value, &str, &mut Details) -> Option<T>,
+) -> Option<Vec<Option<T>>> {
+    let fields = match value {
+        None | Some(Value::Null) => return Some((0..outputs.len()).map(|_| None).collect()),
+        Some(Value::Object(fields)) => fields,
+        Some(other) => {
+            details.push(
+                path,
+                format!(
+                    "must be an object of {what} by dye, found {}",
+                    describe(other)
+                ),
+            );
+            return None;
+        }
+    };
+    let mut found: Vec<Option<T>> = (0..outputs.len()).map(|_| None).collect();
+    let mut ok = true;
+    for (key, value) in fields {
+        let at = format!("{path}/{}", pointer_token(key));
+        let index = output(key, outputs, &at, details);
+        match (index, read(value, &at, details)) {
+            (Some(i), Some(v)) => found[i] = Some(v),
+            _ => ok = false,
+        }
+    }
+    ok.then_some(found)
+}
+
+/// A finite number `≥ 0` (or `> 0` when `positive`) at `path`.
+fn number(value: &Value, path: &str, positive: bool, details: &mut Details) -> Option<f64> {
+    match value.as_f64() {
+        Some(v) if v.is_finite() && (v > 0.0 || (!positive && v == 0.0)) => Some(v),
+        _ => {
+            let least = if positive { "positive" } else { "non-negative" };
+            details.push(
+                path,
+                format!("must be a {least} number, found {}", describe(value)),
+            );
+            None
+        }
+    }
+}
+
+/// `bounds`: `{"<dye>": {"min": ≥ 0, "max": > 0}}`, `min ≤ max`; a dye left out is bounded
+/// below by 0 only.
+fn bounds(
+    value: Option<&Value>,
+    outputs: &[String],
+    details: &mut Details,
+) -> Option<Vec<DyeBounds>> {
+    let found = per_output(
+        value,
+        "/bounds",
+        "bounds",
+        outputs,
+        details,
+        |v, at, details| {
+            let Value::Object(fields) = v else {
+                details.push(
+                    at,
+                    format!("must be {{\"min\": …, \"max\": …}}, found {}", describe(v)),
+                );
+                return None;
+            };
+            for key in fields
+                .keys()
+                .filter(|k| !matches!(k.as_str(), "min" | "max"))
+            {
+                details.push(format!("{at}/{}", pointer_token(key)), "unknown field");
+            }
+            let default = DyeBounds::default();
+            let min = match fields.get("min") {
+                None | Some(Value::Null) => Some(default.min),
+                Some(v) => number(v, &format!("{at}/min"), false, details),
+            };
+            let max = match fields.get("max") {
+                None | Some(Value::Null) => Some(default.max),
+                Some(v) => number(v, &format!("{at}/max"), true, details),
+            };
+            let (min, max) = (min?, max?);
+            if min > max {
+                details.push(at, format!("min {min} is above max {max}"));
+                return None;
+            }
+            Some(DyeBounds { min, max })
+        },
+    )?;
+    Some(found.into_iter().map(Option::unwrap_or_default).collect())
+}
+
+/// `prices`: `{"<dye>": ≥ 0}`, per unit of concentration.
+fn prices(
+    value: Option<&Value>,
+    outputs: &[String],
+    details: &mut Details,
+) -> Option<Option<Vec<Option<f64>>>> {
+    if matches!(value, None | Some(Value::Null)) {
+        return Some(None);
+    }
+    per_output(
+        value,
+        "/prices",
+        "prices",
+        outputs,
+        details,
+        |v, at, details| number(v, at, false, details),
+    )
+    .map(Some)
+}
+
+/// `sort`: `"de00"` (the default), `"cost"` or `"metamerism"`.
+fn ranking(value: Option<&Value>, details: &mut Details) -> Option<Ranking> {
+    match value.map(|v| (v, v.as_str())) {
+        None | Some((Value::Null, _)) | Some((_, Some("de00"))) => Some(Ranking::ColourDifference),
+        Some((_, Some("cost"))) => Some(Ranking::Cost),
+        Some((_, Some("metamerism"))) => Some(Ranking::Metamerism),
+        Some((v, _)) => {
+            details.push(
+                "/sort",
+                format!(
+                    "must be \"de00\", \"cost\" or \"metamerism\", found {}",
+                    describe(v)
+                ),
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::colour::DEFAULT_TOLERANCE;
+
+    fn outputs() -> Vec<String> {
+        ["yellow", "red", "blue", "navy"].map(String::from).to_vec()
+    }
+
+    fn read(body: Value) -> Result<Search, Vec<String>> {
+        let Value::Object(fields) = body else {
+            unreachable!()
+        };
+        let mut details = Details::default();
+        let found = read_search(
+            &fields,
+            &outputs(),
+            DEFAULT_TOLERANCE,
+            CmcWeights::default(),
+            &mut details,
+        );
+        let mut paths: Vec<String> = details.into_list().into_iter().map(|d| d.path).collect();
+        paths.sort_unstable();
+        found.ok_or(paths)
+    }
+
+    #[test]
+    fn defaults_allow_every_dye_three_at_a_time_ten_answers_by_colour() {
+        let search = read(json!({})).unwrap();
+        assert_eq!(search.allowed, [0, 1, 2, 3]);
+        assert_eq!(
+            (search.max_dyes, search.max_candidates),
+            (DEFAULT_MAX_DYES, DEFAULT_MAX_CANDIDATES)
+        );
+        assert_eq!(search.ranking, Ranking::ColourDifference);
+        assert!(search.prices.is_none());
+        assert!(search.bounds.iter().all(|b| *b == DyeBounds::default()));
+    }
+
+    #[test]
+    fn a_full_request_is_read_by_name() {
+        let search = read(json!({
+            "dyes": ["navy", "yellow", "red"],
+            "max_dyes": 2,
+            "bounds": {"red": {"max": 1.5}, "navy": {"min": 0.05, "max": 0.05}},
+            "prices": {"yellow": 3.2, "red": 4, "navy": 0, "blue": 9},
+            "sort": "cost",
+            "max_candidates": 5
+        }))
+        .unwrap();
+        assert_eq!(search.allowed, [0, 1, 3]);
+        assert_eq!((search.max_dyes, search.max_candidates), (2, 5));
+        assert_eq!(search.bounds[1], DyeBounds { min: 0.0, max: 1.5 });
+        assert_eq!(
+            search.bounds[3],
+            DyeBounds {
+                min: 0.05,
+                max: 0.05
+            }
+        );
+        assert_eq!(search.prices, Some(vec![3.2, 4.0, 9.0, 0.0]));
+        assert_eq!(search.ranking, Ranking::Cost);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let paths = read(json!({
+            "dyes": ["red", "green", "red", 3],
+            "max_dyes": 9,
+            "bounds": {"blue": {"min": 2, "max": 1}, "teal": {"max": 1}, "navy": {"min": -1, "lo": 0}},
+            "prices": {"red": -2},
+            "sort": "price",
+            "max_candidates": 0
+        }))
+        .unwrap_err();
+        assert_eq!(
+            paths,
+            [
+                "/bounds/blue",
+                "/bounds/navy/lo",
+                "/bounds/navy/min",
+                "/bounds/teal",
+                "/dyes/1",
+                "/dyes/2",
+                "/dyes/3",
+                "/max_candidates",
+                "/max_dyes",
+                "/prices/red",
+                "/sort"
+            ]
+        );
+        // Prices must cover every dye a candidate may use; sorting by cost needs them.
+        assert_eq!(
+            read(json!({"dyes": ["red", "blue"], "prices": {"red": 1}})).unwrap_err(),
+            ["/prices"]
+        );
+        assert!(read(json!({"dyes": ["red"], "prices": {"red": 1}})).is_ok());
+        assert_eq!(read(json!({"sort": "cost"})).unwrap_err(), ["/sort"]);
+        assert_eq!(read(json!({"dyes": []})).unwrap_err(), ["/dyes"]);
+    }
+}
