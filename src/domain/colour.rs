@@ -138,6 +138,24 @@ pub fn read_judgement(
 
 /// One spectrum `{"start_nm", "interval_nm", "values": […]}` at `path`, covering 400–700 nm.
 fn spectrum(value: Option<&Value>, path: &str, details: &mut Details) -> Option<(Grid, Vec<f64>)> {
+    single_spectrum(
+        value,
+        path,
+        &mordant_kitchen::colorimeter::REQUIRED,
+        "colour needs at least",
+        details,
+    )
+}
+
+/// One spectrum `{"start_nm", "interval_nm", "values": […]}` at `path` (one reading, not rows
+/// of them), covering `required` (`why` says what needs it).
+pub fn single_spectrum(
+    value: Option<&Value>,
+    path: &str,
+    required: &Grid,
+    why: &str,
+    details: &mut Details,
+) -> Option<(Grid, Vec<f64>)> {
     let Some(value) = value else {
         details.push(
             path,
@@ -183,14 +201,14 @@ fn spectrum(value: Option<&Value>, path: &str, details: &mut Details) -> Option<
     };
     let (start, interval, values) = (start_nm?, interval_nm?, values?);
     match Grid::new(start, interval, values.len()) {
-        Ok(grid) if can_judge(&grid) => Some((grid, values)),
+        Ok(grid) if grid.covers(required) => Some((grid, values)),
         Ok(grid) => {
             details.push(
                 path,
                 format!(
-                    "the spectrum covers {} but colour needs at least {}",
+                    "the spectrum covers {} but {why} {}",
                     grid.describe(),
-                    mordant_kitchen::colorimeter::REQUIRED.describe()
+                    required.describe()
                 ),
             );
             None

@@ -7,7 +7,10 @@ use mordant_colour::CmcWeights;
 use mordant_kitchen::{Ranking, Search, Tolerance};
 use serde_json::{Map, Value};
 
-use super::{Details, describe, pointer_token};
+use super::colour::single_spectrum;
+use super::spectrum::flag_above_full;
+use super::{BatchId, Details, Rows, SpectrumSpec, describe, pointer_token};
+use crate::estimator::grid::resample;
 use crate::estimator::recipe::{DyeBounds, MAX_BOUNDED_DYES};
 
 /// The body fields this module reads.
@@ -32,11 +35,16 @@ pub const MAX_CANDIDATES: usize = 100;
 pub fn read_search(
     fields: &Map<String, Value>,
     outputs: &[String],
+    only: Option<&[usize]>,
     tolerance: Tolerance,
     cmc: CmcWeights,
     details: &mut Details,
 ) -> Option<Search> {
-    let allowed = allowed(fields.get("dyes"), outputs, details);
+    // A correction's dyes are the recipe's: they replace the allow-list.
+    let allowed = match only {
+        Some(dyes) => Some(dyes.to_vec()),
+        None => allowed(fields.get("dyes"), outputs, details),
+    };
     let max_dyes = count(
         fields.get("max_dyes"),
         "/max_dyes",
@@ -85,6 +93,139 @@ pub fn read_search(
         tolerance,
         cmc,
     })
+}
+
+/// The body fields of a correction, besides a predict body's and `tolerance` and `cmc`.
+pub const CORRECTION_FIELDS: [&str; 6] = [
+    "measured", "recipe", "bounds", "prices", "learn", "batch_id",
+];
+
+/// What a correction request asks, read against the model.
+#[derive(Clone, Debug)]
+pub struct CorrectionRequest {
+    /// The recipe dyed, one amount per output.
+    pub dyed: Vec<f64>,
+    /// The outputs it used (amount > 0), ascending.
+    pub dyes: Vec<usize>,
+    /// The dip's measured reflectance, on the model's grid and scale.
+    pub measured: Vec<f64>,
+    pub search: Search,
+    /// Whether to learn the dip as an observation.
+    pub learn: bool,
+    /// The batch id the learnt dip is stored under, when the request names one.
+    pub batch_id: Option<BatchId>,
+}
+
+/// A correction's fields for a model with a declared `spectrum` and `outputs`; `None` with the
+/// problems in `details` (a measured reflectance above full scale goes to `warnings`).
+pub fn read_correction(
+    fields: &Map<String, Value>,
+    spectrum: &SpectrumSpec,
+    outputs: &[String],
+    judgement: Option<(Tolerance, CmcWeights)>,
+    details: &mut Details,
+    warnings: &mut Details,
+) -> Option<CorrectionRequest> {
+    let dyed = recipe(fields.get("recipe"), outputs, details);
+    let measured = measured(fields.get("measured"), spectrum, details, warnings);
+    let learn = match fields.get("learn") {
+        None | Some(Value::Null) => Some(false),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            details.push(
+                "/learn",
+                format!("must be true or false, found {}", describe(other)),
+            );
+            None
+        }
+    };
+    let batch_id = match fields.get("batch_id") {
+        None | Some(Value::Null) => Some(None),
+        Some(Value::String(id)) => match BatchId::parse(id) {
+            Ok(id) => Some(Some(id)),
+            Err(e) => {
+                details.push("/batch_id", e);
+                None
+            }
+        },
+        Some(other) => {
+            details.push(
+                "/batch_id",
+                format!("must be a string, found {}", describe(other)),
+            );
+            None
+        }
+    };
+    let dyes: Option<Vec<usize>> = dyed
+        .as_ref()
+        .map(|d| (0..outputs.len()).filter(|&i| d[i] > 0.0).collect());
+    let (tolerance, cmc) = judgement?;
+    let search = read_search(fields, outputs, dyes.as_deref(), tolerance, cmc, details);
+    let (learn, batch_id) = (learn?, batch_id?);
+    if batch_id.is_some() && !learn {
+        details.push(
+            "/batch_id",
+            "names the batch a learnt dip is stored in: it needs \"learn\": true",
+        );
+        return None;
+    }
+    Some(CorrectionRequest {
+        dyed: dyed?,
+        dyes: dyes?,
+        measured: measured?,
+        search: search?,
+        learn,
+        batch_id,
+    })
+}
+
+/// `recipe`: the amounts dyed by output name (an output left out was not used); at least one
+/// dye, at most [`MAX_BOUNDED_DYES`].
+fn recipe(value: Option<&Value>, outputs: &[String], details: &mut Details) -> Option<Vec<f64>> {
+    if value.is_none() {
+        details.push("/recipe", "is required: the amounts dyed, by dye");
+        return None;
+    }
+    let found = per_output(
+        value,
+        "/recipe",
+        "amounts",
+        outputs,
+        details,
+        |v, at, details| number(v, at, false, details),
+    )?;
+    let dyed: Vec<f64> = found.into_iter().map(|v| v.unwrap_or(0.0)).collect();
+    let used = dyed.iter().filter(|&&c| c > 0.0).count();
+    if used == 0 || used > MAX_BOUNDED_DYES {
+        details.push(
+            "/recipe",
+            format!(
+                "a correction adjusts the amounts of the dyes dyed: from 1 to \
+                 {MAX_BOUNDED_DYES} dyes above 0, found {used}"
+            ),
+        );
+        return None;
+    }
+    Some(dyed)
+}
+
+/// `measured`: the dip's reflectance `{"start_nm", "interval_nm", "values": […]}` on the
+/// model's scale, covering the model's grid, resampled onto it.
+fn measured(
+    value: Option<&Value>,
+    spectrum: &SpectrumSpec,
+    details: &mut Details,
+    warnings: &mut Details,
+) -> Option<Vec<f64>> {
+    let model = spectrum.grid();
+    let (grid, values) = single_spectrum(value, "/measured", &model, "the model reads", details)?;
+    let rows = Rows::from_row_major(1, values.len(), values);
+    flag_above_full(&rows, &grid, spectrum, warnings, |_, j| {
+        format!("/measured/values/{j}")
+    });
+    let mut on_model = vec![0.0; model.count];
+    resample(&grid, rows.values(), &model, &mut on_model);
+    Some(on_model)
 }
 
 /// The index of the output named `key`, or a problem at `path`.
@@ -325,6 +466,7 @@ mod tests {
         let found = read_search(
             &fields,
             &outputs(),
+            None,
             DEFAULT_TOLERANCE,
             CmcWeights::default(),
             &mut details,

@@ -85,7 +85,11 @@ pub struct Guard {
 }
 
 /// The middleware: checks the request's key against the route's policy.
-pub async fn authorize(State(guard): State<Guard>, request: Request<Body>, next: Next) -> Response {
+pub async fn authorize(
+    State(guard): State<Guard>,
+    mut request: Request<Body>,
+    next: Next,
+) -> Response {
     if !guard.keys.is_enforced() {
         return next.run(request).await;
     }
@@ -98,11 +102,18 @@ pub async fn authorize(State(guard): State<Guard>, request: Request<Body>, next:
         return next.run(request).await;
     };
     let presented = match bearer(&request) {
-        Ok(key) => key,
+        Ok(key) => key.map(str::to_owned),
         Err(problem) => return ApiError::Unauthorized(problem.into()).into_response(),
     };
+    let presented = presented.as_deref();
     match guard.keys.check(presented, allowed) {
-        Verdict::Allowed(_) => next.run(request).await,
+        // A handler whose work depends on the body (a correction that also learns) checks the
+        // caller's scopes itself.
+        Verdict::Allowed(Some(principal)) => {
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        Verdict::Allowed(None) => next.run(request).await,
         Verdict::Unauthenticated if presented.is_none() => ApiError::Unauthorized(
             "this endpoint needs an API key: send `Authorization: Bearer <key>`".into(),
         )

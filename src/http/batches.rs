@@ -166,13 +166,6 @@ pub async fn ingest(
     body: BatchBody,
 ) -> Result<impl IntoResponse, ApiError> {
     let name = model_name(&name)?;
-    let cached = app.cache.get(name.as_str()).map(|m| (m.id, m.spec.clone()));
-    let (model_id, spec) = match cached {
-        Some(model) => model,
-        // Created on another replica since the cache last synced.
-        None => current_model(&app, &name).await?,
-    };
-    let limit = app.limits.max_rows_per_request;
     let key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(
@@ -181,6 +174,32 @@ pub async fn ingest(
                 .to_owned(),
         ),
     };
+    let (accepted, replayed) = accept(&app, &name, body, key).await?;
+    let mut response = (StatusCode::ACCEPTED, Json(accepted)).into_response();
+    if replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+/// Reads a batch for model `name` (its `Idempotency-Key` header, if any, as `key`), stores it
+/// and queues it: what ingest answers, and whether the batch was stored before (a retry with
+/// the same id and content, which adds nothing).
+pub(super) async fn accept(
+    app: &AppState,
+    name: &ModelName,
+    body: BatchBody,
+    key: Option<String>,
+) -> Result<(BatchAccepted, bool), ApiError> {
+    let cached = app.cache.get(name.as_str()).map(|m| (m.id, m.spec.clone()));
+    let (model_id, spec) = match cached {
+        Some(model) => model,
+        // Created on another replica since the cache last synced.
+        None => current_model(app, name).await?,
+    };
+    let limit = app.limits.max_rows_per_request;
     let parse_spec = spec.clone();
     let (batch, encoded, statistics) = app
         .cpu_bound(move || {
@@ -234,7 +253,7 @@ pub async fn ingest(
         // The cached model was deleted; a model of the same name may exist now, with another
         // specification: the batch was validated against the old one.
         Err(StoreError::NotFound(_)) => {
-            let (id, current) = current_model(&app, &name).await?;
+            let (id, current) = current_model(app, name).await?;
             if current != spec {
                 return Err(ApiError::Conflict(format!(
                     "model {name} was replaced while the batch was being read; post it again"
@@ -247,24 +266,18 @@ pub async fn ingest(
         other => other?,
     };
     let b = ingested.batch;
-    let mut response = (
-        StatusCode::ACCEPTED,
-        Json(BatchAccepted {
+    if !ingested.replayed {
+        app.metrics.batch_accepted(name.as_str());
+    }
+    Ok((
+        BatchAccepted {
             batch_id: b.batch_id,
             status: b.status,
             rows: b.rows,
             warnings: batch.warnings,
-        }),
-    )
-        .into_response();
-    if ingested.replayed {
-        response
-            .headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
-    } else {
-        app.metrics.batch_accepted(name.as_str());
-    }
-    Ok(response)
+        },
+        ingested.replayed,
+    ))
 }
 
 async fn current_model(app: &AppState, name: &ModelName) -> Result<(i64, ModelSpec), ApiError> {

@@ -223,9 +223,9 @@ pub async fn match_recipes(
             let mut fields = vec!["tolerance", "cmc"];
             fields.extend(kitchen::FIELDS);
             let (x, warnings, search) =
-                parse_request_with(&bytes, &model.spec, limit, &fields, |fields, details| {
+                parse_request_with(&bytes, &model.spec, limit, &fields, |fields, details, _| {
                     let (tolerance, cmc) = read_judgement(fields, details)?;
-                    read_search(fields, outputs, tolerance, cmc, details)
+                    read_search(fields, outputs, None, tolerance, cmc, details)
                 })?;
             let search = search.ok_or_else(|| Invalid::one("", "invalid match request"))?;
             let matching = matching(&model, &name)?;
@@ -294,7 +294,7 @@ pub async fn match_recipes(
 }
 
 /// The version's forward map and colorimeter, formed at its first match.
-fn matching(model: &CachedModel, name: &str) -> Result<Arc<Matching>, ApiError> {
+pub(super) fn matching(model: &CachedModel, name: &str) -> Result<Arc<Matching>, ApiError> {
     let state = model.state.as_deref().ok_or_else(|| not_trained(name))?;
     let formed = model.forward.get_or_init(|| {
         let map = state.forward_map().map_err(|e| e.to_string())?;
@@ -353,7 +353,7 @@ fn recipe(
     })
 }
 
-fn candidate(c: Candidate, outputs: &[String]) -> CandidateRecipe {
+pub(super) fn candidate(c: Candidate, outputs: &[String]) -> CandidateRecipe {
     let RecipeMatch {
         concentration,
         variance,
@@ -372,7 +372,7 @@ fn candidate(c: Candidate, outputs: &[String]) -> CandidateRecipe {
     }
 }
 
-fn recipe_colour(found: &Comparison) -> RecipeColour {
+pub(super) fn recipe_colour(found: &Comparison) -> RecipeColour {
     RecipeColour {
         verdict: Verdict::of(found.pass),
         illuminants: found.seen.iter().map(ColourDifference::from).collect(),

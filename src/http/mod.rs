@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod batches;
 pub mod colour;
+pub mod correct;
 pub mod docs;
 pub mod document;
 pub mod error;
@@ -78,6 +79,7 @@ pub fn api(metrics_here: bool) -> Routes {
     let routes = batches::routes(routes);
     let routes = predict::routes(routes);
     let routes = matching::routes(routes);
+    let routes = correct::routes(routes);
     let routes = colour::routes(routes);
     let routes = versions::routes(routes);
     let routes = keys::routes(routes);

@@ -257,7 +257,7 @@ pub(super) fn parse_request(
     spec: &ModelSpec,
     limit: usize,
 ) -> Result<(Rows, Vec<Detail>), ApiError> {
-    parse_request_with(bytes, spec, limit, &[], |_, _| ()).map(|(x, warnings, ())| (x, warnings))
+    parse_request_with(bytes, spec, limit, &[], |_, _, _| ()).map(|(x, warnings, ())| (x, warnings))
 }
 
 /// [`parse_request`] for a body that may also hold the fields `extra`, which `read` parses
@@ -267,7 +267,7 @@ pub(super) fn parse_request_with<T>(
     spec: &ModelSpec,
     limit: usize,
     extra: &[&str],
-    read: impl FnOnce(&serde_json::Map<String, serde_json::Value>, &mut Details) -> T,
+    read: impl FnOnce(&serde_json::Map<String, serde_json::Value>, &mut Details, &mut Details) -> T,
 ) -> Result<(Rows, Vec<Detail>, T), ApiError> {
     // `y` is read as rows too: a predict request has none, and one sent is an unknown field
     // whose size is bounded like the rest.
@@ -282,14 +282,14 @@ pub(super) fn parse_request_with<T>(
     {
         details.push(format!("/{}", pointer_token(key)), "unknown field");
     }
-    let extras = read(fields, &mut details);
+    let mut warnings = Details::default();
+    let extras = read(fields, &mut details, &mut warnings);
     if body.take_rows("/y").is_some() {
         details.push("/y", "unknown field");
     }
     if body.has_no_rows("/x") {
         details.push("/x", "needs at least one row");
     }
-    let mut warnings = Details::default();
     let x = parse_inputs(&mut body, spec, &mut details, &mut warnings);
     details.finish("invalid predict request")?;
     let x = x.ok_or_else(|| Invalid::one("/x", "invalid rows"))?;

@@ -161,5 +161,13 @@ async fn readme_colour_matching_example_works_against_a_fresh_service() {
         recipe["reflectance_rms"].as_f64().unwrap() < 0.01,
         "{matched}"
     );
+    // The five best candidates of up to three dyes, priced; the recipe is the first.
+    let candidates = recipe["candidates"].as_array().unwrap();
+    assert_eq!(candidates.len(), 5, "{matched}");
+    assert_eq!(candidates[0]["concentration"], recipe["concentration"]);
+    for c in candidates {
+        assert!(c["dyes"].as_array().unwrap().len() <= 3, "{c}");
+        assert!(c["cost"].as_f64().unwrap() > 0.0, "{c}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -461,6 +461,182 @@ async fn candidate_recipes_are_listed_priced_bounded_and_sorted_as_asked() {
 }
 
 #[tokio::test]
+async fn an_off_shade_dip_is_corrected_and_learnt_once() {
+    let app = spawn_app().await;
+    app.create_model(&spectral_spec("kitchen")).await;
+    for (b, seed) in [41u64, 42, 43].into_iter().enumerate() {
+        post_lab_dips(&app, "kitchen", &format!("d{b}"), seed).await;
+    }
+    let version = app.wait_for_batch("kitchen", "d2").await["version"]
+        .as_i64()
+        .unwrap();
+    let read = |recipe: &[f64]| -> Vec<f64> {
+        (0..85)
+            .map(|i| reflectance(360.0 + 5.0 * i as f64, recipe))
+            .collect()
+    };
+    let spectrum = |values: Vec<f64>| json!({"start_nm": 360, "interval_nm": 5, "values": values});
+    let target = read(&[0.5, 0.0, 1.2]);
+    let body = json!({
+        "spectra": {"start_nm": 360, "interval_nm": 5, "values": [target]},
+        "x": [[0.0]],
+    });
+    let matched = wait_until(std::time::Duration::from_secs(30), || async {
+        let r = app.post("/v1/models/kitchen/match", &body).await;
+        let body: Value = r.json().await.ok()?;
+        (body["version"].as_i64()? >= version).then_some(body)
+    })
+    .await
+    .expect("match reaches the version");
+    let first = numbers(&matched["recipes"][0]["concentration"]);
+    let names = ["yellow", "red", "blue"];
+    let dyed: serde_json::Map<String, Value> = names
+        .iter()
+        .zip(&first)
+        .filter(|(_, c)| **c > 0.0)
+        .map(|(n, c)| ((*n).to_owned(), json!(c)))
+        .collect();
+    // The dye house's blue is 15 % stronger than the one in the lab dips the model learnt.
+    let dye_house = |c: &[f64]| read(&[c[0], c[1], 1.15 * c[2]]);
+    let mut request = body.clone();
+    request["recipe"] = Value::Object(dyed.clone());
+    request["measured"] = spectrum(dye_house(&first));
+    let response = app.post("/v1/models/kitchen/correct", &request).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["model"], "kitchen");
+    let dip = &answer["dip"];
+    assert_eq!(dip["verdict"], "fail", "{answer}");
+    assert_eq!(illuminant_names(dip), ["D65", "A", "F11"]);
+    let off = dip["illuminants"][0]["de00"].as_f64().unwrap();
+    assert!(off > 1.0, "{answer}");
+    let recipe = &answer["recipe"];
+    let used: Vec<&str> = dyed.keys().map(String::as_str).collect();
+    let mut answered: Vec<&str> = recipe["dyes"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    answered.sort_unstable();
+    let mut expected = used.clone();
+    expected.sort_unstable();
+    assert_eq!(answered, expected, "{answer}");
+    let corrected = numbers(&recipe["concentration"]);
+    assert!(corrected[2] < 0.93 * first[2] && corrected[2] > 0.8 * first[2], "{corrected:?} from {first:?}");
+    assert_eq!(recipe["colour"]["verdict"], "pass", "{answer}");
+    assert!(answer.get("learnt").is_none());
+    // Dyed again in the same dye house, the corrected recipe passes.
+    let judged: Value = app
+        .post(
+            "/v1/colour/compare",
+            &json!({"reference": spectrum(target_of(&body)), "sample": spectrum(dye_house(&corrected)),
+                    "scale": "percent"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(judged["verdict"], "pass", "{judged}");
+    assert!(judged["illuminants"][0]["de00"].as_f64().unwrap() < off / 3.0, "{judged}");
+
+    // Learnt: stored once however often it is sent, and folded as a batch of one row.
+    let before: Value = app.get("/v1/models/kitchen").await.json().await.unwrap();
+    request["learn"] = json!(true);
+    let learnt: Value = app.post("/v1/models/kitchen/correct", &request).await.json().await.unwrap();
+    let id = learnt["learnt"]["batch_id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("dip-"), "{learnt}");
+    assert_eq!(learnt["learnt"]["rows"], 1);
+    let again: Value = app.post("/v1/models/kitchen/correct", &request).await.json().await.unwrap();
+    assert_eq!(again["learnt"]["batch_id"], json!(id));
+    assert_ne!(app.wait_for_batch("kitchen", &id).await["status"], "rejected");
+    let after = wait_until(std::time::Duration::from_secs(30), || async {
+        let m: Value = app.get("/v1/models/kitchen").await.json().await.ok()?;
+        (m["observations"].as_f64()? > before["observations"].as_f64()?).then_some(m)
+    })
+    .await
+    .expect("the dip is learnt");
+    assert_eq!(
+        after["observations"].as_f64().unwrap(),
+        before["observations"].as_f64().unwrap() + 1.0
+    );
+
+    // Every problem with its path.
+    let mut wrong = body.clone();
+    wrong["recipe"] = json!({"green": 1.0, "blue": -1});
+    wrong["measured"] = json!({"start_nm": 420, "interval_nm": 10, "values": [50.0, 50.0]});
+    wrong["batch_id"] = json!("dip-7");
+    let refused = app.post("/v1/models/kitchen/correct", &wrong).await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let refused: Value = refused.json().await.unwrap();
+    let mut paths = error_paths(&refused["error"]);
+    paths.sort_unstable();
+    assert_eq!(
+        paths,
+        ["/batch_id", "/measured", "/recipe/blue", "/recipe/green"],
+        "{refused}"
+    );
+    let mut nothing = request.clone();
+    nothing["recipe"] = json!({});
+    nothing["learn"] = json!(false);
+    nothing["batch_id"] = json!("dip-8");
+    let refused: Value = app.post("/v1/models/kitchen/correct", &nothing).await.json().await.unwrap();
+    let mut paths = error_paths(&refused["error"]);
+    paths.sort_unstable();
+    assert_eq!(paths, ["/batch_id", "/recipe"], "{refused}");
+}
+
+#[tokio::test]
+async fn learning_a_corrected_dip_needs_a_key_that_may_ingest() {
+    use crate::auth::{ADMIN_KEY, call, new_key};
+    let app = spawn_configured(|s| s.auth.admin_key = ADMIN_KEY.into()).await;
+    let (_, predict) = new_key(&app, "colour-desk", &["predict"]).await;
+    let send = |path: &'static str, body: Value, key: String| {
+        let app = &app;
+        async move { call(&app.client, &app.address, "POST", path, Some(&body), Some(&key)).await }
+    };
+    let created = send("/v1/models", spectral_spec("kitchen"), ADMIN_KEY.into()).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    for (b, seed) in [51u64, 52].into_iter().enumerate() {
+        let (spectra, fabric, recipes) = lab_dips(seed, 30);
+        let batch = json!({"batch_id": format!("k{b}"), "x": fabric, "y": recipes,
+                           "spectra": {"start_nm": 360, "interval_nm": 5, "values": spectra}});
+        let posted = send("/v1/models/kitchen/batches", batch, ADMIN_KEY.into()).await;
+        assert_eq!(posted.status(), StatusCode::ACCEPTED);
+    }
+    let target: Vec<f64> = (0..85).map(|i| reflectance(360.0 + 5.0 * i as f64, &[0.3, 0.6, 0.0])).collect();
+    let dip: Vec<f64> = (0..85).map(|i| reflectance(360.0 + 5.0 * i as f64, &[0.3, 0.7, 0.0])).collect();
+    let request = json!({
+        "spectra": {"start_nm": 360, "interval_nm": 5, "values": [target]},
+        "x": [[1.0]],
+        "recipe": {"yellow": 0.3, "red": 0.6},
+        "measured": {"start_nm": 360, "interval_nm": 5, "values": dip},
+        "learn": true,
+    });
+    // Trained once the second batch is folded.
+    let mut probe = request.clone();
+    probe["learn"] = json!(false);
+    let corrected = wait_until(std::time::Duration::from_secs(30), || async {
+        let r = send("/v1/models/kitchen/correct", probe.clone(), predict.clone()).await;
+        (r.status() == StatusCode::OK).then_some(())
+    })
+    .await;
+    assert!(corrected.is_some(), "the model never trained");
+    // The predict key may correct, not store the dip.
+    let refused = send("/v1/models/kitchen/correct", request.clone(), predict.clone()).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let refused: Value = refused.json().await.unwrap();
+    assert!(refused["error"]["message"].as_str().unwrap().contains("ingest"), "{refused}");
+    let batches: Value = call(&app.client, &app.address, "GET", "/v1/models/kitchen/batches", None, Some(ADMIN_KEY)).await.json().await.unwrap();
+    assert_eq!(batches["batches"].as_array().map(Vec::len), Some(2), "{batches}");
+    // An admin key may.
+    let learnt = send("/v1/models/kitchen/correct", request, ADMIN_KEY.into()).await;
+    assert_eq!(learnt.status(), StatusCode::OK);
+    let learnt: Value = learnt.json().await.unwrap();
+    assert_eq!(learnt["learnt"]["rows"], 1, "{learnt}");
+}
+
+/// The target spectrum of a match or correct body.
+fn target_of(body: &Value) -> Vec<f64> {
+    numbers(&body["spectra"]["values"][0])
+}
+
+#[tokio::test]
 async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
     let app = spawn_app().await;
     app.create_model(&spectral_spec("kitchen")).await;

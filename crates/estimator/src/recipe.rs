@@ -258,13 +258,59 @@ impl ForwardMap {
     /// The weighted least-squares problem of matching reflectance `r` (fraction, one per band)
     /// with other features `others` (module documentation): its normal equations over every dye.
     pub fn problem(&self, r: &[f64], others: &[f64]) -> Result<MatchProblem<'_>, EstimatorError> {
+        self.problem_with_offset(r, others, None)
+    }
+
+    /// The problem of correcting a dyeing. A dip dyed with recipe `c_d` on fabric `others` and
+    /// measured `R_m` came out off the map by `Δ_λ = K/S(R_m(λ)) − K/S(λ; c_d, x)`; assuming that
+    /// error persists for recipes near `c_d` (the dye house's conditions, the batch of dye or
+    /// fabric, what the map misses there), the recipe for target `r` is the match against the
+    /// map shifted by `Δ`: `K/S(λ; c, x) + Δ_λ`. Its reflectance and residual include `Δ`.
+    pub fn correction(
+        &self,
+        r: &[f64],
+        others: &[f64],
+        dyed: &[f64],
+        measured: &[f64],
+    ) -> Result<MatchProblem<'_>, EstimatorError> {
+        check_len("dyed recipe", self.dyes, dyed.len())?;
+        check_len("measured bands", self.bands(), measured.len())?;
+        if !dyed
+            .iter()
+            .chain(measured)
+            .chain(others)
+            .all(|v| v.is_finite())
+        {
+            return Err(EstimatorError::NonFinite("correction inputs"));
+        }
+        let predicted = self.ks(dyed, others);
+        let offset: Vec<f64> = measured
+            .iter()
+            .zip(&predicted)
+            .map(|(m, p)| Transform::KubelkaMunk.apply(m.clamp(R_MIN, 1.0)) - p)
+            .collect();
+        self.problem_with_offset(r, others, Some(&offset))
+    }
+
+    /// [`Self::problem`] against the map shifted by `offset` (K/S per band).
+    fn problem_with_offset(
+        &self,
+        r: &[f64],
+        others: &[f64],
+        offset: Option<&[f64]>,
+    ) -> Result<MatchProblem<'_>, EstimatorError> {
         let (bands, m) = (self.bands(), self.dyes);
         check_len("reflectance bands", bands, r.len())?;
         check_len("other features", self.others, others.len())?;
         if !r.iter().chain(others).all(|v| v.is_finite()) {
             return Err(EstimatorError::NonFinite("match inputs"));
         }
-        let substrate = self.ks(&vec![0.0; m], others);
+        let mut substrate = self.ks(&vec![0.0; m], others);
+        if let Some(offset) = offset {
+            for (s, o) in substrate.iter_mut().zip(offset) {
+                *s += o;
+            }
+        }
         let mut t = vec![0.0; bands];
         let mut weight = vec![0.0; bands];
         for l in 0..bands {
@@ -307,7 +353,7 @@ impl ForwardMap {
 #[derive(Clone, Debug)]
 pub struct MatchProblem<'m> {
     map: &'m ForwardMap,
-    /// The fabric's own K/S per band (the map at `c = 0`).
+    /// The fabric's own K/S per band (the map at `c = 0`, plus a correction's offset).
     substrate: Vec<f64>,
     /// `t_λ`: the target's K/S less the fabric's.
     t: Vec<f64>,
