@@ -225,6 +225,34 @@ fn bench_recipe(c: &mut Criterion) {
                 .expect("candidates")
         })
     });
+    // A correction: the dip of the best candidate read back off the map with a 10 % error in
+    // its first dye's amount, corrected with its dyes and judged.
+    let best = {
+        let problem = map.problem(&r, &others).expect("problem");
+        let labs = colorimeter.labs(&r).expect("colour");
+        mordant_kitchen::candidates(&problem, Some((&colorimeter, &labs)), &tried, &search)
+            .expect("candidates")
+            .remove(0)
+    };
+    let mut off = best.recipe.concentration.clone();
+    off[best.dyes[0]] *= 1.1;
+    let dip = map.reflectance(&off, &others);
+    group.bench_function("correct_1_dip", |b| {
+        b.iter(|| {
+            let problem = map
+                .correction(&r, &others, &best.recipe.concentration, &dip)
+                .expect("problem");
+            let labs = colorimeter.labs(&r).expect("colour");
+            mordant_kitchen::correct(
+                &problem,
+                Some((&colorimeter, &labs)),
+                &best.dyes,
+                &dip,
+                &search,
+            )
+            .expect("correction")
+        })
+    });
     group.bench_function("colorimeter_of_the_grid", |b| {
         b.iter(|| mordant_kitchen::Colorimeter::new(&grid).expect("colorimeter"))
     });
