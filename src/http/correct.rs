@@ -130,9 +130,12 @@ pub async fn correct_recipe(
     let (correction, request, target_row, warnings, version) = {
         let name = name.clone();
         app.cpu_bound(move || {
-            let spectrum = model.spec.spectrum.ok_or_else(|| {
-                ApiError::Conflict(format!("model {name:?} declares no spectrum to correct"))
-            })?;
+            let Some(spectrum) = model.spec.spectrum else {
+                check_malformed(&bytes)?;
+                return Err(ApiError::Conflict(format!(
+                    "model {name:?} declares no spectrum to correct"
+                )));
+            };
             let mut fields = vec!["tolerance", "cmc"];
             fields.extend(CORRECTION_FIELDS);
             let (x, warnings, request) = parse_request_with(
