@@ -25,6 +25,7 @@ use crate::estimator::EstimatorError;
 use crate::estimator::recipe::RecipeMatch;
 use mordant_kitchen::candidates::KitchenError;
 use mordant_kitchen::{Candidate, Colorimeter, Ranking, combinations};
+
 /// The route of match, with the access it needs.
 pub fn routes(routes: Routes) -> Routes {
     routes.add(PREDICT, routes!(match_recipes))
@@ -46,20 +47,9 @@ pub fn routes(routes: Routes) -> Routes {
     }]
 }))]
 pub struct Recipe {
-    /// The dyes the best candidate uses.
-    pub dyes: Vec<String>,
-    /// Its concentrations, one per output in the model's order (0 for a dye it does not use).
-    pub concentration: Vec<f64>,
-    /// Their variances (see `Candidate`).
-    pub variance: Vec<Option<f64>>,
-    /// Its reflectance residual (see `Candidate`).
-    pub reflectance_rms: f64,
-    /// Its cost, when prices were given.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cost: Option<f64>,
-    /// Its colour against the target's (see `Candidate`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub colour: Option<RecipeColour>,
+    /// The best candidate.
+    #[serde(flatten)]
+    pub best: CandidateRecipe,
     /// Every candidate answered (at most `max_candidates`), in the order asked for.
     pub candidates: Vec<CandidateRecipe>,
 }
@@ -342,15 +332,7 @@ fn recipe(
              solution (dyes the model has never seen used, or bounds no recipe meets)"
         )));
     };
-    Ok(Recipe {
-        dyes: best.dyes,
-        concentration: best.concentration,
-        variance: best.variance,
-        reflectance_rms: best.reflectance_rms,
-        cost: best.cost,
-        colour: best.colour,
-        candidates,
-    })
+    Ok(Recipe { best, candidates })
 }
 
 pub(super) fn candidate(c: Candidate, outputs: &[String]) -> CandidateRecipe {

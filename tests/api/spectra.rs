@@ -341,6 +341,18 @@ async fn relevance_lists_the_inputs_no_output_uses_and_posteriors_rank_theirs() 
     }
 }
 
+/// A spectral model "kitchen" trained on three batches of lab dips; the version that folded
+/// the last.
+async fn trained_kitchen(app: &TestApp, seeds: [u64; 3]) -> i64 {
+    app.create_model(&spectral_spec("kitchen")).await;
+    for (b, seed) in seeds.into_iter().enumerate() {
+        post_lab_dips(app, "kitchen", &format!("k{b}"), seed).await;
+    }
+    app.wait_for_batch("kitchen", "k2").await["version"]
+        .as_i64()
+        .unwrap()
+}
+
 /// The numbers of a JSON array.
 fn numbers(value: &Value) -> Vec<f64> {
     value
@@ -354,13 +366,7 @@ fn numbers(value: &Value) -> Vec<f64> {
 #[tokio::test]
 async fn candidate_recipes_are_listed_priced_bounded_and_sorted_as_asked() {
     let app = spawn_app().await;
-    app.create_model(&spectral_spec("kitchen")).await;
-    for (b, seed) in [31u64, 32, 33].into_iter().enumerate() {
-        post_lab_dips(&app, "kitchen", &format!("c{b}"), seed).await;
-    }
-    let version = app.wait_for_batch("kitchen", "c2").await["version"]
-        .as_i64()
-        .unwrap();
+    let version = trained_kitchen(&app, [31u64, 32, 33]).await;
     let target: Vec<f64> = (0..85)
         .map(|i| reflectance(360.0 + 5.0 * i as f64, &[0.5, 0.0, 1.2]))
         .collect();
@@ -463,13 +469,7 @@ async fn candidate_recipes_are_listed_priced_bounded_and_sorted_as_asked() {
 #[tokio::test]
 async fn an_off_shade_dip_is_corrected_and_learnt_once() {
     let app = spawn_app().await;
-    app.create_model(&spectral_spec("kitchen")).await;
-    for (b, seed) in [41u64, 42, 43].into_iter().enumerate() {
-        post_lab_dips(&app, "kitchen", &format!("d{b}"), seed).await;
-    }
-    let version = app.wait_for_batch("kitchen", "d2").await["version"]
-        .as_i64()
-        .unwrap();
+    let version = trained_kitchen(&app, [41u64, 42, 43]).await;
     let read = |recipe: &[f64]| -> Vec<f64> {
         (0..85)
             .map(|i| reflectance(360.0 + 5.0 * i as f64, recipe))
