@@ -14,7 +14,8 @@ use crate::estimator::grid::resample;
 use crate::estimator::recipe::{DyeBounds, MAX_BOUNDED_DYES};
 
 /// The body fields this module reads.
-pub const FIELDS: [&str; 6] = [
+pub const FIELDS: [&str; 7] = [
+    "candidates",
     "dyes",
     "max_dyes",
     "bounds",
@@ -22,6 +23,40 @@ pub const FIELDS: [&str; 6] = [
     "sort",
     "max_candidates",
 ];
+
+/// The fields that shape the candidate list, which `"candidates": false` leaves out.
+const LISTING: [&str; 4] = ["max_dyes", "bounds", "sort", "max_candidates"];
+
+/// `candidates`: `true` (the default) lists candidate recipes; `false` answers only the
+/// non-negative recipe over every allowed dye (what match answered before candidates), and
+/// the options that shape a list are refused.
+pub fn read_listing(fields: &Map<String, Value>, details: &mut Details) -> Option<bool> {
+    let listing = match fields.get("candidates") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            details.push(
+                "/candidates",
+                format!("must be true or false, found {}", describe(other)),
+            );
+            return None;
+        }
+    };
+    if !listing {
+        let mut clash = false;
+        for key in LISTING.iter().filter(|k| fields.contains_key(**k)) {
+            details.push(
+                format!("/{key}"),
+                "shapes the candidate list, which \"candidates\": false leaves out",
+            );
+            clash = true;
+        }
+        if clash {
+            return None;
+        }
+    }
+    Some(listing)
+}
 
 /// Dyes in a candidate when the request does not say.
 pub const DEFAULT_MAX_DYES: usize = 3;
@@ -36,8 +71,7 @@ pub fn read_search(
     fields: &Map<String, Value>,
     outputs: &[String],
     only: Option<&[usize]>,
-    tolerance: Tolerance,
-    cmc: CmcWeights,
+    judgement: Option<(Tolerance, CmcWeights)>,
     details: &mut Details,
 ) -> Option<Search> {
     // A correction's dyes are the recipe's: they replace the allow-list.
@@ -62,7 +96,7 @@ pub fn read_search(
     let bounds = bounds(fields.get("bounds"), outputs, details);
     let prices = prices(fields.get("prices"), outputs, details);
     let ranking = ranking(fields.get("sort"), details);
-    let (allowed, prices, ranking) = (allowed?, prices?, ranking?);
+    let (allowed, prices, ranking, (tolerance, cmc)) = (allowed?, prices?, ranking?, judgement?);
     if let Some(prices) = &prices {
         let missing: Vec<&str> = allowed
             .iter()
@@ -156,11 +190,11 @@ pub fn read_correction(
             None
         }
     };
-    let dyes: Option<Vec<usize>> = dyed
-        .as_ref()
-        .map(|d| (0..outputs.len()).filter(|&i| d[i] > 0.0).collect());
-    let (tolerance, cmc) = judgement?;
-    let search = read_search(fields, outputs, dyes.as_deref(), tolerance, cmc, details);
+    // Without a valid recipe there are no dyes to price or bound; the rest is still checked.
+    let dyes: Vec<usize> = dyed.as_ref().map_or_else(Vec::new, |d| {
+        (0..outputs.len()).filter(|&i| d[i] > 0.0).collect()
+    });
+    let search = read_search(fields, outputs, Some(&dyes), judgement, details);
     let (learn, batch_id) = (learn?, batch_id?);
     if batch_id.is_some() && !learn {
         details.push(
@@ -171,7 +205,7 @@ pub fn read_correction(
     }
     Some(CorrectionRequest {
         dyed: dyed?,
-        dyes: dyes?,
+        dyes,
         measured: measured?,
         search: search?,
         learn,
@@ -467,8 +501,7 @@ mod tests {
             &fields,
             &outputs(),
             None,
-            DEFAULT_TOLERANCE,
-            CmcWeights::default(),
+            Some((DEFAULT_TOLERANCE, CmcWeights::default())),
             &mut details,
         );
         let mut paths: Vec<String> = details.into_list().into_iter().map(|d| d.path).collect();

@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::PREDICT;
 use super::batches::{BatchAccepted, accept};
-use super::colour::{CmcSpec, MeasuredSpectrum, ToleranceSpec};
+use super::colour::{CmcSpec, ToleranceSpec};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{BatchBody, BodyBytes, RawJson, check_malformed};
 use super::matching::{
@@ -45,14 +45,14 @@ pub struct CorrectRequest {
     pub x: Option<Vec<Vec<f64>>>,
     /// The amounts dyed, by dye (output name); a dye left out was not used. From 1 to 4 dyes
     /// above 0: the correction adjusts their amounts.
-    pub recipe: std::collections::BTreeMap<String, f64>,
-    /// The dip's measured reflectance, on the model's scale, covering the model's bands.
-    pub measured: MeasuredSpectrum,
+    pub recipe: std::collections::BTreeMap<String, NonNegative>,
+    /// The dip's measured reflectance.
+    pub measured: DipSpectrum,
     /// Per dye: the corrected amount's bounds, as in match.
     pub bounds: Option<std::collections::BTreeMap<String, DyeBoundsSpec>>,
     /// Per dye: its price per unit of concentration (every dye of the recipe), for the
     /// corrected recipe's cost.
-    pub prices: Option<std::collections::BTreeMap<String, f64>>,
+    pub prices: Option<std::collections::BTreeMap<String, NonNegative>>,
     /// The colour difference the verdicts are judged on (default `{"de00": 1.0}`).
     pub tolerance: Option<ToleranceSpec>,
     /// The weights of CMC(l:c) (default `{"l": 2, "c": 1}`).
@@ -60,11 +60,56 @@ pub struct CorrectRequest {
     /// Also store the dip (its measurement, fabric and the recipe dyed) as an observation of
     /// the model, as a batch of one row would be (needs a key with the `ingest` scope).
     pub learn: Option<bool>,
-    /// The batch id the learnt dip is stored under (default: derived from the dip, so a retry
-    /// stores it once). Only with `"learn": true`.
+    /// The batch id the learnt dip is stored under. Only with `"learn": true`. By default it is
+    /// derived from the dip (measurement, fabric, recipe), so a retry stores it once; two
+    /// genuine dips that read exactly alike would be stored once too, so a lab that repeats
+    /// dips names them.
     #[schema(pattern = "^[A-Za-z0-9._:-]+$", min_length = 1, max_length = 128)]
     pub batch_id: Option<String>,
 }
+
+/// The one-row batch a learnt dip was stored in.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LearntDip {
+    /// The batch, as `POST …/batches` answers it (its warnings point into that batch).
+    #[serde(flatten)]
+    pub batch: BatchAccepted,
+    /// `true` when this dip was stored before under the same id and content (a retried
+    /// correction): nothing was added.
+    pub replayed: bool,
+}
+
+/// A dip's measured reflectance on its instrument's regular grid, on the model's scale,
+/// covering the model's bands.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[schema(example = json!({"start_nm": 400, "interval_nm": 10, "values": [41.2, 40.8, 40.1]}))]
+pub struct DipSpectrum {
+    /// Wavelength of the first value (nm).
+    pub start_nm: f64,
+    /// Distance between values (nm).
+    #[schema(exclusive_minimum = 0.0)]
+    pub interval_nm: f64,
+    /// Reflectances on the model's scale, at least 2, at most 4,096.
+    #[schema(min_items = 2, max_items = 4096)]
+    pub values: Vec<f64>,
+}
+
+/// An amount of dye, or a price per unit of it: never negative.
+#[derive(Debug, Deserialize, Serialize)]
+pub struct NonNegative(pub f64);
+
+impl utoipa::PartialSchema for NonNegative {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+            .minimum(Some(0.0))
+            .into()
+    }
+}
+
+impl ToSchema for NonNegative {}
 
 /// A correction.
 #[derive(Debug, Serialize, ToSchema)]
@@ -83,7 +128,7 @@ pub struct CorrectResponse {
     pub recipe: CandidateRecipe,
     /// The batch the dip was learnt in, when `learn` was true.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub learnt: Option<BatchAccepted>,
+    pub learnt: Option<LearntDip>,
     /// What was accepted but looks wrong (reflectance above full scale); left out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Detail>,
@@ -198,7 +243,9 @@ pub async fn correct_recipe(
         )));
     };
     let learnt = if request.learn {
-        let allowed = principal.as_ref().is_none_or(|p| p.may(&[Scope::Ingest]));
+        // Keys enforced, the middleware names the caller; a request without one never gets here.
+        let allowed =
+            !app.keys.is_enforced() || principal.as_ref().is_some_and(|p| p.may(&[Scope::Ingest]));
         if !allowed {
             return Err(ApiError::Forbidden(
                 "learning the dip stores a batch: it needs a key with the ingest scope".into(),
@@ -226,7 +273,7 @@ async fn learn(
     spec: &ModelSpec,
     request: &CorrectionRequest,
     target_row: &[f64],
-) -> Result<BatchAccepted, ApiError> {
+) -> Result<LearntDip, ApiError> {
     let grid = spec
         .spectrum
         .map(|s| s.grid())
@@ -249,14 +296,14 @@ async fn learn(
     };
     batch["batch_id"] = json!(id.as_str());
     let body = serde_json::to_vec(&batch).map_err(ApiError::internal)?;
-    let (accepted, _) = accept(
+    let (batch, replayed) = accept(
         app,
         &spec.name,
         BatchBody::Json(BodyBytes::made(body)),
         None,
     )
     .await?;
-    Ok(accepted)
+    Ok(LearntDip { batch, replayed })
 }
 
 /// A target or dip whose numbers cannot be read as reflectance is the client's to fix; a map

@@ -19,12 +19,14 @@ use super::predict::{Spectra, parse_request_with};
 use super::routes::Routes;
 use crate::cache::{CachedModel, Matching};
 use crate::domain::colour::{self, Comparison, read_judgement};
-use crate::domain::kitchen::{self, read_search};
+use crate::domain::kitchen::{self, read_listing, read_search};
 use crate::domain::{Detail, Invalid};
 use crate::estimator::EstimatorError;
 use crate::estimator::recipe::RecipeMatch;
 use mordant_kitchen::candidates::KitchenError;
-use mordant_kitchen::{Candidate, Colorimeter, Ranking, combinations};
+use mordant_kitchen::{
+    Candidate, Colorimeter, Ranking, combination_count, combinations, unrestricted,
+};
 
 /// The route of match, with the access it needs.
 pub fn routes(routes: Routes) -> Routes {
@@ -50,7 +52,8 @@ pub struct Recipe {
     /// The best candidate.
     #[serde(flatten)]
     pub best: CandidateRecipe,
-    /// Every candidate answered (at most `max_candidates`), in the order asked for.
+    /// Every candidate answered (at most `max_candidates`), in the order asked for; empty
+    /// with `"candidates": false`.
     pub candidates: Vec<CandidateRecipe>,
 }
 
@@ -109,6 +112,10 @@ pub struct MatchRequest {
     pub tolerance: Option<ToleranceSpec>,
     /// The weights of CMC(l:c) (default `{"l": 2, "c": 1}`).
     pub cmc: Option<CmcSpec>,
+    /// `false`: no candidate list; the recipe is the non-negative fit over every allowed dye,
+    /// any number of them (what match answered before candidates; `max_dyes`, `bounds`, `sort`
+    /// and `max_candidates` do not apply). Default `true`.
+    pub candidates: Option<bool>,
     /// The dyes a candidate may use (output names; default every output).
     #[schema(min_items = 1)]
     pub dyes: Option<Vec<String>>,
@@ -120,7 +127,7 @@ pub struct MatchRequest {
     pub bounds: Option<std::collections::BTreeMap<String, DyeBoundsSpec>>,
     /// Per dye (output name): its price per unit of concentration. When given, every dye a
     /// candidate may use needs one, and each candidate carries its cost.
-    pub prices: Option<std::collections::BTreeMap<String, f64>>,
+    pub prices: Option<std::collections::BTreeMap<String, super::correct::NonNegative>>,
     /// How candidates are ordered (default `de00`).
     pub sort: Option<SortSpec>,
     /// At most this many candidates per target (default 10).
@@ -212,12 +219,15 @@ pub async fn match_recipes(
             let outputs = &model.spec.outputs;
             let mut fields = vec!["tolerance", "cmc"];
             fields.extend(kitchen::FIELDS);
-            let (x, warnings, search) =
+            let (x, warnings, options) =
                 parse_request_with(&bytes, &model.spec, limit, &fields, |fields, details, _| {
-                    let (tolerance, cmc) = read_judgement(fields, details)?;
-                    read_search(fields, outputs, None, tolerance, cmc, details)
+                    let listing = read_listing(fields, details);
+                    let judgement = read_judgement(fields, details);
+                    let search = read_search(fields, outputs, None, judgement, details);
+                    Some((listing?, search?))
                 })?;
-            let search = search.ok_or_else(|| Invalid::one("", "invalid match request"))?;
+            let (listing, search) =
+                options.ok_or_else(|| Invalid::one("", "invalid match request"))?;
             let matching = matching(&model, &name)?;
             let colorimeter = matching.colorimeter.as_ref();
             if colorimeter.is_none() && search.ranking != Ranking::ColourDifference {
@@ -228,18 +238,28 @@ pub async fn match_recipes(
                 )
                 .into());
             }
-            let tried = combinations(&search.allowed, search.max_dyes);
             let x = x.as_mat();
-            let solves = x.nrows().saturating_mul(tried.len());
-            if solves > MAX_SOLVES {
+            // Counted before any is formed: the combinations of many dyes outgrow memory.
+            let per_target = if listing {
+                combination_count(search.allowed.len(), search.max_dyes)
+            } else {
+                Some(1)
+            };
+            let solves = per_target.and_then(|n| n.checked_mul(x.nrows()));
+            if solves.is_none_or(|n| n > MAX_SOLVES) {
                 return Err(ApiError::PayloadTooLarge(format!(
-                    "{} targets × {} combinations of dyes is {solves} recipe solves, over the \
+                    "{} targets × {} combinations of dyes is more recipe solves than the \
                      {MAX_SOLVES} one request may ask: send fewer targets, allow fewer dyes or \
                      lower max_dyes",
                     x.nrows(),
-                    tried.len()
+                    per_target.map_or_else(|| "too many".to_owned(), |n| n.to_string()),
                 )));
             }
+            let tried = if listing {
+                combinations(&search.allowed, search.max_dyes)
+            } else {
+                Vec::new()
+            };
             let recipes = (0..x.nrows())
                 .map(|i| {
                     let row: Vec<f64> = x.row(i).iter().copied().collect();
@@ -256,19 +276,19 @@ pub async fn match_recipes(
                                 anyhow::Error::new(e).context(format!("colour of target {i}")),
                             )
                         })?;
-                    let found = mordant_kitchen::candidates(
-                        &problem,
-                        colour.as_ref().map(|(c, labs)| (*c, labs)),
-                        &tried,
-                        &search,
-                    )
+                    let colour = colour.as_ref().map(|(c, labs)| (*c, labs));
+                    let found = if listing {
+                        mordant_kitchen::candidates(&problem, colour, &tried, &search)
+                    } else {
+                        unrestricted(&problem, colour, &search).map(|c| vec![c])
+                    }
                     .map_err(|e| match e {
                         KitchenError::Estimator(e) => match_error(&name, i, e),
                         KitchenError::Colour(e) => ApiError::Internal(
                             anyhow::Error::new(e).context(format!("colour of row {i}'s recipes")),
                         ),
                     })?;
-                    recipe(found, outputs, &name, i)
+                    recipe(found, listing, outputs, &name, i)
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
             Ok::<_, ApiError>((recipes, warnings, model.version))
@@ -320,13 +340,18 @@ fn match_error(name: &str, row: usize, e: EstimatorError) -> ApiError {
 /// The answer for one target: its candidates, the best one's fields first.
 fn recipe(
     found: Vec<Candidate>,
+    listing: bool,
     outputs: &[String],
     name: &str,
     row: usize,
 ) -> Result<Recipe, ApiError> {
-    let candidates: Vec<CandidateRecipe> =
+    let mut candidates: Vec<CandidateRecipe> =
         found.into_iter().map(|c| candidate(c, outputs)).collect();
-    let Some(best) = candidates.first().cloned() else {
+    let best = candidates.first().cloned();
+    if !listing {
+        candidates.clear();
+    }
+    let Some(best) = best else {
         return Err(ApiError::Conflict(format!(
             "model {name:?} cannot match row {row}: no combination of the allowed dyes has a \
              solution (dyes the model has never seen used, or bounds no recipe meets)"

@@ -117,22 +117,31 @@ pub fn band_wavelength(header: &str) -> Option<f64> {
 pub fn resample(from: &Grid, values: &[f64], to: &Grid, out: &mut [f64]) {
     debug_assert_eq!(values.len(), from.count);
     debug_assert_eq!(out.len(), to.count);
-    let last = (from.count - 1) as f64;
     for (k, o) in out.iter_mut().enumerate() {
-        let u = ((to.wavelength(k) - from.start_nm) / from.interval_nm).clamp(0.0, last);
-        let mut i = u.floor();
-        let mut t = u - i;
-        // Within rounding of the next band: take it exactly.
-        if 1.0 - t < 1e-9 {
-            i += 1.0;
-            t = 0.0;
-        }
-        let i = (i as usize).min(from.count - 1);
-        *o = if t < 1e-9 || i + 1 >= from.count {
-            values[i]
-        } else {
-            (1.0 - t) * values[i] + t * values[i + 1]
+        *o = match interpolation(from, to.wavelength(k)) {
+            (i, None) => values[i],
+            (i, Some(t)) => (1.0 - t) * values[i] + t * values[i + 1],
         };
+    }
+}
+
+/// Where [`resample`] reads wavelength `nm` on grid `from`: band `i` alone (`None`), or
+/// `(1 − t)` of band `i` and `t` of band `i + 1`.
+pub fn interpolation(from: &Grid, nm: f64) -> (usize, Option<f64>) {
+    let last = (from.count - 1) as f64;
+    let u = ((nm - from.start_nm) / from.interval_nm).clamp(0.0, last);
+    let mut i = u.floor();
+    let mut t = u - i;
+    // Within rounding of the next band: take it exactly.
+    if 1.0 - t < 1e-9 {
+        i += 1.0;
+        t = 0.0;
+    }
+    let i = (i as usize).min(from.count - 1);
+    if t < 1e-9 || i + 1 >= from.count {
+        (i, None)
+    } else {
+        (i, Some(t))
     }
 }
 

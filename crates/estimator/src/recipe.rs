@@ -246,13 +246,8 @@ impl ForwardMap {
     /// The recipe matching reflectance `r` (fraction, one per band) with other features
     /// `others`: every dye may be used, each at least 0.
     pub fn match_recipe(&self, r: &[f64], others: &[f64]) -> Result<RecipeMatch, EstimatorError> {
-        let problem = self.problem(r, others)?;
-        let c = nnls(problem.h.as_ref(), &problem.g)?;
-        if !c.iter().chain(&problem.g).all(|v| v.is_finite()) {
-            return Err(EstimatorError::NonFinite("matched recipe"));
-        }
-        let free: Vec<usize> = (0..self.dyes).filter(|&i| c[i] > 0.0).collect();
-        problem.recipe(c, &free)
+        let all: Vec<usize> = (0..self.dyes).collect();
+        self.problem(r, others)?.nonnegative(&all)
     }
 
     /// The weighted least-squares problem of matching reflectance `r` (fraction, one per band)
@@ -284,10 +279,18 @@ impl ForwardMap {
             return Err(EstimatorError::NonFinite("correction inputs"));
         }
         let predicted = self.ks(dyed, others);
+        // A dip band at or above full scale (a brightener) says nothing of the map's error
+        // there: NaN marks it, and the problem gives it no weight.
         let offset: Vec<f64> = measured
             .iter()
             .zip(&predicted)
-            .map(|(m, p)| Transform::KubelkaMunk.apply(m.clamp(R_MIN, 1.0)) - p)
+            .map(|(m, p)| {
+                if *m >= 1.0 {
+                    f64::NAN
+                } else {
+                    Transform::KubelkaMunk.apply(m.clamp(R_MIN, 1.0)) - p
+                }
+            })
             .collect();
         self.problem_with_offset(r, others, Some(&offset))
     }
@@ -306,9 +309,14 @@ impl ForwardMap {
             return Err(EstimatorError::NonFinite("match inputs"));
         }
         let mut substrate = self.ks(&vec![0.0; m], others);
+        let mut unknown = vec![false; bands];
         if let Some(offset) = offset {
-            for (s, o) in substrate.iter_mut().zip(offset) {
-                *s += o;
+            for ((s, o), u) in substrate.iter_mut().zip(offset).zip(&mut unknown) {
+                if o.is_finite() {
+                    *s += o;
+                } else {
+                    *u = true;
+                }
             }
         }
         let mut t = vec![0.0; bands];
@@ -318,7 +326,7 @@ impl ForwardMap {
             t[l] = Transform::KubelkaMunk.apply(rl) - substrate[l];
             // A band at or above full scale (an optical brightener fluoresces) says nothing
             // about absorption: it does not count.
-            weight[l] = if r[l] >= 1.0 {
+            weight[l] = if r[l] >= 1.0 || unknown[l] {
                 0.0
             } else {
                 let rw = rl.min(R_WEIGHT_MAX);
@@ -391,6 +399,30 @@ impl MatchProblem<'_> {
         self.map
     }
 
+    /// The non-negative match using any of `dyes` (distinct indices), by [`nnls`] on their
+    /// rows and columns of `H` and `g`; the other dyes at 0.
+    pub fn nonnegative(&self, dyes: &[usize]) -> Result<RecipeMatch, EstimatorError> {
+        if let Some(&bad) = dyes.iter().find(|&&i| i >= self.map.dyes) {
+            return Err(EstimatorError::Dimension {
+                what: "dye index",
+                expected: self.map.dyes,
+                found: bad,
+            });
+        }
+        let h = Mat::from_fn(dyes.len(), dyes.len(), |a, b| self.h[(dyes[a], dyes[b])]);
+        let g: Vec<f64> = dyes.iter().map(|&i| self.g[i]).collect();
+        let sub = nnls(h.as_ref(), &g)?;
+        if !sub.iter().chain(&g).all(|v| v.is_finite()) {
+            return Err(EstimatorError::NonFinite("matched recipe"));
+        }
+        let mut c = vec![0.0; self.map.dyes];
+        for (&i, v) in dyes.iter().zip(sub) {
+            c[i] = v;
+        }
+        let free: Vec<usize> = (0..self.map.dyes).filter(|&i| c[i] > 0.0).collect();
+        self.recipe(c, &free)
+    }
+
     /// The match using only `dyes` (distinct indices, at most [`MAX_BOUNDED_DYES`]), each within
     /// its bounds (`bounds[i]` for dye `dyes[i]`, `min ≤ max`):
     ///
@@ -405,8 +437,10 @@ impl MatchProblem<'_> {
     /// fewest bounds first), solves the free dyes' equations for each and returns the first
     /// point satisfying every condition (to `10⁻⁹` of the gradient's scale): the exact minimum,
     /// not an iteration's approximation. `None` when no assignment does (a dye the map never saw
-    /// used, `H_ii = 0`, or dyes whose columns are collinear). Variances as in the module
-    /// documentation, with the dyes strictly between their bounds as the free set.
+    /// used, `H_ii = 0`); for dyes whose columns are collinear, an assignment that holds one of
+    /// them at a bound can still satisfy every condition, and that minimum (one of many) is
+    /// returned. Variances as in the module documentation, with the dyes strictly between their
+    /// bounds as the free set.
     pub fn within(
         &self,
         dyes: &[usize],

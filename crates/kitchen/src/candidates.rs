@@ -95,6 +95,19 @@ pub fn combinations(allowed: &[usize], max: usize) -> Vec<Vec<usize>> {
     all
 }
 
+/// How many combinations [`combinations`] makes of `n` allowed dyes, at most `max` at a time:
+/// `Σ_{k=1..max} C(n, k)`; `None` when that overflows.
+pub fn combination_count(n: usize, max: usize) -> Option<usize> {
+    let mut total: usize = 0;
+    let mut choose: usize = 1;
+    for k in 1..=max.min(n) {
+        // C(n, k) = C(n, k − 1) (n − k + 1) / k, exact at every step.
+        choose = choose.checked_mul(n - k + 1)? / k;
+        total = total.checked_add(choose)?;
+    }
+    Some(total)
+}
+
 /// The candidates for one target: its match problem, its colour under D65, A and F11 when the
 /// model's bands cover the visible range (`colour`), and the combinations to try (from
 /// [`combinations`] of `search.allowed`).
@@ -105,27 +118,48 @@ pub fn candidates(
     search: &Search,
 ) -> Result<Vec<Candidate>, KitchenError> {
     let mut found = Vec::new();
+    let mut solved = false;
     let mut bounds = Vec::with_capacity(MAX_BOUNDED_DYES);
     for dyes in combinations {
         bounds.clear();
         bounds.extend(dyes.iter().map(|&i| search.bounds[i]));
-        let Some(recipe) = problem.within(dyes, &bounds)? else {
-            continue;
+        let recipe = match problem.within(dyes, &bounds) {
+            Ok(Some(recipe)) => recipe,
+            // A combination the map cannot solve (a dye never seen used, a degenerate one that
+            // overflows) is no candidate; the others still are.
+            Ok(None) | Err(EstimatorError::NonFinite(_)) => continue,
+            Err(e) => return Err(e.into()),
         };
+        solved = true;
         if dyes.iter().any(|&i| recipe.concentration[i] <= 0.0) {
             continue;
         }
         found.push(candidate(problem, colour, search, dyes.clone(), recipe)?);
     }
-    if found.is_empty() {
-        let undyed = problem.within(&[], &[])?;
-        if let Some(recipe) = undyed {
+    // Every solved combination left a dye at 0: the target is the fabric itself.
+    if found.is_empty() && solved {
+        if let Some(recipe) = problem.within(&[], &[])? {
             found.push(candidate(problem, colour, search, Vec::new(), recipe)?);
         }
     }
     rank(&mut found, search.ranking);
     found.truncate(search.max_candidates);
     Ok(found)
+}
+
+/// The non-negative recipe over every allowed dye (any number of them, bounds not applied),
+/// judged and priced: what match answered before candidates, for a front end that asks for
+/// it.
+pub fn unrestricted(
+    problem: &MatchProblem<'_>,
+    colour: Option<(&Colorimeter, &[CieLab; 3])>,
+    search: &Search,
+) -> Result<Candidate, KitchenError> {
+    let recipe = problem.nonnegative(&search.allowed)?;
+    let dyes = (0..recipe.concentration.len())
+        .filter(|&i| recipe.concentration[i] > 0.0)
+        .collect();
+    candidate(problem, colour, search, dyes, recipe)
 }
 
 pub(crate) fn candidate(
@@ -352,5 +386,17 @@ mod tests {
         assert_eq!(combinations(&ten, 3).len(), 10 + 45 + 120);
         assert_eq!(combinations(&[2, 3], 4).len(), 3);
         assert!(combinations(&[], 3).is_empty());
+        for (n, max) in [(4, 2), (10, 3), (2, 4), (0, 3), (12, 4)] {
+            let allowed: Vec<usize> = (0..n).collect();
+            assert_eq!(
+                combination_count(n, max),
+                Some(combinations(&allowed, max).len())
+            );
+        }
+        assert_eq!(
+            combination_count(1024, 3),
+            Some(1024 + 523_776 + 178_433_024)
+        );
+        assert_eq!(combination_count(usize::MAX, 2), None);
     }
 }

@@ -6,7 +6,7 @@
 //! `w_k` the illuminant's [`Tristimulus`] weights), computed once per grid.
 
 use mordant_colour::{CieLab, ColourError, Illuminant, Tristimulus};
-use mordant_estimator::grid::{Grid, resample};
+use mordant_estimator::grid::{Grid, interpolation};
 
 /// The range a spectrum must cover for its colour to be computed (400–700 nm, what every
 /// textile spectrophotometer measures).
@@ -31,45 +31,43 @@ pub fn can_judge(grid: &Grid) -> bool {
 /// The per-band tristimulus weights of one grid under D65, A and F11.
 #[derive(Clone, Debug)]
 pub struct Colorimeter {
-    bands: usize,
+    grid: Grid,
     /// In the order of [`Illuminant::ALL`]: the weights `W_b`, and the illuminant's table (for
     /// its white).
     lights: Vec<(Vec<[f64; 3]>, &'static Tristimulus)>,
 }
 
 impl Colorimeter {
-    /// The weights for spectra on `grid`.
+    /// The weights for spectra on `grid`: each 1 nm sample's tristimulus weights shared between
+    /// the bands the interpolation reads it from, in the interpolation's proportions.
     pub fn new(grid: &Grid) -> Result<Self, ColourError> {
         let mut lights: Vec<(Vec<[f64; 3]>, &'static Tristimulus)> = Illuminant::ALL
             .into_iter()
             .map(|illuminant| Ok((vec![[0.0; 3]; grid.count], Tristimulus::of(illuminant)?)))
             .collect::<Result<_, ColourError>>()?;
-        let mut unit = vec![0.0; grid.count];
-        let mut sampled = vec![0.0; COLOUR_GRID.count];
-        for b in 0..grid.count {
-            unit[b] = 1.0;
-            resample(grid, &unit, &COLOUR_GRID, &mut sampled);
-            unit[b] = 0.0;
+        for k in 0..COLOUR_GRID.count {
+            let parts = match interpolation(grid, COLOUR_GRID.wavelength(k)) {
+                (i, None) => [(i, 1.0), (i, 0.0)],
+                (i, Some(t)) => [(i, 1.0 - t), (i + 1, t)],
+            };
             for (weights, table) in &mut lights {
-                let w = &mut weights[b];
-                for (a, t) in sampled.iter().zip(table.weights()) {
-                    if *a != 0.0 {
-                        for (wc, tc) in w.iter_mut().zip(t) {
-                            *wc += a * tc;
-                        }
+                let w = table.weights()[k];
+                for (band, share) in parts {
+                    for (wc, tc) in weights[band].iter_mut().zip(w) {
+                        *wc += share * tc;
                     }
                 }
             }
         }
         Ok(Self {
-            bands: grid.count,
+            grid: *grid,
             lights,
         })
     }
 
     /// Number of bands the weights are for.
     pub fn bands(&self) -> usize {
-        self.bands
+        self.grid.count
     }
 
     /// CIELAB under `illuminant` of reflectance `r` (fractions, one per band), each band
@@ -85,7 +83,7 @@ impl Colorimeter {
         for (b, (value, w)) in r.iter().zip(weights).enumerate() {
             if !value.is_finite() {
                 return Err(ColourError::NonFinite {
-                    nm: b,
+                    nm: self.grid.wavelength(b).round() as usize,
                     value: *value,
                 });
             }
@@ -109,6 +107,8 @@ impl Colorimeter {
 
 #[cfg(test)]
 mod tests {
+    use mordant_estimator::grid::resample;
+
     use super::*;
 
     fn orange(nm: f64) -> f64 {

@@ -55,7 +55,15 @@ pub fn correct(
     };
     let bounds: Vec<_> = dyes.iter().map(|&i| search.bounds[i]).collect();
     let recipe = match problem.within(dyes, &bounds)? {
-        Some(recipe) => Some(candidate(problem, colour, search, dyes.to_vec(), recipe)?),
+        Some(recipe) => {
+            // A dye the correction takes out entirely is no longer used.
+            let used = dyes
+                .iter()
+                .copied()
+                .filter(|&i| recipe.concentration[i] > 0.0)
+                .collect();
+            Some(candidate(problem, colour, search, used, recipe)?)
+        }
         None => None,
     };
     Ok(Correction { dip, recipe })
@@ -121,6 +129,15 @@ mod tests {
             again.pass && again.de00() < off.de00() / 4.0,
             "{again:?} after {off:?}"
         );
+        // A band of the dip at full scale (a brightener) says nothing: the correction is the
+        // one without it, not one that adds dye to make up for fluorescence.
+        let mut bright = dip.clone();
+        bright[20] = 1.03;
+        let problem = map.correction(&target, &[], &first, &bright).unwrap();
+        let without = correct(&problem, None, &dyes, &bright, &search).unwrap();
+        for (a, b) in without.recipe.unwrap().recipe.concentration.iter().zip(c) {
+            assert!((a - b).abs() < 0.01 * (1.0 + b), "{a} vs {b}");
+        }
         // A dip that came out right is left as it was dyed.
         let exact = reflectance(&first);
         let problem = map.correction(&target, &[], &first, &exact).unwrap();

@@ -16,7 +16,10 @@ pub mod correction;
 mod fixtures;
 pub mod judge;
 
-pub use candidates::{Candidate, KitchenError, Ranking, Search, candidates, combinations};
+pub use candidates::{
+    Candidate, KitchenError, Ranking, Search, candidates, combination_count, combinations,
+    unrestricted,
+};
 pub use colorimeter::{Colorimeter, can_judge};
 pub use correction::{Correction, correct};
 pub use judge::{Comparison, Seen, Tolerance, judge};
