@@ -137,10 +137,11 @@ pub fn candidates(
         found.push(candidate(problem, colour, search, dyes.clone(), recipe)?);
     }
     // Every solved combination left a dye at 0: the target is the fabric itself.
-    if found.is_empty() && solved {
-        if let Some(recipe) = problem.within(&[], &[])? {
-            found.push(candidate(problem, colour, search, Vec::new(), recipe)?);
-        }
+    if found.is_empty()
+        && solved
+        && let Some(recipe) = problem.within(&[], &[])?
+    {
+        found.push(candidate(problem, colour, search, Vec::new(), recipe)?);
     }
     rank(&mut found, search.ranking);
     found.truncate(search.max_candidates);
