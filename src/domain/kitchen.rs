@@ -58,10 +58,7 @@ pub fn read_listing(fields: &Map<String, Value>, details: &mut Details) -> Optio
     Some(listing)
 }
 
-/// Dyes in a candidate when the request does not say.
-pub const DEFAULT_MAX_DYES: usize = 3;
-/// Candidates answered per target when the request does not say.
-pub const DEFAULT_MAX_CANDIDATES: usize = 10;
+pub use mordant_kitchen::candidates::{DEFAULT_MAX_CANDIDATES, DEFAULT_MAX_DYES};
 /// The most candidates a request may ask for per target.
 pub const MAX_CANDIDATES: usize = 100;
 

@@ -49,6 +49,29 @@ pub struct Search {
     pub cmc: CmcWeights,
 }
 
+/// Dyes in a candidate when a search does not say.
+pub const DEFAULT_MAX_DYES: usize = 3;
+/// Candidates answered per target when a search does not say.
+pub const DEFAULT_MAX_CANDIDATES: usize = 10;
+
+impl Search {
+    /// What the service searches when a request gives no options, for a model of `dyes`
+    /// outputs: any of them, at most [`DEFAULT_MAX_DYES`] at a time, unbounded above, unpriced,
+    /// by ΔE00, [`DEFAULT_MAX_CANDIDATES`] answered, judged against ΔE00 1.0 with CMC 2:1.
+    pub fn defaults(dyes: usize) -> Self {
+        Self {
+            allowed: (0..dyes).collect(),
+            max_dyes: DEFAULT_MAX_DYES,
+            bounds: vec![DyeBounds::default(); dyes],
+            prices: None,
+            ranking: Ranking::ColourDifference,
+            max_candidates: DEFAULT_MAX_CANDIDATES,
+            tolerance: crate::judge::DEFAULT_TOLERANCE,
+            cmc: CmcWeights::default(),
+        }
+    }
+}
+
 /// Errors of a candidate search.
 #[derive(Debug, thiserror::Error)]
 pub enum KitchenError {

@@ -13,6 +13,8 @@ pub enum SimulateError {
     Estimator(#[from] EstimatorError),
     #[error(transparent)]
     Colour(#[from] colour::ColourError),
+    #[error("colour kitchen: {0}")]
+    Kitchen(#[from] mordant_kitchen::KitchenError),
     #[error("writing CSV: {0}")]
     Csv(#[from] csv::Error),
 }

@@ -75,6 +75,8 @@ pub const NEW_SUBSTRATE_SHARE: f64 = 0.5;
 
 /// First stream of the held-out targets: far from any row index a simulation will reach.
 const HELD_OUT_STREAM: u64 = 1 << 48;
+/// First random stream of the dyeings of [`Simulator::dye`], apart from every row's and target's.
+const DYEING_STREAM: u64 = 1 << 49;
 
 pub use mordant_estimator::grid::Grid;
 
@@ -398,6 +400,35 @@ impl Simulator {
             HELD_OUT_STREAM + i as u64,
             drifted && self.config.scenario != Scenario::None,
         )
+    }
+
+    /// Dyeing `n` of the simulation: `recipe` (% owf per dye) dyed on fabric `substrate`, its
+    /// uptake varying as a row's does, with the drifted regime's dye lots when `drifted`, and
+    /// read by the reference instrument with the simulation's noise. What a dye house gets
+    /// back when it dyes a matched or corrected recipe.
+    pub fn dye(&self, substrate: u32, recipe: &[f64], n: u64, drifted: bool) -> LabDip {
+        let mut rng = self.rng(DYEING_STREAM + n);
+        let uptake = recipe
+            .iter()
+            .map(|&c| c * (self.config.noise.uptake_rel * standard_normal(&mut rng)).exp())
+            .collect();
+        let mut strength = vec![1.0; recipe.len()];
+        if drifted && self.config.scenario == Scenario::DyeLot && DYE_LOT_DYE < recipe.len() {
+            strength[DYE_LOT_DYE] = DYE_LOT_STRENGTH;
+        }
+        let sample = Sample {
+            substrate,
+            recipe: recipe.to_vec(),
+            uptake,
+            strength,
+        };
+        let jitter = standard_normal(&mut rng);
+        let reflectance = self.measure(&sample, Instrument::REFERENCE, jitter, &mut rng);
+        LabDip {
+            sample,
+            instrument: Instrument::REFERENCE,
+            reflectance,
+        }
     }
 
     fn rng(&self, stream: u64) -> ChaCha8Rng {

@@ -16,6 +16,7 @@ mod error;
 pub mod evaluate;
 pub mod forward;
 pub mod generate;
+pub mod kitchen;
 pub mod post;
 
 pub use evaluate::{
