@@ -88,6 +88,14 @@ struct SimulateArgs {
     /// 0.2 nm jitter, 3 % uptake), process_only (3 % uptake, a perfect instrument) or none.
     #[arg(long, default_value = "benchtop")]
     noise: NoiseModel,
+    /// Dye this recipe once instead of drawing rows (`name=amount,…`, % owf; e.g.
+    /// `red_1=1.02,yellow_1=0.12`) on --fabric, in the drifted regime of --scenario when one is
+    /// named (dye_lot: a 15 % stronger lot of red_1), and write its lab dip as a row.
+    #[arg(long, value_name = "RECIPE", conflicts_with_all = ["post", "evaluate", "forgetting_study"])]
+    dye: Option<String>,
+    /// The fabric --dye dyes: bleached_cotton, greige_cotton, polyester_cotton or viscose.
+    #[arg(long, default_value = "bleached_cotton", requires = "dye")]
+    fabric: String,
     /// Write reflectance as a fraction (0–1) instead of percent.
     #[arg(long)]
     fraction: bool,
@@ -536,17 +544,32 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
     } else {
         ReflectanceScale::Percent
     };
+    let dyed = match &args.dye {
+        Some(recipe) => {
+            let recipe = mordant_lab::simulate::parse_recipe(&sim, recipe).context("--dye")?;
+            let fabric =
+                mordant_lab::simulate::fabric_code(&sim, &args.fabric).context("--fabric")?;
+            let drifted = args.scenario != Scenario::None;
+            Some(sim.dye(fabric, &recipe, 0, drifted))
+        }
+        None => None,
+    };
+    let write = |out: &mut dyn std::io::Write| match &dyed {
+        Some(dip) => {
+            mordant_lab::simulate::write_dips(&sim, std::iter::once(dip.clone()), scale, out)
+        }
+        None => mordant_lab::simulate::write_csv(&sim, args.rows, scale, out),
+    };
     match &args.out {
         Some(path) => {
             let file = std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?;
-            mordant_lab::simulate::write_csv(&sim, args.rows, scale, std::io::BufWriter::new(file))
+            write(&mut std::io::BufWriter::new(file))
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         None => {
             let stdout = std::io::stdout();
-            mordant_lab::simulate::write_csv(&sim, args.rows, scale, stdout.lock())
-                .context("writing CSV to standard output")?;
+            write(&mut stdout.lock()).context("writing CSV to standard output")?;
         }
     }
     Ok(())

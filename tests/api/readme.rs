@@ -169,5 +169,23 @@ async fn readme_colour_matching_example_works_against_a_fresh_service() {
         assert!(c["dyes"].as_array().unwrap().len() <= 3, "{c}");
         assert!(c["cost"].as_f64().unwrap() > 0.0, "{c}");
     }
+    // The dip the example dyed is the one its correction quotes, spectrum for spectrum.
+    let dip = std::fs::read_to_string(dir.join("dip.csv")).expect("the example writes dip.csv");
+    let dip: Vec<&str> = dip.lines().nth(1).unwrap().split(',').skip(2).take(43).collect();
+    let correct = commands.iter().find(|c| c.contains("/correct")).unwrap();
+    let quoted = &correct[correct.find("\"measured\"").unwrap()..];
+    for value in &dip {
+        assert!(quoted.contains(value), "{value} of dip.csv is not in the README's /correct");
+    }
+    // The stronger red lot made the dip miss; the correction takes red down, keeps the dyes,
+    // predicts a pass, and the dip is learnt.
+    let corrected = answer("/correct");
+    assert_eq!(corrected["dip"]["verdict"], "fail", "{corrected}");
+    let recipe = &corrected["recipe"];
+    assert_eq!(recipe["dyes"], serde_json::json!(["yellow_1", "red_1", "navy_1"]));
+    let red = recipe["concentration"][3].as_f64().unwrap();
+    assert!(red < 0.9 * 1.0188 && red > 0.8 * 1.0188, "{corrected}");
+    assert_eq!(recipe["colour"]["verdict"], "pass", "{corrected}");
+    assert_eq!(corrected["learnt"]["rows"], 1, "{corrected}");
     std::fs::remove_dir_all(&dir).ok();
 }

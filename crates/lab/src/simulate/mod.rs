@@ -40,6 +40,51 @@ pub fn csv_header(fabrics: &[&str], grid: &Grid, dyes: &[&str]) -> Vec<String> {
     header
 }
 
+/// A recipe written `name=amount,…` (% owf by dye name; the dyes left out are 0), as
+/// `simulate --dye` reads it.
+pub fn parse_recipe(sim: &Simulator, text: &str) -> Result<Vec<f64>, SimulateError> {
+    let names = sim.dye_names();
+    let mut recipe = vec![0.0; names.len()];
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, amount) = part
+            .split_once('=')
+            .ok_or_else(|| SimulateError::Options(format!("{part:?} is not name=amount")))?;
+        let index = names
+            .iter()
+            .position(|n| *n == name.trim())
+            .ok_or_else(|| {
+                SimulateError::Options(format!(
+                    "{name:?} is not a dye of the simulation ({})",
+                    names.join(", ")
+                ))
+            })?;
+        recipe[index] = amount
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|c| c.is_finite() && *c >= 0.0)
+            .ok_or_else(|| {
+                SimulateError::Options(format!("{amount:?} is not an amount (% owf, ≥ 0)"))
+            })?;
+    }
+    Ok(recipe)
+}
+
+/// The code of the fabric named `name`.
+pub fn fabric_code(sim: &Simulator, name: &str) -> Result<u32, SimulateError> {
+    sim.substrates()
+        .iter()
+        .find(|s| s.name == name)
+        .map(|s| s.code)
+        .ok_or_else(|| {
+            let names: Vec<&str> = sim.substrates().iter().map(|s| s.name).collect();
+            SimulateError::Options(format!(
+                "{name:?} is not a fabric of the simulation ({})",
+                names.join(", ")
+            ))
+        })
+}
+
 /// The names of the fabric indicator features of `sim`.
 pub fn fabric_names(sim: &Simulator) -> Vec<&'static str> {
     sim.fabric_features().iter().map(|s| s.name).collect()
@@ -54,6 +99,16 @@ pub fn write_csv(
     scale: ReflectanceScale,
     out: impl std::io::Write,
 ) -> Result<(), SimulateError> {
+    write_dips(sim, (0..rows).map(|row| sim.lab_dip(row)), scale, out)
+}
+
+/// Writes `dips` of `sim` as [`write_csv`] writes its rows.
+pub fn write_dips(
+    sim: &Simulator,
+    dips: impl Iterator<Item = LabDip>,
+    scale: ReflectanceScale,
+    out: impl std::io::Write,
+) -> Result<(), SimulateError> {
     let mut writer = csv::Writer::from_writer(out);
     writer.write_record(csv_header(
         &fabric_names(sim),
@@ -62,8 +117,7 @@ pub fn write_csv(
     ))?;
     let factor = 0.01 / scale.to_fraction();
     let mut record = Vec::new();
-    for row in 0..rows {
-        let dip = sim.lab_dip(row);
+    for dip in dips {
         record.clear();
         record.extend(
             sim.fabric_indicators(dip.sample.substrate)
@@ -84,6 +138,44 @@ pub fn write_csv(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recipe_and_a_fabric_are_read_by_name() {
+        let sim = Simulator::new(SimulationConfig::new(4));
+        let recipe = parse_recipe(&sim, "red_1=1.02, yellow_1=0.12,navy_1=0").unwrap();
+        let names = sim.dye_names();
+        assert_eq!(recipe.len(), names.len());
+        assert_eq!(
+            recipe[names.iter().position(|n| *n == "red_1").unwrap()],
+            1.02
+        );
+        assert_eq!(recipe.iter().filter(|c| **c > 0.0).count(), 2);
+        for bad in ["green_1=1", "red_1", "red_1=-1", "red_1=x"] {
+            assert!(parse_recipe(&sim, bad).is_err(), "{bad}");
+        }
+        assert_eq!(fabric_code(&sim, "greige_cotton").unwrap(), 1);
+        assert!(fabric_code(&sim, "silk").is_err());
+        // One dyeing written as a row of the CSV.
+        let dip = sim.dye(1, &recipe, 0, false);
+        let mut out = Vec::new();
+        write_dips(
+            &sim,
+            std::iter::once(dip),
+            ReflectanceScale::Percent,
+            &mut out,
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split(',').collect();
+        assert_eq!(&row[..2], ["1", "0"]);
+        assert_eq!(
+            row[row.len() - names.len()..]
+                .iter()
+                .filter(|c| **c != "0.00000")
+                .count(),
+            2
+        );
+    }
 
     #[test]
     fn csv_has_the_documented_header_and_one_row_per_lab_dip() {
