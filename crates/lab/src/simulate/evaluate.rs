@@ -19,15 +19,16 @@
 //! production at ≤ 1.5 or so; hence the targets median < 1.0 and 90th percentile < 1.5.
 
 use faer::Mat;
-use mordant_colour::CieLab;
 use serde::Serialize;
 
 use super::SimulateError;
-use super::colour::{COLOUR_RANGE_NM, Illuminant, ciede2000};
+use super::colour::ciede2000;
 use super::generate::{
     CONCENTRATION_RANGE, Grid, LabDip, NoiseModel, Recipes, Scenario, SimulationConfig, Simulator,
 };
 use super::kitchen::{KitchenScore, kitchen_day};
+pub use super::targets::quantile;
+use super::targets::{Renderer, Targets};
 use mordant_estimator::{
     Basis, BatchStatistics, FitOptions, Forgetting, ModelConfig, ModelState, ReflectanceScale,
     Transform,
@@ -97,98 +98,6 @@ pub fn statistics(design: &Design, dips: &[LabDip]) -> Result<BatchStatistics, S
     )?)
 }
 
-/// The forward model tabulated every 1 nm over [`COLOUR_RANGE_NM`] (unit K/S of every dye,
-/// K/S of every fabric), so that the colour of a recipe costs a few thousand multiplications.
-pub(super) struct Renderer {
-    dyes: Vec<Vec<f64>>,
-    substrates: Vec<Vec<f64>>,
-}
-
-impl Renderer {
-    pub(super) fn new(sim: &Simulator) -> Self {
-        let nms: Vec<f64> = (COLOUR_RANGE_NM.0..=COLOUR_RANGE_NM.1)
-            .map(|nm| nm as f64)
-            .collect();
-        Self {
-            dyes: sim
-                .dyes()
-                .iter()
-                .map(|d| nms.iter().map(|&nm| d.unit_ks(nm)).collect())
-                .collect(),
-            substrates: sim
-                .substrates()
-                .iter()
-                .map(|s| nms.iter().map(|&nm| s.ks(nm)).collect())
-                .collect(),
-        }
-    }
-
-    /// CIELAB of concentrations `c` (reference dye lots) on fabric `substrate`:
-    /// `R(λ) = KM⁻¹(K/S_sub(λ) + Σ cᵢ kᵢ(λ))`.
-    fn lab(&self, substrate: u32, c: &[f64]) -> Result<CieLab, SimulateError> {
-        self.lab_under(substrate, c, Illuminant::D65)
-    }
-
-    /// [`Self::lab`] under `illuminant`.
-    pub(super) fn lab_under(
-        &self,
-        substrate: u32,
-        c: &[f64],
-        illuminant: Illuminant,
-    ) -> Result<CieLab, SimulateError> {
-        let sub = &self.substrates[(substrate as usize).min(self.substrates.len() - 1)];
-        let mut ks = sub.clone();
-        for (curve, &ci) in self.dyes.iter().zip(c) {
-            if ci != 0.0 {
-                for (k, u) in ks.iter_mut().zip(curve) {
-                    *k += ci * u;
-                }
-            }
-        }
-        let start = COLOUR_RANGE_NM.0 as f64;
-        Ok(super::colour::lab(
-            |nm| super::forward::reflectance_from_ks(ks[(nm - start) as usize]),
-            illuminant,
-        )?)
-    }
-}
-
-/// Held-out targets and their true colours.
-pub struct Targets {
-    pub(super) dips: Vec<LabDip>,
-    pub(super) inputs: Mat<f64>,
-    pub(super) truth: Vec<CieLab>,
-}
-
-impl Targets {
-    /// Targets `0..count` of `sim`, in the drifted regime or not.
-    pub fn new(
-        sim: &Simulator,
-        design: &Design,
-        count: usize,
-        drifted: bool,
-    ) -> Result<Self, SimulateError> {
-        let dips: Vec<LabDip> = (0..count).map(|i| sim.held_out(i, drifted)).collect();
-        let truth = dips
-            .iter()
-            .map(|d| super::colour::lab(|nm| sim.true_reflectance(&d.sample, nm), Illuminant::D65))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self {
-            inputs: design.inputs(&dips),
-            dips,
-            truth,
-        })
-    }
-
-    pub fn len(&self) -> usize {
-        self.dips.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.dips.is_empty()
-    }
-}
-
 /// Colour differences and concentration errors of one model on a set of targets.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Score {
@@ -202,20 +111,6 @@ pub struct Score {
     pub concentration_rmse: f64,
     /// Share of predicted concentrations that were negative and clamped to 0.
     pub clamped_share: f64,
-}
-
-/// The `q`-quantile (0 ≤ q ≤ 1) of `values` by linear interpolation between order statistics
-/// (`x_(⌊h⌋) + (h − ⌊h⌋)(x_(⌊h⌋+1) − x_(⌊h⌋))`, `h = (n − 1) q`, 0-based): NaN for no values.
-pub fn quantile(values: &[f64], q: f64) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let h = (sorted.len() - 1) as f64 * q.clamp(0.0, 1.0);
-    let lo = h.floor() as usize;
-    let hi = (lo + 1).min(sorted.len() - 1);
-    sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
 }
 
 /// The recipes `state` predicts for `targets` with the inverse map (`POST …/predict`): per
@@ -428,7 +323,7 @@ pub fn evaluate(
         options.test_rows,
     )?;
     let (sim, design, state, batches) = train(options, grid)?;
-    let targets = Targets::new(&sim, &design, options.test_rows, false)?;
+    let targets = Targets::new(&sim, |d| design.inputs(d), options.test_rows, false)?;
     let renderer = Renderer::new(&sim);
     let score = score(&matched_recipes(&state, &targets)?, &renderer, &targets)?;
     let predict_score = score_predicted(&state, &renderer, &targets)?;
@@ -669,8 +564,8 @@ pub fn forgetting_study(
     });
     let design = Design::standard(&sim);
     let renderer = Renderer::new(&sim);
-    let before = Targets::new(&sim, &design, options.test_rows, false)?;
-    let after = Targets::new(&sim, &design, options.test_rows, true)?;
+    let before = Targets::new(&sim, |d| design.inputs(d), options.test_rows, false)?;
+    let after = Targets::new(&sim, |d| design.inputs(d), options.test_rows, true)?;
     let plain = ModelConfig {
         options: options.fit,
         ..ModelConfig::new(design.basis(), sim.dyes().len())
@@ -819,7 +714,7 @@ mod tests {
         let dip = sim.lab_dip(0);
         let truth = crate::simulate::colour::lab(
             |nm| sim.true_reflectance(&dip.sample, nm),
-            Illuminant::D65,
+            crate::simulate::colour::Illuminant::D65,
         )
         .unwrap();
         let same = renderer
@@ -859,7 +754,7 @@ mod diagnose {
             println!("== {name}: fit failed");
             return;
         };
-        let targets = Targets::new(&sim, &design, options.test_rows, false).unwrap();
+        let targets = Targets::new(&sim, |d| design.inputs(d), options.test_rows, false).unwrap();
         let renderer = Renderer::new(&sim);
         let mean = state.predict(targets.inputs.as_ref()).unwrap().mean;
         let mut rows = Vec::new();

@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use super::SimulateError;
 use super::colour::{Illuminant, ciede2000};
-use super::evaluate::{Renderer, Targets, quantile};
 use super::generate::Simulator;
+use super::targets::{Renderer, Targets, quantile};
 
 /// What the kitchen's day measured.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

@@ -18,6 +18,7 @@ pub mod forward;
 pub mod generate;
 pub mod kitchen;
 pub mod post;
+pub mod targets;
 
 pub use evaluate::{
     EvaluationOptions, EvaluationReport, ForgettingOptions, ForgettingReport, evaluate,
