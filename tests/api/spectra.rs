@@ -353,6 +353,17 @@ async fn trained_kitchen(app: &TestApp, seeds: [u64; 3]) -> i64 {
         .unwrap()
 }
 
+/// Match's answer to `body` from model `model` once it is at `version` or later.
+async fn matched_at(app: &TestApp, model: &str, body: &Value, version: i64) -> Value {
+    wait_until(std::time::Duration::from_secs(30), || async {
+        let r = app.post(&format!("/v1/models/{model}/match"), body).await;
+        let answer: Value = r.json().await.ok()?;
+        (answer["version"].as_i64()? >= version).then_some(answer)
+    })
+    .await
+    .expect("match reaches the version")
+}
+
 /// The numbers of a JSON array.
 fn numbers(value: &Value) -> Vec<f64> {
     value
@@ -496,13 +507,7 @@ async fn an_off_shade_dip_is_corrected_and_learnt_once() {
         "spectra": {"start_nm": 360, "interval_nm": 5, "values": [target]},
         "x": [[0.0]],
     });
-    let matched = wait_until(std::time::Duration::from_secs(30), || async {
-        let r = app.post("/v1/models/kitchen/match", &body).await;
-        let body: Value = r.json().await.ok()?;
-        (body["version"].as_i64()? >= version).then_some(body)
-    })
-    .await
-    .expect("match reaches the version");
+    let matched = matched_at(&app, "kitchen", &body, version).await;
     let first = numbers(&matched["recipes"][0]["concentration"]);
     let names = ["yellow", "red", "blue"];
     let dyed: serde_json::Map<String, Value> = names
@@ -678,13 +683,7 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
     let version = app.wait_for_batch("kitchen", "m2").await["version"]
         .as_i64()
         .unwrap();
-    let answer = wait_until(std::time::Duration::from_secs(30), || async {
-        let r = app.post("/v1/models/kitchen/match", &body).await;
-        let body: Value = r.json().await.ok()?;
-        (body["version"].as_i64()? >= version).then_some(body)
-    })
-    .await
-    .expect("match reaches the version");
+    let answer = matched_at(&app, "kitchen", &body, version).await;
     let recipes = answer["recipes"].as_array().unwrap();
     assert_eq!(recipes.len(), 2, "{answer}");
     for (recipe, truth) in recipes.iter().zip([[0.5, 0.0, 1.2], [0.0, 0.8, 0.0]]) {
@@ -747,13 +746,7 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
     let version = app.wait_for_batch("narrow", "n1").await["version"]
         .as_i64()
         .unwrap();
-    let narrow = wait_until(std::time::Duration::from_secs(30), || async {
-        let r = app.post("/v1/models/narrow/match", &body).await;
-        let body: Value = r.json().await.ok()?;
-        (body["version"].as_i64()? >= version).then_some(body)
-    })
-    .await
-    .expect("match reaches the version");
+    let narrow = matched_at(&app, "narrow", &body, version).await;
     let recipe = &narrow["recipes"][0];
     assert!(recipe["concentration"].is_array(), "{narrow}");
     assert!(recipe.get("colour").is_none(), "{narrow}");
