@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mordant::config::Settings;
-use mordant::estimator::{FitOptions, ReflectanceScale};
+use mordant::estimator::{FitOptions, ReflectanceScale, Saunderson, Transform};
 use mordant::startup::{Application, shutdown_on_signal};
 use mordant::store::Store;
 use mordant::telemetry;
@@ -15,6 +15,7 @@ use mordant_lab::evaluate::{self, Dataset, EvaluateOptions, MODELS};
 use mordant_lab::simulate::post::PostOptions;
 use mordant_lab::simulate::{
     EvaluationOptions, ForgettingOptions, Grid, NoiseModel, Scenario, SimulationConfig, Simulator,
+    World,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -88,6 +89,20 @@ struct SimulateArgs {
     /// 0.2 nm jitter, 3 % uptake), process_only (3 % uptake, a perfect instrument) or none.
     #[arg(long, default_value = "benchtop")]
     noise: NoiseModel,
+    /// The physics dyed in: realistic (surface reflection by Saunderson's k1 = 0.04, k2 = 0.6;
+    /// build-up saturating at 8 % owf; fabric lots differing 4 % in dye yield and 10 % in
+    /// whiteness) or ideal (linear in K/S, the regression's own world).
+    #[arg(long, default_value = "ideal")]
+    world: World,
+    /// --evaluate: the model's transform of the spectrum, kubelka_munk or saunderson (with
+    /// k1 = 0.04, k2 = 0.6, as the service's "saunderson" model spec defaults) [default:
+    /// saunderson in the realistic world, kubelka_munk in the ideal one].
+    #[arg(long, value_parser = ["kubelka_munk", "saunderson"])]
+    transform: Option<String>,
+    /// The fabric lot --dye dyes on (lots differ in dye yield and whiteness in the realistic
+    /// world; the same lot dyes the same).
+    #[arg(long, default_value_t = 0, requires = "dye")]
+    lot: u64,
     /// Dye this recipe once instead of drawing rows (`name=amount,…`, % owf; e.g.
     /// `red_1=1.02,yellow_1=0.12`) on --fabric, in the drifted regime of --scenario when one is
     /// named (dye_lot: a 15 % stronger lot of red_1), and write its lab dip as a row.
@@ -464,6 +479,12 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             first_fit_rows: args.first_fit_rows,
             batch_rows: args.batch_rows.unwrap_or(100),
             noise: args.noise,
+            world: args.world,
+            transform: match args.transform.as_deref() {
+                Some("kubelka_munk") => Transform::KubelkaMunk,
+                Some(_) => Transform::Saunderson(Saunderson::TEXTILE),
+                None => args.world.transform(),
+            },
             ..EvaluationOptions::default()
         };
         let report = mordant_lab::simulate::evaluate(&options, model).context("evaluation")?;
@@ -485,6 +506,7 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             test_rows: args.test_rows.unwrap_or(200),
             tolerance_de00: args.tolerance,
             noise: args.noise,
+            world: args.world,
             ..ForgettingOptions::default()
         };
         let report =
@@ -506,6 +528,7 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
         drift_at: args.drift_at.unwrap_or(args.rows / 2),
         grid: instrument,
         noise: args.noise,
+        world: args.world,
         ..SimulationConfig::new(args.seed)
     });
     if let Some(url) = args.post {
@@ -550,7 +573,7 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             let fabric =
                 mordant_lab::simulate::fabric_code(&sim, &args.fabric).context("--fabric")?;
             let drifted = args.scenario != Scenario::None;
-            Some(sim.dye(fabric, &recipe, 0, drifted))
+            Some(sim.dye(fabric, args.lot, &recipe, 0, drifted))
         }
         None => None,
     };

@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use super::spectrum::{ScaleName, SpectrumSpec};
 use super::{Details, Invalid, describe};
-use crate::estimator::{Basis, Forgetting, ModelConfig, PriorFamily, Transform, UpdateMethod};
+use crate::estimator::{
+    Basis, Forgetting, ModelConfig, PriorFamily, Saunderson, Transform, UpdateMethod,
+};
 
 /// Longest model name.
 pub const MAX_NAME_LEN: usize = 63;
@@ -83,6 +85,30 @@ impl fmt::Display for ModelName {
 pub enum TransformName {
     None,
     KubelkaMunk,
+    /// Kubelka–Munk of the body's reflectance behind Saunderson's surface correction, with the
+    /// model's `saunderson` coefficients.
+    Saunderson,
+}
+
+/// Saunderson's surface coefficients of a `"saunderson"` model (see
+/// `crates/estimator/src/basis.rs`): `R_i = (R_m − k₁) / (1 − k₁ − k₂ + k₂ R_m)`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SaundersonSpec {
+    /// External surface reflectance, in [0, 1) (default 0.04: Fresnel at n = 1.5).
+    #[schema(minimum = 0.0, exclusive_maximum = 1.0, example = 0.04)]
+    pub k1: f64,
+    /// Internal reflectance of diffuse light at the surface, in [0, 1) (default 0.6).
+    #[schema(minimum = 0.0, exclusive_maximum = 1.0, example = 0.6)]
+    pub k2: f64,
+}
+
+impl SaundersonSpec {
+    fn surface(self) -> Saunderson {
+        Saunderson {
+            k1: self.k1,
+            k2: self.k2,
+        }
+    }
 }
 
 /// The update method, as the API names it.
@@ -145,6 +171,9 @@ pub struct ModelSpec {
     pub outputs: Vec<String>,
     pub intercept: bool,
     pub transform: TransformName,
+    /// The surface coefficients of a `saunderson` transform (always set with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saunderson: Option<SaundersonSpec>,
     pub update: UpdateName,
     pub forgetting: Option<ForgettingSpec>,
     pub prior_variance: f64,
@@ -161,7 +190,8 @@ pub struct ModelSpec {
     pub drift_threshold: Option<f64>,
 }
 
-const SPEC_FIELDS: [&str; 12] = [
+const SPEC_FIELDS: [&str; 13] = [
+    "saunderson",
     "prior",
     "drift_threshold",
     "name",
@@ -277,18 +307,19 @@ impl ModelSpec {
             fields.get("transform"),
             "/transform",
             TransformName::None,
-            "\"none\", \"kubelka_munk\"",
+            "\"none\", \"kubelka_munk\", \"saunderson\"",
             &mut details,
         );
-        if transform == TransformName::KubelkaMunk
+        if transform != TransformName::None
             && spectrum.is_some_and(|s| s.scale == ScaleName::Absorbance)
         {
             details.push(
                 "/transform",
-                "\"kubelka_munk\" reads reflectance; an \"absorbance\" spectrum enters as it is \
-                 (use \"none\")",
+                "\"kubelka_munk\" and \"saunderson\" read reflectance; an \"absorbance\" \
+                 spectrum enters as it is (use \"none\")",
             );
         }
+        let saunderson = saunderson_field(fields.get("saunderson"), transform, &mut details);
         let update = enum_field(
             fields.get("update"),
             "/update",
@@ -404,6 +435,7 @@ impl ModelSpec {
                 outputs,
                 intercept,
                 transform,
+                saunderson,
                 update,
                 forgetting,
                 prior_variance,
@@ -420,6 +452,10 @@ impl ModelSpec {
         let transform = match self.transform {
             TransformName::None => Transform::Identity,
             TransformName::KubelkaMunk => Transform::KubelkaMunk,
+            TransformName::Saunderson => Transform::Saunderson(
+                self.saunderson
+                    .map_or(Saunderson::TEXTILE, SaundersonSpec::surface),
+            ),
         };
         let basis = match &self.spectrum {
             // Only Kubelka–Munk reads the scale, and an absorbance spectrum refuses it.
@@ -554,6 +590,60 @@ fn enum_field<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// The `saunderson` field: only with `"transform": "saunderson"`, whose coefficients it sets
+/// (each in [0, 1); missing ones take [`Saunderson::TEXTILE`]'s).
+fn saunderson_field(
+    value: Option<&Value>,
+    transform: TransformName,
+    details: &mut Details,
+) -> Option<SaundersonSpec> {
+    let defaults = SaundersonSpec {
+        k1: Saunderson::TEXTILE.k1,
+        k2: Saunderson::TEXTILE.k2,
+    };
+    match value {
+        None | Some(Value::Null) => (transform == TransformName::Saunderson).then_some(defaults),
+        Some(_) if transform != TransformName::Saunderson => {
+            details.push("/saunderson", "only with \"transform\": \"saunderson\"");
+            None
+        }
+        Some(Value::Object(f)) => {
+            let mut spec = defaults;
+            for (key, v) in f {
+                let slot = match key.as_str() {
+                    "k1" => &mut spec.k1,
+                    "k2" => &mut spec.k2,
+                    _ => {
+                        details.push(
+                            format!("/saunderson/{}", super::pointer_token(key)),
+                            "unknown field",
+                        );
+                        continue;
+                    }
+                };
+                match v.as_f64() {
+                    Some(x) if (0.0..1.0).contains(&x) => *slot = x,
+                    _ => details.push(
+                        format!("/saunderson/{key}"),
+                        format!("must be a number in [0, 1), found {}", describe(v)),
+                    ),
+                }
+            }
+            Some(spec)
+        }
+        Some(other) => {
+            details.push(
+                "/saunderson",
+                format!(
+                    "must be {{\"k1\": k₁, \"k2\": k₂}}, found {}",
+                    describe(other)
+                ),
+            );
+            None
+        }
+    }
+}
+
 fn positive(value: Option<&Value>, path: &str, details: &mut Details) -> Option<f64> {
     match value.and_then(Value::as_f64) {
         Some(v) if v.is_finite() && v > 0.0 => Some(v),
@@ -596,6 +686,56 @@ mod tests {
         let basis = spec.config().basis;
         assert_eq!((basis.spectral, basis.features), (31, 32));
         assert_eq!(basis.scale, crate::estimator::ReflectanceScale::Percent);
+    }
+
+    #[test]
+    fn saunderson_takes_its_coefficients_or_the_textbook_ones_and_nothing_else() {
+        let spec = spectral(json!({"transform": "saunderson"})).unwrap();
+        let textile = SaundersonSpec { k1: 0.04, k2: 0.6 };
+        assert_eq!(spec.saunderson, Some(textile));
+        assert_eq!(
+            spec.config().basis.transform,
+            Transform::Saunderson(Saunderson::TEXTILE)
+        );
+        let spec =
+            spectral(json!({"transform": "saunderson", "saunderson": {"k2": 0.45}})).unwrap();
+        assert_eq!(spec.saunderson, Some(SaundersonSpec { k1: 0.04, k2: 0.45 }));
+        assert!(spec.config().basis.can_match());
+        // The stored spec reads back the same.
+        let stored: ModelSpec =
+            serde_json::from_value(serde_json::to_value(&spec).unwrap()).unwrap();
+        assert_eq!(stored, spec);
+        // Kubelka–Munk models store no coefficients, and specs stored before read as they did.
+        let plain = spectral(json!({})).unwrap();
+        assert_eq!(plain.saunderson, None);
+        assert!(
+            !serde_json::to_value(&plain)
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .contains_key("saunderson")
+        );
+
+        let paths = |extra| {
+            let err = spectral(extra).unwrap_err();
+            err.details.into_iter().map(|d| d.path).collect::<Vec<_>>()
+        };
+        assert_eq!(paths(json!({"saunderson": {"k1": 0.04}})), ["/saunderson"]);
+        assert_eq!(
+            paths(
+                json!({"transform": "saunderson", "saunderson": {"k1": 1.0, "k2": -0.1, "k3": 0}})
+            ),
+            ["/saunderson/k1", "/saunderson/k2", "/saunderson/k3"]
+        );
+        assert_eq!(
+            paths(json!({"transform": "saunderson", "saunderson": [0.04, 0.6]})),
+            ["/saunderson"]
+        );
+        let nir = json!({"start_nm": 1100, "interval_nm": 2, "count": 7, "scale": "absorbance"});
+        assert_eq!(
+            paths(json!({"spectrum": nir, "transform": "saunderson"})),
+            ["/transform"]
+        );
     }
 
     #[test]

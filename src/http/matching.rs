@@ -178,7 +178,7 @@ pub const MAX_SOLVES: usize = 200_000;
 
 /// Match recipes to target spectra.
 ///
-/// For a model that declares a spectrum under `kubelka_munk`, per target, candidate recipes:
+/// For a model that declares a spectrum under `kubelka_munk` or `saunderson`, per target, candidate recipes:
 /// every combination of at most `max_dyes` of the allowed `dyes`, each the recipe `c` within
 /// its `bounds` minimising `Σ_λ w_λ (K/S_target(λ) − K/S(λ; c, x))²`, with `K/S(λ; c, x)` the
 /// forward map (K/S of each band as a regression on the concentrations and the other
@@ -196,7 +196,7 @@ pub const MAX_SOLVES: usize = 200_000;
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 404, description = "No such model", body = ErrorBody),
         (status = 409, description = "Not trained yet, or the model cannot match recipes: no \
-            spectrum under kubelka_munk, no intercept, or statistics folded before recipe \
+            spectrum under kubelka_munk or saunderson, no intercept, or statistics folded before recipe \
             matching (no YᵀY)", body = ErrorBody),
         (status = 413, description = "Body or row count over the limit, or more recipe solves \
             (targets × combinations) than one request may ask", body = ErrorBody),

@@ -17,7 +17,7 @@ use super::extract::model_name;
 use super::routes::Routes;
 use crate::cache::CachedModel;
 use crate::domain::model::{ForgettingSpec, PriorName};
-use crate::domain::{ModelSpec, SpectrumSpec, TransformName, UpdateName};
+use crate::domain::{ModelSpec, SaundersonSpec, SpectrumSpec, TransformName, UpdateName};
 use crate::store::ModelRecord;
 /// The routes of models, with the access each needs.
 pub fn routes(routes: Routes) -> Routes {
@@ -66,9 +66,15 @@ pub struct CreateModel {
     pub intercept: Option<bool>,
     /// Basis transform of the spectrum (default `none`). `kubelka_munk` reads each band's
     /// reflectance R as K/S = (1 − R)²/(2R); without a declared spectrum it applies to every
-    /// feature, read as a fraction.
+    /// feature, read as a fraction. `saunderson` first takes out the light the fabric's surface
+    /// reflects, R_i = (R − k₁)/(1 − k₁ − k₂ + k₂R), then reads R_i as Kubelka–Munk does: for
+    /// deep shades, whose readings the surface's reflection bends.
     #[serde(default)]
     pub transform: Option<TransformName>,
+    /// Saunderson's coefficients, only with `"transform": "saunderson"` (default k₁ 0.04,
+    /// k₂ 0.6).
+    #[serde(default)]
+    pub saunderson: Option<SaundersonSpec>,
     /// Update method after the first fit (default `one_step`: one Bayesian step per batch, the
     /// hyperparameters fitted again once an output's rows have doubled since their last fit;
     /// `refit`: Algorithm 2 on every batch).
@@ -115,6 +121,9 @@ pub struct ModelView {
     #[schema(example = true)]
     pub intercept: bool,
     pub transform: TransformName,
+    /// Saunderson's coefficients of a `saunderson` model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saunderson: Option<SaundersonSpec>,
     pub update: UpdateName,
     pub forgetting: Option<ForgettingSpec>,
     #[schema(example = 1.0)]
@@ -152,6 +161,7 @@ impl From<ModelRecord> for ModelView {
             outputs: s.outputs,
             intercept: s.intercept,
             transform: s.transform,
+            saunderson: s.saunderson,
             update: s.update,
             forgetting: s.forgetting,
             prior_variance: s.prior_variance,

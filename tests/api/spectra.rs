@@ -26,17 +26,27 @@ fn reflectance(lambda: f64, recipe: &[f64]) -> f64 {
 /// Lab dips as JSON rows: spectra, fabric codes, recipes.
 type LabDips = (Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>);
 
+/// What an instrument reads of the same sample when the fabric's surface reflects (Saunderson,
+/// k₁ = 0.04, k₂ = 0.6): `R_m = k₁ + (1 − k₁)(1 − k₂) R / (1 − k₂ R)`, percent.
+fn surface_reflectance(lambda: f64, recipe: &[f64]) -> f64 {
+    let r = reflectance(lambda, recipe) / 100.0;
+    100.0 * (0.04 + 0.96 * 0.4 * r / (1.0 - 0.6 * r))
+}
+
 /// `rows` lab dips: spectra on 360–780 nm every 5 nm, a fabric code, recipes of three dyes.
 fn lab_dips(seed: u64, rows: usize) -> LabDips {
+    lab_dips_read(seed, rows, reflectance)
+}
+
+/// [`lab_dips`] read by `read` (percent at a wavelength, of a recipe).
+fn lab_dips_read(seed: u64, rows: usize, read: fn(f64, &[f64]) -> f64) -> LabDips {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let (mut spectra, mut fabric, mut recipes) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rows {
         let recipe: Vec<f64> = (0..3).map(|_| rng.random_range(0.0..2.0)).collect();
         spectra.push(
             (0..85)
-                .map(|i| {
-                    reflectance(360.0 + 5.0 * i as f64, &recipe) + rng.random_range(-0.05..0.05)
-                })
+                .map(|i| read(360.0 + 5.0 * i as f64, &recipe) + rng.random_range(-0.05..0.05))
                 .collect(),
         );
         fabric.push(vec![f64::from(rng.random_range(0..2u8))]);
@@ -804,6 +814,66 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
         .post("/v1/models/nothing/match", &json!({"x": [[0.1, 0.2]]}))
         .await;
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
+/// A model of readings that include the fabric's surface reflection matches recipes exactly
+/// under the Saunderson transform, and shows its coefficients.
+#[tokio::test]
+async fn a_saunderson_model_matches_readings_with_the_surface_included() {
+    let app = spawn_app().await;
+    let mut spec = spectral_spec("surface");
+    spec["transform"] = json!("saunderson");
+    app.create_model(&spec).await;
+    let model: Value = app.get("/v1/models/surface").await.json().await.unwrap();
+    assert_eq!(model["transform"], "saunderson", "{model}");
+    assert_eq!(model["saunderson"], json!({"k1": 0.04, "k2": 0.6}), "{model}");
+    for (b, seed) in [31u64, 32, 33].into_iter().enumerate() {
+        let (spectra, fabric, recipes) = lab_dips_read(seed, 30, surface_reflectance);
+        let response = app
+            .post_batch(
+                "surface",
+                &json!({
+                    "batch_id": format!("s{b}"),
+                    "spectra": {"start_nm": 360, "interval_nm": 5, "values": spectra},
+                    "x": fabric,
+                    "y": recipes,
+                }),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+    }
+    let version = app.wait_for_batch("surface", "s2").await["version"]
+        .as_i64()
+        .unwrap();
+    let truth = [0.3, 1.7, 1.9];
+    let target: Vec<f64> = (0..85)
+        .map(|i| surface_reflectance(360.0 + 5.0 * i as f64, &truth))
+        .collect();
+    let body = json!({
+        "spectra": {"start_nm": 360, "interval_nm": 5, "values": [target]},
+        "x": [[0.0]],
+        "candidates": false,
+    });
+    let answer = matched_at(&app, "surface", &body, version).await;
+    let recipe = &answer["recipes"][0];
+    for (k, t) in truth.iter().enumerate() {
+        let c = recipe["concentration"][k].as_f64().unwrap();
+        assert!((c - t).abs() < 0.03, "dye {k}: {c} vs {t}: {answer}");
+    }
+    assert_eq!(recipe["colour"]["verdict"], "pass", "{answer}");
+
+    // Coefficients come only with the transform, each in [0, 1).
+    let mut wrong = spectral_spec("wrong");
+    wrong["saunderson"] = json!({"k1": 0.04});
+    let mut out_of_range = spectral_spec("wrong");
+    out_of_range["transform"] = json!("saunderson");
+    out_of_range["saunderson"] = json!({"k1": 0.04, "k2": 1.2});
+    for (body, path) in [(wrong, "/saunderson"), (out_of_range, "/saunderson/k2")] {
+        let refused = app.post("/v1/models", &body).await;
+        assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let refused: Value = refused.json().await.unwrap();
+        assert_eq!(error_paths(&refused["error"]), [path], "{refused}");
+    }
 }
 
 /// A 700-channel near-infrared model (absorbance, as such instruments write it) with the default

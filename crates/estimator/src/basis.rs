@@ -12,8 +12,60 @@ use super::EstimatorError;
 /// pole at `R = 0` (a band that read 0 was not measured, it is not infinitely absorbing).
 pub const MIN_REFLECTANCE: f64 = 1e-3;
 
+/// Saunderson's correction for the light a dyed fabric reflects at its surface, which never
+/// enters the fibre and so carries no absorption:
+///
+/// ```text
+/// R_m = k₁ + (1 − k₁)(1 − k₂) R_i / (1 − k₂ R_i)        (what the instrument reads)
+/// R_i = (R_m − k₁) / (1 − k₁ − k₂ + k₂ R_m)              (its inverse: the body's reflectance)
+/// ```
+///
+/// `k₁` is the share of collimated incident light reflected at the surface (Fresnel at normal
+/// incidence, `((n − 1)/(n + 1))²`: 0.04 for a refractive index n = 1.5, cellulose and polyester
+/// alike); `k₂` the share of diffuse light from inside reflected back in at the surface (0.4–0.6
+/// for textiles; 0.6 the value most often used in colour matching). Kubelka–Munk holds for
+/// `R_i`, the body's reflectance, not for `R_m`: without the correction a deep shade's K/S is
+/// capped near `K/S(k₁)` and a linear map from concentrations bends at depth.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Saunderson {
+    /// External (specular) surface reflectance, in [0, 1).
+    pub k1: f64,
+    /// Internal reflectance of diffuse light at the surface, in [0, 1).
+    pub k2: f64,
+}
+
+impl Saunderson {
+    /// `k₁ = 0.04` (n = 1.5), `k₂ = 0.6`: the textbook values for textiles.
+    pub const TEXTILE: Saunderson = Saunderson { k1: 0.04, k2: 0.6 };
+
+    /// Whether `k₁` and `k₂` are finite and in [0, 1), where both directions are defined.
+    pub fn is_valid(&self) -> bool {
+        (0.0..1.0).contains(&self.k1) && (0.0..1.0).contains(&self.k2)
+    }
+
+    /// `R_m = k₁ + (1 − k₁)(1 − k₂) R_i / (1 − k₂ R_i)`: the reading of a body reflecting `R_i`.
+    #[inline]
+    pub fn measured(&self, r_i: f64) -> f64 {
+        self.k1 + (1.0 - self.k1) * (1.0 - self.k2) * r_i / (1.0 - self.k2 * r_i)
+    }
+
+    /// `R_i = (R_m − k₁) / (1 − k₁ − k₂ + k₂ R_m)`: the body's reflectance behind a reading,
+    /// clamped to [[`MIN_REFLECTANCE`], 1] (a reading below `k₁` is noise on a black).
+    #[inline]
+    pub fn internal(&self, r_m: f64) -> f64 {
+        let r = (r_m - self.k1) / (1.0 - self.k1 - self.k2 + self.k2 * r_m);
+        r.clamp(MIN_REFLECTANCE, 1.0)
+    }
+
+    /// `dR_m/dR_i = (1 − k₁)(1 − k₂) / (1 − k₂ R_i)²`.
+    #[inline]
+    pub fn slope(&self, r_i: f64) -> f64 {
+        (1.0 - self.k1) * (1.0 - self.k2) / (1.0 - self.k2 * r_i).powi(2)
+    }
+}
+
 /// The transform `t` applied to the spectral inputs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum Transform {
     /// `t(x) = x`.
     #[default]
@@ -29,6 +81,9 @@ pub enum Transform {
     /// is the substrate's plus a sum of concentrations times unit absorptions, linear in the
     /// recipe, whereas reflectance itself is not.
     KubelkaMunk,
+    /// `t(R_m) = KM(R_i(R_m))`: Kubelka–Munk of the body's reflectance once the surface's is
+    /// taken out by [`Saunderson`]'s inverse. With `k₁ = k₂ = 0` it is [`Transform::KubelkaMunk`].
+    Saunderson(Saunderson),
 }
 
 impl Transform {
@@ -37,12 +92,50 @@ impl Transform {
     pub fn apply(self, x: f64) -> f64 {
         match self {
             Transform::Identity => x,
-            Transform::KubelkaMunk => {
-                let r = x.max(MIN_REFLECTANCE);
-                (1.0 - r) * (1.0 - r) / (2.0 * r)
-            }
+            Transform::KubelkaMunk => kubelka_munk(x.max(MIN_REFLECTANCE)),
+            Transform::Saunderson(s) => kubelka_munk(s.internal(x)),
         }
     }
+
+    /// Whether `t` reads reflectance and gives K/S (every transform but the identity).
+    pub fn is_kubelka_munk(self) -> bool {
+        self != Transform::Identity
+    }
+
+    /// The reflectance fraction an instrument reads for K/S `ks`: `t⁻¹` of a Kubelka–Munk
+    /// transform ([`reflectance_from_ks`], then [`Saunderson::measured`] when it has one).
+    #[inline]
+    pub fn reflectance(self, ks: f64) -> f64 {
+        let r = reflectance_from_ks(ks);
+        match self {
+            Transform::Saunderson(s) => s.measured(r),
+            Transform::Identity | Transform::KubelkaMunk => r,
+        }
+    }
+
+    /// `|dR_m / d(K/S)|` at a reading `r` (fraction), how much the reading moves per unit of
+    /// K/S: `2R_i² / (1 − R_i²)` (Kubelka–Munk's inverse, at the body's reflectance `R_i`,
+    /// capped at `r_max` because the derivative grows without bound towards 1), times
+    /// [`Saunderson::slope`] when the transform has a surface.
+    #[inline]
+    pub fn sensitivity(self, r: f64, r_max: f64) -> f64 {
+        let body = match self {
+            Transform::Saunderson(s) => s.internal(r),
+            Transform::Identity | Transform::KubelkaMunk => r.max(MIN_REFLECTANCE),
+        }
+        .min(r_max);
+        let km = 2.0 * body * body / (1.0 - body * body);
+        match self {
+            Transform::Saunderson(s) => km * s.slope(body),
+            Transform::Identity | Transform::KubelkaMunk => km,
+        }
+    }
+}
+
+/// `(1 − R)² / (2R)`.
+#[inline]
+fn kubelka_munk(r: f64) -> f64 {
+    (1.0 - r) * (1.0 - r) / (2.0 * r)
 }
 
 /// The inverse of Kubelka–Munk's `K/S = (1 − R)²/(2R)`: `R = 1 + K/S − √((K/S)² + 2 K/S)`, the
@@ -83,7 +176,7 @@ impl ReflectanceScale {
 }
 
 /// How raw input rows become basis vectors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Basis {
     /// Number of raw input features `d = s + e`.
     pub features: usize,
@@ -106,10 +199,7 @@ impl Basis {
     /// spectrum under Kubelka–Munk, and an intercept (the fabric's own K/S). Only such models
     /// keep `YᵀY`.
     pub fn can_match(&self) -> bool {
-        self.declared
-            && self.spectral > 0
-            && self.transform == Transform::KubelkaMunk
-            && self.intercept
+        self.declared && self.spectral > 0 && self.transform.is_kubelka_munk() && self.intercept
     }
 
     /// A basis over `features` inputs. With [`Transform::KubelkaMunk`] every input is read as
@@ -117,7 +207,7 @@ impl Basis {
     pub fn new(features: usize, intercept: bool, transform: Transform) -> Self {
         let spectral = match transform {
             Transform::Identity => 0,
-            Transform::KubelkaMunk => features,
+            Transform::KubelkaMunk | Transform::Saunderson(_) => features,
         };
         Self {
             features,
@@ -232,6 +322,55 @@ mod tests {
         let at_zero = Transform::KubelkaMunk.apply(0.0);
         assert!(at_zero.is_finite());
         assert_eq!(at_zero, Transform::KubelkaMunk.apply(MIN_REFLECTANCE));
+    }
+
+    #[test]
+    fn saunderson_round_trips_and_reduces_to_kubelka_munk_without_a_surface() {
+        let s = Saunderson::TEXTILE;
+        for r_i in [0.002, 0.05, 0.3, 0.7, 0.95, 1.0] {
+            let r_m = s.measured(r_i);
+            assert!((s.internal(r_m) - r_i).abs() < 1e-12, "{r_i} → {r_m}");
+            // The surface adds k₁ and the reading stays in (k₁, 1].
+            assert!(r_m > s.k1 && r_m <= 1.0 + 1e-15);
+            // The slope is the derivative of `measured`.
+            let h = 1e-7;
+            let numeric = (s.measured(r_i + h) - s.measured(r_i - h)) / (2.0 * h);
+            if r_i < 1.0 {
+                assert!((numeric - s.slope(r_i)).abs() < 1e-6, "{numeric}");
+            }
+        }
+        // A reading below k₁ (noise on a black) is clamped, not negative.
+        assert_eq!(s.internal(0.01), MIN_REFLECTANCE);
+        let t = Transform::Saunderson(s);
+        for ks in [0.0, 0.1, 2.0, 40.0] {
+            assert!((t.apply(t.reflectance(ks)) - ks).abs() < 1e-9 * (1.0 + ks));
+        }
+        let none = Transform::Saunderson(Saunderson { k1: 0.0, k2: 0.0 });
+        for r in [0.01, 0.4, 0.9] {
+            assert!((none.apply(r) - Transform::KubelkaMunk.apply(r)).abs() < 1e-15);
+            assert!(
+                (none.sensitivity(r, 0.95) - Transform::KubelkaMunk.sensitivity(r, 0.95)).abs()
+                    < 1e-15
+            );
+        }
+        // The sensitivity is |dR_m/d(K/S)|.
+        for r in [0.08, 0.3, 0.6] {
+            let ks = t.apply(r);
+            let h = 1e-6;
+            let numeric = (t.reflectance(ks - h) - t.reflectance(ks + h)) / (2.0 * h);
+            assert!(
+                (numeric - t.sensitivity(r, 0.99)).abs() < 1e-5 * numeric,
+                "{r}"
+            );
+        }
+        assert!(!Saunderson { k1: 1.0, k2: 0.5 }.is_valid());
+        assert!(
+            !Saunderson {
+                k1: 0.04,
+                k2: f64::NAN
+            }
+            .is_valid()
+        );
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! basis function is 0 (little-endian):
 //!
 //! ```text
-//! magic "MRDT" · version u16 = 6 · features u32 · intercept u8 · transform u8 · declared u8
+//! magic "MRDT" · version u16 = 6 · features u32 · intercept u8
+//!         · transform u8 (0 identity, 1 Kubelka–Munk, 2 Saunderson: then k₁ f64 · k₂ f64)
+//!         · declared u8
 //!         · spectral bands u32 · reflectance scale u8 · outputs m u32
 //!         · predictive u8 (0 plug-in, 1 Student-t) · YᵀY kept u8 · zero rows kept u8
 //! totals as below, with YᵀY when kept, then when kept the zero rows: z p f64 · Z p·m f64
@@ -16,6 +18,10 @@
 //!         · the informative rows its hyperparameters were fitted on f64
 //! crc32 (IEEE) of everything before it, u32
 //! ```
+//!
+//! The Saunderson transform (tag 2) came within version 6: only such states carry `k₁, k₂`, so
+//! every other state stays readable by the releases before it, which refuse a tag-2 state as an
+//! invalid transform rather than misread it.
 //!
 //! Version 5 is version 6 without the zero-rows flag and the zero rows: a state read from it
 //! keeps none, and predicts as it did (see [`super::Predictor`]). Version 4, written since the
@@ -48,6 +54,7 @@
 
 use faer::Mat;
 
+use super::basis::Saunderson;
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, active_set};
 use super::prior::{FittedFamily, Prior, Smooth, kernel_factor};
@@ -102,10 +109,15 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
     w.u16(version);
     w.u32(basis.features as u32);
     w.u8(u8::from(basis.intercept));
-    w.u8(match basis.transform {
-        Transform::Identity => 0,
-        Transform::KubelkaMunk => 1,
-    });
+    match basis.transform {
+        Transform::Identity => w.u8(0),
+        Transform::KubelkaMunk => w.u8(1),
+        Transform::Saunderson(surface) => {
+            w.u8(2);
+            w.f64(surface.k1);
+            w.f64(surface.k2);
+        }
+    }
     w.u8(u8::from(basis.declared));
     w.u32(basis.spectral as u32);
     w.u8(match basis.scale {
@@ -178,6 +190,16 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     let transform = match r.u8()? {
         0 => Transform::Identity,
         1 => Transform::KubelkaMunk,
+        2 if current => {
+            let surface = Saunderson {
+                k1: r.f64()?,
+                k2: r.f64()?,
+            };
+            if !surface.is_valid() {
+                return Err(DecodeError::Invalid("Saunderson coefficients").into());
+            }
+            Transform::Saunderson(surface)
+        }
         _ => return Err(DecodeError::Invalid("transform").into()),
     };
     let mut basis = Basis::new(features, intercept, transform);
@@ -779,6 +801,31 @@ mod tests {
         let decoded = decode(&blob).unwrap();
         assert_eq!(*decoded.basis(), basis);
         assert_eq!(decoded, state);
+
+        // A Saunderson basis keeps its coefficients; a tag-2 transform with coefficients out
+        // of range is refused, not misread.
+        let surface = Saunderson { k1: 0.05, k2: 0.55 };
+        let basis = Basis {
+            transform: Transform::Saunderson(surface),
+            ..basis
+        };
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let state = ModelState::fit(&ModelConfig::new(basis, 1), stats).unwrap();
+        let mut blob = encode(&state);
+        let decoded = decode(&blob).unwrap();
+        assert_eq!(decoded.basis().transform, Transform::Saunderson(surface));
+        assert_eq!(decoded, state);
+        // k₁ sits after magic, version, features and the intercept flag and the tag.
+        let k1 = 4 + 2 + 4 + 1 + 1;
+        assert_eq!(blob[k1 - 1], 2);
+        blob[k1..k1 + 8].copy_from_slice(&1.5f64.to_le_bytes());
+        let n = blob.len();
+        let crc = crc32fast::hash(&blob[..n - 4]);
+        blob[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            decode(&blob).unwrap_err(),
+            EstimatorError::Decode(DecodeError::Invalid("Saunderson coefficients"))
+        );
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub mod prior;
 pub mod recipe;
 pub mod statistics;
 
-pub use basis::{Basis, ReflectanceScale, Transform};
+pub use basis::{Basis, ReflectanceScale, Saunderson, Transform};
 pub use error::DecodeError;
 pub use error::EstimatorError;
 pub use model::{Forgetting, ModelConfig, ModelState, OutputState, Predictions, UpdateMethod};

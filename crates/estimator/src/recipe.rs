@@ -17,6 +17,8 @@
 //! w_λ = (dR/d(K/S))² = (2R_λ² / (1 − R_λ²))²,
 //! ```
 //!
+//! (under the Saunderson transform `K/S(R)` reads the body's reflectance `R_i` behind the reading
+//! and `w_λ` gains the factor `(dR_m/dR_i)²`, see [`Transform::sensitivity`]),
 //! the first-order image in K/S of an equally weighted least-squares fit in reflectance, where a
 //! spectrophotometer's noise is about the same at every band (K/S magnifies a reading's noise a
 //! hundredfold where a deep shade absorbs most). `R` is capped at 0.95 in the weight (the
@@ -45,7 +47,6 @@ use faer::linalg::triangular_solve::{
 };
 use faer::{Mat, MatRef, Par};
 
-use super::basis::reflectance_from_ks;
 use super::posterior::cholesky_lower;
 use super::{
     Basis, BatchStatistics, EstimatorError, FitOptions, ModelConfig, ModelState, ReflectanceScale,
@@ -95,7 +96,7 @@ pub fn forward_statistics(
     stats: &BatchStatistics,
     basis: &Basis,
 ) -> Result<BatchStatistics, EstimatorError> {
-    if !basis.declared || basis.spectral == 0 || basis.transform != Transform::KubelkaMunk {
+    if !basis.declared || basis.spectral == 0 || !basis.transform.is_kubelka_munk() {
         return Err(EstimatorError::NoForwardMap(
             "the model has no spectrum under the Kubelka–Munk transform",
         ));
@@ -145,6 +146,7 @@ impl ModelState {
         };
         let mut map = ForwardMap::from_state(&ModelState::fit(&config, stats)?, m)?;
         map.scale = self.basis().scale;
+        map.transform = self.basis().transform;
         Ok(map)
     }
 }
@@ -158,6 +160,8 @@ pub struct ForwardMap {
     coefficients: Mat<f64>,
     /// The scale of the model's spectral inputs ([`Self::match_inputs`]).
     scale: ReflectanceScale,
+    /// The model's transform from a reading to K/S, and back ([`Transform::reflectance`]).
+    transform: Transform,
 }
 
 /// A matched recipe.
@@ -189,6 +193,7 @@ impl ForwardMap {
             others: basis.features - dyes,
             coefficients: state.coefficients(),
             scale: ReflectanceScale::Fraction,
+            transform: Transform::KubelkaMunk,
         })
     }
 
@@ -235,12 +240,17 @@ impl ForwardMap {
     }
 
     /// The reflectance (fraction) the map predicts for recipe `c` with other features `others`,
-    /// per band: its K/S, Kubelka–Munk inverted ([`reflectance_from_ks`]).
+    /// per band: its K/S, read back through the model's transform ([`Transform::reflectance`]).
     pub fn reflectance(&self, c: &[f64], others: &[f64]) -> Vec<f64> {
         self.ks(c, others)
             .into_iter()
-            .map(reflectance_from_ks)
+            .map(|ks| self.transform.reflectance(ks))
             .collect()
+    }
+
+    /// The transform between a reading and K/S the map was learnt under.
+    pub fn transform(&self) -> Transform {
+        self.transform
     }
 
     /// The recipe matching reflectance `r` (fraction, one per band) with other features
@@ -288,7 +298,7 @@ impl ForwardMap {
                 if *m >= 1.0 {
                     f64::NAN
                 } else {
-                    Transform::KubelkaMunk.apply(m.clamp(R_MIN, 1.0)) - p
+                    self.transform.apply(m.clamp(R_MIN, 1.0)) - p
                 }
             })
             .collect();
@@ -323,14 +333,13 @@ impl ForwardMap {
         let mut weight = vec![0.0; bands];
         for l in 0..bands {
             let rl = r[l].clamp(R_MIN, 1.0);
-            t[l] = Transform::KubelkaMunk.apply(rl) - substrate[l];
+            t[l] = self.transform.apply(rl) - substrate[l];
             // A band at or above full scale (an optical brightener fluoresces) says nothing
             // about absorption: it does not count.
             weight[l] = if r[l] >= 1.0 || unknown[l] {
                 0.0
             } else {
-                let rw = rl.min(R_WEIGHT_MAX);
-                (2.0 * rw * rw / (1.0 - rw * rw)).powi(2)
+                self.transform.sensitivity(rl, R_WEIGHT_MAX).powi(2)
             };
         }
         // Normal equations H = JᵀWJ, g = JᵀWt.
@@ -587,7 +596,10 @@ impl MatchProblem<'_> {
 
     /// The reflectance (fraction) the map predicts for recipe `c` on this target's fabric.
     pub fn reflectance(&self, c: &[f64]) -> Vec<f64> {
-        self.ks(c).into_iter().map(reflectance_from_ks).collect()
+        self.ks(c)
+            .into_iter()
+            .map(|ks| self.map.transform.reflectance(ks))
+            .collect()
     }
 }
 
@@ -750,21 +762,30 @@ mod tests {
     }
 
     fn reflectance(c: &[f64], second: bool) -> Vec<f64> {
+        reading(c, second, Transform::KubelkaMunk)
+    }
+
+    /// What an instrument reads of recipe `c` in a world whose readings `transform` inverts.
+    fn reading(c: &[f64], second: bool, transform: Transform) -> Vec<f64> {
         (0..BANDS)
             .map(|l| {
                 let ks = fabric_ks(second, l) + (0..3).map(|i| c[i] * unit_ks(i, l)).sum::<f64>();
-                1.0 / (1.0 + ks + (ks * ks + 2.0 * ks).sqrt())
+                transform.reflectance(ks)
             })
             .collect()
     }
 
     fn spectral_basis() -> Basis {
+        spectral_basis_with(Transform::KubelkaMunk)
+    }
+
+    fn spectral_basis_with(transform: Transform) -> Basis {
         Basis::spectral(
             BANDS,
             ReflectanceScale::Fraction,
             BANDS + 1,
             true,
-            Transform::KubelkaMunk,
+            transform,
         )
     }
 
@@ -780,6 +801,17 @@ mod tests {
 
     /// The statistics of `rows` exact lab dips.
     fn exact_statistics(rows: usize, seed: u64) -> BatchStatistics {
+        statistics_of(rows, seed, Transform::KubelkaMunk, Transform::KubelkaMunk)
+    }
+
+    /// The statistics of `rows` exact lab dips of the world `world`, under the basis transform
+    /// `model`.
+    fn statistics_of(
+        rows: usize,
+        seed: u64,
+        world: Transform,
+        model: Transform,
+    ) -> BatchStatistics {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let recipes: Vec<(Vec<f64>, bool)> = (0..rows)
             .map(|_| {
@@ -798,13 +830,14 @@ mod tests {
         let x = Mat::from_fn(rows, BANDS + 1, |i, j| {
             let (c, second) = &recipes[i];
             if j < BANDS {
-                reflectance(c, *second)[j]
+                reading(c, *second, world)[j]
             } else {
                 f64::from(u8::from(*second))
             }
         });
         let y = Mat::from_fn(rows, 3, |i, k| recipes[i].0[k]);
-        let stats = BatchStatistics::from_rows(&spectral_basis(), x.as_ref(), y.as_ref()).unwrap();
+        let stats = BatchStatistics::from_rows(&spectral_basis_with(model), x.as_ref(), y.as_ref())
+            .unwrap();
         assert!(stats.output_products().is_some());
         stats
     }
@@ -818,6 +851,41 @@ mod tests {
             t.nonzero().to_vec(),
             t.rows(),
         )
+    }
+
+    #[test]
+    fn a_surface_that_reflects_is_matched_exactly_behind_saunderson_and_not_without() {
+        let world = Transform::Saunderson(crate::Saunderson::TEXTILE);
+        let fit = |model| {
+            ModelState::fit(
+                &ModelConfig::new(spectral_basis_with(model), 3),
+                statistics_of(300, 4, world, model),
+            )
+            .unwrap()
+            .forward_map()
+            .unwrap()
+        };
+        let (saunderson, plain) = (fit(world), fit(Transform::KubelkaMunk));
+        assert_eq!(saunderson.transform(), world);
+        let truth = [1.6, 0.0, 2.2];
+        let target = reading(&truth, false, world);
+        let matched = saunderson.match_recipe(&target, &[0.0]).unwrap();
+        for (c, t) in matched.concentration.iter().zip(&truth) {
+            assert!((c - t).abs() < 1e-3 * (1.0 + t), "{matched:?}");
+        }
+        // The map reads back what the instrument read, surface included.
+        for (p, r) in saunderson.reflectance(&truth, &[0.0]).iter().zip(&target) {
+            assert!((p - r).abs() < 1e-4, "{p} vs {r}");
+        }
+        // Kubelka–Munk on the readings bends at depth: its recipe is off.
+        let off = plain.match_recipe(&target, &[0.0]).unwrap();
+        let error: f64 = off
+            .concentration
+            .iter()
+            .zip(&truth)
+            .map(|(c, t)| (c - t).abs())
+            .sum();
+        assert!(error > 0.05, "{off:?}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use super::SimulateError;
 use super::colour::ciede2000;
 use super::generate::{
     CONCENTRATION_RANGE, Grid, LabDip, NoiseModel, Recipes, Scenario, SimulationConfig, Simulator,
+    World,
 };
 use super::kitchen::{KitchenScore, kitchen_day};
 pub use super::targets::quantile;
@@ -40,6 +41,9 @@ pub struct Design {
     pub grid: Grid,
     /// Fabric codes with an indicator column (every fabric but the reference one).
     pub indicators: Vec<u32>,
+    /// The transform of the spectrum (Kubelka–Munk, or Kubelka–Munk behind Saunderson's
+    /// surface).
+    pub transform: Transform,
 }
 
 impl Design {
@@ -49,6 +53,7 @@ impl Design {
         Self {
             grid: sim.config().grid,
             indicators: sim.fabric_features().iter().map(|s| s.code).collect(),
+            transform: Transform::KubelkaMunk,
         }
     }
 
@@ -57,7 +62,7 @@ impl Design {
         self.grid.count + self.indicators.len()
     }
 
-    /// The basis: Kubelka–Munk on the spectrum (percent), the indicators as they are, an
+    /// The basis: the transform on the spectrum (percent), the indicators as they are, an
     /// intercept.
     pub fn basis(&self) -> Basis {
         Basis::spectral(
@@ -65,7 +70,7 @@ impl Design {
             ReflectanceScale::Percent,
             self.features(),
             true,
-            Transform::KubelkaMunk,
+            self.transform,
         )
     }
 
@@ -199,6 +204,11 @@ pub struct EvaluationOptions {
     /// Numerical settings of the estimator.
     #[serde(skip)]
     pub fit: FitOptions,
+    /// The world the dips are dyed in.
+    pub world: World,
+    /// The model's transform of the spectrum.
+    #[serde(skip)]
+    pub transform: Transform,
 }
 
 impl Default for EvaluationOptions {
@@ -213,6 +223,8 @@ impl Default for EvaluationOptions {
             recipes: Recipes::Trichromatic,
             noise: NoiseModel::BENCHTOP,
             fit: FitOptions::default(),
+            world: World::default(),
+            transform: Transform::KubelkaMunk,
         }
     }
 }
@@ -222,6 +234,8 @@ impl Default for EvaluationOptions {
 pub struct EvaluationReport {
     pub options: EvaluationOptions,
     pub model_grid: String,
+    /// The model's transform of the spectrum.
+    pub model_transform: String,
     pub dyes: Vec<&'static str>,
     pub batches: usize,
     /// The recipes `POST …/match` answers: the acceptance is on these.
@@ -245,8 +259,8 @@ impl EvaluationReport {
         let verdict = |ok: bool| if ok { "yes" } else { "NO" };
         format!(
             "Colour accuracy of predicted recipes (D65, CIE 1964 10°, CIEDE2000)\n\
-             seed {seed}; {train} lab dips learnt ({first} in the first fit, then {batches} \
-             batches of {batch}); {test} held-out targets; model grid {grid}; {dyes} dyes\n\
+             {world} world; seed {seed}; {train} lab dips learnt ({first} in the first fit, then {batches} \
+             batches of {batch}); {test} held-out targets; model grid {grid}, {transform}; {dyes} dyes\n\
              match: the recipe POST /v1/models/{{name}}/match answers (acceptance); \
              predict: the means POST …/predict answers\n\n\
              | metric | match | predict | target | met |\n\
@@ -268,6 +282,7 @@ impl EvaluationReport {
              | median ΔE00 of the first shot, after correction | {first_de:.3}, {final_de:.3} |\n\
              | median ΔE00 under A of the first shot (metamerism) | {meta:.3} |\n\
              | first shots within tolerance under D65 that fail under A | {a_fail:.1} % |\n",
+            world = o.world,
             seed = o.seed,
             train = o.train_rows,
             first = o.first_fit_rows.min(o.train_rows),
@@ -275,6 +290,7 @@ impl EvaluationReport {
             batch = o.batch_rows,
             test = s.targets,
             grid = self.model_grid,
+            transform = self.model_transform,
             dyes = self.dyes.len(),
             median = s.median_de00,
             p_median = p.median_de00,
@@ -299,6 +315,16 @@ impl EvaluationReport {
             meta = k.median_metamerism_a,
             a_fail = 100.0 * k.d65_pass_a_fail,
         )
+    }
+}
+
+fn describe_transform(transform: Transform) -> String {
+    match transform {
+        Transform::Identity => "none".into(),
+        Transform::KubelkaMunk => "Kubelka–Munk".into(),
+        Transform::Saunderson(s) => {
+            format!("Saunderson (k1 {}, k2 {}) and Kubelka–Munk", s.k1, s.k2)
+        }
     }
 }
 
@@ -331,6 +357,7 @@ pub fn evaluate(
     Ok(EvaluationReport {
         options: *options,
         model_grid: describe(&grid),
+        model_transform: describe_transform(options.transform),
         dyes: sim.dye_names(),
         batches,
         score,
@@ -350,9 +377,13 @@ fn train(
         noise: options.noise,
         concentration_range: options.concentration_range,
         recipes: options.recipes,
+        world: options.world,
         ..SimulationConfig::new(options.seed)
     });
-    let design = Design::standard(&sim);
+    let design = Design {
+        transform: options.transform,
+        ..Design::standard(&sim)
+    };
     let config = ModelConfig {
         options: options.fit,
         ..ModelConfig::new(design.basis(), sim.dyes().len())
@@ -404,6 +435,8 @@ pub struct ForgettingOptions {
     /// Numerical settings of the estimator.
     #[serde(skip)]
     pub fit: FitOptions,
+    /// The world the dips are dyed in.
+    pub world: World,
 }
 
 impl Default for ForgettingOptions {
@@ -421,6 +454,7 @@ impl Default for ForgettingOptions {
             recipes: Recipes::AnyThree,
             noise: NoiseModel::LAB,
             fit: FitOptions::default(),
+            world: World::default(),
         }
     }
 }
@@ -560,6 +594,7 @@ pub fn forgetting_study(
         recipes: options.recipes,
         scenario: Scenario::InstrumentSwap,
         drift_at: options.pre_swap_rows,
+        world: options.world,
         ..SimulationConfig::new(options.seed)
     });
     let design = Design::standard(&sim);

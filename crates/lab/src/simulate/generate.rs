@@ -11,11 +11,15 @@
 //!    on, the [`new_substrate`] half of the time.
 //! 2. **Recipe**: three distinct dyes of the [`dye_range`] (uniform), each at a concentration
 //!    log-uniform in [`CONCENTRATION_RANGE`] % owf; the others 0.
-//! 3. **Process noise**: the dye actually taken up is `cᵢ · exp(ε_i)`, `ε_i ~ N(0, σ_u²)`
-//!    ([`NoiseModel::uptake_rel`]); the row's `y` stays the recipe `cᵢ`.
-//! 4. **Colour**: `K/S(λ) = K/S_substrate(λ) + Σ cᵢ' sᵢ kᵢ(λ)` with the taken-up `cᵢ'` and each
-//!    dye lot's strength `sᵢ` (1, or [`DYE_LOT_STRENGTH`] for [`DYE_LOT_DYE`] from the drift row
-//!    of `dye_lot` on), then `R(λ)` by the inverse Kubelka–Munk function (see [`super::forward`]).
+//! 3. **Process noise**: the dye actually taken up is `y · cᵢ · exp(ε_i)`, `ε_i ~ N(0, σ_u²)`
+//!    ([`NoiseModel::uptake_rel`]) and `y` the fabric lot's yield (1 in the ideal world); the
+//!    row's `y` stays the recipe `cᵢ`. Every row is dyed on its own lot, drawn from a stream of
+//!    its own ([`Simulator::lot`]), so the ideal world's rows are what they always were.
+//! 4. **Colour**: `K/S(λ) = w · K/S_substrate(λ) + Σ sᵢ kᵢ(λ) eff(cᵢ')` with the taken-up `cᵢ'`,
+//!    the build-up `eff` and lot whiteness `w` of the world's [`Physics`], and each dye lot's
+//!    strength `sᵢ` (1, or [`DYE_LOT_STRENGTH`] for [`DYE_LOT_DYE`] from the drift row of
+//!    `dye_lot` on), then `R(λ)` by the inverse Kubelka–Munk function and, in the realistic
+//!    world, the surface's reflection ([`Physics::reading`], see [`super::forward`]).
 //! 5. **Measurement** (reflectance in percent): the instrument reads at the nominal `λ` the
 //!    reflectance at `λ + δ + j` (its wavelength error `δ` plus a per-measurement jitter
 //!    `j ~ N(0, σ_λ²)`), with a photometric gain `g` and offset `o`, plus photometric noise:
@@ -29,10 +33,7 @@ use std::str::FromStr;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::forward::{
-    DYE_FAMILIES, Dye, Substrate, dye_range, mixture_ks, new_substrate, reflectance_from_ks,
-    substrates,
-};
+use super::forward::{DYE_FAMILIES, Dye, Physics, Substrate, dye_range, new_substrate, substrates};
 
 /// Concentrations of a recipe's dyes are log-uniform between these (% owf): pale to deep shades.
 pub const CONCENTRATION_RANGE: (f64, f64) = (0.01, 3.0);
@@ -77,6 +78,77 @@ pub const NEW_SUBSTRATE_SHARE: f64 = 0.5;
 const HELD_OUT_STREAM: u64 = 1 << 48;
 /// First random stream of the dyeings of [`Simulator::dye`], apart from every row's and target's.
 const DYEING_STREAM: u64 = 1 << 49;
+/// First random stream of the fabric lots ([`Simulator::lot`]): lot `n` draws from stream
+/// `LOT_STREAM + n`, apart from every other draw.
+const LOT_STREAM: u64 = 1 << 50;
+/// Lots of production fabric, on which the colour kitchen dyes ([`Simulator::dye`]): apart
+/// from the lots of the rows and targets, which are their streams.
+pub const PRODUCTION_LOTS: u64 = 1 << 47;
+
+/// Which world the simulator dyes in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum World {
+    /// [`Physics::IDEAL`]: linear in K/S, the regression's own world. Still the default: the
+    /// model meets surface reflection (the Saunderson transform) but not yet build-up.
+    #[default]
+    Ideal,
+    /// [`Physics::REALISTIC`]: surface reflection, saturating build-up, fabric lots.
+    Realistic,
+}
+
+impl World {
+    /// The transform a model of this world's readings should use: Kubelka–Munk behind the
+    /// world's surface, if it has one.
+    pub fn transform(self) -> mordant_estimator::Transform {
+        match self.physics().surface {
+            Some(surface) => mordant_estimator::Transform::Saunderson(surface),
+            None => mordant_estimator::Transform::KubelkaMunk,
+        }
+    }
+}
+
+impl World {
+    pub fn physics(self) -> Physics {
+        match self {
+            World::Ideal => Physics::IDEAL,
+            World::Realistic => Physics::REALISTIC,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            World::Ideal => "ideal",
+            World::Realistic => "realistic",
+        }
+    }
+}
+
+impl fmt::Display for World {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for World {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [World::Ideal, World::Realistic]
+            .into_iter()
+            .find(|w| w.as_str() == s)
+            .ok_or_else(|| format!("unknown world {s:?}: expected realistic or ideal"))
+    }
+}
+
+/// A fabric lot's deviations from the nominal fabric, shared by every dyeing on it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Lot {
+    /// Factor on the dye taken up (every dye alike).
+    pub dye_yield: f64,
+    /// Factor on the fabric's own K/S.
+    pub whiteness: f64,
+}
 
 pub use mordant_estimator::grid::Grid;
 
@@ -264,6 +336,8 @@ pub struct SimulationConfig {
     /// Concentrations of a recipe's dyes are log-uniform in this range, % owf ([`Recipes::AnyThree`]).
     pub concentration_range: (f64, f64),
     pub recipes: Recipes,
+    /// The physics dyed in.
+    pub world: World,
 }
 
 impl SimulationConfig {
@@ -276,6 +350,7 @@ impl SimulationConfig {
             noise: NoiseModel::LAB,
             concentration_range: CONCENTRATION_RANGE,
             recipes: Recipes::AnyThree,
+            world: World::default(),
         }
     }
 }
@@ -291,6 +366,8 @@ pub struct Sample {
     pub uptake: Vec<f64>,
     /// Strength of each dye's lot relative to the reference lot.
     pub strength: Vec<f64>,
+    /// Factor on the fabric's own K/S: its lot's whiteness ([`Lot::whiteness`]).
+    pub whiteness: f64,
 }
 
 /// One row: a sample and its measured spectrum.
@@ -402,15 +479,39 @@ impl Simulator {
         )
     }
 
-    /// Dyeing `n` of the simulation: `recipe` (% owf per dye) dyed on fabric `substrate`, its
+    /// The world's physics.
+    pub fn physics(&self) -> Physics {
+        self.config.world.physics()
+    }
+
+    /// Fabric lot `n`: its yield and whiteness, log-normal about 1 with the world's spreads,
+    /// from a stream of its own (so every dyeing on the lot sees the same, and the ideal
+    /// world, whose spreads are 0, draws nothing that changes a row).
+    pub fn lot(&self, n: u64) -> Lot {
+        let physics = self.physics();
+        let mut rng = self.rng(LOT_STREAM.wrapping_add(n));
+        let dye_yield = (physics.lot_yield_rel * standard_normal(&mut rng)).exp();
+        let whiteness = (physics.lot_substrate_rel * standard_normal(&mut rng)).exp();
+        Lot {
+            dye_yield,
+            whiteness,
+        }
+    }
+
+    /// Dyeing `n` of the simulation: `recipe` (% owf per dye) dyed on fabric `substrate` of
+    /// lot `lot` (see [`Self::lot`]; the colour kitchen's are from [`PRODUCTION_LOTS`] on), its
     /// uptake varying as a row's does, with the drifted regime's dye lots when `drifted`, and
     /// read by the reference instrument with the simulation's noise. What a dye house gets
     /// back when it dyes a matched or corrected recipe.
-    pub fn dye(&self, substrate: u32, recipe: &[f64], n: u64, drifted: bool) -> LabDip {
+    pub fn dye(&self, substrate: u32, lot: u64, recipe: &[f64], n: u64, drifted: bool) -> LabDip {
         let mut rng = self.rng(DYEING_STREAM + n);
+        let fabric = self.lot(lot);
         let uptake = recipe
             .iter()
-            .map(|&c| c * (self.config.noise.uptake_rel * standard_normal(&mut rng)).exp())
+            .map(|&c| {
+                c * fabric.dye_yield
+                    * (self.config.noise.uptake_rel * standard_normal(&mut rng)).exp()
+            })
             .collect();
         let mut strength = vec![1.0; recipe.len()];
         if drifted && self.config.scenario == Scenario::DyeLot && DYE_LOT_DYE < recipe.len() {
@@ -421,6 +522,7 @@ impl Simulator {
             recipe: recipe.to_vec(),
             uptake,
             strength,
+            whiteness: fabric.whiteness,
         };
         let jitter = standard_normal(&mut rng);
         let reflectance = self.measure(&sample, Instrument::REFERENCE, jitter, &mut rng);
@@ -440,7 +542,7 @@ impl Simulator {
     fn draw(&self, stream: u64, drifted: bool) -> LabDip {
         let mut rng = self.rng(stream);
         let draws = self.draws(&mut rng);
-        let sample = self.sample(&draws, drifted);
+        let sample = self.sample(&draws, self.lot(stream), drifted);
         let instrument = if drifted && self.config.scenario == Scenario::InstrumentSwap {
             Instrument::SWAPPED
         } else {
@@ -490,7 +592,7 @@ impl Simulator {
         }
     }
 
-    fn sample(&self, draws: &Draws, drifted: bool) -> Sample {
+    fn sample(&self, draws: &Draws, lot: Lot, drifted: bool) -> Sample {
         let scenario = self.config.scenario;
         let in_production = self.substrates.len() - 1;
         let substrate = if drifted && scenario == Scenario::NewSubstrate {
@@ -511,7 +613,8 @@ impl Simulator {
             let dye = dyes[k];
             let c = concentrations[k];
             recipe[dye] = c;
-            uptake[dye] = c * (self.config.noise.uptake_rel * draws.uptake[k]).exp();
+            uptake[dye] =
+                c * lot.dye_yield * (self.config.noise.uptake_rel * draws.uptake[k]).exp();
         }
         let mut strength = vec![1.0; n];
         if drifted && scenario == Scenario::DyeLot {
@@ -522,6 +625,7 @@ impl Simulator {
             recipe,
             uptake,
             strength,
+            whiteness: lot.whiteness,
         }
     }
 
@@ -551,16 +655,21 @@ impl Simulator {
         }
     }
 
-    /// The true reflectance fraction of `sample` at `nm` (no instrument, no noise).
+    /// The true reflectance fraction of `sample` at `nm` as an instrument without error would
+    /// read it: `K/S(λ) = w K/S_substrate(λ) + Σᵢ sᵢ kᵢ(λ) eff(cᵢ')`, read by
+    /// [`Physics::reading`] (the module documentation).
     pub fn true_reflectance(&self, sample: &Sample, nm: f64) -> f64 {
-        self.render(sample.substrate, &sample.uptake, &sample.strength, nm)
-    }
-
-    /// The reflectance fraction at `nm` of concentrations `c` (% owf per dye) dyed on fabric
-    /// `substrate` with dye lots of strengths `strength`.
-    pub fn render(&self, substrate: u32, c: &[f64], strength: &[f64], nm: f64) -> f64 {
-        let fabric = &self.substrates[(substrate as usize).min(self.substrates.len() - 1)];
-        reflectance_from_ks(mixture_ks(fabric, &self.dyes, c, strength, nm))
+        let physics = self.physics();
+        let fabric = &self.substrates[(sample.substrate as usize).min(self.substrates.len() - 1)];
+        let dyes: f64 = self
+            .dyes
+            .iter()
+            .zip(&sample.uptake)
+            .zip(&sample.strength)
+            .filter(|((_, c), _)| **c != 0.0)
+            .map(|((dye, c), s)| physics.effective(*c) * s * dye.unit_ks(nm))
+            .sum();
+        physics.reading(sample.whiteness * fabric.ks(nm) + dyes)
     }
 
     fn measure(
@@ -672,6 +781,59 @@ mod tests {
             let expected = 100.0 * sim.true_reflectance(&dip.sample, nm);
             assert!((dip.reflectance[k] - expected).abs() < 1e-12);
         }
+    }
+
+    #[test]
+    fn the_realistic_world_has_a_surface_a_build_up_and_lots_that_persist() {
+        let world = |world| {
+            Simulator::new(SimulationConfig {
+                noise: NoiseModel::NONE,
+                world,
+                ..SimulationConfig::new(5)
+            })
+        };
+        let (ideal, real) = (world(World::Ideal), world(World::Realistic));
+        // The ideal world's lots are all the nominal fabric; its rows are linear in K/S.
+        assert_eq!(
+            ideal.lot(3),
+            Lot {
+                dye_yield: 1.0,
+                whiteness: 1.0
+            }
+        );
+        assert_eq!(ideal.lab_dip(4).sample.whiteness, 1.0);
+        // A realistic lot dyes alike every time; lots differ.
+        assert_eq!(real.lot(3), real.lot(3));
+        assert_ne!(real.lot(3), real.lot(4));
+        let mut recipe = vec![0.0; real.dyes().len()];
+        recipe[8] = 2.0;
+        let a = real.dye(0, 7, &recipe, 1, false);
+        let b = real.dye(0, 7, &recipe, 2, false);
+        assert_eq!(
+            a.sample.uptake, b.sample.uptake,
+            "no noise: one lot, one dyeing"
+        );
+        assert_eq!(a.sample.uptake[8], 2.0 * real.lot(7).dye_yield);
+        assert_eq!(a.sample.whiteness, real.lot(7).whiteness);
+        // Noise-free, the reading is Saunderson's of Kubelka–Munk's of the saturated K/S.
+        let physics = Physics::REALISTIC;
+        let surface = physics.surface.unwrap();
+        let nm = 585.0;
+        let fabric = real.substrates()[0];
+        let ks = a.sample.whiteness * fabric.ks(nm)
+            + physics.effective(a.sample.uptake[8]) * real.dyes()[8].unit_ks(nm);
+        let expected = surface.measured(mordant_estimator::basis::reflectance_from_ks(ks));
+        assert!((real.true_reflectance(&a.sample, nm) - expected).abs() < 1e-15);
+        // The surface keeps a deep shade's reading above k₁; the ideal world's goes below it.
+        recipe[8] = 4.0;
+        let deep =
+            |sim: &Simulator| sim.true_reflectance(&sim.dye(0, 7, &recipe, 1, false).sample, nm);
+        assert!(deep(&real) > surface.k1 && deep(&ideal) < surface.k1);
+        // Build-up saturates: twice the dye gives less than twice its K/S.
+        assert!(physics.effective(4.0) < 2.0 * physics.effective(2.0));
+        assert_eq!(Physics::IDEAL.effective(4.0), 4.0);
+        assert_eq!("realistic".parse::<World>(), Ok(World::Realistic));
+        assert!("real".parse::<World>().is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::SimulateError;
 use super::colour::{Illuminant, ciede2000};
-use super::generate::Simulator;
+use super::generate::{PRODUCTION_LOTS, Simulator};
 use super::targets::{Renderer, Targets, quantile};
 
 /// What the kitchen's day measured.
@@ -69,10 +69,11 @@ pub(super) fn kitchen_day(
             continue;
         };
         let recipe = &best.recipe.concentration;
-        let dyed = sim.dye(substrate, recipe, 2 * i as u64, false);
-        let seen = renderer.lab_under(substrate, &dyed.sample.uptake, Illuminant::D65)?;
+        let lot = PRODUCTION_LOTS + i as u64;
+        let dyed = sim.dye(substrate, lot, recipe, 2 * i as u64, false);
+        let seen = renderer.lab_of(&dyed.sample, Illuminant::D65)?;
         let de = ciede2000(truth, &seen)?;
-        let under_a = renderer.lab_under(substrate, &dyed.sample.uptake, Illuminant::A)?;
+        let under_a = renderer.lab_of(&dyed.sample, Illuminant::A)?;
         let de_a = ciede2000(&truth_a, &under_a)?;
         first_de.push(de);
         metamerism.push(de_a);
@@ -102,11 +103,12 @@ pub(super) fn kitchen_day(
             Some(next) => {
                 let again = sim.dye(
                     substrate,
+                    lot,
                     &next.recipe.concentration,
                     2 * i as u64 + 1,
                     false,
                 );
-                let seen = renderer.lab_under(substrate, &again.sample.uptake, Illuminant::D65)?;
+                let seen = renderer.lab_of(&again.sample, Illuminant::D65)?;
                 ciede2000(truth, &seen)?
             }
             None => de,
@@ -146,7 +148,7 @@ mod tests {
         let mut recipe = vec![0.0; sim.dyes().len()];
         recipe[1] = 0.8;
         recipe[6] = 0.3;
-        let dip = sim.dye(1, &recipe, 3, false);
+        let dip = sim.dye(1, 0, &recipe, 3, false);
         assert_eq!(dip.sample.uptake, recipe);
         for (r, nm) in dip.reflectance.iter().zip(MODEL_GRID.wavelengths()) {
             let truth = 100.0 * sim.true_reflectance(&dip.sample, nm);
@@ -155,12 +157,12 @@ mod tests {
         // Noise draws differ between dyeings, not between runs.
         let noisy = Simulator::new(SimulationConfig::new(5));
         assert_eq!(
-            noisy.dye(1, &recipe, 3, false),
-            noisy.dye(1, &recipe, 3, false)
+            noisy.dye(1, 0, &recipe, 3, false),
+            noisy.dye(1, 0, &recipe, 3, false)
         );
         assert_ne!(
-            noisy.dye(1, &recipe, 3, false),
-            noisy.dye(1, &recipe, 4, false)
+            noisy.dye(1, 0, &recipe, 3, false),
+            noisy.dye(1, 0, &recipe, 4, false)
         );
     }
 

@@ -26,7 +26,7 @@ pub use evaluate::{
 };
 pub use generate::{
     Grid, INSTRUMENT_GRID, Instrument, LabDip, MODEL_GRID, NoiseModel, Scenario, SimulationConfig,
-    Simulator,
+    Simulator, World,
 };
 
 pub use error::SimulateError;
@@ -157,7 +157,7 @@ mod tests {
         assert_eq!(fabric_code(&sim, "greige_cotton").unwrap(), 1);
         assert!(fabric_code(&sim, "silk").is_err());
         // One dyeing written as a row of the CSV.
-        let dip = sim.dye(1, &recipe, 0, false);
+        let dip = sim.dye(1, 0, &recipe, 0, false);
         let mut out = Vec::new();
         write_dips(
             &sim,

@@ -12,7 +12,8 @@ use anyhow::{Context, bail};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use super::generate::{Grid, Simulator};
+use super::generate::{Grid, Simulator, World};
+use mordant_estimator::Transform;
 
 /// Where and how to post.
 #[derive(Clone, Debug)]
@@ -51,9 +52,10 @@ fn number(v: f64) -> Value {
     }
 }
 
-/// The body that creates the model.
-pub fn model_body(name: &str, fabrics: &[&str], grid: &Grid, dyes: &[&str]) -> Value {
-    json!({
+/// The body that creates the model, with the transform of `world`'s readings
+/// ([`World::transform`]).
+pub fn model_body(name: &str, fabrics: &[&str], grid: &Grid, dyes: &[&str], world: World) -> Value {
+    let mut body = json!({
         "name": name,
         "features": fabrics,
         "spectrum": {
@@ -64,7 +66,12 @@ pub fn model_body(name: &str, fabrics: &[&str], grid: &Grid, dyes: &[&str]) -> V
         },
         "outputs": dyes,
         "transform": "kubelka_munk",
-    })
+    });
+    if let Transform::Saunderson(surface) = world.transform() {
+        body["transform"] = json!("saunderson");
+        body["saunderson"] = json!({"k1": surface.k1, "k2": surface.k2});
+    }
+    body
 }
 
 /// The id of batch `index`: fixed by the simulation's seed, scenario, drift row and batch size.
@@ -165,6 +172,7 @@ pub async fn post(sim: &Simulator, options: &PostOptions) -> anyhow::Result<Post
                 &super::fabric_names(sim),
                 &options.model_grid,
                 &sim.dye_names(),
+                sim.config().world,
             ),
         )
         .await?;
@@ -214,6 +222,7 @@ mod tests {
             &super::super::fabric_names(&sim),
             &crate::simulate::MODEL_GRID,
             &sim.dye_names(),
+            World::Ideal,
         );
         assert_eq!(model["spectrum"]["start_nm"], json!(400));
         assert_eq!(model["spectrum"]["count"], json!(31));
@@ -222,6 +231,16 @@ mod tests {
             json!(["greige_cotton", "polyester_cotton"])
         );
         assert_eq!(model["outputs"].as_array().unwrap().len(), 10);
+        assert_eq!(model["transform"], json!("kubelka_munk"));
+        let realistic = model_body(
+            "d",
+            &[],
+            &crate::simulate::MODEL_GRID,
+            &[],
+            World::Realistic,
+        );
+        assert_eq!(realistic["transform"], json!("saunderson"));
+        assert_eq!(realistic["saunderson"], json!({"k1": 0.04, "k2": 0.6}));
         let id = batch_id(&sim, 100, 3);
         assert_eq!(id, "sim-7-dye_lot-2-100-000003");
         let batch = batch_body(&sim, &id, 0..4);

@@ -6,13 +6,16 @@ use mordant_colour::CieLab;
 
 use super::SimulateError;
 use super::colour::{COLOUR_RANGE_NM, Illuminant};
-use super::generate::{LabDip, Simulator};
+use super::forward::Physics;
+use super::generate::{LabDip, Sample, Simulator};
 
 /// The forward model tabulated every 1 nm over [`COLOUR_RANGE_NM`] (unit K/S of every dye,
-/// K/S of every fabric), so that the colour of a recipe costs a few thousand multiplications.
+/// K/S of every fabric), with the world's physics, so that the colour of a recipe costs a few
+/// thousand multiplications.
 pub struct Renderer {
     dyes: Vec<Vec<f64>>,
     substrates: Vec<Vec<f64>>,
+    physics: Physics,
 }
 
 impl Renderer {
@@ -31,34 +34,49 @@ impl Renderer {
                 .iter()
                 .map(|s| nms.iter().map(|&nm| s.ks(nm)).collect())
                 .collect(),
+            physics: sim.physics(),
         }
     }
 
-    /// CIELAB of concentrations `c` (reference dye lots) on fabric `substrate`:
-    /// `R(λ) = KM⁻¹(K/S_sub(λ) + Σ cᵢ kᵢ(λ))`.
+    /// CIELAB (D65) of concentrations `c` taken up on a nominal lot of fabric `substrate`
+    /// with the reference dye lots: `Simulator::true_reflectance` of that sample.
     pub fn lab(&self, substrate: u32, c: &[f64]) -> Result<CieLab, SimulateError> {
-        self.lab_under(substrate, c, Illuminant::D65)
+        self.render(substrate, c, None, 1.0, Illuminant::D65)
     }
 
-    /// [`Self::lab`] under `illuminant`.
-    pub fn lab_under(
+    /// CIELAB of `sample` as it is (its uptake, dye lots and fabric lot) under `illuminant`.
+    pub fn lab_of(&self, sample: &Sample, illuminant: Illuminant) -> Result<CieLab, SimulateError> {
+        self.render(
+            sample.substrate,
+            &sample.uptake,
+            Some(&sample.strength),
+            sample.whiteness,
+            illuminant,
+        )
+    }
+
+    fn render(
         &self,
         substrate: u32,
         c: &[f64],
+        strength: Option<&[f64]>,
+        whiteness: f64,
         illuminant: Illuminant,
     ) -> Result<CieLab, SimulateError> {
         let sub = &self.substrates[(substrate as usize).min(self.substrates.len() - 1)];
-        let mut ks = sub.clone();
-        for (curve, &ci) in self.dyes.iter().zip(c) {
+        let mut ks: Vec<f64> = sub.iter().map(|k| whiteness * k).collect();
+        for (i, (curve, &ci)) in self.dyes.iter().zip(c).enumerate() {
             if ci != 0.0 {
+                let s = strength.map_or(1.0, |s| s[i]);
+                let amount = s * self.physics.effective(ci);
                 for (k, u) in ks.iter_mut().zip(curve) {
-                    *k += ci * u;
+                    *k += amount * u;
                 }
             }
         }
         let start = COLOUR_RANGE_NM.0 as f64;
         Ok(super::colour::lab(
-            |nm| super::forward::reflectance_from_ks(ks[(nm - start) as usize]),
+            |nm| self.physics.reading(ks[(nm - start) as usize]),
             illuminant,
         )?)
     }
