@@ -19,6 +19,13 @@
 //! crc32 (IEEE) of everything before it, u32
 //! ```
 //!
+//! Version 7 is version 6 followed, after the zero rows, by the build-up statistics
+//! ([`crate::statistics::BuildUp`]): curves u32 · their saturations f64 (∞ first) · `ΨᵀΨ` lower
+//! triangle · `ΦᵀΨ` p·(curves·m) f64 (column-major). It is written only for states that keep
+//! them (models that can match recipes, folded since), so every other state is version 6 and
+//! readable by the releases before. Statistics blobs likewise: version 4 is version 3 followed by
+//! the same fields.
+//!
 //! The Saunderson transform (tag 2) came within version 6: only such states carry `k₁, k₂`, so
 //! every other state stays readable by the releases before it, which refuse a tag-2 state as an
 //! invalid transform rather than misread it.
@@ -58,7 +65,7 @@ use super::basis::Saunderson;
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, active_set};
 use super::prior::{FittedFamily, Prior, Smooth, kernel_factor};
-use super::statistics::{BatchStatistics, ZeroRows};
+use super::statistics::{BatchStatistics, BuildUp, ZeroRows};
 use super::{Basis, EstimatorError, ReflectanceScale, Transform};
 pub use crate::error::DecodeError;
 
@@ -81,12 +88,24 @@ const FORMAT_VERSION_1: u16 = 1;
 const STATISTICS_VERSION_2: u16 = 2;
 /// Statistics blobs with flags for `YᵀY` and the zero rows.
 const STATISTICS_VERSION_3: u16 = 3;
+/// Statistics blobs of version 3 followed by the build-up statistics.
+const STATISTICS_VERSION_4: u16 = 4;
+/// Model states of format 6 whose statistics keep the build-up statistics, which follow the
+/// zero rows. Written only for those, so every other state stays readable by the releases
+/// before it.
+const FORMAT_VERSION_BUILD_UP: u16 = 7;
+/// Most build-up curves a blob may declare.
+const MAX_CURVES: usize = 64;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
 const MAX_DIM: usize = 1 << 16;
 
 /// Encodes a model state (format version 6).
 pub fn encode(state: &ModelState) -> Vec<u8> {
-    encode_as(state, FORMAT_VERSION)
+    if state.totals().build_up().is_some() {
+        encode_as(state, FORMAT_VERSION_BUILD_UP)
+    } else {
+        encode_as(state, FORMAT_VERSION)
+    }
 }
 
 /// The format-5 encoding of `state`, as the release before format 6 wrote it (without zero
@@ -133,7 +152,7 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
     if version >= FORMAT_VERSION {
         w.u8(u8::from(zeros));
     }
-    w.statistics(totals, products, zeros);
+    w.statistics(totals, products, zeros, version >= FORMAT_VERSION_BUILD_UP);
     for (output, fitted_rows) in state.outputs().iter().zip(state.fitted_rows()) {
         match output {
             OutputState::Untrained => w.u8(0),
@@ -178,6 +197,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             FORMAT_VERSION_4,
             FORMAT_VERSION_5,
             FORMAT_VERSION,
+            FORMAT_VERSION_BUILD_UP,
         ],
     )?;
     let current = r.version >= FORMAT_VERSION_4;
@@ -241,7 +261,8 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     };
     let zeros = r.version >= FORMAT_VERSION && r.flag("zero rows flag")?;
     let p = basis.dim();
-    let totals = r.statistics(p, m, products, zeros)?;
+    let build_up = r.version >= FORMAT_VERSION_BUILD_UP;
+    let totals = r.statistics(p, m, products, zeros, build_up)?;
     let mut outputs = Vec::with_capacity(m);
     let mut fitted_rows = Vec::with_capacity(m);
     let mut kernels = std::collections::HashMap::new();
@@ -342,13 +363,18 @@ pub fn encode_statistics(stats: &BatchStatistics) -> Vec<u8> {
     let mut w = Writer(Vec::with_capacity(
         32 + 8 * (p * (p + 1) / 2 + 2 * p * m + p + 2 * m + m * (m + 1) / 2),
     ));
+    let build_up = stats.build_up().is_some();
     w.bytes(STATISTICS_MAGIC);
-    w.u16(STATISTICS_VERSION_3);
+    w.u16(if build_up {
+        STATISTICS_VERSION_4
+    } else {
+        STATISTICS_VERSION_3
+    });
     w.u32(p as u32);
     w.u32(m as u32);
     w.u8(u8::from(products));
     w.u8(u8::from(zeros));
-    w.statistics(stats, products, zeros);
+    w.statistics(stats, products, zeros, build_up);
     w.finish()
 }
 
@@ -357,7 +383,12 @@ pub fn decode_statistics(bytes: &[u8]) -> Result<BatchStatistics, EstimatorError
     let mut r = Reader::open(
         bytes,
         STATISTICS_MAGIC,
-        &[FORMAT_VERSION_1, STATISTICS_VERSION_2, STATISTICS_VERSION_3],
+        &[
+            FORMAT_VERSION_1,
+            STATISTICS_VERSION_2,
+            STATISTICS_VERSION_3,
+            STATISTICS_VERSION_4,
+        ],
     )?;
     let p = r.u32()? as usize;
     let m = r.u32()? as usize;
@@ -369,7 +400,8 @@ pub fn decode_statistics(bytes: &[u8]) -> Result<BatchStatistics, EstimatorError
     } else {
         (r.version >= STATISTICS_VERSION_2, false)
     };
-    let stats = r.statistics(p, m, products, zeros)?;
+    let build_up = r.version >= STATISTICS_VERSION_4;
+    let stats = r.statistics(p, m, products, zeros, build_up)?;
     r.finish()?;
     Ok(stats)
 }
@@ -392,8 +424,9 @@ impl Writer {
     fn f64(&mut self, v: f64) {
         self.bytes(&v.to_le_bytes());
     }
-    /// The statistics, with `YᵀY` when `products` (and the statistics keep it).
-    fn statistics(&mut self, stats: &BatchStatistics, products: bool, zeros: bool) {
+    /// The statistics, with `YᵀY` when `products`, the zero rows when `zeros` and the build-up
+    /// statistics when `build_up` (each when the statistics keep it).
+    fn statistics(&mut self, stats: &BatchStatistics, products: bool, zeros: bool, build_up: bool) {
         let (p, m) = (stats.dim(), stats.outputs());
         self.f64(stats.rows());
         self.lower(stats.g());
@@ -413,6 +446,17 @@ impl Writer {
             for k in 0..square.ncols() {
                 for j in 0..square.nrows() {
                     self.f64(square[(j, k)]);
+                }
+            }
+        }
+        if let Some(curves) = stats.build_up().filter(|_| build_up) {
+            self.u32(curves.saturations().len() as u32);
+            curves.saturations().iter().for_each(|v| self.f64(*v));
+            self.lower(curves.gram());
+            let design = curves.design();
+            for k in 0..design.ncols() {
+                for j in 0..design.nrows() {
+                    self.f64(design[(j, k)]);
                 }
             }
         }
@@ -476,6 +520,7 @@ impl<'a> Reader<'a> {
         m: usize,
         products: bool,
         zeros: bool,
+        build_up: bool,
     ) -> Result<BatchStatistics, EstimatorError> {
         let n = self.f64()?;
         let g = self.lower(p)?;
@@ -506,6 +551,28 @@ impl<'a> Reader<'a> {
                 return Err(DecodeError::Invalid("zero rows").into());
             }
             stats.set_zero_rows(zero_rows);
+        }
+        if build_up {
+            let curves = self.u32()? as usize;
+            if curves == 0 || curves > MAX_CURVES {
+                return Err(DecodeError::Invalid("build-up curves").into());
+            }
+            let saturations = self.vec(curves)?;
+            if saturations[0] != f64::INFINITY
+                || !saturations[1..].iter().all(|s| s.is_finite() && *s > 0.0)
+            {
+                return Err(DecodeError::Invalid("build-up saturations").into());
+            }
+            let width = curves * m;
+            let gram = self.lower(width)?;
+            self.ensure(p * width)?;
+            let mut design = Mat::zeros(p, width);
+            for k in 0..width {
+                for j in 0..p {
+                    design[(j, k)] = self.f64()?;
+                }
+            }
+            stats.set_build_up(BuildUp::from_parts(saturations, gram, design));
         }
         if !stats.is_finite() || n < 0.0 {
             return Err(DecodeError::Invalid("non-finite statistics").into());
@@ -729,7 +796,7 @@ mod tests {
             w.u32(stats.outputs() as u32);
             w.u8(0);
             w.u8(1);
-            w.statistics(&forged, false, true);
+            w.statistics(&forged, false, true, false);
             let sealed = Writer(std::mem::take(&mut w.0)).finish();
             assert_eq!(
                 decode_statistics(&sealed),
@@ -767,7 +834,7 @@ mod tests {
             w.u16(version);
             w.u32(3);
             w.u32(2);
-            w.statistics(source, products, false);
+            w.statistics(source, products, false, false);
             let old = decode_statistics(&w.finish()).unwrap();
             assert_same_totals_but_zero_rows(&old, source);
             assert_eq!(old.output_products(), source.output_products());
@@ -796,11 +863,38 @@ mod tests {
         let y = faer::mat![[1.0], [2.0], [0.5], [0.7], [1.4], [1.1]];
         let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
         let state = ModelState::fit(&ModelConfig::new(basis, 1), stats).unwrap();
+        // A model that can match keeps the build-up statistics: format 7, and version 4 for
+        // its statistics; they round-trip, and without them the state is format 6.
+        assert!(state.totals().build_up().is_some());
         let blob = encode(&state);
-        assert_eq!(blob[4] as u16, FORMAT_VERSION);
+        assert_eq!(blob[4] as u16, FORMAT_VERSION_BUILD_UP);
         let decoded = decode(&blob).unwrap();
         assert_eq!(*decoded.basis(), basis);
         assert_eq!(decoded, state);
+        let stats_blob = encode_statistics(state.totals());
+        assert_eq!(stats_blob[4] as u16, STATISTICS_VERSION_4);
+        assert_eq!(&decode_statistics(&stats_blob).unwrap(), state.totals());
+        let phi = basis.design(x.as_ref()).unwrap();
+        let without = BatchStatistics::from_design(phi.as_ref(), y.as_ref())
+            .unwrap()
+            .with_output_products(y.as_ref())
+            .unwrap();
+        let older = ModelState::fit(&ModelConfig::new(basis, 1), without).unwrap();
+        assert_eq!(encode(&older)[4] as u16, FORMAT_VERSION);
+        assert_eq!(decode(&encode(&older)).unwrap(), older);
+        // Saturations that are not the linear curve first and positive ones after are refused.
+        let mut forged = stats_blob.clone();
+        // p = 3, m = 1, six curves: the saturations, ΨᵀΨ (21 values), ΦᵀΨ (18), the crc.
+        let at = forged.len() - 4 - 8 * (21 + 18) - 8 * 6;
+        assert_eq!(&forged[at..at + 8], &f64::INFINITY.to_le_bytes());
+        forged[at..at + 8].copy_from_slice(&2.0f64.to_le_bytes());
+        let n = forged.len();
+        let crc = crc32fast::hash(&forged[..n - 4]);
+        forged[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            decode_statistics(&forged).unwrap_err(),
+            EstimatorError::Decode(DecodeError::Invalid("build-up saturations"))
+        );
 
         // A Saunderson basis keeps its coefficients; a tag-2 transform with coefficients out
         // of range is refused, not misread.
@@ -846,10 +940,10 @@ mod tests {
         let (mut blob, mut stats) = (encode(&state), encode_statistics(state.totals()));
         blob[4] = 9;
         stats[4] = 9;
-        assert_eq!(decode(&blob).unwrap_err(), refusal(FORMAT_VERSION));
+        assert_eq!(decode(&blob).unwrap_err(), refusal(FORMAT_VERSION_BUILD_UP));
         assert_eq!(
             decode_statistics(&stats).unwrap_err(),
-            refusal(STATISTICS_VERSION_3)
+            refusal(STATISTICS_VERSION_4)
         );
     }
 

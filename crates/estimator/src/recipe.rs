@@ -36,6 +36,14 @@
 //! outputs of K/S, what predict answers) has neither: it weighs every band alike whatever the
 //! target, and predicts every dye, also the ones a recipe does not use.
 //!
+//! **Build-up.** A dye's colour grows more slowly than its concentration at depth (the fibre's
+//! dye sites fill), so the map is linear in `h_s(c_i) = s·c_i/(s + c_i)` rather than in `c_i`,
+//! with each dye's saturation `s` chosen among the statistics' curves (`∞`, the linear map, and
+//! [`crate::statistics::BUILD_UP_SATURATIONS`]) by the forward regressions' profile likelihood
+//! ([`build_up_curves`]). `h` is increasing, so the match solves the same quadratic in
+//! `u = h(c)`, with `c`'s bounds mapped through `h`, and answers `c = h⁻¹(u)`. Models folded
+//! before the build-up statistics existed keep the linear map.
+//!
 //! **Uncertainty.** With `J` the columns `k_λi` of the dyes the match uses (the free set `F`)
 //! and `W = diag(w)`, the covariance of `ĉ_F` is `s² (J_FᵀWJ_F)⁻¹` with
 //! `s² = Σ_λ w_λ r_λ² / max(bands − |F|, 1)` the weighted residual variance (reflectance², the
@@ -48,6 +56,7 @@ use faer::linalg::triangular_solve::{
 use faer::{Mat, MatRef, Par};
 
 use super::posterior::cholesky_lower;
+use super::statistics::{build_up, build_up_inverse, build_up_slope};
 use super::{
     Basis, BatchStatistics, EstimatorError, FitOptions, ModelConfig, ModelState, ReflectanceScale,
     Transform,
@@ -96,6 +105,18 @@ pub fn forward_statistics(
     stats: &BatchStatistics,
     basis: &Basis,
 ) -> Result<BatchStatistics, EstimatorError> {
+    forward_statistics_with(stats, basis, None)
+}
+
+/// [`forward_statistics`] with each dye `i` through the build-up curve `curves[i]` (an index
+/// into the build-up statistics' saturations, 0 the linear one): the same blocks with `y_i`
+/// replaced by `h_{s(i)}(y_i)`, read from `ΨᵀΨ` and `ΦᵀΨ` ([`crate::statistics::BuildUp`]).
+/// `None`, or statistics without build-up, give the linear map.
+pub fn forward_statistics_with(
+    stats: &BatchStatistics,
+    basis: &Basis,
+    curves: Option<&[usize]>,
+) -> Result<BatchStatistics, EstimatorError> {
     if !basis.declared || basis.spectral == 0 || !basis.transform.is_kubelka_munk() {
         return Err(EstimatorError::NoForwardMap(
             "the model has no spectrum under the Kubelka–Munk transform",
@@ -112,8 +133,28 @@ pub fn forward_statistics(
             "the model's statistics do not keep the outputs' cross products (folded before recipe matching)",
         ));
     };
-    let (g, b) = (stats.g(), stats.b());
+    let g = stats.g();
     let (s, m) = (basis.spectral, stats.outputs());
+    // The dyes' blocks: linear from YᵀY and B, or through their curves from ΨᵀΨ and ΦᵀΨ.
+    let (yy, b) = match (curves, stats.build_up()) {
+        (Some(curves), Some(build_up)) => {
+            check_len("build-up curves", m, curves.len())?;
+            if let Some(&bad) = curves.iter().find(|&&a| a >= build_up.saturations().len()) {
+                return Err(EstimatorError::Dimension {
+                    what: "build-up curve",
+                    expected: build_up.saturations().len(),
+                    found: bad,
+                });
+            }
+            let col = |i: usize| curves[i] * m + i;
+            let (psi, design) = (build_up.gram(), build_up.design());
+            (
+                Mat::from_fn(m, m, |i, j| psi[(col(i), col(j))]),
+                Mat::from_fn(basis.dim(), m, |j, i| design[(j, col(i))]),
+            )
+        }
+        _ => (yy.to_owned(), stats.b().to_owned()),
+    };
     let p_f = m + basis.dim() - s;
     let pi = |a: usize| s + a - m;
     let g_f = Mat::from_fn(p_f, p_f, |a, c| match (a < m, c < m) {
@@ -133,7 +174,8 @@ impl ModelState {
     /// `YᵀY`): Algorithm 2 on [`forward_statistics`] of everything folded so far, forgetting
     /// included. Costs O(s · p_f³) per evidence iteration whatever the number of rows.
     pub fn forward_map(&self) -> Result<ForwardMap, EstimatorError> {
-        let stats = forward_statistics(self.totals(), self.basis())?;
+        let curves = build_up_curves(self.totals(), self.basis())?;
+        let stats = forward_statistics_with(self.totals(), self.basis(), curves.as_deref())?;
         let m = self.outputs().len();
         let others = self.basis().features - self.basis().spectral;
         let config = ModelConfig {
@@ -147,8 +189,81 @@ impl ModelState {
         let mut map = ForwardMap::from_state(&ModelState::fit(&config, stats)?, m)?;
         map.scale = self.basis().scale;
         map.transform = self.basis().transform;
+        if let (Some(curves), Some(build_up)) = (curves, self.totals().build_up()) {
+            map.saturation = curves.iter().map(|&a| build_up.saturations()[a]).collect();
+        }
         Ok(map)
     }
+}
+
+/// Each dye's build-up curve for the forward map, chosen from the statistics' curves
+/// ([`crate::statistics::BuildUp`]) by the profile likelihood of the forward regressions: with
+/// `RSS_λ(a)` the least-squares residual of band `λ` when dye `i` goes through curve `a_i`,
+///
+/// ```text
+/// â = argmax_a  −(N/2) Σ_λ ln RSS_λ(a)
+/// ```
+///
+/// (each band's noise variance profiled out). Every choice has the same number of
+/// coefficients, so the likelihoods compare as they are. Coordinate ascent from the linear map:
+/// each dye in turn takes its best curve given the others', until a sweep changes nothing; a
+/// dye keeps its curve unless another is better by more than rounding. `None` without build-up
+/// statistics (states folded before them): the linear map.
+pub fn build_up_curves(
+    stats: &BatchStatistics,
+    basis: &Basis,
+) -> Result<Option<Vec<usize>>, EstimatorError> {
+    let Some(build_up) = stats.build_up() else {
+        return Ok(None);
+    };
+    let (m, curves) = (stats.outputs(), build_up.saturations().len());
+    let mut chosen = vec![0usize; m];
+    let mut best = profile_log_rss(&forward_statistics_with(stats, basis, Some(&chosen))?)?;
+    for _sweep in 0..4 {
+        let mut changed = false;
+        for i in 0..m {
+            for a in 0..curves {
+                if a == chosen[i] {
+                    continue;
+                }
+                let mut trial = chosen.clone();
+                trial[i] = a;
+                let score = profile_log_rss(&forward_statistics_with(stats, basis, Some(&trial))?)?;
+                if score < best - 1e-9 * best.abs().max(1.0) {
+                    best = score;
+                    chosen = trial;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    Ok(Some(chosen))
+}
+
+/// `Σ_λ ln RSS_λ` of the least-squares fits of every band of the forward statistics `f`:
+/// `RSS_λ = q_λ − b_λᵀ G⁻¹ b_λ = q_λ − ‖L⁻¹b_λ‖²` with `G + εI = LLᵀ` (`ε` a rounding-level
+/// ridge, so that a dye no row used leaves `G` factorable), floored at a rounding-level share
+/// of `q_λ`.
+fn profile_log_rss(f: &BatchStatistics) -> Result<f64, EstimatorError> {
+    let p = f.dim();
+    let trace: f64 = (0..p).map(|j| f.g()[(j, j)]).sum();
+    let ridge = 1e-12 * trace / p.max(1) as f64 + f64::MIN_POSITIVE;
+    let g = Mat::from_fn(p, p, |i, j| {
+        f.g()[(i, j)] + if i == j { ridge } else { 0.0 }
+    });
+    let l = cholesky_lower(g)?;
+    let mut z = f.b().to_owned();
+    solve_lower_triangular_in_place(l.as_ref(), z.as_mut(), Par::Seq);
+    Ok((0..z.ncols())
+        .map(|band| {
+            let q = f.q()[band];
+            let rss = q - z.col(band).squared_norm_l2();
+            rss.max(1e-12 * q + f64::MIN_POSITIVE).ln()
+        })
+        .sum())
 }
 
 /// Posterior means of the forward map `K/S(λ) = a_λ + Σ_o u_λo x_o + Σ_i k_λi c_i`.
@@ -162,6 +277,8 @@ pub struct ForwardMap {
     scale: ReflectanceScale,
     /// The model's transform from a reading to K/S, and back ([`Transform::reflectance`]).
     transform: Transform,
+    /// Each dye's build-up saturation `s` (`∞`: linear): the map is linear in `h_s(c)`.
+    saturation: Vec<f64>,
 }
 
 /// A matched recipe.
@@ -194,6 +311,7 @@ impl ForwardMap {
             coefficients: state.coefficients(),
             scale: ReflectanceScale::Fraction,
             transform: Transform::KubelkaMunk,
+            saturation: vec![f64::INFINITY; dyes],
         })
     }
 
@@ -226,9 +344,10 @@ impl ForwardMap {
     /// The K/S the map predicts for recipe `c` with other features `others`, per band.
     pub fn ks(&self, c: &[f64], others: &[f64]) -> Vec<f64> {
         let w = &self.coefficients;
+        let u = self.built_up(c);
         (0..self.bands())
             .map(|l| {
-                let dyes: f64 = c.iter().enumerate().map(|(i, ci)| ci * w[(i, l)]).sum();
+                let dyes: f64 = u.iter().enumerate().map(|(i, ui)| ui * w[(i, l)]).sum();
                 let subs: f64 = others
                     .iter()
                     .enumerate()
@@ -251,6 +370,20 @@ impl ForwardMap {
     /// The transform between a reading and K/S the map was learnt under.
     pub fn transform(&self) -> Transform {
         self.transform
+    }
+
+    /// Each dye's build-up saturation (`∞` for a dye whose colour the map takes as linear in
+    /// its concentration): the map's K/S is linear in `h_s(c) = s·c/(s + c)`.
+    pub fn saturation(&self) -> &[f64] {
+        &self.saturation
+    }
+
+    /// `h_{s_i}(c_i)` of every dye: what the map is linear in.
+    fn built_up(&self, c: &[f64]) -> Vec<f64> {
+        c.iter()
+            .zip(&self.saturation)
+            .map(|(c, s)| build_up(*c, *s))
+            .collect()
     }
 
     /// The recipe matching reflectance `r` (fraction, one per band) with other features
@@ -380,6 +513,11 @@ pub struct MatchProblem<'m> {
     g: Vec<f64>,
 }
 
+/// The most of a dye with a build-up curve a match uses, % owf: its colour only approaches the
+/// curve's limit, so a target deeper than the dye can give would otherwise ask for an unbounded
+/// amount.
+pub const MAX_CONCENTRATION: f64 = 100.0;
+
 /// The largest number of dyes [`MatchProblem::within`] solves a bounded match for: it
 /// enumerates the `3^k` ways each dye can sit at a bound or between them.
 pub const MAX_BOUNDED_DYES: usize = 4;
@@ -457,6 +595,24 @@ impl MatchProblem<'_> {
     ) -> Result<Option<RecipeMatch>, EstimatorError> {
         let k = dyes.len();
         check_len("bounds of the dyes", k, bounds.len())?;
+        // The problem is linear in u = h_s(c), which is increasing: c's bounds are u's through
+        // h, and a dye with a build-up curve is held below MAX_CONCENTRATION.
+        let bounds: Vec<DyeBounds> = dyes
+            .iter()
+            .zip(bounds)
+            .map(|(&i, b)| {
+                let s = self.map.saturation.get(i).copied().unwrap_or(f64::INFINITY);
+                let max = if s.is_finite() {
+                    b.max.min(MAX_CONCENTRATION)
+                } else {
+                    b.max
+                };
+                DyeBounds {
+                    min: build_up(b.min, s),
+                    max: build_up(max, s),
+                }
+            })
+            .collect();
         if k > MAX_BOUNDED_DYES {
             return Err(EstimatorError::Dimension {
                 what: "dyes in a bounded match",
@@ -537,11 +693,12 @@ impl MatchProblem<'_> {
         Ok(None)
     }
 
-    /// The recipe `c` as an answer: its variances with `free` the dyes the fit set (module
-    /// documentation) and its residual.
-    fn recipe(&self, c: Vec<f64>, free: &[usize]) -> Result<RecipeMatch, EstimatorError> {
+    /// The solution `u = h_s(c)` as an answer: the recipe `c`, its variances with `free` the
+    /// dyes the fit set (module documentation; a dye with a build-up curve carries its `u`'s
+    /// variance to `c` by the delta method, `var c = var u / h'(c)²`) and its residual.
+    fn recipe(&self, u: Vec<f64>, free: &[usize]) -> Result<RecipeMatch, EstimatorError> {
         let (bands, m, h) = (self.map.bands(), self.map.dyes, &self.h);
-        let fitted = self.ks(&c);
+        let fitted = self.ks_built_up(&u);
         let wrss: f64 = (0..bands)
             .map(|l| self.weight[l] * (self.t[l] + self.substrate[l] - fitted[l]).powi(2))
             .sum();
@@ -564,6 +721,14 @@ impl MatchProblem<'_> {
             }
         }
         let residual_rms = (wrss / bands.max(1) as f64).sqrt();
+        let c: Vec<f64> = u
+            .iter()
+            .zip(&self.map.saturation)
+            .map(|(&u, &s)| build_up_inverse(u.min(build_up(MAX_CONCENTRATION, s)), s))
+            .collect();
+        for ((v, c), s) in variance.iter_mut().zip(&c).zip(&self.map.saturation) {
+            *v /= build_up_slope(*c, *s).powi(2);
+        }
         if !residual_rms.is_finite()
             || variance.iter().any(|v| v.is_nan())
             || !c.iter().all(|v| v.is_finite())
@@ -579,6 +744,11 @@ impl MatchProblem<'_> {
 
     /// The K/S the map predicts for recipe `c` (one per dye) on this target's fabric, per band.
     pub fn ks(&self, c: &[f64]) -> Vec<f64> {
+        self.ks_built_up(&self.map.built_up(c))
+    }
+
+    /// [`Self::ks`] of `u = h_s(c)`, what the map is linear in.
+    fn ks_built_up(&self, c: &[f64]) -> Vec<f64> {
         let w = &self.map.coefficients;
         self.substrate
             .iter()
@@ -745,6 +915,7 @@ mod tests {
 
     use super::*;
     use crate::ReflectanceScale;
+    use crate::statistics::build_up;
 
     const BANDS: usize = 31;
 
@@ -1028,7 +1199,107 @@ mod tests {
         for (mut left, right) in [(a.clone(), bare(&b)), (bare(&b), a.clone())] {
             left.add(&right).unwrap();
             assert!(left.output_products().is_none());
+            assert!(left.build_up().is_none());
         }
+        // The build-up statistics add and scale alike.
+        let (ba, bb, bs) = (
+            a.build_up().unwrap(),
+            b.build_up().unwrap(),
+            sum.build_up().unwrap(),
+        );
+        assert_eq!(bs.saturations(), ba.saturations());
+        let width = bs.saturations().len() * 3;
+        assert_eq!(bs.gram().nrows(), width);
+        for i in 0..width {
+            for j in 0..width {
+                let expected = ba.gram()[(i, j)] + bb.gram()[(i, j)];
+                assert!((bs.gram()[(i, j)] - expected).abs() < 1e-12 * expected.abs().max(1.0));
+            }
+            for l in 0..a.dim() {
+                let expected = ba.design()[(l, i)] + bb.design()[(l, i)];
+                assert!((bs.design()[(l, i)] - expected).abs() < 1e-12 * expected.abs().max(1.0));
+            }
+        }
+        assert_eq!(
+            half.build_up().unwrap().design()[(3, 7)],
+            0.5 * ba.design()[(3, 7)]
+        );
+        // The linear curve's blocks are YᵀY and B.
+        for i in 0..3 {
+            for j in 0..3 {
+                assert_eq!(ba.gram()[(i, j)], ya[(i, j)]);
+            }
+            for l in 0..a.dim() {
+                assert_eq!(ba.design()[(l, i)], a.b()[(l, i)]);
+            }
+        }
+    }
+
+    /// The statistics of `rows` exact dips whose dyes build up along `h_s` with `s = saturation`.
+    fn saturating_statistics(rows: usize, seed: u64, saturation: f64) -> BatchStatistics {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let recipes: Vec<Vec<f64>> = (0..rows)
+            .map(|_| (0..3).map(|_| rng.random_range(0.0..4.0)).collect())
+            .collect();
+        let x = Mat::from_fn(rows, BANDS + 1, |i, j| {
+            let shown: Vec<f64> = recipes[i]
+                .iter()
+                .map(|c| build_up(*c, saturation))
+                .collect();
+            if j < BANDS {
+                reflectance(&shown, false)[j]
+            } else {
+                0.0
+            }
+        });
+        let y = Mat::from_fn(rows, 3, |i, k| recipes[i][k]);
+        BatchStatistics::from_rows(&spectral_basis(), x.as_ref(), y.as_ref()).unwrap()
+    }
+
+    #[test]
+    fn each_dye_takes_the_build_up_curve_of_its_dips_and_is_matched_through_it() {
+        // A world whose dyes saturate at 5 % owf (one of the curves) and a linear one.
+        let saturating = saturating_statistics(200, 8, 5.0);
+        let basis = spectral_basis();
+        let curves = build_up_curves(&saturating, &basis).unwrap().unwrap();
+        let saturations = saturating.build_up().unwrap().saturations();
+        assert_eq!(
+            curves.iter().map(|&a| saturations[a]).collect::<Vec<_>>(),
+            [5.0; 3]
+        );
+        let linear = exact_statistics(200, 8);
+        assert_eq!(build_up_curves(&linear, &basis).unwrap(), Some(vec![0; 3]));
+        assert_eq!(build_up_curves(&bare(&linear), &basis).unwrap(), None);
+
+        let state = ModelState::fit(&ModelConfig::new(basis, 3), saturating).unwrap();
+        let map = state.forward_map().unwrap();
+        assert_eq!(map.saturation(), [5.0; 3]);
+        let truth = [0.4, 3.5, 1.2];
+        let shown: Vec<f64> = truth.iter().map(|c| build_up(*c, 5.0)).collect();
+        let target = reflectance(&shown, false);
+        let matched = map.match_recipe(&target, &[0.0]).unwrap();
+        for (c, t) in matched.concentration.iter().zip(&truth) {
+            assert!((c - t).abs() < 1e-3 * (1.0 + t), "{matched:?}");
+        }
+        // The variance is the delta method's: larger in c than in u where the curve flattens.
+        assert!(matched.variance.iter().all(|v| v.is_finite() && *v >= 0.0));
+        // Bounds are in concentrations: a cap below the truth holds the dye at the cap.
+        let problem = map.problem(&target, &[0.0]).unwrap();
+        let capped = problem
+            .within(
+                &[0, 1, 2],
+                &[
+                    DyeBounds::default(),
+                    DyeBounds { min: 0.0, max: 2.0 },
+                    DyeBounds::default(),
+                ],
+            )
+            .unwrap()
+            .unwrap();
+        assert!((capped.concentration[1] - 2.0).abs() < 1e-12, "{capped:?}");
+        // A target deeper than any amount of a dye gives is held at MAX_CONCENTRATION.
+        let beyond = problem.ks(&[0.0, MAX_CONCENTRATION, 0.0]);
+        assert!(beyond.iter().all(|k| k.is_finite()));
     }
 
     #[test]

@@ -36,7 +36,10 @@ pub struct OutputData<'a> {
 ///   spectrum keep it: with it, the normal equations of the forward map (K/S of each band as a
 ///   regression on the concentrations) are blocks of these statistics
 ///   ([`super::recipe::forward_statistics`]), so recipe matching needs no second pass over the
-///   rows.
+///   rows;
+/// * optionally the build-up statistics ([`BuildUp`]), kept with `YᵀY`: the same blocks for the
+///   outputs passed through saturating build-up curves, from which the forward map chooses each
+///   dye's curve.
 ///
 /// Statistics of disjoint sets add up; every later step costs O(p³) per output whatever the
 /// number of rows behind them.
@@ -49,6 +52,133 @@ pub struct BatchStatistics {
     n: f64,
     zero_rows: Option<ZeroRows>,
     yy: Option<Mat<f64>>,
+    build_up: Option<BuildUp>,
+}
+
+/// The saturation concentrations `s` of the build-up curves the statistics keep besides the
+/// linear one (`s = ∞`), in the outputs' units (% owf for dyes): a factor of 2 apart, from a
+/// dye that barely bends over 0–4 % owf (`s = 20`: 4 % colours like 3.3 %) to one that is
+/// nearly saturated at 2 % (`s = 1.25`: like 0.77 %).
+pub const BUILD_UP_SATURATIONS: [f64; 5] = [20.0, 10.0, 5.0, 2.5, 1.25];
+
+/// A build-up curve `h_s(c) = c / (1 + c/s) = s·c / (s + c)`: how much colour `c` of a dye gives
+/// when the fibre's dye sites fill (a Langmuir-type isotherm, linear at low `c`, saturating
+/// towards `s`); `h_∞(c) = c`. Negative `c` (no recipe has one) is taken as it is.
+#[inline]
+pub fn build_up(c: f64, saturation: f64) -> f64 {
+    if saturation.is_finite() && c > 0.0 {
+        saturation * c / (saturation + c)
+    } else {
+        c
+    }
+}
+
+/// Its inverse on `[0, s)`: `c = s·u / (s − u)`; `∞` for `u ≥ s`.
+#[inline]
+pub fn build_up_inverse(u: f64, saturation: f64) -> f64 {
+    if !saturation.is_finite() || u <= 0.0 {
+        u
+    } else if u < saturation {
+        saturation * u / (saturation - u)
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// `dh_s/dc = s² / (s + c)²` (1 for the linear curve).
+#[inline]
+pub fn build_up_slope(c: f64, saturation: f64) -> f64 {
+    if saturation.is_finite() && c > 0.0 {
+        (saturation / (saturation + c)).powi(2)
+    } else {
+        1.0
+    }
+}
+
+/// The statistics of the outputs through every build-up curve: with
+/// `ψ(y) = (y, h_{s₁}(y), …, h_{s_G}(y))` (curve-major: column `a·m + k` is output `k` through
+/// curve `a`, curve 0 the linear one),
+///
+/// ```text
+/// ΨᵀΨ = Σ_rows ψψᵀ     ((G+1)m × (G+1)m)
+/// ΦᵀΨ = Σ_rows φψᵀ     (p × (G+1)m)
+/// ```
+///
+/// Additive like the rest. The forward map's normal equations for any choice of one curve per
+/// output are blocks of these ([`super::recipe::forward_statistics`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BuildUp {
+    saturations: Vec<f64>,
+    gram: Mat<f64>,
+    design: Mat<f64>,
+}
+
+impl BuildUp {
+    /// `ψ(y)` of the rows `y` (rows × m) for the curves `saturations` (the linear one first,
+    /// `∞`).
+    fn psi(y: MatRef<'_, f64>, saturations: &[f64]) -> Mat<f64> {
+        let m = y.ncols();
+        Mat::from_fn(y.nrows(), saturations.len() * m, |r, col| {
+            build_up(y[(r, col % m)], saturations[col / m])
+        })
+    }
+
+    /// The statistics of design `phi` and targets `y` through the curves `saturations`.
+    fn of(phi: MatRef<'_, f64>, y: MatRef<'_, f64>, saturations: &[f64]) -> Self {
+        let psi = Self::psi(y, saturations);
+        let mut design = Mat::zeros(phi.ncols(), psi.ncols());
+        targets_product(design.as_mut(), phi, psi.as_ref());
+        Self {
+            saturations: saturations.to_vec(),
+            gram: gram(psi.as_ref()),
+            design,
+        }
+    }
+
+    /// The curves of [`BUILD_UP_SATURATIONS`], the linear one first.
+    pub fn default_saturations() -> Vec<f64> {
+        std::iter::once(f64::INFINITY)
+            .chain(BUILD_UP_SATURATIONS)
+            .collect()
+    }
+
+    /// Reassembles build-up statistics (used by the decoder).
+    pub(crate) fn from_parts(saturations: Vec<f64>, gram: Mat<f64>, design: Mat<f64>) -> Self {
+        Self {
+            saturations,
+            gram,
+            design,
+        }
+    }
+
+    /// The saturation of each curve, `∞` (linear) first.
+    pub fn saturations(&self) -> &[f64] {
+        &self.saturations
+    }
+
+    /// `ΨᵀΨ`.
+    pub fn gram(&self) -> MatRef<'_, f64> {
+        self.gram.as_ref()
+    }
+
+    /// `ΦᵀΨ`.
+    pub fn design(&self) -> MatRef<'_, f64> {
+        self.design.as_ref()
+    }
+
+    fn add(&mut self, other: &BuildUp) {
+        self.gram += &other.gram;
+        self.design += &other.design;
+    }
+
+    fn scale(&mut self, weight: f64) {
+        self.gram *= faer::Scale(weight);
+        self.design *= faer::Scale(weight);
+    }
+
+    fn is_finite(&self) -> bool {
+        all_finite(self.gram.as_ref()) && all_finite(self.design.as_ref())
+    }
 }
 
 /// Per basis function `j`, the rows in which `φ_j = 0`:
@@ -176,6 +306,7 @@ impl BatchStatistics {
             n: 0.0,
             zero_rows: Some(ZeroRows::zeros(p, m)),
             yy: None,
+            build_up: None,
         }
     }
 
@@ -209,6 +340,7 @@ impl BatchStatistics {
             n: phi.nrows() as f64,
             zero_rows: Some(ZeroRows::of(phi, y)),
             yy: None,
+            build_up: None,
         };
         if !stats.is_finite() {
             return Err(EstimatorError::NonFinite("batch statistics"));
@@ -245,19 +377,67 @@ impl BatchStatistics {
     }
 
     /// Statistics of raw input rows `x` (rows × d) and targets `y` (rows × m) for a model with
-    /// basis `basis`: `Φ = basis(x)`, and `YᵀY` too when the model can match recipes (a declared
-    /// spectrum under Kubelka–Munk, with an intercept: see [`super::recipe`]).
+    /// basis `basis`: `Φ = basis(x)`, and `YᵀY` and the build-up statistics too when the model
+    /// can match recipes (a declared spectrum under Kubelka–Munk, with an intercept: see
+    /// [`super::recipe`]).
     pub fn from_rows(
         basis: &super::Basis,
         x: MatRef<'_, f64>,
         y: MatRef<'_, f64>,
     ) -> Result<Self, EstimatorError> {
-        let stats = Self::from_design(basis.design(x)?.as_ref(), y)?;
+        let phi = basis.design(x)?;
+        let stats = Self::from_design(phi.as_ref(), y)?;
         if basis.can_match() {
-            stats.with_output_products(y)
+            stats.with_output_products(y)?.with_build_up(
+                phi.as_ref(),
+                y,
+                &BuildUp::default_saturations(),
+            )
         } else {
             Ok(stats)
         }
+    }
+
+    /// The same statistics with the build-up statistics ([`BuildUp`]) of the design `phi` and
+    /// targets `y` they were computed from, through the curves `saturations` (`∞` first).
+    pub fn with_build_up(
+        mut self,
+        phi: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+        saturations: &[f64],
+    ) -> Result<Self, EstimatorError> {
+        if y.ncols() != self.outputs()
+            || y.nrows() != phi.nrows()
+            || phi.ncols() != self.dim()
+            || y.nrows() as f64 != self.n
+        {
+            return Err(EstimatorError::Dimension {
+                what: "build-up rows",
+                expected: self.n as usize,
+                found: y.nrows(),
+            });
+        }
+        if saturations.first() != Some(&f64::INFINITY)
+            || !saturations[1..].iter().all(|s| s.is_finite() && *s > 0.0)
+        {
+            return Err(EstimatorError::NonFinite("build-up saturations"));
+        }
+        let build_up = BuildUp::of(phi, y, saturations);
+        if !build_up.is_finite() {
+            return Err(EstimatorError::NonFinite("build-up statistics"));
+        }
+        self.build_up = Some(build_up);
+        Ok(self)
+    }
+
+    /// Sets the build-up statistics (used by the decoder).
+    pub(crate) fn set_build_up(&mut self, build_up: BuildUp) {
+        self.build_up = Some(build_up);
+    }
+
+    /// The build-up statistics, if these statistics keep them.
+    pub fn build_up(&self) -> Option<&BuildUp> {
+        self.build_up.as_ref()
     }
 
     /// Reassembles statistics from their parts (used by the state decoder), without zero rows
@@ -277,6 +457,7 @@ impl BatchStatistics {
             n,
             zero_rows: None,
             yy: None,
+            build_up: None,
         }
     }
 
@@ -431,14 +612,23 @@ impl BatchStatistics {
         self.n
     }
 
-    /// Adds the statistics of another, disjoint set of rows. `YᵀY` and the zero rows are each
-    /// kept when both sides keep them, or when one side holds no rows and the other keeps them;
+    /// Adds the statistics of another, disjoint set of rows. `YᵀY`, the build-up statistics
+    /// (over the same curves) and the zero rows are each kept when both sides keep them, or when one side holds no rows and the other keeps them;
     /// otherwise they are dropped (a sum with a side that lacks them has none).
     pub fn add(&mut self, other: &BatchStatistics) -> Result<(), EstimatorError> {
         self.check_same_shape(other)?;
         self.yy = match (self.yy.take(), &other.yy) {
             (Some(mut a), Some(b)) => {
                 a += b;
+                Some(a)
+            }
+            (None, Some(b)) if self.n == 0.0 => Some(b.clone()),
+            (Some(a), None) if other.n == 0.0 => Some(a),
+            _ => None,
+        };
+        self.build_up = match (self.build_up.take(), &other.build_up) {
+            (Some(mut a), Some(b)) if a.saturations == b.saturations => {
+                a.add(b);
                 Some(a)
             }
             (None, Some(b)) if self.n == 0.0 => Some(b.clone()),
@@ -479,6 +669,9 @@ impl BatchStatistics {
         if let Some(yy) = &mut self.yy {
             *yy *= faer::Scale(weight);
         }
+        if let Some(build_up) = &mut self.build_up {
+            build_up.scale(weight);
+        }
     }
 
     pub fn is_finite(&self) -> bool {
@@ -489,6 +682,7 @@ impl BatchStatistics {
             && self.n.is_finite()
             && self.zero_rows.as_ref().is_none_or(ZeroRows::is_finite)
             && self.yy.as_ref().is_none_or(|yy| all_finite(yy.as_ref()))
+            && self.build_up.as_ref().is_none_or(BuildUp::is_finite)
     }
 
     pub(crate) fn check_same_shape(&self, other: &BatchStatistics) -> Result<(), EstimatorError> {
