@@ -319,6 +319,12 @@ impl ModelSpec {
                  spectrum enters as it is (use \"none\")",
             );
         }
+        if transform == TransformName::Saunderson && spectrum.is_none() {
+            details.push(
+                "/transform",
+                "\"saunderson\" reads a declared spectrum: give \"spectrum\"",
+            );
+        }
         let saunderson = saunderson_field(fields.get("saunderson"), transform, &mut details);
         let update = enum_field(
             fields.get("update"),
@@ -736,6 +742,11 @@ mod tests {
             paths(json!({"spectrum": nir, "transform": "saunderson"})),
             ["/transform"]
         );
+        let err = ModelSpec::parse(&json!({"name": "named", "features": ["r400"],
+            "outputs": ["red"], "transform": "saunderson"}))
+        .unwrap_err();
+        let paths: Vec<_> = err.details.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["/transform"], "{err:?}");
     }
 
     #[test]

@@ -53,6 +53,10 @@ impl Saunderson {
     /// clamped to [[`MIN_REFLECTANCE`], 1] (a reading below `k₁` is noise on a black).
     #[inline]
     pub fn internal(&self, r_m: f64) -> f64 {
+        if r_m <= self.k1 {
+            return MIN_REFLECTANCE;
+        }
+        // The denominator is at least (1 − k₁)(1 − k₂) > 0 above k₁.
         let r = (r_m - self.k1) / (1.0 - self.k1 - self.k2 + self.k2 * r_m);
         r.clamp(MIN_REFLECTANCE, 1.0)
     }
@@ -114,16 +118,16 @@ impl Transform {
     }
 
     /// `|dR_m / d(K/S)|` at a reading `r` (fraction), how much the reading moves per unit of
-    /// K/S: `2R_i² / (1 − R_i²)` (Kubelka–Munk's inverse, at the body's reflectance `R_i`,
-    /// capped at `r_max` because the derivative grows without bound towards 1), times
-    /// [`Saunderson::slope`] when the transform has a surface.
+    /// K/S: `2R_i² / (1 − R_i²)` (Kubelka–Munk's inverse, at the body's reflectance `R_i` behind
+    /// the reading, which is capped at `r_max` because the derivative grows without bound
+    /// towards 1), times [`Saunderson::slope`] when the transform has a surface.
     #[inline]
     pub fn sensitivity(self, r: f64, r_max: f64) -> f64 {
+        let r = r.min(r_max);
         let body = match self {
             Transform::Saunderson(s) => s.internal(r),
             Transform::Identity | Transform::KubelkaMunk => r.max(MIN_REFLECTANCE),
-        }
-        .min(r_max);
+        };
         let km = 2.0 * body * body / (1.0 - body * body);
         match self {
             Transform::Saunderson(s) => km * s.slope(body),
@@ -196,7 +200,7 @@ pub struct Basis {
 
 impl Basis {
     /// Whether a model with this basis can match recipes (see [`super::recipe`]): a declared
-    /// spectrum under Kubelka–Munk, and an intercept (the fabric's own K/S). Only such models
+    /// spectrum under Kubelka–Munk (Saunderson's or not), and an intercept (the fabric's own K/S). Only such models
     /// keep `YᵀY`.
     pub fn can_match(&self) -> bool {
         self.declared && self.spectral > 0 && self.transform.is_kubelka_munk() && self.intercept
@@ -339,8 +343,12 @@ mod tests {
                 assert!((numeric - s.slope(r_i)).abs() < 1e-6, "{numeric}");
             }
         }
-        // A reading below k₁ (noise on a black) is clamped, not negative.
+        // A reading at or below k₁ (noise on a black) is clamped, not negative, and never
+        // white, whatever the coefficients.
         assert_eq!(s.internal(0.01), MIN_REFLECTANCE);
+        let steep = Saunderson { k1: 0.04, k2: 0.97 };
+        assert_eq!(steep.internal(0.005), MIN_REFLECTANCE);
+        assert!(steep.internal(0.05) < steep.internal(0.5));
         let t = Transform::Saunderson(s);
         for ks in [0.0, 0.1, 2.0, 40.0] {
             assert!((t.apply(t.reflectance(ks)) - ks).abs() < 1e-9 * (1.0 + ks));

@@ -553,6 +553,9 @@ impl<'a> Reader<'a> {
             stats.set_zero_rows(zero_rows);
         }
         if build_up {
+            if !products {
+                return Err(DecodeError::Invalid("build-up without YᵀY").into());
+            }
             let curves = self.u32()? as usize;
             if curves == 0 || curves > MAX_CURVES {
                 return Err(DecodeError::Invalid("build-up curves").into());

@@ -119,7 +119,7 @@ pub fn forward_statistics_with(
 ) -> Result<BatchStatistics, EstimatorError> {
     if !basis.declared || basis.spectral == 0 || !basis.transform.is_kubelka_munk() {
         return Err(EstimatorError::NoForwardMap(
-            "the model has no spectrum under the Kubelka–Munk transform",
+            "the model has no spectrum under the Kubelka–Munk or Saunderson transform",
         ));
     }
     if !basis.intercept {
@@ -494,7 +494,8 @@ impl ForwardMap {
     }
 }
 
-/// The match of one target as a quadratic in the recipe `c` (module documentation):
+/// The match of one target as a quadratic in the recipe `c` (module documentation; with
+/// build-up curves, in `u = h(c)`, which every method takes and answers as concentrations):
 /// `Σ_λ w_λ (t_λ − Σ_i k_λi c_i)² = tᵀWt − 2gᵀc + cᵀHc` with `H = JᵀWJ`, `g = JᵀWt`. Formed
 /// once per target, it answers the match over every dye ([`ForwardMap::match_recipe`]) and over
 /// any subset of the dyes within bounds ([`Self::within`]); only a recipe's residual reads the
@@ -602,14 +603,16 @@ impl MatchProblem<'_> {
             .zip(bounds)
             .map(|(&i, b)| {
                 let s = self.map.saturation.get(i).copied().unwrap_or(f64::INFINITY);
-                let max = if s.is_finite() {
-                    b.max.min(MAX_CONCENTRATION)
-                } else {
-                    b.max
+                let cap = |c: f64| {
+                    if s.is_finite() {
+                        c.min(MAX_CONCENTRATION)
+                    } else {
+                        c
+                    }
                 };
                 DyeBounds {
-                    min: build_up(b.min, s),
-                    max: build_up(max, s),
+                    min: build_up(cap(b.min), s),
+                    max: build_up(cap(b.max), s),
                 }
             })
             .collect();
@@ -696,8 +699,15 @@ impl MatchProblem<'_> {
     /// The solution `u = h_s(c)` as an answer: the recipe `c`, its variances with `free` the
     /// dyes the fit set (module documentation; a dye with a build-up curve carries its `u`'s
     /// variance to `c` by the delta method, `var c = var u / h'(c)²`) and its residual.
-    fn recipe(&self, u: Vec<f64>, free: &[usize]) -> Result<RecipeMatch, EstimatorError> {
+    fn recipe(&self, mut u: Vec<f64>, free: &[usize]) -> Result<RecipeMatch, EstimatorError> {
         let (bands, m, h) = (self.map.bands(), self.map.dyes, &self.h);
+        // A dye with a build-up curve gives at most h(MAX_CONCENTRATION): an unbounded solve
+        // that asks for more is answered at that amount, with that amount's residual.
+        for (u, s) in u.iter_mut().zip(&self.map.saturation) {
+            if s.is_finite() {
+                *u = u.min(build_up(MAX_CONCENTRATION, *s));
+            }
+        }
         let fitted = self.ks_built_up(&u);
         let wrss: f64 = (0..bands)
             .map(|l| self.weight[l] * (self.t[l] + self.substrate[l] - fitted[l]).powi(2))
@@ -724,7 +734,7 @@ impl MatchProblem<'_> {
         let c: Vec<f64> = u
             .iter()
             .zip(&self.map.saturation)
-            .map(|(&u, &s)| build_up_inverse(u.min(build_up(MAX_CONCENTRATION, s)), s))
+            .map(|(&u, &s)| build_up_inverse(u, s))
             .collect();
         for ((v, c), s) in variance.iter_mut().zip(&c).zip(&self.map.saturation) {
             *v /= build_up_slope(*c, *s).powi(2);

@@ -627,12 +627,12 @@ impl BatchStatistics {
             _ => None,
         };
         self.build_up = match (self.build_up.take(), &other.build_up) {
+            (_, Some(b)) if self.n == 0.0 => Some(b.clone()),
+            (Some(a), _) if other.n == 0.0 => Some(a),
             (Some(mut a), Some(b)) if a.saturations == b.saturations => {
                 a.add(b);
                 Some(a)
             }
-            (None, Some(b)) if self.n == 0.0 => Some(b.clone()),
-            (Some(a), None) if other.n == 0.0 => Some(a),
             _ => None,
         };
         self.zero_rows = match (self.zero_rows.take(), &other.zero_rows) {

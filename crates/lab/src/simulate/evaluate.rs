@@ -597,7 +597,10 @@ pub fn forgetting_study(
         world: options.world,
         ..SimulationConfig::new(options.seed)
     });
-    let design = Design::standard(&sim);
+    let design = Design {
+        transform: options.world.transform(),
+        ..Design::standard(&sim)
+    };
     let renderer = Renderer::new(&sim);
     let before = Targets::new(&sim, |d| design.inputs(d), options.test_rows, false)?;
     let after = Targets::new(&sim, |d| design.inputs(d), options.test_rows, true)?;

@@ -89,8 +89,8 @@ pub const PRODUCTION_LOTS: u64 = 1 << 47;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum World {
-    /// [`Physics::IDEAL`]: linear in K/S, the regression's own world. Still the default: the
-    /// model meets surface reflection (the Saunderson transform) but not yet build-up.
+    /// [`Physics::IDEAL`]: linear in K/S, the regression's own world. Still the default, which
+    /// the README's worked example and the documented figures use.
     #[default]
     Ideal,
     /// [`Physics::REALISTIC`]: surface reflection, saturating build-up, fabric lots.
