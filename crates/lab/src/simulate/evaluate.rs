@@ -767,6 +767,36 @@ mod tests {
         let off = renderer.lab(dip.sample.substrate, &more).unwrap();
         assert!(ciede2000(&truth, &off).unwrap() > 0.5);
     }
+
+    #[test]
+    fn the_forward_map_bends_each_dye_only_in_a_world_whose_build_up_saturates() {
+        let map = |world| {
+            let options = EvaluationOptions {
+                train_rows: 800,
+                noise: NoiseModel::NONE,
+                world,
+                transform: world.transform(),
+                ..EvaluationOptions::default()
+            };
+            let (_, _, state, _) = train(&options, crate::simulate::MODEL_GRID).unwrap();
+            state.forward_map().unwrap()
+        };
+        // The ideal world is linear in K/S: every dye keeps the linear curve.
+        assert!(
+            map(World::Ideal)
+                .saturation()
+                .iter()
+                .all(|s| s.is_infinite())
+        );
+        // The realistic world saturates at 8 % owf: every dye takes a curve near it (the curves
+        // are a factor of 2 apart: 5 or 10).
+        let bent = map(World::Realistic);
+        assert!(
+            bent.saturation().iter().all(|s| (5.0..=10.0).contains(s)),
+            "{:?}",
+            bent.saturation()
+        );
+    }
 }
 
 #[cfg(test)]
