@@ -16,7 +16,7 @@ use super::colour::{CmcSpec, ToleranceSpec};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{BatchBody, BodyBytes, RawJson, check_malformed};
 use super::matching::{
-    CandidateRecipe, DyeBoundsSpec, RecipeColour, candidate, matching, recipe_colour,
+    CandidateRecipe, DyeBoundsSpec, NonNegative, RecipeColour, candidate, matching, recipe_colour,
 };
 use super::predict::{Spectra, parse_request_with};
 use super::routes::Routes;
@@ -93,23 +93,6 @@ pub struct DipSpectrum {
     #[schema(min_items = 2, max_items = 4096)]
     pub values: Vec<f64>,
 }
-
-/// An amount of dye, or a price per unit of it: never negative.
-#[derive(Debug, Deserialize, Serialize)]
-pub struct NonNegative(pub f64);
-
-impl utoipa::PartialSchema for NonNegative {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
-        ObjectBuilder::new()
-            .schema_type(Type::Number)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
-            .minimum(Some(0.0))
-            .into()
-    }
-}
-
-impl ToSchema for NonNegative {}
 
 /// A correction.
 #[derive(Debug, Serialize, ToSchema)]

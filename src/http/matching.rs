@@ -127,7 +127,7 @@ pub struct MatchRequest {
     pub bounds: Option<std::collections::BTreeMap<String, DyeBoundsSpec>>,
     /// Per dye (output name): its price per unit of concentration. When given, every dye a
     /// candidate may use needs one, and each candidate carries its cost.
-    pub prices: Option<std::collections::BTreeMap<String, super::correct::NonNegative>>,
+    pub prices: Option<std::collections::BTreeMap<String, NonNegative>>,
     /// How candidates are ordered (default `de00`).
     pub sort: Option<SortSpec>,
     /// At most this many candidates per target (default 10).
@@ -385,3 +385,20 @@ pub(super) fn recipe_colour(found: &Comparison) -> RecipeColour {
         illuminants: found.seen.iter().map(ColourDifference::from).collect(),
     }
 }
+
+/// An amount of dye, or a price per unit of it: never negative.
+#[derive(Debug, Deserialize, Serialize)]
+pub struct NonNegative(pub f64);
+
+impl utoipa::PartialSchema for NonNegative {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+            .minimum(Some(0.0))
+            .into()
+    }
+}
+
+impl ToSchema for NonNegative {}
