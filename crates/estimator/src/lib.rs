@@ -87,6 +87,7 @@
 //! * Kubelka, Munk (1931): *Ein Beitrag zur Optik der Farbanstriche*; `K/S = (1 − R)²/(2R)`.
 
 pub mod basis;
+pub mod build_up;
 pub mod codec;
 pub mod drift;
 mod error;

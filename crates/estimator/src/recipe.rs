@@ -38,9 +38,10 @@
 //!
 //! **Build-up.** A dye's colour grows more slowly than its concentration at depth (the fibre's
 //! dye sites fill), so the map is linear in `h_s(c_i) = s·c_i/(s + c_i)` rather than in `c_i`,
-//! with each dye's saturation `s` chosen among the statistics' curves (`∞`, the linear map, and
-//! [`crate::statistics::BUILD_UP_SATURATIONS`]) by the forward regressions' profile likelihood
-//! ([`build_up_curves`]). `h` is increasing, so the match solves the same quadratic in
+//! with each dye's curve a blend of two neighbours on the statistics' ladder of saturations
+//! (`∞`, the linear map, and [`crate::statistics::BUILD_UP_SATURATIONS`]), placed by the
+//! forward regressions' profile likelihood ([`crate::build_up`]). `h` is increasing, so the
+//! match solves the same quadratic in
 //! `u = h(c)`, with `c`'s bounds mapped through `h`, and answers `c = h⁻¹(u)`. Models folded
 //! before the build-up statistics existed keep the linear map.
 //!
@@ -55,8 +56,8 @@ use faer::linalg::triangular_solve::{
 };
 use faer::{Mat, MatRef, Par};
 
+use super::build_up::{Curve, curves_at, rung_weights};
 use super::posterior::cholesky_lower;
-use super::statistics::{build_up, build_up_inverse, build_up_slope};
 use super::{
     Basis, BatchStatistics, EstimatorError, FitOptions, ModelConfig, ModelState, ReflectanceScale,
     Transform,
@@ -108,14 +109,20 @@ pub fn forward_statistics(
     forward_statistics_with(stats, basis, None)
 }
 
-/// [`forward_statistics`] with each dye `i` through the build-up curve `curves[i]` (an index
-/// into the build-up statistics' saturations, 0 the linear one): the same blocks with `y_i`
-/// replaced by `h_{s(i)}(y_i)`, read from `ΨᵀΨ` and `ΦᵀΨ` ([`crate::statistics::BuildUp`]).
+/// [`forward_statistics`] with each dye `i` through the build-up curve at `positions[i]` along
+/// the statistics' ladder ([`crate::build_up::Curve::at`]; 0 the linear one): the same blocks
+/// with `y_i` replaced by `h_i(y_i) = Σ_a w_ia h_{s_a}(y_i)`, whose products are the same
+/// weighted sums of `ΨᵀΨ` and `ΦᵀΨ` ([`crate::statistics::BuildUp`]):
+///
+/// ```text
+/// (YᵀY)_f[i, j] = Σ_a Σ_b w_ia w_jb ΨᵀΨ[a·m + i, b·m + j],    B_f[·, i] = Σ_a w_ia ΦᵀΨ[·, a·m + i]
+/// ```
+///
 /// `None`, or statistics without build-up, give the linear map.
 pub fn forward_statistics_with(
     stats: &BatchStatistics,
     basis: &Basis,
-    curves: Option<&[usize]>,
+    positions: Option<&[f64]>,
 ) -> Result<BatchStatistics, EstimatorError> {
     if !basis.declared || basis.spectral == 0 || !basis.transform.is_kubelka_munk() {
         return Err(EstimatorError::NoForwardMap(
@@ -136,21 +143,28 @@ pub fn forward_statistics_with(
     let g = stats.g();
     let (s, m) = (basis.spectral, stats.outputs());
     // The dyes' blocks: linear from YᵀY and B, or through their curves from ΨᵀΨ and ΦᵀΨ.
-    let (yy, b) = match (curves, stats.build_up()) {
-        (Some(curves), Some(build_up)) => {
-            check_len("build-up curves", m, curves.len())?;
-            if let Some(&bad) = curves.iter().find(|&&a| a >= build_up.saturations().len()) {
-                return Err(EstimatorError::Dimension {
-                    what: "build-up curve",
-                    expected: build_up.saturations().len(),
-                    found: bad,
-                });
-            }
-            let col = |i: usize| curves[i] * m + i;
+    let (yy, b) = match (positions, stats.build_up()) {
+        (Some(positions), Some(build_up)) => {
+            check_len("build-up curves", m, positions.len())?;
+            let rungs = build_up.saturations().len();
+            let weights: Vec<_> = positions.iter().map(|&x| rung_weights(rungs, x)).collect();
             let (psi, design) = (build_up.gram(), build_up.design());
             (
-                Mat::from_fn(m, m, |i, j| psi[(col(i), col(j))]),
-                Mat::from_fn(basis.dim(), m, |j, i| design[(j, col(i))]),
+                Mat::from_fn(m, m, |i, j| {
+                    let mut sum = 0.0;
+                    for &(a, wa) in &weights[i] {
+                        for &(b, wb) in &weights[j] {
+                            sum += wa * wb * psi[(a * m + i, b * m + j)];
+                        }
+                    }
+                    sum
+                }),
+                Mat::from_fn(basis.dim(), m, |l, i| {
+                    weights[i]
+                        .iter()
+                        .map(|&(a, w)| w * design[(l, a * m + i)])
+                        .sum()
+                }),
             )
         }
         _ => (yy.to_owned(), stats.b().to_owned()),
@@ -174,8 +188,8 @@ impl ModelState {
     /// `YᵀY`): Algorithm 2 on [`forward_statistics`] of everything folded so far, forgetting
     /// included. Costs O(s · p_f³) per evidence iteration whatever the number of rows.
     pub fn forward_map(&self) -> Result<ForwardMap, EstimatorError> {
-        let curves = build_up_curves(self.totals(), self.basis())?;
-        let stats = forward_statistics_with(self.totals(), self.basis(), curves.as_deref())?;
+        let positions = super::build_up::choose(self.totals(), self.basis())?;
+        let stats = forward_statistics_with(self.totals(), self.basis(), positions.as_deref())?;
         let m = self.outputs().len();
         let others = self.basis().features - self.basis().spectral;
         let config = ModelConfig {
@@ -189,81 +203,11 @@ impl ModelState {
         let mut map = ForwardMap::from_state(&ModelState::fit(&config, stats)?, m)?;
         map.scale = self.basis().scale;
         map.transform = self.basis().transform;
-        if let (Some(curves), Some(build_up)) = (curves, self.totals().build_up()) {
-            map.saturation = curves.iter().map(|&a| build_up.saturations()[a]).collect();
+        if let (Some(positions), Some(build_up)) = (positions, self.totals().build_up()) {
+            map.curves = curves_at(build_up, &positions);
         }
         Ok(map)
     }
-}
-
-/// Each dye's build-up curve for the forward map, chosen from the statistics' curves
-/// ([`crate::statistics::BuildUp`]) by the profile likelihood of the forward regressions: with
-/// `RSS_λ(a)` the least-squares residual of band `λ` when dye `i` goes through curve `a_i`,
-///
-/// ```text
-/// â = argmax_a  −(N/2) Σ_λ ln RSS_λ(a)
-/// ```
-///
-/// (each band's noise variance profiled out). Every choice has the same number of
-/// coefficients, so the likelihoods compare as they are. Coordinate ascent from the linear map:
-/// each dye in turn takes its best curve given the others', until a sweep changes nothing; a
-/// dye keeps its curve unless another is better by more than rounding. `None` without build-up
-/// statistics (states folded before them): the linear map.
-pub fn build_up_curves(
-    stats: &BatchStatistics,
-    basis: &Basis,
-) -> Result<Option<Vec<usize>>, EstimatorError> {
-    let Some(build_up) = stats.build_up() else {
-        return Ok(None);
-    };
-    let (m, curves) = (stats.outputs(), build_up.saturations().len());
-    let mut chosen = vec![0usize; m];
-    let mut best = profile_log_rss(&forward_statistics_with(stats, basis, Some(&chosen))?)?;
-    for _sweep in 0..4 {
-        let mut changed = false;
-        for i in 0..m {
-            for a in 0..curves {
-                if a == chosen[i] {
-                    continue;
-                }
-                let mut trial = chosen.clone();
-                trial[i] = a;
-                let score = profile_log_rss(&forward_statistics_with(stats, basis, Some(&trial))?)?;
-                if score < best - 1e-9 * best.abs().max(1.0) {
-                    best = score;
-                    chosen = trial;
-                    changed = true;
-                }
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    Ok(Some(chosen))
-}
-
-/// `Σ_λ ln RSS_λ` of the least-squares fits of every band of the forward statistics `f`:
-/// `RSS_λ = q_λ − b_λᵀ G⁻¹ b_λ = q_λ − ‖L⁻¹b_λ‖²` with `G + εI = LLᵀ` (`ε` a rounding-level
-/// ridge, so that a dye no row used leaves `G` factorable), floored at a rounding-level share
-/// of `q_λ`.
-fn profile_log_rss(f: &BatchStatistics) -> Result<f64, EstimatorError> {
-    let p = f.dim();
-    let trace: f64 = (0..p).map(|j| f.g()[(j, j)]).sum();
-    let ridge = 1e-12 * trace / p.max(1) as f64 + f64::MIN_POSITIVE;
-    let g = Mat::from_fn(p, p, |i, j| {
-        f.g()[(i, j)] + if i == j { ridge } else { 0.0 }
-    });
-    let l = cholesky_lower(g)?;
-    let mut z = f.b().to_owned();
-    solve_lower_triangular_in_place(l.as_ref(), z.as_mut(), Par::Seq);
-    Ok((0..z.ncols())
-        .map(|band| {
-            let q = f.q()[band];
-            let rss = q - z.col(band).squared_norm_l2();
-            rss.max(1e-12 * q + f64::MIN_POSITIVE).ln()
-        })
-        .sum())
 }
 
 /// Posterior means of the forward map `K/S(λ) = a_λ + Σ_o u_λo x_o + Σ_i k_λi c_i`.
@@ -277,8 +221,9 @@ pub struct ForwardMap {
     scale: ReflectanceScale,
     /// The model's transform from a reading to K/S, and back ([`Transform::reflectance`]).
     transform: Transform,
-    /// Each dye's build-up saturation `s` (`∞`: linear): the map is linear in `h_s(c)`.
-    saturation: Vec<f64>,
+    /// Each dye's build-up curve `h_i` ([`Curve::LINEAR`] for none): the map is linear in
+    /// `h_i(c_i)`.
+    curves: Vec<Curve>,
 }
 
 /// A matched recipe.
@@ -311,7 +256,7 @@ impl ForwardMap {
             coefficients: state.coefficients(),
             scale: ReflectanceScale::Fraction,
             transform: Transform::KubelkaMunk,
-            saturation: vec![f64::INFINITY; dyes],
+            curves: vec![Curve::LINEAR; dyes],
         })
     }
 
@@ -372,17 +317,17 @@ impl ForwardMap {
         self.transform
     }
 
-    /// Each dye's build-up saturation (`∞` for a dye whose colour the map takes as linear in
-    /// its concentration): the map's K/S is linear in `h_s(c) = s·c/(s + c)`.
-    pub fn saturation(&self) -> &[f64] {
-        &self.saturation
+    /// Each dye's build-up curve ([`Curve::is_linear`] for a dye whose colour the map takes as
+    /// linear in its concentration): the map's K/S is linear in `h_i(c_i)`.
+    pub fn curves(&self) -> &[Curve] {
+        &self.curves
     }
 
-    /// `h_{s_i}(c_i)` of every dye: what the map is linear in.
+    /// `h_i(c_i)` of every dye: what the map is linear in.
     fn built_up(&self, c: &[f64]) -> Vec<f64> {
         c.iter()
-            .zip(&self.saturation)
-            .map(|(c, s)| build_up(*c, *s))
+            .zip(&self.curves)
+            .map(|(c, h)| h.value(*c))
             .collect()
     }
 
@@ -602,17 +547,17 @@ impl MatchProblem<'_> {
             .iter()
             .zip(bounds)
             .map(|(&i, b)| {
-                let s = self.map.saturation.get(i).copied().unwrap_or(f64::INFINITY);
+                let h = self.map.curves.get(i).copied().unwrap_or(Curve::LINEAR);
                 let cap = |c: f64| {
-                    if s.is_finite() {
-                        c.min(MAX_CONCENTRATION)
-                    } else {
+                    if h.is_linear() {
                         c
+                    } else {
+                        c.min(MAX_CONCENTRATION)
                     }
                 };
                 DyeBounds {
-                    min: build_up(cap(b.min), s),
-                    max: build_up(cap(b.max), s),
+                    min: h.value(cap(b.min)),
+                    max: h.value(cap(b.max)),
                 }
             })
             .collect();
@@ -703,9 +648,9 @@ impl MatchProblem<'_> {
         let (bands, m, h) = (self.map.bands(), self.map.dyes, &self.h);
         // A dye with a build-up curve gives at most h(MAX_CONCENTRATION): an unbounded solve
         // that asks for more is answered at that amount, with that amount's residual.
-        for (u, s) in u.iter_mut().zip(&self.map.saturation) {
-            if s.is_finite() {
-                *u = u.min(build_up(MAX_CONCENTRATION, *s));
+        for (u, h) in u.iter_mut().zip(&self.map.curves) {
+            if !h.is_linear() {
+                *u = u.min(h.value(MAX_CONCENTRATION));
             }
         }
         let fitted = self.ks_built_up(&u);
@@ -733,11 +678,11 @@ impl MatchProblem<'_> {
         let residual_rms = (wrss / bands.max(1) as f64).sqrt();
         let c: Vec<f64> = u
             .iter()
-            .zip(&self.map.saturation)
-            .map(|(&u, &s)| build_up_inverse(u, s))
+            .zip(&self.map.curves)
+            .map(|(&u, h)| h.inverse(u))
             .collect();
-        for ((v, c), s) in variance.iter_mut().zip(&c).zip(&self.map.saturation) {
-            *v /= build_up_slope(*c, *s).powi(2);
+        for ((v, c), h) in variance.iter_mut().zip(&c).zip(&self.map.curves) {
+            *v /= h.slope(*c).powi(2);
         }
         if !residual_rms.is_finite()
             || variance.iter().any(|v| v.is_nan())
@@ -925,6 +870,7 @@ mod tests {
 
     use super::*;
     use crate::ReflectanceScale;
+    use crate::build_up::{Curve, choose};
     use crate::statistics::build_up;
 
     const BANDS: usize = 31;
@@ -1268,22 +1214,19 @@ mod tests {
 
     #[test]
     fn each_dye_takes_the_build_up_curve_of_its_dips_and_is_matched_through_it() {
-        // A world whose dyes saturate at 5 % owf (one of the curves) and a linear one.
+        // A world whose dyes saturate at 5 % owf (a rung of the ladder) and a linear one.
         let saturating = saturating_statistics(200, 8, 5.0);
         let basis = spectral_basis();
-        let curves = build_up_curves(&saturating, &basis).unwrap().unwrap();
-        let saturations = saturating.build_up().unwrap().saturations();
-        assert_eq!(
-            curves.iter().map(|&a| saturations[a]).collect::<Vec<_>>(),
-            [5.0; 3]
-        );
+        let positions = choose(&saturating, &basis).unwrap().unwrap();
+        assert_eq!(positions, [3.0; 3]);
         let linear = exact_statistics(200, 8);
-        assert_eq!(build_up_curves(&linear, &basis).unwrap(), Some(vec![0; 3]));
-        assert_eq!(build_up_curves(&bare(&linear), &basis).unwrap(), None);
+        assert_eq!(choose(&linear, &basis).unwrap(), Some(vec![0.0; 3]));
+        assert_eq!(choose(&bare(&linear), &basis).unwrap(), None);
 
         let state = ModelState::fit(&ModelConfig::new(basis, 3), saturating).unwrap();
         let map = state.forward_map().unwrap();
-        assert_eq!(map.saturation(), [5.0; 3]);
+        let saturations: Vec<f64> = map.curves().iter().map(Curve::saturation).collect();
+        assert_eq!(saturations, [5.0; 3]);
         let truth = [0.4, 3.5, 1.2];
         let shown: Vec<f64> = truth.iter().map(|c| build_up(*c, 5.0)).collect();
         let target = reflectance(&shown, false);
@@ -1310,6 +1253,25 @@ mod tests {
         // A target deeper than any amount of a dye gives is held at MAX_CONCENTRATION.
         let beyond = problem.ks(&[0.0, MAX_CONCENTRATION, 0.0]);
         assert!(beyond.iter().all(|k| k.is_finite()));
+    }
+
+    #[test]
+    fn a_dye_that_saturates_between_rungs_is_placed_between_them_and_matched_closely() {
+        // s = 7 lies between the rungs 10 and 5: no single rung fits these dips, a blend does.
+        let saturating = saturating_statistics(300, 9, 7.0);
+        let state = ModelState::fit(&ModelConfig::new(spectral_basis(), 3), saturating).unwrap();
+        let map = state.forward_map().unwrap();
+        for h in map.curves() {
+            assert!((h.saturation() - 7.0).abs() < 0.7, "{:?}", map.curves());
+        }
+        let truth = [0.4, 3.5, 1.2];
+        let shown: Vec<f64> = truth.iter().map(|c| build_up(*c, 7.0)).collect();
+        let matched = map
+            .match_recipe(&reflectance(&shown, false), &[0.0])
+            .unwrap();
+        for (c, t) in matched.concentration.iter().zip(&truth) {
+            assert!((c - t).abs() < 0.01 * t, "{matched:?}");
+        }
     }
 
     #[test]
