@@ -92,7 +92,7 @@ struct SimulateArgs {
     /// The physics dyed in: realistic (surface reflection by Saunderson's k1 = 0.04, k2 = 0.6;
     /// build-up saturating at 8 % owf; fabric lots differing 4 % in dye yield and 10 % in
     /// whiteness) or ideal (linear in K/S, the regression's own world).
-    #[arg(long, default_value = "ideal")]
+    #[arg(long, default_value = "realistic")]
     world: World,
     /// --evaluate: the model's transform of the spectrum, kubelka_munk or saunderson (with
     /// k1 = 0.04, k2 = 0.6, as the service's "saunderson" model spec defaults) [default:

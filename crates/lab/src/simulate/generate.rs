@@ -89,8 +89,9 @@ pub const PRODUCTION_LOTS: u64 = 1 << 47;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum World {
-    /// [`Physics::IDEAL`]: linear in K/S, the regression's own world. Still the default, which
-    /// the README's worked example and the documented figures use.
+    /// [`Physics::IDEAL`]: linear in K/S, the regression's own world. The library's default,
+    /// in which the unit tests check the pipeline exactly; `mordant simulate` defaults to
+    /// [`World::Realistic`], the world of the README's figures.
     #[default]
     Ideal,
     /// [`Physics::REALISTIC`]: surface reflection, saturating build-up, fabric lots.
