@@ -5,8 +5,9 @@ mod common;
 use common::*;
 use faer::Mat;
 use mordant::estimator::evidence::evidence;
+use mordant::estimator::forward::forward_statistics;
 use mordant::estimator::incremental::{condition, one_step};
-use mordant::estimator::recipe::{forward_statistics, nnls};
+use mordant::estimator::recipe::nnls;
 use mordant::estimator::{
     Basis, BatchStatistics, FitOptions, FittedFamily, ModelConfig, ModelState, NoisePrior,
     OutputPosterior, Prior, PriorFamily, ReflectanceScale, Transform, UpdateMethod, codec,

@@ -1,5 +1,5 @@
-//! The forward map's build-up curves: how each dye's colour grows with its concentration, and
-//! how each dye's curve is chosen from the build-up statistics.
+//! The forward map's build-up curves: how each dye's colour grows with its concentration
+//! (each dye's curve is chosen in [`crate::forward::choose`]).
 //!
 //! The statistics keep the outputs through a fixed ladder of Langmuir curves
 //! `h_s(c) = s·c/(s + c)`, `s ∈ {∞, 20, 10, 5, 2.5, 1.25}` ([`BuildUp`],
@@ -21,13 +21,7 @@
 //!
 //! Every function here is pure.
 
-use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
-use faer::{Mat, Par};
-
-use super::posterior::cholesky_lower;
-use super::recipe::forward_statistics_with;
 use super::statistics::{BuildUp, build_up, build_up_inverse, build_up_slope};
-use super::{Basis, BatchStatistics, EstimatorError};
 
 /// A dye's build-up curve `h(c) = (1 − t)·h_{s_a}(c) + t·h_{s_b}(c)` between two saturations
 /// `s_a ≥ s_b` (`∞`: linear). Increasing and concave on `c ≥ 0`, with `h(0) = 0` and
@@ -156,119 +150,6 @@ pub(crate) fn rung_weights(rungs: usize, position: f64) -> [(usize, f64); 2] {
     [(a, 1.0 - t), ((a + 1).min(last), t)]
 }
 
-/// Each dye's position along the build-up ladder for the forward map, chosen by the profile
-/// likelihood of the forward regressions: with `RSS_λ(x)` the least-squares residual of band `λ`
-/// when dye `i` goes through the curve at position `x_i`,
-///
-/// ```text
-/// x̂ = argmax_x  −(N/2) Σ_λ ln RSS_λ(x)
-/// ```
-///
-/// (each band's noise variance profiled out). Every choice has the same number of coefficients,
-/// so the likelihoods compare as they are. Coordinate ascent from the linear map: each dye in
-/// turn tries every rung, then a golden-section search between the rungs either side of its
-/// best, and moves only when that is better by more than rounding; sweeps repeat until one
-/// changes nothing (at most [`MAX_SWEEPS`]). `None` without build-up statistics (states folded
-/// before them): the linear map.
-pub fn choose(stats: &BatchStatistics, basis: &Basis) -> Result<Option<Vec<f64>>, EstimatorError> {
-    let Some(build_up) = stats.build_up() else {
-        return Ok(None);
-    };
-    let (m, last) = (stats.outputs(), build_up.saturations().len() - 1);
-    let score = |positions: &[f64]| -> Result<f64, EstimatorError> {
-        profile_log_rss(&forward_statistics_with(stats, basis, Some(positions))?)
-    };
-    let mut chosen = vec![0.0; m];
-    let mut best = score(&chosen)?;
-    let better = |score: f64, best: f64| score < best - 1e-9 * best.abs().max(1.0);
-    for _sweep in 0..MAX_SWEEPS {
-        let mut changed = false;
-        for i in 0..m {
-            let mut trial = chosen.clone();
-            for a in 0..=last {
-                trial[i] = a as f64;
-                let s = score(&trial)?;
-                if better(s, best) {
-                    (best, chosen[i], changed) = (s, trial[i], true);
-                }
-            }
-            let around = chosen[i];
-            let (lo, hi) = ((around - 1.0).max(0.0), (around + 1.0).min(last as f64));
-            let (x, s) = golden_section(lo, hi, POSITION_TOLERANCE, |x| {
-                trial[i] = x;
-                score(&trial)
-            })?;
-            if better(s, best) {
-                (best, chosen[i], changed) = (s, x, true);
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    Ok(Some(chosen))
-}
-
-/// Sweeps of [`choose`]'s coordinate ascent.
-const MAX_SWEEPS: usize = 4;
-
-/// How finely [`choose`] places a dye between rungs: a position within this of the best, whose
-/// curve differs from the best one's by less than a thousandth of the gap between the rungs.
-const POSITION_TOLERANCE: f64 = 1e-3;
-
-/// The minimum of `f` on `[lo, hi]` by golden-section search, to within `tol` in `x`: the
-/// interval shrinks by `1/φ` per evaluation, so about `ln((hi − lo)/tol) / ln φ` of them.
-/// Returns the best point evaluated and its value (`(lo, ∞)` for an empty interval).
-fn golden_section(
-    lo: f64,
-    hi: f64,
-    tol: f64,
-    mut f: impl FnMut(f64) -> Result<f64, EstimatorError>,
-) -> Result<(f64, f64), EstimatorError> {
-    const INV_PHI: f64 = 0.618_033_988_749_894_8;
-    let (mut a, mut b) = (lo, hi);
-    if b - a <= tol || b.is_nan() || a.is_nan() {
-        return Ok((lo, f64::INFINITY));
-    }
-    let (mut c, mut d) = (b - INV_PHI * (b - a), a + INV_PHI * (b - a));
-    let (mut fc, mut fd) = (f(c)?, f(d)?);
-    while b - a > tol {
-        if fc <= fd {
-            (b, d, fd) = (d, c, fc);
-            c = b - INV_PHI * (b - a);
-            fc = f(c)?;
-        } else {
-            (a, c, fc) = (c, d, fd);
-            d = a + INV_PHI * (b - a);
-            fd = f(d)?;
-        }
-    }
-    Ok(if fc <= fd { (c, fc) } else { (d, fd) })
-}
-
-/// `Σ_λ ln RSS_λ` of the least-squares fits of every band of the forward statistics `f`:
-/// `RSS_λ = q_λ − b_λᵀ G⁻¹ b_λ = q_λ − ‖L⁻¹b_λ‖²` with `G + εI = LLᵀ` (`ε` a rounding-level
-/// ridge, so that a dye no row used leaves `G` factorable), floored at a rounding-level share
-/// of `q_λ`.
-fn profile_log_rss(f: &BatchStatistics) -> Result<f64, EstimatorError> {
-    let p = f.dim();
-    let trace: f64 = (0..p).map(|j| f.g()[(j, j)]).sum();
-    let ridge = 1e-12 * trace / p.max(1) as f64 + f64::MIN_POSITIVE;
-    let g = Mat::from_fn(p, p, |i, j| {
-        f.g()[(i, j)] + if i == j { ridge } else { 0.0 }
-    });
-    let l = cholesky_lower(g)?;
-    let mut z = f.b().to_owned();
-    solve_lower_triangular_in_place(l.as_ref(), z.as_mut(), Par::Seq);
-    Ok((0..z.ncols())
-        .map(|band| {
-            let q = f.q()[band];
-            let rss = q - z.col(band).squared_norm_l2();
-            rss.max(1e-12 * q + f64::MIN_POSITIVE).ln()
-        })
-        .sum())
-}
-
 /// The curves of `positions` on the ladder of `build_up`.
 pub(crate) fn curves_at(build_up: &BuildUp, positions: &[f64]) -> Vec<Curve> {
     positions
@@ -282,7 +163,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::statistics::BuildUp;
 
     fn ladder() -> Vec<f64> {
         BuildUp::default_saturations()
@@ -359,14 +239,6 @@ mod tests {
         assert_eq!(curve.inverse(curve.limit()), f64::INFINITY);
         assert_eq!(curve.inverse(-0.5), -0.5);
         assert_eq!(Curve::at(&ladder(), 0.5).limit(), f64::INFINITY);
-    }
-
-    #[test]
-    fn golden_section_finds_a_minimum_inside_and_reports_an_empty_interval() {
-        let (x, fx) = golden_section(0.0, 2.0, 1e-6, |x| Ok((x - 1.3).powi(2))).unwrap();
-        assert!((x - 1.3).abs() < 1e-6 && fx < 1e-11, "{x} {fx}");
-        let (x, fx) = golden_section(1.0, 1.0, 1e-3, |_| Ok(0.0)).unwrap();
-        assert_eq!((x, fx), (1.0, f64::INFINITY));
     }
 
     #[test]

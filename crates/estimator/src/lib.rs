@@ -92,6 +92,7 @@ pub mod codec;
 pub mod drift;
 mod error;
 pub mod evidence;
+pub mod forward;
 pub mod grid;
 pub mod incremental;
 pub mod model;

@@ -40,10 +40,10 @@
 //! dye sites fill), so the map is linear in `h_s(c_i) = s·c_i/(s + c_i)` rather than in `c_i`,
 //! with each dye's curve a blend of two neighbours on the statistics' ladder of saturations
 //! (`∞`, the linear map, and [`crate::statistics::BUILD_UP_SATURATIONS`]), placed by the
-//! forward regressions' profile likelihood ([`crate::build_up`]). `h` is increasing, so the
-//! match solves the same quadratic in
-//! `u = h(c)`, with `c`'s bounds mapped through `h`, and answers `c = h⁻¹(u)`. Models folded
-//! before the build-up statistics existed keep the linear map.
+//! forward regressions' profile likelihood ([`crate::build_up`], [`crate::forward::choose`]).
+//! `h` is increasing, so the match solves the same quadratic in `u = h(c)`, with `c`'s bounds
+//! mapped through `h`, and answers `c = h⁻¹(u)`. Models folded before the build-up statistics
+//! existed keep the linear map.
 //!
 //! **Uncertainty.** With `J` the columns `k_λi` of the dyes the match uses (the free set `F`)
 //! and `W = diag(w)`, the covariance of `ĉ_F` is `s² (J_FᵀWJ_F)⁻¹` with
@@ -56,11 +56,11 @@ use faer::linalg::triangular_solve::{
 };
 use faer::{Mat, MatRef, Par};
 
-use super::build_up::{Curve, curves_at, rung_weights};
+use super::build_up::{Curve, curves_at};
+use super::forward::{choose, forward_statistics_with};
 use super::posterior::cholesky_lower;
 use super::{
-    Basis, BatchStatistics, EstimatorError, FitOptions, ModelConfig, ModelState, ReflectanceScale,
-    Transform,
+    Basis, EstimatorError, FitOptions, ModelConfig, ModelState, ReflectanceScale, Transform,
 };
 
 /// The smallest reflectance the match reads (as the Kubelka–Munk basis clamps it).
@@ -85,110 +85,12 @@ pub fn forward_fit_options() -> FitOptions {
     }
 }
 
-/// The statistics of the forward map of a model with a declared spectrum, from the model's own
-/// statistics.
-///
-/// The model regresses the concentrations `y` (m outputs) on `φ = [K/S_1..K/S_s, x_1..x_o, 1]`
-/// (its statistics `G = ΦᵀΦ`, `B = ΦᵀY`, `YᵀY`). The forward map regresses `K/S_λ` on
-/// `z = [y_1..y_m, x_1..x_o, 1]`; with `π(a) = s + a − m` the position in `φ` of `z_a`, `a ≥ m`:
-///
-/// ```text
-/// G_f[a, b] = (YᵀY)[a, b]        a, b < m
-///           = B[π(b), a]          a < m ≤ b   (and its mirror)
-///           = G[π(a), π(b)]       a, b ≥ m
-/// B_f[a, λ] = B[λ, a]             a < m
-///           = G[π(a), λ]          a ≥ m
-/// q_f[λ]    = G[λ, λ],  N_f = N
-/// ```
-///
-/// Every band counts as non-zero in every row (K/S is 0 only for a reading at full scale).
-pub fn forward_statistics(
-    stats: &BatchStatistics,
-    basis: &Basis,
-) -> Result<BatchStatistics, EstimatorError> {
-    forward_statistics_with(stats, basis, None)
-}
-
-/// [`forward_statistics`] with each dye `i` through the build-up curve at `positions[i]` along
-/// the statistics' ladder ([`crate::build_up::Curve::at`]; 0 the linear one): the same blocks
-/// with `y_i` replaced by `h_i(y_i) = Σ_a w_ia h_{s_a}(y_i)`, whose products are the same
-/// weighted sums of `ΨᵀΨ` and `ΦᵀΨ` ([`crate::statistics::BuildUp`]):
-///
-/// ```text
-/// (YᵀY)_f[i, j] = Σ_a Σ_b w_ia w_jb ΨᵀΨ[a·m + i, b·m + j],    B_f[·, i] = Σ_a w_ia ΦᵀΨ[·, a·m + i]
-/// ```
-///
-/// `None`, or statistics without build-up, give the linear map.
-pub fn forward_statistics_with(
-    stats: &BatchStatistics,
-    basis: &Basis,
-    positions: Option<&[f64]>,
-) -> Result<BatchStatistics, EstimatorError> {
-    if !basis.declared || basis.spectral == 0 || !basis.transform.is_kubelka_munk() {
-        return Err(EstimatorError::NoForwardMap(
-            "the model has no spectrum under the Kubelka–Munk or Saunderson transform",
-        ));
-    }
-    if !basis.intercept {
-        return Err(EstimatorError::NoForwardMap(
-            "the model has no intercept (the fabric's own K/S)",
-        ));
-    }
-    debug_assert!(basis.can_match());
-    let Some(yy) = stats.output_products() else {
-        return Err(EstimatorError::NoForwardMap(
-            "the model's statistics do not keep the outputs' cross products (folded before recipe matching)",
-        ));
-    };
-    let g = stats.g();
-    let (s, m) = (basis.spectral, stats.outputs());
-    // The dyes' blocks: linear from YᵀY and B, or through their curves from ΨᵀΨ and ΦᵀΨ.
-    let (yy, b) = match (positions, stats.build_up()) {
-        (Some(positions), Some(build_up)) => {
-            check_len("build-up curves", m, positions.len())?;
-            let rungs = build_up.saturations().len();
-            let weights: Vec<_> = positions.iter().map(|&x| rung_weights(rungs, x)).collect();
-            let (psi, design) = (build_up.gram(), build_up.design());
-            (
-                Mat::from_fn(m, m, |i, j| {
-                    let mut sum = 0.0;
-                    for &(a, wa) in &weights[i] {
-                        for &(b, wb) in &weights[j] {
-                            sum += wa * wb * psi[(a * m + i, b * m + j)];
-                        }
-                    }
-                    sum
-                }),
-                Mat::from_fn(basis.dim(), m, |l, i| {
-                    weights[i]
-                        .iter()
-                        .map(|&(a, w)| w * design[(l, a * m + i)])
-                        .sum()
-                }),
-            )
-        }
-        _ => (yy.to_owned(), stats.b().to_owned()),
-    };
-    let p_f = m + basis.dim() - s;
-    let pi = |a: usize| s + a - m;
-    let g_f = Mat::from_fn(p_f, p_f, |a, c| match (a < m, c < m) {
-        (true, true) => yy[(a, c)],
-        (true, false) => b[(pi(c), a)],
-        (false, true) => b[(pi(a), c)],
-        (false, false) => g[(pi(a), pi(c))],
-    });
-    let b_f = Mat::from_fn(p_f, s, |a, l| if a < m { b[(l, a)] } else { g[(pi(a), l)] });
-    let q_f = (0..s).map(|l| g[(l, l)]).collect();
-    let n = stats.rows();
-    Ok(BatchStatistics::from_parts(g_f, b_f, q_f, vec![n; s], n))
-}
-
 impl ModelState {
     /// The forward map of this model (a model with a declared spectrum whose statistics keep
     /// `YᵀY`): Algorithm 2 on [`forward_statistics`] of everything folded so far, forgetting
     /// included. Costs O(s · p_f³) per evidence iteration whatever the number of rows.
     pub fn forward_map(&self) -> Result<ForwardMap, EstimatorError> {
-        let positions = super::build_up::choose(self.totals(), self.basis())?;
+        let positions = choose(self.totals(), self.basis())?;
         let stats = forward_statistics_with(self.totals(), self.basis(), positions.as_deref())?;
         let m = self.outputs().len();
         let others = self.basis().features - self.basis().spectral;
@@ -869,8 +771,10 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
+    use crate::BatchStatistics;
     use crate::ReflectanceScale;
-    use crate::build_up::{Curve, choose};
+    use crate::build_up::Curve;
+    use crate::forward::{choose, forward_statistics};
     use crate::statistics::build_up;
 
     const BANDS: usize = 31;

@@ -35,7 +35,7 @@ pub struct OutputData<'a> {
 /// * optionally `YᵀY` (m × m), the cross products of the outputs. Models with a declared
 ///   spectrum keep it: with it, the normal equations of the forward map (K/S of each band as a
 ///   regression on the concentrations) are blocks of these statistics
-///   ([`super::recipe::forward_statistics`]), so recipe matching needs no second pass over the
+///   ([`super::forward::forward_statistics`]), so recipe matching needs no second pass over the
 ///   rows;
 /// * optionally the build-up statistics ([`BuildUp`]), kept with `YᵀY`: the same blocks for the
 ///   outputs passed through saturating build-up curves, from which the forward map chooses each
@@ -105,7 +105,7 @@ pub fn build_up_slope(c: f64, saturation: f64) -> f64 {
 /// ```
 ///
 /// Additive like the rest. The forward map's normal equations for any choice of one curve per
-/// output are blocks of these ([`super::recipe::forward_statistics`]).
+/// output are blocks of these ([`super::forward::forward_statistics`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct BuildUp {
     saturations: Vec<f64>,
