@@ -69,9 +69,12 @@ impl Curve {
         }
     }
 
-    /// `h(c) = (1 − t)·h_{s_a}(c) + t·h_{s_b}(c)`.
+    /// `h(c) = (1 − t)·h_{s_a}(c) + t·h_{s_b}(c)`; [`Self::limit`] at `c = ∞`.
     #[inline]
     pub fn value(&self, c: f64) -> f64 {
+        if c == f64::INFINITY {
+            return self.limit();
+        }
         self.blend(|s| build_up(c, s))
     }
 
@@ -87,9 +90,10 @@ impl Curve {
     }
 
     /// `h⁻¹(u)`: the concentration that gives `u`; `∞` for `u` at or beyond [`Self::limit`].
-    /// A single rung inverts in closed form; a blend by Newton's method from
-    /// `h_{s_a}⁻¹(u)`, which lies below the root (`h ≤ h_{s_a}`), where on a concave increasing
-    /// function each step stays below the root and the iteration climbs to it monotonically.
+    /// A single rung inverts in closed form; a blend by Newton's method from the inverse of its
+    /// flatter rung (the larger `s`, whose curve lies above the blend, so the start is below the
+    /// root), where on a concave increasing function each step stays below the root and the
+    /// iteration climbs to it monotonically.
     pub fn inverse(&self, u: f64) -> f64 {
         if self.t == 0.0 || self.lower == self.upper {
             return build_up_inverse(u, self.lower);
@@ -103,14 +107,14 @@ impl Curve {
         if u >= self.limit() {
             return f64::INFINITY;
         }
-        let mut c = build_up_inverse(u, self.lower);
+        let mut c = build_up_inverse(u, self.lower.max(self.upper));
         for _ in 0..100 {
             let step = (u - self.value(c)) / self.slope(c);
             if !step.is_finite() {
                 break;
             }
             c += step;
-            if step <= 4.0 * f64::EPSILON * c {
+            if step.abs() <= 4.0 * f64::EPSILON * c {
                 break;
             }
         }
@@ -163,6 +167,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::statistics::BuildUp;
 
     fn ladder() -> Vec<f64> {
         BuildUp::default_saturations()
@@ -238,6 +243,13 @@ mod tests {
         assert_eq!(curve.limit(), 0.5 * 5.0 + 0.5 * 2.5);
         assert_eq!(curve.inverse(curve.limit()), f64::INFINITY);
         assert_eq!(curve.inverse(-0.5), -0.5);
+        assert_eq!(curve.value(f64::INFINITY), curve.limit());
+        assert_eq!(Curve::LINEAR.value(f64::INFINITY), f64::INFINITY);
+        // Only a ladder whose rungs bend more and more can be blended along.
+        assert!(BuildUp::is_ladder(&ladder()));
+        assert!(!BuildUp::is_ladder(&[f64::INFINITY, 1.25, 20.0]));
+        assert!(!BuildUp::is_ladder(&[20.0, 10.0]));
+        assert!(!BuildUp::is_ladder(&[]));
         assert_eq!(Curve::at(&ladder(), 0.5).limit(), f64::INFINITY);
     }
 

@@ -561,9 +561,7 @@ impl<'a> Reader<'a> {
                 return Err(DecodeError::Invalid("build-up curves").into());
             }
             let saturations = self.vec(curves)?;
-            if saturations[0] != f64::INFINITY
-                || !saturations[1..].iter().all(|s| s.is_finite() && *s > 0.0)
-            {
+            if !BuildUp::is_ladder(&saturations) {
                 return Err(DecodeError::Invalid("build-up saturations").into());
             }
             let width = curves * m;
@@ -885,19 +883,23 @@ mod tests {
         let older = ModelState::fit(&ModelConfig::new(basis, 1), without).unwrap();
         assert_eq!(encode(&older)[4] as u16, FORMAT_VERSION);
         assert_eq!(decode(&encode(&older)).unwrap(), older);
-        // Saturations that are not the linear curve first and positive ones after are refused.
-        let mut forged = stats_blob.clone();
+        // Saturations that are not the linear curve first, then positive ones decreasing, are
+        // refused.
         // p = 3, m = 1, six curves: the saturations, ΨᵀΨ (21 values), ΦᵀΨ (18), the crc.
-        let at = forged.len() - 4 - 8 * (21 + 18) - 8 * 6;
-        assert_eq!(&forged[at..at + 8], &f64::INFINITY.to_le_bytes());
-        forged[at..at + 8].copy_from_slice(&2.0f64.to_le_bytes());
-        let n = forged.len();
-        let crc = crc32fast::hash(&forged[..n - 4]);
-        forged[n - 4..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(
-            decode_statistics(&forged).unwrap_err(),
-            EstimatorError::Decode(DecodeError::Invalid("build-up saturations"))
-        );
+        let at = stats_blob.len() - 4 - 8 * (21 + 18) - 8 * 6;
+        assert_eq!(&stats_blob[at..at + 8], &f64::INFINITY.to_le_bytes());
+        for (rung, forged_value) in [(0, 2.0f64), (2, 40.0)] {
+            let mut forged = stats_blob.clone();
+            let at = at + 8 * rung;
+            forged[at..at + 8].copy_from_slice(&forged_value.to_le_bytes());
+            let n = forged.len();
+            let crc = crc32fast::hash(&forged[..n - 4]);
+            forged[n - 4..].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(
+                decode_statistics(&forged).unwrap_err(),
+                EstimatorError::Decode(DecodeError::Invalid("build-up saturations"))
+            );
+        }
 
         // A Saunderson basis keeps its coefficients; a tag-2 transform with coefficients out
         // of range is refused, not misread.

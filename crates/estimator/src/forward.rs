@@ -42,7 +42,8 @@ pub fn forward_statistics(
 /// (YᵀY)_f[i, j] = Σ_a Σ_b w_ia w_jb ΨᵀΨ[a·m + i, b·m + j],    B_f[·, i] = Σ_a w_ia ΦᵀΨ[·, a·m + i]
 /// ```
 ///
-/// `None`, or statistics without build-up, give the linear map.
+/// `None`, or statistics without build-up, give the linear map. A position outside the ladder
+/// is clamped to its ends; one that is not finite is refused.
 pub fn forward_statistics_with(
     stats: &BatchStatistics,
     basis: &Basis,
@@ -69,6 +70,9 @@ pub fn forward_statistics_with(
     // The dyes' blocks: linear from YᵀY and B, or through their curves from ΨᵀΨ and ΦᵀΨ.
     let (yy, b) = match (positions, stats.build_up()) {
         (Some(positions), Some(build_up)) => {
+            if positions.iter().any(|x| !x.is_finite()) {
+                return Err(EstimatorError::NonFinite("build-up curve positions"));
+            }
             if positions.len() != m {
                 return Err(EstimatorError::Dimension {
                     what: "build-up curves",
@@ -131,7 +135,10 @@ pub fn choose(stats: &BatchStatistics, basis: &Basis) -> Result<Option<Vec<f64>>
     let Some(build_up) = stats.build_up() else {
         return Ok(None);
     };
-    let (m, last) = (stats.outputs(), build_up.saturations().len() - 1);
+    let (m, last) = (
+        stats.outputs(),
+        build_up.saturations().len().saturating_sub(1),
+    );
     let score = |positions: &[f64]| -> Result<f64, EstimatorError> {
         profile_log_rss(&forward_statistics_with(stats, basis, Some(positions))?)
     };
@@ -175,7 +182,8 @@ const POSITION_TOLERANCE: f64 = 1e-3;
 
 /// The minimum of `f` on `[lo, hi]` by golden-section search, to within `tol` in `x`: the
 /// interval shrinks by `1/φ` per evaluation, so about `ln((hi − lo)/tol) / ln φ` of them.
-/// Returns the best point evaluated and its value (`(lo, ∞)` for an empty interval).
+/// Returns the better of the two last interior points and its value (`(lo, ∞)` for an empty
+/// interval: the caller has evaluated the ends).
 fn golden_section(
     lo: f64,
     hi: f64,
@@ -228,7 +236,76 @@ fn profile_log_rss(f: &BatchStatistics) -> Result<f64, EstimatorError> {
 
 #[cfg(test)]
 mod tests {
+    use faer::Mat;
+    use rand::{Rng, SeedableRng};
+
     use super::*;
+    use crate::build_up::Curve;
+    use crate::statistics::BuildUp;
+    use crate::{ReflectanceScale, Transform};
+
+    #[test]
+    fn a_blend_s_normal_equations_are_those_of_its_rows_through_the_blended_curves() {
+        // Rows whose outputs went through each dye's curve before the statistics: the forward
+        // statistics of the blend, formed from the kept rungs, are theirs.
+        const BANDS: usize = 5;
+        let basis = Basis::spectral(
+            BANDS,
+            ReflectanceScale::Fraction,
+            BANDS + 1,
+            true,
+            Transform::KubelkaMunk,
+        );
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let rows = 60;
+        let x = Mat::from_fn(rows, BANDS + 1, |_, j| {
+            if j < BANDS {
+                rng.random_range(0.05..0.9)
+            } else {
+                f64::from(u8::from(rng.random_bool(0.5)))
+            }
+        });
+        let y = Mat::from_fn(rows, 3, |_, _| {
+            if rng.random_bool(0.3) {
+                0.0
+            } else {
+                rng.random_range(0.0..4.0)
+            }
+        });
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let ladder = BuildUp::default_saturations();
+        for positions in [[0.3, 2.57, 4.99], [0.0, 5.0, 1.5], [3.0, 0.75, 4.2]] {
+            let curves: Vec<Curve> = positions.iter().map(|&x| Curve::at(&ladder, x)).collect();
+            let bent = Mat::from_fn(rows, 3, |r, k| curves[k].value(y[(r, k)]));
+            let direct = forward_statistics(
+                &BatchStatistics::from_rows(&basis, x.as_ref(), bent.as_ref()).unwrap(),
+                &basis,
+            )
+            .unwrap();
+            let blended = forward_statistics_with(&stats, &basis, Some(&positions)).unwrap();
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-10 * (1.0 + a.abs().max(b.abs()));
+            for i in 0..direct.dim() {
+                for j in 0..direct.dim() {
+                    assert!(
+                        close(direct.g()[(i, j)], blended.g()[(i, j)]),
+                        "{positions:?} G[{i},{j}]"
+                    );
+                }
+                for l in 0..BANDS {
+                    assert!(
+                        close(direct.b()[(i, l)], blended.b()[(i, l)]),
+                        "{positions:?} B[{i},{l}]"
+                    );
+                }
+            }
+            assert_eq!(direct.q(), blended.q());
+        }
+        // A position that is not a number is refused, not taken as linear.
+        assert_eq!(
+            forward_statistics_with(&stats, &basis, Some(&[0.0, f64::NAN, 1.0])).unwrap_err(),
+            EstimatorError::NonFinite("build-up curve positions")
+        );
+    }
 
     #[test]
     fn golden_section_finds_a_minimum_inside_and_reports_an_empty_interval() {

@@ -37,8 +37,9 @@
 //! target, and predicts every dye, also the ones a recipe does not use.
 //!
 //! **Build-up.** A dye's colour grows more slowly than its concentration at depth (the fibre's
-//! dye sites fill), so the map is linear in `h_s(c_i) = s·c_i/(s + c_i)` rather than in `c_i`,
-//! with each dye's curve a blend of two neighbours on the statistics' ladder of saturations
+//! dye sites fill), so the map is linear in `h_i(c_i)` rather than in `c_i`, with each dye's
+//! curve `h_i` a blend of two neighbouring Langmuir curves `h_s(c) = s·c/(s + c)` on the
+//! statistics' ladder of saturations
 //! (`∞`, the linear map, and [`crate::statistics::BUILD_UP_SATURATIONS`]), placed by the
 //! forward regressions' profile likelihood ([`crate::build_up`], [`crate::forward::choose`]).
 //! `h` is increasing, so the match solves the same quadratic in `u = h(c)`, with `c`'s bounds
@@ -443,7 +444,7 @@ impl MatchProblem<'_> {
     ) -> Result<Option<RecipeMatch>, EstimatorError> {
         let k = dyes.len();
         check_len("bounds of the dyes", k, bounds.len())?;
-        // The problem is linear in u = h_s(c), which is increasing: c's bounds are u's through
+        // The problem is linear in u = h_i(c), which is increasing: c's bounds are u's through
         // h, and a dye with a build-up curve is held below MAX_CONCENTRATION.
         let bounds: Vec<DyeBounds> = dyes
             .iter()
@@ -543,7 +544,7 @@ impl MatchProblem<'_> {
         Ok(None)
     }
 
-    /// The solution `u = h_s(c)` as an answer: the recipe `c`, its variances with `free` the
+    /// The solution `u = h_i(c)` as an answer: the recipe `c`, its variances with `free` the
     /// dyes the fit set (module documentation; a dye with a build-up curve carries its `u`'s
     /// variance to `c` by the delta method, `var c = var u / h'(c)²`) and its residual.
     fn recipe(&self, mut u: Vec<f64>, free: &[usize]) -> Result<RecipeMatch, EstimatorError> {
@@ -604,7 +605,7 @@ impl MatchProblem<'_> {
         self.ks_built_up(&self.map.built_up(c))
     }
 
-    /// [`Self::ks`] of `u = h_s(c)`, what the map is linear in.
+    /// [`Self::ks`] of `u = h_i(c)`, what the map is linear in.
     fn ks_built_up(&self, c: &[f64]) -> Vec<f64> {
         let w = &self.map.coefficients;
         self.substrate

@@ -104,8 +104,9 @@ pub fn build_up_slope(c: f64, saturation: f64) -> f64 {
 /// ΦᵀΨ = Σ_rows φψᵀ     (p × (G+1)m)
 /// ```
 ///
-/// Additive like the rest. The forward map's normal equations for any choice of one curve per
-/// output are blocks of these ([`super::forward::forward_statistics`]).
+/// Additive like the rest. The forward map's normal equations for any blend of neighbouring
+/// curves per output are weighted sums of blocks of these
+/// ([`super::forward::forward_statistics_with`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct BuildUp {
     saturations: Vec<f64>,
@@ -140,6 +141,15 @@ impl BuildUp {
         std::iter::once(f64::INFINITY)
             .chain(BUILD_UP_SATURATIONS)
             .collect()
+    }
+
+    /// Whether `saturations` is a ladder the forward map can blend along: the linear curve
+    /// (`∞`) first, then finite positive saturations, strictly decreasing (so that neighbouring
+    /// rungs bound every blend between them, [`crate::build_up::Curve`]).
+    pub fn is_ladder(saturations: &[f64]) -> bool {
+        saturations.first() == Some(&f64::INFINITY)
+            && saturations[1..].iter().all(|s| s.is_finite() && *s > 0.0)
+            && saturations.windows(2).all(|w| w[1] < w[0])
     }
 
     /// Reassembles build-up statistics (used by the decoder).
@@ -417,9 +427,7 @@ impl BatchStatistics {
                 found: y.nrows(),
             });
         }
-        if saturations.first() != Some(&f64::INFINITY)
-            || !saturations[1..].iter().all(|s| s.is_finite() && *s > 0.0)
-        {
+        if !BuildUp::is_ladder(saturations) {
             return Err(EstimatorError::NonFinite("build-up saturations"));
         }
         let build_up = BuildUp::of(phi, y, saturations);
