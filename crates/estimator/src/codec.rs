@@ -657,6 +657,15 @@ mod tests {
         ModelState::fit(&ModelConfig::new(basis, 2), stats).unwrap()
     }
 
+    /// `bytes` with its trailing crc recomputed: a blob forged on purpose, so that the decoder
+    /// reaches the field a test altered.
+    fn reseal(mut bytes: Vec<u8>) -> Vec<u8> {
+        bytes.truncate(bytes.len() - 4);
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
     #[test]
     fn round_trip_is_exact() {
         let state = small_state();
@@ -766,12 +775,6 @@ mod tests {
         let blob = encode(&state);
         let flag_at = 4 + 2 + 4 + 1 + 1 + 1 + 4 + 1 + 4 + 1 + 1;
         assert_eq!(blob[flag_at], 1, "the zero-rows flag");
-        let reseal = |mut bytes: Vec<u8>| {
-            bytes.truncate(bytes.len() - 4);
-            let crc = crc32fast::hash(&bytes);
-            bytes.extend_from_slice(&crc.to_le_bytes());
-            bytes
-        };
         let mut bad = blob.clone();
         bad[flag_at] = 2;
         assert_eq!(
@@ -892,11 +895,8 @@ mod tests {
             let mut forged = stats_blob.clone();
             let at = at + 8 * rung;
             forged[at..at + 8].copy_from_slice(&forged_value.to_le_bytes());
-            let n = forged.len();
-            let crc = crc32fast::hash(&forged[..n - 4]);
-            forged[n - 4..].copy_from_slice(&crc.to_le_bytes());
             assert_eq!(
-                decode_statistics(&forged).unwrap_err(),
+                decode_statistics(&reseal(forged)).unwrap_err(),
                 EstimatorError::Decode(DecodeError::Invalid("build-up saturations"))
             );
         }
@@ -918,11 +918,8 @@ mod tests {
         let k1 = 4 + 2 + 4 + 1 + 1;
         assert_eq!(blob[k1 - 1], 2);
         blob[k1..k1 + 8].copy_from_slice(&1.5f64.to_le_bytes());
-        let n = blob.len();
-        let crc = crc32fast::hash(&blob[..n - 4]);
-        blob[n - 4..].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(
-            decode(&blob).unwrap_err(),
+            decode(&reseal(blob)).unwrap_err(),
             EstimatorError::Decode(DecodeError::Invalid("Saunderson coefficients"))
         );
     }
