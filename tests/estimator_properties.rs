@@ -8,6 +8,7 @@ use mordant::estimator::evidence::evidence;
 use mordant::estimator::forward::forward_statistics;
 use mordant::estimator::incremental::{condition, one_step};
 use mordant::estimator::recipe::nnls;
+use mordant::estimator::statistics::MIN_LEVEL;
 use mordant::estimator::{
     Basis, BatchStatistics, FitOptions, FittedFamily, ModelConfig, ModelState, NoisePrior,
     OutputPosterior, Prior, PriorFamily, ReflectanceScale, Transform, UpdateMethod, codec,
@@ -745,7 +746,8 @@ proptest! {
 
     /// The forward map's statistics, assembled from the model's (with `YᵀY`), equal the
     /// statistics of the forward regression computed from the rows: `z = [y, x_o, 1]` against
-    /// `K/S` of every band; and they stay so when batches are added.
+    /// `K/S` of every band, each row weighted by `1 / L²` (`L` its mean K/S, at least
+    /// `MIN_LEVEL`) and the weights scaled to sum to N; and they stay so when batches are added.
     #[test]
     fn forward_statistics_are_those_of_the_forward_regression(
         seed in any::<u64>(), n in 2usize..40, s in 1usize..8, o in 0usize..3, m in 1usize..4, cut in 0.0f64..1.0,
@@ -755,9 +757,22 @@ proptest! {
         let mut model = BatchStatistics::from_rows(&basis, rows(&x, 0..split).as_ref(), rows(&y, 0..split).as_ref()).unwrap();
         model.add(&BatchStatistics::from_rows(&basis, rows(&x, split..n).as_ref(), rows(&y, split..n).as_ref()).unwrap()).unwrap();
         let forward = forward_statistics(&model, &basis).unwrap();
-        let z = Mat::from_fn(n, m + o, |i, j| if j < m { y[(i, j)] } else { x[(i, s + j - m)] });
         let ks = Mat::from_fn(n, s, |i, l| Transform::KubelkaMunk.apply(x[(i, l)]));
-        let direct = stats(&identity_basis(m + o), &z, &ks);
+        let weight: Vec<f64> = (0..n)
+            .map(|i| (0..s).map(|l| ks[(i, l)]).sum::<f64>() / s as f64)
+            .map(|level| level.max(MIN_LEVEL).powi(-2))
+            .collect();
+        let scale = n as f64 / weight.iter().sum::<f64>();
+        let root: Vec<f64> = weight.iter().map(|w| (w * scale).sqrt()).collect();
+        let z = Mat::from_fn(n, m + o + 1, |i, j| {
+            root[i] * match j {
+                j if j < m => y[(i, j)],
+                j if j < m + o => x[(i, s + j - m)],
+                _ => 1.0,
+            }
+        });
+        let ks = Mat::from_fn(n, s, |i, l| root[i] * ks[(i, l)]);
+        let direct = stats(&Basis::new(m + o + 1, false, Transform::Identity), &z, &ks);
         prop_assert!(rel_diff(&forward.g().to_owned(), &direct.g().to_owned()) < 1e-12);
         prop_assert!(rel_diff(&forward.b().to_owned(), &direct.b().to_owned()) < 1e-12);
         prop_assert!(rel_diff_slice(forward.q(), direct.q()) < 1e-12);

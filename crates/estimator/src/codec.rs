@@ -26,6 +26,13 @@
 //! readable by the releases before. Statistics blobs likewise: version 4 is version 3 followed by
 //! the same fields.
 //!
+//! Version 8 is version 7 followed, after `ΦᵀΨ`, by their copy weighted by each row's relative
+//! precision ([`crate::statistics::Relative`]): `ΨᵀWΨ` lower triangle · `ΦᵀWΨ` p·(curves·m)
+//! f64 · rows f u32 (the basis functions after the bands) · `Φ_fᵀWΦ` f·p f64 · `Σ w φ_λ²`
+//! (p − f) f64 · `Σ w` f64, all column-major. Written for the states that keep it (models that
+//! can match recipes, folded since); statistics blobs: version 5 is version 4 followed by the
+//! same fields.
+//!
 //! The Saunderson transform (tag 2) came within version 6: only such states carry `k₁, k₂`, so
 //! every other state stays readable by the releases before it, which refuse a tag-2 state as an
 //! invalid transform rather than misread it.
@@ -65,7 +72,7 @@ use super::basis::Saunderson;
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, active_set};
 use super::prior::{FittedFamily, Prior, Smooth, kernel_factor};
-use super::statistics::{BatchStatistics, BuildUp, ZeroRows};
+use super::statistics::{BatchStatistics, BuildUp, Relative, ZeroRows};
 use super::{Basis, EstimatorError, ReflectanceScale, Transform};
 pub use crate::error::DecodeError;
 
@@ -94,6 +101,11 @@ const STATISTICS_VERSION_4: u16 = 4;
 /// zero rows. Written only for those, so every other state stays readable by the releases
 /// before it.
 const FORMAT_VERSION_BUILD_UP: u16 = 7;
+/// Model states of format 7 whose build-up statistics keep their weighted copy
+/// ([`crate::statistics::Relative`]), which follows them. Written only for those.
+const FORMAT_VERSION_RELATIVE: u16 = 8;
+/// Statistics blobs of version 4 followed by the weighted build-up statistics.
+const STATISTICS_VERSION_5: u16 = 5;
 /// Most build-up curves a blob may declare.
 const MAX_CURVES: usize = 64;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
@@ -101,10 +113,12 @@ const MAX_DIM: usize = 1 << 16;
 
 /// Encodes a model state (format version 6).
 pub fn encode(state: &ModelState) -> Vec<u8> {
-    if state.totals().build_up().is_some() {
-        encode_as(state, FORMAT_VERSION_BUILD_UP)
-    } else {
-        encode_as(state, FORMAT_VERSION)
+    match state.totals().build_up() {
+        Some(build_up) if build_up.relative().is_some() => {
+            encode_as(state, FORMAT_VERSION_RELATIVE)
+        }
+        Some(_) => encode_as(state, FORMAT_VERSION_BUILD_UP),
+        None => encode_as(state, FORMAT_VERSION),
     }
 }
 
@@ -152,7 +166,13 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
     if version >= FORMAT_VERSION {
         w.u8(u8::from(zeros));
     }
-    w.statistics(totals, products, zeros, version >= FORMAT_VERSION_BUILD_UP);
+    w.statistics(
+        totals,
+        products,
+        zeros,
+        version >= FORMAT_VERSION_BUILD_UP,
+        version >= FORMAT_VERSION_RELATIVE,
+    );
     for (output, fitted_rows) in state.outputs().iter().zip(state.fitted_rows()) {
         match output {
             OutputState::Untrained => w.u8(0),
@@ -198,6 +218,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             FORMAT_VERSION_5,
             FORMAT_VERSION,
             FORMAT_VERSION_BUILD_UP,
+            FORMAT_VERSION_RELATIVE,
         ],
     )?;
     let current = r.version >= FORMAT_VERSION_4;
@@ -262,7 +283,8 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     let zeros = r.version >= FORMAT_VERSION && r.flag("zero rows flag")?;
     let p = basis.dim();
     let build_up = r.version >= FORMAT_VERSION_BUILD_UP;
-    let totals = r.statistics(p, m, products, zeros, build_up)?;
+    let relative = r.version >= FORMAT_VERSION_RELATIVE;
+    let totals = r.statistics(p, m, products, zeros, build_up, relative)?;
     let mut outputs = Vec::with_capacity(m);
     let mut fitted_rows = Vec::with_capacity(m);
     let mut kernels = std::collections::HashMap::new();
@@ -364,8 +386,11 @@ pub fn encode_statistics(stats: &BatchStatistics) -> Vec<u8> {
         32 + 8 * (p * (p + 1) / 2 + 2 * p * m + p + 2 * m + m * (m + 1) / 2),
     ));
     let build_up = stats.build_up().is_some();
+    let relative = stats.build_up().is_some_and(|b| b.relative().is_some());
     w.bytes(STATISTICS_MAGIC);
-    w.u16(if build_up {
+    w.u16(if relative {
+        STATISTICS_VERSION_5
+    } else if build_up {
         STATISTICS_VERSION_4
     } else {
         STATISTICS_VERSION_3
@@ -374,7 +399,7 @@ pub fn encode_statistics(stats: &BatchStatistics) -> Vec<u8> {
     w.u32(m as u32);
     w.u8(u8::from(products));
     w.u8(u8::from(zeros));
-    w.statistics(stats, products, zeros, build_up);
+    w.statistics(stats, products, zeros, build_up, relative);
     w.finish()
 }
 
@@ -388,6 +413,7 @@ pub fn decode_statistics(bytes: &[u8]) -> Result<BatchStatistics, EstimatorError
             STATISTICS_VERSION_2,
             STATISTICS_VERSION_3,
             STATISTICS_VERSION_4,
+            STATISTICS_VERSION_5,
         ],
     )?;
     let p = r.u32()? as usize;
@@ -401,7 +427,8 @@ pub fn decode_statistics(bytes: &[u8]) -> Result<BatchStatistics, EstimatorError
         (r.version >= STATISTICS_VERSION_2, false)
     };
     let build_up = r.version >= STATISTICS_VERSION_4;
-    let stats = r.statistics(p, m, products, zeros, build_up)?;
+    let relative = r.version >= STATISTICS_VERSION_5;
+    let stats = r.statistics(p, m, products, zeros, build_up, relative)?;
     r.finish()?;
     Ok(stats)
 }
@@ -425,8 +452,16 @@ impl Writer {
         self.bytes(&v.to_le_bytes());
     }
     /// The statistics, with `YᵀY` when `products`, the zero rows when `zeros` and the build-up
-    /// statistics when `build_up` (each when the statistics keep it).
-    fn statistics(&mut self, stats: &BatchStatistics, products: bool, zeros: bool, build_up: bool) {
+    /// statistics when `build_up`, with their weighted copy when `relative` (each when the
+    /// statistics keep it).
+    fn statistics(
+        &mut self,
+        stats: &BatchStatistics,
+        products: bool,
+        zeros: bool,
+        build_up: bool,
+        relative: bool,
+    ) {
         let (p, m) = (stats.dim(), stats.outputs());
         self.f64(stats.rows());
         self.lower(stats.g());
@@ -453,11 +488,22 @@ impl Writer {
             self.u32(curves.saturations().len() as u32);
             curves.saturations().iter().for_each(|v| self.f64(*v));
             self.lower(curves.gram());
-            let design = curves.design();
-            for k in 0..design.ncols() {
-                for j in 0..design.nrows() {
-                    self.f64(design[(j, k)]);
-                }
+            self.columns(curves.design());
+            if let Some(weighted) = curves.relative().filter(|_| relative) {
+                self.lower(weighted.gram());
+                self.columns(weighted.design());
+                self.u32(weighted.fabric().nrows() as u32);
+                self.columns(weighted.fabric());
+                weighted.squares().iter().for_each(|v| self.f64(*v));
+                self.f64(weighted.weight());
+            }
+        }
+    }
+    /// Every entry of `a`, column by column.
+    fn columns(&mut self, a: faer::MatRef<'_, f64>) {
+        for k in 0..a.ncols() {
+            for j in 0..a.nrows() {
+                self.f64(a[(j, k)]);
             }
         }
     }
@@ -521,6 +567,7 @@ impl<'a> Reader<'a> {
         products: bool,
         zeros: bool,
         build_up: bool,
+        relative: bool,
     ) -> Result<BatchStatistics, EstimatorError> {
         let n = self.f64()?;
         let g = self.lower(p)?;
@@ -566,19 +613,39 @@ impl<'a> Reader<'a> {
             }
             let width = curves * m;
             let gram = self.lower(width)?;
-            self.ensure(p * width)?;
-            let mut design = Mat::zeros(p, width);
-            for k in 0..width {
-                for j in 0..p {
-                    design[(j, k)] = self.f64()?;
+            let design = self.columns(p, width)?;
+            let relative = if relative {
+                let gram = self.lower(width)?;
+                let design = self.columns(p, width)?;
+                let rows = self.u32()? as usize;
+                if rows == 0 || rows >= p {
+                    return Err(DecodeError::Invalid("weighted build-up rows").into());
                 }
-            }
-            stats.set_build_up(BuildUp::from_parts(saturations, gram, design));
+                let fabric = self.columns(rows, p)?;
+                let squares = self.vec(p - rows)?;
+                let weight = self.f64()?;
+                Some(Relative::from_parts(gram, design, fabric, squares, weight))
+            } else {
+                None
+            };
+            stats.set_build_up(BuildUp::from_parts(saturations, gram, design, relative));
         }
         if !stats.is_finite() || n < 0.0 {
             return Err(DecodeError::Invalid("non-finite statistics").into());
         }
         Ok(stats)
+    }
+
+    /// A `rows × cols` matrix written column by column.
+    fn columns(&mut self, rows: usize, cols: usize) -> Result<Mat<f64>, EstimatorError> {
+        self.ensure(rows * cols)?;
+        let mut a = Mat::zeros(rows, cols);
+        for k in 0..cols {
+            for j in 0..rows {
+                a[(j, k)] = self.f64()?;
+            }
+        }
+        Ok(a)
     }
 
     /// A boolean byte (0 or 1).
@@ -800,7 +867,7 @@ mod tests {
             w.u32(stats.outputs() as u32);
             w.u8(0);
             w.u8(1);
-            w.statistics(&forged, false, true, false);
+            w.statistics(&forged, false, true, false, false);
             let sealed = Writer(std::mem::take(&mut w.0)).finish();
             assert_eq!(
                 decode_statistics(&sealed),
@@ -838,7 +905,7 @@ mod tests {
             w.u16(version);
             w.u32(3);
             w.u32(2);
-            w.statistics(source, products, false, false);
+            w.statistics(source, products, false, false, false);
             let old = decode_statistics(&w.finish()).unwrap();
             assert_same_totals_but_zero_rows(&old, source);
             assert_eq!(old.output_products(), source.output_products());
@@ -867,17 +934,34 @@ mod tests {
         let y = faer::mat![[1.0], [2.0], [0.5], [0.7], [1.4], [1.1]];
         let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
         let state = ModelState::fit(&ModelConfig::new(basis, 1), stats).unwrap();
-        // A model that can match keeps the build-up statistics: format 7, and version 4 for
-        // its statistics; they round-trip, and without them the state is format 6.
-        assert!(state.totals().build_up().is_some());
+        // A model that can match keeps the build-up statistics and their weighted copy: format
+        // 8, and version 5 for its statistics; they round-trip, and without them the state is
+        // format 6.
+        assert!(state.totals().build_up().unwrap().relative().is_some());
         let blob = encode(&state);
-        assert_eq!(blob[4] as u16, FORMAT_VERSION_BUILD_UP);
+        assert_eq!(blob[4] as u16, FORMAT_VERSION_RELATIVE);
         let decoded = decode(&blob).unwrap();
         assert_eq!(*decoded.basis(), basis);
         assert_eq!(decoded, state);
-        let stats_blob = encode_statistics(state.totals());
+        assert_eq!(
+            encode_statistics(state.totals())[4] as u16,
+            STATISTICS_VERSION_5
+        );
+        assert_eq!(
+            &decode_statistics(&encode_statistics(state.totals())).unwrap(),
+            state.totals()
+        );
+        // A state of format 7 (build-up statistics without the weighted copy) reads as it was
+        // written and is written back the same way.
+        let seven = decode(&encode_as(&state, FORMAT_VERSION_BUILD_UP)).unwrap();
+        let kept = seven.totals().build_up().unwrap();
+        assert!(kept.relative().is_none());
+        assert_eq!(kept.gram(), state.totals().build_up().unwrap().gram());
+        assert_eq!(encode(&seven)[4] as u16, FORMAT_VERSION_BUILD_UP);
+        assert_eq!(decode(&encode(&seven)).unwrap(), seven);
+        let stats_blob = encode_statistics(seven.totals());
         assert_eq!(stats_blob[4] as u16, STATISTICS_VERSION_4);
-        assert_eq!(&decode_statistics(&stats_blob).unwrap(), state.totals());
+        assert_eq!(&decode_statistics(&stats_blob).unwrap(), seven.totals());
         let phi = basis.design(x.as_ref()).unwrap();
         let without = BatchStatistics::from_design(phi.as_ref(), y.as_ref())
             .unwrap()
@@ -942,10 +1026,10 @@ mod tests {
         let (mut blob, mut stats) = (encode(&state), encode_statistics(state.totals()));
         blob[4] = 9;
         stats[4] = 9;
-        assert_eq!(decode(&blob).unwrap_err(), refusal(FORMAT_VERSION_BUILD_UP));
+        assert_eq!(decode(&blob).unwrap_err(), refusal(FORMAT_VERSION_RELATIVE));
         assert_eq!(
             decode_statistics(&stats).unwrap_err(),
-            refusal(STATISTICS_VERSION_4)
+            refusal(STATISTICS_VERSION_5)
         );
     }
 

@@ -65,55 +65,100 @@ pub fn forward_statistics_with(
             "the model's statistics do not keep the outputs' cross products (folded before recipe matching)",
         ));
     };
-    let g = stats.g();
-    let (s, m) = (basis.spectral, stats.outputs());
-    // The dyes' blocks: linear from YᵀY and B, or through their curves from ΨᵀΨ and ΦᵀΨ.
-    let (yy, b) = match (positions, stats.build_up()) {
-        (Some(positions), Some(build_up)) => {
-            if positions.iter().any(|x| !x.is_finite()) {
-                return Err(EstimatorError::NonFinite("build-up curve positions"));
-            }
-            if positions.len() != m {
-                return Err(EstimatorError::Dimension {
-                    what: "build-up curves",
-                    expected: m,
-                    found: positions.len(),
-                });
-            }
-            let rungs = build_up.saturations().len();
-            let weights: Vec<_> = positions.iter().map(|&x| rung_weights(rungs, x)).collect();
-            let (psi, design) = (build_up.gram(), build_up.design());
-            (
-                Mat::from_fn(m, m, |i, j| {
-                    let mut sum = 0.0;
-                    for &(a, wa) in &weights[i] {
-                        for &(b, wb) in &weights[j] {
-                            sum += wa * wb * psi[(a * m + i, b * m + j)];
-                        }
-                    }
-                    sum
-                }),
-                Mat::from_fn(basis.dim(), m, |l, i| {
-                    weights[i]
-                        .iter()
-                        .map(|&(a, w)| w * design[(l, a * m + i)])
-                        .sum()
-                }),
-            )
+    let (s, m, n) = (basis.spectral, stats.outputs(), stats.rows());
+    if let Some(positions) = positions {
+        if positions.iter().any(|x| !x.is_finite()) {
+            return Err(EstimatorError::NonFinite("build-up curve positions"));
         }
-        _ => (yy.to_owned(), stats.b().to_owned()),
+        if positions.len() != m {
+            return Err(EstimatorError::Dimension {
+                what: "build-up curves",
+                expected: m,
+                found: positions.len(),
+            });
+        }
+    }
+    let g = stats.g();
+    let linear = || vec![[(0, 1.0), (0, 0.0)]; m];
+    // The products of the dyes' curves (ΨᵀΨ's rungs, or YᵀY), of the inputs with them (ΦᵀΨ or
+    // B), the rows of ΦᵀΦ after the bands and the bands' squares: weighted by relative
+    // precision where the statistics keep that, scaled to N rows of mean weight 1.
+    let (psi, design, fabric, squares, factor, weights) = match stats.build_up() {
+        Some(build_up) => {
+            let rungs = build_up.saturations().len();
+            let weights = positions.map_or_else(linear, |positions| {
+                positions.iter().map(|&x| rung_weights(rungs, x)).collect()
+            });
+            match build_up.relative() {
+                Some(relative) => (
+                    relative.gram(),
+                    relative.design(),
+                    relative.fabric(),
+                    relative.squares().to_vec(),
+                    if relative.weight() > 0.0 {
+                        n / relative.weight()
+                    } else {
+                        1.0
+                    },
+                    weights,
+                ),
+                None => (
+                    build_up.gram(),
+                    build_up.design(),
+                    g.subrows(s, g.nrows() - s),
+                    (0..s).map(|l| g[(l, l)]).collect(),
+                    1.0,
+                    weights,
+                ),
+            }
+        }
+        None => (
+            yy,
+            stats.b(),
+            g.subrows(s, g.nrows() - s),
+            (0..s).map(|l| g[(l, l)]).collect(),
+            1.0,
+            linear(),
+        ),
     };
     let p_f = m + basis.dim() - s;
+    // z_a's position in φ (a ≥ m), and its row in `fabric`.
     let pi = |a: usize| s + a - m;
-    let g_f = Mat::from_fn(p_f, p_f, |a, c| match (a < m, c < m) {
-        (true, true) => yy[(a, c)],
-        (true, false) => b[(pi(c), a)],
-        (false, true) => b[(pi(a), c)],
-        (false, false) => g[(pi(a), pi(c))],
+    let row = |a: usize| a - m;
+    let g_f = Mat::from_fn(p_f, p_f, |a, c| {
+        factor
+            * match (a < m, c < m) {
+                (true, true) => weights[a]
+                    .iter()
+                    .flat_map(|&(x, wx)| {
+                        weights[c]
+                            .iter()
+                            .map(move |&(y, wy)| wx * wy * psi[(x * m + a, y * m + c)])
+                    })
+                    .sum(),
+                (true, false) => weights[a]
+                    .iter()
+                    .map(|&(x, w)| w * design[(pi(c), x * m + a)])
+                    .sum(),
+                (false, true) => weights[c]
+                    .iter()
+                    .map(|&(x, w)| w * design[(pi(a), x * m + c)])
+                    .sum(),
+                (false, false) => fabric[(row(a), pi(c))],
+            }
     });
-    let b_f = Mat::from_fn(p_f, s, |a, l| if a < m { b[(l, a)] } else { g[(pi(a), l)] });
-    let q_f = (0..s).map(|l| g[(l, l)]).collect();
-    let n = stats.rows();
+    let b_f = Mat::from_fn(p_f, s, |a, l| {
+        factor
+            * if a < m {
+                weights[a]
+                    .iter()
+                    .map(|&(x, w)| w * design[(l, x * m + a)])
+                    .sum()
+            } else {
+                fabric[(row(a), l)]
+            }
+    });
+    let q_f = squares.iter().map(|v| factor * v).collect();
     Ok(BatchStatistics::from_parts(g_f, b_f, q_f, vec![n; s], n))
 }
 

@@ -1085,6 +1085,78 @@ mod tests {
             half.build_up().unwrap().design()[(3, 7)],
             0.5 * ba.design()[(3, 7)]
         );
+        // So do their weighted copies, and a sum with statistics that lack them has none.
+        let (ra, rb, rs) = (
+            ba.relative().unwrap(),
+            bb.relative().unwrap(),
+            bs.relative().unwrap(),
+        );
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-12 * y.abs().max(1.0);
+        assert!(close(rs.weight(), ra.weight() + rb.weight()));
+        for i in 0..width {
+            for j in 0..width {
+                assert!(close(
+                    rs.gram()[(i, j)],
+                    ra.gram()[(i, j)] + rb.gram()[(i, j)]
+                ));
+            }
+            for l in 0..a.dim() {
+                assert!(close(
+                    rs.design()[(l, i)],
+                    ra.design()[(l, i)] + rb.design()[(l, i)]
+                ));
+            }
+        }
+        for r in 0..rs.fabric().nrows() {
+            for l in 0..a.dim() {
+                assert!(close(
+                    rs.fabric()[(r, l)],
+                    ra.fabric()[(r, l)] + rb.fabric()[(r, l)]
+                ));
+            }
+        }
+        for (l, v) in rs.squares().iter().enumerate() {
+            assert!(close(*v, ra.squares()[l] + rb.squares()[l]));
+        }
+        let rh = half.build_up().unwrap().relative().unwrap();
+        assert_eq!(rh.weight(), 0.5 * ra.weight());
+        assert_eq!(rh.fabric()[(0, 2)], 0.5 * ra.fabric()[(0, 2)]);
+        let mut older = a.clone();
+        let b0 = older.build_up().unwrap().clone();
+        older.set_build_up(crate::statistics::BuildUp::from_parts(
+            b0.saturations().to_vec(),
+            b0.gram().to_owned(),
+            b0.design().to_owned(),
+            None,
+        ));
+        older.add(&b).unwrap();
+        assert!(older.build_up().unwrap().relative().is_none());
+        // A row weighs 1 / (its mean K/S)²: the weighted gram's intercept entry is Σ w.
+        let last = a.dim() - 1;
+        assert!(close(
+            ra.fabric()[(ra.fabric().nrows() - 1, last)],
+            ra.weight()
+        ));
+        let row: Vec<f64> = reflectance(&[0.2, 0.0, 1.5], true)
+            .into_iter()
+            .chain([1.0])
+            .collect();
+        let one = BatchStatistics::from_rows(
+            &spectral_basis(),
+            MatRef::from_row_major_slice(&row, 1, BANDS + 1),
+            MatRef::from_row_major_slice(&[0.2, 0.0, 1.5], 1, 3),
+        )
+        .unwrap();
+        let level = (0..BANDS)
+            .map(|l| Transform::KubelkaMunk.apply(row[l]))
+            .sum::<f64>()
+            / BANDS as f64;
+        let weight = one.build_up().unwrap().relative().unwrap().weight();
+        assert!(
+            close(weight, level.powi(-2)),
+            "{weight} vs {}",
+            level.powi(-2)
+        );
         // The linear curve's blocks are YᵀY and B.
         for i in 0..3 {
             for j in 0..3 {
@@ -1177,6 +1249,90 @@ mod tests {
         for (c, t) in matched.concentration.iter().zip(&truth) {
             assert!((c - t).abs() < 0.01 * t, "{matched:?}");
         }
+    }
+
+    /// A standard normal draw (Box–Muller).
+    fn standard_normal(rng: &mut rand_chacha::ChaCha8Rng) -> f64 {
+        let (u, v): (f64, f64) = (rng.random_range(1e-12..1.0), rng.random_range(0.0..1.0));
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
+    /// `rows` dips of the first fabric whose dyes build up along `h_7` (between the rungs) and
+    /// whose uptake scatters by 3 % (log-normal) about recipes log-uniform on 0.005–4: their
+    /// statistics, with or without the weighted copy.
+    fn scattered_statistics(rows: usize, seed: u64, weighted: bool) -> BatchStatistics {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let (mut recipes, mut shown) = (Vec::new(), Vec::new());
+        for _ in 0..rows {
+            let c: Vec<f64> = (0..3)
+                .map(|_| rng.random_range(0.005f64.ln()..4f64.ln()).exp())
+                .collect();
+            let taken: Vec<f64> = c
+                .iter()
+                .map(|c| build_up(c * (0.03 * standard_normal(&mut rng)).exp(), 7.0))
+                .collect();
+            recipes.push(c);
+            shown.push(taken);
+        }
+        let x = Mat::from_fn(rows, BANDS + 1, |i, j| {
+            if j < BANDS {
+                reflectance(&shown[i], false)[j]
+            } else {
+                0.0
+            }
+        });
+        let y = Mat::from_fn(rows, 3, |i, k| recipes[i][k]);
+        let mut stats =
+            BatchStatistics::from_rows(&spectral_basis(), x.as_ref(), y.as_ref()).unwrap();
+        if !weighted {
+            let b = stats.build_up().unwrap();
+            let unweighted = crate::statistics::BuildUp::from_parts(
+                b.saturations().to_vec(),
+                b.gram().to_owned(),
+                b.design().to_owned(),
+                None,
+            );
+            stats.set_build_up(unweighted);
+        }
+        stats
+    }
+
+    #[test]
+    fn the_forward_map_keeps_the_fabric_s_own_k_s_under_scatter_that_grows_with_depth() {
+        let fit = |weighted| {
+            ModelState::fit(
+                &ModelConfig::new(spectral_basis(), 3),
+                scattered_statistics(1500, 21, weighted),
+            )
+            .unwrap()
+            .forward_map()
+            .unwrap()
+        };
+        let (weighted, unweighted) = (fit(true), fit(false));
+        // The intercept is the fabric's K/S, what a pale shade is mostly made of.
+        let worst = |map: &ForwardMap| {
+            let ks = map.ks(&[0.0; 3], &[0.0]);
+            (0..BANDS)
+                .map(|l| (ks[l] / fabric_ks(false, l) - 1.0).abs())
+                .fold(0.0, f64::max)
+        };
+        let (w, u) = (worst(&weighted), worst(&unweighted));
+        // And a pale target is matched to its recipe.
+        let truth = [0.01, 0.03, 0.005];
+        let shown: Vec<f64> = truth.iter().map(|c| build_up(*c, 7.0)).collect();
+        let target = reflectance(&shown, false);
+        let error = |map: &ForwardMap| {
+            let matched = map.match_recipe(&target, &[0.0]).unwrap();
+            matched
+                .concentration
+                .iter()
+                .zip(&truth)
+                .map(|(c, t)| (c / t - 1.0).abs())
+                .fold(0.0, f64::max)
+        };
+        let (we, ue) = (error(&weighted), error(&unweighted));
+        assert!(w < 0.05 && u > 3.0 * w, "weighted {w}, unweighted {u}");
+        assert!(we < 0.02 && ue > 3.0 * we, "weighted {we}, unweighted {ue}");
     }
 
     #[test]

@@ -112,6 +112,129 @@ pub struct BuildUp {
     saturations: Vec<f64>,
     gram: Mat<f64>,
     design: Mat<f64>,
+    relative: Option<Relative>,
+}
+
+/// A row's level in [`Relative`] is at least this K/S (a reading of about 96 %, whiter than a
+/// fabric without optical brightener), so that no row's weight is unbounded.
+pub const MIN_LEVEL: f64 = 1e-3;
+
+/// The forward map's statistics once more, each row weighted by its relative precision
+///
+/// ```text
+/// w = 1 / L²,   L = max(mean_λ φ_λ, MIN_LEVEL)      (the row's mean K/S over the bands)
+/// ΨᵀWΨ,  ΦᵀWΨ,  Φ_fᵀWΦ  (f: the basis functions after the bands),  Σ w φ_λ² (bands),  Σ w
+/// ```
+///
+/// so that the forward map is fitted in relative K/S error. A dip's K/S scatters in proportion
+/// to its depth (the dye taken up varies by a few per cent from one dyeing to the next), and a
+/// colour difference follows the relative error of K/S rather than its absolute one. Fitted
+/// unweighted, the deep shades' scatter (and any misfit of the build-up curves there) sets the
+/// intercept, the fabric's own K/S, of which a pale shade is mostly made. The weight is a
+/// function of the row alone, so these statistics are additive like the rest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Relative {
+    gram: Mat<f64>,
+    design: Mat<f64>,
+    fabric: Mat<f64>,
+    squares: Vec<f64>,
+    weight: f64,
+}
+
+impl Relative {
+    /// The weighted statistics of design `phi` (its first `bands` columns the bands' K/S) and
+    /// the rows' `psi`.
+    fn of(phi: MatRef<'_, f64>, psi: MatRef<'_, f64>, bands: usize) -> Self {
+        let root: Vec<f64> = (0..phi.nrows())
+            .map(|r| {
+                let level = (0..bands).map(|l| phi[(r, l)]).sum::<f64>() / bands.max(1) as f64;
+                1.0 / level.max(MIN_LEVEL)
+            })
+            .collect();
+        let phi_w = Mat::from_fn(phi.nrows(), phi.ncols(), |r, j| root[r] * phi[(r, j)]);
+        let psi_w = Mat::from_fn(psi.nrows(), psi.ncols(), |r, j| root[r] * psi[(r, j)]);
+        let mut design = Mat::zeros(phi.ncols(), psi.ncols());
+        targets_product(design.as_mut(), phi_w.as_ref(), psi_w.as_ref());
+        let fabric = phi_w.subcols(bands, phi.ncols() - bands).transpose() * phi_w.as_ref();
+        let squares = (0..bands)
+            .map(|l| (0..phi.nrows()).map(|r| phi_w[(r, l)].powi(2)).sum())
+            .collect();
+        Self {
+            gram: gram(psi_w.as_ref()),
+            design,
+            fabric,
+            squares,
+            weight: root.iter().map(|w| w * w).sum(),
+        }
+    }
+
+    /// Reassembles the weighted statistics (used by the decoder).
+    pub(crate) fn from_parts(
+        gram: Mat<f64>,
+        design: Mat<f64>,
+        fabric: Mat<f64>,
+        squares: Vec<f64>,
+        weight: f64,
+    ) -> Self {
+        Self {
+            gram,
+            design,
+            fabric,
+            squares,
+            weight,
+        }
+    }
+
+    /// `ΨᵀWΨ` (lower triangle kept).
+    pub fn gram(&self) -> MatRef<'_, f64> {
+        self.gram.as_ref()
+    }
+
+    /// `ΦᵀWΨ`.
+    pub fn design(&self) -> MatRef<'_, f64> {
+        self.design.as_ref()
+    }
+
+    /// `Φ_fᵀWΦ`: the rows of `ΦᵀWΦ` of the basis functions after the bands.
+    pub fn fabric(&self) -> MatRef<'_, f64> {
+        self.fabric.as_ref()
+    }
+
+    /// `Σ w φ_λ²` per band.
+    pub fn squares(&self) -> &[f64] {
+        &self.squares
+    }
+
+    /// `Σ w`.
+    pub fn weight(&self) -> f64 {
+        self.weight
+    }
+
+    fn add(&mut self, other: &Relative) {
+        self.gram += &other.gram;
+        self.design += &other.design;
+        self.fabric += &other.fabric;
+        for (a, b) in self.squares.iter_mut().zip(&other.squares) {
+            *a += b;
+        }
+        self.weight += other.weight;
+    }
+
+    fn scale(&mut self, weight: f64) {
+        self.gram *= faer::Scale(weight);
+        self.design *= faer::Scale(weight);
+        self.fabric *= faer::Scale(weight);
+        self.squares.iter_mut().for_each(|v| *v *= weight);
+        self.weight *= weight;
+    }
+
+    fn is_finite(&self) -> bool {
+        all_finite(self.gram.as_ref())
+            && all_finite(self.design.as_ref())
+            && all_finite(self.fabric.as_ref())
+            && self.squares.iter().all(|v| v.is_finite())
+            && self.weight.is_finite()
+    }
 }
 
 impl BuildUp {
@@ -124,8 +247,9 @@ impl BuildUp {
         })
     }
 
-    /// The statistics of design `phi` and targets `y` through the curves `saturations`.
-    fn of(phi: MatRef<'_, f64>, y: MatRef<'_, f64>, saturations: &[f64]) -> Self {
+    /// The statistics of design `phi` (its first `bands` columns the bands' K/S) and targets
+    /// `y` through the curves `saturations`, unweighted and weighted ([`Relative`]).
+    fn of(phi: MatRef<'_, f64>, y: MatRef<'_, f64>, saturations: &[f64], bands: usize) -> Self {
         let psi = Self::psi(y, saturations);
         let mut design = Mat::zeros(phi.ncols(), psi.ncols());
         targets_product(design.as_mut(), phi, psi.as_ref());
@@ -133,6 +257,7 @@ impl BuildUp {
             saturations: saturations.to_vec(),
             gram: gram(psi.as_ref()),
             design,
+            relative: Some(Relative::of(phi, psi.as_ref(), bands)),
         }
     }
 
@@ -153,11 +278,17 @@ impl BuildUp {
     }
 
     /// Reassembles build-up statistics (used by the decoder).
-    pub(crate) fn from_parts(saturations: Vec<f64>, gram: Mat<f64>, design: Mat<f64>) -> Self {
+    pub(crate) fn from_parts(
+        saturations: Vec<f64>,
+        gram: Mat<f64>,
+        design: Mat<f64>,
+        relative: Option<Relative>,
+    ) -> Self {
         Self {
             saturations,
             gram,
             design,
+            relative,
         }
     }
 
@@ -176,18 +307,36 @@ impl BuildUp {
         self.design.as_ref()
     }
 
+    /// The weighted statistics, kept by the statistics of rows folded since they exist (a sum
+    /// with older statistics has none, and its forward map stays unweighted).
+    pub fn relative(&self) -> Option<&Relative> {
+        self.relative.as_ref()
+    }
+
     fn add(&mut self, other: &BuildUp) {
         self.gram += &other.gram;
         self.design += &other.design;
+        self.relative = match (self.relative.take(), &other.relative) {
+            (Some(mut a), Some(b)) => {
+                a.add(b);
+                Some(a)
+            }
+            _ => None,
+        };
     }
 
     fn scale(&mut self, weight: f64) {
         self.gram *= faer::Scale(weight);
         self.design *= faer::Scale(weight);
+        if let Some(relative) = &mut self.relative {
+            relative.scale(weight);
+        }
     }
 
     fn is_finite(&self) -> bool {
-        all_finite(self.gram.as_ref()) && all_finite(self.design.as_ref())
+        all_finite(self.gram.as_ref())
+            && all_finite(self.design.as_ref())
+            && self.relative.as_ref().is_none_or(Relative::is_finite)
     }
 }
 
@@ -402,20 +551,30 @@ impl BatchStatistics {
                 phi.as_ref(),
                 y,
                 &BuildUp::default_saturations(),
+                basis.spectral,
             )
         } else {
             Ok(stats)
         }
     }
 
-    /// The same statistics with the build-up statistics ([`BuildUp`]) of the design `phi` and
-    /// targets `y` they were computed from, through the curves `saturations` (`∞` first).
+    /// The same statistics with the build-up statistics ([`BuildUp`]) of the design `phi` (its
+    /// first `bands` columns the bands' K/S) and targets `y` they were computed from, through
+    /// the curves `saturations` (`∞` first).
     pub fn with_build_up(
         mut self,
         phi: MatRef<'_, f64>,
         y: MatRef<'_, f64>,
         saturations: &[f64],
+        bands: usize,
     ) -> Result<Self, EstimatorError> {
+        if bands == 0 || bands > phi.ncols() {
+            return Err(EstimatorError::Dimension {
+                what: "build-up bands",
+                expected: phi.ncols(),
+                found: bands,
+            });
+        }
         if y.ncols() != self.outputs()
             || y.nrows() != phi.nrows()
             || phi.ncols() != self.dim()
@@ -430,7 +589,7 @@ impl BatchStatistics {
         if !BuildUp::is_ladder(saturations) {
             return Err(EstimatorError::NonFinite("build-up saturations"));
         }
-        let build_up = BuildUp::of(phi, y, saturations);
+        let build_up = BuildUp::of(phi, y, saturations, bands);
         if !build_up.is_finite() {
             return Err(EstimatorError::NonFinite("build-up statistics"));
         }

@@ -281,7 +281,9 @@ impl EvaluationReport {
              | pass rate after one correction | {final_pass:.1} % ({corrected} dips corrected) |\n\
              | median ΔE00 of the first shot, after correction | {first_de:.3}, {final_de:.3} |\n\
              | median ΔE00 under A of the first shot (metamerism) | {meta:.3} |\n\
-             | first shots within tolerance under D65 that fail under A | {a_fail:.1} % |\n",
+             | first shots within tolerance under D65 that fail under A | {a_fail:.1} % |\n\
+             | the target's own dose dyed the same way: first shot, after a correction that knows \
+             the lot's yield | {dose_first:.1} %, {dose_final:.1} % |\n",
             world = o.world,
             seed = o.seed,
             train = o.train_rows,
@@ -314,6 +316,8 @@ impl EvaluationReport {
             final_de = k.median_final_de00,
             meta = k.median_metamerism_a,
             a_fail = 100.0 * k.d65_pass_a_fail,
+            dose_first = 100.0 * k.dose_first_shot_pass,
+            dose_final = 100.0 * k.dose_after_one_correction_pass,
         )
     }
 }

@@ -6,13 +6,14 @@
 //! dyed again. Every colour difference is between true colours (the dyed sample before the
 //! instrument) under D65 (pass/fail) and under A (metamerism), CIE 1964 10°.
 
+use mordant_colour::CieLab;
 use mordant_estimator::ModelState;
 use mordant_kitchen::{Colorimeter, Search, Tolerance, candidates, combinations, correct};
 use serde::Serialize;
 
 use super::SimulateError;
 use super::colour::{Illuminant, ciede2000};
-use super::generate::{PRODUCTION_LOTS, Simulator};
+use super::generate::{PRODUCTION_LOTS, Sample, Simulator};
 use super::targets::{Renderer, Targets, quantile};
 
 /// What the kitchen's day measured.
@@ -35,6 +36,13 @@ pub struct KitchenScore {
     pub median_metamerism_a: f64,
     /// Of the dyed first candidates within tolerance under D65, the share outside it under A.
     pub d65_pass_a_fail: f64,
+    /// What no recipe from the target's colour can beat by much: the dose the target took up,
+    /// dyed again with the same draws as the first candidate (lot, uptake spread, whiteness),
+    /// passes this share of the time. The model's first shot is judged against it.
+    pub dose_first_shot_pass: f64,
+    /// The same after one correction that knows the production lot's dye yield exactly (the
+    /// dose divided by it), dyed with the correction's draws: the ceiling of the correction.
+    pub dose_after_one_correction_pass: f64,
 }
 
 /// Matches, dyes and corrects every target of `targets` with the forward map of `state`.
@@ -54,8 +62,13 @@ pub(super) fn kitchen_day(
     let (mut first_de, mut final_de, mut metamerism) = (Vec::new(), Vec::new(), Vec::new());
     let (mut first_pass, mut final_pass, mut corrected) = (0usize, 0usize, 0usize);
     let (mut d65_pass, mut a_fail) = (0usize, 0usize);
+    let (mut dose_first, mut dose_final) = (0usize, 0usize);
     for (i, (dip, truth)) in targets.dips.iter().zip(&targets.truth).enumerate() {
         let substrate = dip.sample.substrate;
+        let lot = PRODUCTION_LOTS + i as u64;
+        let (first, fixed) = dose_redyed(sim, renderer, &dip.sample, lot, i as u64, truth)?;
+        dose_first += usize::from(first <= tolerance);
+        dose_final += usize::from(first <= tolerance || fixed <= tolerance);
         let truth_a =
             super::colour::lab(|nm| sim.true_reflectance(&dip.sample, nm), Illuminant::A)?;
         let row: Vec<f64> = targets.inputs.row(i).iter().copied().collect();
@@ -69,7 +82,6 @@ pub(super) fn kitchen_day(
             continue;
         };
         let recipe = &best.recipe.concentration;
-        let lot = PRODUCTION_LOTS + i as u64;
         let dyed = sim.dye(substrate, lot, recipe, 2 * i as u64, false);
         let seen = renderer.lab_of(&dyed.sample, Illuminant::D65)?;
         let de = ciede2000(truth, &seen)?;
@@ -129,7 +141,30 @@ pub(super) fn kitchen_day(
         median_final_de00: quantile(&final_de, 0.5),
         median_metamerism_a: quantile(&metamerism, 0.5),
         d65_pass_a_fail: a_fail as f64 / d65_pass.max(1) as f64,
+        dose_first_shot_pass: dose_first as f64 / n,
+        dose_after_one_correction_pass: dose_final as f64 / n,
     })
+}
+
+/// ΔE00 (D65) to the target's true colour of the dose `target` took up, dyed as target `i`'s
+/// first shot is (lot `lot`, dyeing `2i`), and of that dose divided by the lot's dye yield,
+/// dyed as its correction is (dyeing `2i + 1`). The spread no recipe can foresee is all that
+/// is left: the lot's yield and whiteness, each dyeing's uptake.
+fn dose_redyed(
+    sim: &Simulator,
+    renderer: &Renderer,
+    target: &Sample,
+    lot: u64,
+    i: u64,
+    truth: &CieLab,
+) -> Result<(f64, f64), SimulateError> {
+    let again = sim.dye(target.substrate, lot, &target.uptake, 2 * i, false);
+    let first = ciede2000(truth, &renderer.lab_of(&again.sample, Illuminant::D65)?)?;
+    let dye_yield = sim.lot(lot).dye_yield;
+    let knowing: Vec<f64> = target.uptake.iter().map(|c| c / dye_yield).collect();
+    let again = sim.dye(target.substrate, lot, &knowing, 2 * i + 1, false);
+    let fixed = ciede2000(truth, &renderer.lab_of(&again.sample, Illuminant::D65)?)?;
+    Ok((first, fixed))
 }
 
 #[cfg(test)]
@@ -179,6 +214,7 @@ mod tests {
             .kitchen;
         assert_eq!(perfect.first_shot_pass, 1.0, "{perfect:?}");
         assert_eq!(perfect.corrected, 0);
+        assert_eq!(perfect.dose_first_shot_pass, 1.0, "{perfect:?}");
         let noisy = evaluate(&options(NoiseModel::LAB), MODEL_GRID)
             .unwrap()
             .kitchen;
