@@ -142,9 +142,8 @@ struct SimulateArgs {
     /// ΔE00 (D65, CIE 1964 10°) on held-out targets.
     #[arg(long, conflicts_with_all = ["post", "forgetting_study"])]
     evaluate: bool,
-    /// Compare a model with a half-life and one without across an instrument swap. The
-    /// documented figures are --world ideal's: in the realistic world the swap's 2 % gain
-    /// change defeats a model under the saunderson transform (docs/simulate.md).
+    /// Compare a model with a half-life and one without across an instrument swap (figures for
+    /// both worlds in docs/simulate.md).
     #[arg(long, conflicts_with = "post")]
     forgetting_study: bool,
     /// Print the --evaluate or --forgetting-study report as JSON.
