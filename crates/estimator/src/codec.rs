@@ -111,7 +111,8 @@ const MAX_CURVES: usize = 64;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
 const MAX_DIM: usize = 1 << 16;
 
-/// Encodes a model state (format version 6).
+/// Encodes a model state: format 8 when its statistics keep the weighted build-up statistics,
+/// 7 when they keep the build-up statistics alone, 6 otherwise.
 pub fn encode(state: &ModelState) -> Vec<u8> {
     match state.totals().build_up() {
         Some(build_up) if build_up.relative().is_some() => {
@@ -128,7 +129,8 @@ pub fn encode_previous(state: &ModelState) -> Vec<u8> {
     encode_as(state, FORMAT_VERSION_5)
 }
 
-/// Encodes in format 6, or in format 5 or 4 for the tests of their reading.
+/// Encodes in format `version`: 8, 7 or 6 as [`encode`] picks them, or 5 or 4 for the tests of
+/// their reading.
 fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
     let basis = state.basis();
     let totals = state.totals();
@@ -285,6 +287,11 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     let build_up = r.version >= FORMAT_VERSION_BUILD_UP;
     let relative = r.version >= FORMAT_VERSION_RELATIVE;
     let totals = r.statistics(p, m, products, zeros, build_up, relative)?;
+    if let Some(weighted) = totals.build_up().and_then(|b| b.relative())
+        && !weighted.fits(p, basis.spectral)
+    {
+        return Err(DecodeError::Invalid("weighted build-up statistics").into());
+    }
     let mut outputs = Vec::with_capacity(m);
     let mut fitted_rows = Vec::with_capacity(m);
     let mut kernels = std::collections::HashMap::new();
@@ -624,7 +631,11 @@ impl<'a> Reader<'a> {
                 let fabric = self.columns(rows, p)?;
                 let squares = self.vec(p - rows)?;
                 let weight = self.f64()?;
-                Some(Relative::from_parts(gram, design, fabric, squares, weight))
+                let relative = Relative::from_parts(gram, design, fabric, squares, weight);
+                if !relative.fits(p, p - rows) || (n > 0.0 && weight <= 0.0) {
+                    return Err(DecodeError::Invalid("weighted build-up statistics").into());
+                }
+                Some(relative)
             } else {
                 None
             };
@@ -959,6 +970,44 @@ mod tests {
         assert_eq!(kept.gram(), state.totals().build_up().unwrap().gram());
         assert_eq!(encode(&seven)[4] as u16, FORMAT_VERSION_BUILD_UP);
         assert_eq!(decode(&encode(&seven)).unwrap(), seven);
+        // A negative total weight is refused, and so is a state whose weighted statistics do
+        // not split its basis as it does.
+        let mut forged = encode_statistics(state.totals());
+        let at = forged.len() - 4 - 8;
+        forged[at..at + 8].copy_from_slice(&(-1.0f64).to_le_bytes());
+        assert_eq!(
+            decode_statistics(&reseal(forged)).unwrap_err(),
+            EstimatorError::Decode(DecodeError::Invalid("weighted build-up statistics"))
+        );
+        let kept = state.totals().build_up().unwrap();
+        let weighted = kept.relative().unwrap();
+        let p = state.totals().dim();
+        let misfit = Relative::from_parts(
+            weighted.gram().to_owned(),
+            weighted.design().to_owned(),
+            Mat::zeros(1, p),
+            vec![0.0; p - 1],
+            weighted.weight(),
+        );
+        let mut totals = state.totals().clone();
+        totals.set_build_up(BuildUp::from_parts(
+            kept.saturations().to_vec(),
+            kept.gram().to_owned(),
+            kept.design().to_owned(),
+            Some(misfit),
+        ));
+        let misfit = ModelState::from_parts(
+            *state.basis(),
+            totals,
+            state.outputs().to_vec(),
+            state.predictive(),
+            state.fitted_rows().to_vec(),
+        )
+        .unwrap();
+        assert_eq!(
+            decode(&encode(&misfit)).unwrap_err(),
+            EstimatorError::Decode(DecodeError::Invalid("weighted build-up statistics"))
+        );
         let stats_blob = encode_statistics(seven.totals());
         assert_eq!(stats_blob[4] as u16, STATISTICS_VERSION_4);
         assert_eq!(&decode_statistics(&stats_blob).unwrap(), seven.totals());

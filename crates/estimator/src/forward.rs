@@ -25,7 +25,9 @@ use super::{Basis, BatchStatistics, EstimatorError};
 /// q_f[λ]    = G[λ, λ],  N_f = N
 /// ```
 ///
-/// Every band counts as non-zero in every row (K/S is 0 only for a reading at full scale).
+/// Every band counts as non-zero in every row (K/S is 0 only for a reading at full scale). The
+/// blocks are taken from the weighted copy of the statistics where they keep one
+/// ([`forward_statistics_with`]).
 pub fn forward_statistics(
     stats: &BatchStatistics,
     basis: &Basis,
@@ -44,6 +46,11 @@ pub fn forward_statistics(
 ///
 /// `None`, or statistics without build-up, give the linear map. A position outside the ladder
 /// is clamped to its ends; one that is not finite is refused.
+///
+/// Where the statistics keep the weighted copy ([`crate::statistics::Relative`]) every block
+/// above is taken from it instead, `ΦᵀWΦ`, `ΦᵀWΨ`, `ΨᵀWΨ` with each row weighted by `1/L²`, and
+/// scaled by `N / Σw`: the forward map is fitted in K/S error relative to each dip's depth, with
+/// weights of mean 1.
 pub fn forward_statistics_with(
     stats: &BatchStatistics,
     basis: &Basis,
@@ -90,6 +97,15 @@ pub fn forward_statistics_with(
                 positions.iter().map(|&x| rung_weights(rungs, x)).collect()
             });
             match build_up.relative() {
+                Some(relative)
+                    if !relative.fits(basis.dim(), s) || relative.weight() <= 0.0 && n > 0.0 =>
+                {
+                    return Err(EstimatorError::Dimension {
+                        what: "weighted build-up statistics",
+                        expected: basis.dim() - s,
+                        found: relative.fabric().nrows(),
+                    });
+                }
                 Some(relative) => (
                     relative.gram(),
                     relative.design(),
@@ -144,7 +160,8 @@ pub fn forward_statistics_with(
                     .iter()
                     .map(|&(x, w)| w * design[(pi(a), x * m + c)])
                     .sum(),
-                (false, false) => fabric[(row(a), pi(c))],
+                // The lower triangle, mirrored: G_f stays exactly symmetric.
+                (false, false) => fabric[(row(a.max(c)), pi(a.min(c)))],
             }
     });
     let b_f = Mat::from_fn(p_f, s, |a, l| {

@@ -36,12 +36,13 @@ pub struct KitchenScore {
     pub median_metamerism_a: f64,
     /// Of the dyed first candidates within tolerance under D65, the share outside it under A.
     pub d65_pass_a_fail: f64,
-    /// What no recipe from the target's colour can beat by much: the dose the target took up,
-    /// dyed again with the same draws as the first candidate (lot, uptake spread, whiteness),
-    /// passes this share of the time. The model's first shot is judged against it.
+    /// A reference for the first shot: the dose the target took up, dyed again with the same
+    /// draws as the first candidate (lot, uptake spread, whiteness), passes this share of the
+    /// time. Not a bound: a recipe can make up for the production lot's whiteness, the dose
+    /// cannot.
     pub dose_first_shot_pass: f64,
     /// The same after one correction that knows the production lot's dye yield exactly (the
-    /// dose divided by it), dyed with the correction's draws: the ceiling of the correction.
+    /// dose divided by it), dyed with the correction's draws: a reference for the correction.
     pub dose_after_one_correction_pass: f64,
 }
 
