@@ -217,6 +217,26 @@ impl ModelState {
             .collect()
     }
 
+    /// The state with one more output (appended after the others), as a new dye joins a live
+    /// model: no row learnt so far used it, so its statistics over them are exact zeros
+    /// ([`BatchStatistics::with_output_appended`]) and it is untrained until it has its
+    /// informative rows, exactly as it would be had it been declared from the start. Every
+    /// other output is unchanged.
+    pub fn with_output_appended(&self) -> Self {
+        Self {
+            basis: self.basis,
+            totals: self.totals.with_output_appended(),
+            outputs: self
+                .outputs
+                .iter()
+                .cloned()
+                .chain([OutputState::Untrained])
+                .collect(),
+            predictive: self.predictive,
+            fitted_rows: self.fitted_rows.iter().copied().chain([0.0]).collect(),
+        }
+    }
+
     /// How predictions treat σ².
     pub fn predictive(&self) -> Predictive {
         self.predictive

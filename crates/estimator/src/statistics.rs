@@ -145,6 +145,35 @@ pub struct Relative {
     weight: f64,
 }
 
+/// `a` with its curve-major columns `c·m + k` (curve `c`, output `k`) moved to `c·(m+1) + k`
+/// and a zero column at `c·(m+1) + m` for every curve: one more output, 0 in every row.
+fn widen_columns(a: MatRef<'_, f64>, m: usize) -> Mat<f64> {
+    let curves = a.ncols() / m.max(1);
+    Mat::from_fn(a.nrows(), curves * (m + 1), |r, col| {
+        let (c, k) = (col / (m + 1), col % (m + 1));
+        if k == m || m == 0 {
+            0.0
+        } else {
+            a[(r, c * m + k)]
+        }
+    })
+}
+
+/// [`widen_columns`] on both sides of a curve-major Gram matrix.
+fn widen_gram(a: MatRef<'_, f64>, m: usize) -> Mat<f64> {
+    let curves = a.ncols() / m.max(1);
+    let width = curves * (m + 1);
+    let at = |i: usize| (i / (m + 1), i % (m + 1));
+    Mat::from_fn(width, width, |i, j| {
+        let ((ci, ki), (cj, kj)) = (at(i), at(j));
+        if ki == m || kj == m || m == 0 {
+            0.0
+        } else {
+            a[(ci * m + ki, cj * m + kj)]
+        }
+    })
+}
+
 impl Relative {
     /// The weighted statistics of design `phi` (its first `bands` columns the bands' K/S) and
     /// the rows' `psi`.
@@ -186,6 +215,17 @@ impl Relative {
             fabric,
             squares,
             weight,
+        }
+    }
+
+    /// The same statistics with one more output, 0 in every row (`m` outputs before).
+    fn with_output_appended(&self, m: usize) -> Self {
+        Self {
+            gram: widen_gram(self.gram.as_ref(), m),
+            design: widen_columns(self.design.as_ref(), m),
+            fabric: self.fabric.clone(),
+            squares: self.squares.clone(),
+            weight: self.weight,
         }
     }
 
@@ -327,6 +367,20 @@ impl BuildUp {
         self.design.as_ref()
     }
 
+    /// The same statistics with one more output, 0 in every row (`m` outputs before): `h(0) = 0`
+    /// through every curve, so its rows and columns of `ΨᵀΨ` and `ΦᵀΨ` are 0.
+    fn with_output_appended(&self, m: usize) -> Self {
+        Self {
+            saturations: self.saturations.clone(),
+            gram: widen_gram(self.gram.as_ref(), m),
+            design: widen_columns(self.design.as_ref(), m),
+            relative: self
+                .relative
+                .as_ref()
+                .map(|relative| relative.with_output_appended(m)),
+        }
+    }
+
     /// The weighted statistics, kept by the statistics of rows folded since they exist (a sum
     /// with older statistics has none, and its forward map stays unweighted).
     pub fn relative(&self) -> Option<&Relative> {
@@ -379,6 +433,21 @@ pub struct ZeroRows {
 }
 
 impl ZeroRows {
+    /// One more output, 0 in every row: its squares are 0 wherever a function is.
+    fn with_output_appended(&self) -> Self {
+        let square = &self.square;
+        Self {
+            count: self.count.clone(),
+            square: Mat::from_fn(square.nrows(), square.ncols() + 1, |j, k| {
+                if k < square.ncols() {
+                    square[(j, k)]
+                } else {
+                    0.0
+                }
+            }),
+        }
+    }
+
     fn zeros(p: usize, m: usize) -> Self {
         Self {
             count: vec![0.0; p],
@@ -486,6 +555,37 @@ impl BatchStatistics {
             zero_rows: Some(ZeroRows::zeros(p, m)),
             yy: None,
             build_up: None,
+        }
+    }
+
+    /// The statistics of the same rows with one more output (appended after the others) that
+    /// was 0 in every row, as a new dye joins a range: every statistic of it is an exact 0
+    /// (`ΦᵀY`'s column, its sum of squares and non-zero count, its row and column of `YᵀY`, of
+    /// `ΨᵀΨ` and `ΦᵀΨ` and of their weighted copy, its squares over the zero rows), so the
+    /// result equals the statistics of those rows computed with the output declared from the
+    /// start.
+    pub fn with_output_appended(&self) -> Self {
+        let (p, m) = (self.dim(), self.outputs());
+        Self {
+            g: self.g.clone(),
+            b: Mat::from_fn(p, m + 1, |j, k| if k < m { self.b[(j, k)] } else { 0.0 }),
+            q: self.q.iter().copied().chain([0.0]).collect(),
+            nonzero: self.nonzero.iter().copied().chain([0.0]).collect(),
+            n: self.n,
+            zero_rows: self.zero_rows.as_ref().map(ZeroRows::with_output_appended),
+            yy: self.yy.as_ref().map(|yy| {
+                Mat::from_fn(
+                    m + 1,
+                    m + 1,
+                    |i, j| {
+                        if i < m && j < m { yy[(i, j)] } else { 0.0 }
+                    },
+                )
+            }),
+            build_up: self
+                .build_up
+                .as_ref()
+                .map(|build_up| build_up.with_output_appended(m)),
         }
     }
 
