@@ -837,6 +837,55 @@ proptest! {
         prop_assert!(rel_diff(&pa.variance, &pb.variance) < 1e-6);
     }
 
+    /// A named feature added to a live model, 0 in every row learnt before (a new fabric
+    /// indicator), is the feature declared from the start: the statistics are those rows' with
+    /// it declared, each trained output's posterior is the one-shot posterior of them with the
+    /// same hyperparameters (and the new weight's prior variance), and rows without the feature
+    /// are predicted as before.
+    #[test]
+    fn a_feature_added_later_is_the_feature_declared_from_the_start(
+        seed in any::<u64>(), n in 12usize..40, s in 2usize..7, o in 0usize..3, m in 1usize..3,
+    ) {
+        let (basis, mut x, y) = spectral_problem(seed, n, s, o + 1, m);
+        let new = s + o;
+        for i in 0..n {
+            x[(i, new)] = 0.0;
+        }
+        let old_basis = Basis::spectral(s, ReflectanceScale::Fraction, s + o, true, Transform::KubelkaMunk);
+        let old_x = Mat::from_fn(n, s + o, |i, j| x[(i, j)]);
+        let old = ModelState::fit(
+            &ModelConfig::new(old_basis, m),
+            BatchStatistics::from_rows(&old_basis, old_x.as_ref(), y.as_ref()).unwrap(),
+        ).unwrap();
+        let added = old.with_feature_appended(1.0).unwrap();
+        prop_assert_eq!(*added.basis(), basis);
+        let declared = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let got = added.totals();
+        prop_assert!(rel_diff(&declared.g().to_owned(), &got.g().to_owned()) < 1e-12);
+        prop_assert!(rel_diff(&declared.b().to_owned(), &got.b().to_owned()) < 1e-12);
+        prop_assert!(rel_diff_slice(declared.q(), got.q()) < 1e-12);
+        let (za, zb) = (declared.zero_rows().unwrap(), got.zero_rows().unwrap());
+        prop_assert_eq!(za.count(), zb.count());
+        prop_assert!(rel_diff(&za.square().to_owned(), &zb.square().to_owned()) < 1e-12);
+        let (ua, ub) = (declared.build_up().unwrap(), got.build_up().unwrap());
+        prop_assert!(rel_diff(&ua.design().to_owned(), &ub.design().to_owned()) < 1e-12);
+        let (ra, rb) = (ua.relative().unwrap(), ub.relative().unwrap());
+        prop_assert!(rel_diff(&ra.design().to_owned(), &rb.design().to_owned()) < 1e-12);
+        prop_assert!(rel_diff(&ra.fabric().to_owned(), &rb.fabric().to_owned()) < 1e-12);
+        for k in 0..m {
+            prop_assert_eq!(added.outputs()[k].posterior().is_some(), old.outputs()[k].posterior().is_some());
+            let Some(post) = added.outputs()[k].posterior() else { continue };
+            let b: Vec<f64> = (0..declared.dim()).map(|j| declared.b()[(j, k)]).collect();
+            let one_shot = OutputPosterior::from_statistics(post.prior().clone(), post.noise_variance(), declared.g(), &b).unwrap();
+            prop_assert!(rel_diff_slice(one_shot.mean(), post.mean()) < 1e-9);
+            prop_assert!(rel_diff(&one_shot.covariance(), &post.covariance()) < 1e-9);
+            prop_assert_eq!(post.mean()[new], 0.0);
+        }
+        let (before, after) = (old.predict(old_x.as_ref()).unwrap(), added.predict(x.as_ref()).unwrap());
+        prop_assert!(rel_diff(&before.mean, &after.mean) < 1e-9);
+        prop_assert!(rel_diff(&before.variance, &after.variance) < 1e-9);
+    }
+
     /// `YᵀY` survives storage, in a batch's statistics and in a model state.
     #[test]
     fn output_products_survive_encoding(seed in any::<u64>(), n in 5usize..40, s in 1usize..6, m in 1usize..4) {

@@ -237,6 +237,78 @@ impl ModelState {
         }
     }
 
+    /// The state with one more named feature (after the others, before the intercept) whose
+    /// value was 0 in every row learnt so far, as a new fabric indicator is for every dyeing
+    /// before it: the statistics are those rows' with the feature declared
+    /// ([`BatchStatistics::with_function_inserted`]), and each trained output's posterior is the
+    /// one-shot posterior of those statistics with its hyperparameters and the new weight's
+    /// prior variance: the widest of the output's other named features' (the shared one under
+    /// ridge), or `fallback` where it has none. A feature whose past values are unknown (a new
+    /// sensor) cannot be added this way. A basis whose every input is transformed (Kubelka–Munk
+    /// without a declared spectrum) takes none.
+    pub fn with_feature_appended(&self, fallback: f64) -> Result<Self, EstimatorError> {
+        let basis = self.basis;
+        if basis.transform != super::Transform::Identity && !basis.declared {
+            return Err(EstimatorError::Dimension {
+                what: "untransformed features",
+                expected: 0,
+                found: basis.features,
+            });
+        }
+        if !(fallback.is_finite() && fallback > 0.0) {
+            return Err(EstimatorError::NonFinite("prior variance of a new feature"));
+        }
+        let j = basis.features;
+        let totals = self.totals.with_function_inserted(j)?;
+        let outputs = self
+            .outputs
+            .iter()
+            .map(|output| match output {
+                OutputState::Untrained => Ok(OutputState::Untrained),
+                OutputState::Trained(post) => {
+                    let prior = post.prior();
+                    let named = |i: usize| i >= basis.spectral && i < basis.features;
+                    let widest = (0..prior.dim())
+                        .filter(|&i| named(i))
+                        .map(|i| prior.variance[i])
+                        .filter(|v| *v > 0.0 && v.is_finite())
+                        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+                    let mut variance = prior.variance.clone();
+                    variance.insert(j, widest.unwrap_or(fallback));
+                    let extended = super::Prior {
+                        variance,
+                        ..prior.clone()
+                    };
+                    // On the support, the new weight's data precision and natural mean are 0.
+                    let support = post.active();
+                    let at = support.iter().filter(|&&i| i < j).count();
+                    let precision =
+                        super::statistics::insert_row_and_column(post.precision_data(), at);
+                    let mut natural = post.natural_mean().to_vec();
+                    natural.insert(at, 0.0);
+                    Ok(OutputState::Trained(Box::new(
+                        OutputPosterior::from_natural(
+                            extended,
+                            post.noise_variance(),
+                            precision,
+                            natural,
+                        )?,
+                    )))
+                }
+            })
+            .collect::<Result<Vec<_>, EstimatorError>>()?;
+        Self::from_parts(
+            super::Basis {
+                features: basis.features + 1,
+                ..basis
+            },
+            totals,
+            outputs,
+            self.predictive,
+            self.fitted_rows.clone(),
+        )
+    }
+
     /// How predictions treat σ².
     pub fn predictive(&self) -> Predictive {
         self.predictive

@@ -159,6 +159,28 @@ fn widen_columns(a: MatRef<'_, f64>, m: usize) -> Mat<f64> {
     })
 }
 
+/// `a` with a zero row inserted at `j`.
+fn insert_row(a: MatRef<'_, f64>, j: usize) -> Mat<f64> {
+    Mat::from_fn(a.nrows() + 1, a.ncols(), |r, c| match r.cmp(&j) {
+        std::cmp::Ordering::Less => a[(r, c)],
+        std::cmp::Ordering::Equal => 0.0,
+        std::cmp::Ordering::Greater => a[(r - 1, c)],
+    })
+}
+
+/// `a` with a zero row and a zero column inserted at `j`.
+pub(crate) fn insert_row_and_column(a: MatRef<'_, f64>, j: usize) -> Mat<f64> {
+    let at = |i: usize| match i.cmp(&j) {
+        std::cmp::Ordering::Less => Some(i),
+        std::cmp::Ordering::Equal => None,
+        std::cmp::Ordering::Greater => Some(i - 1),
+    };
+    Mat::from_fn(a.nrows() + 1, a.ncols() + 1, |r, c| match (at(r), at(c)) {
+        (Some(r), Some(c)) => a[(r, c)],
+        _ => 0.0,
+    })
+}
+
 /// [`widen_columns`] on both sides of a curve-major Gram matrix.
 fn widen_gram(a: MatRef<'_, f64>, m: usize) -> Mat<f64> {
     let curves = a.ncols() / m.max(1);
@@ -224,6 +246,24 @@ impl Relative {
             gram: widen_gram(self.gram.as_ref(), m),
             design: widen_columns(self.design.as_ref(), m),
             fabric: self.fabric.clone(),
+            squares: self.squares.clone(),
+            weight: self.weight,
+        }
+    }
+
+    /// The same statistics with a basis function inserted at `j` (after the bands) that was 0
+    /// in every row.
+    fn with_function_inserted(&self, j: usize) -> Self {
+        let bands = self.squares.len();
+        let fabric = insert_row(self.fabric.as_ref(), j - bands);
+        Self {
+            gram: self.gram.clone(),
+            design: insert_row(self.design.as_ref(), j),
+            fabric: Mat::from_fn(fabric.nrows(), fabric.ncols() + 1, |r, c| match c.cmp(&j) {
+                std::cmp::Ordering::Less => fabric[(r, c)],
+                std::cmp::Ordering::Equal => 0.0,
+                std::cmp::Ordering::Greater => fabric[(r, c - 1)],
+            }),
             squares: self.squares.clone(),
             weight: self.weight,
         }
@@ -381,6 +421,20 @@ impl BuildUp {
         }
     }
 
+    /// The same statistics with a basis function inserted at `j` (after the bands) that was 0
+    /// in every row.
+    fn with_function_inserted(&self, j: usize) -> Self {
+        Self {
+            saturations: self.saturations.clone(),
+            gram: self.gram.clone(),
+            design: insert_row(self.design.as_ref(), j),
+            relative: self
+                .relative
+                .as_ref()
+                .map(|relative| relative.with_function_inserted(j)),
+        }
+    }
+
     /// The weighted statistics, kept by the statistics of rows folded since they exist (a sum
     /// with older statistics has none, and its forward map stays unweighted).
     pub fn relative(&self) -> Option<&Relative> {
@@ -433,6 +487,22 @@ pub struct ZeroRows {
 }
 
 impl ZeroRows {
+    /// A basis function inserted at `j` that was 0 in every one of `n` rows, whose outputs'
+    /// sums of squares are `q`: it is 0 in all of them, with all of their squares.
+    fn with_function_inserted(&self, j: usize, n: f64, q: &[f64]) -> Self {
+        let mut count = self.count.clone();
+        count.insert(j, n);
+        let square = &self.square;
+        Self {
+            count,
+            square: Mat::from_fn(square.nrows() + 1, square.ncols(), |r, k| match r.cmp(&j) {
+                std::cmp::Ordering::Less => square[(r, k)],
+                std::cmp::Ordering::Equal => q[k],
+                std::cmp::Ordering::Greater => square[(r - 1, k)],
+            }),
+        }
+    }
+
     /// One more output, 0 in every row: its squares are 0 wherever a function is.
     fn with_output_appended(&self) -> Self {
         let square = &self.square;
@@ -587,6 +657,43 @@ impl BatchStatistics {
                 .as_ref()
                 .map(|build_up| build_up.with_output_appended(m)),
         }
+    }
+
+    /// The statistics of the same rows with a basis function inserted at `j` that was 0 in
+    /// every row, as a new fabric indicator is for every dyeing before it: its row and column of
+    /// `G`, its row of `B` and of `ΦᵀΨ` (and of their weighted copies) are exact zeros, and it
+    /// was 0 in all `N` rows with all of each output's sum of squares. `j` must not fall among
+    /// the bands of the weighted build-up statistics.
+    pub fn with_function_inserted(&self, j: usize) -> Result<Self, EstimatorError> {
+        let p = self.dim();
+        let bands = self
+            .build_up
+            .as_ref()
+            .and_then(BuildUp::relative)
+            .map_or(0, |relative| relative.squares.len());
+        if j > p || j < bands {
+            return Err(EstimatorError::Dimension {
+                what: "inserted basis function",
+                expected: p,
+                found: j,
+            });
+        }
+        Ok(Self {
+            g: insert_row_and_column(self.g.as_ref(), j),
+            b: insert_row(self.b.as_ref(), j),
+            q: self.q.clone(),
+            nonzero: self.nonzero.clone(),
+            n: self.n,
+            zero_rows: self
+                .zero_rows
+                .as_ref()
+                .map(|zeros| zeros.with_function_inserted(j, self.n, &self.q)),
+            yy: self.yy.clone(),
+            build_up: self
+                .build_up
+                .as_ref()
+                .map(|build_up| build_up.with_function_inserted(j)),
+        })
     }
 
     /// Statistics of the rows of a design matrix `phi` (rows × p) and targets `y` (rows × m),
