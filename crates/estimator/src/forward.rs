@@ -86,7 +86,8 @@ pub fn forward_statistics_with(
         }
     }
     let g = stats.g();
-    let linear = || vec![[(0, 1.0), (0, 0.0)]; m];
+    // Every dye through rung 0, the linear curve (a ladder of that rung alone).
+    let linear = || vec![rung_weights(1, 0.0); m];
     // The products of the dyes' curves (ΨᵀΨ's rungs, or YᵀY), of the inputs with them (ΦᵀΨ or
     // B), the rows of ΦᵀΦ after the bands and the bands' squares: weighted by relative
     // precision where the statistics keep that, scaled to N rows of mean weight 1.

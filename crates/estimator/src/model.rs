@@ -283,7 +283,7 @@ impl ModelState {
                     let support = post.active();
                     let at = support.iter().filter(|&&i| i < j).count();
                     let precision =
-                        super::statistics::insert_row_and_column(post.precision_data(), at);
+                        super::statistics::insert_zeros(post.precision_data(), Some(at), Some(at));
                     let mut natural = post.natural_mean().to_vec();
                     natural.insert(at, 0.0);
                     Ok(OutputState::Trained(Box::new(

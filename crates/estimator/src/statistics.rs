@@ -159,26 +159,26 @@ fn widen_columns(a: MatRef<'_, f64>, m: usize) -> Mat<f64> {
     })
 }
 
-/// `a` with a zero row inserted at `j`.
-fn insert_row(a: MatRef<'_, f64>, j: usize) -> Mat<f64> {
-    Mat::from_fn(a.nrows() + 1, a.ncols(), |r, c| match r.cmp(&j) {
-        std::cmp::Ordering::Less => a[(r, c)],
-        std::cmp::Ordering::Equal => 0.0,
-        std::cmp::Ordering::Greater => a[(r - 1, c)],
-    })
-}
-
-/// `a` with a zero row and a zero column inserted at `j`.
-pub(crate) fn insert_row_and_column(a: MatRef<'_, f64>, j: usize) -> Mat<f64> {
-    let at = |i: usize| match i.cmp(&j) {
-        std::cmp::Ordering::Less => Some(i),
-        std::cmp::Ordering::Equal => None,
-        std::cmp::Ordering::Greater => Some(i - 1),
+/// `a` with a zero row inserted at `row` and a zero column at `column`, where given.
+pub(crate) fn insert_zeros(
+    a: MatRef<'_, f64>,
+    row: Option<usize>,
+    column: Option<usize>,
+) -> Mat<f64> {
+    // The index in `a` of position `i` of the result, or None at the inserted one.
+    let from = |i: usize, at: Option<usize>| match at.map(|at| i.cmp(&at)) {
+        None | Some(std::cmp::Ordering::Less) => Some(i),
+        Some(std::cmp::Ordering::Equal) => None,
+        Some(std::cmp::Ordering::Greater) => Some(i - 1),
     };
-    Mat::from_fn(a.nrows() + 1, a.ncols() + 1, |r, c| match (at(r), at(c)) {
-        (Some(r), Some(c)) => a[(r, c)],
-        _ => 0.0,
-    })
+    Mat::from_fn(
+        a.nrows() + usize::from(row.is_some()),
+        a.ncols() + usize::from(column.is_some()),
+        |r, c| match (from(r, row), from(c, column)) {
+            (Some(r), Some(c)) => a[(r, c)],
+            _ => 0.0,
+        },
+    )
 }
 
 /// [`widen_columns`] on both sides of a curve-major Gram matrix.
@@ -255,15 +255,10 @@ impl Relative {
     /// in every row.
     fn with_function_inserted(&self, j: usize) -> Self {
         let bands = self.squares.len();
-        let fabric = insert_row(self.fabric.as_ref(), j - bands);
         Self {
             gram: self.gram.clone(),
-            design: insert_row(self.design.as_ref(), j),
-            fabric: Mat::from_fn(fabric.nrows(), fabric.ncols() + 1, |r, c| match c.cmp(&j) {
-                std::cmp::Ordering::Less => fabric[(r, c)],
-                std::cmp::Ordering::Equal => 0.0,
-                std::cmp::Ordering::Greater => fabric[(r, c - 1)],
-            }),
+            design: insert_zeros(self.design.as_ref(), Some(j), None),
+            fabric: insert_zeros(self.fabric.as_ref(), Some(j - bands), Some(j)),
             squares: self.squares.clone(),
             weight: self.weight,
         }
@@ -427,7 +422,7 @@ impl BuildUp {
         Self {
             saturations: self.saturations.clone(),
             gram: self.gram.clone(),
-            design: insert_row(self.design.as_ref(), j),
+            design: insert_zeros(self.design.as_ref(), Some(j), None),
             relative: self
                 .relative
                 .as_ref()
@@ -492,29 +487,18 @@ impl ZeroRows {
     fn with_function_inserted(&self, j: usize, n: f64, q: &[f64]) -> Self {
         let mut count = self.count.clone();
         count.insert(j, n);
-        let square = &self.square;
-        Self {
-            count,
-            square: Mat::from_fn(square.nrows() + 1, square.ncols(), |r, k| match r.cmp(&j) {
-                std::cmp::Ordering::Less => square[(r, k)],
-                std::cmp::Ordering::Equal => q[k],
-                std::cmp::Ordering::Greater => square[(r - 1, k)],
-            }),
+        let mut square = insert_zeros(self.square.as_ref(), Some(j), None);
+        for (k, v) in q.iter().enumerate() {
+            square[(j, k)] = *v;
         }
+        Self { count, square }
     }
 
     /// One more output, 0 in every row: its squares are 0 wherever a function is.
     fn with_output_appended(&self) -> Self {
-        let square = &self.square;
         Self {
             count: self.count.clone(),
-            square: Mat::from_fn(square.nrows(), square.ncols() + 1, |j, k| {
-                if k < square.ncols() {
-                    square[(j, k)]
-                } else {
-                    0.0
-                }
-            }),
+            square: insert_zeros(self.square.as_ref(), None, Some(self.square.ncols())),
         }
     }
 
@@ -635,23 +619,18 @@ impl BatchStatistics {
     /// result equals the statistics of those rows computed with the output declared from the
     /// start.
     pub fn with_output_appended(&self) -> Self {
-        let (p, m) = (self.dim(), self.outputs());
+        let m = self.outputs();
         Self {
             g: self.g.clone(),
-            b: Mat::from_fn(p, m + 1, |j, k| if k < m { self.b[(j, k)] } else { 0.0 }),
+            b: insert_zeros(self.b.as_ref(), None, Some(m)),
             q: self.q.iter().copied().chain([0.0]).collect(),
             nonzero: self.nonzero.iter().copied().chain([0.0]).collect(),
             n: self.n,
             zero_rows: self.zero_rows.as_ref().map(ZeroRows::with_output_appended),
-            yy: self.yy.as_ref().map(|yy| {
-                Mat::from_fn(
-                    m + 1,
-                    m + 1,
-                    |i, j| {
-                        if i < m && j < m { yy[(i, j)] } else { 0.0 }
-                    },
-                )
-            }),
+            yy: self
+                .yy
+                .as_ref()
+                .map(|yy| insert_zeros(yy.as_ref(), Some(m), Some(m))),
             build_up: self
                 .build_up
                 .as_ref()
@@ -679,8 +658,8 @@ impl BatchStatistics {
             });
         }
         Ok(Self {
-            g: insert_row_and_column(self.g.as_ref(), j),
-            b: insert_row(self.b.as_ref(), j),
+            g: insert_zeros(self.g.as_ref(), Some(j), Some(j)),
+            b: insert_zeros(self.b.as_ref(), Some(j), None),
             q: self.q.clone(),
             nonzero: self.nonzero.clone(),
             n: self.n,
