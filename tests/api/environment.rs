@@ -94,7 +94,11 @@ fn addr(port: u16) -> String {
 async fn mordant_addr_is_where_the_service_listens() {
     let dir = temp_dir();
     let url = format!("sqlite://{}", dir.join("m.db").display());
-    let (plain, layered) = (free_port(), free_port());
+    // The layered address is held by this test: had server.addr won, the service could not
+    // bind and would exit, and no other process can answer there in the meantime.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    let layered = held.local_addr().expect("local address").port();
+    let plain = free_port();
     let mut child = serve(
         &format!("http://{}", addr(plain)),
         &[
@@ -104,12 +108,17 @@ async fn mordant_addr_is_where_the_service_listens() {
         ],
     )
     .await;
-    let elsewhere = reqwest::Client::new()
-        .get(format!("http://{}/healthz", addr(layered)))
-        .timeout(Duration::from_secs(2))
+    let health = reqwest::Client::new()
+        .get(format!("http://{}/healthz", addr(plain)))
         .send()
-        .await;
-    assert!(elsewhere.is_err(), "MORDANT_ADDR wins over server.addr");
+        .await
+        .expect("healthz on MORDANT_ADDR");
+    assert_eq!(health.status(), StatusCode::OK, "MORDANT_ADDR wins over server.addr");
+    assert!(
+        child.try_wait().expect("status").is_none(),
+        "the service runs on MORDANT_ADDR, not on the held server.addr"
+    );
+    drop(held);
     child.kill().await.expect("kill");
     let _ = std::fs::remove_dir_all(dir);
 }
