@@ -46,6 +46,17 @@ impl CachedModel {
             state,
         }
     }
+
+    /// What orders the states a name has had: the model's id, its version, and how far its
+    /// specification has grown (an untrained model gains outputs or features at version 0).
+    fn order(&self) -> (i64, i64, usize) {
+        (self.id, self.version, growth(&self.spec))
+    }
+}
+
+/// How many outputs and named features a specification has: it only grows.
+fn growth(spec: &ModelSpec) -> usize {
+    spec.outputs.len() + spec.features.len()
 }
 
 /// A version's forward map, and the colour of spectra on its bands when they cover the visible
@@ -56,8 +67,8 @@ pub struct Matching {
     pub colorimeter: Option<Colorimeter>,
 }
 
-/// Model ids only grow (an identity column), so `(id, version)` orders every state a name has
-/// ever had: a put that is not newer than what the cache holds is stale and ignored, and a
+/// Model ids only grow (an identity column), and so do a model's versions and its specification,
+/// so `(id, version, growth)` orders every state a name has ever had: a put that is not newer than what the cache holds is stale and ignored, and a
 /// deleted id is remembered so a late put (a fold that committed just before the delete)
 /// cannot bring it back.
 #[derive(Debug, Default)]
@@ -104,7 +115,7 @@ impl PosteriorCache {
         let newer = inner
             .models
             .get(&name)
-            .is_none_or(|old| (model.id, model.version) > (old.id, old.version));
+            .is_none_or(|old| model.order() > old.order());
         if newer {
             inner.models.insert(name, Arc::new(model));
         }
@@ -191,7 +202,7 @@ impl PosteriorCache {
         };
         if self
             .get(spec.name.as_str())
-            .is_some_and(|m| (m.id, m.version) >= (id, version))
+            .is_some_and(|m| m.order() >= (id, version, growth(&spec)))
         {
             return Ok(());
         }
@@ -298,5 +309,39 @@ async fn sync_keys(keys: &KeyRing, store: &Store) -> Result<(), StoreError> {
         keys.sync(store).await
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec(outputs: &[&str]) -> ModelSpec {
+        ModelSpec::parse(&json!({"name": "lab", "features": ["r400"], "outputs": outputs}))
+            .expect("a valid specification")
+    }
+
+    fn outputs(cache: &PosteriorCache) -> usize {
+        cache.get("lab").expect("cached").spec.outputs.len()
+    }
+
+    /// An untrained model grows at version 0: the grown specification replaces the cached one,
+    /// and a stale read of the smaller one (a sync that read the database before) does not
+    /// bring it back.
+    #[test]
+    fn a_grown_specification_replaces_the_cached_one_and_a_stale_one_does_not() {
+        let cache = PosteriorCache::default();
+        cache.put(CachedModel::new(1, spec(&["red"]), 0, None));
+        cache.put(CachedModel::new(1, spec(&["red", "blue"]), 0, None));
+        assert_eq!(outputs(&cache), 2);
+        cache.put(CachedModel::new(1, spec(&["red"]), 0, None));
+        assert_eq!(outputs(&cache), 2);
+        // A later version wins; an older one does not, whatever its specification.
+        cache.put(CachedModel::new(1, spec(&["red", "blue"]), 1, None));
+        cache.put(CachedModel::new(1, spec(&["red", "blue", "navy"]), 0, None));
+        assert_eq!(cache.get("lab").expect("cached").version, 1);
+        assert_eq!(outputs(&cache), 2);
     }
 }

@@ -328,7 +328,7 @@ fn rows_of(queued: &[QueuedBatch], seqs: &[i64]) -> i64 {
 
 /// The model's current state: from the cache when it holds that version, else read from the
 /// database.
-async fn current_state(
+pub(crate) async fn current_state(
     lock: &mut ModelLock,
     cache: &PosteriorCache,
 ) -> Result<Option<Arc<ModelState>>, StoreError> {

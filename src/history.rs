@@ -24,7 +24,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::cache::{CachedModel, PosteriorCache};
-use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec};
+use crate::estimator::{Basis, BatchStatistics, ModelConfig, ModelState, codec};
 use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin};
 
 /// What a queued batch was stored as.
@@ -55,7 +55,8 @@ impl<'a> Source<'a> {
     }
 }
 
-/// A stored batch's statistics, checked against the model's shape.
+/// A stored batch's statistics in the model's shape. A batch stored before the model gained
+/// outputs or named features is widened to it ([`widen_statistics`]).
 pub fn decode_batch(source: Source<'_>, config: &ModelConfig) -> Result<BatchStatistics, String> {
     let stats = match source {
         Source::Statistics(blob) => {
@@ -71,14 +72,86 @@ pub fn decode_batch(source: Source<'_>, config: &ModelConfig) -> Result<BatchSta
             if !x.len().is_multiple_of(8) || !y.len().is_multiple_of(8) {
                 return Err("stored rows: not a whole number of values".to_owned());
             }
-            BatchStatistics::from_row_major(&config.basis, rows, &values(x), &values(y))
+            // The rows' own width: the model's inputs when they were stored.
+            let width = match rows {
+                0 => 0,
+                n => x.len() / 8 / n,
+            };
+            let basis = &config.basis;
+            if width > basis.features || width < basis.spectral {
+                return Err("stored rows do not match the model's shape".to_owned());
+            }
+            let basis = Basis {
+                features: width,
+                ..*basis
+            };
+            BatchStatistics::from_row_major(&basis, rows, &values(x), &values(y))
                 .map_err(|e| format!("stored rows: {e}"))?
         }
     };
-    if stats.dim() != config.basis.dim() || stats.outputs() != config.outputs {
-        return Err("stored statistics do not match the model's shape".to_owned());
+    widen_statistics(stats, config)
+}
+
+/// Statistics of rows learnt before the model gained outputs or named features, in the model's
+/// present shape: each named feature added since was 0 in those rows, and each output added
+/// since was used by none of them, so their statistics are exact zeros
+/// ([`BatchStatistics::with_function_inserted`], [`BatchStatistics::with_output_appended`])
+/// and the result is what the rows give with every column declared from the start.
+pub fn widen_statistics(
+    mut stats: BatchStatistics,
+    config: &ModelConfig,
+) -> Result<BatchStatistics, String> {
+    let basis = &config.basis;
+    let intercept = usize::from(basis.intercept);
+    let mismatch = || "stored statistics do not match the model's shape".to_owned();
+    if stats.dim() > basis.dim()
+        || stats.dim() < basis.spectral + intercept
+        || stats.outputs() > config.outputs
+    {
+        return Err(mismatch());
+    }
+    while stats.dim() < basis.dim() {
+        // The named features end where the intercept (if any) begins.
+        let at = stats.dim() - intercept;
+        stats = stats
+            .with_function_inserted(at)
+            .map_err(|e| format!("{}: {e}", mismatch()))?;
+    }
+    while stats.outputs() < config.outputs {
+        stats = stats.with_output_appended();
     }
     Ok(stats)
+}
+
+/// A state of the model before it gained outputs or named features, in the model's present
+/// shape ([`ModelState::with_feature_appended`], [`ModelState::with_output_appended`]): what
+/// a restore of an older version makes current. A new named feature's prior variance is its
+/// output's widest named feature's, or the model's `prior_variance`.
+pub fn widen_state(mut state: ModelState, config: &ModelConfig) -> Result<ModelState, String> {
+    let mismatch = || "the version's state does not match the model's shape".to_owned();
+    let basis = state.basis();
+    if basis.features > config.basis.features || state.outputs().len() > config.outputs {
+        return Err(mismatch());
+    }
+    while state.basis().features < config.basis.features {
+        state = state
+            .with_feature_appended(config.prior_variance)
+            .map_err(|e| format!("{}: {e}", mismatch()))?;
+    }
+    while state.outputs().len() < config.outputs {
+        state = state.with_output_appended();
+    }
+    Ok(state)
+}
+
+/// The model's configuration in the shape of `state`: that of an older version, for replaying
+/// the folds behind it (the outputs and named features added since are the last ones).
+pub fn config_of(config: &ModelConfig, state: &ModelState) -> ModelConfig {
+    ModelConfig {
+        basis: *state.basis(),
+        outputs: state.outputs().len(),
+        ..config.clone()
+    }
 }
 
 /// A thin version: the batches folded into it and the digest of the state it had.
@@ -234,6 +307,8 @@ pub async fn version_state(
         if folds.is_empty() {
             return Ok(Some((state, StateBlob::new(base))));
         }
+        // The folds behind an older version learnt in the model's shape of then.
+        let config = config_of(&config, &state);
         replay(&config, state, &folds).map(Some).map_err(|error| {
             let why = match error {
                 ReplayError::Differs { .. } => "does not give back the state it had (the \

@@ -7,6 +7,7 @@ mod batch;
 mod body;
 pub mod colour;
 mod details;
+mod extension;
 mod fast;
 mod header;
 pub mod kitchen;
@@ -22,6 +23,7 @@ pub use batch::{
 pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
 pub(crate) use details::describe;
 pub use details::{Detail, Details, Invalid, MAX_DETAILS, pointer_token};
+pub use extension::{Extension, Growth};
 pub use fast::{FastObject, fast_rows_object};
 pub use model::{ModelName, ModelSpec, SaundersonSpec, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};

@@ -158,7 +158,8 @@ pub struct ForgettingSpec {
     pub half_life_rows: f64,
 }
 
-/// A validated model specification. Stored as JSON with the model; immutable once created.
+/// A validated model specification, stored as JSON with the model. Once created it only grows:
+/// outputs and named features may be appended (see [`super::extension`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelSpec {
     pub name: ModelName,
@@ -512,7 +513,7 @@ impl ModelSpec {
 }
 
 /// A non-empty list of distinct, non-blank names without control characters.
-fn column_names(
+pub(super) fn column_names(
     value: Option<&Value>,
     path: &str,
     max: usize,

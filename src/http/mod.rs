@@ -8,6 +8,7 @@ pub mod docs;
 pub mod document;
 pub mod error;
 pub mod extract;
+pub mod growth;
 pub mod keys;
 pub mod matching;
 pub mod models;
@@ -76,6 +77,7 @@ pub struct ApiDoc;
 pub fn api(metrics_here: bool) -> Routes {
     let routes = Routes::new(ApiDoc::openapi());
     let routes = models::routes(routes);
+    let routes = growth::routes(routes);
     let routes = batches::routes(routes);
     let routes = predict::routes(routes);
     let routes = matching::routes(routes);

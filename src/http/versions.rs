@@ -34,7 +34,7 @@ pub struct VersionView {
     pub version: i64,
     #[schema(example = "2026-11-21T08:15:02.417Z")]
     pub created_at: DateTime<Utc>,
-    /// `fold`, `restore` or `refit`.
+    /// `fold`, `restore`, `refit` or `extend` (outputs or features added).
     #[schema(example = "fold")]
     pub origin: VersionOrigin,
     /// For a restore: the version it copies.
@@ -124,6 +124,20 @@ pub async fn restore(
     let (state, blob) = history::version_state(&mut lock, source)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no version {source}")))?;
+    // A version from before the model gained outputs or features is restored in its shape now.
+    let config = lock.spec.config();
+    let (state, blob) = if state.basis().features == config.basis.features
+        && state.outputs().len() == config.outputs
+    {
+        (state, blob)
+    } else {
+        app.cpu_bound(move || {
+            let state = history::widen_state(state, &config).map_err(ApiError::Conflict)?;
+            let blob = StateBlob::new(codec::encode(&state));
+            Ok::<_, ApiError>((state, blob))
+        })
+        .await??
+    };
     let view = write(
         &app,
         lock,

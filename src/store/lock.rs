@@ -31,6 +31,8 @@ pub trait ModelTransaction: Send {
         &mut self,
         version: &NewVersion<'_>,
     ) -> Result<DateTime<Utc>, StoreError>;
+    /// Replaces the model's specification (a model only grows: see [`ModelLock::respecify`]).
+    async fn set_spec(&mut self, spec: &ModelSpec) -> Result<(), StoreError>;
     /// Marks queued batches as folded into `version`.
     async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError>;
     /// Marks a queued batch as rejected with the reason.
@@ -152,6 +154,15 @@ impl ModelLock {
         }
         self.version = version;
         Ok((version, created_at))
+    }
+
+    /// Makes `spec` the model's specification: outputs or named features appended, with the
+    /// version that widens the state (if the model is trained) written in the same transaction.
+    /// Batches queued before keep the shape they were stored in, and are widened when folded.
+    pub async fn respecify(&mut self, spec: ModelSpec) -> Result<(), StoreError> {
+        self.tx.set_spec(&spec).await?;
+        self.spec = spec;
+        Ok(())
     }
 
     /// Marks batches as folded into `version`.

@@ -111,6 +111,9 @@ text_enum! {
         Restore,
         /// The evidence approximation run again on everything learnt.
         Refit,
+        /// Outputs or named features added to the model, the state widened with their exact
+        /// zero statistics over the rows learnt before.
+        Extend,
     }
 }
 

@@ -24,6 +24,8 @@ mod crash;
 mod csv_ingest;
 #[path = "../api/drift.rs"]
 mod drift;
+#[path = "../api/growth.rs"]
+mod growth;
 #[path = "../api/hostile.rs"]
 mod hostile;
 #[path = "../api/ingest.rs"]

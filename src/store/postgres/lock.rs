@@ -6,10 +6,11 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::types::Json;
 use sqlx::{PgPool, Postgres, Transaction};
 
 use super::notify;
-use crate::domain::ModelName;
+use crate::domain::{ModelName, ModelSpec};
 use crate::store::lock::LockedModel;
 use crate::store::sql;
 use crate::store::{
@@ -135,6 +136,16 @@ impl ModelTransaction for PgModelTransaction {
         .await?;
         notify(&mut self.tx, Topic::Models, self.model_id).await?;
         Ok(created_at)
+    }
+
+    async fn set_spec(&mut self, spec: &ModelSpec) -> Result<(), StoreError> {
+        sqlx::query("UPDATE models SET spec = $2, updated_at = clock_timestamp() WHERE id = $1")
+            .bind(self.model_id)
+            .bind(Json(spec))
+            .execute(&mut *self.tx)
+            .await?;
+        notify(&mut self.tx, Topic::Models, self.model_id).await?;
+        Ok(())
     }
 
     async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {

@@ -9,9 +9,11 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::types::Json;
 use tokio::sync::OwnedMutexGuard;
 
 use super::SqliteStore;
+use crate::domain::ModelSpec;
 use crate::store::columns::List;
 use crate::store::lock::LockedModel;
 use crate::store::sql;
@@ -56,6 +58,10 @@ enum Write {
     },
     Thin {
         version: i64,
+    },
+    Spec {
+        spec: ModelSpec,
+        at: DateTime<Utc>,
     },
     Folded {
         seqs: Vec<i64>,
@@ -153,6 +159,14 @@ impl ModelTransaction for SqliteModelTransaction {
         Ok(at)
     }
 
+    async fn set_spec(&mut self, spec: &ModelSpec) -> Result<(), StoreError> {
+        self.writes.push(Write::Spec {
+            spec: spec.clone(),
+            at: Utc::now(),
+        });
+        Ok(())
+    }
+
     async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {
         self.writes.push(Write::Folded {
             seqs: seqs.to_vec(),
@@ -190,7 +204,8 @@ impl ModelTransaction for SqliteModelTransaction {
             return Ok(());
         }
         let mut tx = self.store.write().await?;
-        let mut new_version = false;
+        // A new version or specification: the cache of this process follows it.
+        let mut changed = false;
         for write in &self.writes {
             match write {
                 Write::Version {
@@ -230,7 +245,16 @@ impl ModelTransaction for SqliteModelTransaction {
                     .bind(at)
                     .execute(&mut *tx)
                     .await?;
-                    new_version = true;
+                    changed = true;
+                }
+                Write::Spec { spec, at } => {
+                    sqlx::query("UPDATE models SET spec = ?2, updated_at = ?3 WHERE id = ?1")
+                        .bind(self.model_id)
+                        .bind(Json(spec))
+                        .bind(at)
+                        .execute(&mut *tx)
+                        .await?;
+                    changed = true;
                 }
                 Write::Thin { version } => {
                     sqlx::query(
@@ -289,7 +313,7 @@ impl ModelTransaction for SqliteModelTransaction {
             }
         }
         tx.commit().await?;
-        if new_version {
+        if changed {
             self.store.notify(Topic::Models, Some(self.model_id));
         }
         Ok(())
