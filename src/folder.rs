@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cache::PosteriorCache;
 use crate::config::FolderSettings;
+use crate::domain::Shape;
 use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec, drift};
 use crate::history::{self, Source, decode_batch};
 use crate::metrics::Metrics;
@@ -45,7 +46,8 @@ pub struct Pending<'a> {
     pub released: bool,
 }
 
-/// Folds `batches` (oldest first) into `current`.
+/// Folds `batches` (oldest first) into `current`. A batch stored in a shape the model had
+/// before it grew (`earlier`) is learnt widened to its shape now.
 ///
 /// Without a current state the first fit (Algorithm 2) runs on the shortest prefix of the
 /// queue holding at least `first_fit_rows` rows; every later batch is then learnt by the
@@ -61,6 +63,7 @@ pub struct Pending<'a> {
 /// first fit itself fails, every batch of its prefix is rejected.
 pub fn plan_fold(
     config: &ModelConfig,
+    earlier: &[Shape],
     current: Option<&ModelState>,
     batches: &[Pending<'_>],
     first_fit_rows: f64,
@@ -74,7 +77,7 @@ pub fn plan_fold(
         let mut totals = BatchStatistics::zeros(p, config.outputs);
         let mut prefix = Vec::new();
         for &Pending { seq, source, .. } in queue.by_ref() {
-            match decode_batch(source, config).and_then(|stats| {
+            match decode_batch(source, config, earlier).and_then(|stats| {
                 let mut sum = totals.clone();
                 sum.add(&stats).map_err(|e| e.to_string())?;
                 Ok(sum)
@@ -113,7 +116,7 @@ pub fn plan_fold(
             break;
         };
         let seq = batch.seq;
-        let next = decode_batch(batch.source, config).and_then(|stats| {
+        let next = decode_batch(batch.source, config, earlier).and_then(|stats| {
             let z = drift::surprise(base, &stats);
             let over = hold_above
                 .zip(drift::largest(&z))
@@ -210,6 +213,7 @@ async fn fold_claimed(
     let (plan, queued) = {
         let current = current.clone();
         let config = config.clone();
+        let earlier = lock.spec.earlier.clone();
         tokio::task::spawn_blocking(move || {
             let pending: Vec<Pending<'_>> = queued
                 .iter()
@@ -221,6 +225,7 @@ async fn fold_claimed(
                 .collect();
             let plan = plan_fold(
                 &config,
+                &earlier,
                 current.as_deref(),
                 &pending,
                 first_fit_rows,
@@ -501,8 +506,8 @@ pub(crate) mod tests {
                 released: false,
             })
             .collect();
-        let one = plan_fold(&config, None, &as_statistics, 30.0, None);
-        let other = plan_fold(&config, None, &as_rows, 30.0, None);
+        let one = plan_fold(&config, &[], None, &as_statistics, 30.0, None);
+        let other = plan_fold(&config, &[], None, &as_rows, 30.0, None);
         assert_eq!(one.folded.len(), sizes.len());
         assert_eq!(one.folded, other.folded);
         let (one, other) = (one.state.expect("a state"), other.state.expect("a state"));
@@ -519,7 +524,7 @@ pub(crate) mod tests {
             },
             released: false,
         }];
-        let plan = plan_fold(&config, Some(&one), &bad, 30.0, None);
+        let plan = plan_fold(&config, &[], Some(&one), &bad, 30.0, None);
         assert_eq!(plan.rejected.len(), 1, "{:?}", plan.rejected);
         assert!(
             plan.rejected[0].1.contains("stored rows"),

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::cache::{CachedModel, PosteriorCache};
+use crate::domain::Shape;
 use crate::estimator::{Basis, BatchStatistics, ModelConfig, ModelState, codec};
 use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin};
 
@@ -55,9 +56,19 @@ impl<'a> Source<'a> {
     }
 }
 
-/// A stored batch's statistics in the model's shape. A batch stored before the model gained
-/// outputs or named features is widened to it ([`widen_statistics`]).
-pub fn decode_batch(source: Source<'_>, config: &ModelConfig) -> Result<BatchStatistics, String> {
+/// A stored batch's statistics in the model's shape. A batch stored in one of the shapes the
+/// model had before it gained outputs or named features (`earlier`) is widened to it
+/// ([`widen_statistics`]); any other shape is refused.
+pub fn decode_batch(
+    source: Source<'_>,
+    config: &ModelConfig,
+    earlier: &[Shape],
+) -> Result<BatchStatistics, String> {
+    let intercept = usize::from(config.basis.intercept);
+    let known = |inputs: usize, outputs: usize| {
+        (inputs == config.basis.features && outputs == config.outputs)
+            || earlier.contains(&Shape { inputs, outputs })
+    };
     let stats = match source {
         Source::Statistics(blob) => {
             codec::decode_statistics(blob).map_err(|e| format!("stored statistics: {e}"))?
@@ -72,23 +83,25 @@ pub fn decode_batch(source: Source<'_>, config: &ModelConfig) -> Result<BatchSta
             if !x.len().is_multiple_of(8) || !y.len().is_multiple_of(8) {
                 return Err("stored rows: not a whole number of values".to_owned());
             }
-            // The rows' own width: the model's inputs when they were stored.
-            let width = match rows {
+            // The rows' own shape: the model's when they were stored.
+            let width = |bytes: &[u8]| match rows {
                 0 => 0,
-                n => x.len() / 8 / n,
+                n => bytes.len() / 8 / n,
             };
-            let basis = &config.basis;
-            if width > basis.features || width < basis.spectral {
+            if !known(width(x), width(y)) {
                 return Err("stored rows do not match the model's shape".to_owned());
             }
             let basis = Basis {
-                features: width,
-                ..*basis
+                features: width(x),
+                ..config.basis
             };
             BatchStatistics::from_row_major(&basis, rows, &values(x), &values(y))
                 .map_err(|e| format!("stored rows: {e}"))?
         }
     };
+    if !known(stats.dim().saturating_sub(intercept), stats.outputs()) {
+        return Err("stored statistics do not match the model's shape".to_owned());
+    }
     widen_statistics(stats, config)
 }
 
@@ -181,17 +194,19 @@ pub enum ReplayError {
 /// intermediate difference shows in the last.
 pub fn replay(
     config: &ModelConfig,
+    earlier: &[Shape],
     base: ModelState,
     folds: &[Fold],
 ) -> Result<(ModelState, StateBlob), ReplayError> {
     let mut state = base;
     for fold in folds {
         for batch in &fold.batches {
-            let stats =
-                decode_batch(Source::of(batch), config).map_err(|reason| ReplayError::Batch {
+            let stats = decode_batch(Source::of(batch), config, earlier).map_err(|reason| {
+                ReplayError::Batch {
                     version: fold.version,
                     reason,
-                })?;
+                }
+            })?;
             state = state
                 .update(config, &stats)
                 .map_err(|e| ReplayError::Update {
@@ -297,7 +312,7 @@ pub async fn version_state(
     };
     folds.reverse();
     let (model, base_version) = (lock.name.clone(), at);
-    let config = lock.spec.config();
+    let (config, earlier) = (lock.spec.config(), lock.spec.earlier.clone());
     tokio::task::spawn_blocking(move || {
         let state = codec::decode(&base).map_err(|e| StoreError::CorruptState {
             model: model.clone(),
@@ -309,20 +324,22 @@ pub async fn version_state(
         }
         // The folds behind an older version learnt in the model's shape of then.
         let config = config_of(&config, &state);
-        replay(&config, state, &folds).map(Some).map_err(|error| {
-            let why = match error {
-                ReplayError::Differs { .. } => "does not give back the state it had (the \
+        replay(&config, &earlier, state, &folds)
+            .map(Some)
+            .map_err(|error| {
+                let why = match error {
+                    ReplayError::Differs { .. } => "does not give back the state it had (the \
                         estimator, or the arithmetic of the processor, differs from those that \
                         wrote it)"
-                    .to_owned(),
-                other => format!("fails: {other}"),
-            };
-            StoreError::Conflict(format!(
-                "version {version} of model {model} is kept as the batches folded into it, \
+                        .to_owned(),
+                    other => format!("fails: {other}"),
+                };
+                StoreError::Conflict(format!(
+                    "version {version} of model {model} is kept as the batches folded into it, \
                      and replaying them here {why}; version {base_version} is kept in full and \
                      can be restored"
-            ))
-        })
+                ))
+            })
     })
     .await
     .map_err(|e| StoreError::Corrupt(format!("replay task failed: {e}")))?
@@ -375,7 +392,7 @@ mod tests {
                     released: false,
                 })
                 .collect();
-            let plan = plan_fold(config, states.last(), &pending, 30.0, None);
+            let plan = plan_fold(config, &[], states.last(), &pending, 30.0, None);
             assert_eq!(plan.folded.len(), group.len(), "{:?}", plan.rejected);
             states.push(plan.state.expect("a state"));
         }
@@ -416,7 +433,7 @@ mod tests {
             for to in from + 1..=4 {
                 let folds: Vec<Fold> = (from + 1..=to).map(|v| thin(v, &groups, &states)).collect();
                 let (state, blob) =
-                    replay(&config, states[from - 1].clone(), &folds).expect("replayed");
+                    replay(&config, &[], states[from - 1].clone(), &folds).expect("replayed");
                 assert_eq!(blob.bytes, codec::encode(&states[to - 1]), "{from} → {to}");
                 assert_eq!(state, states[to - 1], "{from} → {to}");
             }
@@ -434,7 +451,7 @@ mod tests {
         for group in &groups[1..] {
             let mut state = old.last().expect("a state").clone();
             for batch in group {
-                let stats = decode_batch(Source::of(batch), &config).expect("statistics");
+                let stats = decode_batch(Source::of(batch), &config, &[]).expect("statistics");
                 state = state.update(&config, &stats).expect("update");
             }
             old.push(state);
@@ -451,7 +468,7 @@ mod tests {
                 .collect()
         };
         let folds = thin_previous(&old);
-        let (state, blob) = replay(&config, old[0].clone(), &folds).expect("replayed");
+        let (state, blob) = replay(&config, &[], old[0].clone(), &folds).expect("replayed");
         assert_eq!(state, old[3]);
         assert_eq!(
             blob.bytes,
@@ -461,14 +478,76 @@ mod tests {
         let mut short = thin_previous(&old);
         short[2].batches.pop();
         assert!(matches!(
-            replay(&config, old[0].clone(), &short),
+            replay(&config, &[], old[0].clone(), &short),
             Err(ReplayError::Differs { version: 4 })
         ));
         // A state of this release (with zero rows) is not taken for one of the previous release.
         assert!(matches!(
-            replay(&config, states[0].clone(), &thin_previous(&states)),
+            replay(&config, &[], states[0].clone(), &thin_previous(&states)),
             Err(ReplayError::Differs { version: 4 })
         ));
+    }
+
+    /// A batch stored before the model grew is read in the shape it had, and only in a shape
+    /// the model had: its statistics are those of its rows with the new columns 0.
+    #[test]
+    fn a_batch_of_an_earlier_shape_is_widened_and_no_other_shape_is_read() {
+        let config = wide_spec().config();
+        let (d, m) = (config.basis.features, config.outputs);
+        let (rows, x, y) = wide_batches(&[3]).remove(0);
+        // The same rows before the last input and output were added: both were 0.
+        let narrow_x: Vec<f64> = x.chunks(d).flat_map(|r| r[..d - 1].to_vec()).collect();
+        let narrow_y: Vec<f64> = y.chunks(m).flat_map(|r| r[..m - 1].to_vec()).collect();
+        let zeroed_x: Vec<f64> = narrow_x
+            .chunks(d - 1)
+            .flat_map(|r| [r, &[0.0]].concat())
+            .collect();
+        let zeroed_y: Vec<f64> = narrow_y
+            .chunks(m - 1)
+            .flat_map(|r| [r, &[0.0]].concat())
+            .collect();
+        let expected =
+            BatchStatistics::from_row_major(&config.basis, rows, &zeroed_x, &zeroed_y).unwrap();
+        let earlier = [Shape {
+            inputs: d - 1,
+            outputs: m - 1,
+        }];
+        let (nx, ny) = (le_bytes(&narrow_x), le_bytes(&narrow_y));
+        let source = Source::Rows {
+            rows,
+            x: &nx,
+            y: &ny,
+        };
+        // Equal to round-off: a product one column wider may add in another order.
+        let close = |a: &BatchStatistics, b: &BatchStatistics| {
+            let near = |u: f64, v: f64| (u - v).abs() <= 1e-12 * (1.0 + v.abs());
+            a.dim() == b.dim()
+                && a.outputs() == b.outputs()
+                && (0..a.dim()).all(|i| (0..a.dim()).all(|j| near(a.g()[(i, j)], b.g()[(i, j)])))
+                && (0..a.dim()).all(|i| (0..m).all(|k| near(a.b()[(i, k)], b.b()[(i, k)])))
+                && a.q().iter().zip(b.q()).all(|(u, v)| near(*u, *v))
+        };
+        let widened = decode_batch(source, &config, &earlier).expect("an earlier shape");
+        assert!(close(&widened, &expected));
+        assert!(
+            decode_batch(source, &config, &[]).is_err(),
+            "a shape it never had"
+        );
+        let narrow_config = ModelConfig {
+            basis: Basis {
+                features: d - 1,
+                ..config.basis
+            },
+            outputs: m - 1,
+            ..config.clone()
+        };
+        let blob = codec::encode_statistics(
+            &BatchStatistics::from_row_major(&narrow_config.basis, rows, &narrow_x, &narrow_y)
+                .unwrap(),
+        );
+        let from_blob = decode_batch(Source::Statistics(&blob), &config, &earlier).unwrap();
+        assert!(close(&from_blob, &expected));
+        assert!(decode_batch(Source::Statistics(&blob), &config, &[]).is_err());
     }
 
     #[test]
@@ -477,25 +556,25 @@ mod tests {
         let mut folds: Vec<Fold> = (2..=4).map(|v| thin(v, &groups, &states)).collect();
         // A batch missing from a fold.
         let dropped = folds[0].batches.pop().expect("a batch");
-        let error = replay(&config, states[0].clone(), &folds).unwrap_err();
+        let error = replay(&config, &[], states[0].clone(), &folds).unwrap_err();
         assert!(
             matches!(error, ReplayError::Differs { version: 4 }),
             "{error}"
         );
         // The batches of a fold in another order: the noise variance moves with each batch.
         folds[0].batches.insert(0, dropped);
-        let error = replay(&config, states[0].clone(), &folds).unwrap_err();
+        let error = replay(&config, &[], states[0].clone(), &folds).unwrap_err();
         assert!(
             matches!(error, ReplayError::Differs { version: 4 }),
             "{error}"
         );
         // Another base.
         let folds: Vec<Fold> = (3..=4).map(|v| thin(v, &groups, &states)).collect();
-        assert!(replay(&config, states[0].clone(), &folds).is_err());
+        assert!(replay(&config, &[], states[0].clone(), &folds).is_err());
         // A batch that cannot be read.
         let mut folds: Vec<Fold> = (2..=2).map(|v| thin(v, &groups, &states)).collect();
         folds[0].batches[0].statistics = b"not statistics".to_vec();
-        let error = replay(&config, states[0].clone(), &folds).unwrap_err();
+        let error = replay(&config, &[], states[0].clone(), &folds).unwrap_err();
         assert!(
             matches!(error, ReplayError::Batch { version: 2, .. }),
             "{error}"

@@ -124,6 +124,9 @@ impl ModelSpec {
         }
         let added = if retry { Vec::new() } else { names };
         let mut spec = self.clone();
+        if !added.is_empty() {
+            spec.earlier.push(self.shape());
+        }
         match growth {
             Growth::Outputs => spec.outputs.extend(added.iter().cloned()),
             Growth::Features => spec.features.extend(added.iter().cloned()),

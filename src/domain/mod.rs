@@ -25,7 +25,7 @@ pub(crate) use details::describe;
 pub use details::{Detail, Details, Invalid, MAX_DETAILS, pointer_token};
 pub use extension::{Extension, Growth};
 pub use fast::{FastObject, fast_rows_object};
-pub use model::{ModelName, ModelSpec, SaundersonSpec, TransformName, UpdateName};
+pub use model::{ModelName, ModelSpec, SaundersonSpec, Shape, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};
 pub use scope::Scope;
 pub use spectrum::{Grid, ScaleName, SpectrumSpec};

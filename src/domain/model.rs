@@ -189,6 +189,17 @@ pub struct ModelSpec {
     /// for review instead of folded. Off (`None`) by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_threshold: Option<f64>,
+    /// The shapes the model had before each time it grew, oldest first: a batch stored in one
+    /// of them is read in it and widened (see `crates::history`), and only then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<Shape>,
+}
+
+/// A shape a model had: the width of its rows' inputs (bands and named features) and outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shape {
+    pub inputs: usize,
+    pub outputs: usize,
 }
 
 const SPEC_FIELDS: [&str; 13] = [
@@ -449,6 +460,7 @@ impl ModelSpec {
                 prior,
                 first_fit_rows,
                 drift_threshold,
+                earlier: Vec::new(),
             }),
             _ => Err(Invalid::one("", "invalid model specification")),
         }
@@ -493,6 +505,14 @@ impl ModelSpec {
     /// Number of raw inputs of a row: the spectrum's bands, then the named features.
     pub fn input_width(&self) -> usize {
         self.spectrum.map_or(0, |s| s.count) + self.features.len()
+    }
+
+    /// The model's shape now.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            inputs: self.input_width(),
+            outputs: self.outputs.len(),
+        }
     }
 
     /// Names of the raw inputs: the spectrum's bands (`400nm`, …), then the named features.
