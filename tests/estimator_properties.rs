@@ -884,53 +884,6 @@ proptest! {
         let (before, after) = (old.predict(old_x.as_ref()).unwrap(), added.predict(x.as_ref()).unwrap());
         prop_assert!(rel_diff(&before.mean, &after.mean) < 1e-9);
         prop_assert!(rel_diff(&before.variance, &after.variance) < 1e-9);
-        // The model fitted with the feature from the start leaves its weight open as the added
-        // one does: both predict rows with the feature alike, and learn its first rows alike.
-        let config = ModelConfig::new(basis, m);
-        let from_start = ModelState::fit(&config, declared).unwrap();
-        let mut with_it = x.clone();
-        for i in 0..n {
-            with_it[(i, new)] = (i % 2) as f64;
-        }
-        let (pa, pb) = (from_start.predict(with_it.as_ref()).unwrap(), added.predict(with_it.as_ref()).unwrap());
-        prop_assert!(rel_diff(&pa.mean, &pb.mean) < 1e-6, "{}", rel_diff(&pa.mean, &pb.mean));
-        prop_assert!(rel_diff(&pa.variance, &pb.variance) < 1e-6, "{}", rel_diff(&pa.variance, &pb.variance));
-        let batch = BatchStatistics::from_rows(&basis, with_it.as_ref(), y.as_ref()).unwrap();
-        let (from_start, added) = (from_start.update(&config, &batch).unwrap(), added.update(&config, &batch).unwrap());
-        let (pa, pb) = (from_start.predict(with_it.as_ref()).unwrap(), added.predict(with_it.as_ref()).unwrap());
-        prop_assert!(rel_diff(&pa.mean, &pb.mean) < 1e-6, "{}", rel_diff(&pa.mean, &pb.mean));
-        prop_assert!(rel_diff(&pa.variance, &pb.variance) < 1e-6);
-    }
-
-    /// A named feature that no row has used yet (a fabric declared before its first dyeing, 0
-    /// in every row) is not pruned by the first fit, as a weight the evidence cannot see: its
-    /// first rows train it, where a pruned weight would stay 0.
-    #[test]
-    fn a_named_feature_no_row_has_used_is_learnt_from_its_first_rows(
-        seed in any::<u64>(), n in 12usize..40, family in 0usize..4,
-    ) {
-        let (x, y) = random_problem(seed, 2 * n, 3, 1);
-        let basis = identity_basis(3);
-        let prior = [PriorFamily::Ard, PriorFamily::Ridge, PriorFamily::Smooth, PriorFamily::Auto][family];
-        let config = ModelConfig { prior, ..ModelConfig::new(basis, 1) };
-        let mut first = rows(&x, 0..n);
-        for i in 0..n {
-            first[(i, 2)] = 0.0;
-        }
-        let state = ModelState::fit(&config, stats(&basis, &first, &rows(&y, 0..n))).unwrap();
-        let post = state.outputs()[0].posterior().unwrap();
-        prop_assert!(post.prior_variance()[2] > 0.0);
-        prop_assert_eq!(post.mean()[2], 0.0);
-        // Its rows arrive, with an effect of 2 per unit.
-        let mut later = rows(&x, n..2 * n);
-        let mut y_later = rows(&y, n..2 * n);
-        for i in 0..n {
-            later[(i, 2)] = (i % 2) as f64;
-            y_later[(i, 0)] += 2.0 * later[(i, 2)];
-        }
-        let state = state.update(&config, &stats(&basis, &later, &y_later)).unwrap();
-        let learnt = state.outputs()[0].posterior().unwrap().mean()[2];
-        prop_assert!(learnt > 0.5, "the effect of the new feature is learnt: {learnt}");
     }
 
     /// `YᵀY` survives storage, in a batch's statistics and in a model state.

@@ -140,9 +140,11 @@ async fn an_output_added_to_a_live_model_is_the_output_declared_from_the_start()
 }
 
 /// A new fabric on a trained model, with a batch held in the old shape across the change and
-/// released after it: learnt as the rows it was (the fabric 0), and predicted, on cotton and on
-/// wool, as by a model given the fabric from the start, before and after wool rows train it. A
-/// feature of unknown past is refused, naming the transfer.
+/// released after it: learnt as the rows it was (the fabric 0), with the statistics of a model
+/// given the fabric from the start, so rows without it are predicted as that model predicts
+/// them. (Rows with it depend on the new weight's prior, which no past row informs: the grown
+/// model gives it its output's widest named feature's.) Wool rows then train it. A feature of
+/// unknown past is refused, naming the transfer.
 #[tokio::test]
 async fn a_feature_added_to_a_live_model_is_the_feature_declared_from_the_start() {
     let app = spawn_app().await;
@@ -152,11 +154,9 @@ async fn a_feature_added_to_a_live_model_is_the_feature_declared_from_the_start(
     let mut declared = spec("declared", 3, 2);
     declared["features"] = json!(["R400", "R410", "R420", "fabric_wool"]);
     app.create_model(&declared).await;
-    // Cotton and wool rows to compare on.
+    // Cotton rows to compare on: the fabric indicator 0.
     let (mut probe, _) = random_rows(99, 6, 4, 2);
-    for (i, row) in probe.iter_mut().enumerate() {
-        row[3] = (i % 2) as f64;
-    }
+    probe.iter_mut().for_each(|row| row[3] = 0.0);
 
     let (x, y) = random_rows(0, 10, 3, 2);
     learn(&app, "lab", "b0", &x, &y).await;
@@ -200,35 +200,29 @@ async fn a_feature_added_to_a_live_model_is_the_feature_declared_from_the_start(
         &app.predict_at("declared", &json!(probe), 2).await,
     );
 
-    // Wool rows (wool adds 0.8 to every dye); the batch is held, released, and trains it as it
-    // trains the model that had the fabric from the start.
+    // Version 1, from before the fabric, restores in the new shape.
+    let restored = app.post("/v1/models/lab/versions/1/restore", &json!({})).await;
+    assert_eq!(restored.status(), StatusCode::CREATED);
+    assert_close(&app.predict_at("lab", &json!(probe), 4).await, &declared_first);
+
+    // Wool rows (wool adds 0.8 to every dye); the batch is held, released, and trains it.
     let (mut x, mut y) = random_rows(2, 16, 4, 2);
     for (i, (row, dyes)) in x.iter_mut().zip(y.iter_mut()).enumerate() {
         row[3] = (i % 2) as f64;
         dyes.iter_mut().for_each(|v| *v += 0.8 * row[3]);
     }
     assert_eq!(learn(&app, "lab", "b2", &x, &y).await["status"], "held");
-    learn(&app, "declared", "b2", &x, &y).await;
     let released = app
         .post("/v1/models/lab/batches/b2/release", &json!({}))
         .await;
     assert_eq!(released.status(), StatusCode::OK);
     assert_eq!(app.wait_for_batch("lab", "b2").await["status"], "folded");
-    assert_close(
-        &app.predict_at("lab", &json!(probe), 4).await,
-        &app.predict_at("declared", &json!(probe), 3).await,
-    );
     let posterior = get_json(&app.client, &app.url("/v1/models/lab/posterior")).await;
     assert_eq!(posterior["basis"][3], "fabric_wool");
     for output in posterior["outputs"].as_array().unwrap() {
         let wool = output["coefficients"][3].as_f64().unwrap();
         assert!(wool.abs() > 0.1, "fabric_wool is learnt: {output}");
     }
-
-    // Version 1, from before the fabric, restores in the new shape.
-    let restored = app.post("/v1/models/lab/versions/1/restore", &json!({})).await;
-    assert_eq!(restored.status(), StatusCode::CREATED);
-    assert_close(&app.predict_at("lab", &json!(probe), 5).await, &declared_first);
 }
 
 /// An untrained model grows by its specification alone, and a batch queued in the old shape

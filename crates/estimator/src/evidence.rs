@@ -156,20 +156,6 @@ pub fn centred_gram(g: MatRef<'_, f64>, f: usize) -> Result<Mat<f64>, EstimatorE
 /// over the rows (up to round-off): it carries nothing a flat intercept does not, and is pruned.
 const CONSTANT_FEATURE: f64 = 1e-12;
 
-/// Whether the rows of `g` leave basis function `j` unseen: 0 in every row, or, beside the flat
-/// basis function `flat`, constant (its centred square sum `G_jj − G_jf²/G_ff` below
-/// [`CONSTANT_FEATURE`] of its raw one). Its weight's centred data are zero, so the evidence
-/// cannot see its prior variance.
-pub fn unseen(g: MatRef<'_, f64>, j: usize, flat: Option<usize>) -> bool {
-    let raw = g[(j, j)];
-    let centred = match flat {
-        Some(f) if f == j => return false,
-        Some(f) if g[(f, f)] > 0.0 => raw - g[(j, f)] * g[(j, f)] / g[(f, f)],
-        _ => raw,
-    };
-    centred <= CONSTANT_FEATURE * raw
-}
-
 /// Algorithm 2 of Song & Zhang for the ARD prior (MacKay's fixed-point updates), from `(v, s)`;
 /// `v_f = ∞` marks a flat intercept, integrated out by centring ([`Centred`]):
 ///
@@ -210,7 +196,7 @@ pub fn evidence(
     // G_c,jj = 0, hence γ_j = 0: the first iteration would prune it, so do it before paying for
     // the factorisation.
     for (j, vj) in v.iter_mut().enumerate() {
-        if unseen(data.g, j, flat) {
+        if work.g[(j, j)] <= CONSTANT_FEATURE * data.g[(j, j)] {
             *vj = 0.0;
         }
     }

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use super::evidence::{SharedScale, evidence};
 use super::incremental::one_step;
 use super::posterior::OutputPosterior;
-use super::statistics::{BatchStatistics, OutputData, check_shape};
+use super::statistics::{BatchStatistics, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
 
 /// How a model learns from a batch after its first fit.
@@ -243,11 +243,9 @@ impl ModelState {
     /// ([`BatchStatistics::with_function_inserted`]), and each trained output's posterior is the
     /// one-shot posterior of those statistics with its hyperparameters and the new weight's
     /// prior variance: the widest of the output's other named features' (the shared one under
-    /// ridge), or `fallback` where it has none, as the first fit gives a named feature no row
-    /// has used ([`open_unseen`]; `fallback` is then the model's `prior_variance`): the state
-    /// is the one fitted with the feature from the start. A feature whose past values are
-    /// unknown (a new sensor) cannot be added this way. A basis whose every input is transformed
-    /// (Kubelka–Munk without a declared spectrum) takes none.
+    /// ridge), or `fallback` where it has none. A feature whose past values are unknown (a new
+    /// sensor) cannot be added this way. A basis whose every input is transformed (Kubelka–Munk
+    /// without a declared spectrum) takes none.
     pub fn with_feature_appended(&self, fallback: f64) -> Result<Self, EstimatorError> {
         let basis = self.basis;
         if basis.transform != super::Transform::Identity && !basis.declared {
@@ -269,8 +267,14 @@ impl ModelState {
                 OutputState::Untrained => Ok(OutputState::Untrained),
                 OutputState::Trained(post) => {
                     let prior = post.prior();
+                    let named = |i: usize| i >= basis.spectral && i < basis.features;
+                    let widest = (0..prior.dim())
+                        .filter(|&i| named(i))
+                        .map(|i| prior.variance[i])
+                        .filter(|v| *v > 0.0 && v.is_finite())
+                        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
                     let mut variance = prior.variance.clone();
-                    variance.insert(j, widest_named(&basis, &prior.variance).unwrap_or(fallback));
+                    variance.insert(j, widest.unwrap_or(fallback));
                     let extended = super::Prior {
                         variance,
                         ..prior.clone()
@@ -580,28 +584,18 @@ impl<'a> Fitter<'a> {
             Some(shared) if !structural_zeros => Some(shared.fit(data, noise)?),
             _ => None,
         };
-        // Auto weighs ARD against the others unless the inputs the rows have seen are a
-        // spectrum alone: one variance per band is what the smooth prior exists to avoid, but
-        // named features beside a spectrum (a lab-dip recipe) may matter one by one. A named
-        // feature no row has used yet (`open_unseen`) does not count: the model is then the
-        // one it was before the feature was added.
-        let seen_named = || {
-            (config.bands()..config.basis.features)
-                .any(|j| !super::evidence::unseen(data.g, j, flat))
-        };
+        // Auto weighs ARD against the others unless the inputs are a spectrum alone: one
+        // variance per band is what the smooth prior exists to avoid, but named features beside
+        // a spectrum (a lab-dip recipe) may matter one by one.
         let with_ard = structural_zeros
             || match config.prior {
                 PriorFamily::Ard => true,
-                PriorFamily::Auto => config.bands() == 0 || seen_named(),
+                PriorFamily::Auto => config.bands() == 0 || config.basis.features > config.bands(),
                 PriorFamily::Ridge | PriorFamily::Smooth => false,
             };
-        let trained = |post: OutputPosterior| -> Result<OutputState, EstimatorError> {
-            let post = open_unseen(post, data, &config.basis, config.prior_variance)?;
-            Ok(OutputState::Trained(Box::new(post)))
-        };
         if !with_ard {
             let fit = shared_fit.ok_or(EstimatorError::Untrained)?;
-            return trained(fit.posterior);
+            return Ok(OutputState::Trained(Box::new(fit.posterior)));
         }
         // Warm start only from an ARD posterior with the same intercept prior.
         let warm = warm.filter(|post| {
@@ -623,54 +617,6 @@ impl<'a> Fitter<'a> {
             Some(shared) if shared.family_score() < fit.family_score() => shared,
             _ => fit,
         };
-        trained(fit.posterior)
+        Ok(OutputState::Trained(Box::new(fit.posterior)))
     }
-}
-
-/// The widest prior variance among the named features of `variance` (the basis functions after
-/// the bands, before the intercept) that are neither pruned nor flat: what a named feature no
-/// row has informed yet is given ([`open_unseen`], [`ModelState::with_feature_appended`]).
-fn widest_named(basis: &Basis, variance: &[f64]) -> Option<f64> {
-    variance[basis.spectral..basis.features]
-        .iter()
-        .copied()
-        .filter(|v| *v > 0.0 && v.is_finite())
-        .reduce(f64::max)
-}
-
-/// `post` with every named feature the rows leave unseen (0 in every row, or constant beside
-/// the flat intercept: [`super::evidence::unseen`]) given the prior variance of its output's
-/// widest seen named feature (the shared one under ridge; `fallback` where there is none),
-/// instead of the prune the evidence gives a weight whose variance it cannot see.
-///
-/// The rows say nothing of such a weight: its centred data are zero, so the evidence, the
-/// posterior of the other weights, and every prediction of a row like those seen are those of
-/// the prune, and its posterior is its prior (mean 0). But a pruned weight stays 0 for good,
-/// and a fabric no row has used yet must be learnt from its first rows, whether it was
-/// declared from the start or added later ([`ModelState::with_feature_appended`] gives it the
-/// same variance, so both are the same model).
-fn open_unseen(
-    post: OutputPosterior,
-    data: OutputData<'_>,
-    basis: &Basis,
-    fallback: f64,
-) -> Result<OutputPosterior, EstimatorError> {
-    let prior = post.prior();
-    let flat = prior.flat();
-    let unseen: Vec<usize> = (basis.spectral..basis.features)
-        .filter(|&j| prior.variance[j] == 0.0 && super::evidence::unseen(data.g, j, flat))
-        .collect();
-    if unseen.is_empty() {
-        return Ok(post);
-    }
-    let open = widest_named(basis, &prior.variance).unwrap_or(fallback);
-    let mut variance = prior.variance.clone();
-    for j in unseen {
-        variance[j] = open;
-    }
-    let prior = super::Prior {
-        variance,
-        ..prior.clone()
-    };
-    OutputPosterior::from_statistics(prior, post.noise_variance(), data.g, data.b)
 }
