@@ -48,143 +48,141 @@ const PAST_VALUE_UNKNOWN: &str = "is required: the value this feature had in eve
      from an overlap in which the old and the new instrument measure the same samples, which \
      mordant does not offer yet; create a new model for it";
 
-impl ModelSpec {
-    /// Parses the body of `POST /v1/models/{name}/outputs` (`{"outputs": [names]}`) or
-    /// `POST /v1/models/{name}/features` (`{"features": [names], "past_value": 0}`) against this
-    /// specification, reporting every problem. Names already added in that order at the end of
-    /// the list are a retry: nothing is added.
-    pub fn extended(&self, growth: Growth, body: &Value) -> Result<Extension, Invalid> {
-        let (field, one) = growth.field();
-        let Value::Object(fields) = body else {
-            return Err(Invalid::one(
-                "",
-                format!("the body must be a JSON object, found {}", describe(body)),
-            ));
-        };
-        let mut details = Details::default();
-        let known: &[&str] = match growth {
-            Growth::Outputs => &["outputs"],
-            Growth::Features => &["features", "past_value"],
-        };
-        for key in fields.keys().filter(|k| !known.contains(&k.as_str())) {
-            details.push(format!("/{}", pointer_token(key)), "unknown field");
+/// Parses the body of `POST /v1/models/{name}/outputs` (`{"outputs": [names]}`) or
+/// `POST /v1/models/{name}/features` (`{"features": [names], "past_value": 0}`) against `model`
+/// (its specification), reporting every problem. Names already added in that order at the end of
+/// the list are a retry: nothing is added.
+pub fn extend(model: &ModelSpec, growth: Growth, body: &Value) -> Result<Extension, Invalid> {
+    let (field, one) = growth.field();
+    let Value::Object(fields) = body else {
+        return Err(Invalid::one(
+            "",
+            format!("the body must be a JSON object, found {}", describe(body)),
+        ));
+    };
+    let mut details = Details::default();
+    let known: &[&str] = match growth {
+        Growth::Outputs => &["outputs"],
+        Growth::Features => &["features", "past_value"],
+    };
+    for key in fields.keys().filter(|k| !known.contains(&k.as_str())) {
+        details.push(format!("/{}", pointer_token(key)), "unknown field");
+    }
+    let path = format!("/{field}");
+    let names = column_names(
+        fields.get(field),
+        &path,
+        MAX_OUTPUTS.max(MAX_FEATURES),
+        &mut details,
+    );
+    if names.as_ref().is_some_and(Vec::is_empty) {
+        details.push(&path, format!("must name at least one {one}"));
+    }
+    if growth == Growth::Features {
+        check_past_value(fields.get("past_value"), &mut details);
+        if model.spectrum.is_none() && model.transform != TransformName::None {
+            details.push(
+                "/features",
+                "this model reads every feature as a reflectance (a Kubelka–Munk transform \
+                 without a declared spectrum): a new feature would be read so too, and its \
+                 past value would not be a K/S of 0",
+            );
         }
-        let path = format!("/{field}");
-        let names = column_names(
-            fields.get(field),
-            &path,
-            MAX_OUTPUTS.max(MAX_FEATURES),
-            &mut details,
-        );
-        if names.as_ref().is_some_and(Vec::is_empty) {
-            details.push(&path, format!("must name at least one {one}"));
-        }
-        if growth == Growth::Features {
-            self.check_past_value(fields.get("past_value"), &mut details);
-            if self.spectrum.is_none() && self.transform != TransformName::None {
+    }
+    let names = names.unwrap_or_default();
+    let current = match growth {
+        Growth::Outputs => &model.outputs,
+        Growth::Features => &model.features,
+    };
+    // A retry of this very request: the names are the list's last ones already.
+    let retry = !names.is_empty() && current.ends_with(&names);
+    let bands: HashSet<String> = model
+        .spectrum
+        .map(|s| s.band_names())
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    if !retry {
+        for (i, name) in names.iter().enumerate() {
+            let taken = if model.outputs.contains(name) {
+                Some("an output")
+            } else if model.features.contains(name) {
+                Some("a feature")
+            } else if bands.contains(name) {
+                Some("a band of the spectrum")
+            } else {
+                None
+            };
+            if let Some(taken) = taken {
                 details.push(
-                    "/features",
-                    "this model reads every feature as a reflectance (a Kubelka–Munk transform \
-                     without a declared spectrum): a new feature would be read so too, and its \
-                     past value would not be a K/S of 0",
+                    format!("{path}/{i}"),
+                    format!("{name:?} is already the name of {taken}"),
                 );
             }
         }
-        let names = names.unwrap_or_default();
-        let current = match growth {
-            Growth::Outputs => &self.outputs,
-            Growth::Features => &self.features,
-        };
-        // A retry of this very request: the names are the list's last ones already.
-        let retry = !names.is_empty() && current.ends_with(&names);
-        let bands: HashSet<String> = self
-            .spectrum
-            .map(|s| s.band_names())
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-        if !retry {
-            for (i, name) in names.iter().enumerate() {
-                let taken = if self.outputs.contains(name) {
-                    Some("an output")
-                } else if self.features.contains(name) {
-                    Some("a feature")
-                } else if bands.contains(name) {
-                    Some("a band of the spectrum")
-                } else {
-                    None
-                };
-                if let Some(taken) = taken {
-                    details.push(
-                        format!("{path}/{i}"),
-                        format!("{name:?} is already the name of {taken}"),
-                    );
-                }
-            }
-        }
-        let added = if retry { Vec::new() } else { names };
-        let mut spec = self.clone();
-        if !added.is_empty() {
-            spec.earlier.push(self.shape());
-        }
-        match growth {
-            Growth::Outputs => spec.outputs.extend(added.iter().cloned()),
-            Growth::Features => spec.features.extend(added.iter().cloned()),
-        }
-        spec.check_size(&path, &mut details);
-        details.finish(&format!("the {one}s cannot be added"))?;
-        Ok(Extension { spec, added })
     }
-
-    /// `past_value` of a feature request: required, and 0.
-    fn check_past_value(&self, value: Option<&Value>, details: &mut Details) {
-        match value {
-            None | Some(Value::Null) => details.push("/past_value", PAST_VALUE_UNKNOWN),
-            Some(v) if v.as_f64() == Some(0.0) => {}
-            Some(v) if v.is_number() => details.push(
-                "/past_value",
-                format!(
-                    "must be 0, found {}: a feature is added with the value 0 in every past row \
-                     (code a new fabric or process as an indicator that was 0 before it)",
-                    describe(v)
-                ),
-            ),
-            Some(v) => details.push(
-                "/past_value",
-                format!("must be the number 0, found {}", describe(v)),
-            ),
-        }
+    let added = if retry { Vec::new() } else { names };
+    let mut spec = model.clone();
+    if !added.is_empty() {
+        spec.earlier.push(model.shape());
     }
+    match growth {
+        Growth::Outputs => spec.outputs.extend(added.iter().cloned()),
+        Growth::Features => spec.features.extend(added.iter().cloned()),
+    }
+    check_size(&spec, &path, &mut details);
+    details.finish(&format!("the {one}s cannot be added"))?;
+    Ok(Extension { spec, added })
+}
 
-    /// The bounds [`ModelSpec::parse`] puts on a model's size, on this one.
-    fn check_size(&self, path: &str, details: &mut Details) {
-        if self.outputs.len() > MAX_OUTPUTS {
-            details.push(
-                path,
-                format!(
-                    "a model has at most {MAX_OUTPUTS} outputs; this would have {}",
-                    self.outputs.len()
-                ),
-            );
-        }
-        let inputs = self.input_width();
-        if inputs > MAX_FEATURES {
-            details.push(
-                path,
-                format!("a model has at most {MAX_FEATURES} inputs; this would have {inputs}"),
-            );
-        }
-        let p = inputs + usize::from(self.intercept);
-        let entries = p.saturating_mul(p).saturating_mul(self.outputs.len());
-        if entries > MAX_STATE_ENTRIES {
-            details.push(
-                path,
-                format!(
-                    "the model would be too large: (inputs + intercept)² × outputs = {entries} \
-                     exceeds {MAX_STATE_ENTRIES}"
-                ),
-            );
-        }
+/// `past_value` of a feature request: required, and 0.
+fn check_past_value(value: Option<&Value>, details: &mut Details) {
+    match value {
+        None | Some(Value::Null) => details.push("/past_value", PAST_VALUE_UNKNOWN),
+        Some(v) if v.as_f64() == Some(0.0) => {}
+        Some(v) if v.is_number() => details.push(
+            "/past_value",
+            format!(
+                "must be 0, found {}: a feature is added with the value 0 in every past row \
+                 (code a new fabric or process as an indicator that was 0 before it)",
+                describe(v)
+            ),
+        ),
+        Some(v) => details.push(
+            "/past_value",
+            format!("must be the number 0, found {}", describe(v)),
+        ),
+    }
+}
+
+/// The bounds [`ModelSpec::parse`] puts on a model's size, on this one.
+fn check_size(spec: &ModelSpec, path: &str, details: &mut Details) {
+    if spec.outputs.len() > MAX_OUTPUTS {
+        details.push(
+            path,
+            format!(
+                "a model has at most {MAX_OUTPUTS} outputs; this would have {}",
+                spec.outputs.len()
+            ),
+        );
+    }
+    let inputs = spec.input_width();
+    if inputs > MAX_FEATURES {
+        details.push(
+            path,
+            format!("a model has at most {MAX_FEATURES} inputs; this would have {inputs}"),
+        );
+    }
+    let p = inputs + usize::from(spec.intercept);
+    let entries = p.saturating_mul(p).saturating_mul(spec.outputs.len());
+    if entries > MAX_STATE_ENTRIES {
+        details.push(
+            path,
+            format!(
+                "the model would be too large: (inputs + intercept)² × outputs = {entries} \
+                 exceeds {MAX_STATE_ENTRIES}"
+            ),
+        );
     }
 }
 
@@ -193,6 +191,17 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// [`extend`] as a method, for the tests' chains.
+    trait Extended {
+        fn extended(&self, growth: Growth, body: &Value) -> Result<Extension, Invalid>;
+    }
+
+    impl Extended for ModelSpec {
+        fn extended(&self, growth: Growth, body: &Value) -> Result<Extension, Invalid> {
+            extend(self, growth, body)
+        }
+    }
 
     fn spec(body: Value) -> ModelSpec {
         ModelSpec::parse(&body).expect("a valid specification")

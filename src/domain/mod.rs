@@ -23,7 +23,7 @@ pub use batch::{
 pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
 pub(crate) use details::describe;
 pub use details::{Detail, Details, Invalid, MAX_DETAILS, pointer_token};
-pub use extension::{Extension, Growth};
+pub use extension::{Extension, Growth, extend};
 pub use fast::{FastObject, fast_rows_object};
 pub use model::{ModelName, ModelSpec, SaundersonSpec, Shape, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};

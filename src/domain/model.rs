@@ -159,7 +159,7 @@ pub struct ForgettingSpec {
 }
 
 /// A validated model specification, stored as JSON with the model. Once created it only grows:
-/// outputs and named features may be appended (see [`super::extension`]).
+/// outputs and named features may be appended (`POST /v1/models/{name}/outputs` and `/features`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelSpec {
     pub name: ModelName,

@@ -22,7 +22,7 @@ use super::extract::{JsonBody, model_name};
 use super::models::ModelView;
 use super::routes::Routes;
 use crate::cache::CachedModel;
-use crate::domain::{Growth, ModelName};
+use crate::domain::{Growth, ModelName, extend};
 use crate::estimator::codec;
 use crate::folder::current_state;
 use crate::history::{self, NextVersion};
@@ -131,7 +131,7 @@ async fn grow(
         .lock_model(name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    let extension = lock.spec.extended(growth, body)?;
+    let extension = extend(&lock.spec, growth, body)?;
     if extension.added.is_empty() {
         drop(lock);
     } else if let Some(state) = current_state(&mut lock, &app.cache).await? {
