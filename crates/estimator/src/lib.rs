@@ -102,6 +102,7 @@ pub mod predictor;
 pub mod prior;
 pub mod recipe;
 pub mod statistics;
+pub mod transfer;
 
 pub use basis::{Basis, ReflectanceScale, Saunderson, Transform};
 pub use error::DecodeError;

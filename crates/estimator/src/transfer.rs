@@ -1,0 +1,811 @@
+//! Calibration transfer: what the old instrument would have read, learnt from the new one.
+//!
+//! A spectrophotometer replaced by another reads the same sample differently: its wavelengths
+//! are shifted, its gain and offset differ, its grid may be another. During an overlap both
+//! instruments read the same samples, and from those pairs each band `j` of the old instrument
+//! is learnt as a Bayesian linear regression on the new instrument's bands near it:
+//!
+//! ```text
+//! x_j = c_j + (m_j + δ_j)ᵀ z_W + e_j,   e_j ~ N(0, s_j),   δ_j ~ N(0, a s_j I),   p(s_j) ∝ 1/s_j
+//! ```
+//!
+//! * `m_j` interpolates the new grid linearly at the old band's wavelength: the map when the
+//!   instruments agree, so the prior is centred on "no difference";
+//! * `W` (window `w`) is the pair of new bands around `λ_j` and `w` more on each side: a
+//!   wavelength shift or a change of resolution moves a reading between neighbours only
+//!   (the Bayesian form of piecewise direct standardisation);
+//! * `c_j` has a flat prior (an offset is free, as centring makes it).
+//!
+//! With `c_j`, `δ_j` and `s_j` integrated out, the evidence of band `j` over the `N` pairs is
+//!
+//! ```text
+//! log p(x_j) = −½ log|I + a G_j| − ((N − 1)/2) log Q_j + const
+//! Q_j = rᵀr − bᵀ (G_j + I/a)⁻¹ b
+//! ```
+//!
+//! with `r = x_j − Z m_j` the residual from the prior mean, `G_j = Z_Wᵀ Z_W` and `b = Z_Wᵀ r`,
+//! all centred; every term comes from the pairs' statistics ([`TransferStatistics`]), which add
+//! like a model's, so the map after any overlap batches is the map of all their rows. One
+//! window and one amplitude `a` serve every band: the pair maximising the summed evidence among
+//! those that leave each band [`residual_cap`]'s residual degrees of freedom (as the
+//! regression's own priors: a window as wide as the rows would interpolate them).
+//!
+//! The posterior of `δ_j` is `N(P_j b, s_j P_j)` with `P_j = (G_j + I/a)⁻¹`, and `s_j` is
+//! inverse-gamma with `ν = N − 1` degrees of freedom and scale `Q_j`, so a reconstructed band
+//! has mean and variance
+//!
+//! ```text
+//! x̂_j = x̄_j + (m_j + δ̂_j)ᵀ (z_W − z̄_W),   v_j = Q_j / (N − 3) · (1 + 1/N + dᵀ P_j d)
+//! ```
+//!
+//! (`d = z_W − z̄_W`; the variance of the Student-t). The errors of neighbouring bands are
+//! correlated (a reconstruction is off by a smooth curve, not by independent noise), so the
+//! variance of a linear functional `βᵀx̂`, which a regression on the old bands is, takes the
+//! correlation `C` of the pairs' residuals: `Var(βᵀx̂) = uᵀ C u` with `u_j = β_j √v_j`.
+
+use faer::linalg::solvers::Solve;
+use faer::{Accum, Mat, MatRef, Par, Side};
+
+use crate::EstimatorError;
+use crate::evidence::residual_cap;
+use crate::grid::Grid;
+
+/// Fewest pairs a map is learnt from: the Student-t variance of a band needs `N − 1 > 2`.
+pub const MIN_TRANSFER_ROWS: usize = 4;
+
+/// Windows tried: new bands on each side of the interpolated pair.
+const WINDOWS: [usize; 6] = [0, 1, 2, 4, 8, 16];
+
+/// Amplitudes tried, relative to the mean variance of a new band: `a G_j` has a diagonal of
+/// about `τ (N − 1)`, from a prior that barely moves the interpolation to one that lets the
+/// pairs decide alone.
+fn relative_amplitudes() -> impl Iterator<Item = f64> {
+    (-6..=16).map(|k| 10f64.powf(f64::from(k) / 2.0))
+}
+
+/// The sufficient statistics of pairs of readings of the same samples, the new instrument's
+/// `z` (`q` bands) and the old one's `x` (`p` bands): their count, means and centred
+/// co-moments. Two sets combine exactly (Chan et al.'s pairwise update), so an overlap is
+/// learnt batch by batch and no pair is read twice.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransferStatistics {
+    rows: f64,
+    new_mean: Vec<f64>,
+    old_mean: Vec<f64>,
+    /// `Σ (z − z̄)(z − z̄)ᵀ`, `q × q`.
+    new_new: Mat<f64>,
+    /// `Σ (z − z̄)(x − x̄)ᵀ`, `q × p`.
+    new_old: Mat<f64>,
+    /// `Σ (x − x̄)(x − x̄)ᵀ`, `p × p`.
+    old_old: Mat<f64>,
+}
+
+impl TransferStatistics {
+    /// No pairs yet, for `q` new and `p` old bands.
+    pub fn empty(new_bands: usize, old_bands: usize) -> Self {
+        Self {
+            rows: 0.0,
+            new_mean: vec![0.0; new_bands],
+            old_mean: vec![0.0; old_bands],
+            new_new: Mat::zeros(new_bands, new_bands),
+            new_old: Mat::zeros(new_bands, old_bands),
+            old_old: Mat::zeros(old_bands, old_bands),
+        }
+    }
+
+    /// The statistics of pairs given as rows: row `i` of `new` and of `old` read one sample.
+    pub fn from_rows(new: MatRef<'_, f64>, old: MatRef<'_, f64>) -> Result<Self, EstimatorError> {
+        if new.nrows() != old.nrows() {
+            return Err(EstimatorError::Dimension {
+                what: "rows read by the old instrument",
+                expected: new.nrows(),
+                found: old.nrows(),
+            });
+        }
+        if !new.is_all_finite() || !old.is_all_finite() {
+            return Err(EstimatorError::NonFinite("a transfer pair"));
+        }
+        let n = new.nrows();
+        if n == 0 {
+            return Ok(Self::empty(new.ncols(), old.ncols()));
+        }
+        let (new_mean, new_c) = centred(new);
+        let (old_mean, old_c) = centred(old);
+        Ok(Self {
+            rows: n as f64,
+            new_mean,
+            old_mean,
+            new_new: new_c.transpose() * &new_c,
+            new_old: new_c.transpose() * &old_c,
+            old_old: old_c.transpose() * &old_c,
+        })
+    }
+
+    /// Adds `other`'s pairs: with `δ` the difference of the means and `n = n_a + n_b`,
+    /// `M = M_a + M_b + (n_a n_b / n) δ_z δ_xᵀ` for each co-moment, and the means weighted by
+    /// their counts.
+    pub fn merge(&mut self, other: &Self) -> Result<(), EstimatorError> {
+        let (q, p) = (self.new_mean.len(), self.old_mean.len());
+        for (what, expected, found) in [
+            ("new instrument bands", q, other.new_mean.len()),
+            ("old instrument bands", p, other.old_mean.len()),
+        ] {
+            if expected != found {
+                return Err(EstimatorError::Dimension {
+                    what,
+                    expected,
+                    found,
+                });
+            }
+        }
+        if other.rows == 0.0 {
+            return Ok(());
+        }
+        if self.rows == 0.0 {
+            *self = other.clone();
+            return Ok(());
+        }
+        let (na, nb) = (self.rows, other.rows);
+        let n = na + nb;
+        let dz: Vec<f64> = (0..q)
+            .map(|i| other.new_mean[i] - self.new_mean[i])
+            .collect();
+        let dx: Vec<f64> = (0..p)
+            .map(|i| other.old_mean[i] - self.old_mean[i])
+            .collect();
+        let w = na * nb / n;
+        self.new_new = &self.new_new + &other.new_new + outer(&dz, &dz, w);
+        self.new_old = &self.new_old + &other.new_old + outer(&dz, &dx, w);
+        self.old_old = &self.old_old + &other.old_old + outer(&dx, &dx, w);
+        for (m, d) in self.new_mean.iter_mut().zip(&dz) {
+            *m += d * nb / n;
+        }
+        for (m, d) in self.old_mean.iter_mut().zip(&dx) {
+            *m += d * nb / n;
+        }
+        self.rows = n;
+        Ok(())
+    }
+
+    /// Number of pairs.
+    pub fn rows(&self) -> f64 {
+        self.rows
+    }
+
+    /// Bands of the new instrument.
+    pub fn new_bands(&self) -> usize {
+        self.new_mean.len()
+    }
+
+    /// Bands of the old instrument.
+    pub fn old_bands(&self) -> usize {
+        self.old_mean.len()
+    }
+}
+
+/// The column means of `m` and `m` with them taken off.
+fn centred(m: MatRef<'_, f64>) -> (Vec<f64>, Mat<f64>) {
+    let n = m.nrows() as f64;
+    let means: Vec<f64> = (0..m.ncols())
+        .map(|j| m.col(j).iter().sum::<f64>() / n)
+        .collect();
+    let c = Mat::from_fn(m.nrows(), m.ncols(), |i, j| m[(i, j)] - means[j]);
+    (means, c)
+}
+
+/// `w · a bᵀ`.
+fn outer(a: &[f64], b: &[f64], w: f64) -> Mat<f64> {
+    Mat::from_fn(a.len(), b.len(), |i, j| w * a[i] * b[j])
+}
+
+/// The map of one old band: its window of new bands, the coefficients `m_j + δ̂_j` over it,
+/// `P_j` and the band's predictive scale `Q_j / (N − 3)`.
+#[derive(Clone, Debug)]
+struct BandMap {
+    first: usize,
+    coefficients: Vec<f64>,
+    precision_inverse: Mat<f64>,
+    scale: f64,
+}
+
+/// What the old instrument would read, learnt from pairs of readings (the module's formulas).
+#[derive(Clone, Debug)]
+pub struct TransferMap {
+    rows: f64,
+    new_mean: Vec<f64>,
+    old_mean: Vec<f64>,
+    bands: Vec<BandMap>,
+    /// Correlation of the pairs' residuals across old bands, `p × p`.
+    correlation: Mat<f64>,
+    window: usize,
+    amplitude: f64,
+    evidence: f64,
+}
+
+/// A new-instrument reading carried to the old instrument: per old band the mean and the
+/// predictive variance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reconstruction {
+    pub mean: Vec<f64>,
+    pub variance: Vec<f64>,
+}
+
+/// One band's statistics in a window: `G_j`, `b`, `rᵀr` (centred, residual from `m_j`).
+struct BandProblem {
+    first: usize,
+    prior_mean: Vec<f64>,
+    gram: Mat<f64>,
+    cross: Vec<f64>,
+    residual: f64,
+}
+
+/// One band's fit at one amplitude.
+struct BandFit {
+    log_evidence: f64,
+    dof: f64,
+    delta: Vec<f64>,
+    precision_inverse: Mat<f64>,
+    quadratic: f64,
+}
+
+impl TransferMap {
+    /// The map learnt from `stats`, the new instrument reading on `new_grid` and the old one on
+    /// `old_grid` (window and amplitude by the evidence, as the module says).
+    pub fn fit(
+        stats: &TransferStatistics,
+        new_grid: &Grid,
+        old_grid: &Grid,
+    ) -> Result<Self, EstimatorError> {
+        let (q, p) = (stats.new_bands(), stats.old_bands());
+        for (what, expected, found) in [
+            ("new instrument bands", new_grid.count(), q),
+            ("old instrument bands", old_grid.count(), p),
+        ] {
+            if expected != found {
+                return Err(EstimatorError::Dimension {
+                    what,
+                    expected,
+                    found,
+                });
+            }
+        }
+        if stats.rows < MIN_TRANSFER_ROWS as f64 {
+            return Err(EstimatorError::Untrained);
+        }
+        let n = stats.rows;
+        let cap = residual_cap(n - 1.0);
+        let mean_variance =
+            (0..q).map(|i| stats.new_new[(i, i)]).sum::<f64>() / (q as f64 * (n - 1.0));
+        let unit = if mean_variance > 0.0 {
+            1.0 / mean_variance
+        } else {
+            1.0
+        };
+
+        let mut best: Option<(f64, usize, f64)> = None;
+        for window in WINDOWS {
+            let problems: Vec<BandProblem> = (0..p)
+                .map(|j| band_problem(stats, new_grid, old_grid.wavelength(j), j, window))
+                .collect();
+            for tau in relative_amplitudes() {
+                let a = tau * unit;
+                let mut total = 0.0;
+                let mut admissible = true;
+                for problem in &problems {
+                    let fit = fit_band(problem, a, n)?;
+                    if fit.dof > cap {
+                        admissible = false;
+                        break;
+                    }
+                    total += fit.log_evidence;
+                }
+                if admissible && best.is_none_or(|(e, _, _)| total > e) {
+                    best = Some((total, window, a));
+                }
+            }
+        }
+        let (evidence, window, amplitude) = best.ok_or(EstimatorError::Untrained)?;
+
+        let mut bands = Vec::with_capacity(p);
+        for j in 0..p {
+            let problem = band_problem(stats, new_grid, old_grid.wavelength(j), j, window);
+            let fit = fit_band(&problem, amplitude, n)?;
+            let coefficients = problem
+                .prior_mean
+                .iter()
+                .zip(&fit.delta)
+                .map(|(m, d)| m + d)
+                .collect();
+            bands.push(BandMap {
+                first: problem.first,
+                coefficients,
+                precision_inverse: fit.precision_inverse,
+                scale: fit.quadratic / (n - 3.0),
+            });
+        }
+        let correlation = residual_correlation(stats, &bands);
+        Ok(Self {
+            rows: n,
+            new_mean: stats.new_mean.clone(),
+            old_mean: stats.old_mean.clone(),
+            bands,
+            correlation,
+            window,
+            amplitude: amplitude / unit,
+            evidence,
+        })
+    }
+
+    /// The old instrument's reading of a sample the new one read as `z`.
+    pub fn reconstruct(&self, z: &[f64]) -> Result<Reconstruction, EstimatorError> {
+        if z.len() != self.new_mean.len() {
+            return Err(EstimatorError::Dimension {
+                what: "new instrument bands",
+                expected: self.new_mean.len(),
+                found: z.len(),
+            });
+        }
+        let d: Vec<f64> = z.iter().zip(&self.new_mean).map(|(v, m)| v - m).collect();
+        let mut mean = Vec::with_capacity(self.bands.len());
+        let mut variance = Vec::with_capacity(self.bands.len());
+        for (band, x_bar) in self.bands.iter().zip(&self.old_mean) {
+            let dw = &d[band.first..band.first + band.coefficients.len()];
+            mean.push(x_bar + dot(&band.coefficients, dw));
+            let p = band.precision_inverse.as_ref();
+            let mut leverage = 0.0;
+            for (i, di) in dw.iter().enumerate() {
+                for (k, dk) in dw.iter().enumerate() {
+                    leverage += di * p[(i, k)] * dk;
+                }
+            }
+            variance.push(band.scale * (1.0 + 1.0 / self.rows + leverage.max(0.0)));
+        }
+        Ok(Reconstruction { mean, variance })
+    }
+
+    /// `Var(βᵀx̂) = uᵀ C u`, `u_j = β_j √v_j`: what the reconstruction's uncertainty adds to
+    /// a prediction that is linear in the old bands with coefficients `beta` (for a nonlinear
+    /// basis, its derivatives at `x̂` times the coefficients).
+    pub fn variance_of(&self, reconstruction: &Reconstruction, beta: &[f64]) -> f64 {
+        let u: Vec<f64> = beta
+            .iter()
+            .zip(&reconstruction.variance)
+            .map(|(b, v)| b * v.sqrt())
+            .collect();
+        let c = self.correlation.as_ref();
+        let mut total = 0.0;
+        for (j, uj) in u.iter().enumerate() {
+            for (k, uk) in u.iter().enumerate() {
+                total += uj * c[(j, k)] * uk;
+            }
+        }
+        total.max(0.0)
+    }
+
+    /// Pairs the map was learnt from.
+    pub fn rows(&self) -> f64 {
+        self.rows
+    }
+
+    /// New bands on each side of the interpolated pair that each old band reads.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
+    /// The prior's amplitude relative to the new bands' mean variance.
+    pub fn amplitude(&self) -> f64 {
+        self.amplitude
+    }
+
+    /// The summed log evidence of the chosen window and amplitude (up to a constant).
+    pub fn evidence(&self) -> f64 {
+        self.evidence
+    }
+
+    /// `m_j + δ̂_j` of old band `j` as a row over every new band (zero outside its window).
+    pub fn coefficients(&self, j: usize) -> Vec<f64> {
+        let mut row = vec![0.0; self.new_mean.len()];
+        let band = &self.bands[j];
+        row[band.first..band.first + band.coefficients.len()].copy_from_slice(&band.coefficients);
+        row
+    }
+}
+
+/// Band `j`'s window on the new grid and its centred statistics, residual from the
+/// interpolation `m_j` at `nm` (clamped to the new grid's ends).
+fn band_problem(
+    stats: &TransferStatistics,
+    new_grid: &Grid,
+    nm: f64,
+    j: usize,
+    window: usize,
+) -> BandProblem {
+    let q = new_grid.count();
+    let u = ((nm - new_grid.start_nm) / new_grid.interval_nm).clamp(0.0, (q - 1) as f64);
+    let low = (u.floor() as usize).min(q - 2);
+    let t = u - low as f64;
+    let first = low.saturating_sub(window);
+    let last = (low + 1 + window).min(q - 1);
+    let width = last - first + 1;
+    let mut prior_mean = vec![0.0; width];
+    prior_mean[low - first] = 1.0 - t;
+    prior_mean[low + 1 - first] = t;
+
+    let g_all = stats.new_new.as_ref();
+    let c_all = stats.new_old.as_ref();
+    // G m over the window and beyond it only through m's two bands.
+    let gm = |i: usize| g_all[(i, low)] * (1.0 - t) + g_all[(i, low + 1)] * t;
+    let gram = Mat::from_fn(width, width, |a, b| g_all[(first + a, first + b)]);
+    let cross = (0..width)
+        .map(|a| c_all[(first + a, j)] - gm(first + a))
+        .collect();
+    let m_c = c_all[(low, j)] * (1.0 - t) + c_all[(low + 1, j)] * t;
+    let m_g_m = gm(low) * (1.0 - t) + gm(low + 1) * t;
+    let residual = (stats.old_old[(j, j)] - 2.0 * m_c + m_g_m).max(0.0);
+    BandProblem {
+        first,
+        prior_mean,
+        gram,
+        cross,
+        residual,
+    }
+}
+
+/// Band `j` at amplitude `a`: `A = G_j + I/a`, `δ̂ = A⁻¹ b`, `Q = rᵀr − bᵀδ̂`,
+/// `log|I + aG_j| = log|A| + w log a`, `γ = w − tr(A⁻¹)/a` the well-determined directions.
+fn fit_band(problem: &BandProblem, a: f64, n: f64) -> Result<BandFit, EstimatorError> {
+    let w = problem.gram.nrows();
+    let precision = Mat::from_fn(w, w, |i, k| {
+        problem.gram[(i, k)] + if i == k { 1.0 / a } else { 0.0 }
+    });
+    let llt = precision
+        .llt(Side::Lower)
+        .map_err(|_| EstimatorError::NotPositiveDefinite)?;
+    let l = llt.L();
+    let log_det: f64 = (0..w).map(|i| 2.0 * l[(i, i)].ln()).sum::<f64>() + w as f64 * a.ln();
+    let b = Mat::from_fn(w, 1, |i, _| problem.cross[i]);
+    let delta = llt.solve(&b);
+    let delta: Vec<f64> = (0..w).map(|i| delta[(i, 0)]).collect();
+    let inverse = llt.solve(Mat::<f64>::identity(w, w));
+    let trace: f64 = (0..w).map(|i| inverse[(i, i)]).sum();
+    // A floor keeps an exact reconstruction (identical instruments) from an infinite evidence.
+    let floor = 1e-12 * problem.residual.max(f64::MIN_POSITIVE) + 1e-300;
+    let quadratic = (problem.residual - dot(&problem.cross, &delta)).max(floor);
+    Ok(BandFit {
+        log_evidence: -0.5 * log_det - 0.5 * (n - 1.0) * quadratic.ln(),
+        dof: w as f64 - trace / a,
+        delta,
+        precision_inverse: inverse,
+        quadratic,
+    })
+}
+
+/// The correlation of the pairs' residuals `E = X_c − Z_c M̃ᵀ` across old bands:
+/// `EᵀE = S_xx − M̃ S_zx − S_zxᵀ M̃ᵀ + M̃ S_zz M̃ᵀ`, scaled to a unit diagonal (a band whose
+/// residual vanishes is uncorrelated with the rest).
+fn residual_correlation(stats: &TransferStatistics, bands: &[BandMap]) -> Mat<f64> {
+    let (q, p) = (stats.new_bands(), stats.old_bands());
+    let mut map = Mat::<f64>::zeros(p, q);
+    for (j, band) in bands.iter().enumerate() {
+        for (k, c) in band.coefficients.iter().enumerate() {
+            map[(j, band.first + k)] = *c;
+        }
+    }
+    // M̃ S_zz − S_zxᵀ, then (M̃ S_zz − S_zxᵀ) M̃ᵀ − M̃ S_zx + S_xx.
+    let mut left = Mat::<f64>::zeros(p, q);
+    faer::linalg::matmul::matmul(
+        left.as_mut(),
+        Accum::Replace,
+        map.as_ref(),
+        stats.new_new.as_ref(),
+        1.0,
+        Par::Seq,
+    );
+    left -= stats.new_old.transpose();
+    let mut residual = stats.old_old.clone();
+    faer::linalg::matmul::matmul(
+        residual.as_mut(),
+        Accum::Add,
+        left.as_ref(),
+        map.transpose(),
+        1.0,
+        Par::Seq,
+    );
+    faer::linalg::matmul::matmul(
+        residual.as_mut(),
+        Accum::Add,
+        map.as_ref(),
+        stats.new_old.as_ref(),
+        -1.0,
+        Par::Seq,
+    );
+    let scale: Vec<f64> = (0..p)
+        .map(|j| {
+            let v = residual[(j, j)];
+            if v > 1e-300 { v.sqrt() } else { 0.0 }
+        })
+        .collect();
+    Mat::from_fn(p, p, |j, k| {
+        if j == k {
+            1.0
+        } else if scale[j] == 0.0 || scale[k] == 0.0 {
+            0.0
+        } else {
+            (0.5 * (residual[(j, k)] + residual[(k, j)]) / (scale[j] * scale[k])).clamp(-1.0, 1.0)
+        }
+    })
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Two predictions of one output that share its noise: the old instrument's model through the
+/// map (`a`) and the new instrument's own model (`b`), each a mean, a predictive variance and
+/// the noise variance inside it. Their means combine by the precision of what each does not
+/// know, `e = v − s`, and the noise is counted once:
+///
+/// ```text
+/// μ = (μ_a/e_a + μ_b/e_b) / (1/e_a + 1/e_b),   v = 1/(1/e_a + 1/e_b) + (s_a/e_a + s_b/e_b) / (1/e_a + 1/e_b)
+/// ```
+///
+/// (Product of the two Gaussians as they stand would count the noise twice and answer
+/// intervals too narrow by up to √2.)
+pub fn combine(a: PathPrediction, b: PathPrediction) -> PathPrediction {
+    let ea = (a.variance - a.noise).max(f64::MIN_POSITIVE);
+    let eb = (b.variance - b.noise).max(f64::MIN_POSITIVE);
+    let precision = 1.0 / ea + 1.0 / eb;
+    let noise = (a.noise / ea + b.noise / eb) / precision;
+    PathPrediction {
+        mean: (a.mean / ea + b.mean / eb) / precision,
+        variance: 1.0 / precision + noise,
+        noise,
+    }
+}
+
+/// One path's prediction of an output: mean, predictive variance, and the noise variance it
+/// includes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PathPrediction {
+    pub mean: f64,
+    pub variance: f64,
+    pub noise: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Smooth absorbance-like spectra on `grid`: a baseline and three bands of random depth.
+    fn spectra(rows: usize, seed: u64) -> Vec<[f64; 4]> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..rows)
+            .map(|_| std::array::from_fn(|_| rng.random_range(0.0..1.0)))
+            .collect()
+    }
+
+    fn read(sample: &[f64; 4], nm: f64) -> f64 {
+        let peak = |centre: f64, width: f64| (-0.5 * ((nm - centre) / width).powi(2)).exp();
+        0.2 + 0.1 * sample[0]
+            + 0.8 * sample[1] * peak(470.0, 25.0)
+            + 0.6 * sample[2] * peak(560.0, 30.0)
+            + 0.5 * sample[3] * peak(640.0, 20.0)
+    }
+
+    /// Readings of `samples` on `grid` by an instrument that shifts wavelengths by `shift` nm,
+    /// has gain `gain` and offset `offset`, and noise of sd `noise`.
+    fn instrument(
+        samples: &[[f64; 4]],
+        grid: &Grid,
+        (shift, gain, offset, noise): (f64, f64, f64, f64),
+        seed: u64,
+    ) -> Mat<f64> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        Mat::from_fn(samples.len(), grid.count(), |i, j| {
+            let e: f64 = (0..12).map(|_| rng.random_range(-0.5..0.5)).sum();
+            gain * read(&samples[i], grid.wavelength(j) + shift) + offset + noise * e
+        })
+    }
+
+    const OLD: (f64, f64, f64, f64) = (0.0, 1.0, 0.0, 2e-4);
+    const NEW: (f64, f64, f64, f64) = (3.0, 0.95, 0.02, 2e-4);
+
+    fn old_grid() -> Grid {
+        Grid::new(400.0, 5.0, 61).unwrap()
+    }
+
+    fn row(m: &Mat<f64>, i: usize) -> Vec<f64> {
+        (0..m.ncols()).map(|j| m[(i, j)]).collect()
+    }
+
+    /// RMS of the reconstruction error over the rows, the same of the raw difference, and the
+    /// share of errors inside their 95 % interval.
+    fn score(map: &TransferMap, new: &Mat<f64>, old: &Mat<f64>) -> (f64, f64, f64) {
+        let (mut err, mut raw, mut inside, mut count) = (0.0, 0.0, 0.0, 0.0);
+        for i in 0..new.nrows() {
+            let z = row(new, i);
+            let r = map.reconstruct(&z).unwrap();
+            for j in 0..old.ncols() {
+                let e = r.mean[j] - old[(i, j)];
+                err += e * e;
+                if new.ncols() == old.ncols() {
+                    raw += (z[j] - old[(i, j)]).powi(2);
+                }
+                inside += f64::from(u8::from(e.abs() <= 1.96 * r.variance[j].sqrt()));
+                count += 1.0;
+            }
+        }
+        ((err / count).sqrt(), (raw / count).sqrt(), inside / count)
+    }
+
+    #[test]
+    fn a_shifted_instrument_with_another_gain_and_offset_is_read_as_the_old_one() {
+        let grid = old_grid();
+        let train = spectra(30, 1);
+        let test = spectra(200, 2);
+        let stats = TransferStatistics::from_rows(
+            instrument(&train, &grid, NEW, 3).as_ref(),
+            instrument(&train, &grid, OLD, 4).as_ref(),
+        )
+        .unwrap();
+        let map = TransferMap::fit(&stats, &grid, &grid).unwrap();
+        let (err, raw, inside) = score(
+            &map,
+            &instrument(&test, &grid, NEW, 5),
+            &instrument(&test, &grid, OLD, 6),
+        );
+        assert!(err < 0.02 * raw, "error {err} against {raw} unmapped");
+        // The noise of both readings (2e-4 each) bounds the error from below.
+        assert!(err < 2e-3, "error {err}");
+        assert!((0.85..=1.0).contains(&inside), "95 % bands cover {inside}");
+        assert!(map.window() > 0, "a 3 nm shift needs the neighbours");
+    }
+
+    #[test]
+    fn identical_instruments_map_a_reading_to_itself() {
+        let grid = old_grid();
+        let train = spectra(12, 7);
+        let x = instrument(&train, &grid, (0.0, 1.0, 0.0, 0.0), 8);
+        let stats = TransferStatistics::from_rows(x.as_ref(), x.as_ref()).unwrap();
+        let map = TransferMap::fit(&stats, &grid, &grid).unwrap();
+        let test = instrument(&spectra(5, 9), &grid, (0.0, 1.0, 0.0, 0.0), 10);
+        for i in 0..test.nrows() {
+            let z = row(&test, i);
+            let r = map.reconstruct(&z).unwrap();
+            for (a, b) in r.mean.iter().zip(&z) {
+                assert!((a - b).abs() < 1e-9, "{a} against {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_instrument_on_another_grid_is_read_on_the_old_one() {
+        let (old, new) = (old_grid(), Grid::new(390.0, 10.0, 33).unwrap());
+        let train = spectra(30, 11);
+        let test = spectra(100, 12);
+        let stats = TransferStatistics::from_rows(
+            instrument(&train, &new, NEW, 13).as_ref(),
+            instrument(&train, &old, OLD, 14).as_ref(),
+        )
+        .unwrap();
+        let map = TransferMap::fit(&stats, &new, &old).unwrap();
+        let (err, _, inside) = score(
+            &map,
+            &instrument(&test, &new, NEW, 15),
+            &instrument(&test, &old, OLD, 16),
+        );
+        let spread = 0.1;
+        assert!(err < 0.02 * spread, "error {err}");
+        assert!((0.85..=1.0).contains(&inside), "95 % bands cover {inside}");
+    }
+
+    #[test]
+    fn the_map_of_merged_statistics_is_the_map_of_all_rows() {
+        let grid = old_grid();
+        let samples = spectra(24, 17);
+        let new = instrument(&samples, &grid, NEW, 18);
+        let old = instrument(&samples, &grid, OLD, 19);
+        let all = TransferStatistics::from_rows(new.as_ref(), old.as_ref()).unwrap();
+        let mut merged =
+            TransferStatistics::from_rows(new.subrows(0, 9), old.subrows(0, 9)).unwrap();
+        merged
+            .merge(&TransferStatistics::from_rows(new.subrows(9, 15), old.subrows(9, 15)).unwrap())
+            .unwrap();
+        let (a, b) = (
+            TransferMap::fit(&all, &grid, &grid).unwrap(),
+            TransferMap::fit(&merged, &grid, &grid).unwrap(),
+        );
+        assert_eq!((a.window(), a.amplitude()), (b.window(), b.amplitude()));
+        let z = row(&instrument(&spectra(1, 20), &grid, NEW, 21), 0);
+        let (ra, rb) = (a.reconstruct(&z).unwrap(), b.reconstruct(&z).unwrap());
+        for (x, y) in ra.mean.iter().zip(&rb.mean) {
+            assert!((x - y).abs() < 1e-9, "{x} against {y}");
+        }
+        for (x, y) in ra.variance.iter().zip(&rb.variance) {
+            assert!((x - y).abs() <= 1e-6 * x.abs(), "{x} against {y}");
+        }
+    }
+
+    #[test]
+    fn too_few_pairs_learn_no_map() {
+        let grid = old_grid();
+        let samples = spectra(MIN_TRANSFER_ROWS - 1, 22);
+        let x = instrument(&samples, &grid, OLD, 23);
+        let stats = TransferStatistics::from_rows(x.as_ref(), x.as_ref()).unwrap();
+        assert_eq!(
+            TransferMap::fit(&stats, &grid, &grid).unwrap_err(),
+            EstimatorError::Untrained
+        );
+    }
+
+    #[test]
+    fn the_variance_of_one_band_is_that_bands_and_a_sum_counts_the_correlation() {
+        let grid = old_grid();
+        let train = spectra(30, 24);
+        let stats = TransferStatistics::from_rows(
+            instrument(&train, &grid, NEW, 25).as_ref(),
+            instrument(&train, &grid, OLD, 26).as_ref(),
+        )
+        .unwrap();
+        let map = TransferMap::fit(&stats, &grid, &grid).unwrap();
+        let z = row(&instrument(&spectra(1, 27), &grid, NEW, 28), 0);
+        let r = map.reconstruct(&z).unwrap();
+        let mut beta = vec![0.0; grid.count()];
+        beta[30] = 2.0;
+        assert!((map.variance_of(&r, &beta) - 4.0 * r.variance[30]).abs() <= 1e-12);
+        // Two neighbours: between independent errors and fully correlated ones.
+        beta[31] = 1.0;
+        let v = map.variance_of(&r, &beta);
+        let (a, b) = (4.0 * r.variance[30], r.variance[31]);
+        assert!(v >= 0.0 && v <= a + b + 2.0 * (a * b).sqrt() + 1e-15, "{v}");
+    }
+
+    proptest! {
+        #[test]
+        fn statistics_of_two_batches_merge_to_those_of_all_rows(
+            rows in 2usize..20,
+            split in 1usize..19,
+            seed in 0u64..1000,
+        ) {
+            let split = split.min(rows - 1);
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let new = Mat::from_fn(rows, 5, |_, _| rng.random_range(-3.0..3.0) + 10.0);
+            let old = Mat::from_fn(rows, 4, |_, _| rng.random_range(-1.0..1.0));
+            let all = TransferStatistics::from_rows(new.as_ref(), old.as_ref()).unwrap();
+            let mut merged = TransferStatistics::from_rows(new.subrows(0, split), old.subrows(0, split)).unwrap();
+            merged.merge(&TransferStatistics::from_rows(
+                new.subrows(split, rows - split), old.subrows(split, rows - split)).unwrap()).unwrap();
+            prop_assert_eq!(merged.rows(), all.rows());
+            let close = |a: &Mat<f64>, b: &Mat<f64>| (0..a.nrows()).all(|i| (0..a.ncols())
+                .all(|j| (a[(i, j)] - b[(i, j)]).abs() <= 1e-9 * (1.0 + b[(i, j)].abs())));
+            prop_assert!(close(&merged.new_new, &all.new_new));
+            prop_assert!(close(&merged.new_old, &all.new_old));
+            prop_assert!(close(&merged.old_old, &all.old_old));
+            for (a, b) in merged.new_mean.iter().zip(&all.new_mean).chain(merged.old_mean.iter().zip(&all.old_mean)) {
+                prop_assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()));
+            }
+        }
+
+        #[test]
+        fn two_paths_count_the_noise_once(
+            mean_a in -10.0f64..10.0, mean_b in -10.0f64..10.0,
+            noise_a in 0.01f64..2.0, noise_b in 0.01f64..2.0,
+            known_a in 1e-4f64..5.0, known_b in 1e-4f64..5.0,
+        ) {
+            let a = PathPrediction { mean: mean_a, variance: noise_a + known_a, noise: noise_a };
+            let b = PathPrediction { mean: mean_b, variance: noise_b + known_b, noise: noise_b };
+            let c = combine(a, b);
+            prop_assert!(c.mean >= mean_a.min(mean_b) - 1e-12 && c.mean <= mean_a.max(mean_b) + 1e-12);
+            prop_assert!(c.noise >= noise_a.min(noise_b) - 1e-12 && c.noise <= noise_a.max(noise_b) + 1e-12);
+            // Less unknown than either path alone, never below the noise.
+            prop_assert!(c.variance - c.noise <= known_a.min(known_b) + 1e-12);
+            prop_assert!(c.variance >= c.noise);
+            let same = combine(a, a);
+            prop_assert!((same.mean - mean_a).abs() <= 1e-12 * (1.0 + mean_a.abs()));
+            prop_assert!((same.variance - (noise_a + known_a / 2.0)).abs() <= 1e-12 * (1.0 + noise_a + known_a));
+        }
+    }
+}
