@@ -259,12 +259,49 @@ fn bench_recipe(c: &mut Criterion) {
     group.finish();
 }
 
+/// Calibration transfer at gasoline's size: 401 bands on each instrument, 30 pairs (smooth
+/// random spectra; the new instrument shifted by half a band, with another gain and offset).
+fn bench_transfer(c: &mut Criterion) {
+    use mordant::estimator::grid::Grid;
+    use mordant::estimator::transfer::{TransferMap, TransferStatistics};
+    let grid = Grid::new(900.0, 2.0, 401).expect("grid");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(41);
+    let depths: Vec<[f64; 3]> = (0..30)
+        .map(|_| std::array::from_fn(|_| rng.random_range(0.0..1.0)))
+        .collect();
+    let read = |d: &[f64; 3], nm: f64| {
+        let peak = |c: f64, w: f64| (-0.5 * ((nm - c) / w).powi(2)).exp();
+        0.3 + d[0] * peak(1100.0, 60.0) + d[1] * peak(1350.0, 80.0) + d[2] * peak(1550.0, 50.0)
+    };
+    let old = Mat::from_fn(30, 401, |i, j| read(&depths[i], grid.wavelength(j)));
+    let new = Mat::from_fn(30, 401, |i, j| {
+        0.95 * read(&depths[i], grid.wavelength(j) + 1.0)
+            + 0.01
+            + 1e-4 * rng.random_range(-1.0..1.0)
+    });
+    let stats = TransferStatistics::from_rows(new.as_ref(), old.as_ref()).expect("statistics");
+    let map = TransferMap::fit(&stats, &grid, &grid).expect("map");
+    let probe: Vec<f64> = (0..401).map(|j| new[(0, j)]).collect();
+    let mut group = c.benchmark_group("transfer_q401_p401_n30");
+    group.bench_function("statistics_30_pairs", |b| {
+        b.iter(|| TransferStatistics::from_rows(new.as_ref(), old.as_ref()).expect("statistics"))
+    });
+    group.bench_function("fit_map", |b| {
+        b.iter(|| TransferMap::fit(&stats, &grid, &grid).expect("map"))
+    });
+    group.bench_function("reconstruct_1_row", |b| {
+        b.iter(|| map.reconstruct(&probe).expect("reconstruct"))
+    });
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
     bench_problem(c, dyeing());
     bench_problem(c, spectrum());
     bench_problem(c, wide_spectrum(3, "wide_spectrum_p701_m3"));
     bench_problem(c, wide_spectrum(10, "wide_spectrum_p701_m10"));
     bench_recipe(c);
+    bench_transfer(c);
 }
 
 criterion_group! {

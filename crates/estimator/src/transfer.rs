@@ -43,7 +43,6 @@
 //! variance of a linear functional `βᵀx̂`, which a regression on the old bands is, takes the
 //! correlation `C` of the pairs' residuals: `Var(βᵀx̂) = uᵀ C u` with `u_j = β_j √v_j`.
 
-use faer::linalg::solvers::Solve;
 use faer::{Accum, Mat, MatRef, Par, Side};
 
 use crate::EstimatorError;
@@ -230,21 +229,21 @@ pub struct Reconstruction {
     pub variance: Vec<f64>,
 }
 
-/// One band's statistics in a window: `G_j`, `b`, `rᵀr` (centred, residual from `m_j`).
+/// One band's statistics in a window, residual from `m_j` and centred, on the eigenvectors of
+/// `G_j = V Λ Vᵀ`: `λ`, `c = Vᵀ b` and `rᵀr`.
 struct BandProblem {
     first: usize,
     prior_mean: Vec<f64>,
-    gram: Mat<f64>,
-    cross: Vec<f64>,
+    vectors: Mat<f64>,
+    values: Vec<f64>,
+    rotated: Vec<f64>,
     residual: f64,
 }
 
-/// One band's fit at one amplitude.
-struct BandFit {
+/// One band's evidence at one amplitude, and the degrees of freedom it spends.
+struct BandEvidence {
     log_evidence: f64,
     dof: f64,
-    delta: Vec<f64>,
-    precision_inverse: Mat<f64>,
     quadratic: f64,
 }
 
@@ -284,15 +283,15 @@ impl TransferMap {
 
         let mut best: Option<(f64, usize, f64)> = None;
         for window in WINDOWS {
-            let problems: Vec<BandProblem> = (0..p)
+            let problems = (0..p)
                 .map(|j| band_problem(stats, new_grid, old_grid.wavelength(j), j, window))
-                .collect();
+                .collect::<Result<Vec<_>, _>>()?;
             for tau in relative_amplitudes() {
                 let a = tau * unit;
                 let mut total = 0.0;
                 let mut admissible = true;
                 for problem in &problems {
-                    let fit = fit_band(problem, a, n)?;
+                    let fit = band_evidence(problem, a, n);
                     if fit.dof > cap {
                         admissible = false;
                         break;
@@ -308,18 +307,31 @@ impl TransferMap {
 
         let mut bands = Vec::with_capacity(p);
         for j in 0..p {
-            let problem = band_problem(stats, new_grid, old_grid.wavelength(j), j, window);
-            let fit = fit_band(&problem, amplitude, n)?;
-            let coefficients = problem
-                .prior_mean
+            let problem = band_problem(stats, new_grid, old_grid.wavelength(j), j, window)?;
+            let fit = band_evidence(&problem, amplitude, n);
+            // P_j = V (Λ + I/a)⁻¹ Vᵀ and δ̂_j = P_j b = V (Λ + I/a)⁻¹ c.
+            let v = problem.vectors.as_ref();
+            let width = problem.values.len();
+            let shrunk: Vec<f64> = problem
+                .values
                 .iter()
-                .zip(&fit.delta)
-                .map(|(m, d)| m + d)
+                .map(|l| 1.0 / (l + 1.0 / amplitude))
                 .collect();
+            let coefficients = (0..width)
+                .map(|i| {
+                    problem.prior_mean[i]
+                        + (0..width)
+                            .map(|k| v[(i, k)] * shrunk[k] * problem.rotated[k])
+                            .sum::<f64>()
+                })
+                .collect();
+            let precision_inverse = Mat::from_fn(width, width, |i, l| {
+                (0..width).map(|k| v[(i, k)] * shrunk[k] * v[(l, k)]).sum()
+            });
             bands.push(BandMap {
                 first: problem.first,
                 coefficients,
-                precision_inverse: fit.precision_inverse,
+                precision_inverse,
                 scale: fit.quadratic / (n - 3.0),
             });
         }
@@ -419,7 +431,7 @@ fn band_problem(
     nm: f64,
     j: usize,
     window: usize,
-) -> BandProblem {
+) -> Result<BandProblem, EstimatorError> {
     let q = new_grid.count();
     let u = ((nm - new_grid.start_nm) / new_grid.interval_nm).clamp(0.0, (q - 1) as f64);
     let low = (u.floor() as usize).min(q - 2);
@@ -436,48 +448,47 @@ fn band_problem(
     // G m over the window and beyond it only through m's two bands.
     let gm = |i: usize| g_all[(i, low)] * (1.0 - t) + g_all[(i, low + 1)] * t;
     let gram = Mat::from_fn(width, width, |a, b| g_all[(first + a, first + b)]);
-    let cross = (0..width)
+    let cross: Vec<f64> = (0..width)
         .map(|a| c_all[(first + a, j)] - gm(first + a))
         .collect();
     let m_c = c_all[(low, j)] * (1.0 - t) + c_all[(low + 1, j)] * t;
     let m_g_m = gm(low) * (1.0 - t) + gm(low + 1) * t;
     let residual = (stats.old_old[(j, j)] - 2.0 * m_c + m_g_m).max(0.0);
-    BandProblem {
+    let eig = gram
+        .self_adjoint_eigen(Side::Lower)
+        .map_err(|_| EstimatorError::NonFinite("the transfer pairs' co-moments"))?;
+    let vectors = eig.U().to_owned();
+    let values: Vec<f64> = eig.S().column_vector().iter().map(|l| l.max(0.0)).collect();
+    let rotated = (0..width)
+        .map(|k| (0..width).map(|i| vectors[(i, k)] * cross[i]).sum())
+        .collect();
+    Ok(BandProblem {
         first,
         prior_mean,
-        gram,
-        cross,
+        vectors,
+        values,
+        rotated,
         residual,
-    }
+    })
 }
 
-/// Band `j` at amplitude `a`: `A = G_j + I/a`, `δ̂ = A⁻¹ b`, `Q = rᵀr − bᵀδ̂`,
-/// `log|I + aG_j| = log|A| + w log a`, `γ = w − tr(A⁻¹)/a` the well-determined directions.
-fn fit_band(problem: &BandProblem, a: f64, n: f64) -> Result<BandFit, EstimatorError> {
-    let w = problem.gram.nrows();
-    let precision = Mat::from_fn(w, w, |i, k| {
-        problem.gram[(i, k)] + if i == k { 1.0 / a } else { 0.0 }
-    });
-    let llt = precision
-        .llt(Side::Lower)
-        .map_err(|_| EstimatorError::NotPositiveDefinite)?;
-    let l = llt.L();
-    let log_det: f64 = (0..w).map(|i| 2.0 * l[(i, i)].ln()).sum::<f64>() + w as f64 * a.ln();
-    let b = Mat::from_fn(w, 1, |i, _| problem.cross[i]);
-    let delta = llt.solve(&b);
-    let delta: Vec<f64> = (0..w).map(|i| delta[(i, 0)]).collect();
-    let inverse = llt.solve(Mat::<f64>::identity(w, w));
-    let trace: f64 = (0..w).map(|i| inverse[(i, i)]).sum();
+/// Band `j` at amplitude `a`, on `G_j`'s eigenpairs: `log|I + aG_j| = Σ log(1 + aλ_k)`,
+/// `Q = rᵀr − Σ c_k² / (λ_k + 1/a)`, `γ = Σ aλ_k / (1 + aλ_k)` the well-determined directions.
+fn band_evidence(problem: &BandProblem, a: f64, n: f64) -> BandEvidence {
+    let (mut log_det, mut dof, mut explained) = (0.0, 0.0, 0.0);
+    for (l, c) in problem.values.iter().zip(&problem.rotated) {
+        log_det += (a * l).ln_1p();
+        dof += a * l / (1.0 + a * l);
+        explained += c * c / (l + 1.0 / a);
+    }
     // A floor keeps an exact reconstruction (identical instruments) from an infinite evidence.
     let floor = 1e-12 * problem.residual.max(f64::MIN_POSITIVE) + 1e-300;
-    let quadratic = (problem.residual - dot(&problem.cross, &delta)).max(floor);
-    Ok(BandFit {
+    let quadratic = (problem.residual - explained).max(floor);
+    BandEvidence {
         log_evidence: -0.5 * log_det - 0.5 * (n - 1.0) * quadratic.ln(),
-        dof: w as f64 - trace / a,
-        delta,
-        precision_inverse: inverse,
+        dof,
         quadratic,
-    })
+    }
 }
 
 /// The correlation of the pairs' residuals `E = X_c − Z_c M̃ᵀ` across old bands:
