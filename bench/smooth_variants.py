@@ -49,13 +49,12 @@ def kernel(kind, p, length):
     return k
 
 
-def fit(x, y, k, x_test):
-    """Posterior mean and predictive variance at x_test, and the log evidence."""
-    xm, ym = x.mean(0), y.mean()
-    xc, yc = x - xm, y - ym
+def hyperparameters(x, y, k):
+    """The amplitude a and noise s that maximise the evidence of the prior a·k on the centred
+    rows, with the log evidence."""
+    xc, yc = x - x.mean(0), y - y.mean()
     n = len(y)
-    gram = xc @ k @ xc.T
-    lam, u = np.linalg.eigh(gram)
+    lam, u = np.linalg.eigh(xc @ k @ xc.T)
     lam = np.clip(lam, 0, None)
     z = u.T @ yc
     keep = np.abs(u.T @ (np.ones(n) / np.sqrt(n))) < 0.5
@@ -73,13 +72,23 @@ def fit(x, y, k, x_test):
         if best is None or r.fun < best.fun:
             best = r
     a, s = np.exp(best.x)
+    return a, s, -best.fun
+
+
+def fit(x, y, k, x_test):
+    """Posterior mean and predictive variance at x_test, and the log evidence."""
+    xm, ym = x.mean(0), y.mean()
+    xc, yc = x - xm, y - ym
+    n = len(y)
+    a, s, evidence = hyperparameters(x, y, k)
+    gram = xc @ k @ xc.T
     solve = np.linalg.solve(s * np.eye(n) + a * gram, np.column_stack([yc, a * xc @ k @ (x_test - xm).T]))
     w = a * k @ xc.T @ solve[:, 0]
     mean = ym + (x_test - xm) @ w
     cross = a * (x_test - xm) @ k @ xc.T
     prior = a * np.einsum("ij,jk,ik->i", x_test - xm, k, x_test - xm)
     posterior = prior - np.einsum("ij,ji->i", cross, solve[:, 1:])
-    return mean, s + np.maximum(posterior, 0) + s / n, -best.fun
+    return mean, s + np.maximum(posterior, 0) + s / n, evidence
 
 
 def best_of(x, y, x_test, kinds):

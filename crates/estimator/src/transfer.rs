@@ -628,6 +628,17 @@ mod tests {
         Grid::new(400.0, 5.0, 61).unwrap()
     }
 
+    /// The map learnt from `samples` read by the new instrument on `new` (noise seed `seed`)
+    /// and by the old one on `old` (seed `seed + 1`).
+    fn learnt(samples: &[[f64; 4]], new: &Grid, old: &Grid, seed: u64) -> TransferMap {
+        let stats = TransferStatistics::from_rows(
+            instrument(samples, new, NEW, seed).as_ref(),
+            instrument(samples, old, OLD, seed + 1).as_ref(),
+        )
+        .unwrap();
+        TransferMap::fit(&stats, new, old).unwrap()
+    }
+
     fn row(m: &Mat<f64>, i: usize) -> Vec<f64> {
         (0..m.ncols()).map(|j| m[(i, j)]).collect()
     }
@@ -657,12 +668,7 @@ mod tests {
         let grid = old_grid();
         let train = spectra(30, 1);
         let test = spectra(200, 2);
-        let stats = TransferStatistics::from_rows(
-            instrument(&train, &grid, NEW, 3).as_ref(),
-            instrument(&train, &grid, OLD, 4).as_ref(),
-        )
-        .unwrap();
-        let map = TransferMap::fit(&stats, &grid, &grid).unwrap();
+        let map = learnt(&train, &grid, &grid, 3);
         let (err, raw, inside) = score(
             &map,
             &instrument(&test, &grid, NEW, 5),
@@ -697,12 +703,7 @@ mod tests {
         let (old, new) = (old_grid(), Grid::new(390.0, 10.0, 33).unwrap());
         let train = spectra(30, 11);
         let test = spectra(100, 12);
-        let stats = TransferStatistics::from_rows(
-            instrument(&train, &new, NEW, 13).as_ref(),
-            instrument(&train, &old, OLD, 14).as_ref(),
-        )
-        .unwrap();
-        let map = TransferMap::fit(&stats, &new, &old).unwrap();
+        let map = learnt(&train, &new, &old, 13);
         let (err, _, inside) = score(
             &map,
             &instrument(&test, &new, NEW, 15),
@@ -756,12 +757,7 @@ mod tests {
     fn the_variance_of_one_band_is_that_bands_and_a_sum_counts_the_correlation() {
         let grid = old_grid();
         let train = spectra(30, 24);
-        let stats = TransferStatistics::from_rows(
-            instrument(&train, &grid, NEW, 25).as_ref(),
-            instrument(&train, &grid, OLD, 26).as_ref(),
-        )
-        .unwrap();
-        let map = TransferMap::fit(&stats, &grid, &grid).unwrap();
+        let map = learnt(&train, &grid, &grid, 25);
         let z = row(&instrument(&spectra(1, 27), &grid, NEW, 28), 0);
         let r = map.reconstruct(&z).unwrap();
         let mut beta = vec![0.0; grid.count()];
