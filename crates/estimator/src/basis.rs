@@ -260,6 +260,32 @@ impl Basis {
         }
     }
 
+    /// `dφ_j/dx` of raw input `j` at `x`: 1 for an untransformed input; for a reflectance under
+    /// Kubelka–Munk `t'(R) · f` with `t'(R) = (R² − 1)/(2R²)` and `f` the scale's fraction
+    /// (through Saunderson's inverse, `t'(R_i) / (dR_m/dR_i)`); 0 where the reading is clamped.
+    pub fn slope(&self, j: usize, x: f64) -> f64 {
+        if j >= self.spectral || self.transform == Transform::Identity {
+            return 1.0;
+        }
+        let f = self.scale.to_fraction();
+        let r = x * f;
+        if (self.declared && r > 1.0) || r < MIN_REFLECTANCE {
+            return 0.0;
+        }
+        let km_slope = |r: f64| (r * r - 1.0) / (2.0 * r * r);
+        match self.transform {
+            Transform::Identity => 1.0,
+            Transform::KubelkaMunk => km_slope(r) * f,
+            Transform::Saunderson(s) => {
+                let body = s.internal(r);
+                if body <= MIN_REFLECTANCE || body >= 1.0 {
+                    return 0.0;
+                }
+                km_slope(body) / s.slope(body) * f
+            }
+        }
+    }
+
     /// The design matrix `Φ` (rows × p) of the rows of `x` (rows × d).
     pub fn design(&self, x: MatRef<'_, f64>) -> Result<Mat<f64>, EstimatorError> {
         if x.ncols() != self.features {

@@ -148,6 +148,24 @@ impl Predictor {
         }
     }
 
+    /// The basis the predictions are made in.
+    pub fn basis(&self) -> &Basis {
+        &self.basis
+    }
+
+    /// The posterior means, `p × m`.
+    pub fn weights(&self) -> MatRef<'_, f64> {
+        self.weights.as_ref()
+    }
+
+    /// The noise variance of output `k` (`None` while it is untrained).
+    pub fn noise_variance(&self, k: usize) -> Option<f64> {
+        match self.outputs.get(k)? {
+            Term::Trained { noise_variance, .. } => Some(*noise_variance),
+            Term::Untrained { .. } => None,
+        }
+    }
+
     /// Predictions for the raw input rows `x` (rows × d).
     pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         if x.ncols() != self.basis.features {

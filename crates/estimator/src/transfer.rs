@@ -48,6 +48,7 @@ use faer::{Accum, Mat, MatRef, Par, Side};
 use crate::EstimatorError;
 use crate::evidence::residual_cap;
 use crate::grid::Grid;
+use crate::predictor::Predictor;
 
 /// Fewest pairs a map is learnt from: the Student-t variance of a band needs `N − 1 > 2`.
 pub const MIN_TRANSFER_ROWS: usize = 4;
@@ -583,6 +584,123 @@ pub struct PathPrediction {
     pub noise: f64,
 }
 
+/// The old instrument's model answering for the new instrument's reading `z` (on the map's new
+/// grid) and the row's named `features`: the model predicts at the reconstructed row
+/// `[x̂, features]`, and the map's uncertainty enters through the model's coefficients,
+///
+/// ```text
+/// v_k = v_k(x̂) + Var(β̃_kᵀ x̂),   β̃_kj = μ_kj · dφ_j/dx (x̂_j)
+/// ```
+///
+/// to first order in the reconstruction's error (the product of the model's and the map's
+/// uncertainties is left out). An untrained output keeps its wide answer, with no noise of its
+/// own to share in [`combine`].
+pub fn through_map(
+    predictor: &Predictor,
+    map: &TransferMap,
+    z: &[f64],
+    features: &[f64],
+) -> Result<Vec<PathPrediction>, EstimatorError> {
+    let basis = predictor.basis();
+    let bands = map.old_mean.len();
+    if basis.spectral != bands {
+        return Err(EstimatorError::Dimension {
+            what: "old instrument bands of the model",
+            expected: bands,
+            found: basis.spectral,
+        });
+    }
+    if basis.features != bands + features.len() {
+        return Err(EstimatorError::Dimension {
+            what: "named features",
+            expected: basis.features - bands,
+            found: features.len(),
+        });
+    }
+    let reconstruction = map.reconstruct(z)?;
+    let row = Mat::from_fn(1, basis.features, |_, j| {
+        if j < bands {
+            reconstruction.mean[j]
+        } else {
+            features[j - bands]
+        }
+    });
+    let answered = predictor.predict(row.as_ref())?;
+    let weights = predictor.weights();
+    let slopes: Vec<f64> = (0..bands)
+        .map(|j| basis.slope(j, reconstruction.mean[j]))
+        .collect();
+    Ok((0..weights.ncols())
+        .map(|k| {
+            let beta: Vec<f64> = (0..bands).map(|j| weights[(j, k)] * slopes[j]).collect();
+            PathPrediction {
+                mean: answered.mean[(0, k)],
+                variance: answered.variance[(0, k)] + map.variance_of(&reconstruction, &beta),
+                noise: predictor.noise_variance(k).unwrap_or(0.0),
+            }
+        })
+        .collect())
+}
+
+/// Rows of the new instrument a path must have been scored on before the old path may retire.
+pub const RETIREMENT_ROWS: f64 = 30.0;
+
+/// Rows after which a row's weight in a [`PathRecord`] has halved: the record says how the
+/// paths do now, not how they did in the first days of the overlap.
+pub const RECORD_HALF_LIFE_ROWS: f64 = 200.0;
+
+/// How the two paths predicted new-instrument rows before either learnt them: per row, the log
+/// density of its outputs under each path's Gaussian predictive (a proper score, so neither
+/// sharper nor wider intervals than the truth warrant pay), weighted to the recent.
+///
+/// The criterion: the new instrument's own model stands on its own once it has been scored on
+/// [`RETIREMENT_ROWS`] (weighted) rows and its mean log score is at least the map path's. From
+/// then on the old instrument's model and the map are no longer needed for this instrument.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PathRecord {
+    /// The weighted count of rows scored.
+    pub rows: f64,
+    /// Weighted sums of the log scores of the map path and of the own path.
+    pub map: f64,
+    pub own: f64,
+}
+
+impl PathRecord {
+    /// Scores one row: its `truth` per output and each path's predictions of it. Outputs that
+    /// either path cannot yet answer with a finite, positive variance are left out.
+    pub fn record(&mut self, truth: &[f64], map: &[PathPrediction], own: &[PathPrediction]) {
+        let decay = 0.5f64.powf(1.0 / RECORD_HALF_LIFE_ROWS);
+        let (mut map_score, mut own_score) = (0.0, 0.0);
+        for ((y, a), b) in truth.iter().zip(map).zip(own) {
+            if let (Some(sa), Some(sb)) = (log_density(*y, a), log_density(*y, b)) {
+                map_score += sa;
+                own_score += sb;
+            }
+        }
+        self.rows = decay * self.rows + 1.0;
+        self.map = decay * self.map + map_score;
+        self.own = decay * self.own + own_score;
+    }
+
+    /// Whether the new instrument's own model now predicts at least as well as the old model
+    /// through the map (the criterion above).
+    pub fn own_stands(&self) -> bool {
+        self.rows >= RETIREMENT_ROWS * (1.0 - 1e-9) && self.own >= self.map
+    }
+
+    /// Mean log scores per row, (map path, own path); `None` before any row.
+    pub fn mean_scores(&self) -> Option<(f64, f64)> {
+        (self.rows > 0.0).then(|| (self.map / self.rows, self.own / self.rows))
+    }
+}
+
+/// `log N(y; μ, v)`, if `v` is finite and positive.
+fn log_density(y: f64, p: &PathPrediction) -> Option<f64> {
+    (p.variance.is_finite() && p.variance > 0.0).then(|| {
+        -0.5 * ((2.0 * std::f64::consts::PI * p.variance).ln() + (y - p.mean).powi(2) / p.variance)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -770,6 +888,137 @@ mod tests {
         assert!(v >= 0.0 && v <= a + b + 2.0 * (a * b).sqrt() + 1e-15, "{v}");
     }
 
+    /// A concentration behind a sample: a sum of its band depths plus noise.
+    fn concentrations(samples: &[[f64; 4]], seed: u64) -> Mat<f64> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        Mat::from_fn(samples.len(), 1, |i, _| {
+            let s = &samples[i];
+            1.0 + 2.0 * s[1] + 3.0 * s[2] - s[3] + 0.01 * rng.random_range(-1.0..1.0)
+        })
+    }
+
+    #[test]
+    fn the_old_model_answers_for_the_new_instrument_through_the_map() {
+        use crate::{Basis, BatchStatistics, ModelConfig, ModelState, ReflectanceScale, Transform};
+        let grid = old_grid();
+        let bands = grid.count();
+        let basis = Basis::spectral(
+            bands,
+            ReflectanceScale::Fraction,
+            bands,
+            true,
+            Transform::Identity,
+        );
+        let config = ModelConfig::new(basis, 1);
+        let calibration = spectra(80, 30);
+        let stats = BatchStatistics::from_rows(
+            &basis,
+            instrument(&calibration, &grid, OLD, 31).as_ref(),
+            concentrations(&calibration, 32).as_ref(),
+        )
+        .unwrap();
+        let predictor = Predictor::new(&ModelState::fit(&config, stats).unwrap());
+        let map = learnt(&calibration[..30], &grid, &grid, 33);
+
+        let test = spectra(100, 34);
+        let truth = concentrations(&test, 35);
+        let (old, new) = (
+            instrument(&test, &grid, OLD, 36),
+            instrument(&test, &grid, NEW, 37),
+        );
+        let on_old = predictor.predict(old.as_ref()).unwrap();
+        let on_raw_new = predictor.predict(new.as_ref()).unwrap();
+        let (mut err_old, mut err_raw, mut err_map, mut inside) = (0.0, 0.0, 0.0, 0.0);
+        // What the reconstruction moves the answer by, against the variance the map adds.
+        let (mut moved, mut added) = (0.0, 0.0);
+        for i in 0..test.len() {
+            let answer = through_map(&predictor, &map, &row(&new, i), &[]).unwrap()[0];
+            assert!(answer.variance >= answer.noise && answer.noise > 0.0);
+            // The map's uncertainty only adds to the model's own at the reconstruction.
+            let x_hat = map.reconstruct(&row(&new, i)).unwrap().mean;
+            let at = predictor
+                .predict(Mat::from_fn(1, bands, |_, j| x_hat[j]).as_ref())
+                .unwrap();
+            assert!((answer.mean - at.mean[(0, 0)]).abs() <= 1e-12 * (1.0 + answer.mean.abs()));
+            assert!(answer.variance >= at.variance[(0, 0)]);
+            moved += (answer.mean - on_old.mean[(i, 0)]).powi(2);
+            added += answer.variance - at.variance[(0, 0)];
+            let y = truth[(i, 0)];
+            err_old += (on_old.mean[(i, 0)] - y).powi(2);
+            err_raw += (on_raw_new.mean[(i, 0)] - y).powi(2);
+            err_map += (answer.mean - y).powi(2);
+            inside += f64::from(u8::from(
+                (answer.mean - y).abs() <= 1.96 * answer.variance.sqrt(),
+            ));
+        }
+        let n = test.len() as f64;
+        let (err_old, err_raw, err_map) = (
+            (err_old / n).sqrt(),
+            (err_raw / n).sqrt(),
+            (err_map / n).sqrt(),
+        );
+        assert!(
+            err_map < 0.1 * err_raw,
+            "through the map {err_map}, on the raw reading {err_raw}"
+        );
+        assert!(
+            err_map < 3.0 * err_old,
+            "through the map {err_map}, on the old reading {err_old}"
+        );
+        assert!(inside / n >= 0.85, "95 % intervals cover {}", inside / n);
+        assert!(
+            (0.25..=4.0).contains(&(moved / added)),
+            "moved {} against {} added",
+            moved / n,
+            added / n
+        );
+    }
+
+    #[test]
+    fn the_old_path_retires_once_the_own_model_scores_as_well_over_enough_rows() {
+        let truth = [1.0, -2.0];
+        let sharp = |mean: f64| PathPrediction {
+            mean,
+            variance: 0.01,
+            noise: 0.005,
+        };
+        let map = [sharp(1.05), sharp(-2.05)];
+        let better = [sharp(1.0), sharp(-2.0)];
+        let worse = [sharp(1.5), sharp(-2.5)];
+        let mut record = PathRecord::default();
+        for _ in 0..29 {
+            record.record(&truth, &map, &better);
+            assert!(!record.own_stands(), "after {} rows", record.rows);
+        }
+        for _ in 0..5 {
+            record.record(&truth, &map, &better);
+        }
+        assert!(record.own_stands());
+        let (m, o) = record.mean_scores().unwrap();
+        assert!(o > m);
+        // A worse own model, however long scored, does not retire the map.
+        let mut record = PathRecord::default();
+        for _ in 0..500 {
+            record.record(&truth, &map, &worse);
+        }
+        assert!(!record.own_stands());
+        // What it did long ago fades: the record follows the recent rows.
+        for _ in 0..2000 {
+            record.record(&truth, &map, &better);
+        }
+        assert!(record.own_stands());
+        // An output a path cannot answer yet is left out of both scores.
+        let mut record = PathRecord::default();
+        let untrained = PathPrediction {
+            mean: 0.0,
+            variance: f64::INFINITY,
+            noise: 0.0,
+        };
+        record.record(&truth, &[map[0], untrained], &better);
+        let (m, o) = record.mean_scores().unwrap();
+        assert!(m.is_finite() && o.is_finite());
+    }
+
     proptest! {
         #[test]
         fn statistics_of_two_batches_merge_to_those_of_all_rows(
@@ -813,6 +1062,36 @@ mod tests {
             let same = combine(a, a);
             prop_assert!((same.mean - mean_a).abs() <= 1e-12 * (1.0 + mean_a.abs()));
             prop_assert!((same.variance - (noise_a + known_a / 2.0)).abs() <= 1e-12 * (1.0 + noise_a + known_a));
+        }
+
+        #[test]
+        fn a_basis_slope_is_the_derivative_of_its_term(
+            r in 0.01f64..0.98,
+            j in 0usize..3,
+            k1 in 0.0f64..0.06,
+            k2 in 0.0f64..0.6,
+            percent in proptest::bool::ANY,
+        ) {
+            use crate::{Basis, ReflectanceScale, Saunderson, Transform};
+            let scale = if percent { ReflectanceScale::Percent } else { ReflectanceScale::Fraction };
+            let x = r / scale.to_fraction();
+            for transform in [
+                Transform::Identity,
+                Transform::KubelkaMunk,
+                Transform::Saunderson(Saunderson { k1, k2 }),
+            ] {
+                let basis = Basis::spectral(2, scale, 3, true, transform);
+                let h = 1e-6 * x;
+                let at = |v: f64| {
+                    let mut row = vec![0.5 / scale.to_fraction(); 3];
+                    row[j] = v;
+                    basis.row(&row).unwrap()[j]
+                };
+                let numeric = (at(x + h) - at(x - h)) / (2.0 * h);
+                let slope = basis.slope(j, x);
+                prop_assert!((slope - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()),
+                    "{transform:?} band {j}: {slope} against {numeric}");
+            }
         }
     }
 }
