@@ -72,6 +72,14 @@
 //!
 //! `examples/spectrum.rs` fits a smooth prior to a simulated spectrum.
 //!
+//! # An instrument replaced
+//!
+//! [`transfer`] learns, from samples read by both an old and a new spectrophotometer, what the
+//! old one would read from the new one's reading (a Bayesian regression per old band on the
+//! new bands near it, from additive statistics of the pairs), answers for a new reading through
+//! a model of the old instrument with the map's uncertainty added, combines that answer with a
+//! model of the new instrument's own, and says when the new instrument's model stands alone.
+//!
 //! Everything here is pure: no I/O, no async, no clocks. A state encodes to a versioned,
 //! checksummed byte string ([`codec`]) for whoever stores it.
 //!
@@ -85,6 +93,10 @@
 //! * MacKay (1992): *Bayesian interpolation*, Neural Computation 4(3).
 //! * Rasmussen, Williams (2006): *Gaussian processes for machine learning* (the Matérn kernel).
 //! * Kubelka, Munk (1931): *Ein Beitrag zur Optik der Farbanstriche*; `K/S = (1 − R)²/(2R)`.
+//! * Wang, Veltkamp, Kowalski (1991): *Multivariate instrument standardization*, Analytical
+//!   Chemistry 63 (piecewise direct standardisation, the chemometric form of [`transfer`]'s map).
+//! * Chan, Golub, LeVeque (1979): *Updating formulae and a pairwise algorithm for computing
+//!   sample variances* (how [`transfer::TransferStatistics`] merge).
 
 pub mod basis;
 pub mod build_up;
