@@ -164,9 +164,14 @@ def bayes_map(zt, xt, new_pos, old_pos, windows=(0, 1, 2, 4, 8, 16), taus=10.0 *
         lev = np.column_stack([np.einsum("ij,jk,ik->i", d[:, sel], P[j], d[:, sel]) for j, sel in enumerate(idx)])
         return xhat, scale * (1 + 1.0 / n + lev)
 
-    def added(xvar, beta):
+    def added(xvar, beta, cov=None):
+        """Var(βᵀx̂) per row; with the model's posterior covariance, also E[tr(Σ Cov x̂)]."""
         u = beta[None, :] * np.sqrt(xvar)
-        return np.einsum("ij,jk,ik->i", u, corr, u)
+        total = np.einsum("ij,jk,ik->i", u, corr, u)
+        if cov is not None:
+            sd = np.sqrt(xvar)
+            total = total + np.einsum("ij,jk,ik->i", sd, cov * corr, sd)
+        return total
 
     reconstruct.info = (w, a / unit)
     reconstruct.added = added
@@ -244,6 +249,10 @@ def run(shift=1.5, gain=0.95, offset=0.0, grid=None, transfer=30, repeats=20):
         extra = rec.added(xvar, old.w)
         mA, vA = old(xhat, extra)
         out["map path"] = (np.mean((mA - yt) ** 2), (mA, vA))
+        m2, v2 = old(xhat, rec.added(xvar, old.w, old.cov))
+        out["map path, with the second-order term"] = (np.mean((m2 - yt) ** 2), (m2, v2))
+        m0, v0 = old(X[test])
+        out["old model on the old instrument's readings"] = (np.mean((m0 - yt) ** 2), (m0, v0))
         own = smooth_fit(Z[tr], Y[tr])
         mB, vB = own(Z[test])
         out["own path"] = (np.mean((mB - yt) ** 2), (mB, vB))
@@ -278,4 +287,5 @@ if __name__ == "__main__":
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     for t in (30, 10):
         run(transfer=t, repeats=reps)
-    run(transfer=30, repeats=reps, grid=np.arange(0.5, p - 1, 2.0))
+    if "--coarser" in sys.argv:
+        run(transfer=30, repeats=reps, grid=np.arange(0.5, p - 1, 2.0))

@@ -27,8 +27,8 @@
 //! all centred; every term comes from the pairs' statistics ([`TransferStatistics`]), which add
 //! like a model's, so the map after any overlap batches is the map of all their rows. One
 //! window and one amplitude `a` serve every band: the pair maximising the summed evidence among
-//! those that leave each band three residual degrees of freedom (`evidence::residual_cap`) (as the
-//! regression's own priors: a window as wide as the rows would interpolate them).
+//! those that leave each band three residual degrees of freedom, as the regression's own priors
+//! do (`evidence::residual_cap`): a window as wide as the rows would interpolate them.
 //!
 //! The posterior of `δ_j` is `N(P_j b, s_j P_j)` with `P_j = (G_j + I/a)⁻¹`, and `s_j` is
 //! inverse-gamma with `ν = N − 1` degrees of freedom and scale `Q_j`, so a reconstructed band
