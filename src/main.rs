@@ -146,13 +146,25 @@ struct SimulateArgs {
     /// both worlds in docs/simulate.md).
     #[arg(long, conflicts_with = "post")]
     forgetting_study: bool,
-    /// Print the --evaluate or --forgetting-study report as JSON.
+    /// Replace the instrument with an overlap: the old model answering for the new instrument
+    /// through the transfer map learnt from rows read by both, beside the new instrument's own
+    /// model and their combination (concentration RMSE and 95 % coverage; `bench/instrument_swap.py`).
+    #[arg(long, conflicts_with_all = ["post", "evaluate", "forgetting_study"])]
+    transfer_study: bool,
+    /// --transfer-study: samples read by both instruments.
+    #[arg(long, default_value_t = 30)]
+    transfer_rows: usize,
+    /// --transfer-study: rows the new instrument reads after the overlap (scored by both
+    /// paths, then learnt by its own model, in batches of 10).
+    #[arg(long, default_value_t = 300)]
+    stream_rows: usize,
+    /// Print the --evaluate, --forgetting-study or --transfer-study report as JSON.
     #[arg(long)]
     json: bool,
-    /// Lab dips learnt by --evaluate.
+    /// Lab dips learnt by --evaluate (by --transfer-study: read by the reference instrument).
     #[arg(long, default_value_t = 2000)]
     train_rows: usize,
-    /// Held-out targets scored [default: 500 for --evaluate, 200 for --forgetting-study].
+    /// Held-out targets scored [default: 500 for --evaluate and --transfer-study, 200 for --forgetting-study].
     #[arg(long)]
     test_rows: Option<usize>,
     /// Rows of the first fit of --evaluate and --forgetting-study.
@@ -489,6 +501,28 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             ..EvaluationOptions::default()
         };
         let report = mordant_lab::simulate::evaluate(&options, model).context("evaluation")?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", report.to_table());
+        }
+        return Ok(());
+    }
+    if args.transfer_study {
+        let options = mordant_lab::simulate::transfer::TransferOptions {
+            seed: args.seed,
+            calibration_rows: args.train_rows,
+            first_fit_rows: args.first_fit_rows,
+            batch_rows: args.batch_rows.unwrap_or(100),
+            transfer_rows: args.transfer_rows,
+            test_rows: args.test_rows.unwrap_or(500),
+            stream_rows: args.stream_rows,
+            noise: args.noise,
+            world: args.world,
+            ..Default::default()
+        };
+        let report = mordant_lab::simulate::transfer::transfer_study(&options, model)
+            .context("transfer study")?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {

@@ -19,6 +19,7 @@ pub mod generate;
 pub mod kitchen;
 pub mod post;
 pub mod targets;
+pub mod transfer;
 
 pub use evaluate::{
     EvaluationOptions, EvaluationReport, ForgettingOptions, ForgettingReport, evaluate,

@@ -1,0 +1,442 @@
+//! An instrument replaced with an overlap, measured on simulated lab dips: how well the model of
+//! the old instrument answers for the new one's readings through the estimator's transfer map
+//! (`mordant_estimator::transfer`), beside the new instrument's own model, their combination,
+//! and what a model does today (one Bayesian step on the new instrument's rows).
+//!
+//! Rows (one seed, the same samples whichever instrument reads them): the first
+//! `calibration_rows` lab dips read by the reference instrument train the old model (the first
+//! fit, then one-step batches, as `--evaluate` trains); the next `transfer_rows` are read by both
+//! instruments (the overlap: the map learns from the pairs, the new instrument's own model from
+//! the new readings and their recipes); the `test_rows` after them are read by the new
+//! instrument ([`Instrument::SWAPPED`]: a 3 nm shift and a gain of 0.98) and scored against
+//! their recipes. The recipes are the simulator's defaults (any three dyes of the range), as
+//! `mordant simulate` writes them, so that `bench/instrument_swap.py` runs the chemometric peers
+//! on the same rows.
+
+use faer::Mat;
+use serde::Serialize;
+
+use super::SimulateError;
+use super::evaluate::{Design, recipes, statistics};
+use super::generate::{
+    Grid, Instrument, LabDip, NoiseModel, Scenario, SimulationConfig, Simulator, World,
+};
+use mordant_estimator::transfer::{
+    PathPrediction, PathRecord, TransferMap, TransferStatistics, combine, mix, through_map,
+};
+use mordant_estimator::{FitOptions, ModelConfig, ModelState, Predictions, Predictor};
+
+/// Settings of [`transfer_study`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TransferOptions {
+    pub seed: u64,
+    /// Lab dips the old model learns, read by the reference instrument.
+    pub calibration_rows: usize,
+    /// Rows of the old model's first fit; the rest arrive in batches of `batch_rows`.
+    pub first_fit_rows: usize,
+    pub batch_rows: usize,
+    /// Samples read by both instruments.
+    pub transfer_rows: usize,
+    /// Samples read by the new instrument and scored.
+    pub test_rows: usize,
+    /// Rows the new instrument reads after the overlap, in batches of `stream_batch_rows`: each
+    /// batch is scored by both paths (the record that weighs them) and then learnt by the new
+    /// instrument's own model.
+    pub stream_rows: usize,
+    pub stream_batch_rows: usize,
+    #[serde(skip)]
+    pub noise: NoiseModel,
+    pub world: World,
+    #[serde(skip)]
+    pub fit: FitOptions,
+}
+
+impl Default for TransferOptions {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            calibration_rows: 1000,
+            first_fit_rows: 300,
+            batch_rows: 100,
+            transfer_rows: 30,
+            test_rows: 500,
+            stream_rows: 300,
+            stream_batch_rows: 10,
+            noise: NoiseModel::BENCHTOP,
+            world: World::default(),
+            fit: FitOptions::default(),
+        }
+    }
+}
+
+/// One way of answering for the new instrument: its error over every test row and dye
+/// (% owf), and the share of those within their 95 % interval.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MethodScore {
+    pub method: &'static str,
+    pub concentration_rmse: f64,
+    pub coverage_95: f64,
+}
+
+/// What [`transfer_study`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct TransferReport {
+    pub options: TransferOptions,
+    pub swap: String,
+    pub model_grid: String,
+    /// The map's window (new bands each side) and relative amplitude, chosen by the evidence.
+    pub map_window: usize,
+    pub map_amplitude: f64,
+    /// The first band of the first calibration row, for a script that reads the same rows from
+    /// `mordant simulate`'s CSV to check that they are the same.
+    pub first_reading: f64,
+    /// Scores at the end of the overlap.
+    pub methods: Vec<MethodScore>,
+    /// Scores after the stream of new-instrument rows.
+    pub after_stream: Vec<MethodScore>,
+    /// The own model's weight after the stream, and the stream row after which it first stood
+    /// on its own (`transfer::PathRecord::own_stands`), if it did.
+    pub own_weight: f64,
+    pub own_stood_after: Option<usize>,
+}
+
+impl TransferReport {
+    /// The report as a Markdown table.
+    pub fn to_table(&self) -> String {
+        let o = &self.options;
+        let mut out = format!(
+            "Instrument swap with an overlap ({}), model grid {}\n\
+             seed {}; {} calibration rows on the reference instrument, {} rows read by both, \
+             {} test rows read by the new instrument; the map's window {} bands, amplitude {:.3e}\n\n\
+             | method | concentration RMSE (% owf) | 95 % coverage |\n| --- | --- | --- |\n",
+            self.swap,
+            self.model_grid,
+            o.seed,
+            o.calibration_rows,
+            o.transfer_rows,
+            o.test_rows,
+            self.map_window,
+            self.map_amplitude,
+        );
+        let rows = |out: &mut String, methods: &[MethodScore]| {
+            for m in methods {
+                out.push_str(&format!(
+                    "| {} | {:.5} | {:.3} |\n",
+                    m.method, m.concentration_rmse, m.coverage_95
+                ));
+            }
+        };
+        rows(&mut out, &self.methods);
+        out.push_str(&format!(
+            "\nAfter {} more rows from the new instrument (batches of {}): the own model's weight \
+             {:.3}; it stood on its own {}\n\n\
+             | method | concentration RMSE (% owf) | 95 % coverage |\n| --- | --- | --- |\n",
+            o.stream_rows,
+            o.stream_batch_rows,
+            self.own_weight,
+            self.own_stood_after
+                .map_or("at no point".to_owned(), |r| format!("after {r} rows")),
+        ));
+        rows(&mut out, &self.after_stream);
+        out
+    }
+}
+
+/// Measures the instrument swap with an overlap (the module's protocol) on `grid`.
+pub fn transfer_study(
+    options: &TransferOptions,
+    grid: Grid,
+) -> Result<TransferReport, SimulateError> {
+    if options.first_fit_rows == 0
+        || options.batch_rows == 0
+        || options.test_rows == 0
+        || options.first_fit_rows > options.calibration_rows
+    {
+        return Err(SimulateError::Options(
+            "the first fit needs rows and at most the calibration rows; batches and the test \
+             rows need at least one row each"
+                .into(),
+        ));
+    }
+    let simulator = |scenario| {
+        Simulator::new(SimulationConfig {
+            grid,
+            noise: options.noise,
+            scenario,
+            drift_at: 0,
+            world: options.world,
+            ..SimulationConfig::new(options.seed)
+        })
+    };
+    let (reference, swapped) = (
+        simulator(Scenario::None),
+        simulator(Scenario::InstrumentSwap),
+    );
+    let design = Design {
+        transform: options.world.transform(),
+        ..Design::standard(&reference)
+    };
+    let config = ModelConfig {
+        options: options.fit,
+        ..ModelConfig::new(design.basis(), reference.dyes().len())
+    };
+    let c = options.calibration_rows;
+    let pairs = c..c + options.transfer_rows;
+    let tests = pairs.end..pairs.end + options.test_rows;
+
+    let mut old = ModelState::fit(
+        &config,
+        statistics(&design, &reference.lab_dips(0..options.first_fit_rows))?,
+    )?;
+    let mut row = options.first_fit_rows;
+    while row < c {
+        let end = (row + options.batch_rows).min(c);
+        old = old.update(
+            &config,
+            &statistics(&design, &reference.lab_dips(row..end))?,
+        )?;
+        row = end;
+    }
+    let (pairs_old, pairs_new) = (
+        reference.lab_dips(pairs.clone()),
+        swapped.lab_dips(pairs.clone()),
+    );
+    let test_new = swapped.lab_dips(tests.clone());
+    let test_old = reference.lab_dips(tests);
+    let truth = recipes(&test_new);
+    let (x_new, x_old) = (design.inputs(&test_new), design.inputs(&test_old));
+    let predictor = Predictor::new(&old);
+
+    let mut methods = vec![
+        scored(
+            "old model, the old instrument's readings (no swap)",
+            &predictor.predict(x_old.as_ref())?,
+            &truth,
+        ),
+        scored(
+            "old model, the new instrument's readings as they are",
+            &predictor.predict(x_new.as_ref())?,
+            &truth,
+        ),
+    ];
+    let stepped = old.update(&config, &statistics(&design, &pairs_new)?)?;
+    methods.push(scored(
+        "old model after one step on the new instrument's rows (no map)",
+        &Predictor::new(&stepped).predict(x_new.as_ref())?,
+        &truth,
+    ));
+
+    let bands = grid.count;
+    let spectra = |dips: &[LabDip]| {
+        let x = design.inputs(dips);
+        Mat::from_fn(x.nrows(), bands, |i, j| x[(i, j)])
+    };
+    let map = TransferMap::fit(
+        &TransferStatistics::from_rows(spectra(&pairs_new).as_ref(), spectra(&pairs_old).as_ref())?,
+        &grid,
+        &grid,
+    )?;
+    let mut own_state = ModelState::fit(&config, statistics(&design, &pairs_new)?)?;
+    let paths = |own_state: &ModelState, record: Option<&PathRecord>| {
+        answer_paths(&predictor, &map, own_state, &x_new, bands, record)
+    };
+    let (through, own_answers, both, _) = paths(&own_state, None)?;
+    methods.push(scored("old model through the map", &through, &truth));
+    methods.push(scored(
+        "the new instrument's own model (the overlap's rows)",
+        &own_answers,
+        &truth,
+    ));
+    methods.push(scored(
+        "both, combined by precision (transfer::combine)",
+        &both,
+        &truth,
+    ));
+
+    let mut record = PathRecord::default();
+    let mut own_stood_after = None;
+    let stream_start = c + options.transfer_rows + options.test_rows;
+    let mut row = stream_start;
+    while row < stream_start + options.stream_rows {
+        let end = (row + options.stream_batch_rows.max(1)).min(stream_start + options.stream_rows);
+        let batch = swapped.lab_dips(row..end);
+        let (x, y) = (design.inputs(&batch), recipes(&batch));
+        let (a, b, _, _) = answer_paths(&predictor, &map, &own_state, &x, bands, None)?;
+        for i in 0..x.nrows() {
+            let truth_row: Vec<f64> = (0..y.ncols()).map(|k| y[(i, k)]).collect();
+            record.record(
+                &truth_row,
+                &path_row(&a, i, None),
+                &path_row(&b, i, Some(&own_state)),
+            );
+        }
+        own_state = own_state.update(&config, &statistics(&design, &batch)?)?;
+        row = end;
+        if own_stood_after.is_none() && record.own_stands() {
+            own_stood_after = Some(row - stream_start);
+        }
+    }
+    let (through, own_answers, both, mixed) = paths(&own_state, Some(&record))?;
+    let mut after_stream = vec![
+        scored("old model through the map", &through, &truth),
+        scored("the new instrument's own model", &own_answers, &truth),
+        scored(
+            "both, combined by precision (transfer::combine)",
+            &both,
+            &truth,
+        ),
+    ];
+    if let Some(mixed) = mixed {
+        after_stream.push(scored(
+            "both, mixed by their record (transfer::mix)",
+            &mixed,
+            &truth,
+        ));
+    }
+
+    let swap = Instrument::SWAPPED;
+    Ok(TransferReport {
+        options: *options,
+        swap: format!(
+            "gain {}, offset {:+} % R, wavelength shift {:+} nm",
+            swap.gain, swap.offset_percent, swap.shift_nm
+        ),
+        model_grid: format!(
+            "{}–{} nm every {} nm",
+            grid.start_nm,
+            grid.end_nm(),
+            grid.interval_nm
+        ),
+        map_window: map.window(),
+        map_amplitude: map.amplitude(),
+        first_reading: reference.lab_dips(0..1)[0].reflectance[0],
+        methods,
+        after_stream,
+        own_weight: record.own_weight(),
+        own_stood_after,
+    })
+}
+
+/// The answers for the rows `x` of the new instrument: through the map, by the own model, both
+/// combined by precision, and (with a record) mixed by it.
+fn answer_paths(
+    predictor: &Predictor,
+    map: &TransferMap,
+    own_state: &ModelState,
+    x: &Mat<f64>,
+    bands: usize,
+    record: Option<&PathRecord>,
+) -> Result<(Predictions, Predictions, Predictions, Option<Predictions>), SimulateError> {
+    let own = Predictor::new(own_state);
+    let own_answers = own.predict(x.as_ref())?;
+    let m = own_answers.mean.ncols();
+    let rows = x.nrows();
+    let (mut through, mut both, mut mixed) = (
+        Vec::with_capacity(rows),
+        Vec::with_capacity(rows),
+        Vec::with_capacity(rows),
+    );
+    for i in 0..rows {
+        let row: Vec<f64> = (0..x.ncols()).map(|j| x[(i, j)]).collect();
+        let answers = through_map(predictor, map, &row[..bands], &row[bands..])?;
+        let own_row = path_row(&own_answers, i, Some(own_state));
+        both.push(
+            answers
+                .iter()
+                .zip(&own_row)
+                .map(|(a, b)| combine(*a, *b))
+                .collect::<Vec<_>>(),
+        );
+        if let Some(record) = record {
+            mixed.push(
+                answers
+                    .iter()
+                    .zip(&own_row)
+                    .map(|(a, b)| mix(*a, *b, record.own_weight()))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        through.push(answers);
+    }
+    let as_predictions = |paths: &[Vec<PathPrediction>]| Predictions {
+        mean: Mat::from_fn(paths.len(), m, |i, k| paths[i][k].mean),
+        variance: Mat::from_fn(paths.len(), m, |i, k| paths[i][k].variance),
+    };
+    Ok((
+        as_predictions(&through),
+        own_answers,
+        as_predictions(&both),
+        record.map(|_| as_predictions(&mixed)),
+    ))
+}
+
+/// Row `i` of `p` as path predictions, with the noise of `state`'s outputs (none given: the
+/// noise is read as 0, the whole variance as unknown).
+fn path_row(p: &Predictions, i: usize, state: Option<&ModelState>) -> Vec<PathPrediction> {
+    let noise = state.map(ModelState::noise_variances);
+    (0..p.mean.ncols())
+        .map(|k| PathPrediction {
+            mean: p.mean[(i, k)],
+            variance: p.variance[(i, k)],
+            noise: noise.as_ref().and_then(|n| n[k]).unwrap_or(0.0),
+        })
+        .collect()
+}
+
+/// RMSE of `p`'s means against `truth` over every cell, and the share within 1.96 sd.
+fn scored(method: &'static str, p: &Predictions, truth: &Mat<f64>) -> MethodScore {
+    let (mut sq, mut inside, mut cells) = (0.0, 0.0, 0.0);
+    for i in 0..truth.nrows() {
+        for k in 0..truth.ncols() {
+            let e = p.mean[(i, k)] - truth[(i, k)];
+            sq += e * e;
+            inside += f64::from(u8::from(e.abs() <= 1.959964 * p.variance[(i, k)].sqrt()));
+            cells += 1.0;
+        }
+    }
+    MethodScore {
+        method,
+        concentration_rmse: (sq / cells).sqrt(),
+        coverage_95: inside / cells,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate::MODEL_GRID;
+
+    #[test]
+    fn through_the_map_the_old_model_reads_the_new_instrument_about_as_well_as_the_old() {
+        let options = TransferOptions {
+            calibration_rows: 400,
+            test_rows: 200,
+            ..TransferOptions::default()
+        };
+        let report = transfer_study(&options, MODEL_GRID).unwrap();
+        let rmse = |prefix: &str| {
+            report
+                .methods
+                .iter()
+                .find(|m| m.method.starts_with(prefix))
+                .unwrap()
+                .concentration_rmse
+        };
+        let (floor, raw, mapped) = (
+            rmse("old model, the old"),
+            rmse("old model, the new"),
+            rmse("old model through"),
+        );
+        assert!(raw > 1.2 * floor, "the swap costs {raw} against {floor}");
+        assert!(
+            mapped < floor + 0.25 * (raw - floor),
+            "through the map {mapped}; old readings {floor}, new ones as they are {raw}"
+        );
+        assert!(
+            report
+                .methods
+                .iter()
+                .all(|m| m.concentration_rmse.is_finite())
+        );
+    }
+}
