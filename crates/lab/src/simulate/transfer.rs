@@ -286,6 +286,13 @@ pub fn transfer_study(
             &truth,
         ),
     ];
+    // The same rows fitted afresh (Algorithm 2 from nothing), not grown from the overlap's fit.
+    let afresh = ModelState::fit(&config, own_state.totals().clone())?;
+    after_stream.push(scored(
+        "the new instrument's own model, fitted afresh on all its rows",
+        &Predictor::new(&afresh).predict(x_new.as_ref())?,
+        &truth,
+    ));
     if let Some(mixed) = mixed {
         after_stream.push(scored(
             "both, mixed by their record (transfer::mix)",
