@@ -284,7 +284,8 @@ def run(shift=1.5, gain=0.95, offset=0.0, grid=None, transfer=30, repeats=20):
 
 
 if __name__ == "__main__":
-    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    numbers = [a for a in sys.argv[1:] if a.isdigit()]
+    reps = int(numbers[0]) if numbers else 10
     for t in (30, 10):
         run(transfer=t, repeats=reps)
     if "--coarser" in sys.argv:

@@ -106,7 +106,7 @@ struct SimulateArgs {
     /// Dye this recipe once instead of drawing rows (`name=amount,…`, % owf; e.g.
     /// `red_1=1.02,yellow_1=0.12`) on --fabric, in the drifted regime of --scenario when one is
     /// named (dye_lot: a 15 % stronger lot of red_1), and write its lab dip as a row.
-    #[arg(long, value_name = "RECIPE", conflicts_with_all = ["post", "evaluate", "forgetting_study"])]
+    #[arg(long, value_name = "RECIPE", conflicts_with_all = ["post", "evaluate", "forgetting_study", "transfer_study"])]
     dye: Option<String>,
     /// The fabric --dye dyes: bleached_cotton, greige_cotton, polyester_cotton or viscose.
     #[arg(long, default_value = "bleached_cotton", requires = "dye")]
@@ -154,8 +154,8 @@ struct SimulateArgs {
     /// --transfer-study: samples read by both instruments.
     #[arg(long, default_value_t = 30)]
     transfer_rows: usize,
-    /// --transfer-study: rows the new instrument reads after the overlap (scored by both
-    /// paths, then learnt by its own model, in batches of 10).
+    /// --transfer-study: rows the new instrument reads after the overlap and the test rows
+    /// (scored by both paths, then learnt by its own model, in batches of 10).
     #[arg(long, default_value_t = 300)]
     stream_rows: usize,
     /// Print the --evaluate, --forgetting-study or --transfer-study report as JSON.
@@ -167,7 +167,7 @@ struct SimulateArgs {
     /// Held-out targets scored [default: 500 for --evaluate and --transfer-study, 200 for --forgetting-study].
     #[arg(long)]
     test_rows: Option<usize>,
-    /// Rows of the first fit of --evaluate and --forgetting-study.
+    /// Rows of the first fit of --evaluate, --forgetting-study and --transfer-study.
     #[arg(long, default_value_t = 300)]
     first_fit_rows: usize,
     /// --forgetting-study: rows read by the reference instrument.

@@ -158,10 +158,15 @@ impl Predictor {
         self.weights.as_ref()
     }
 
-    /// The noise variance of output `k` (`None` while it is untrained).
+    /// The noise variance inside output `k`'s predictive variance, `κ_k s_k` (the Student-t's
+    /// inflation included, as the variance has it); `None` while it is untrained.
     pub fn noise_variance(&self, k: usize) -> Option<f64> {
         match self.outputs.get(k)? {
-            Term::Trained { noise_variance, .. } => Some(*noise_variance),
+            Term::Trained {
+                noise_variance,
+                inflation,
+                ..
+            } => Some(inflation * noise_variance),
             Term::Untrained { .. } => None,
         }
     }

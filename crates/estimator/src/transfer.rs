@@ -27,8 +27,9 @@
 //! all centred; every term comes from the pairs' statistics ([`TransferStatistics`]), which add
 //! like a model's, so the map after any overlap batches is the map of all their rows. One
 //! window and one amplitude `a` serve every band: the pair maximising the summed evidence among
-//! those that leave each band three residual degrees of freedom, as the regression's own priors
-//! do (`evidence::residual_cap`): a window as wide as the rows would interpolate them.
+//! those that leave each band three residual degrees of freedom (fewer where the pairs are
+//! fewer than seven), as the regression's own priors do (`evidence::residual_cap`): a window as
+//! wide as the rows would interpolate them.
 //!
 //! The posterior of `δ_j` is `N(P_j b, s_j P_j)` with `P_j = (G_j + I/a)⁻¹`, and `s_j` is
 //! inverse-gamma with `ν = N − 1` degrees of freedom and scale `Q_j`, so a reconstructed band
@@ -358,6 +359,9 @@ impl TransferMap {
                 found: z.len(),
             });
         }
+        if !z.iter().all(|v| v.is_finite()) {
+            return Err(EstimatorError::NonFinite("a new instrument's reading"));
+        }
         let d: Vec<f64> = z.iter().zip(&self.new_mean).map(|(v, m)| v - m).collect();
         let mut mean = Vec::with_capacity(self.bands.len());
         let mut variance = Vec::with_capacity(self.bands.len());
@@ -416,11 +420,11 @@ impl TransferMap {
     }
 
     /// `m_j + δ̂_j` of old band `j` as a row over every new band (zero outside its window).
-    pub fn coefficients(&self, j: usize) -> Vec<f64> {
+    pub fn coefficients(&self, j: usize) -> Option<Vec<f64>> {
+        let band = self.bands.get(j)?;
         let mut row = vec![0.0; self.new_mean.len()];
-        let band = &self.bands[j];
         row[band.first..band.first + band.coefficients.len()].copy_from_slice(&band.coefficients);
-        row
+        Some(row)
     }
 }
 
@@ -564,13 +568,24 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 /// (Product of the two Gaussians as they stand would count the noise twice and answer
 /// intervals too narrow by up to √2.)
 pub fn combine(a: PathPrediction, b: PathPrediction) -> PathPrediction {
-    let ea = (a.variance - a.noise).max(f64::MIN_POSITIVE);
-    let eb = (b.variance - b.noise).max(f64::MIN_POSITIVE);
-    let precision = 1.0 / ea + 1.0 / eb;
-    let noise = (a.noise / ea + b.noise / eb) / precision;
+    // What each does not know, floored relative to its variance, and the weights as ratios so
+    // that no division by a tiny `e` overflows.
+    let ea = (a.variance - a.noise).max(1e-12 * a.variance);
+    let eb = (b.variance - b.noise).max(1e-12 * b.variance);
+    match (ea.is_finite(), eb.is_finite()) {
+        (false, false) => return if a.variance >= b.variance { a } else { b },
+        (false, true) => return b,
+        (true, false) => return a,
+        (true, true) => {}
+    }
+    if ea + eb <= 0.0 {
+        return a;
+    }
+    let (wa, wb) = (eb / (ea + eb), ea / (ea + eb));
+    let noise = wa * a.noise + wb * b.noise;
     PathPrediction {
-        mean: (a.mean / ea + b.mean / eb) / precision,
-        variance: 1.0 / precision + noise,
+        mean: wa * a.mean + wb * b.mean,
+        variance: ea * eb / (ea + eb) + noise,
         noise,
     }
 }
@@ -693,15 +708,24 @@ pub struct PathRecord {
 
 impl PathRecord {
     /// Scores one row: its `truth` per output and each path's predictions of it. Outputs that
-    /// either path cannot yet answer with a finite, positive variance are left out.
+    /// either path cannot yet answer with a finite, positive variance, or whose truth is not
+    /// finite, are left out; a row with no output left is not counted.
     pub fn record(&mut self, truth: &[f64], map: &[PathPrediction], own: &[PathPrediction]) {
         let decay = 0.5f64.powf(1.0 / RECORD_HALF_LIFE_ROWS);
-        let (mut map_score, mut own_score) = (0.0, 0.0);
+        let (mut map_score, mut own_score, mut scored) = (0.0, 0.0, false);
         for ((y, a), b) in truth.iter().zip(map).zip(own) {
+            if !y.is_finite() {
+                continue;
+            }
             if let (Some(sa), Some(sb)) = (log_density(*y, a), log_density(*y, b)) {
                 map_score += sa;
                 own_score += sb;
+                scored = true;
             }
+        }
+        // A row neither path could score (an own model still untrained) is no evidence.
+        if !scored {
+            return;
         }
         self.rows = decay * self.rows + 1.0;
         self.map = decay * self.map + map_score;
@@ -1052,6 +1076,19 @@ mod tests {
             record.record(&truth, &map, &better);
         }
         assert!(record.own_stands());
+        // Rows the own model cannot answer at all are no evidence: it never stands on them.
+        let mut record = PathRecord::default();
+        let untrained = PathPrediction {
+            mean: 0.0,
+            variance: f64::INFINITY,
+            noise: 0.0,
+        };
+        for _ in 0..100 {
+            record.record(&truth, &map, &[untrained, untrained]);
+            record.record(&[f64::NAN, f64::NAN], &map, &better);
+        }
+        assert_eq!(record.rows, 0.0);
+        assert!(!record.own_stands() && record.own_weight() == 0.0);
         // An output a path cannot answer yet is left out of both scores.
         let mut record = PathRecord::default();
         let untrained = PathPrediction {
@@ -1104,6 +1141,13 @@ mod tests {
             // Less unknown than either path alone, never below the noise.
             prop_assert!(c.variance - c.noise <= known_a.min(known_b) + 1e-12);
             prop_assert!(c.variance >= c.noise);
+            // A path whose variance is all noise, or infinite, still combines to finite numbers.
+            let sure = PathPrediction { mean: mean_a * 1e3, variance: noise_a, noise: noise_a };
+            let c = combine(sure, b);
+            prop_assert!(c.mean.is_finite() && c.variance.is_finite() && c.variance >= c.noise);
+            let wide = PathPrediction { mean: 0.0, variance: f64::INFINITY, noise: 0.0 };
+            prop_assert_eq!(combine(wide, b), b);
+            prop_assert_eq!(combine(a, wide), a);
             let same = combine(a, a);
             prop_assert!((same.mean - mean_a).abs() <= 1e-12 * (1.0 + mean_a.abs()));
             prop_assert!((same.variance - (noise_a + known_a / 2.0)).abs() <= 1e-12 * (1.0 + noise_a + known_a));

@@ -87,9 +87,10 @@ pub struct TransferReport {
     /// The map's window (new bands each side) and relative amplitude, chosen by the evidence.
     pub map_window: usize,
     pub map_amplitude: f64,
-    /// The first band of the first calibration row, for a script that reads the same rows from
-    /// `mordant simulate`'s CSV to check that they are the same.
-    pub first_reading: f64,
+    /// The sums of every reading of the calibration, overlap and test rows, by the reference
+    /// and by the new instrument: a script that reads the same rows from `mordant simulate`'s
+    /// CSV checks with them that they are the same.
+    pub reading_sums: [f64; 2],
     /// Scores at the end of the overlap.
     pub methods: Vec<MethodScore>,
     /// Scores after the stream of new-instrument rows.
@@ -240,18 +241,20 @@ pub fn transfer_study(
     let paths = |own_state: &ModelState, record: Option<&PathRecord>| {
         answer_paths(&predictor, &map, own_state, &x_new, bands, record)
     };
-    let (through, own_answers, both, _) = paths(&own_state, None)?;
-    methods.push(scored("old model through the map", &through, &truth));
-    methods.push(scored(
-        "the new instrument's own model (the overlap's rows)",
-        &own_answers,
-        &truth,
-    ));
-    methods.push(scored(
-        "both, combined by precision (transfer::combine)",
-        &both,
-        &truth,
-    ));
+    let at_overlap = paths(&own_state, None)?;
+    for (method, answers) in [
+        ("old model through the map", &at_overlap.through),
+        (
+            "the new instrument's own model (the overlap's rows)",
+            &at_overlap.own,
+        ),
+        (
+            "both, combined by precision (transfer::combine)",
+            &at_overlap.both,
+        ),
+    ] {
+        methods.push(scored(method, &as_predictions(answers), &truth));
+    }
 
     let mut record = PathRecord::default();
     let mut own_stood_after = None;
@@ -261,14 +264,10 @@ pub fn transfer_study(
         let end = (row + options.stream_batch_rows.max(1)).min(stream_start + options.stream_rows);
         let batch = swapped.lab_dips(row..end);
         let (x, y) = (design.inputs(&batch), recipes(&batch));
-        let (a, b, _, _) = answer_paths(&predictor, &map, &own_state, &x, bands, None)?;
+        let answers = answer_paths(&predictor, &map, &own_state, &x, bands, None)?;
         for i in 0..x.nrows() {
             let truth_row: Vec<f64> = (0..y.ncols()).map(|k| y[(i, k)]).collect();
-            record.record(
-                &truth_row,
-                &path_row(&a, i, None),
-                &path_row(&b, i, Some(&own_state)),
-            );
+            record.record(&truth_row, &answers.through[i], &answers.own[i]);
         }
         own_state = own_state.update(&config, &statistics(&design, &batch)?)?;
         row = end;
@@ -276,16 +275,18 @@ pub fn transfer_study(
             own_stood_after = Some(row - stream_start);
         }
     }
-    let (through, own_answers, both, mixed) = paths(&own_state, Some(&record))?;
-    let mut after_stream = vec![
-        scored("old model through the map", &through, &truth),
-        scored("the new instrument's own model", &own_answers, &truth),
-        scored(
+    let at_end = paths(&own_state, Some(&record))?;
+    let mut after_stream: Vec<MethodScore> = [
+        ("old model through the map", &at_end.through),
+        ("the new instrument's own model", &at_end.own),
+        (
             "both, combined by precision (transfer::combine)",
-            &both,
-            &truth,
+            &at_end.both,
         ),
-    ];
+    ]
+    .into_iter()
+    .map(|(method, answers)| scored(method, &as_predictions(answers), &truth))
+    .collect();
     // The same rows fitted afresh (Algorithm 2 from nothing), not grown from the overlap's fit.
     let afresh = ModelState::fit(&config, own_state.totals().clone())?;
     after_stream.push(scored(
@@ -293,10 +294,10 @@ pub fn transfer_study(
         &Predictor::new(&afresh).predict(x_new.as_ref())?,
         &truth,
     ));
-    if let Some(mixed) = mixed {
+    if let Some(mixed) = &at_end.mixed {
         after_stream.push(scored(
             "both, mixed by their record (transfer::mix)",
-            &mixed,
+            &as_predictions(mixed),
             &truth,
         ));
     }
@@ -316,12 +317,25 @@ pub fn transfer_study(
         ),
         map_window: map.window(),
         map_amplitude: map.amplitude(),
-        first_reading: reference.lab_dips(0..1)[0].reflectance[0],
+        reading_sums: [&reference, &swapped].map(|sim| {
+            sim.lab_dips(0..stream_start)
+                .iter()
+                .map(|d| d.reflectance.iter().sum::<f64>())
+                .sum()
+        }),
         methods,
         after_stream,
         own_weight: record.own_weight(),
         own_stood_after,
     })
+}
+
+/// The answers of each path for some rows of the new instrument, per row and output.
+struct Answers {
+    through: Vec<Vec<PathPrediction>>,
+    own: Vec<Vec<PathPrediction>>,
+    both: Vec<Vec<PathPrediction>>,
+    mixed: Option<Vec<Vec<PathPrediction>>>,
 }
 
 /// The answers for the rows `x` of the new instrument: through the map, by the own model, both
@@ -333,61 +347,51 @@ fn answer_paths(
     x: &Mat<f64>,
     bands: usize,
     record: Option<&PathRecord>,
-) -> Result<(Predictions, Predictions, Predictions, Option<Predictions>), SimulateError> {
+) -> Result<Answers, SimulateError> {
     let own = Predictor::new(own_state);
     let own_answers = own.predict(x.as_ref())?;
     let m = own_answers.mean.ncols();
     let rows = x.nrows();
-    let (mut through, mut both, mut mixed) = (
-        Vec::with_capacity(rows),
-        Vec::with_capacity(rows),
-        Vec::with_capacity(rows),
-    );
+    let mut answers = Answers {
+        through: Vec::with_capacity(rows),
+        own: Vec::with_capacity(rows),
+        both: Vec::with_capacity(rows),
+        mixed: record.map(|_| Vec::with_capacity(rows)),
+    };
     for i in 0..rows {
         let row: Vec<f64> = (0..x.ncols()).map(|j| x[(i, j)]).collect();
-        let answers = through_map(predictor, map, &row[..bands], &row[bands..])?;
-        let own_row = path_row(&own_answers, i, Some(own_state));
-        both.push(
-            answers
-                .iter()
-                .zip(&own_row)
-                .map(|(a, b)| combine(*a, *b))
-                .collect::<Vec<_>>(),
-        );
-        if let Some(record) = record {
+        let through = through_map(predictor, map, &row[..bands], &row[bands..])?;
+        let own_row: Vec<PathPrediction> = (0..m)
+            .map(|k| PathPrediction {
+                mean: own_answers.mean[(i, k)],
+                variance: own_answers.variance[(i, k)],
+                noise: own.noise_variance(k).unwrap_or(0.0),
+            })
+            .collect();
+        let pair = || through.iter().zip(&own_row);
+        answers
+            .both
+            .push(pair().map(|(a, b)| combine(*a, *b)).collect());
+        if let (Some(mixed), Some(record)) = (answers.mixed.as_mut(), record) {
             mixed.push(
-                answers
-                    .iter()
-                    .zip(&own_row)
+                pair()
                     .map(|(a, b)| mix(*a, *b, record.own_weight()))
-                    .collect::<Vec<_>>(),
+                    .collect(),
             );
         }
-        through.push(answers);
+        answers.through.push(through);
+        answers.own.push(own_row);
     }
-    let as_predictions = |paths: &[Vec<PathPrediction>]| Predictions {
-        mean: Mat::from_fn(paths.len(), m, |i, k| paths[i][k].mean),
-        variance: Mat::from_fn(paths.len(), m, |i, k| paths[i][k].variance),
-    };
-    Ok((
-        as_predictions(&through),
-        own_answers,
-        as_predictions(&both),
-        record.map(|_| as_predictions(&mixed)),
-    ))
+    Ok(answers)
 }
 
-/// Row `i` of `p` as path predictions, with the noise of `state`'s outputs (none given: the
-/// noise is read as 0, the whole variance as unknown).
-fn path_row(p: &Predictions, i: usize, state: Option<&ModelState>) -> Vec<PathPrediction> {
-    let noise = state.map(ModelState::noise_variances);
-    (0..p.mean.ncols())
-        .map(|k| PathPrediction {
-            mean: p.mean[(i, k)],
-            variance: p.variance[(i, k)],
-            noise: noise.as_ref().and_then(|n| n[k]).unwrap_or(0.0),
-        })
-        .collect()
+/// Path predictions, per row and output, as [`Predictions`].
+fn as_predictions(paths: &[Vec<PathPrediction>]) -> Predictions {
+    let m = paths.first().map_or(0, Vec::len);
+    Predictions {
+        mean: Mat::from_fn(paths.len(), m, |i, k| paths[i][k].mean),
+        variance: Mat::from_fn(paths.len(), m, |i, k| paths[i][k].variance),
+    }
 }
 
 /// RMSE of `p`'s means against `truth` over every cell, and the share within 1.96 sd.
