@@ -356,7 +356,8 @@ proptest! {
         }
     }
 
-    /// Update method `refit` is Algorithm 2 on the concatenated rows from the current `(v, s)`.
+    /// Update method `refit` is Algorithm 2 on the concatenated rows from the current `(v, s)`,
+    /// or from the configured start where that optimum's evidence is the larger.
     #[test]
     fn refit_equals_evidence_on_all_rows_from_the_same_start(
         seed in any::<u64>(), n1 in 8usize..40, n2 in 1usize..30, d in 1usize..6,
@@ -376,10 +377,24 @@ proptest! {
         for k in 0..2 {
             let start = first.outputs()[k].posterior().expect("trained after the first fit");
             let noise = NoisePrior::for_output(&all, k, Some(d), &config.options);
-            let direct = evidence(
+            let warm = evidence(
                 all.output(k), start.prior_variance().to_vec(), start.noise_variance(),
                 noise, &config.options,
-            ).unwrap().posterior;
+            ).unwrap();
+            // The configured start: the flat intercept stays flat, every other v_j restarts.
+            let start_v = start.prior_variance().iter()
+                .map(|v| if v.is_infinite() { *v } else { config.prior_variance })
+                .collect();
+            let variance = all.output_variance(k, Some(d));
+            let fresh = evidence(
+                all.output(k), start_v,
+                if variance > 0.0 { variance } else { 1.0 }, noise, &config.options,
+            ).unwrap();
+            let direct = if fresh.family_score() < warm.family_score() {
+                fresh.posterior
+            } else {
+                warm.posterior
+            };
             let got = refit.outputs()[k].posterior().unwrap();
             prop_assert!(rel_diff_slice(direct.mean(), got.mean()) < 1e-6);
             prop_assert!((direct.noise_variance() - got.noise_variance()).abs()
@@ -1390,6 +1405,76 @@ fn one_step_refits_hyperparameters_once_the_rows_have_doubled() {
         let kept = first.update(&never, &part(n, 4 * n)).unwrap();
         assert_eq!(hyper(&kept), hyper(&first), "{prior:?}");
         assert_eq!(kept.fitted_rows(), &[n as f64]);
+    }
+}
+
+/// A feature constant in the first batch (a fabric that has not changed yet) is pruned by the
+/// first fit, and ARD never revives a pruned coefficient from a warm start. Once the feature
+/// varies and the rows have grown, the refit finds it from the configured start: the state
+/// then predicts as Algorithm 2 from scratch on all rows does, and far better than the warm
+/// start's optimum.
+#[test]
+fn a_refit_revives_a_feature_the_first_fit_pruned() {
+    let (n, d) = (10, 3);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let x = Mat::from_fn(6 * n, d, |i, j| {
+        if j == 2 && i < n {
+            0.0
+        } else {
+            rng.random_range(-1.0..1.0)
+        }
+    });
+    let y = Mat::from_fn(6 * n, 1, |i, _| {
+        x[(i, 0)] + 2.0 * x[(i, 2)] + 0.05 * rng.random_range(-1.0..1.0)
+    });
+    let basis = identity_basis(d);
+    let part = |from: usize, to: usize| {
+        stats(
+            &basis,
+            &x.subrows(from, to - from).to_owned(),
+            &y.subrows(from, to - from).to_owned(),
+        )
+    };
+    for update in [UpdateMethod::OneStep, UpdateMethod::Refit] {
+        let config = ModelConfig {
+            prior: PriorFamily::Ard,
+            update,
+            ..ModelConfig::new(basis, 1)
+        };
+        let first = ModelState::fit(&config, part(0, n)).unwrap();
+        let pruned = first.outputs()[0].posterior().unwrap();
+        assert_eq!(
+            pruned.prior_variance()[2],
+            0.0,
+            "{update:?}: constant, so pruned"
+        );
+
+        let grown = first.update(&config, &part(n, 6 * n)).unwrap();
+        let post = grown.outputs()[0].posterior().unwrap();
+        assert!(
+            (post.mean()[2] - 2.0).abs() < 0.1,
+            "{update:?}: coefficient {}",
+            post.mean()[2]
+        );
+        let scratch = ModelState::fit(&config, part(0, 6 * n)).unwrap();
+        let best = scratch.outputs()[0].posterior().unwrap();
+        assert!(
+            rel_diff_slice(best.mean(), post.mean()) < 1e-6,
+            "{update:?}"
+        );
+
+        // The warm start alone stays at the pruned optimum, with the feature's effect as noise.
+        let noise = NoisePrior::for_output(grown.totals(), 0, Some(d), &config.options);
+        let warm = evidence(
+            grown.totals().output(0),
+            pruned.prior_variance().to_vec(),
+            pruned.noise_variance(),
+            noise,
+            &config.options,
+        )
+        .unwrap();
+        assert_eq!(warm.posterior.mean()[2], 0.0);
+        assert!(post.noise_variance() < 0.1 * warm.posterior.noise_variance());
     }
 }
 

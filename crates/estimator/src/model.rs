@@ -16,7 +16,8 @@ pub enum UpdateMethod {
     /// rows have outgrown them ([`super::FitOptions::refit_growth`]).
     #[default]
     OneStep,
-    /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`.
+    /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)` and
+    /// run from the configured start too; the higher evidence wins.
     Refit,
 }
 
@@ -406,7 +407,8 @@ impl ModelState {
         Self::from_parts(self.basis, totals, outputs, self.predictive, fitted_rows)
     }
 
-    /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`.
+    /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)` and
+    /// from the configured start, keeping the higher evidence (see `Fitter::fit_output`).
     ///
     /// A state stored before the prior families (an ARD prior with a shrunk intercept) moves to
     /// the model's prior family here: its refit starts afresh under that family, except for an
@@ -560,9 +562,9 @@ impl<'a> Fitter<'a> {
         stats.nonzero()[k] >= needed
     }
 
-    /// Algorithm 2 for output `k`, if it has enough informative rows: ARD from `warm` (an ARD
-    /// posterior with the same kind of intercept) or from the prior; the other families
-    /// afresh. Under [`PriorFamily::Auto`] the family with the larger evidence times Occam
+    /// Algorithm 2 for output `k`, if it has enough informative rows: ARD from the prior, and
+    /// from `warm` too (an ARD posterior with the same kind of intercept), keeping the start
+    /// whose optimum has the larger evidence; the other families afresh. Under [`PriorFamily::Auto`] the family with the larger evidence times Occam
     /// factor ([`super::evidence::EvidenceFit::family_score`]) wins, except for an output whose
     /// zeros are structural, which ARD fits alone.
     fn fit_output(
@@ -597,22 +599,45 @@ impl<'a> Fitter<'a> {
             let fit = shared_fit.ok_or(EstimatorError::Untrained)?;
             return Ok(OutputState::Trained(Box::new(fit.posterior)));
         }
-        // Warm start only from an ARD posterior with the same intercept prior.
+        let afresh = || {
+            let mut v = vec![config.prior_variance; stats.dim()];
+            if let Some(f) = flat {
+                v[f] = f64::INFINITY;
+            }
+            let variance = stats.output_variance(k, config.intercept());
+            evidence(
+                data,
+                v,
+                if variance > 0.0 { variance } else { 1.0 },
+                noise,
+                &config.options,
+            )
+        };
+        // Warm start only from an ARD posterior with the same intercept prior. A band pruned
+        // there stays pruned for good (v_j = 0 is a fixed point), so a prior learnt from a few
+        // rows would bind the refit on many: Algorithm 2 also runs from the configured start,
+        // and the higher evidence of the two local optima wins.
         let warm = warm.filter(|post| {
             post.prior().family == super::FittedFamily::Ard && post.prior().flat() == flat
         });
-        let (v, s) = match warm {
-            Some(post) => (post.prior_variance().to_vec(), post.noise_variance()),
-            None => {
-                let mut v = vec![config.prior_variance; stats.dim()];
-                if let Some(f) = flat {
-                    v[f] = f64::INFINITY;
+        let fit = match warm {
+            Some(post) => {
+                let from_warm = evidence(
+                    data,
+                    post.prior_variance().to_vec(),
+                    post.noise_variance(),
+                    noise,
+                    &config.options,
+                )?;
+                let fresh = afresh()?;
+                if fresh.family_score() < from_warm.family_score() {
+                    fresh
+                } else {
+                    from_warm
                 }
-                let variance = stats.output_variance(k, config.intercept());
-                (v, if variance > 0.0 { variance } else { 1.0 })
             }
+            None => afresh()?,
         };
-        let fit = evidence(data, v, s, noise, &config.options)?;
         let fit = match shared_fit {
             Some(shared) if shared.family_score() < fit.family_score() => shared,
             _ => fit,
