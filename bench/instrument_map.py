@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import accuracy as A
 import smooth_variants as S
-from sklearn.cross_decomposition import PLSRegression
+from pds import pds, pds_by_loo
 warnings.filterwarnings("ignore")
 
 ds = A.LOADERS["gasoline"](os.path.join(A.ROOT, "target/bench/accuracy-data"))
@@ -187,23 +187,6 @@ def pls_fit_predict(x, y, xt):
     return (mean[0] if isinstance(mean, tuple) else mean).ravel()
 
 
-def pds(zt, xt, new_pos, old_pos, k, comps):
-    zm, xm = zt.mean(0), xt.mean(0)
-    zc, xc = zt - zm, xt - xm
-    spacing = np.median(np.diff(new_pos))
-    Ms = np.zeros((len(old_pos), len(new_pos)))
-    for j, t in enumerate(old_pos):
-        sel = np.flatnonzero(np.abs(new_pos - t) <= (k + 0.5) * spacing + 1e-9)
-        if len(sel) == 0:
-            sel = np.array([np.argmin(np.abs(new_pos - t))])
-        # local PCR with `comps` components
-        u, s, vt = np.linalg.svd(zc[:, sel], full_matrices=False)
-        r = min(comps, len(s), int(np.sum(s > 1e-10 * s[0])))
-        b = vt[:r].T @ ((u[:, :r].T @ xc[:, j]) / s[:r])
-        Ms[j, sel] = b
-    return lambda z: xm + (z - zm) @ Ms.T
-
-
 def run(shift=1.5, gain=0.95, offset=0.0, grid=None, transfer=30, repeats=20):
     new_pos = bands if grid is None else grid
     Z = new_read(X, shift, gain, offset, grid)
@@ -216,7 +199,6 @@ def run(shift=1.5, gain=0.95, offset=0.0, grid=None, transfer=30, repeats=20):
         yt = Y[test]
         out = {}
         # peers
-        pls_pred = None
         oldpls = lambda xx: pls_fit_predict(X[cal], Y[cal], xx)
         bestpds = None
         for k in (1, 2, 3, 5):
@@ -226,17 +208,7 @@ def run(shift=1.5, gain=0.95, offset=0.0, grid=None, transfer=30, repeats=20):
                 if bestpds is None or e < bestpds:
                     bestpds = e
         out["PLS+PDS (oracle window)"] = (bestpds, None)
-        bestcv = None
-        for k in (1, 2, 3, 5):
-            for c in (1, 2, 3):
-                err = 0.0
-                for i in range(len(tr)):
-                    keep = np.delete(np.arange(len(tr)), i)
-                    mp = pds(Z[tr][keep], X[tr][keep], new_pos, bands, k, c)
-                    err += np.sum((mp(Z[tr][i:i+1]) - X[tr][i:i+1]) ** 2)
-                if bestcv is None or err < bestcv[0]:
-                    bestcv = (err, k, c)
-        mp = pds(Z[tr], X[tr], new_pos, bands, bestcv[1], bestcv[2])
+        mp, _ = pds_by_loo(Z[tr], X[tr], new_pos, bands)
         out["PLS+PDS (LOO window)"] = (np.mean((oldpls(mp(Z[test])) - yt) ** 2), None)
         Zold = np.vstack([np.interp(bands, new_pos, r) for r in Z]) if grid is not None else Z
         both_x = np.vstack([X[cal], Zold[tr]])

@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import accuracy  # noqa: E402  (PLS with CV components, the report writer)
+from pds import pds_by_loo  # noqa: E402
 
 ROOT = accuracy.ROOT
 GRID = ("400", "10", "31")
@@ -68,34 +69,6 @@ def ks(reflectance_percent):
     r = reflectance_percent / 100.0
     body = np.clip((r - K1) / (1 - K1 - K2 + K2 * r), 1e-3, 1.0)
     return (1 - body) ** 2 / (2 * body)
-
-
-def pds(new, old, window, components):
-    """Piecewise direct standardisation on one grid: old band j from new bands j−w…j+w."""
-    new_mean, old_mean = new.mean(0), old.mean(0)
-    zc, xc = new - new_mean, old - old_mean
-    p = new.shape[1]
-    transfer = np.zeros((p, p))
-    for j in range(p):
-        sel = np.arange(max(j - window, 0), min(j + window, p - 1) + 1)
-        u, s, vt = np.linalg.svd(zc[:, sel], full_matrices=False)
-        r = min(components, int(np.sum(s > 1e-10 * s[0])))
-        transfer[j, sel] = vt[:r].T @ ((u[:, :r].T @ xc[:, j]) / s[:r])
-    return lambda z: old_mean + (z - new_mean) @ transfer.T
-
-
-def pds_by_cv(new, old):
-    best = None
-    for window in (1, 2, 3, 5):
-        for components in (1, 2, 3):
-            error = 0.0
-            for i in range(len(new)):
-                keep = np.delete(np.arange(len(new)), i)
-                standardise = pds(new[keep], old[keep], window, components)
-                error += np.sum((standardise(new[i:i + 1]) - old[i:i + 1]) ** 2)
-            if best is None or error < best[0]:
-                best = (error, window, components)
-    return pds(new, old, best[1], best[2]), best[1:]
 
 
 def bayesian_ridge(x, y, x_test):
@@ -129,7 +102,8 @@ def one_seed(binary, seed, transfer, args, directory):
     inputs = lambda r, rows: np.hstack([ks(r[rows]), fabrics[rows]])  # noqa: E731
     truth = dyes[test]
     errors = {}
-    standardise, chosen = pds_by_cv(new_r[pairs], old_r[pairs])
+    bands = np.arange(new_r.shape[1])
+    standardise, chosen = pds_by_loo(new_r[pairs], old_r[pairs], bands, bands)
     standardised = np.hstack([ks(standardise(new_r[test])), fabrics[test]])
     n = len(truth)
     mean, _, _ = accuracy.fit_pls(inputs(old_r, cal), dyes[cal],
@@ -154,7 +128,7 @@ def main(argv):
     parser.add_argument("--stream-rows", type=int, default=300)
     parser.add_argument("--out", default=os.path.join(ROOT, "target/bench/instrument_swap.md"))
     args = parser.parse_args(argv)
-    lines = [f"# An instrument replaced with an overlap (simulator)\n",
+    lines = ["# An instrument replaced with an overlap (simulator)\n",
              f"`python3 bench/instrument_swap.py --seeds {args.seeds} --transfer {args.transfer} "
              f"--train-rows {args.train_rows} --test-rows {args.test_rows}`; binary {args.bin}. "
              "Concentration RMSE (% owf) over every test row and dye, pooled over the seeds; "

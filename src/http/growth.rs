@@ -23,7 +23,7 @@ use super::models::ModelView;
 use super::routes::Routes;
 use crate::cache::CachedModel;
 use crate::domain::{Growth, ModelName, extend};
-use crate::estimator::codec;
+use crate::estimator::{ModelConfig, ModelState, codec};
 use crate::folder::current_state;
 use crate::history::{self, NextVersion};
 use crate::store::{StateBlob, VersionOrigin};
@@ -137,17 +137,7 @@ async fn grow(
     } else if let Some(state) = current_state(&mut lock, &app.cache).await? {
         let config = extension.spec.config();
         let (state, blob) = app
-            .cpu_bound(move || {
-                let state = history::widen_state(Arc::unwrap_or_clone(state), &config)
-                    .map_err(ApiError::Conflict)?;
-                if !state.is_finite() {
-                    return Err(ApiError::Conflict(
-                        "the widened model state would be non-finite".into(),
-                    ));
-                }
-                let blob = StateBlob::new(codec::encode(&state));
-                Ok((state, blob))
-            })
+            .cpu_bound(move || widened(Arc::unwrap_or_clone(state), &config))
             .await??;
         lock.respecify(extension.spec).await?;
         let next = NextVersion {
@@ -173,4 +163,20 @@ async fn grow(
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
     Ok(Json(record.into()))
+}
+
+/// `state` widened to `config`'s outputs and features with their exact zero statistics, and
+/// its encoding; a conflict when it cannot be, or would not be finite.
+pub(super) fn widened(
+    state: ModelState,
+    config: &ModelConfig,
+) -> Result<(ModelState, StateBlob), ApiError> {
+    let state = history::widen_state(state, config).map_err(ApiError::Conflict)?;
+    if !state.is_finite() {
+        return Err(ApiError::Conflict(
+            "the widened model state would be non-finite".into(),
+        ));
+    }
+    let blob = StateBlob::new(codec::encode(&state));
+    Ok((state, blob))
 }

@@ -131,12 +131,8 @@ pub async fn restore(
     {
         (state, blob)
     } else {
-        app.cpu_bound(move || {
-            let state = history::widen_state(state, &config).map_err(ApiError::Conflict)?;
-            let blob = StateBlob::new(codec::encode(&state));
-            Ok::<_, ApiError>((state, blob))
-        })
-        .await??
+        app.cpu_bound(move || super::growth::widened(state, &config))
+            .await??
     };
     let view = write(
         &app,
