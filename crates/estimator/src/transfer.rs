@@ -943,11 +943,17 @@ mod tests {
         let mut beta = vec![0.0; grid.count()];
         beta[30] = 2.0;
         assert!((map.variance_of(&r, &beta) - 4.0 * r.variance[30]).abs() <= 1e-12);
-        // Two neighbours: between independent errors and fully correlated ones.
+        // Two neighbours: their residuals' correlation counted once each way.
         beta[31] = 1.0;
         let v = map.variance_of(&r, &beta);
         let (a, b) = (4.0 * r.variance[30], r.variance[31]);
-        assert!(v >= 0.0 && v <= a + b + 2.0 * (a * b).sqrt() + 1e-15, "{v}");
+        let rho = map.correlation[(30, 31)];
+        assert!(rho.abs() > 0.05 && rho.abs() < 1.0, "correlation {rho}");
+        let expected = a + b + 2.0 * rho * (a * b).sqrt();
+        assert!(
+            (v - expected).abs() <= 1e-12 * expected,
+            "{v} against {expected}"
+        );
     }
 
     /// A concentration behind a sample: a sum of its band depths plus noise.
