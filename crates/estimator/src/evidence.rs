@@ -234,6 +234,18 @@ pub fn evidence(
     })
 }
 
+/// Whether basis function `j` varies over the rows of the statistics `g` (beside a flat
+/// intercept `flat`, about its mean): `G_c,jj = G_jj − G_jf² / G_ff` beyond round-off. One that
+/// does not is pruned before the first iteration; one that does could come back if not pruned.
+pub fn varies(g: MatRef<'_, f64>, flat: Option<usize>, j: usize) -> bool {
+    let centred = match flat {
+        Some(f) if f == j => return false,
+        Some(f) if g[(f, f)] > 0.0 => g[(j, j)] - g[(j, f)] * g[(j, f)] / g[(f, f)],
+        _ => g[(j, j)],
+    };
+    centred > CONSTANT_FEATURE * g[(j, j)]
+}
+
 /// [`neg2_log_evidence`] of a diagonal prior `v` (no flat entries) on centred statistics, and
 /// the `γ_j` of its active basis functions.
 fn ard_neg2_log_evidence(

@@ -9,6 +9,10 @@ use super::posterior::OutputPosterior;
 use super::statistics::{BatchStatistics, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
 
+/// How much lower (in `−2 log`, relative) the fresh start's score must be to win over the warm
+/// start's: two starts that reach the same optimum differ by round-off only.
+const TIE_RELATIVE: f64 = 1e-9;
+
 /// How a model learns from a batch after its first fit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum UpdateMethod {
@@ -16,8 +20,9 @@ pub enum UpdateMethod {
     /// rows have outgrown them ([`super::FitOptions::refit_growth`]).
     #[default]
     OneStep,
-    /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)` and
-    /// run from the configured start too; the higher evidence wins.
+    /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)` (and
+    /// from the configured start where that pruned a basis function that varies now; see
+    /// [`ModelState::refit`]).
     Refit,
 }
 
@@ -331,7 +336,7 @@ impl ModelState {
     /// Learns one more batch with the model's update method (and forgetting, if any).
     ///
     /// Under one-step updates, an output is fitted again (Algorithm 2 on the accumulated
-    /// statistics, warm-started; no row is read again) when its informative rows have grown by
+    /// statistics, as [`Self::refit`] does; no row is read again) when its informative rows have grown by
     /// [`super::FitOptions::refit_growth`] since its hyperparameters were last fitted: a model
     /// that learnt its prior from a first batch of 10 spectra otherwise keeps that prior for
     /// good, however many rows follow, and answers with intervals too narrow for the prior's
@@ -407,13 +412,15 @@ impl ModelState {
         Self::from_parts(self.basis, totals, outputs, self.predictive, fitted_rows)
     }
 
-    /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)` and
-    /// from the configured start, keeping the higher evidence (see `Fitter::fit_output`).
+    /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`. ARD
+    /// never revives a basis function it pruned, so where the warm start holds one pruned that
+    /// varies now, Algorithm 2 also runs from the configured start, and the optimum with the
+    /// larger evidence times Occam factor is kept.
     ///
     /// A state stored before the prior families (an ARD prior with a shrunk intercept) moves to
     /// the model's prior family here: its refit starts afresh under that family, except for an
     /// output whose zeros are structural under `ard` or `auto`, whose ARD prior of the same kind
-    /// is the warm start.
+    /// is the warm start (beside the configured one, as above).
     pub fn refit(&self, config: &ModelConfig) -> Result<Self, EstimatorError> {
         check_config(config, &self.totals)?;
         let fitter = Fitter::new(config, &self.totals, true)?;
@@ -562,11 +569,13 @@ impl<'a> Fitter<'a> {
         stats.nonzero()[k] >= needed
     }
 
-    /// Algorithm 2 for output `k`, if it has enough informative rows: ARD from the prior, and
-    /// from `warm` too (an ARD posterior with the same kind of intercept), keeping the start
-    /// whose optimum has the larger evidence; the other families afresh. Under [`PriorFamily::Auto`] the family with the larger evidence times Occam
-    /// factor ([`super::evidence::EvidenceFit::family_score`]) wins, except for an output whose
-    /// zeros are structural, which ARD fits alone.
+    /// Algorithm 2 for output `k`, if it has enough informative rows: ARD from `warm` (an ARD
+    /// posterior with the same kind of intercept) and, where that pruned a basis function
+    /// which varies now, from the configured start too, or from the configured start alone;
+    /// the other families afresh. Between two starts, and under [`PriorFamily::Auto`] between
+    /// families, the larger evidence times Occam factor
+    /// ([`super::evidence::EvidenceFit::family_score`]) wins; an output whose zeros are
+    /// structural is fitted by ARD alone.
     fn fit_output(
         &self,
         k: usize,
@@ -613,10 +622,13 @@ impl<'a> Fitter<'a> {
                 &config.options,
             )
         };
-        // Warm start only from an ARD posterior with the same intercept prior. A band pruned
-        // there stays pruned for good (v_j = 0 is a fixed point), so a prior learnt from a few
-        // rows would bind the refit on many: Algorithm 2 also runs from the configured start,
-        // and the higher evidence of the two local optima wins.
+        // Warm start only from an ARD posterior with the same intercept prior. A basis function
+        // pruned there stays pruned for good (v_j = 0 is a fixed point), so a prior learnt from
+        // a few rows would bind the refit on many: where the warm start pruned one that varies
+        // now, Algorithm 2 also runs from the configured start, and the optimum with the larger
+        // evidence times Occam factor wins (by a margin, so that round-off does not choose
+        // between two starts that reach the same optimum). Should that run fail, the warm one
+        // stands, as before it existed.
         let warm = warm.filter(|post| {
             post.prior().family == super::FittedFamily::Ard && post.prior().flat() == flat
         });
@@ -629,11 +641,20 @@ impl<'a> Fitter<'a> {
                     noise,
                     &config.options,
                 )?;
-                let fresh = afresh()?;
-                if fresh.family_score() < from_warm.family_score() {
-                    fresh
-                } else {
-                    from_warm
+                let trapped = post
+                    .prior_variance()
+                    .iter()
+                    .enumerate()
+                    .any(|(j, v)| *v == 0.0 && super::evidence::varies(data.g, flat, j));
+                match afresh().ok().filter(|_| trapped) {
+                    Some(fresh)
+                        if fresh.family_score()
+                            < from_warm.family_score()
+                                - TIE_RELATIVE * from_warm.family_score().abs().max(1.0) =>
+                    {
+                        fresh
+                    }
+                    _ => from_warm,
                 }
             }
             None => afresh()?,
