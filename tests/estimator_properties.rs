@@ -1348,13 +1348,7 @@ fn one_step_refits_hyperparameters_once_the_rows_have_doubled() {
         1.0 + x[(i, 0)] - 0.5 * x[(i, 3)] + 0.1 * rng.random_range(-1.0..1.0)
     });
     let basis = identity_basis(d);
-    let part = |from: usize, to: usize| {
-        stats(
-            &basis,
-            &x.subrows(from, to - from).to_owned(),
-            &y.subrows(from, to - from).to_owned(),
-        )
-    };
+    let part = |from: usize, to: usize| stats(&basis, &rows(&x, from..to), &rows(&y, from..to));
     let probe = Mat::from_fn(5, d, |i, j| 0.2 * (i + j) as f64 - 0.5);
     for prior in [PriorFamily::Auto, PriorFamily::Ridge, PriorFamily::Ard] {
         let config = ModelConfig {
@@ -1432,13 +1426,7 @@ fn a_refit_revives_a_feature_the_first_fit_pruned() {
         x[(i, 0)] + 2.0 * x[(i, 2)] + 0.05 * rng.random_range(-1.0..1.0)
     });
     let basis = identity_basis(d);
-    let part = |from: usize, to: usize| {
-        stats(
-            &basis,
-            &x.subrows(from, to - from).to_owned(),
-            &y.subrows(from, to - from).to_owned(),
-        )
-    };
+    let part = |from: usize, to: usize| stats(&basis, &rows(&x, from..to), &rows(&y, from..to));
     for update in [UpdateMethod::OneStep, UpdateMethod::Refit] {
         let config = ModelConfig {
             prior: PriorFamily::Ard,
