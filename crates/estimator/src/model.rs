@@ -336,13 +336,13 @@ impl ModelState {
     /// Learns one more batch with the model's update method (and forgetting, if any).
     ///
     /// Under one-step updates, an output is fitted again (Algorithm 2 on the accumulated
-    /// statistics, as [`Self::refit`] does; no row is read again) when its informative rows have grown by
-    /// [`super::FitOptions::refit_growth`] since its hyperparameters were last fitted: a model
-    /// that learnt its prior from a first batch of 10 spectra otherwise keeps that prior for
-    /// good, however many rows follow, and answers with intervals too narrow for the prior's
-    /// errors. Growth by a factor keeps the refits to a logarithm of the rows a model sees;
-    /// between them every batch is one Bayesian step. States stored before the prior families
-    /// are never refitted here.
+    /// statistics, as [`Self::refit`] does; no row is read again) when its informative rows
+    /// have grown by [`super::FitOptions::refit_growth`] since its hyperparameters were last
+    /// fitted: a model that learnt its prior from a first batch of 10 spectra otherwise keeps
+    /// that prior for good, however many rows follow, and answers with intervals too narrow for
+    /// the prior's errors. Growth by a factor keeps the refits to a logarithm of the rows a
+    /// model sees; between them every batch is one Bayesian step. States stored before the
+    /// prior families are never refitted here.
     pub fn update(
         &self,
         config: &ModelConfig,
@@ -646,7 +646,7 @@ impl<'a> Fitter<'a> {
                     .iter()
                     .enumerate()
                     .any(|(j, v)| *v == 0.0 && super::evidence::varies(data.g, flat, j));
-                match afresh().ok().filter(|_| trapped) {
+                match trapped.then(afresh).and_then(Result::ok) {
                     Some(fresh)
                         if fresh.family_score()
                             < from_warm.family_score()
