@@ -246,6 +246,94 @@ pub fn varies(g: MatRef<'_, f64>, flat: Option<usize>, j: usize) -> bool {
     centred > CONSTANT_FEATURE * g[(j, j)]
 }
 
+/// A pruned basis function of an ARD fit, as Tipping & Faul ("Fast marginal likelihood
+/// maximisation for sparse Bayesian models", 2003) see it: its sparsity `S_j` and quality `Q_j`
+/// under the model without it, at the fit's `(v, s)`,
+///
+/// ```text
+/// S_j = G_c,jj / s − ‖x_j‖² / s²,   Q_j = (b_c,j − x_jᵀ t) / s,
+/// x_j = L⁻¹ D^½ G_c,Aj,   t = L⁻¹ D^½ b_c,A / s,   L Lᵀ = I + D^½ G_c,AA D^½ / s
+/// ```
+///
+/// (`A` the active set, `D = diag(v_A)`): `S_j = φ_jᵀ C⁻¹ φ_j` and `Q_j = φ_jᵀ C⁻¹ y` for the
+/// marginal covariance `C` of the rows, from the statistics alone.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Revival {
+    pub index: usize,
+    pub sparsity: f64,
+    pub quality: f64,
+}
+
+impl Revival {
+    /// Whether giving `j` back a prior variance raises the evidence: `Q_j² > S_j`, the
+    /// condition under which its best variance `v_j = (Q_j² − S_j) / S_j²` is positive.
+    pub fn raises_evidence(&self) -> bool {
+        self.quality * self.quality > self.sparsity
+    }
+
+    /// How much `−2 log evidence` falls when `v_j` takes its best value, `s` and the other
+    /// variances fixed: `Q_j²/S_j − 1 − ln(Q_j²/S_j)` where that is a gain, else 0.
+    pub fn gain(&self) -> f64 {
+        if !self.raises_evidence() {
+            return 0.0;
+        }
+        let ratio = self.quality * self.quality / self.sparsity;
+        ratio - 1.0 - ratio.ln()
+    }
+}
+
+/// [`Revival`] of every basis function the ARD prior `v` (`∞` a flat intercept) has pruned and
+/// that varies over the rows ([`varies`]), at noise variance `s`. A fixed point of MacKay's
+/// updates never revives one (`v_j = 0` stays 0); where none [`Revival::raises_evidence`], no
+/// single revival can raise the evidence either, and a second start that might revive some is
+/// not worth its cost.
+pub fn revivals(data: OutputData<'_>, v: &[f64], s: f64) -> Result<Vec<Revival>, EstimatorError> {
+    let p = data.g.nrows();
+    if v.len() != p || data.b.len() != p {
+        return Err(EstimatorError::Dimension {
+            what: "prior variances",
+            expected: p,
+            found: v.len(),
+        });
+    }
+    let flat = v.iter().position(|x| *x == f64::INFINITY);
+    let pruned: Vec<usize> = (0..p)
+        .filter(|&j| v[j] == 0.0 && varies(data.g, flat, j))
+        .collect();
+    if pruned.is_empty() {
+        return Ok(Vec::new());
+    }
+    let centred = Centred::new(data, flat)?;
+    let active: Vec<usize> = (0..p).filter(|&j| v[j] > 0.0 && v[j].is_finite()).collect();
+    let n = active.len();
+    let sqrt_v: Vec<f64> = active.iter().map(|&j| v[j].sqrt()).collect();
+    let (x, t) = if n == 0 {
+        (Mat::zeros(0, pruned.len()), Mat::zeros(0, 1))
+    } else {
+        let l = scaled_precision_factor(&sqrt_v, centred.g.as_ref(), Some(&active), 1.0 / s)?;
+        let mut x = Mat::from_fn(n, pruned.len(), |i, c| {
+            sqrt_v[i] * centred.g[(active[i], pruned[c])]
+        });
+        solve_lower_triangular_in_place(l.as_ref(), x.as_mut(), Par::Seq);
+        let mut t = Mat::from_fn(n, 1, |i, _| sqrt_v[i] * centred.b[active[i]] / s);
+        solve_lower_triangular_in_place(l.as_ref(), t.as_mut(), Par::Seq);
+        (x, t)
+    };
+    Ok(pruned
+        .iter()
+        .enumerate()
+        .map(|(c, &j)| {
+            let col = x.col(c);
+            let fitted: f64 = (0..n).map(|i| col[i] * t[(i, 0)]).sum();
+            Revival {
+                index: j,
+                sparsity: (centred.g[(j, j)] / s - col.squared_norm_l2() / (s * s)).max(0.0),
+                quality: (centred.b[j] - fitted) / s,
+            }
+        })
+        .collect())
+}
+
 /// [`neg2_log_evidence`] of a diagonal prior `v` (no flat entries) on centred statistics, and
 /// the `γ_j` of its active basis functions.
 fn ard_neg2_log_evidence(
@@ -870,6 +958,87 @@ mod tests {
             assert!((inflation - nu / (nu - 2.0)).abs() < 1e-9, "ν {nu}");
             assert!(s > 1e-12, "ŝ {s} ({:?})", shape.smooth);
         }
+    }
+
+    #[test]
+    fn a_revival_lowers_the_evidence_by_its_gain_and_only_where_it_says_so() {
+        // 40 rows of 6 features and an intercept (last); y needs features 0 and 2, plus noise.
+        let (rows, d) = (40, 6);
+        let x = design(rows, d);
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let y: Vec<f64> = (0..rows)
+            .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let e = (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
+                2.0 + x[(i, 0)] - 1.5 * x[(i, 2)] + 0.3 * e
+            })
+            .collect();
+        let phi = Mat::from_fn(rows, d + 1, |i, j| if j < d { x[(i, j)] } else { 1.0 });
+        let g = phi.transpose() * &phi;
+        let b: Vec<f64> = (0..=d)
+            .map(|j| (0..rows).map(|i| phi[(i, j)] * y[i]).sum())
+            .collect();
+        let q: f64 = y.iter().map(|v| v * v).sum();
+        let data = OutputData {
+            g: g.as_ref(),
+            b: &b,
+            q,
+            n: rows as f64,
+            informative: rows as f64,
+        };
+        let centred = Centred::new(data, Some(d)).unwrap();
+        let s = 0.3 * 0.3 / 12.0;
+        let neg2 = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v[d] = 0.0;
+            ard_neg2_log_evidence(centred.data(), &v, s).unwrap().0
+        };
+        // Feature 2 pruned: its revival pays. Feature 2 kept: the three that y does not use
+        // mostly do not.
+        let missing = vec![0.8, 0.3, 0.0, 0.0, 0.0, 0.0, f64::INFINITY];
+        let complete = vec![0.8, 0.3, 2.0, 0.0, 0.0, 0.0, f64::INFINITY];
+        for (v, pruned) in [(&missing, vec![2, 3, 4, 5]), (&complete, vec![3, 4, 5])] {
+            let found = revivals(data, v, s).unwrap();
+            assert_eq!(found.iter().map(|r| r.index).collect::<Vec<_>>(), pruned);
+            let base = neg2(v);
+            for r in &found {
+                if r.raises_evidence() {
+                    // At its best variance the evidence rises by exactly the gain.
+                    let mut revived = v.clone();
+                    revived[r.index] =
+                        (r.quality * r.quality - r.sparsity) / (r.sparsity * r.sparsity);
+                    let fall = base - neg2(&revived);
+                    assert!(r.gain() > 0.0);
+                    assert!(
+                        (fall - r.gain()).abs() <= 1e-8 * r.gain().max(1.0),
+                        "{r:?}: fall {fall}, gain {}",
+                        r.gain()
+                    );
+                } else {
+                    // No variance of its own raises the evidence.
+                    assert_eq!(r.gain(), 0.0);
+                    for variance in [1e-4, 1e-2, 1.0, 100.0] {
+                        let mut revived = v.clone();
+                        revived[r.index] = variance;
+                        assert!(neg2(&revived) >= base, "{r:?} at {variance}");
+                    }
+                }
+            }
+        }
+        let worth = |v: &[f64]| {
+            revivals(data, v, s)
+                .unwrap()
+                .iter()
+                .filter(|r| r.raises_evidence())
+                .map(|r| r.index)
+                .collect::<Vec<_>>()
+        };
+        assert!(worth(&missing).contains(&2));
+        assert!(worth(&complete).len() < 3, "{:?}", worth(&complete));
+        // Nothing pruned, nothing to revive.
+        assert!(revivals(data, &[0.8; 7], s).unwrap().is_empty());
     }
 
     #[test]

@@ -570,8 +570,8 @@ impl<'a> Fitter<'a> {
     }
 
     /// Algorithm 2 for output `k`, if it has enough informative rows: ARD from `warm` (an ARD
-    /// posterior with the same kind of intercept) and, where that pruned a basis function
-    /// which varies now, from the configured start too, or from the configured start alone;
+    /// posterior with the same kind of intercept) and, where its optimum pruned a basis
+    /// function whose revival would raise the evidence, from the configured start too, or from the configured start alone;
     /// the other families afresh. Between two starts, and under [`PriorFamily::Auto`] between
     /// families, the larger evidence times Occam factor
     /// ([`super::evidence::EvidenceFit::family_score`]) wins; an output whose zeros are
@@ -624,11 +624,12 @@ impl<'a> Fitter<'a> {
         };
         // Warm start only from an ARD posterior with the same intercept prior. A basis function
         // pruned there stays pruned for good (v_j = 0 is a fixed point), so a prior learnt from
-        // a few rows would bind the refit on many: where the warm start pruned one that varies
-        // now, Algorithm 2 also runs from the configured start, and the optimum with the larger
-        // evidence times Occam factor wins (by a margin, so that round-off does not choose
-        // between two starts that reach the same optimum). Should that run fail, the warm one
-        // stands, as before it existed.
+        // a few rows would bind the refit on many: where the warm optimum has pruned one whose
+        // revival would raise the evidence (Tipping & Faul's test, `revivals`), Algorithm 2 also
+        // runs from the configured start, and the optimum with the larger evidence times Occam
+        // factor wins (by a margin, so that round-off does not choose between two starts that
+        // reach the same optimum). Should that run fail, the warm one stands, as before it
+        // existed.
         let warm = warm.filter(|post| {
             post.prior().family == super::FittedFamily::Ard && post.prior().flat() == flat
         });
@@ -641,11 +642,13 @@ impl<'a> Fitter<'a> {
                     noise,
                     &config.options,
                 )?;
-                let trapped = post
-                    .prior_variance()
-                    .iter()
-                    .enumerate()
-                    .any(|(j, v)| *v == 0.0 && super::evidence::varies(data.g, flat, j));
+                // Should the test itself fail, the second start decides, as it did before.
+                let trapped = super::evidence::revivals(
+                    data,
+                    from_warm.posterior.prior_variance(),
+                    from_warm.posterior.noise_variance(),
+                )
+                .map_or(true, |r| r.iter().any(super::evidence::Revival::raises_evidence));
                 match trapped.then(afresh).and_then(Result::ok) {
                     Some(fresh)
                         if fresh.family_score()
