@@ -277,6 +277,9 @@ impl Revival {
         if !self.raises_evidence() {
             return 0.0;
         }
+        if self.sparsity == 0.0 {
+            return f64::INFINITY;
+        }
         let ratio = self.quality * self.quality / self.sparsity;
         ratio - 1.0 - ratio.ln()
     }
@@ -295,6 +298,11 @@ pub fn revivals(data: OutputData<'_>, v: &[f64], s: f64) -> Result<Vec<Revival>,
             expected: p,
             found: v.len(),
         });
+    }
+    if v.iter().any(|x| x.is_nan() || *x < 0.0) || !(s.is_finite() && s > 0.0) {
+        return Err(EstimatorError::NonFinite(
+            "prior variances or noise of a revival",
+        ));
     }
     let flat = v.iter().position(|x| *x == f64::INFINITY);
     let pruned: Vec<usize> = (0..p)
@@ -319,19 +327,27 @@ pub fn revivals(data: OutputData<'_>, v: &[f64], s: f64) -> Result<Vec<Revival>,
         solve_lower_triangular_in_place(l.as_ref(), t.as_mut(), Par::Seq);
         (x, t)
     };
-    Ok(pruned
+    pruned
         .iter()
         .enumerate()
         .map(|(c, &j)| {
             let col = x.col(c);
             let fitted: f64 = (0..n).map(|i| col[i] * t[(i, 0)]).sum();
-            Revival {
+            let revival = Revival {
                 index: j,
                 sparsity: (centred.g[(j, j)] / s - col.squared_norm_l2() / (s * s)).max(0.0),
                 quality: (centred.b[j] - fitted) / s,
+            };
+            // A NaN would answer "no revival" and skip the second start: refuse it instead.
+            if revival.sparsity.is_finite() && revival.quality.is_finite() {
+                Ok(revival)
+            } else {
+                Err(EstimatorError::NonFinite(
+                    "a pruned basis function's revival",
+                ))
             }
         })
-        .collect())
+        .collect()
 }
 
 /// [`neg2_log_evidence`] of a diagonal prior `v` (no flat entries) on centred statistics, and

@@ -21,8 +21,8 @@ pub enum UpdateMethod {
     #[default]
     OneStep,
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)` (and
-    /// from the configured start where that pruned a basis function that varies now; see
-    /// [`ModelState::refit`]).
+    /// from the configured start where its optimum pruned a basis function whose revival would
+    /// raise the evidence; see [`ModelState::refit`]).
     Refit,
 }
 
@@ -413,9 +413,10 @@ impl ModelState {
     }
 
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`. ARD
-    /// never revives a basis function it pruned, so where the warm start holds one pruned that
-    /// varies now, Algorithm 2 also runs from the configured start, and the optimum with the
-    /// larger evidence times Occam factor is kept.
+    /// never revives a basis function it pruned, so where the warm optimum holds a pruned one
+    /// whose revival would raise the evidence (Tipping & Faul's test,
+    /// [`super::evidence::revivals`]), Algorithm 2 also runs from the configured start, and the
+    /// optimum with the larger evidence times Occam factor is kept.
     ///
     /// A state stored before the prior families (an ARD prior with a shrunk intercept) moves to
     /// the model's prior family here: its refit starts afresh under that family, except for an
@@ -571,9 +572,9 @@ impl<'a> Fitter<'a> {
 
     /// Algorithm 2 for output `k`, if it has enough informative rows: ARD from `warm` (an ARD
     /// posterior with the same kind of intercept) and, where its optimum pruned a basis
-    /// function whose revival would raise the evidence, from the configured start too, or from the configured start alone;
-    /// the other families afresh. Between two starts, and under [`PriorFamily::Auto`] between
-    /// families, the larger evidence times Occam factor
+    /// function whose revival would raise the evidence, from the configured start too, or from
+    /// the configured start alone; the other families afresh. Between two starts, and under
+    /// [`PriorFamily::Auto`] between families, the larger evidence times Occam factor
     /// ([`super::evidence::EvidenceFit::family_score`]) wins; an output whose zeros are
     /// structural is fitted by ARD alone.
     fn fit_output(
@@ -648,7 +649,9 @@ impl<'a> Fitter<'a> {
                     from_warm.posterior.prior_variance(),
                     from_warm.posterior.noise_variance(),
                 )
-                .map_or(true, |r| r.iter().any(super::evidence::Revival::raises_evidence));
+                .map_or(true, |r| {
+                    r.iter().any(super::evidence::Revival::raises_evidence)
+                });
                 match trapped.then(afresh).and_then(Result::ok) {
                     Some(fresh)
                         if fresh.family_score()
