@@ -73,11 +73,16 @@ use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, active_set};
 use super::prior::{FittedFamily, Prior, Smooth, kernel_factor};
 use super::statistics::{BatchStatistics, BuildUp, Relative, ZeroRows};
+use super::succession::Succession;
+use super::transfer::{PathRecord, TransferStatistics};
 use super::{Basis, EstimatorError, ReflectanceScale, Transform};
 pub use crate::error::DecodeError;
+use crate::grid::Grid;
 
 const MAGIC: &[u8; 4] = b"MRDT";
 const STATISTICS_MAGIC: &[u8; 4] = b"MRDS";
+const SUCCESSION_MAGIC: &[u8; 4] = b"MRDU";
+const SUCCESSION_VERSION: u16 = 1;
 /// The format version [`encode`] writes (and [`decode`] reads, beside versions 1 to 5).
 pub const FORMAT_VERSION: u16 = 6;
 /// The fitted rows' format, without the zero rows.
@@ -438,6 +443,87 @@ pub fn decode_statistics(bytes: &[u8]) -> Result<BatchStatistics, EstimatorError
     let stats = r.statistics(p, m, products, zeros, build_up, relative)?;
     r.finish()?;
     Ok(stats)
+}
+
+/// Encodes a successor instrument's state ([`Succession`]), stored apart from the model's own
+/// state so that a model without one is written and read exactly as before.
+///
+/// Layout (version 1): magic "MRDU" · version u16 = 1 · grid start f64 · interval f64
+/// · bands q u32 · old bands p u32 · retired u8 · record: rows f64 · map f64 · own f64
+/// · pairs: rows f64 · new means q f64 · old means p f64 · `ZᵀZ` lower triangle
+/// · `ZᵀX` q·p f64 (column-major) · `XᵀX` lower triangle (centred co-moments)
+/// · own model kept u8 · [its length u32 · the own model's state as [`encode`] writes it]
+/// · crc32 (IEEE) of everything before it, u32.
+pub fn encode_succession(succession: &Succession) -> Vec<u8> {
+    let pairs = succession.pairs();
+    let (new_mean, old_mean, [zz, zx, xx]) = pairs.parts();
+    let own = succession.own().map(encode);
+    let (q, p) = (new_mean.len(), old_mean.len());
+    let mut w = Writer(Vec::with_capacity(
+        64 + 8 * (q * (q + 1) / 2 + q * p + p * (p + 1) / 2 + q + p)
+            + own.as_ref().map_or(0, Vec::len),
+    ));
+    w.bytes(SUCCESSION_MAGIC);
+    w.u16(SUCCESSION_VERSION);
+    let grid = succession.grid();
+    w.f64(grid.start_nm);
+    w.f64(grid.interval_nm);
+    w.u32(q as u32);
+    w.u32(p as u32);
+    w.u8(u8::from(succession.retired()));
+    let record = succession.record();
+    for v in [record.rows, record.map, record.own, pairs.rows()] {
+        w.f64(v);
+    }
+    new_mean.iter().chain(old_mean).for_each(|v| w.f64(*v));
+    w.lower(zz);
+    w.columns(zx);
+    w.lower(xx);
+    match own {
+        Some(bytes) => {
+            w.u8(1);
+            w.u32(bytes.len() as u32);
+            w.bytes(&bytes);
+        }
+        None => w.u8(0),
+    }
+    w.finish()
+}
+
+/// Decodes a blob written by [`encode_succession`], checking magic, version, checksum and
+/// consistency (the own model's blob is checked as [`decode`] checks any).
+pub fn decode_succession(bytes: &[u8]) -> Result<Succession, EstimatorError> {
+    let mut r = Reader::open(bytes, SUCCESSION_MAGIC, &[SUCCESSION_VERSION])?;
+    let (start, interval) = (r.f64()?, r.f64()?);
+    let q = r.u32()? as usize;
+    let p = r.u32()? as usize;
+    if q == 0 || q >= MAX_DIM || p == 0 || p >= MAX_DIM {
+        return Err(DecodeError::Invalid("dimensions").into());
+    }
+    let grid = Grid::new(start, interval, q).map_err(|_| DecodeError::Invalid("successor grid"))?;
+    let retired = r.flag("retired flag")?;
+    let record = PathRecord {
+        rows: r.f64()?,
+        map: r.f64()?,
+        own: r.f64()?,
+    };
+    let rows = r.f64()?;
+    let (new_mean, old_mean) = (r.vec(q)?, r.vec(p)?);
+    let zz = r.lower(q)?;
+    let zx = r.columns(q, p)?;
+    let xx = r.lower(p)?;
+    let pairs = TransferStatistics::from_parts(rows, new_mean, old_mean, [zz, zx, xx])?;
+    let own = if r.flag("own model flag")? {
+        let len = r.u32()? as usize;
+        let end = r.at.checked_add(len).ok_or(DecodeError::Truncated)?;
+        let blob = r.bytes.get(r.at..end).ok_or(DecodeError::Truncated)?;
+        r.at = end;
+        Some(decode(blob)?)
+    } else {
+        None
+    };
+    r.finish()?;
+    Succession::from_parts(grid, pairs, own, record, retired)
 }
 
 struct Writer(Vec<u8>);

@@ -114,6 +114,7 @@ pub mod predictor;
 pub mod prior;
 pub mod recipe;
 pub mod statistics;
+pub mod succession;
 pub mod transfer;
 
 pub use basis::{Basis, ReflectanceScale, Saunderson, Transform};

@@ -173,6 +173,73 @@ impl TransferStatistics {
         self.rows
     }
 
+    /// The means of both readings and the co-moments `(z z, z x, x x)`, as the codec writes
+    /// them.
+    pub(crate) fn parts(&self) -> (&[f64], &[f64], [MatRef<'_, f64>; 3]) {
+        (
+            &self.new_mean,
+            &self.old_mean,
+            [
+                self.new_new.as_ref(),
+                self.new_old.as_ref(),
+                self.old_old.as_ref(),
+            ],
+        )
+    }
+
+    /// The statistics from the parts [`Self::parts`] gives and their count, checked: shapes
+    /// that agree, finite entries, a count of at least 0.
+    pub(crate) fn from_parts(
+        rows: f64,
+        new_mean: Vec<f64>,
+        old_mean: Vec<f64>,
+        [new_new, new_old, old_old]: [Mat<f64>; 3],
+    ) -> Result<Self, EstimatorError> {
+        let (q, p) = (new_mean.len(), old_mean.len());
+        for (what, expected, found) in [
+            (
+                "new × new co-moments",
+                (q, q),
+                (new_new.nrows(), new_new.ncols()),
+            ),
+            (
+                "new × old co-moments",
+                (q, p),
+                (new_old.nrows(), new_old.ncols()),
+            ),
+            (
+                "old × old co-moments",
+                (p, p),
+                (old_old.nrows(), old_old.ncols()),
+            ),
+        ] {
+            if expected != found {
+                return Err(EstimatorError::Dimension {
+                    what,
+                    expected: expected.0 * expected.1,
+                    found: found.0 * found.1,
+                });
+            }
+        }
+        let finite = rows.is_finite()
+            && rows >= 0.0
+            && new_mean.iter().chain(&old_mean).all(|v| v.is_finite())
+            && new_new.is_all_finite()
+            && new_old.is_all_finite()
+            && old_old.is_all_finite();
+        if !finite {
+            return Err(EstimatorError::NonFinite("transfer statistics"));
+        }
+        Ok(Self {
+            rows,
+            new_mean,
+            old_mean,
+            new_new,
+            new_old,
+            old_old,
+        })
+    }
+
     /// Bands of the new instrument.
     pub fn new_bands(&self) -> usize {
         self.new_mean.len()

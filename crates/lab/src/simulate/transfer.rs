@@ -21,8 +21,9 @@ use super::evaluate::{Design, recipes, statistics};
 use super::generate::{
     Grid, Instrument, LabDip, NoiseModel, Scenario, SimulationConfig, Simulator, World,
 };
+use mordant_estimator::succession::{Succession, SuccessorRows};
 use mordant_estimator::transfer::{
-    PathPrediction, PathRecord, TransferMap, TransferStatistics, combine, mix, through_map,
+    MIN_TRANSFER_ROWS, PathPrediction, TransferMap, combine, mix, through_map,
 };
 use mordant_estimator::{FitOptions, ModelConfig, ModelState, Predictions, Predictor};
 
@@ -95,8 +96,9 @@ pub struct TransferReport {
     pub methods: Vec<MethodScore>,
     /// Scores after the stream of new-instrument rows.
     pub after_stream: Vec<MethodScore>,
-    /// The own model's weight after the stream, and the stream row after which it first stood
-    /// on its own (`transfer::PathRecord::own_stands`), if it did.
+    /// The own model's weight after the stream, and the stream row after which the old path
+    /// retired (`succession::Succession::retired`: the own model stood on its own by
+    /// `transfer::PathRecord::own_stands`), if it did.
     pub own_weight: f64,
     pub own_stood_after: Option<usize>,
 }
@@ -228,20 +230,41 @@ pub fn transfer_study(
     ));
 
     let bands = grid.count;
-    let spectra = |dips: &[LabDip]| {
+    // A reading's spectrum and its named features apart, as a successor's rows carry them.
+    let split = |dips: &[LabDip]| {
         let x = design.inputs(dips);
-        Mat::from_fn(x.nrows(), bands, |i, j| x[(i, j)])
+        (
+            x.subcols(0, bands).to_owned(),
+            x.subcols(bands, x.ncols() - bands).to_owned(),
+        )
     };
-    let map = TransferMap::fit(
-        &TransferStatistics::from_rows(spectra(&pairs_new).as_ref(), spectra(&pairs_old).as_ref())?,
+    let (z_pairs, f_pairs) = split(&pairs_new);
+    let (x_pairs, _) = split(&pairs_old);
+    let y_pairs = recipes(&pairs_new);
+    // The overlap, learnt as the service learns it (`mordant_estimator::succession`).
+    let mut succession = Succession::new(grid, bands).learn(
+        &old,
+        &config,
         &grid,
-        &grid,
+        SuccessorRows {
+            new: z_pairs.as_ref(),
+            old: Some(x_pairs.as_ref()),
+            features: f_pairs.as_ref(),
+            outputs: y_pairs.as_ref(),
+        },
     )?;
-    let mut own_state = ModelState::fit(&config, statistics(&design, &pairs_new)?)?;
-    let paths = |own_state: &ModelState, record: Option<&PathRecord>| {
-        answer_paths(&predictor, &map, own_state, &x_new, bands, record)
+    let map = succession.map(&grid)?.ok_or_else(|| {
+        SimulateError::Options(format!(
+            "a map needs at least {MIN_TRANSFER_ROWS} samples read by both instruments"
+        ))
+    })?;
+    let own_of = |succession: &Succession| {
+        succession
+            .own()
+            .cloned()
+            .ok_or_else(|| SimulateError::Options("the overlap taught the own model no row".into()))
     };
-    let at_overlap = paths(&own_state, None)?;
+    let at_overlap = answer_paths(&predictor, &map, &own_of(&succession)?, &x_new, bands, None)?;
     for (method, answers) in [
         ("old model through the map", &at_overlap.through),
         (
@@ -256,26 +279,41 @@ pub fn transfer_study(
         methods.push(scored(method, &as_predictions(answers), &truth));
     }
 
-    let mut record = PathRecord::default();
+    // Each batch of the stream is scored by both paths before either learns it (the record),
+    // then learnt by the own model; the old path retires once the record says so.
     let mut own_stood_after = None;
     let stream_start = c + options.transfer_rows + options.test_rows;
     let mut row = stream_start;
     while row < stream_start + options.stream_rows {
         let end = (row + options.stream_batch_rows.max(1)).min(stream_start + options.stream_rows);
         let batch = swapped.lab_dips(row..end);
-        let (x, y) = (design.inputs(&batch), recipes(&batch));
-        let answers = answer_paths(&predictor, &map, &own_state, &x, bands, None)?;
-        for i in 0..x.nrows() {
-            let truth_row: Vec<f64> = (0..y.ncols()).map(|k| y[(i, k)]).collect();
-            record.record(&truth_row, &answers.through[i], &answers.own[i]);
-        }
-        own_state = own_state.update(&config, &statistics(&design, &batch)?)?;
+        let (z, f) = split(&batch);
+        let y = recipes(&batch);
+        succession = succession.learn(
+            &old,
+            &config,
+            &grid,
+            SuccessorRows {
+                new: z.as_ref(),
+                old: None,
+                features: f.as_ref(),
+                outputs: y.as_ref(),
+            },
+        )?;
         row = end;
-        if own_stood_after.is_none() && record.own_stands() {
+        if own_stood_after.is_none() && succession.retired() {
             own_stood_after = Some(row - stream_start);
         }
     }
-    let at_end = paths(&own_state, Some(&record))?;
+    let own_state = own_of(&succession)?;
+    let at_end = answer_paths(
+        &predictor,
+        &map,
+        &own_state,
+        &x_new,
+        bands,
+        Some(succession.own_weight()),
+    )?;
     let mut after_stream: Vec<MethodScore> = [
         ("old model through the map", &at_end.through),
         ("the new instrument's own model", &at_end.own),
@@ -296,7 +334,8 @@ pub fn transfer_study(
     ));
     if let Some(mixed) = &at_end.mixed {
         after_stream.push(scored(
-            "both, mixed by their record (transfer::mix)",
+            "both, mixed by their record (transfer::mix; the own model alone once the old path \
+             retired)",
             &as_predictions(mixed),
             &truth,
         ));
@@ -325,7 +364,7 @@ pub fn transfer_study(
         }),
         methods,
         after_stream,
-        own_weight: record.own_weight(),
+        own_weight: succession.own_weight(),
         own_stood_after,
     })
 }
@@ -339,14 +378,14 @@ struct Answers {
 }
 
 /// The answers for the rows `x` of the new instrument: through the map, by the own model, both
-/// combined by precision, and (with a record) mixed by it.
+/// combined by precision, and (given the own model's weight) mixed by it.
 fn answer_paths(
     predictor: &Predictor,
     map: &TransferMap,
     own_state: &ModelState,
     x: &Mat<f64>,
     bands: usize,
-    record: Option<&PathRecord>,
+    own_weight: Option<f64>,
 ) -> Result<Answers, SimulateError> {
     let own = Predictor::new(own_state);
     let own_answers = own.predict(x.as_ref())?;
@@ -356,7 +395,7 @@ fn answer_paths(
         through: Vec::with_capacity(rows),
         own: Vec::with_capacity(rows),
         both: Vec::with_capacity(rows),
-        mixed: record.map(|_| Vec::with_capacity(rows)),
+        mixed: own_weight.map(|_| Vec::with_capacity(rows)),
     };
     for i in 0..rows {
         let row: Vec<f64> = (0..x.ncols()).map(|j| x[(i, j)]).collect();
@@ -372,12 +411,8 @@ fn answer_paths(
         answers
             .both
             .push(pair().map(|(a, b)| combine(*a, *b)).collect());
-        if let (Some(mixed), Some(record)) = (answers.mixed.as_mut(), record) {
-            mixed.push(
-                pair()
-                    .map(|(a, b)| mix(*a, *b, record.own_weight()))
-                    .collect(),
-            );
+        if let (Some(mixed), Some(weight)) = (answers.mixed.as_mut(), own_weight) {
+            mixed.push(pair().map(|(a, b)| mix(*a, *b, weight)).collect());
         }
         answers.through.push(through);
         answers.own.push(own_row);
