@@ -392,10 +392,10 @@ proptest! {
                 if variance > 0.0 { variance } else { 1.0 }, noise, &config.options,
             ).unwrap();
             // The second start runs where the warm optimum pruned a basis function whose
-            // revival would raise the evidence.
+            // revival would pay its Occam factor.
             let trapped = revivals(
                 all.output(k), warm.posterior.prior_variance(), warm.posterior.noise_variance(),
-            ).map_or(true, |r| r.iter().any(|r| r.raises_evidence()));
+            ).map_or(true, |r| r.iter().any(|r| r.pays_its_occam_factor()));
             let margin = 1e-9 * warm.family_score().abs().max(1.0);
             let direct = if trapped && fresh.family_score() < warm.family_score() - margin {
                 fresh.posterior

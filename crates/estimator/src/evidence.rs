@@ -271,6 +271,14 @@ impl Revival {
         self.quality * self.quality > self.sparsity
     }
 
+    /// Whether that rise pays for the new scale hyperparameter: [`Self::gain`] beyond the
+    /// smallest Occam factor one costs in [`EvidenceFit::family_score`] (`2 log(Δ/√2)`, a
+    /// variance the data determine to within `√2` e-folds; see [`occam_penalty`]). A revival
+    /// that does not cannot lower the score that chooses between two starts on its own.
+    pub fn pays_its_occam_factor(&self) -> bool {
+        self.gain() > occam_penalty(std::iter::once(1.0), 1)
+    }
+
     /// How much `−2 log evidence` falls when `v_j` takes its best value, `s` and the other
     /// variances fixed: `Q_j²/S_j − 1 − ln(Q_j²/S_j)` where that is a gain, else 0.
     pub fn gain(&self) -> f64 {
@@ -288,8 +296,9 @@ impl Revival {
 /// [`Revival`] of every basis function the ARD prior `v` (`∞` a flat intercept) has pruned and
 /// that varies over the rows ([`varies`]), at noise variance `s`. A fixed point of MacKay's
 /// updates never revives one (`v_j = 0` stays 0); where none [`Revival::raises_evidence`], no
-/// single revival can raise the evidence either, and a second start that might revive some is
-/// not worth its cost.
+/// single revival can raise the evidence, and where none [`Revival::pays_its_occam_factor`],
+/// none can lower the evidence times Occam factor: a second start that might revive some is
+/// then not worth its cost.
 pub fn revivals(data: OutputData<'_>, v: &[f64], s: f64) -> Result<Vec<Revival>, EstimatorError> {
     let p = data.g.nrows();
     if v.len() != p || data.b.len() != p {
@@ -1052,6 +1061,15 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert!(worth(&missing).contains(&2));
+        // Feature 2's revival pays for its variance; a revival pays exactly when its gain
+        // exceeds one scale's least Occam factor.
+        let occam = occam_penalty(std::iter::once(1.0), 1);
+        for r in revivals(data, &missing, s).unwrap() {
+            assert_eq!(r.pays_its_occam_factor(), r.gain() > occam, "{r:?}");
+            if r.index == 2 {
+                assert!(r.pays_its_occam_factor(), "{r:?}");
+            }
+        }
         assert!(worth(&complete).len() < 3, "{:?}", worth(&complete));
         // Nothing pruned, nothing to revive.
         assert!(revivals(data, &[0.8; 7], s).unwrap().is_empty());

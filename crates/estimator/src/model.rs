@@ -626,7 +626,7 @@ impl<'a> Fitter<'a> {
         // Warm start only from an ARD posterior with the same intercept prior. A basis function
         // pruned there stays pruned for good (v_j = 0 is a fixed point), so a prior learnt from
         // a few rows would bind the refit on many: where the warm optimum has pruned one whose
-        // revival would raise the evidence (Tipping & Faul's test, `revivals`), Algorithm 2 also
+        // revival would pay its Occam factor (Tipping & Faul's test, `revivals`), Algorithm 2 also
         // runs from the configured start, and the optimum with the larger evidence times Occam
         // factor wins (by a margin, so that round-off does not choose between two starts that
         // reach the same optimum). Should that run fail, the warm one stands, as before it
@@ -650,7 +650,8 @@ impl<'a> Fitter<'a> {
                     from_warm.posterior.noise_variance(),
                 )
                 .map_or(true, |r| {
-                    r.iter().any(super::evidence::Revival::raises_evidence)
+                    r.iter()
+                        .any(super::evidence::Revival::pays_its_occam_factor)
                 });
                 match trapped.then(afresh).and_then(Result::ok) {
                     Some(fresh)
