@@ -147,8 +147,9 @@ pub async fn restore(
 }
 
 /// Run Algorithm 2 on the accumulated statistics, from the current hyperparameters (and, where
-/// their optimum pruned an input whose revival would raise the evidence, from the configured
-/// start too, the larger evidence winning), and make the result a new version.
+/// their optimum pruned an input whose revival would raise the evidence by more than its Occam
+/// factor, from the configured start too, the larger evidence winning), and make the result a
+/// new version.
 #[utoipa::path(post, operation_id = "refit_model", path = "/v1/models/{name}/refit", tag = "versions",
     params(("name" = String, Path, description = "Model name")),
     responses(

@@ -416,6 +416,40 @@ mod tests {
     }
 
     impl Batch {
+        /// `state`'s answers for these rows, beside the old model `old`.
+        fn answered(
+            &self,
+            state: &Succession,
+            old: &ModelState,
+            map: Option<&TransferMap>,
+        ) -> Option<Vec<Vec<PathPrediction>>> {
+            state
+                .predict(
+                    &Predictor::new(old),
+                    map,
+                    self.new.as_ref(),
+                    self.features.as_ref(),
+                )
+                .unwrap()
+        }
+
+        /// Row `i`'s answers through the map alone.
+        fn through(&self, old: &ModelState, map: &TransferMap, i: usize) -> Vec<PathPrediction> {
+            through_map(
+                &Predictor::new(old),
+                map,
+                &row_of(self.new.as_ref(), i),
+                &row_of(self.features.as_ref(), i),
+            )
+            .unwrap()
+        }
+
+        /// Row `i`'s answers by `state`'s own model alone.
+        fn own(&self, state: &Succession, i: usize) -> Vec<PathPrediction> {
+            let own = Predictor::new(state.own().unwrap());
+            own_answers(&own, self.new.as_ref(), self.features.as_ref(), i).unwrap()
+        }
+
         fn rows(&self) -> SuccessorRows<'_> {
             SuccessorRows {
                 new: self.new.as_ref(),
@@ -490,24 +524,10 @@ mod tests {
         assert_eq!(first.record().rows, 0.0);
         let probe = batch(5, 99, false);
         let map = first.map(&old_grid()).unwrap().unwrap();
-        let answers = first
-            .predict(
-                &Predictor::new(&old),
-                Some(&map),
-                probe.new.as_ref(),
-                probe.features.as_ref(),
-            )
-            .unwrap()
-            .unwrap();
+        let answers = probe.answered(&first, &old, Some(&map)).unwrap();
         // With no record the own model has no weight: the answer is the map path's.
         for (i, row) in answers.iter().enumerate() {
-            let through = through_map(
-                &Predictor::new(&old),
-                &map,
-                &row_of(probe.new.as_ref(), i),
-                &row_of(probe.features.as_ref(), i),
-            )
-            .unwrap();
+            let through = probe.through(&old, &map, i);
             assert_eq!(row, &through);
         }
         // The second batch is scored by both paths as they stood, then learnt.
@@ -522,26 +542,10 @@ mod tests {
         assert_eq!(second.pairs().rows(), 20.0);
         let w = second.own_weight();
         assert!(w > 0.0 && w < 1.0, "{w}");
-        let mixed = second
-            .predict(
-                &Predictor::new(&old),
-                Some(&map),
-                probe.new.as_ref(),
-                probe.features.as_ref(),
-            )
-            .unwrap()
-            .unwrap();
-        let own = Predictor::new(second.own().unwrap());
+        let mixed = probe.answered(&second, &old, Some(&map)).unwrap();
         for (i, row) in mixed.iter().enumerate() {
-            let through = through_map(
-                &Predictor::new(&old),
-                &map,
-                &row_of(probe.new.as_ref(), i),
-                &row_of(probe.features.as_ref(), i),
-            )
-            .unwrap();
-            let own_row =
-                own_answers(&own, probe.new.as_ref(), probe.features.as_ref(), i).unwrap();
+            let through = probe.through(&old, &map, i);
+            let own_row = probe.own(&second, i);
             for k in 0..3 {
                 let expected = mix(through[k], own_row[k], w);
                 assert_eq!(row[k], expected);
@@ -576,21 +580,9 @@ mod tests {
         assert_eq!(next.pairs().rows(), 30.0);
         assert!(next.map(&old_grid()).unwrap().is_none());
         let probe = batch(4, 77, false);
-        let answers = next
-            .predict(
-                &Predictor::new(&old),
-                None,
-                probe.new.as_ref(),
-                probe.features.as_ref(),
-            )
-            .unwrap()
-            .unwrap();
-        let own = Predictor::new(next.own().unwrap());
+        let answers = probe.answered(&next, &old, None).unwrap();
         for (i, row) in answers.iter().enumerate() {
-            assert_eq!(
-                row,
-                &own_answers(&own, probe.new.as_ref(), probe.features.as_ref(), i).unwrap()
-            );
+            assert_eq!(row, &probe.own(&next, i));
         }
         // Retired for good: a record that would favour the map again changes nothing.
         let later = next
@@ -606,31 +598,11 @@ mod tests {
         let probe = batch(2, 5, false);
         let empty = Succession::new(new_grid(), BANDS);
         assert!(empty.map(&old_grid()).unwrap().is_none());
-        assert!(
-            empty
-                .predict(
-                    &Predictor::new(&old),
-                    None,
-                    probe.new.as_ref(),
-                    probe.features.as_ref()
-                )
-                .unwrap()
-                .is_none()
-        );
+        assert!(probe.answered(&empty, &old, None).is_none());
         // Three pairs are too few for a map: the own model answers alone.
         let three = learnt(&[batch(3, 10, true)], &old);
         assert!(three.map(&old_grid()).unwrap().is_none());
-        assert!(
-            three
-                .predict(
-                    &Predictor::new(&old),
-                    None,
-                    probe.new.as_ref(),
-                    probe.features.as_ref()
-                )
-                .unwrap()
-                .is_some()
-        );
+        assert!(probe.answered(&three, &old, None).is_some());
     }
 
     #[test]
