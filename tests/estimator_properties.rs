@@ -357,8 +357,10 @@ proptest! {
     }
 
     /// Update method `refit` is Algorithm 2 on the concatenated rows from the current `(v, s)`,
-    /// or, where that optimum pruned a basis function whose revival would raise the evidence,
-    /// from the configured start if that optimum's evidence times Occam factor is the larger.
+    /// or, where that optimum pruned a basis function whose revival would raise the evidence by
+    /// more than one variance's Occam factor, from the configured start if that optimum's
+    /// evidence times Occam factor is the larger. (The rule is restated here; what the second
+    /// start buys is `a_refit_revives_a_feature_the_first_fit_pruned`'s.)
     #[test]
     fn refit_equals_evidence_on_all_rows_from_the_same_start(
         seed in any::<u64>(), n1 in 8usize..40, n2 in 1usize..30, d in 1usize..6,

@@ -482,7 +482,8 @@ pub fn encode_succession(succession: &Succession) -> Vec<u8> {
     match own {
         Some(bytes) => {
             w.u8(1);
-            w.u32(bytes.len() as u32);
+            // A state of 4 GiB or more gets a wrong length, and decoding refuses the blob.
+            w.u32(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
             w.bytes(&bytes);
         }
         None => w.u8(0),

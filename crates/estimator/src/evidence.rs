@@ -273,8 +273,9 @@ impl Revival {
 
     /// Whether that rise pays for the new scale hyperparameter: [`Self::gain`] beyond the
     /// smallest Occam factor one costs in [`EvidenceFit::family_score`] (`2 log(Δ/√2)`, a
-    /// variance the data determine to within `√2` e-folds; see [`occam_penalty`]). A revival
-    /// that does not cannot lower the score that chooses between two starts on its own.
+    /// variance the data determine to within `√2` e-folds; see [`occam_penalty`]). A test, not
+    /// a bound: the gain holds `s` and the other variances fixed, and a run from another start
+    /// may reach another optimum altogether.
     pub fn pays_its_occam_factor(&self) -> bool {
         self.gain() > occam_penalty(std::iter::once(1.0), 1)
     }
@@ -295,18 +296,21 @@ impl Revival {
 
 /// [`Revival`] of every basis function the ARD prior `v` (`∞` a flat intercept) has pruned and
 /// that varies over the rows ([`varies`]), at noise variance `s`. A fixed point of MacKay's
-/// updates never revives one (`v_j = 0` stays 0); where none [`Revival::raises_evidence`], no
-/// single revival can raise the evidence, and where none [`Revival::pays_its_occam_factor`],
-/// none can lower the evidence times Occam factor: a second start that might revive some is
-/// then not worth its cost.
+/// updates never revives one (`v_j = 0` stays 0). Where none [`Revival::raises_evidence`], no
+/// single revival raises the evidence at the fit's `s` and other variances; where none
+/// [`Revival::pays_its_occam_factor`], no single one pays for its variance there, and a second
+/// start that might revive some is taken as not worth its cost (a test of one revival at a
+/// time: revivals that pay only together are not seen).
 pub fn revivals(data: OutputData<'_>, v: &[f64], s: f64) -> Result<Vec<Revival>, EstimatorError> {
     let p = data.g.nrows();
-    if v.len() != p || data.b.len() != p {
-        return Err(EstimatorError::Dimension {
-            what: "prior variances",
-            expected: p,
-            found: v.len(),
-        });
+    for (what, found) in [("prior variances", v.len()), ("Φᵀy entries", data.b.len())] {
+        if found != p {
+            return Err(EstimatorError::Dimension {
+                what,
+                expected: p,
+                found,
+            });
+        }
     }
     if v.iter().any(|x| x.is_nan() || *x < 0.0) || !(s.is_finite() && s > 0.0) {
         return Err(EstimatorError::NonFinite(
@@ -342,19 +346,20 @@ pub fn revivals(data: OutputData<'_>, v: &[f64], s: f64) -> Result<Vec<Revival>,
         .map(|(c, &j)| {
             let col = x.col(c);
             let fitted: f64 = (0..n).map(|i| col[i] * t[(i, 0)]).sum();
-            let revival = Revival {
-                index: j,
-                sparsity: (centred.g[(j, j)] / s - col.squared_norm_l2() / (s * s)).max(0.0),
-                quality: (centred.b[j] - fitted) / s,
-            };
-            // A NaN would answer "no revival" and skip the second start: refuse it instead.
-            if revival.sparsity.is_finite() && revival.quality.is_finite() {
-                Ok(revival)
-            } else {
-                Err(EstimatorError::NonFinite(
+            let sparsity = centred.g[(j, j)] / s - col.squared_norm_l2() / (s * s);
+            let quality = (centred.b[j] - fitted) / s;
+            // A NaN would answer "no revival" and skip the second start: refuse it instead
+            // (before the clamp, which would turn it into 0).
+            if !(sparsity.is_finite() && quality.is_finite()) {
+                return Err(EstimatorError::NonFinite(
                     "a pruned basis function's revival",
-                ))
+                ));
             }
+            Ok(Revival {
+                index: j,
+                sparsity: sparsity.max(0.0),
+                quality,
+            })
         })
         .collect()
 }

@@ -22,7 +22,7 @@ pub enum UpdateMethod {
     OneStep,
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)` (and
     /// from the configured start where its optimum pruned a basis function whose revival would
-    /// raise the evidence; see [`ModelState::refit`]).
+    /// raise the evidence by more than one variance's Occam factor; see [`ModelState::refit`]).
     Refit,
 }
 
@@ -414,9 +414,9 @@ impl ModelState {
 
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`. ARD
     /// never revives a basis function it pruned, so where the warm optimum holds a pruned one
-    /// whose revival would raise the evidence (Tipping & Faul's test,
-    /// [`super::evidence::revivals`]), Algorithm 2 also runs from the configured start, and the
-    /// optimum with the larger evidence times Occam factor is kept.
+    /// whose revival would raise the evidence by more than one variance's Occam factor
+    /// (Tipping & Faul's test, [`super::evidence::revivals`]), Algorithm 2 also runs from the
+    /// configured start, and the optimum with the larger evidence times Occam factor is kept.
     ///
     /// A state stored before the prior families (an ARD prior with a shrunk intercept) moves to
     /// the model's prior family here: its refit starts afresh under that family, except for an
@@ -572,8 +572,8 @@ impl<'a> Fitter<'a> {
 
     /// Algorithm 2 for output `k`, if it has enough informative rows: ARD from `warm` (an ARD
     /// posterior with the same kind of intercept) and, where its optimum pruned a basis
-    /// function whose revival would raise the evidence, from the configured start too, or from
-    /// the configured start alone; the other families afresh. Between two starts, and under
+    /// function whose revival would raise the evidence by more than one variance's Occam
+    /// factor, from the configured start too, or from the configured start alone; the other families afresh. Between two starts, and under
     /// [`PriorFamily::Auto`] between families, the larger evidence times Occam factor
     /// ([`super::evidence::EvidenceFit::family_score`]) wins; an output whose zeros are
     /// structural is fitted by ARD alone.

@@ -130,6 +130,11 @@ impl Succession {
         {
             return Err(EstimatorError::NonFinite("a path record"));
         }
+        if retired && own.is_none() {
+            return Err(
+                crate::DecodeError::Invalid("a retired old path without an own model").into(),
+            );
+        }
         Ok(Self {
             grid,
             pairs,
@@ -200,17 +205,29 @@ impl Succession {
         rows: SuccessorRows<'_>,
     ) -> Result<Self, EstimatorError> {
         let n = rows.new.nrows();
-        for (what, found) in [
-            ("rows of named features", rows.features.nrows()),
-            ("rows of outputs", rows.outputs.nrows()),
+        self.check_columns(&config.basis, rows.new, rows.features)?;
+        let old_width = rows.old.map_or(self.pairs.old_bands(), |x| x.ncols());
+        for (what, expected, found) in [
+            ("rows of named features", n, rows.features.nrows()),
+            ("rows of outputs", n, rows.outputs.nrows()),
+            (
+                "rows read by the old instrument",
+                n,
+                rows.old.map_or(n, |x| x.nrows()),
+            ),
+            ("old instrument bands", self.pairs.old_bands(), old_width),
+            ("outputs", config.outputs, rows.outputs.ncols()),
         ] {
-            if found != n {
+            if found != expected {
                 return Err(EstimatorError::Dimension {
                     what,
-                    expected: n,
+                    expected,
                     found,
                 });
             }
+        }
+        if n == 0 {
+            return Ok(self.clone());
         }
         let own_config = own_config(config, self.grid.count());
         let mut next = self.clone();
@@ -248,6 +265,30 @@ impl Succession {
         Ok(next)
     }
 
+    /// Checks that `new` has the successor's bands and `features` the model's named features.
+    fn check_columns(
+        &self,
+        basis: &Basis,
+        new: MatRef<'_, f64>,
+        features: MatRef<'_, f64>,
+    ) -> Result<(), EstimatorError> {
+        let named = basis.features - basis.spectral;
+        for (what, expected, found) in [
+            ("successor bands", self.grid.count(), new.ncols()),
+            ("named features", named, features.ncols()),
+            ("rows of named features", new.nrows(), features.nrows()),
+        ] {
+            if found != expected {
+                return Err(EstimatorError::Dimension {
+                    what,
+                    expected,
+                    found,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The answer for successor readings `new` (rows × q) with their named `features`, per row
     /// and output: the old model through `map` and the own model mixed by the record; the own
     /// model alone where there is no map (too few pairs, or the old path retired). `None`
@@ -259,6 +300,7 @@ impl Succession {
         new: MatRef<'_, f64>,
         features: MatRef<'_, f64>,
     ) -> Result<Option<Vec<Vec<PathPrediction>>>, EstimatorError> {
+        self.check_columns(old.basis(), new, features)?;
         let own = self.own.as_ref().map(Predictor::new);
         let map = map.filter(|_| !self.retired);
         let weight = self.own_weight();
@@ -576,7 +618,7 @@ mod tests {
             .learn(&old, &config(), &old_grid(), batch(10, 50, true).rows())
             .unwrap();
         assert!(next.retired());
-        // The pairs of a retired succession are no longer needed, nor kept.
+        // A retired succession no longer needs pairs: they stop growing.
         assert_eq!(next.pairs().rows(), 30.0);
         assert!(next.map(&old_grid()).unwrap().is_none());
         let probe = batch(4, 77, false);
@@ -584,7 +626,7 @@ mod tests {
         for (i, row) in answers.iter().enumerate() {
             assert_eq!(row, &probe.own(&next, i));
         }
-        // Retired for good: a record that would favour the map again changes nothing.
+        // Retired for good: later batches neither score the paths nor bring the map back.
         let later = next
             .learn(&old, &config(), &old_grid(), batch(10, 60, true).rows())
             .unwrap();
@@ -608,12 +650,42 @@ mod tests {
     #[test]
     fn a_batch_whose_parts_disagree_is_refused() {
         let old = old_model();
-        let mut bad = batch(5, 10, true);
-        bad.outputs = Mat::zeros(4, 3);
-        assert!(matches!(
-            Succession::new(new_grid(), BANDS).learn(&old, &config(), &old_grid(), bad.rows()),
-            Err(EstimatorError::Dimension { .. })
-        ));
+        let empty = Succession::new(new_grid(), BANDS);
+        let refused = |change: &dyn Fn(&mut Batch)| {
+            let mut bad = batch(5, 10, true);
+            change(&mut bad);
+            matches!(
+                empty.learn(&old, &config(), &old_grid(), bad.rows()),
+                Err(EstimatorError::Dimension { .. })
+            )
+        };
+        assert!(refused(&|b| b.outputs = Mat::zeros(4, 3)));
+        assert!(refused(&|b| b.outputs = Mat::zeros(5, 2)));
+        // Columns moved between the readings and the named features.
+        assert!(refused(&|b| {
+            b.new = Mat::zeros(5, BANDS + 1);
+            b.features = Mat::zeros(5, 0);
+        }));
+        assert!(refused(&|b| b.old = Some(Mat::zeros(5, BANDS - 1))));
+        assert!(refused(&|b| b.old = Some(Mat::zeros(4, BANDS))));
+        let probe = batch(2, 3, false);
+        let narrow = Mat::<f64>::zeros(2, BANDS - 1);
+        assert!(
+            empty
+                .predict(
+                    &Predictor::new(&old),
+                    None,
+                    narrow.as_ref(),
+                    probe.features.as_ref()
+                )
+                .is_err()
+        );
+        // No rows, nothing learnt.
+        let none = empty
+            .learn(&old, &config(), &old_grid(), batch(0, 10, true).rows())
+            .unwrap();
+        assert!(none.own().is_none());
+        assert_eq!(none.pairs().rows(), 0.0);
     }
 
     #[test]
@@ -634,5 +706,16 @@ mod tests {
         assert!(decode_succession(&flipped).is_err());
         assert!(decode_succession(&bytes[..bytes.len() - 9]).is_err());
         assert!(crate::codec::decode(&bytes).is_err());
+        // A retired old path needs an own model.
+        assert!(
+            Succession::from_parts(
+                *empty.grid(),
+                empty.pairs().clone(),
+                None,
+                *empty.record(),
+                true
+            )
+            .is_err()
+        );
     }
 }

@@ -222,13 +222,23 @@ impl TransferStatistics {
             }
         }
         let finite = rows.is_finite()
-            && rows >= 0.0
             && new_mean.iter().chain(&old_mean).all(|v| v.is_finite())
             && new_new.is_all_finite()
             && new_old.is_all_finite()
             && old_old.is_all_finite();
         if !finite {
             return Err(EstimatorError::NonFinite("transfer statistics"));
+        }
+        // A count of pairs; with none, nothing else; co-moments with no negative square.
+        let empty = rows == 0.0
+            && new_mean.iter().chain(&old_mean).all(|v| *v == 0.0)
+            && [&new_new, &new_old, &old_old]
+                .iter()
+                .all(|m| m.norm_max() == 0.0);
+        let squares =
+            (0..q).all(|i| new_new[(i, i)] >= 0.0) && (0..p).all(|i| old_old[(i, i)] >= 0.0);
+        if rows < 0.0 || rows.fract() != 0.0 || (rows == 0.0 && !empty) || !squares {
+            return Err(crate::DecodeError::Invalid("transfer statistics").into());
         }
         Ok(Self {
             rows,
