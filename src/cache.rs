@@ -14,8 +14,9 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::KeyRing;
 use crate::domain::{ModelName, ModelSpec};
 use crate::estimator::recipe::ForwardMap;
-use crate::estimator::{ModelConfig, ModelState, Predictor, codec};
+use crate::estimator::{ModelConfig, ModelState, Predictor};
 use crate::store::{Store, StoreError, Topic};
+use crate::successor::{Serving, decode_version};
 use crate::tasks::Notifications;
 use mordant_kitchen::Colorimeter;
 
@@ -32,6 +33,9 @@ pub struct CachedModel {
     pub predictor: Option<Arc<Predictor>>,
     /// What recipe matching needs, formed at the version's first match (or why it cannot be).
     pub forward: OnceLock<Result<Arc<Matching>, String>>,
+    /// The successor instrument's state at this version, when the model declares one and has
+    /// learnt from it or been given it.
+    pub successor: Option<Arc<Serving>>,
 }
 
 impl CachedModel {
@@ -44,7 +48,14 @@ impl CachedModel {
             predictor: state.as_deref().map(|s| Arc::new(Predictor::new(s))),
             forward: OnceLock::new(),
             state,
+            successor: None,
         }
+    }
+
+    /// The same, with the version's successor instrument state.
+    pub fn with_succession(mut self, succession: Option<Arc<Serving>>) -> Self {
+        self.successor = succession;
+        self
     }
 
     /// What orders the states a name has had: the model's id, its version, and how far its
@@ -206,21 +217,25 @@ impl PosteriorCache {
         {
             return Ok(());
         }
-        let state = match blob {
-            None => None,
+        let (state, successor) = match blob {
+            None => (None, None),
             Some(blob) => {
-                let state = tokio::task::spawn_blocking(move || codec::decode(&blob))
-                    .await
-                    .map_err(|e| StoreError::Corrupt(format!("decoder task: {e}")))?
-                    .map_err(|e| StoreError::CorruptState {
-                        model: spec.name.to_string(),
-                        version,
-                        reason: e.to_string(),
-                    })?;
-                Some(Arc::new(state))
+                let (state, succession) =
+                    tokio::task::spawn_blocking(move || decode_version(&blob))
+                        .await
+                        .map_err(|e| StoreError::Corrupt(format!("decoder task: {e}")))?
+                        .map_err(|e| StoreError::CorruptState {
+                            model: spec.name.to_string(),
+                            version,
+                            reason: e.to_string(),
+                        })?;
+                (
+                    Some(Arc::new(state)),
+                    succession.map(|s| Arc::new(Serving::new(s))),
+                )
             }
         };
-        self.put(CachedModel::new(id, spec, version, state));
+        self.put(CachedModel::new(id, spec, version, state).with_succession(successor));
         Ok(())
     }
 }

@@ -16,10 +16,13 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::PosteriorCache;
 use crate::config::FolderSettings;
 use crate::domain::Shape;
-use crate::estimator::{BatchStatistics, ModelConfig, ModelState, codec, drift};
+use crate::estimator::grid::Grid;
+use crate::estimator::succession::Succession;
+use crate::estimator::{BatchStatistics, ModelConfig, ModelState, drift};
 use crate::history::{self, Source, decode_batch};
 use crate::metrics::Metrics;
 use crate::store::{ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic, VersionOrigin};
+use crate::successor::{self, Serving, SuccessorBatch, encode_version};
 use crate::tasks::{Notifications, sleep_or_stop};
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches
@@ -35,6 +38,19 @@ pub struct FoldPlan {
     /// Each folded or held batch's surprise per output (see [`drift::surprise`]) to the
     /// posterior it met; batches of the first fit have none.
     pub surprise: Vec<(i64, Vec<Option<f64>>)>,
+    /// The successor instrument's state after the batches of its readings; `None` when none
+    /// was folded.
+    pub succession: Option<Succession>,
+}
+
+/// A model's successor instrument, as a fold learns its readings ([`crate::successor`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Successor<'a> {
+    /// The successor's grid, and the grid of the model's own instrument.
+    pub grid: Grid,
+    pub old_grid: Grid,
+    /// The succession at the current version; `None`: a new one starts.
+    pub start: Option<&'a Succession>,
 }
 
 /// A queued batch as the fold plan reads it.
@@ -61,6 +77,10 @@ pub struct Pending<'a> {
 /// A batch whose statistics cannot be decoded, or whose update fails or would make the state
 /// non-finite, is rejected with the reason and the state stays what it was before it. If the
 /// first fit itself fails, every batch of its prefix is rejected.
+///
+/// A batch of `successor` readings is learnt after the first fit by the model (the old
+/// instrument's readings of the overlap, if any, held for review as any batch) and by the
+/// succession, which the model as the batch met scores ([`successor::learn`]); both or neither.
 pub fn plan_fold(
     config: &ModelConfig,
     earlier: &[Shape],
@@ -68,6 +88,7 @@ pub fn plan_fold(
     batches: &[Pending<'_>],
     first_fit_rows: f64,
     hold_above: Option<f64>,
+    successor: Option<Successor<'_>>,
 ) -> FoldPlan {
     let mut plan = FoldPlan::default();
     let mut queue = batches.iter();
@@ -116,6 +137,27 @@ pub fn plan_fold(
             break;
         };
         let seq = batch.seq;
+        if let Source::Successor(blob) = batch.source {
+            let start = plan.succession.as_ref().or(successor.and_then(|s| s.start));
+            match learn_successor(config, base, start, successor, blob, hold_above, batch) {
+                Ok(SuccessorLearnt::Folded {
+                    model,
+                    succession,
+                    surprise,
+                }) => {
+                    state = Some(model.map_or_else(|| base.clone(), |m| *m));
+                    plan.succession = Some(*succession);
+                    plan.folded.push(seq);
+                    plan.surprise.push((seq, surprise));
+                }
+                Ok(SuccessorLearnt::Held(z)) => {
+                    plan.held.push(seq);
+                    plan.surprise.push((seq, z));
+                }
+                Err(reason) => plan.rejected.push((seq, reason)),
+            }
+            continue;
+        }
         let next = decode_batch(batch.source, config, earlier).and_then(|stats| {
             let z = drift::surprise(base, &stats);
             let over = hold_above
@@ -148,6 +190,69 @@ pub fn plan_fold(
     }
     plan.state = state;
     plan
+}
+
+/// What became of one batch of successor readings.
+enum SuccessorLearnt {
+    /// Learnt: the model's next state (`None` when the old instrument read nothing), the
+    /// succession's, and the batch's surprise to the model (`None` where it had no reading).
+    Folded {
+        model: Option<Box<ModelState>>,
+        succession: Box<Succession>,
+        surprise: Vec<Option<f64>>,
+    },
+    Held(Vec<Option<f64>>),
+}
+
+/// Learns one batch of successor readings (`blob`) beside `base` (see [`plan_fold`]).
+fn learn_successor(
+    config: &ModelConfig,
+    base: &ModelState,
+    start: Option<&Succession>,
+    successor: Option<Successor<'_>>,
+    blob: &[u8],
+    hold_above: Option<f64>,
+    pending: &Pending<'_>,
+) -> Result<SuccessorLearnt, String> {
+    let successor = successor
+        .ok_or("the batch holds successor readings but the model declares no successor")?;
+    let batch = SuccessorBatch::decode(blob)?;
+    let stats = batch.model_statistics(config)?;
+    let surprise = match &stats {
+        Some(stats) => drift::surprise(base, stats),
+        None => vec![None; config.outputs],
+    };
+    let over = hold_above
+        .zip(drift::largest(&surprise))
+        .is_some_and(|(t, z)| z > t);
+    if over && !pending.released {
+        return Ok(SuccessorLearnt::Held(surprise));
+    }
+    let model = match stats {
+        Some(stats) => {
+            let next = base
+                .update(config, &stats)
+                .map_err(|e| format!("update failed: {e}"))?;
+            if !next.is_finite() {
+                return Err("the update would make the model state non-finite".to_owned());
+            }
+            Some(Box::new(next))
+        }
+        None => None,
+    };
+    let succession = successor::learn(
+        start,
+        successor.grid,
+        base,
+        config,
+        &successor.old_grid,
+        &batch,
+    )?;
+    Ok(SuccessorLearnt::Folded {
+        model,
+        succession: Box::new(succession),
+        surprise,
+    })
 }
 
 /// What became of one batch after the first fit.
@@ -207,6 +312,15 @@ async fn fold_claimed(
     let started = std::time::Instant::now();
     let config = lock.spec.config();
     let current = current_state(&mut lock, cache).await?;
+    let (current, serving) = match current {
+        Some(Current { state, successor }) => (Some(state), successor),
+        None => (None, None),
+    };
+    let grids = lock
+        .spec
+        .successor
+        .zip(lock.spec.spectrum)
+        .map(|(new, old)| (new.grid(), old.grid()));
     let queued = lock.queued_batches().await?;
     let first_fit_rows = lock.spec.first_fit_rows as f64;
     let hold_above = lock.spec.drift_threshold;
@@ -214,7 +328,13 @@ async fn fold_claimed(
         let current = current.clone();
         let config = config.clone();
         let earlier = lock.spec.earlier.clone();
+        let serving = serving.clone();
         tokio::task::spawn_blocking(move || {
+            let successor = grids.map(|(grid, old_grid)| Successor {
+                grid,
+                old_grid,
+                start: serving.as_ref().map(|s| &s.succession),
+            });
             let pending: Vec<Pending<'_>> = queued
                 .iter()
                 .map(|b| Pending {
@@ -230,6 +350,7 @@ async fn fold_claimed(
                 &pending,
                 first_fit_rows,
                 hold_above,
+                successor,
             );
             (plan, queued)
         })
@@ -265,16 +386,25 @@ async fn fold_claimed(
     let version = match plan.state {
         Some(state) => {
             let state = Arc::new(state);
+            // A new succession, or the one the model had.
+            let successor = plan
+                .succession
+                .map(|s| Arc::new(Serving::new(s)))
+                .or(serving);
             let blob = {
-                let state = state.clone();
-                tokio::task::spawn_blocking(move || StateBlob::new(codec::encode(&state)))
-                    .await
-                    .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
+                let (state, successor) = (state.clone(), successor.clone());
+                tokio::task::spawn_blocking(move || {
+                    let succession = successor.as_ref().map(|s| &s.succession);
+                    StateBlob::new(encode_version(&state, succession))
+                })
+                .await
+                .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
             };
             let next = history::NextVersion {
                 origin: VersionOrigin::Fold,
                 restored_from: None,
                 state,
+                successor,
                 blob: &blob,
                 folds: &plan.folded,
             };
@@ -331,12 +461,19 @@ fn rows_of(queued: &[QueuedBatch], seqs: &[i64]) -> i64 {
         .sum()
 }
 
+/// A trained model's current state, with its successor instrument's where it has one.
+#[derive(Clone, Debug)]
+pub(crate) struct Current {
+    pub state: Arc<ModelState>,
+    pub successor: Option<Arc<Serving>>,
+}
+
 /// The model's current state: from the cache when it holds that version, else read from the
 /// database.
 pub(crate) async fn current_state(
     lock: &mut ModelLock,
     cache: &PosteriorCache,
-) -> Result<Option<Arc<ModelState>>, StoreError> {
+) -> Result<Option<Current>, StoreError> {
     if lock.version == 0 {
         return Ok(None);
     }
@@ -345,15 +482,21 @@ pub(crate) async fn current_state(
         && cached.version == lock.version
         && let Some(state) = &cached.state
     {
-        return Ok(Some(state.clone()));
+        return Ok(Some(Current {
+            state: state.clone(),
+            successor: cached.successor.clone(),
+        }));
     }
     let version = lock.version;
-    let (state, _) = history::version_state(lock, version)
+    let read = history::version_state(lock, version)
         .await?
         .ok_or_else(|| {
             StoreError::Corrupt(format!("model {} has no version {version}", lock.name))
         })?;
-    Ok(Some(Arc::new(state)))
+    Ok(Some(Current {
+        state: Arc::new(read.model),
+        successor: read.succession.map(|s| Arc::new(Serving::new(s))),
+    }))
 }
 
 /// How long a model whose fold failed for a reason other than the database being unreachable
@@ -434,6 +577,7 @@ pub async fn run(
 pub(crate) mod tests {
     use super::*;
     use crate::domain::ModelSpec;
+    use crate::estimator::codec;
 
     pub(crate) fn le_bytes(values: &[f64]) -> Vec<u8> {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
@@ -506,8 +650,8 @@ pub(crate) mod tests {
                 released: false,
             })
             .collect();
-        let one = plan_fold(&config, &[], None, &as_statistics, 30.0, None);
-        let other = plan_fold(&config, &[], None, &as_rows, 30.0, None);
+        let one = plan_fold(&config, &[], None, &as_statistics, 30.0, None, None);
+        let other = plan_fold(&config, &[], None, &as_rows, 30.0, None, None);
         assert_eq!(one.folded.len(), sizes.len());
         assert_eq!(one.folded, other.folded);
         let (one, other) = (one.state.expect("a state"), other.state.expect("a state"));
@@ -524,7 +668,7 @@ pub(crate) mod tests {
             },
             released: false,
         }];
-        let plan = plan_fold(&config, &[], Some(&one), &bad, 30.0, None);
+        let plan = plan_fold(&config, &[], Some(&one), &bad, 30.0, None, None);
         assert_eq!(plan.rejected.len(), 1, "{:?}", plan.rejected);
         assert!(
             plan.rejected[0].1.contains("stored rows"),

@@ -25,8 +25,10 @@ use chrono::{DateTime, Utc};
 
 use crate::cache::{CachedModel, PosteriorCache};
 use crate::domain::Shape;
+use crate::estimator::succession::Succession;
 use crate::estimator::{Basis, BatchStatistics, ModelConfig, ModelState, codec};
 use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin};
+use crate::successor::{Serving, SuccessorBatch, decode_version};
 
 /// What a queued batch was stored as.
 #[derive(Clone, Copy, Debug)]
@@ -40,11 +42,16 @@ pub enum Source<'a> {
         x: &'a [u8],
         y: &'a [u8],
     },
+    /// Readings of the model's successor instrument ([`SuccessorBatch`]).
+    Successor(&'a [u8]),
 }
 
 impl<'a> Source<'a> {
     /// The source of a batch as the store lists it.
     pub fn of(batch: &'a QueuedBatch) -> Self {
+        if SuccessorBatch::is_one(&batch.statistics) {
+            return Self::Successor(&batch.statistics);
+        }
         match (&batch.rows_x, &batch.rows_y) {
             (Some(x), Some(y)) if batch.statistics.is_empty() => Self::Rows {
                 rows: usize::try_from(batch.rows).unwrap_or(0),
@@ -73,6 +80,11 @@ pub fn decode_batch(
         Source::Statistics(blob) => {
             codec::decode_statistics(blob).map_err(|e| format!("stored statistics: {e}"))?
         }
+        // The old instrument's readings of the overlap, in the model's present shape (a model
+        // with a successor does not grow).
+        Source::Successor(blob) => SuccessorBatch::decode(blob)?
+            .model_statistics(config)?
+            .ok_or("the batch holds no reading of the model's own instrument")?,
         Source::Rows { rows, x, y } => {
             let values = |bytes: &[u8]| -> Vec<f64> {
                 bytes
@@ -240,7 +252,10 @@ pub struct NextVersion<'a> {
     /// For a restore: the version whose state this is.
     pub restored_from: Option<i64>,
     pub state: Arc<ModelState>,
-    /// The state's encoding (what the store keeps, or digests for a thin version).
+    /// The successor instrument's state, for a model that declares one.
+    pub successor: Option<Arc<Serving>>,
+    /// The state's encoding ([`encode_version`]: what the store keeps, or digests for a thin
+    /// version).
     pub blob: &'a StateBlob,
     /// The queued batches this version folds in (a fold's; none for a restore or a refit).
     pub folds: &'a [i64],
@@ -268,17 +283,27 @@ pub async fn commit_version(
     }
     let (id, spec) = (lock.model_id, lock.spec.clone());
     lock.commit().await?;
-    cache.put(CachedModel::new(id, spec, version, Some(next.state)));
+    cache
+        .put(CachedModel::new(id, spec, version, Some(next.state)).with_succession(next.successor));
     Ok((version, created_at))
 }
 
-/// The state of `version` of the locked model with its encoding, `None` when the model has no
-/// such version. A full version is decoded; a thin one is replayed from the last full state
-/// before it (at most `database.full_state_every − 1` folds).
+/// A version's state as read back: the model's, its successor instrument's where the version
+/// carries one ([`crate::successor`]), and their encoding.
+#[derive(Debug)]
+pub struct VersionState {
+    pub model: ModelState,
+    pub succession: Option<Succession>,
+    pub blob: StateBlob,
+}
+
+/// The state of `version` of the locked model, `None` when the model has no such version. A
+/// full version is decoded; a thin one is replayed from the last full state before it (at most
+/// `database.full_state_every − 1` folds).
 pub async fn version_state(
     lock: &mut ModelLock,
     version: i64,
-) -> Result<Option<(ModelState, StateBlob)>, StoreError> {
+) -> Result<Option<VersionState>, StoreError> {
     let mut folds = Vec::new();
     let mut at = version;
     let base = loop {
@@ -314,18 +339,36 @@ pub async fn version_state(
     let (model, base_version) = (lock.name.clone(), at);
     let (config, earlier) = (lock.spec.config(), lock.spec.earlier.clone());
     tokio::task::spawn_blocking(move || {
-        let state = codec::decode(&base).map_err(|e| StoreError::CorruptState {
+        let (state, succession) = decode_version(&base).map_err(|e| StoreError::CorruptState {
             model: model.clone(),
             version: base_version,
             reason: e.to_string(),
         })?;
         if folds.is_empty() {
-            return Ok(Some((state, StateBlob::new(base))));
+            return Ok(Some(VersionState {
+                model: state,
+                succession,
+                blob: StateBlob::new(base),
+            }));
+        }
+        if succession.is_some() {
+            // A version carrying a succession is never followed by thin ones (see
+            // `ModelLock::write_version`): a replay would lose it.
+            return Err(StoreError::Corrupt(format!(
+                "model {model} version {version} is kept thin after version {base_version}, \
+                 which carries a successor instrument"
+            )));
         }
         // The folds behind an older version learnt in the model's shape of then.
         let config = config_of(&config, &state);
         replay(&config, &earlier, state, &folds)
-            .map(Some)
+            .map(|(model, blob)| {
+                Some(VersionState {
+                    model,
+                    succession: None,
+                    blob,
+                })
+            })
             .map_err(|error| {
                 let why = match error {
                     ReplayError::Differs { .. } => "does not give back the state it had (the \
@@ -392,7 +435,7 @@ mod tests {
                     released: false,
                 })
                 .collect();
-            let plan = plan_fold(config, &[], states.last(), &pending, 30.0, None);
+            let plan = plan_fold(config, &[], states.last(), &pending, 30.0, None, None);
             assert_eq!(plan.folded.len(), group.len(), "{:?}", plan.rejected);
             states.push(plan.state.expect("a state"));
         }

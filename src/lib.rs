@@ -19,5 +19,6 @@ pub mod metrics;
 pub mod retention;
 pub mod startup;
 pub mod store;
+pub mod successor;
 pub mod tasks;
 pub mod telemetry;

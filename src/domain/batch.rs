@@ -8,8 +8,8 @@ use super::body::{Body, RowField, Width};
 use super::fast::{fast_csv, fast_rows_object};
 use super::header::{Column, csv_columns};
 use super::spectrum::{
-    Grid, MAX_REQUEST_BANDS, band_wavelength, flag_above_full, join_inputs, nm_name, parse_spectra,
-    resample_rows,
+    Grid, MAX_REQUEST_BANDS, SpectrumSpec, band_wavelength, flag_above_full, join_inputs, nm_name,
+    parse_spectra, resample_rows,
 };
 use super::{Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
 
@@ -74,19 +74,22 @@ pub struct EncodedBatch {
 
 /// A validated batch: rows of the model's width, all finite, at least one row. `x` holds the
 /// model's inputs (a spectrum already resampled onto the model's grid, then the named
-/// features).
+/// features); in a batch of a successor's readings alone, only the named features.
 #[derive(Clone, Debug)]
 pub struct NewBatch {
     pub batch_id: BatchId,
     pub x: Rows,
     pub y: Rows,
+    /// The successor instrument's readings of the same samples, on its grid and the model's
+    /// scale; whether the model's own instrument read them too (`x` then opens with its bands).
+    pub successor: Option<Successor>,
     /// What was accepted but looks wrong (reflectance above full scale).
     pub warnings: Vec<Detail>,
 }
 
 /// Where the arrays of rows of a request for `spec` are, and how wide their rows are: `x`,
 /// `y` (a batch's outputs) and `spectra.values`.
-pub fn row_fields(spec: &ModelSpec) -> [RowField; 3] {
+pub fn row_fields(spec: &ModelSpec) -> [RowField; 4] {
     [
         RowField {
             pointer: "/x",
@@ -102,7 +105,55 @@ pub fn row_fields(spec: &ModelSpec) -> [RowField; 3] {
                 max: MAX_REQUEST_BANDS,
             },
         },
+        RowField {
+            pointer: "/successor/values",
+            width: Width::FirstRow {
+                max: MAX_REQUEST_BANDS,
+            },
+        },
     ]
+}
+
+/// Reads a batch's successor readings (`successor`: `{"start_nm", "interval_nm", "values"}` on
+/// the successor's scale) for a model that declares a successor: resampled onto its grid and
+/// converted to the model's scale (percent and fraction differ by their full scale), so that
+/// the successor's own model reads them as the model reads its spectra.
+fn parse_successor(
+    body: &mut Body,
+    spec: &ModelSpec,
+    details: &mut Details,
+    warnings: &mut Details,
+) -> Option<Rows> {
+    let values = body.take_rows("/successor/values");
+    let Some(successor) = &spec.successor else {
+        details.push(
+            "/successor",
+            "the model declares no successor instrument (POST /v1/models/{name}/successor)",
+        );
+        return None;
+    };
+    let rows = parse_spectra(
+        body.value().get("successor"),
+        values,
+        "/successor",
+        successor,
+        details,
+        warnings,
+    )?;
+    Some(to_model_scale(rows, successor, spec))
+}
+
+/// `rows` read on `from`'s scale, on the scale of `spec`'s spectrum.
+pub fn to_model_scale(rows: Rows, from: &SpectrumSpec, spec: &ModelSpec) -> Rows {
+    let to = spec.spectrum.and_then(|s| s.full_scale());
+    match (from.full_scale(), to) {
+        (Some(a), Some(b)) if a != b => {
+            let factor = b / a;
+            let values = rows.values().iter().map(|v| v * factor).collect();
+            Rows::from_row_major(rows.rows(), rows.width(), values)
+        }
+        _ => rows,
+    }
 }
 
 /// Reads a request's inputs: `x` (named features) and, for a model with a spectrum, `spectra`
@@ -150,6 +201,13 @@ pub fn parse_inputs(
     Some(join_inputs(&spectra, &x))
 }
 
+/// A batch's successor readings (see [`NewBatch::successor`]).
+#[derive(Clone, Debug)]
+pub struct Successor {
+    pub readings: Rows,
+    pub old_read: bool,
+}
+
 impl NewBatch {
     /// Parses `{"batch_id"?, "x": [[p]], "y": [[m]]}` for `spec` from a body read with
     /// [`row_fields`]. `idempotency_key` is the request's `Idempotency-Key` header; it must
@@ -170,10 +228,14 @@ impl NewBatch {
         };
         let mut details = Details::default();
         for key in fields.keys() {
-            if !matches!(key.as_str(), "batch_id" | "spectra") {
+            if !matches!(key.as_str(), "batch_id" | "spectra" | "successor") {
                 details.push(format!("/{}", pointer_token(key)), "unknown field");
             }
         }
+        let (has_spectra, has_successor) = (
+            fields.contains_key("spectra"),
+            fields.contains_key("successor"),
+        );
         let body_id = match fields.get("batch_id") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => BatchId::parse(s)
@@ -208,7 +270,28 @@ impl NewBatch {
             }
         }
         let mut warnings = Details::default();
-        let x = parse_inputs(&mut body, spec, &mut details, &mut warnings);
+        let successor = has_successor
+            .then(|| parse_successor(&mut body, spec, &mut details, &mut warnings))
+            .flatten();
+        let x = if has_successor && !has_spectra {
+            // The successor's readings alone: the named features are the rest of the inputs.
+            match (body.take_rows("/x"), &successor) {
+                (None, Some(new)) if spec.features.is_empty() => {
+                    Some(Rows::from_row_major(new.rows(), 0, Vec::new()))
+                }
+                (x, _) => parse_rows(x, "/x", &mut details),
+            }
+        } else {
+            parse_inputs(&mut body, spec, &mut details, &mut warnings)
+        };
+        if let (Some(x), Some(new)) = (&x, &successor)
+            && x.rows() != new.rows()
+        {
+            details.push(
+                "/successor/values",
+                format!("has {} rows but the batch has {}", new.rows(), x.rows()),
+            );
+        }
         let y = parse_rows(body.take_rows("/y"), "/y", &mut details);
         if let (Some(x), Some(y)) = (&x, &y)
             && x.rows() != y.rows()
@@ -229,6 +312,10 @@ impl NewBatch {
                 batch_id: body_id.or(header_id).unwrap_or_else(BatchId::generate),
                 x,
                 y,
+                successor: successor.map(|readings| Successor {
+                    readings,
+                    old_read: has_spectra,
+                }),
                 warnings: warnings.into_list(),
             }),
             _ => Err(Invalid::one("", "invalid batch")),
@@ -270,6 +357,7 @@ impl NewBatch {
             batch_id: body_id.or(header_id).unwrap_or_else(BatchId::generate),
             x,
             y,
+            successor: None,
             warnings: Vec::new(),
         })
     }
@@ -318,6 +406,7 @@ impl NewBatch {
             batch_id,
             x,
             y,
+            successor: None,
             warnings: warnings.into_list(),
         })
     }
@@ -338,6 +427,12 @@ impl NewBatch {
         }
         hash.update(&x);
         hash.update(&y);
+        // A plain batch hashes as it always has.
+        if let Some(successor) = &self.successor {
+            hash.update([u8::from(successor.old_read)]);
+            hash.update((successor.readings.width() as u64).to_le_bytes());
+            hash.update(successor.readings.to_le_bytes());
+        }
         EncodedBatch {
             x: x.into(),
             y: y.into(),

@@ -17,8 +17,8 @@ mod scope;
 pub mod spectrum;
 
 pub use batch::{
-    BATCH_ID_PATTERN, BatchId, CsvError, EncodedBatch, MAX_BATCH_ID_LEN, NewBatch, parse_inputs,
-    row_fields,
+    BATCH_ID_PATTERN, BatchId, CsvError, EncodedBatch, MAX_BATCH_ID_LEN, NewBatch, Successor,
+    parse_inputs, row_fields, to_model_scale,
 };
 pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
 pub(crate) use details::describe;

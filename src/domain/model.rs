@@ -193,6 +193,10 @@ pub struct ModelSpec {
     /// of them is read in it and widened (see `crates::history`), and only then.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier: Vec<Shape>,
+    /// The instrument that is to replace the spectrum's (`POST /v1/models/{name}/successor`):
+    /// its grid and scale. Declared once, never removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub successor: Option<SpectrumSpec>,
 }
 
 /// A shape a model had: the width of its rows' inputs (bands and named features) and outputs.
@@ -461,6 +465,7 @@ impl ModelSpec {
                 first_fit_rows,
                 drift_threshold,
                 earlier: Vec::new(),
+                successor: None,
             }),
             _ => Err(Invalid::one("", "invalid model specification")),
         }

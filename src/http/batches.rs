@@ -16,9 +16,12 @@ use super::extract::model_name;
 use super::extract::{BatchBody, parse_body};
 use super::predict::Spectra;
 use super::routes::Routes;
-use crate::domain::{CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch, row_fields};
+use crate::domain::{
+    CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch, Successor, row_fields,
+};
 use crate::estimator::{BatchStatistics, codec};
 use crate::store::{BatchRecord, BatchStatus, ModelRecord, Review, StoreError};
+use crate::successor::SuccessorBatch;
 use strum::VariantArray;
 /// The routes of batches, with the access each needs.
 pub fn routes(routes: Routes) -> Routes {
@@ -187,6 +190,29 @@ pub async fn ingest(
 /// Reads a batch for model `name` (its `Idempotency-Key` header, if any, as `key`), stores it
 /// and queues it: what ingest answers, and whether the batch was stored before (a retry with
 /// the same id and content, which adds nothing).
+/// What a batch of successor readings keeps in place of statistics ([`SuccessorBatch`]).
+fn successor_blob(batch: &NewBatch, successor: &Successor, spec: &ModelSpec) -> Vec<u8> {
+    let (n, width) = (batch.x.rows(), batch.x.width());
+    let bands = if successor.old_read {
+        spec.spectrum.map_or(0, |s| s.count)
+    } else {
+        0
+    };
+    let (mut old, mut features) = (Vec::with_capacity(n * bands), Vec::new());
+    for row in batch.x.values().chunks_exact(width.max(1)).take(n) {
+        old.extend_from_slice(&row[..bands]);
+        features.extend_from_slice(&row[bands..]);
+    }
+    SuccessorBatch {
+        rows: n,
+        new: successor.readings.values().to_vec(),
+        features,
+        old: successor.old_read.then_some(old),
+        outputs: batch.y.values().to_vec(),
+    }
+    .encode()
+}
+
 pub(super) async fn accept(
     app: &AppState,
     name: &ModelName,
@@ -224,6 +250,12 @@ pub(super) async fn accept(
                         }
                     })?,
             };
+            let encoded = batch.encode();
+            if let Some(successor) = &batch.successor {
+                // Kept whole for the folder, which learns it with the model's state then.
+                let statistics = successor_blob(&batch, successor, &spec);
+                return Ok::<_, ApiError>((batch, encoded, statistics));
+            }
             let config = spec.config();
             let stats = BatchStatistics::from_row_major(
                 &config.basis,
@@ -232,7 +264,6 @@ pub(super) async fn accept(
                 batch.y.values(),
             )
             .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
-            let encoded = batch.encode();
             // Statistics have p² entries whatever the rows: a batch of fewer rows than that
             // keeps only its rows, and the folder forms its statistics from them (the same
             // bits: `from_row_major` on the same values).

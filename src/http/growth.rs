@@ -24,7 +24,7 @@ use super::routes::Routes;
 use crate::cache::CachedModel;
 use crate::domain::{Growth, ModelName, extend};
 use crate::estimator::{ModelConfig, ModelState, codec};
-use crate::folder::current_state;
+use crate::folder::{Current, current_state};
 use crate::history::{self, NextVersion};
 use crate::store::{StateBlob, VersionOrigin};
 
@@ -131,10 +131,16 @@ async fn grow(
         .lock_model(name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    if lock.spec.successor.is_some() {
+        return Err(ApiError::Conflict(format!(
+            "model {name} has a successor instrument: its outputs and features are fixed until \
+             the instrument is replaced; create a new model to grow"
+        )));
+    }
     let extension = extend(&lock.spec, growth, body)?;
     if extension.added.is_empty() {
         drop(lock);
-    } else if let Some(state) = current_state(&mut lock, &app.cache).await? {
+    } else if let Some(Current { state, .. }) = current_state(&mut lock, &app.cache).await? {
         let config = extension.spec.config();
         let (state, blob) = app
             .cpu_bound(move || widened(Arc::unwrap_or_clone(state), &config))
@@ -144,6 +150,7 @@ async fn grow(
             origin: VersionOrigin::Extend,
             restored_from: None,
             state: Arc::new(state),
+            successor: None,
             blob: &blob,
             folds: &[],
         };
@@ -162,7 +169,7 @@ async fn grow(
         .model(name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    Ok(Json(record.into()))
+    Ok(Json(ModelView::of(record, &app.cache)))
 }
 
 /// `state` widened to `config`'s outputs and features with their exact zero statistics, and

@@ -17,6 +17,7 @@ pub mod predict;
 pub mod routes;
 pub mod serve;
 mod state;
+pub mod successor;
 pub mod versions;
 
 use std::sync::Arc;
@@ -78,6 +79,7 @@ pub fn api(metrics_here: bool) -> Routes {
     let routes = Routes::new(ApiDoc::openapi());
     let routes = models::routes(routes);
     let routes = growth::routes(routes);
+    let routes = successor::routes(routes);
     let routes = batches::routes(routes);
     let routes = predict::routes(routes);
     let routes = matching::routes(routes);

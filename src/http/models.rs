@@ -15,9 +15,11 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use super::extract::model_name;
 use super::routes::Routes;
-use crate::cache::CachedModel;
+use crate::cache::{CachedModel, PosteriorCache};
 use crate::domain::model::{ForgettingSpec, PriorName};
 use crate::domain::{ModelSpec, SaundersonSpec, SpectrumSpec, TransformName, UpdateName};
+use crate::estimator::succession::Succession;
+use crate::estimator::transfer::MIN_TRANSFER_ROWS;
 use crate::store::ModelRecord;
 /// The routes of models, with the access each needs.
 pub fn routes(routes: Routes) -> Routes {
@@ -149,6 +151,91 @@ pub struct ModelView {
     pub created_at: DateTime<Utc>,
     #[schema(example = "2026-11-21T08:15:02.417Z")]
     pub updated_at: DateTime<Utc>,
+    /// The instrument that is to replace the spectrum's, once declared
+    /// (`POST /v1/models/{name}/successor`), and how far its transfer has come.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub successor: Option<SuccessorView>,
+}
+
+/// A successor instrument and how far its transfer has come.
+///
+/// A successor reading is answered by the old instrument's model through the map learnt from
+/// the samples both instruments read (`map`) and by the successor's own model (`own`), mixed by
+/// the own model's weight: its posterior probability when the rows both paths predicted before
+/// learning them are the evidence. The old instrument retires for good once the own model has
+/// predicted at least 30 (weighted) such rows at least as well as the map path: from then on
+/// the own model answers alone and the old instrument's readings are no longer needed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SuccessorView {
+    /// The successor's grid and scale.
+    pub spectrum: SpectrumSpec,
+    /// The paths that answer a successor reading now: `map` (the model through the map to the
+    /// old instrument's bands) and `own` (the successor's own model).
+    pub answered_by: Vec<&'static str>,
+    /// Whether the old instrument has retired.
+    pub retired: bool,
+    /// Samples read by both instruments (the map's).
+    #[schema(example = 30.0)]
+    pub pairs: f64,
+    /// Successor rows the own model has learnt.
+    #[schema(example = 120.0)]
+    pub own_rows: f64,
+    /// Weighted successor rows both paths predicted before learning them.
+    #[schema(example = 90.0)]
+    pub scored_rows: f64,
+    /// Mean log predictive density of those rows, through the map and by the own model; null
+    /// before any.
+    pub mean_log_score_map: Option<f64>,
+    pub mean_log_score_own: Option<f64>,
+    /// The own model's weight in an answer (0 to 1).
+    #[schema(example = 0.4)]
+    pub own_weight: f64,
+}
+
+impl SuccessorView {
+    /// The view of `spectrum` with its succession's status (none learnt yet: `None`).
+    pub fn new(spectrum: SpectrumSpec, succession: Option<&Succession>) -> Self {
+        let status = succession.map(Succession::status);
+        let retired = status.is_some_and(|s| s.retired);
+        let has_own = status.is_some_and(|s| s.own_rows > 0.0);
+        let has_map = !retired && status.is_some_and(|s| s.pairs >= MIN_TRANSFER_ROWS as f64);
+        let answered_by = [("map", has_map), ("own", has_own)]
+            .into_iter()
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect();
+        let scores = status.and_then(|s| s.mean_scores);
+        Self {
+            spectrum,
+            answered_by,
+            retired,
+            pairs: status.map_or(0.0, |s| s.pairs),
+            own_rows: status.map_or(0.0, |s| s.own_rows),
+            scored_rows: status.map_or(0.0, |s| s.scored_rows),
+            mean_log_score_map: scores.map(|s| s.0),
+            mean_log_score_own: scores.map(|s| s.1),
+            own_weight: status.map_or(0.0, |s| s.own_weight),
+        }
+    }
+}
+
+impl ModelView {
+    /// The view of `record` with its successor's status as `cache` serves it.
+    pub fn of(record: ModelRecord, cache: &PosteriorCache) -> Self {
+        let cached = cache
+            .get(record.spec.name.as_str())
+            .filter(|c| c.id == record.id);
+        let successor = record.spec.successor.map(|spectrum| {
+            let succession = cached
+                .as_ref()
+                .and_then(|c| c.successor.as_ref())
+                .map(|s| &s.succession);
+            SuccessorView::new(spectrum, succession)
+        });
+        Self {
+            successor,
+            ..record.into()
+        }
+    }
 }
 
 impl From<ModelRecord> for ModelView {
@@ -174,6 +261,7 @@ impl From<ModelRecord> for ModelView {
             pending_rows: m.pending_rows,
             created_at: m.created_at,
             updated_at: m.updated_at,
+            successor: None,
         }
     }
 }
@@ -215,7 +303,10 @@ pub async fn create(
 pub async fn list(State(app): State<AppState>) -> Result<Json<ModelList>, ApiError> {
     let models = app.store.list_models().await?;
     Ok(Json(ModelList {
-        models: models.into_iter().map(ModelView::from).collect(),
+        models: models
+            .into_iter()
+            .map(|m| ModelView::of(m, &app.cache))
+            .collect(),
     }))
 }
 
@@ -236,7 +327,7 @@ pub async fn read(
         .model(&name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    Ok(Json(record.into()))
+    Ok(Json(ModelView::of(record, &app.cache)))
 }
 
 /// Delete a model with its batches and versions.

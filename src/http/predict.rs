@@ -15,10 +15,12 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{RawJson, check_malformed, parse_body};
 use super::models::not_trained;
 use super::routes::Routes;
+use crate::cache::CachedModel;
 use crate::domain::{
     Detail, Details, FastObject, Invalid, ModelSpec, Rows, fast_rows_object, parse_inputs,
     pointer_token, row_fields,
 };
+use crate::estimator::transfer::MIN_TRANSFER_ROWS;
 use crate::estimator::{Predictions, Predictor};
 /// The route of predict, with the access it needs.
 pub fn routes(routes: Routes) -> Routes {
@@ -36,8 +38,22 @@ pub struct PredictRequest {
     /// model has a spectrum and no named features.
     #[schema(min_items = 1)]
     pub x: Option<Vec<Vec<f64>>>,
-    /// One reflectance spectrum per row, for a model that declares a spectrum.
+    /// One reflectance spectrum per row, for a model that declares a spectrum: read by the
+    /// model's own instrument, or by its successor with `"instrument": "successor"`.
     pub spectra: Option<Spectra>,
+    /// Which instrument read `spectra`: `model` (default, the model's own) or `successor` (the
+    /// one declared by `POST /v1/models/{name}/successor`, on its scale; answered through the
+    /// map to the model's instrument and by the successor's own model, mixed as the model's
+    /// `successor` status says).
+    pub instrument: Option<Instrument>,
+}
+
+/// The instrument that read a request's spectra.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Instrument {
+    Model,
+    Successor,
 }
 
 /// Reflectance spectra on any regular grid that covers the model's range, on the model's scale;
@@ -104,7 +120,11 @@ pub async fn predict(
         return Err(ApiError::not_found_model(&name));
     };
     let limit = app.limits.max_rows_per_request;
-    let (predictions, warnings) = if bytes.len() <= INLINE_BYTES {
+    let (predictions, warnings) = if names_an_instrument(&bytes) {
+        let (model, name) = (model.clone(), name.clone());
+        app.cpu_bound(move || predict_any_instrument(&bytes, &model, limit, &name))
+            .await??
+    } else if bytes.len() <= INLINE_BYTES {
         predict_rows(
             &bytes,
             &model.spec,
@@ -153,12 +173,14 @@ fn predict_rows(
         // Not a plain, valid request: the full parse says what is wrong.
         None => parse_request(bytes, spec, limit)?,
     };
-    let predictions = predictor
-        .ok_or_else(|| not_trained(model))?
-        .predict(x.as_mat())
-        .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))?;
-    // Inputs far outside any the model was trained on can overflow `φᵀμ` or `φᵀΣφ`: JSON has
-    // no infinity, and a null where a number is promised would break clients.
+    let predictions = predict_checked(predictor.ok_or_else(|| not_trained(model))?, x, spec)?;
+    Ok((predictions, warnings))
+}
+
+/// Refuses predictions that overflowed: inputs far outside any the model was trained on can
+/// overflow `φᵀμ` or `φᵀΣφ`, JSON has no infinity, and a null where a number is promised would
+/// break clients.
+fn check_finite(predictions: &Predictions, spec: &ModelSpec) -> Result<(), ApiError> {
     let (mean, variance) = (&predictions.mean, &predictions.variance);
     if let Some(row) = (0..mean.nrows()).find(|&r| {
         (0..mean.ncols()).any(|k| !mean[(r, k)].is_finite() || !variance[(r, k)].is_finite())
@@ -175,7 +197,118 @@ fn predict_rows(
         )
         .into());
     }
+    Ok(())
+}
+
+/// Whether a body may name the instrument that read its spectra: only such a body pays for
+/// reading the field before its rows.
+fn names_an_instrument(bytes: &[u8]) -> bool {
+    bytes.windows(12).any(|w| w == b"\"instrument\"")
+}
+
+/// The predictions for a request that may name its instrument (`instrument`): the model's own
+/// as [`predict_rows`] answers; the successor's through its succession
+/// ([`crate::estimator::succession::Succession::predict`]).
+fn predict_any_instrument(
+    bytes: &[u8],
+    model: &CachedModel,
+    limit: usize,
+    name: &str,
+) -> Result<(Predictions, Vec<Detail>), ApiError> {
+    #[derive(Deserialize)]
+    struct Named {
+        instrument: Option<serde_json::Value>,
+    }
+    let named = serde_json::from_slice::<Named>(bytes)
+        .ok()
+        .and_then(|n| n.instrument);
+    let instrument = match named.map(serde_json::from_value::<Instrument>) {
+        None => Instrument::Model,
+        Some(Ok(instrument)) => instrument,
+        Some(Err(_)) => {
+            return Err(Invalid::one(
+                "/instrument",
+                "must be \"model\" (the model's own instrument) or \"successor\"",
+            )
+            .into());
+        }
+    };
+    let spec = &model.spec;
+    let (Instrument::Successor, Some(successor), Some(own)) =
+        (instrument, spec.successor, spec.spectrum)
+    else {
+        if instrument == Instrument::Successor {
+            return Err(ApiError::Conflict(format!(
+                "model {name} has no successor instrument (POST /v1/models/{name}/successor)"
+            )));
+        }
+        let (x, warnings, _) =
+            parse_request_with(bytes, spec, limit, &["instrument"], |_, _, _| ())?;
+        let predictor = model
+            .predictor
+            .as_deref()
+            .ok_or_else(|| not_trained(name))?;
+        return Ok((predict_checked(predictor, x, spec)?, warnings));
+    };
+    // The spectra are read on the successor's grid and scale, then put on the model's scale.
+    let mut read_spec = spec.clone();
+    read_spec.spectrum = Some(successor);
+    let (x, warnings, _) =
+        parse_request_with(bytes, &read_spec, limit, &["instrument"], |_, _, _| ())?;
+    let q = successor.count;
+    let factor = match (successor.full_scale(), own.full_scale()) {
+        (Some(from), Some(to)) => to / from,
+        _ => 1.0,
+    };
+    let x = x.as_mat();
+    let new = faer::Mat::from_fn(x.nrows(), q, |i, j| x[(i, j)] * factor);
+    let features = x.subcols(q, x.ncols() - q);
+    let predictor = model
+        .predictor
+        .as_deref()
+        .ok_or_else(|| not_trained(name))?;
+    let serving = model.successor.as_deref().ok_or_else(|| {
+        ApiError::Conflict(format!(
+            "model {name}'s successor has learnt nothing yet: post batches with its readings"
+        ))
+    })?;
+    let map = serving.map(&own.grid()).map_err(ApiError::Conflict)?;
+    let answers = serving
+        .succession
+        .predict(predictor, map, new.as_ref(), features)
+        .map_err(|e| ApiError::Invalid(Invalid::one("/spectra", e.to_string())))?
+        .ok_or_else(|| {
+            ApiError::Conflict(format!(
+                "model {name}'s successor cannot answer yet: it needs {MIN_TRANSFER_ROWS} \
+                 samples read by both instruments, or a batch of its readings with outputs"
+            ))
+        })?;
+    let outputs = spec.outputs.len();
+    // An answer short of an output would be a fault: NaN, which the check refuses.
+    let at = |i: usize, k: usize| {
+        answers[i]
+            .get(k)
+            .map_or((f64::NAN, f64::NAN), |a| (a.mean, a.variance))
+    };
+    let predictions = Predictions {
+        mean: faer::Mat::from_fn(answers.len(), outputs, |i, k| at(i, k).0),
+        variance: faer::Mat::from_fn(answers.len(), outputs, |i, k| at(i, k).1),
+    };
+    check_finite(&predictions, spec)?;
     Ok((predictions, warnings))
+}
+
+/// `predictor`'s predictions of rows `x`, checked to be finite.
+fn predict_checked(
+    predictor: &Predictor,
+    x: Rows,
+    spec: &ModelSpec,
+) -> Result<Predictions, ApiError> {
+    let predictions = predictor
+        .predict(x.as_mat())
+        .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))?;
+    check_finite(&predictions, spec)?;
+    Ok(predictions)
 }
 
 /// A [`PredictResponse`], serialised straight from the prediction matrices: no vector per

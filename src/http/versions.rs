@@ -17,9 +17,10 @@ use super::extract::model_name;
 use super::models::not_trained;
 use super::routes::Routes;
 use crate::domain::Invalid;
-use crate::estimator::{ModelState, codec};
+use crate::estimator::ModelState;
 use crate::history;
 use crate::store::{ModelLock, StateBlob, VersionOrigin, VersionRecord};
+use crate::successor::{Serving, encode_version};
 /// The routes of a model's history, with the access each needs.
 pub fn routes(routes: Routes) -> Routes {
     routes
@@ -121,15 +122,25 @@ pub async fn restore(
         .lock_model(&name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    let (state, blob) = history::version_state(&mut lock, source)
+    let read = history::version_state(&mut lock, source)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no version {source}")))?;
-    // A version from before the model gained outputs or features is restored in its shape now.
+    let (state, blob) = (read.model, read.blob);
+    // The successor instrument's state of that version comes back with it (a version from
+    // before the successor was declared has none: its succession starts afresh).
+    let successor = read.succession.map(|s| Arc::new(Serving::new(s)));
+    // A version from before the model gained outputs or features is restored in its shape now
+    // (a model with a successor does not grow, so such a version carries no succession).
     let config = lock.spec.config();
     let (state, blob) = if state.basis().features == config.basis.features
         && state.outputs().len() == config.outputs
     {
         (state, blob)
+    } else if successor.is_some() {
+        return Err(ApiError::Conflict(format!(
+            "version {source} carries a successor instrument's state in another shape of the \
+             model"
+        )));
     } else {
         app.cpu_bound(move || super::growth::widened(state, &config))
             .await??
@@ -139,7 +150,7 @@ pub async fn restore(
         lock,
         VersionOrigin::Restore,
         Some(source),
-        state,
+        (state, successor),
         blob,
     )
     .await?;
@@ -172,19 +183,21 @@ pub async fn refit(
         return Err(not_trained(name.as_str()));
     }
     let current = lock.version;
-    let (state, _) = history::version_state(&mut lock, current)
+    let read = history::version_state(&mut lock, current)
         .await?
         .ok_or_else(|| {
             ApiError::internal(anyhow::anyhow!("model {name} lacks version {current}"))
         })?;
+    let (state, succession) = (read.model, read.succession);
     let config = lock.spec.config();
-    let (state, blob) = app
+    let (state, successor, blob) = app
         .cpu_bound(move || {
             let state = state
                 .refit(&config)
                 .map_err(|e| ApiError::Conflict(format!("the refit failed: {e}")))?;
-            let blob = StateBlob::new(codec::encode(&state));
-            Ok::<_, ApiError>((state, blob))
+            // The successor instrument's state is carried as it is.
+            let blob = StateBlob::new(encode_version(&state, succession.as_ref()));
+            Ok::<_, ApiError>((state, succession.map(|s| Arc::new(Serving::new(s))), blob))
         })
         .await??;
     if !state.is_finite() {
@@ -192,7 +205,15 @@ pub async fn refit(
             "the refit would make the model state non-finite".into(),
         ));
     }
-    let view = write(&app, lock, VersionOrigin::Refit, None, state, blob).await?;
+    let view = write(
+        &app,
+        lock,
+        VersionOrigin::Refit,
+        None,
+        (state, successor),
+        blob,
+    )
+    .await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -202,7 +223,7 @@ async fn write(
     lock: ModelLock,
     origin: VersionOrigin,
     restored_from: Option<i64>,
-    state: ModelState,
+    (state, successor): (ModelState, Option<Arc<Serving>>),
     blob: StateBlob,
 ) -> Result<VersionView, ApiError> {
     let observations = state.totals().rows();
@@ -211,6 +232,7 @@ async fn write(
         origin,
         restored_from,
         state: Arc::new(state),
+        successor,
         blob: &blob,
         folds: &[],
     };

@@ -127,7 +127,9 @@ impl ModelLock {
     /// state is the version before it with its batches folded in, which [`crate::history`]
     /// recomputes and checks against the digest kept. So a wide model (p = 2,048, a full
     /// state of p²/2 numbers per output) pays for a full state once every `full_state_every`
-    /// folds, and restoring any version replays at most `full_state_every − 1` folds.
+    /// folds, and restoring any version replays at most `full_state_every − 1` folds. A model
+    /// with a successor instrument keeps every version in full: its versions carry the
+    /// succession, which a replay of the model's batches would not give back.
     pub async fn write_version(
         &mut self,
         origin: VersionOrigin,
@@ -149,7 +151,10 @@ impl ModelLock {
             })
             .await?;
         let previous = version - 1;
-        if previous > 1 && previous % i64::from(self.full_state_every) != 0 {
+        if previous > 1
+            && previous % i64::from(self.full_state_every) != 0
+            && self.spec.successor.is_none()
+        {
             self.tx.thin_state(previous).await?;
         }
         self.version = version;

@@ -46,6 +46,8 @@ mod retention;
 mod schemathesis;
 #[path = "../api/spectra.rs"]
 mod spectra;
+#[path = "../api/succession.rs"]
+mod succession;
 #[path = "../api/validation.rs"]
 mod validation;
 #[path = "../api/versions.rs"]

@@ -1,0 +1,162 @@
+//! `POST /v1/models/{name}/successor`: a trained spectral model is given the instrument that is
+//! to replace its spectrophotometer (see [`crate::successor`]).
+//!
+//! The specification with the successor and the version that carries the new, empty succession
+//! are written in one transaction, under the model's lock (origin `extend`).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::auth::ADMIN;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{JsonBody, model_name};
+use super::models::{ModelView, not_trained};
+use super::routes::Routes;
+use crate::domain::model::MAX_FEATURES;
+use crate::domain::{Details, Invalid, SpectrumSpec, describe, pointer_token};
+use crate::estimator::succession::Succession;
+use crate::folder::{Current, current_state};
+use crate::history::{self, NextVersion};
+use crate::store::{StateBlob, VersionOrigin};
+use crate::successor::{Serving, encode_version};
+
+/// The route that declares a successor, with the access it needs.
+pub fn routes(routes: Routes) -> Routes {
+    routes.add(ADMIN, routes!(declare))
+}
+
+/// Body of `POST /v1/models/{name}/successor`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[schema(example = json!({"spectrum": {"start_nm": 360, "interval_nm": 5, "count": 85, "scale": "fraction"}}))]
+pub struct DeclareSuccessor {
+    /// The successor's grid and scale: its readings are sent on any grid that covers this one,
+    /// on this scale. A reflectance model's successor reads reflectance (as a fraction or in
+    /// percent), an absorbance model's absorbance.
+    pub spectrum: SpectrumSpec,
+}
+
+/// Give a model the instrument that is to replace its spectrophotometer.
+///
+/// From then on batches may carry the successor's readings (`successor`) beside the old
+/// instrument's (`spectra`, the overlap) or alone, and predict answers successor readings
+/// (`"instrument": "successor"`): through the map to the old instrument's bands learnt from the
+/// overlap, and by the successor's own model, mixed by how well each predicted the rows it had
+/// not yet learnt, until the own model stands on its own and the old instrument retires
+/// (`successor` in the model's view says how far it has come). A trained model gets a new
+/// version (origin `extend`). Declaring the same successor again changes nothing; the model's
+/// outputs and features are fixed from then on.
+#[utoipa::path(post, operation_id = "declare_successor", path = "/v1/models/{name}/successor", tag = "models",
+    params(("name" = String, Path, description = "Model name")),
+    request_body = DeclareSuccessor,
+    responses(
+        (status = 200, description = "The model with its successor", body = ModelView),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 404, description = "No such model", body = ErrorBody),
+        (status = 409, description = "Not trained, no spectrum, or another successor declared", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
+        (status = 422, description = "Invalid spectrum, or a scale the model's cannot be read from", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip(app, body))]
+pub async fn declare(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<ModelView>, ApiError> {
+    let name = model_name(&name)?;
+    let mut lock = app
+        .store
+        .lock_model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    let Some(old) = lock.spec.spectrum else {
+        return Err(ApiError::Conflict(format!(
+            "model {name} reads no spectrum: a successor replaces a model's spectrophotometer"
+        )));
+    };
+    let spectrum = parse(&body, &old)?;
+    match lock.spec.successor {
+        Some(declared) if declared == spectrum => {
+            drop(lock);
+        }
+        Some(declared) => {
+            return Err(ApiError::Conflict(format!(
+                "model {name} has a successor already, reading {}",
+                declared.grid().describe()
+            )));
+        }
+        None => {
+            let Some(Current { state, .. }) = current_state(&mut lock, &app.cache).await? else {
+                return Err(not_trained(name.as_str()));
+            };
+            let succession = Succession::new(spectrum.grid(), old.count);
+            let (state, successor, blob) = app
+                .cpu_bound(move || {
+                    let blob = StateBlob::new(encode_version(&state, Some(&succession)));
+                    (state, Arc::new(Serving::new(succession)), blob)
+                })
+                .await?;
+            let mut spec = lock.spec.clone();
+            spec.successor = Some(spectrum);
+            lock.respecify(spec).await?;
+            let next = NextVersion {
+                origin: VersionOrigin::Extend,
+                restored_from: None,
+                state,
+                successor: Some(successor),
+                blob: &blob,
+                folds: &[],
+            };
+            history::commit_version(lock, &app.cache, next).await?;
+            tracing::info!(model = %name, grid = %spectrum.grid().describe(), "successor declared");
+        }
+    }
+    let record = app
+        .store
+        .model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    Ok(Json(ModelView::of(record, &app.cache)))
+}
+
+/// The body's spectrum, checked against the model's own (`old`): the scales must be both
+/// reflectance or both absorbance.
+fn parse(body: &Value, old: &SpectrumSpec) -> Result<SpectrumSpec, Invalid> {
+    let Value::Object(fields) = body else {
+        return Err(Invalid::one(
+            "",
+            format!("the body must be a JSON object, found {}", describe(body)),
+        ));
+    };
+    let mut details = Details::default();
+    for key in fields.keys().filter(|k| *k != "spectrum") {
+        details.push(format!("/{}", pointer_token(key)), "unknown field");
+    }
+    let spectrum = match fields.get("spectrum") {
+        Some(value) => SpectrumSpec::parse(value, "/spectrum", MAX_FEATURES, &mut details),
+        None => {
+            details.push("/spectrum", "is required");
+            None
+        }
+    };
+    if let Some(spectrum) = &spectrum
+        && spectrum.full_scale().is_some() != old.full_scale().is_some()
+    {
+        details.push(
+            "/spectrum/scale",
+            format!(
+                "the model reads {:?}: its successor must read reflectance where it does, and \
+                 absorbance where it does",
+                old.scale
+            ),
+        );
+    }
+    details.finish("invalid successor")?;
+    spectrum.ok_or_else(|| Invalid::one("/spectrum", "is required"))
+}

@@ -1,0 +1,265 @@
+//! An instrument replaced through the API (`POST /v1/models/{name}/successor`): the overlap's
+//! batches carry both instruments' readings, then the successor's alone; predict answers the
+//! successor's readings through the map and its own model; the model's view says how far the
+//! transfer has come; versions, restore and refit carry it.
+
+use rand::{Rng, SeedableRng};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+/// The old instrument's grid: 400–700 nm every 20 nm.
+const OLD: (f64, f64, usize) = (400.0, 20.0, 16);
+
+/// Samples: three dye concentrations.
+fn samples(rows: usize, seed: u64) -> Vec<Vec<f64>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..rows)
+        .map(|_| (0..3).map(|_| rng.random_range(0.0..1.0)).collect())
+        .collect()
+}
+
+/// Readings in percent of samples `c` on the grid `(start, interval, count)` by an instrument
+/// that shifts wavelengths by `shift` nm and has gain `gain`, with a little noise.
+fn read(c: &[Vec<f64>], grid: (f64, f64, usize), shift: f64, gain: f64, seed: u64) -> Vec<Vec<f64>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let peak = |nm: f64, centre: f64, width: f64| (-0.5 * ((nm - centre) / width).powi(2)).exp();
+    c.iter()
+        .map(|c| {
+            (0..grid.2)
+                .map(|j| {
+                    let nm = grid.0 + grid.1 * j as f64 + shift;
+                    let clean = 90.0
+                        - 40.0 * c[0] * peak(nm, 470.0, 40.0)
+                        - 30.0 * c[1] * peak(nm, 560.0, 40.0)
+                        - 35.0 * c[2] * peak(nm, 640.0, 35.0);
+                    gain * clean + 0.05 * rng.random_range(-1.0..1.0)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The successor's readings of `c` as a fraction, on 395–705 nm every 10 nm: it reads 3 nm
+/// off and 5 % low.
+fn successor_readings(c: &[Vec<f64>], seed: u64) -> Value {
+    let values: Vec<Vec<f64>> = read(c, (395.0, 10.0, 32), 3.0, 0.95, seed)
+        .into_iter()
+        .map(|row| row.into_iter().map(|v| v / 100.0).collect())
+        .collect();
+    json!({"start_nm": 395, "interval_nm": 10, "values": values})
+}
+
+fn old_readings(c: &[Vec<f64>], seed: u64) -> Value {
+    json!({"start_nm": OLD.0, "interval_nm": OLD.1, "values": read(c, OLD, 0.0, 1.0, seed)})
+}
+
+async fn model(app: &TestApp, name: &str) -> Value {
+    get_json(&app.client, &app.url(&format!("/v1/models/{name}"))).await
+}
+
+async fn learn(app: &TestApp, batch: Value) -> Value {
+    let id = batch["batch_id"].as_str().unwrap().to_owned();
+    let response = app.post_batch("swap", &batch).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED, "{id}");
+    let status = app.wait_for_batch("swap", &id).await;
+    assert_eq!(status["status"], "folded", "{status}");
+    status
+}
+
+async fn predict(app: &TestApp, body: &Value) -> reqwest::Response {
+    app.post("/v1/models/swap/predict", body).await
+}
+
+/// Root mean square error of the first output's predicted means against `c`, and the answer.
+async fn rmse(app: &TestApp, body: Value, c: &[Vec<f64>]) -> (f64, Value) {
+    let response = predict(app, &body).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let answer: Value = response.json().await.unwrap();
+    let rows = answer["predictions"].as_array().unwrap();
+    assert_eq!(rows.len(), c.len());
+    let sum: f64 = rows
+        .iter()
+        .zip(c)
+        .map(|(p, c)| (0..3).map(|k| (p["mean"][k].as_f64().unwrap() - c[k]).powi(2)).sum::<f64>())
+        .sum();
+    ((sum / (3 * c.len()) as f64).sqrt(), answer)
+}
+
+#[tokio::test]
+async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_transfer() {
+    let app = spawn_app().await;
+    let spectrum = json!({"start_nm": OLD.0, "interval_nm": OLD.1, "count": OLD.2, "scale": "percent"});
+    app.create_model(&json!({
+        "name": "swap", "spectrum": spectrum, "outputs": ["red", "yellow", "blue"],
+        "transform": "none", "prior": "ridge", "first_fit_rows": 40,
+    }))
+    .await;
+    let declare = json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}});
+    let untrained = app.post("/v1/models/swap/successor", &declare).await;
+    assert_eq!(untrained.status(), StatusCode::CONFLICT);
+
+    let c = samples(60, 1);
+    learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
+    assert_eq!(model(&app, "swap").await["version"], 1);
+    assert!(model(&app, "swap").await.get("successor").is_none());
+
+    // Absorbance cannot succeed a reflectance instrument; a batch may not carry readings of an
+    // instrument not declared.
+    let absorbance = app
+        .post(
+            "/v1/models/swap/successor",
+            &json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "absorbance"}}),
+        )
+        .await;
+    assert_eq!(absorbance.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        error_paths(&absorbance.json::<Value>().await.unwrap()["error"]),
+        ["/spectrum/scale"]
+    );
+    let early = app
+        .post_batch(
+            "swap",
+            &json!({"batch_id": "early", "successor": successor_readings(&c[..2], 3), "y": &c[..2]}),
+        )
+        .await;
+    assert_eq!(early.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    let declared = app.post("/v1/models/swap/successor", &declare).await;
+    assert_eq!(declared.status(), StatusCode::OK);
+    let view: Value = declared.json().await.unwrap();
+    assert_eq!(view["version"], 2);
+    assert_eq!(view["successor"]["spectrum"]["count"], 31);
+    assert_eq!(view["successor"]["pairs"], 0.0);
+    assert_eq!(view["successor"]["answered_by"], json!([]));
+    assert_eq!(view["successor"]["retired"], false);
+    // The same declaration again changes nothing; another is refused, and so is growth.
+    let again = app.post("/v1/models/swap/successor", &declare).await;
+    assert_eq!(again.json::<Value>().await.unwrap()["version"], 2);
+    let other = json!({"spectrum": {"start_nm": 400, "interval_nm": 20, "count": 16, "scale": "percent"}});
+    let conflict = app.post("/v1/models/swap/successor", &other).await;
+    assert_eq!(conflict.status(), StatusCode::CONFLICT);
+    let grow = app
+        .post("/v1/models/swap/outputs", &json!({"outputs": ["black"]}))
+        .await;
+    assert_eq!(grow.status(), StatusCode::CONFLICT);
+
+    let probe = samples(40, 9);
+    let successor_probe = json!({"instrument": "successor", "spectra": successor_readings(&probe, 10)});
+    let nothing = predict(&app, &successor_probe).await;
+    assert_eq!(nothing.status(), StatusCode::CONFLICT);
+
+    // The overlap: 30 samples read by both.
+    let overlap = samples(30, 4);
+    learn(
+        &app,
+        json!({"batch_id": "overlap", "spectra": old_readings(&overlap, 5),
+               "successor": successor_readings(&overlap, 6), "y": overlap}),
+    )
+    .await;
+    let view = model(&app, "swap").await;
+    assert_eq!(view["version"], 3);
+    assert_eq!(view["observations"], 90.0, "the old readings teach the model too");
+    assert_eq!(view["successor"]["pairs"], 30.0);
+    assert_eq!(view["successor"]["own_rows"], 30.0);
+    assert_eq!(view["successor"]["answered_by"], json!(["map", "own"]));
+
+    // The successor's readings answered through the transfer are far closer than the same
+    // readings read as if the old instrument had made them (3 nm off, 5 % low).
+    let (through, answer) = rmse(&app, successor_probe.clone(), &probe).await;
+    let naive: Vec<Vec<f64>> = read(&probe, OLD, 3.0, 95.0 / 100.0, 10);
+    let (as_if_old, _) = rmse(
+        &app,
+        json!({"spectra": {"start_nm": OLD.0, "interval_nm": OLD.1, "values": naive}}),
+        &probe,
+    )
+    .await;
+    let (old, old_answer) = rmse(&app, json!({"spectra": old_readings(&probe, 11)}), &probe).await;
+    assert!(
+        through < 0.5 * as_if_old,
+        "through the transfer {through}, as if read by the old instrument {as_if_old}"
+    );
+    assert!(through < 0.1, "through the transfer {through} (old instrument {old})");
+    // The answer carries more uncertainty than the old instrument's own (the map's and the
+    // own model's).
+    let variance = |a: &Value| a["predictions"][0]["variance"][0].as_f64().unwrap();
+    assert!(variance(&answer) > variance(&old_answer));
+    assert!(variance(&answer).is_finite());
+
+    // The successor alone from now on: its own model learns, the map does not.
+    for i in 0..4 {
+        let c = samples(25, 20 + i);
+        learn(
+            &app,
+            json!({"batch_id": format!("new-{i}"), "successor": successor_readings(&c, 30 + i), "y": c}),
+        )
+        .await;
+    }
+    let view = model(&app, "swap").await;
+    assert_eq!(view["observations"], 90.0, "the model learns no successor-only row");
+    assert_eq!(view["successor"]["pairs"], 30.0);
+    assert_eq!(view["successor"]["own_rows"], 130.0);
+    // Here the own model soon predicts the rows it had not seen as well as the map path: the
+    // old instrument retired once 30 (weighted) rows had shown it, and its scoring stopped.
+    let status = &view["successor"];
+    assert_eq!(status["retired"], true, "{status}");
+    assert_eq!(status["answered_by"], json!(["own"]));
+    assert_eq!(status["own_weight"], 1.0);
+    let scored = status["scored_rows"].as_f64().unwrap();
+    assert!((30.0..100.0).contains(&scored), "{status}");
+    assert!(status["mean_log_score_own"].as_f64() >= status["mean_log_score_map"].as_f64());
+    let (later, _) = rmse(&app, successor_probe.clone(), &probe).await;
+    assert!(later < 0.1, "after the successor's own rows {later}");
+
+    // After retirement the old instrument's readings still teach the model, but the map
+    // learns no more pairs.
+    let late = samples(10, 40);
+    learn(
+        &app,
+        json!({"batch_id": "late", "spectra": old_readings(&late, 41),
+               "successor": successor_readings(&late, 42), "y": late}),
+    )
+    .await;
+    let view = model(&app, "swap").await;
+    assert_eq!(view["observations"], 100.0);
+    assert_eq!(view["successor"]["pairs"], 30.0);
+    assert_eq!(view["successor"]["own_rows"], 140.0);
+
+    // A restore of the declaration's version brings back its empty succession; a refit keeps
+    // the succession it finds; restoring the last fold brings back what it had learnt.
+    let version = view["version"].as_i64().unwrap();
+    let restored = app.post("/v1/models/swap/versions/2/restore", &json!({})).await;
+    assert_eq!(restored.status(), StatusCode::CREATED);
+    assert_eq!(model(&app, "swap").await["successor"]["own_rows"], 0.0);
+    let restored = app
+        .post(&format!("/v1/models/swap/versions/{version}/restore"), &json!({}))
+        .await;
+    assert_eq!(restored.status(), StatusCode::CREATED);
+    let refit = app.post("/v1/models/swap/refit", &json!({})).await;
+    assert_eq!(refit.status(), StatusCode::CREATED);
+    let view = model(&app, "swap").await;
+    assert_eq!(view["successor"]["own_rows"], 140.0);
+    assert_eq!(view["successor"]["retired"], true);
+    let history = get_json(&app.client, &app.url("/v1/models/swap/versions")).await;
+    assert!(
+        history["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["full_state"] == true),
+        "a model with a successor keeps its versions in full"
+    );
+
+    // Requests that cannot be answered say why.
+    let unknown = predict(&app, &json!({"instrument": "other", "spectra": old_readings(&probe, 1)})).await;
+    assert_eq!(unknown.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let mismatched = app
+        .post_batch(
+            "swap",
+            &json!({"batch_id": "short", "successor": successor_readings(&probe[..2], 1), "y": &probe[..3]}),
+        )
+        .await;
+    assert_eq!(mismatched.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    app.stop().await;
+}
