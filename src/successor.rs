@@ -318,7 +318,10 @@ mod tests {
         let stats = BatchStatistics::from_row_major(&config.basis, n, &x, &y).expect("rows");
         let model = ModelState::fit(&config, stats).expect("first fit");
         let grid = Grid::new(400.0, 75.0, 5).expect("grid");
-        let new: Vec<f64> = x.chunks(4).flat_map(|r| [r[0], r[1], r[1], r[2], r[3]]).collect();
+        let new: Vec<f64> = x
+            .chunks(4)
+            .flat_map(|r| [r[0], r[1], r[1], r[2], r[3]])
+            .collect();
         let batch = SuccessorBatch {
             rows: n,
             new,
@@ -336,7 +339,11 @@ mod tests {
     fn a_version_without_a_succession_is_the_model_state_alone_and_one_with_it_reads_back() {
         let (model, succession) = trained();
         let plain = encode_version(&model, None);
-        assert_eq!(plain, codec::encode(&model), "digests of plain models unchanged");
+        assert_eq!(
+            plain,
+            codec::encode(&model),
+            "digests of plain models unchanged"
+        );
         let (back, none) = decode_version(&plain).expect("decodes");
         assert!(none.is_none());
         assert_eq!(back, model);

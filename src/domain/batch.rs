@@ -6,10 +6,11 @@ use sha2::{Digest, Sha256};
 
 use super::body::{Body, RowField, Width};
 use super::fast::{fast_csv, fast_rows_object};
+use super::handover::{self, grid_of};
 use super::header::{Column, csv_columns};
 use super::spectrum::{
-    Grid, MAX_REQUEST_BANDS, SpectrumSpec, band_wavelength, flag_above_full, join_inputs, nm_name,
-    parse_spectra, resample_rows,
+    Grid, MAX_REQUEST_BANDS, band_wavelength, flag_above_full, join_inputs, nm_name, parse_spectra,
+    resample_rows,
 };
 use super::{Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
 
@@ -112,48 +113,6 @@ pub fn row_fields(spec: &ModelSpec) -> [RowField; 4] {
             },
         },
     ]
-}
-
-/// Reads a batch's successor readings (`successor`: `{"start_nm", "interval_nm", "values"}` on
-/// the successor's scale) for a model that declares a successor: resampled onto its grid and
-/// converted to the model's scale (percent and fraction differ by their full scale), so that
-/// the successor's own model reads them as the model reads its spectra.
-fn parse_successor(
-    body: &mut Body,
-    spec: &ModelSpec,
-    details: &mut Details,
-    warnings: &mut Details,
-) -> Option<Rows> {
-    let values = body.take_rows("/successor/values");
-    let Some(successor) = &spec.successor else {
-        details.push(
-            "/successor",
-            "the model declares no successor instrument (POST /v1/models/{name}/successor)",
-        );
-        return None;
-    };
-    let rows = parse_spectra(
-        body.value().get("successor"),
-        values,
-        "/successor",
-        successor,
-        details,
-        warnings,
-    )?;
-    Some(to_model_scale(rows, successor, spec))
-}
-
-/// `rows` read on `from`'s scale, on the scale of `spec`'s spectrum.
-pub fn to_model_scale(rows: Rows, from: &SpectrumSpec, spec: &ModelSpec) -> Rows {
-    let to = spec.spectrum.and_then(|s| s.full_scale());
-    match (from.full_scale(), to) {
-        (Some(a), Some(b)) if a != b => {
-            let factor = b / a;
-            let values = rows.values().iter().map(|v| v * factor).collect();
-            Rows::from_row_major(rows.rows(), rows.width(), values)
-        }
-        _ => rows,
-    }
 }
 
 /// Reads a request's inputs: `x` (named features) and, for a model with a spectrum, `spectra`
@@ -271,7 +230,7 @@ impl NewBatch {
         }
         let mut warnings = Details::default();
         let successor = has_successor
-            .then(|| parse_successor(&mut body, spec, &mut details, &mut warnings))
+            .then(|| handover::parse_json(&mut body, spec, &mut details, &mut warnings))
             .flatten();
         let x = if has_successor && !has_spectra {
             // The successor's readings alone: the named features are the rest of the inputs.
@@ -376,6 +335,9 @@ impl NewBatch {
             Some(key) => BatchId::parse(key)
                 .map_err(|e| Invalid::one("", format!("Idempotency-Key header {e}")))?,
         };
+        if handover::has_csv_columns(body) {
+            return Self::parse_csv_with_successor(body, spec, idempotency_key, max_rows);
+        }
         // A spectrum on another grid than the model's is read on its own grid, then resampled.
         let csv_grid = csv_spectrum_grid(body, spec)?;
         let read_spec = match (&spec.spectrum, csv_grid) {
@@ -409,6 +371,43 @@ impl NewBatch {
             successor: None,
             warnings: warnings.into_list(),
         })
+    }
+
+    /// [`Self::parse_csv`] of a CSV with `successor:<λ>nm` columns: they are split off
+    /// ([`handover::split_csv`]) and the rest is read as a batch of the model's own instrument
+    /// (the overlap) or, without its bands, as the named features of the successor's rows.
+    fn parse_csv_with_successor(
+        body: &[u8],
+        spec: &ModelSpec,
+        idempotency_key: Option<&str>,
+        max_rows: usize,
+    ) -> Result<Self, CsvError> {
+        let mut warnings = Details::default();
+        let split = handover::split_csv(body, spec, max_rows, &mut warnings)?;
+        let mut rest_spec = spec.clone();
+        if !split.old_read {
+            rest_spec.spectrum = None;
+        }
+        rest_spec.successor = None;
+        let mut batch = Self::parse_csv(&split.rest, &rest_spec, idempotency_key, max_rows)?;
+        if batch.rows() != split.readings.rows() {
+            return Err(Invalid::one(
+                "",
+                format!(
+                    "{} rows hold the successor's readings but {} the rest of the batch: a \
+                     row may not hold only one instrument's",
+                    split.readings.rows(),
+                    batch.rows()
+                ),
+            )
+            .into());
+        }
+        batch.successor = Some(Successor {
+            readings: split.readings,
+            old_read: split.old_read,
+        });
+        batch.warnings.extend(warnings.into_list());
+        Ok(batch)
     }
 
     pub fn rows(&self) -> usize {
@@ -466,20 +465,7 @@ fn csv_spectrum_grid(body: &[u8], spec: &ModelSpec) -> Result<Option<Grid>, Inva
     {
         return Ok(None);
     }
-    // The grid's step from its ends, as a request would state it.
-    let first = wavelengths[0];
-    let interval = (wavelengths[wavelengths.len() - 1] - first) / (wavelengths.len() - 1) as f64;
-    let interval = (interval * 1e6).round() / 1e6;
-    let regular = wavelengths
-        .windows(2)
-        .all(|w| ((w[1] - w[0]) - interval).abs() <= 1e-6 * interval.max(1.0));
-    if !regular {
-        return Err(Invalid::one(
-            "/header",
-            "the spectrum's columns (<λ>nm) must form a regular wavelength grid",
-        ));
-    }
-    let grid = Grid::new(wavelengths[0], interval, wavelengths.len())
+    let grid = grid_of(&wavelengths)
         .map_err(|e| Invalid::one("/header", format!("the spectrum's columns: {e}")))?;
     if !grid.covers(&model) {
         return Err(Invalid::one(

@@ -9,6 +9,7 @@ pub mod colour;
 mod details;
 mod extension;
 mod fast;
+mod handover;
 mod header;
 pub mod kitchen;
 pub mod model;
@@ -18,13 +19,14 @@ pub mod spectrum;
 
 pub use batch::{
     BATCH_ID_PATTERN, BatchId, CsvError, EncodedBatch, MAX_BATCH_ID_LEN, NewBatch, Successor,
-    parse_inputs, row_fields, to_model_scale,
+    parse_inputs, row_fields,
 };
 pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
 pub(crate) use details::describe;
 pub use details::{Detail, Details, Invalid, MAX_DETAILS, pointer_token};
 pub use extension::{Extension, Growth, extend};
 pub use fast::{FastObject, fast_rows_object};
+pub use handover::to_model_scale;
 pub use model::{ModelName, ModelSpec, SaundersonSpec, Shape, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};
 pub use scope::Scope;

@@ -55,6 +55,40 @@ fn old_readings(c: &[Vec<f64>], seed: u64) -> Value {
     json!({"start_nm": OLD.0, "interval_nm": OLD.1, "values": read(c, OLD, 0.0, 1.0, seed)})
 }
 
+/// A CSV batch of the samples `c`: the old instrument's bands (when `old` holds its readings)
+/// and the successor's columns `successor:<λ>nm` of `successor` (as [`successor_readings`]
+/// writes them), then the outputs.
+fn csv(c: &[Vec<f64>], old: Option<&Value>, successor: &Value) -> String {
+    let mut header: Vec<String> = Vec::new();
+    if old.is_some() {
+        header.extend((0..OLD.2).map(|j| format!("{}nm", OLD.0 + OLD.1 * j as f64)));
+    }
+    header.extend((0..32).map(|j| format!("successor:{}nm", 395 + 10 * j)));
+    header.extend(["red", "yellow", "blue"].map(String::from));
+    let mut text = header.join(",") + "\n";
+    for (i, c) in c.iter().enumerate() {
+        let mut cells: Vec<String> = Vec::new();
+        if let Some(old) = old {
+            cells.extend(old["values"][i].as_array().unwrap().iter().map(|v| v.to_string()));
+        }
+        cells.extend(successor["values"][i].as_array().unwrap().iter().map(|v| v.to_string()));
+        cells.extend(c.iter().map(|v| v.to_string()));
+        text += &(cells.join(",") + "\n");
+    }
+    text
+}
+
+async fn post_csv(app: &TestApp, key: &str, body: String) -> reqwest::Response {
+    app.client
+        .post(app.url("/v1/models/swap/batches"))
+        .header("content-type", "text/csv")
+        .header("Idempotency-Key", key)
+        .body(body)
+        .send()
+        .await
+        .expect("POST")
+}
+
 async fn model(app: &TestApp, name: &str) -> Value {
     get_json(&app.client, &app.url(&format!("/v1/models/{name}"))).await
 }
@@ -152,12 +186,19 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
 
     // The overlap: 30 samples read by both.
     let overlap = samples(30, 4);
+    let (old_overlap, new_overlap) = (old_readings(&overlap, 5), successor_readings(&overlap, 6));
     learn(
         &app,
-        json!({"batch_id": "overlap", "spectra": old_readings(&overlap, 5),
-               "successor": successor_readings(&overlap, 6), "y": overlap}),
+        json!({"batch_id": "overlap", "spectra": old_overlap,
+               "successor": new_overlap, "y": overlap}),
     )
     .await;
+    // The same rows as CSV are the same batch; other readings under its id are refused.
+    let same = post_csv(&app, "overlap", csv(&overlap, Some(&old_overlap), &new_overlap)).await;
+    assert_eq!(same.headers()["idempotent-replayed"], "true");
+    let other = successor_readings(&overlap, 7);
+    let differs = post_csv(&app, "overlap", csv(&overlap, Some(&old_overlap), &other)).await;
+    assert_eq!(differs.status(), StatusCode::CONFLICT);
     let view = model(&app, "swap").await;
     assert_eq!(view["version"], 3);
     assert_eq!(view["observations"], 90.0, "the old readings teach the model too");
@@ -187,8 +228,17 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
     assert!(variance(&answer) > variance(&old_answer));
     assert!(variance(&answer).is_finite());
 
-    // The successor alone from now on: its own model learns, the map does not.
-    for i in 0..4 {
+    // The successor alone from now on: its own model learns, the map does not. One batch
+    // comes as CSV.
+    let c = samples(25, 23);
+    let response = post_csv(&app, "new-3", csv(&c, None, &successor_readings(&c, 33))).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let bad = csv(&c[..1], None, &successor_readings(&c[..1], 1)).replacen(",0.", ",x", 1);
+    let refused = post_csv(&app, "bad", bad).await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let refused: Value = refused.json().await.unwrap();
+    assert_eq!(error_paths(&refused["error"]), ["/rows/0/successor:405nm"]);
+    for i in 0..3 {
         let c = samples(25, 20 + i);
         learn(
             &app,
