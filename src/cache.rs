@@ -13,10 +13,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyRing;
 use crate::domain::{ModelName, ModelSpec};
+use crate::estimator::grid::Grid;
 use crate::estimator::recipe::ForwardMap;
+use crate::estimator::succession::Succession;
+use crate::estimator::transfer::TransferMap;
 use crate::estimator::{ModelConfig, ModelState, Predictor};
 use crate::store::{Store, StoreError, Topic};
-use crate::successor::{Serving, decode_version};
+use crate::successor::decode_version;
 use crate::tasks::Notifications;
 use mordant_kitchen::Colorimeter;
 
@@ -76,6 +79,40 @@ fn growth(spec: &ModelSpec) -> usize {
 pub struct Matching {
     pub map: ForwardMap,
     pub colorimeter: Option<Colorimeter>,
+}
+
+/// A version's succession as predict and match use it: the map to the old instrument's grid
+/// formed at the version's first successor request, and what matching on the successor's own
+/// model needs, at its first (or why either cannot be).
+#[derive(Debug)]
+pub struct Serving {
+    pub succession: Succession,
+    map: OnceLock<Result<Option<TransferMap>, String>>,
+    pub forward: OnceLock<Result<Arc<Matching>, String>>,
+}
+
+impl Serving {
+    pub fn new(succession: Succession) -> Self {
+        Self {
+            succession,
+            map: OnceLock::new(),
+            forward: OnceLock::new(),
+        }
+    }
+
+    /// The map to `old_grid` ([`Succession::map`]): `None` before its first pairs or once the
+    /// old path retired.
+    pub fn map(&self, old_grid: &Grid) -> Result<Option<&TransferMap>, String> {
+        self.map
+            .get_or_init(|| {
+                self.succession
+                    .map(old_grid)
+                    .map_err(|e| format!("the map to the old instrument cannot be formed: {e}"))
+            })
+            .as_ref()
+            .map(Option::as_ref)
+            .map_err(Clone::clone)
+    }
 }
 
 /// Model ids only grow (an identity column), and so do a model's versions and its specification,

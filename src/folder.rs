@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::PosteriorCache;
+use crate::cache::Serving;
 use crate::config::FolderSettings;
 use crate::domain::Shape;
 use crate::estimator::grid::Grid;
@@ -22,7 +23,7 @@ use crate::estimator::{BatchStatistics, ModelConfig, ModelState, drift};
 use crate::history::{self, Source, decode_batch};
 use crate::metrics::Metrics;
 use crate::store::{ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic, VersionOrigin};
-use crate::successor::{self, Serving, SuccessorBatch, encode_version};
+use crate::successor::{self, SuccessorBatch, encode_version};
 use crate::tasks::{Notifications, sleep_or_stop};
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches

@@ -23,12 +23,12 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::cache::{CachedModel, PosteriorCache};
+use crate::cache::{CachedModel, PosteriorCache, Serving};
 use crate::domain::Shape;
 use crate::estimator::succession::Succession;
 use crate::estimator::{Basis, BatchStatistics, ModelConfig, ModelState, codec};
 use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin};
-use crate::successor::{Serving, SuccessorBatch, decode_version};
+use crate::successor::{SuccessorBatch, decode_version};
 
 /// What a queued batch was stored as.
 #[derive(Clone, Copy, Debug)]

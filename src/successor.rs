@@ -18,14 +18,11 @@
 //!   the model's scale. The folder learns it with [`learn`].
 //! * **Answers.** Predict with `"instrument": "successor"` reads the spectra on the successor's
 //!   grid and answers through [`Succession::predict`], with the map formed once per version
-//!   ([`Serving`]).
-
-use std::sync::OnceLock;
+//!   ([`crate::cache::Serving`]).
 
 use faer::MatRef;
 
 use crate::estimator::succession::{Succession, SuccessorRows};
-use crate::estimator::transfer::TransferMap;
 use crate::estimator::{
     BatchStatistics, DecodeError, EstimatorError, ModelConfig, ModelState, codec, grid::Grid,
 };
@@ -254,37 +251,6 @@ pub fn learn(
         return Err("the successor's own model would be non-finite".to_owned());
     }
     Ok(next)
-}
-
-/// A version's succession as predictions use it: the map to the old instrument's grid formed
-/// at the version's first successor prediction (or why it cannot be).
-#[derive(Debug)]
-pub struct Serving {
-    pub succession: Succession,
-    map: OnceLock<Result<Option<TransferMap>, String>>,
-}
-
-impl Serving {
-    pub fn new(succession: Succession) -> Self {
-        Self {
-            succession,
-            map: OnceLock::new(),
-        }
-    }
-
-    /// The map to `old_grid` ([`Succession::map`]): `None` before its first pairs or once the
-    /// old path retired.
-    pub fn map(&self, old_grid: &Grid) -> Result<Option<&TransferMap>, String> {
-        self.map
-            .get_or_init(|| {
-                self.succession
-                    .map(old_grid)
-                    .map_err(|e| format!("the map to the old instrument cannot be formed: {e}"))
-            })
-            .as_ref()
-            .map(Option::as_ref)
-            .map_err(Clone::clone)
-    }
 }
 
 #[cfg(test)]

@@ -48,8 +48,14 @@ pub struct BatchRequest {
     /// model has a spectrum and no named features.
     #[schema(min_items = 1)]
     pub x: Option<Vec<Vec<f64>>>,
-    /// One reflectance spectrum per row, for a model that declares a spectrum.
+    /// One reflectance spectrum per row, for a model that declares a spectrum. May be left out
+    /// in a batch of a successor instrument's readings alone.
     pub spectra: Option<Spectra>,
+    /// The successor instrument's readings of the same samples, one per row, on its scale and
+    /// any grid that covers its own, for a model given one (`POST /v1/models/{name}/successor`):
+    /// with `spectra`, the overlap (both instruments read each sample); alone, the successor's
+    /// rows, which only its own model learns.
+    pub successor: Option<Spectra>,
     /// Output rows (concentrations used), one per input row, one number per output.
     #[schema(min_items = 1)]
     pub y: Vec<Vec<f64>>,
@@ -137,7 +143,8 @@ impl From<BatchRecord> for BatchView {
 ///
 /// CSV (`text/csv`): a header naming each of the model's features and outputs once, in any
 /// order, then one row per observation; the batch id comes from the `Idempotency-Key` header.
-/// The same rows sent as JSON or CSV are the same batch. The answer leaves only once the batch (raw rows and statistics) is committed. Posting the
+/// A successor instrument's readings are columns `successor:<λ>nm`, beside the model's own
+/// bands (the overlap) or in their place. The same rows sent as JSON or CSV are the same batch. The answer leaves only once the batch (raw rows and statistics) is committed. Posting the
 /// same `batch_id` (or `Idempotency-Key`) again with the same content answers with the stored
 /// batch and adds nothing; with different content, 409.
 #[utoipa::path(post, operation_id = "ingest_batch", path = "/v1/models/{name}/batches", tag = "batches",

@@ -15,14 +15,16 @@ use super::colour::{CmcSpec, ColourDifference, ToleranceSpec, Verdict};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{RawJson, check_malformed};
 use super::models::not_trained;
-use super::predict::{Spectra, parse_request_with};
+use super::predict::{Instrument, Spectra, SuccessorRead, parse_request_with};
 use super::routes::Routes;
 use crate::cache::{CachedModel, Matching};
 use crate::domain::colour::{self, Comparison, read_judgement};
 use crate::domain::kitchen::{self, read_listing, read_search};
-use crate::domain::{Detail, Invalid};
-use crate::estimator::EstimatorError;
+use crate::domain::{Detail, Invalid, Rows};
+use crate::estimator::grid::Grid;
 use crate::estimator::recipe::RecipeMatch;
+use crate::estimator::transfer::MIN_TRANSFER_ROWS;
+use crate::estimator::{EstimatorError, ModelState};
 use mordant_kitchen::candidates::KitchenError;
 use mordant_kitchen::{
     Candidate, Colorimeter, Ranking, combination_count, combinations, unrestricted,
@@ -108,6 +110,10 @@ pub struct MatchRequest {
     pub x: Option<Vec<Vec<f64>>>,
     /// The target spectra, one per row.
     pub spectra: Spectra,
+    /// Which instrument read `spectra` (default `model`). A successor's reading is matched
+    /// through the map to the model's instrument while it serves (each target's old reading as
+    /// the map reconstructs it), else by the successor's own model.
+    pub instrument: Option<Instrument>,
     /// The colour difference a recipe's verdict is judged on (default `{"de00": 1.0}`).
     pub tolerance: Option<ToleranceSpec>,
     /// The weights of CMC(l:c) (default `{"l": 2, "c": 1}`).
@@ -217,10 +223,12 @@ pub async fn match_recipes(
         let name = name.clone();
         app.cpu_bound(move || {
             let outputs = &model.spec.outputs;
-            let mut fields = vec!["tolerance", "cmc"];
+            let mut fields = vec!["tolerance", "cmc", "instrument"];
             fields.extend(kitchen::FIELDS);
+            let read = SuccessorRead::of(&bytes, &model.spec, &name)?;
+            let spec = read.as_ref().map_or(&model.spec, |r| &r.spec);
             let (x, warnings, options) =
-                parse_request_with(&bytes, &model.spec, limit, &fields, |fields, details, _| {
+                parse_request_with(&bytes, spec, limit, &fields, |fields, details, _| {
                     let listing = read_listing(fields, details);
                     let judgement = read_judgement(fields, details);
                     let search = read_search(fields, outputs, None, judgement, details);
@@ -228,7 +236,10 @@ pub async fn match_recipes(
                 })?;
             let (listing, search) =
                 options.ok_or_else(|| Invalid::one("", "invalid match request"))?;
-            let matching = matching(&model, &name)?;
+            let (x, matching) = match &read {
+                None => (x, matching(&model, &name)?),
+                Some(read) => successor_targets(&model, read, &x, &name)?,
+            };
             let colorimeter = matching.colorimeter.as_ref();
             if colorimeter.is_none() && search.ranking != Ranking::ColourDifference {
                 return Err(Invalid::one(
@@ -306,23 +317,82 @@ pub async fn match_recipes(
 /// The version's forward map and colorimeter, formed at its first match.
 pub(super) fn matching(model: &CachedModel, name: &str) -> Result<Arc<Matching>, ApiError> {
     let state = model.state.as_deref().ok_or_else(|| not_trained(name))?;
-    let formed = model.forward.get_or_init(|| {
-        let map = state.forward_map().map_err(|e| e.to_string())?;
-        // Colour needs the visible range: a model on other bands gets none.
-        let colorimeter = model
-            .spec
-            .spectrum
-            .map(|s| s.grid())
-            .filter(colour::can_judge)
-            .map(|grid| Colorimeter::new(&grid))
-            .transpose()
-            .map_err(|e| format!("the colour of the model's bands: {e}"))?;
-        Ok(Arc::new(Matching { map, colorimeter }))
-    });
+    let grid = model.spec.spectrum.map(|s| s.grid());
+    let formed = model.forward.get_or_init(|| form_matching(state, grid));
     match formed {
         Ok(matching) => Ok(Arc::clone(matching)),
         Err(e) => Err(ApiError::Conflict(format!("model {name:?}: {e}"))),
     }
+}
+
+/// `state`'s forward map, and the colour of spectra on its bands (`grid`) when they cover the
+/// visible range.
+fn form_matching(state: &ModelState, grid: Option<Grid>) -> Result<Arc<Matching>, String> {
+    let map = state.forward_map().map_err(|e| e.to_string())?;
+    // Colour needs the visible range: a model on other bands gets none.
+    let colorimeter = grid
+        .filter(colour::can_judge)
+        .map(|grid| Colorimeter::new(&grid))
+        .transpose()
+        .map_err(|e| format!("the colour of the model's bands: {e}"))?;
+    Ok(Arc::new(Matching { map, colorimeter }))
+}
+
+/// Targets read by the successor (`x`, read with [`SuccessorRead::spec`]) as the rows a forward
+/// map matches, with that map: while the map to the old instrument serves, each target's old
+/// reading as the map reconstructs it, matched by the model's forward map; once the old
+/// instrument retired (or before the map's first pairs), the targets as read, matched by the
+/// successor's own model's.
+fn successor_targets(
+    model: &CachedModel,
+    read: &SuccessorRead,
+    x: &Rows,
+    name: &str,
+) -> Result<(Rows, Arc<Matching>), ApiError> {
+    let (new, features) = read.split(x);
+    let serving = SuccessorRead::serving(model, name)?;
+    let n = new.nrows();
+    let row = |m: &faer::Mat<f64>, i: usize| -> Vec<f64> { m.row(i).iter().copied().collect() };
+    if let Some(map) = serving.map(&read.own.grid()).map_err(ApiError::Conflict)? {
+        let width = read.own.count + features.ncols();
+        let mut values = Vec::with_capacity(n * width);
+        for i in 0..n {
+            let old = map.reconstruct(&row(&new, i)).map_err(|e| {
+                ApiError::Invalid(Invalid::one(format!("/spectra/values/{i}"), e.to_string()))
+            })?;
+            values.extend(old.mean);
+            values.extend(row(&features, i));
+        }
+        return Ok((
+            Rows::from_row_major(n, width, values),
+            matching(model, name)?,
+        ));
+    }
+    let own = serving.succession.own().ok_or_else(|| {
+        ApiError::Conflict(format!(
+            "model {name}'s successor cannot match yet: it needs {MIN_TRANSFER_ROWS} samples \
+             read by both instruments, or a batch of its readings with outputs"
+        ))
+    })?;
+    let formed = serving
+        .forward
+        .get_or_init(|| form_matching(own, Some(read.successor.grid())));
+    let matching = match formed {
+        Ok(matching) => Arc::clone(matching),
+        Err(e) => {
+            return Err(ApiError::Conflict(format!(
+                "model {name:?}'s successor: {e}"
+            )));
+        }
+    };
+    // The readings on the model's scale, as the own model learnt them.
+    let width = new.ncols() + features.ncols();
+    let mut values = Vec::with_capacity(n * width);
+    for i in 0..n {
+        values.extend(row(&new, i));
+        values.extend(row(&features, i));
+    }
+    Ok((Rows::from_row_major(n, width, values), matching))
 }
 
 /// A row whose numbers cannot be matched (absurd values overflow) is the client's to fix; a

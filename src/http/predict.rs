@@ -3,7 +3,7 @@
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use faer::RowRef;
+use faer::{Mat, RowRef};
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 use utoipa::ToSchema;
@@ -15,10 +15,10 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{RawJson, check_malformed, parse_body};
 use super::models::not_trained;
 use super::routes::Routes;
-use crate::cache::CachedModel;
+use crate::cache::{CachedModel, Serving};
 use crate::domain::{
-    Detail, Details, FastObject, Invalid, ModelSpec, Rows, fast_rows_object, parse_inputs,
-    pointer_token, row_fields,
+    Detail, Details, FastObject, Invalid, ModelSpec, Rows, SpectrumSpec, fast_rows_object,
+    parse_inputs, pointer_token, row_fields,
 };
 use crate::estimator::transfer::MIN_TRANSFER_ROWS;
 use crate::estimator::{Predictions, Predictor};
@@ -120,9 +120,10 @@ pub async fn predict(
         return Err(ApiError::not_found_model(&name));
     };
     let limit = app.limits.max_rows_per_request;
-    let (predictions, warnings) = if names_an_instrument(&bytes) {
+    let (predictions, warnings) = if let Some(read) = SuccessorRead::of(&bytes, &model.spec, &name)?
+    {
         let (model, name) = (model.clone(), name.clone());
-        app.cpu_bound(move || predict_any_instrument(&bytes, &model, limit, &name))
+        app.cpu_bound(move || predict_successor(&bytes, &model, &read, limit, &name))
             .await??
     } else if bytes.len() <= INLINE_BYTES {
         predict_rows(
@@ -206,76 +207,101 @@ fn names_an_instrument(bytes: &[u8]) -> bool {
     bytes.windows(12).any(|w| w == b"\"instrument\"")
 }
 
-/// The predictions for a request that may name its instrument (`instrument`): the model's own
-/// as [`predict_rows`] answers; the successor's through its succession
-/// ([`crate::estimator::succession::Succession::predict`]).
-fn predict_any_instrument(
-    bytes: &[u8],
-    model: &CachedModel,
-    limit: usize,
-    name: &str,
-) -> Result<(Predictions, Vec<Detail>), ApiError> {
-    #[derive(Deserialize)]
-    struct Named {
-        instrument: Option<serde_json::Value>,
-    }
-    let named = serde_json::from_slice::<Named>(bytes)
-        .ok()
-        .and_then(|n| n.instrument);
-    let instrument = match named.map(serde_json::from_value::<Instrument>) {
-        None => Instrument::Model,
-        Some(Ok(instrument)) => instrument,
-        Some(Err(_)) => {
-            return Err(Invalid::one(
-                "/instrument",
-                "must be \"model\" (the model's own instrument) or \"successor\"",
-            )
-            .into());
+/// A request's spectra read by the model's successor instrument: the specification they are
+/// read with (the successor's grid and scale in place of the model's spectrum), and the
+/// successor's and the model's spectra.
+pub(super) struct SuccessorRead {
+    pub spec: ModelSpec,
+    pub successor: SpectrumSpec,
+    pub own: SpectrumSpec,
+}
+
+impl SuccessorRead {
+    /// What a request names as its instrument (`instrument`): `None` for the model's own (the
+    /// default), the way to read the successor's otherwise; 409 for a model without one.
+    pub(super) fn of(bytes: &[u8], spec: &ModelSpec, name: &str) -> Result<Option<Self>, ApiError> {
+        #[derive(Deserialize)]
+        struct Named {
+            instrument: Option<serde_json::Value>,
         }
-    };
-    let spec = &model.spec;
-    let (Instrument::Successor, Some(successor), Some(own)) =
-        (instrument, spec.successor, spec.spectrum)
-    else {
-        if instrument == Instrument::Successor {
+        if !names_an_instrument(bytes) {
+            return Ok(None);
+        }
+        let named = serde_json::from_slice::<Named>(bytes)
+            .ok()
+            .and_then(|n| n.instrument);
+        let instrument = match named.map(serde_json::from_value::<Instrument>) {
+            None => Instrument::Model,
+            Some(Ok(instrument)) => instrument,
+            Some(Err(_)) => {
+                return Err(Invalid::one(
+                    "/instrument",
+                    "must be \"model\" (the model's own instrument) or \"successor\"",
+                )
+                .into());
+            }
+        };
+        if instrument == Instrument::Model {
+            return Ok(None);
+        }
+        let (Some(successor), Some(own)) = (spec.successor, spec.spectrum) else {
             return Err(ApiError::Conflict(format!(
                 "model {name} has no successor instrument (POST /v1/models/{name}/successor)"
             )));
-        }
-        let (x, warnings, _) =
-            parse_request_with(bytes, spec, limit, &["instrument"], |_, _, _| ())?;
-        let predictor = model
-            .predictor
-            .as_deref()
-            .ok_or_else(|| not_trained(name))?;
-        return Ok((predict_checked(predictor, x, spec)?, warnings));
-    };
-    // The spectra are read on the successor's grid and scale, then put on the model's scale.
-    let mut read_spec = spec.clone();
-    read_spec.spectrum = Some(successor);
+        };
+        let mut read = spec.clone();
+        read.spectrum = Some(successor);
+        Ok(Some(Self {
+            spec: read,
+            successor,
+            own,
+        }))
+    }
+
+    /// Rows read with [`Self::spec`] as the successor's readings on the model's scale, and
+    /// their named features.
+    pub(super) fn split(&self, x: &Rows) -> (Mat<f64>, Mat<f64>) {
+        let q = self.successor.count;
+        let factor = match (self.successor.full_scale(), self.own.full_scale()) {
+            (Some(from), Some(to)) => to / from,
+            _ => 1.0,
+        };
+        let x = x.as_mat();
+        let new = Mat::from_fn(x.nrows(), q, |i, j| x[(i, j)] * factor);
+        (new, x.subcols(q, x.ncols() - q).to_owned())
+    }
+
+    /// The successor's state at the model's version: 409 before it has one.
+    pub(super) fn serving<'m>(model: &'m CachedModel, name: &str) -> Result<&'m Serving, ApiError> {
+        model.successor.as_deref().ok_or_else(|| {
+            ApiError::Conflict(format!(
+                "model {name}'s successor has learnt nothing yet: post batches with its readings"
+            ))
+        })
+    }
+}
+
+/// The predictions for a request whose spectra the successor read, through its succession
+/// ([`crate::estimator::succession::Succession::predict`]).
+fn predict_successor(
+    bytes: &[u8],
+    model: &CachedModel,
+    read: &SuccessorRead,
+    limit: usize,
+    name: &str,
+) -> Result<(Predictions, Vec<Detail>), ApiError> {
     let (x, warnings, _) =
-        parse_request_with(bytes, &read_spec, limit, &["instrument"], |_, _, _| ())?;
-    let q = successor.count;
-    let factor = match (successor.full_scale(), own.full_scale()) {
-        (Some(from), Some(to)) => to / from,
-        _ => 1.0,
-    };
-    let x = x.as_mat();
-    let new = faer::Mat::from_fn(x.nrows(), q, |i, j| x[(i, j)] * factor);
-    let features = x.subcols(q, x.ncols() - q);
+        parse_request_with(bytes, &read.spec, limit, &["instrument"], |_, _, _| ())?;
+    let (new, features) = read.split(&x);
     let predictor = model
         .predictor
         .as_deref()
         .ok_or_else(|| not_trained(name))?;
-    let serving = model.successor.as_deref().ok_or_else(|| {
-        ApiError::Conflict(format!(
-            "model {name}'s successor has learnt nothing yet: post batches with its readings"
-        ))
-    })?;
-    let map = serving.map(&own.grid()).map_err(ApiError::Conflict)?;
+    let serving = SuccessorRead::serving(model, name)?;
+    let map = serving.map(&read.own.grid()).map_err(ApiError::Conflict)?;
     let answers = serving
         .succession
-        .predict(predictor, map, new.as_ref(), features)
+        .predict(predictor, map, new.as_ref(), features.as_ref())
         .map_err(|e| ApiError::Invalid(Invalid::one("/spectra", e.to_string())))?
         .ok_or_else(|| {
             ApiError::Conflict(format!(
@@ -283,7 +309,7 @@ fn predict_any_instrument(
                  samples read by both instruments, or a batch of its readings with outputs"
             ))
         })?;
-    let outputs = spec.outputs.len();
+    let outputs = model.spec.outputs.len();
     // An answer short of an output would be a fault: NaN, which the check refuses.
     let at = |i: usize, k: usize| {
         answers[i]
@@ -291,10 +317,10 @@ fn predict_any_instrument(
             .map_or((f64::NAN, f64::NAN), |a| (a.mean, a.variance))
     };
     let predictions = Predictions {
-        mean: faer::Mat::from_fn(answers.len(), outputs, |i, k| at(i, k).0),
-        variance: faer::Mat::from_fn(answers.len(), outputs, |i, k| at(i, k).1),
+        mean: Mat::from_fn(answers.len(), outputs, |i, k| at(i, k).0),
+        variance: Mat::from_fn(answers.len(), outputs, |i, k| at(i, k).1),
     };
-    check_finite(&predictions, spec)?;
+    check_finite(&predictions, &model.spec)?;
     Ok((predictions, warnings))
 }
 
@@ -383,14 +409,15 @@ impl<I: Iterator<Item = T> + Clone, T: Serialize> Serialize for Seq<I> {
     }
 }
 
-/// The rows of a predict request that the fast path did not accept, every problem reported
-/// with its path.
+/// The rows of a predict request that the fast path did not accept (which may name the model's
+/// own `instrument`), every problem reported with its path.
 pub(super) fn parse_request(
     bytes: &[u8],
     spec: &ModelSpec,
     limit: usize,
 ) -> Result<(Rows, Vec<Detail>), ApiError> {
-    parse_request_with(bytes, spec, limit, &[], |_, _, _| ()).map(|(x, warnings, ())| (x, warnings))
+    parse_request_with(bytes, spec, limit, &["instrument"], |_, _, _| ())
+        .map(|(x, warnings, ())| (x, warnings))
 }
 
 /// [`parse_request`] for a body that may also hold the fields `extra`, which `read` parses

@@ -19,13 +19,14 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, model_name};
 use super::models::{ModelView, not_trained};
 use super::routes::Routes;
+use crate::cache::Serving;
 use crate::domain::model::MAX_FEATURES;
 use crate::domain::{Details, Invalid, SpectrumSpec, describe, pointer_token};
 use crate::estimator::succession::Succession;
 use crate::folder::{Current, current_state};
 use crate::history::{self, NextVersion};
 use crate::store::{StateBlob, VersionOrigin};
-use crate::successor::{Serving, encode_version};
+use crate::successor::encode_version;
 
 /// The route that declares a successor, with the access it needs.
 pub fn routes(routes: Routes) -> Routes {

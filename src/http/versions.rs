@@ -16,11 +16,12 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::model_name;
 use super::models::not_trained;
 use super::routes::Routes;
+use crate::cache::Serving;
 use crate::domain::Invalid;
 use crate::estimator::ModelState;
 use crate::history;
 use crate::store::{ModelLock, StateBlob, VersionOrigin, VersionRecord};
-use crate::successor::{Serving, encode_version};
+use crate::successor::encode_version;
 /// The routes of a model's history, with the access each needs.
 pub fn routes(routes: Routes) -> Routes {
     routes

@@ -313,3 +313,126 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
     assert_eq!(mismatched.status(), StatusCode::UNPROCESSABLE_ENTITY);
     app.stop().await;
 }
+
+/// Reflectance (percent) of a sample dyed with `c` at `λ` nm by the Kubelka–Munk forward model,
+/// `K/S = 0.02 + Σ cᵢ kᵢ(λ)`, `R = 1 + K/S − √((K/S)² + 2 K/S)`.
+fn dyed(lambda: f64, c: &[f64]) -> f64 {
+    let bands = [(430.0, 30.0), (520.0, 40.0), (610.0, 35.0)];
+    let ks = 0.02
+        + c.iter()
+            .zip(bands)
+            .map(|(c, (centre, width))| c * 3.0 * (-((lambda - centre) / width).powi(2) / 2.0).exp())
+            .sum::<f64>();
+    100.0 * (1.0 + ks - (ks * ks + 2.0 * ks).sqrt())
+}
+
+/// Dyed samples read on 400–700 nm every 10 nm: by the model's instrument (percent), or by the
+/// successor (`successor`: 3 nm off, 5 % low, as a fraction).
+fn dyed_readings(c: &[Vec<f64>], successor: bool, seed: u64) -> Value {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let values: Vec<Vec<f64>> = c
+        .iter()
+        .map(|c| {
+            (0..31)
+                .map(|j| {
+                    let nm = 400.0 + 10.0 * j as f64;
+                    let noise = 0.05 * rng.random_range(-1.0..1.0);
+                    if successor {
+                        (0.95 * dyed(nm + 3.0, c) + noise) / 100.0
+                    } else {
+                        dyed(nm, c) + noise
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    json!({"start_nm": 400, "interval_nm": 10, "values": values})
+}
+
+fn recipes(rows: usize, seed: u64) -> Vec<Vec<f64>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..rows)
+        .map(|_| (0..3).map(|_| rng.random_range(0.0..2.0)).collect())
+        .collect()
+}
+
+/// The largest error of a matched recipe's concentrations against `truth`.
+async fn match_error(app: &TestApp, body: Value, truth: &[f64]) -> f64 {
+    let response = app.post("/v1/models/dyes/match", &body).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let answer: Value = response.json().await.unwrap();
+    let found = &answer["recipes"][0]["concentration"];
+    truth
+        .iter()
+        .enumerate()
+        .map(|(k, t)| (found[k].as_f64().unwrap() - t).abs())
+        .fold(0.0, f64::max)
+}
+
+#[tokio::test]
+async fn a_target_read_by_the_successor_is_matched_through_the_transfer() {
+    let app = spawn_app().await;
+    app.create_model(&json!({
+        "name": "dyes", "outputs": ["yellow", "red", "blue"], "transform": "kubelka_munk",
+        "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "percent"},
+        "first_fit_rows": 40,
+    }))
+    .await;
+    let c = recipes(60, 1);
+    let post = |batch: Value| {
+        let app = &app;
+        async move {
+            let id = batch["batch_id"].as_str().unwrap().to_owned();
+            assert_eq!(app.post_batch("dyes", &batch).await.status(), StatusCode::ACCEPTED);
+            assert_eq!(app.wait_for_batch("dyes", &id).await["status"], "folded");
+        }
+    };
+    post(json!({"batch_id": "old", "spectra": dyed_readings(&c, false, 2), "y": c})).await;
+    let declare = json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}});
+    assert_eq!(
+        app.post("/v1/models/dyes/successor", &declare).await.status(),
+        StatusCode::OK
+    );
+    let target = vec![vec![0.8, 0.0, 1.2]];
+    let successor_target = dyed_readings(&target, true, 6);
+    let by_successor =
+        json!({"instrument": "successor", "spectra": successor_target, "candidates": false});
+    let early = app.post("/v1/models/dyes/match", &by_successor).await;
+    assert_eq!(early.status(), StatusCode::CONFLICT, "nothing learnt yet");
+
+    // Rows of the successor before any overlap: its own model alone answers, and matches.
+    let first = recipes(60, 8);
+    post(json!({"batch_id": "first", "successor": dyed_readings(&first, true, 9), "y": first}))
+        .await;
+    assert_eq!(model(&app, "dyes").await["successor"]["answered_by"], json!(["own"]));
+    let alone = match_error(&app, by_successor.clone(), &target[0]).await;
+    assert!(alone < 0.15, "by the successor's own model {alone}");
+
+    let overlap = recipes(30, 3);
+    post(json!({"batch_id": "overlap", "spectra": dyed_readings(&overlap, false, 4),
+                "successor": dyed_readings(&overlap, true, 5), "y": overlap}))
+    .await;
+    assert_eq!(
+        model(&app, "dyes").await["successor"]["answered_by"],
+        json!(["map", "own"])
+    );
+    let through = match_error(&app, by_successor, &target[0]).await;
+    // The same reading matched as if the model's own instrument had made it.
+    let mut as_if_old = successor_target.clone();
+    for v in as_if_old["values"][0].as_array_mut().unwrap() {
+        *v = json!(v.as_f64().unwrap() * 100.0);
+    }
+    let naive = match_error(&app, json!({"spectra": as_if_old, "candidates": false}), &target[0]).await;
+    let own = match_error(
+        &app,
+        json!({"spectra": dyed_readings(&target, false, 7), "candidates": false}),
+        &target[0],
+    )
+    .await;
+    assert!(
+        through < 0.5 * naive,
+        "through the transfer {through}, as if old {naive}, own {own}, successor alone {alone}"
+    );
+    assert!(through < 0.15, "through the transfer {through} (the model's instrument {own})");
+    app.stop().await;
+}
