@@ -88,6 +88,7 @@ pub struct Matching {
 pub struct Serving {
     pub succession: Succession,
     map: OnceLock<Result<Option<TransferMap>, String>>,
+    own: OnceLock<Option<Predictor>>,
     pub forward: OnceLock<Result<Arc<Matching>, String>>,
 }
 
@@ -96,8 +97,16 @@ impl Serving {
         Self {
             succession,
             map: OnceLock::new(),
+            own: OnceLock::new(),
             forward: OnceLock::new(),
         }
+    }
+
+    /// What predictions need of the successor's own model, once it has one.
+    pub fn own_predictor(&self) -> Option<&Predictor> {
+        self.own
+            .get_or_init(|| self.succession.own_predictor())
+            .as_ref()
     }
 
     /// The map to `old_grid` ([`Succession::map`]): `None` before its first pairs or once the

@@ -29,8 +29,10 @@ use crate::estimator::{
 
 /// Magic of a version state that carries a succession.
 const VERSION_MAGIC: &[u8; 4] = b"MRSV";
-/// Magic of a stored batch of successor readings.
-const BATCH_MAGIC: &[u8; 4] = b"MRSB";
+/// Magic of a stored batch of successor readings (retention empties such a blob with the raw
+/// rows: nothing reads it after its fold, since a version carrying a succession is never
+/// replayed).
+pub const BATCH_MAGIC: &[u8; 4] = b"MRSB";
 const FORMAT: u16 = 1;
 
 /// A version's state as stored: `model`'s encoding alone without a succession; with one,

@@ -194,9 +194,6 @@ pub async fn ingest(
     Ok(response)
 }
 
-/// Reads a batch for model `name` (its `Idempotency-Key` header, if any, as `key`), stores it
-/// and queues it: what ingest answers, and whether the batch was stored before (a retry with
-/// the same id and content, which adds nothing).
 /// What a batch of successor readings keeps in place of statistics ([`SuccessorBatch`]).
 fn successor_blob(batch: &NewBatch, successor: &Successor, spec: &ModelSpec) -> Vec<u8> {
     let (n, width) = (batch.x.rows(), batch.x.width());
@@ -220,6 +217,9 @@ fn successor_blob(batch: &NewBatch, successor: &Successor, spec: &ModelSpec) -> 
     .encode()
 }
 
+/// Reads a batch for model `name` (its `Idempotency-Key` header, if any, as `key`), stores it
+/// and queues it: what ingest answers, and whether the batch was stored before (a retry with
+/// the same id and content, which adds nothing).
 pub(super) async fn accept(
     app: &AppState,
     name: &ModelName,

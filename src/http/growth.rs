@@ -169,7 +169,7 @@ async fn grow(
         .model(name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    Ok(Json(ModelView::of(record, &app.cache)))
+    Ok(Json(ModelView::of(record, &app.cache, &app.store).await))
 }
 
 /// `state` widened to `config`'s outputs and features with their exact zero statistics, and

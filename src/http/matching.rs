@@ -15,7 +15,7 @@ use super::colour::{CmcSpec, ColourDifference, ToleranceSpec, Verdict};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{RawJson, check_malformed};
 use super::models::not_trained;
-use super::predict::{Instrument, Spectra, SuccessorRead, parse_request_with};
+use super::predict::{Instrument, Spectra, SuccessorRead, own_instrument, parse_request_with};
 use super::routes::Routes;
 use crate::cache::{CachedModel, Matching};
 use crate::domain::colour::{self, Comparison, read_judgement};
@@ -203,7 +203,7 @@ pub const MAX_SOLVES: usize = 200_000;
         (status = 404, description = "No such model", body = ErrorBody),
         (status = 409, description = "Not trained yet, or the model cannot match recipes: no \
             spectrum under kubelka_munk or saunderson, no intercept, or statistics folded before recipe \
-            matching (no YᵀY)", body = ErrorBody),
+            matching (no YᵀY), or the successor named as the instrument cannot answer yet", body = ErrorBody),
         (status = 413, description = "Body or row count over the limit, or more recipe solves \
             (targets × combinations) than one request may ask", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
@@ -228,7 +228,10 @@ pub async fn match_recipes(
             let read = SuccessorRead::of(&bytes, &model.spec, &name)?;
             let spec = read.as_ref().map_or(&model.spec, |r| &r.spec);
             let (x, warnings, options) =
-                parse_request_with(&bytes, spec, limit, &fields, |fields, details, _| {
+                parse_request_with(&bytes, spec, limit, &fields, |fields, details, warnings| {
+                    if read.is_none() {
+                        own_instrument(fields, details, warnings);
+                    }
                     let listing = read_listing(fields, details);
                     let judgement = read_judgement(fields, details);
                     let search = read_search(fields, outputs, None, judgement, details);

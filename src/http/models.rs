@@ -20,7 +20,7 @@ use crate::domain::model::{ForgettingSpec, PriorName};
 use crate::domain::{ModelSpec, SaundersonSpec, SpectrumSpec, TransformName, UpdateName};
 use crate::estimator::succession::Succession;
 use crate::estimator::transfer::MIN_TRANSFER_ROWS;
-use crate::store::ModelRecord;
+use crate::store::{ModelRecord, Store};
 /// The routes of models, with the access each needs.
 pub fn routes(routes: Routes) -> Routes {
     routes
@@ -197,8 +197,9 @@ impl SuccessorView {
     pub fn new(spectrum: SpectrumSpec, succession: Option<&Succession>) -> Self {
         let status = succession.map(Succession::status);
         let retired = status.is_some_and(|s| s.retired);
-        let has_own = status.is_some_and(|s| s.own_rows > 0.0);
         let has_map = !retired && status.is_some_and(|s| s.pairs >= MIN_TRANSFER_ROWS as f64);
+        // Beside the map, the own model answers only with a weight the record gave it.
+        let has_own = status.is_some_and(|s| s.own_rows > 0.0 && (!has_map || s.own_weight > 0.0));
         let answered_by = [("map", has_map), ("own", has_own)]
             .into_iter()
             .filter_map(|(name, on)| on.then_some(name))
@@ -219,11 +220,19 @@ impl SuccessorView {
 }
 
 impl ModelView {
-    /// The view of `record` with its successor's status as `cache` serves it.
-    pub fn of(record: ModelRecord, cache: &PosteriorCache) -> Self {
-        let cached = cache
-            .get(record.spec.name.as_str())
-            .filter(|c| c.id == record.id);
+    /// The view of `record` with its successor's status at the record's version, as `cache`
+    /// serves it once synced to that version (if it cannot be, the status of nothing learnt,
+    /// and a warning in the log).
+    pub async fn of(record: ModelRecord, cache: &PosteriorCache, store: &Store) -> Self {
+        let at_version =
+            |c: &std::sync::Arc<CachedModel>| c.id == record.id && c.version == record.version;
+        let mut cached = cache.get(record.spec.name.as_str()).filter(at_version);
+        if cached.is_none() && record.spec.successor.is_some() {
+            if let Err(e) = cache.sync_model(store, record.id).await {
+                tracing::warn!(error = %e, model_id = record.id, "model view: sync failed");
+            }
+            cached = cache.get(record.spec.name.as_str()).filter(at_version);
+        }
         let successor = record.spec.successor.map(|spectrum| {
             let succession = cached
                 .as_ref()
@@ -303,10 +312,13 @@ pub async fn create(
 pub async fn list(State(app): State<AppState>) -> Result<Json<ModelList>, ApiError> {
     let models = app.store.list_models().await?;
     Ok(Json(ModelList {
-        models: models
-            .into_iter()
-            .map(|m| ModelView::of(m, &app.cache))
-            .collect(),
+        models: {
+            let mut views = Vec::with_capacity(models.len());
+            for m in models {
+                views.push(ModelView::of(m, &app.cache, &app.store).await);
+            }
+            views
+        },
     }))
 }
 
@@ -327,7 +339,7 @@ pub async fn read(
         .model(&name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    Ok(Json(ModelView::of(record, &app.cache)))
+    Ok(Json(ModelView::of(record, &app.cache, &app.store).await))
 }
 
 /// Delete a model with its batches and versions.

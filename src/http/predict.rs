@@ -104,7 +104,7 @@ pub struct PredictResponse {
         (status = 200, description = "Predictions, one per row", body = PredictResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 404, description = "No such model", body = ErrorBody),
-        (status = 409, description = "Not trained yet", body = ErrorBody),
+        (status = 409, description = "Not trained yet, or the successor named as the instrument cannot answer yet", body = ErrorBody),
         (status = 413, description = "Body or row count over the limit", body = ErrorBody),
         (status = 415, description = "The body is not JSON", body = ErrorBody),
         (status = 422, description = "Invalid rows", body = ErrorBody),
@@ -120,11 +120,22 @@ pub async fn predict(
         return Err(ApiError::not_found_model(&name));
     };
     let limit = app.limits.max_rows_per_request;
-    let (predictions, warnings) = if let Some(read) = SuccessorRead::of(&bytes, &model.spec, &name)?
-    {
+    let (predictions, warnings) = if model.spec.successor.is_some() {
+        // The body may name the successor as its instrument: read off the connection's thread.
         let (model, name) = (model.clone(), name.clone());
-        app.cpu_bound(move || predict_successor(&bytes, &model, &read, limit, &name))
-            .await??
+        app.cpu_bound(
+            move || match SuccessorRead::of(&bytes, &model.spec, &name)? {
+                Some(read) => predict_successor(&bytes, &model, &read, limit, &name),
+                None => predict_rows(
+                    &bytes,
+                    &model.spec,
+                    limit,
+                    model.predictor.as_deref(),
+                    &name,
+                ),
+            },
+        )
+        .await??
     } else if bytes.len() <= INLINE_BYTES {
         predict_rows(
             &bytes,
@@ -201,6 +212,28 @@ fn check_finite(predictions: &Predictions, spec: &ModelSpec) -> Result<(), ApiEr
     Ok(())
 }
 
+/// Reads `instrument` of a request read as the model's own instrument's: only `model` (or
+/// nothing) is allowed; a model with a successor has read `successor` before
+/// ([`SuccessorRead::of`]).
+pub(super) fn own_instrument(
+    fields: &serde_json::Map<String, serde_json::Value>,
+    details: &mut Details,
+    _: &mut Details,
+) {
+    match fields.get("instrument") {
+        None => {}
+        Some(v) if v == "model" => {}
+        Some(v) if v == "successor" => details.push(
+            "/instrument",
+            "the model has no successor instrument (POST /v1/models/{name}/successor)",
+        ),
+        Some(_) => details.push(
+            "/instrument",
+            "must be \"model\" (the model's own instrument) or \"successor\"",
+        ),
+    }
+}
+
 /// Whether a body may name the instrument that read its spectra: only such a body pays for
 /// reading the field before its rows.
 fn names_an_instrument(bytes: &[u8]) -> bool {
@@ -217,14 +250,15 @@ pub(super) struct SuccessorRead {
 }
 
 impl SuccessorRead {
-    /// What a request names as its instrument (`instrument`): `None` for the model's own (the
-    /// default), the way to read the successor's otherwise; 409 for a model without one.
+    /// What a request to a model with a successor names as its instrument (`instrument`):
+    /// `None` for the model's own (the default), the way to read the successor's otherwise. A
+    /// model without a successor reads its requests' `instrument` with [`own_instrument`].
     pub(super) fn of(bytes: &[u8], spec: &ModelSpec, name: &str) -> Result<Option<Self>, ApiError> {
         #[derive(Deserialize)]
         struct Named {
             instrument: Option<serde_json::Value>,
         }
-        if !names_an_instrument(bytes) {
+        if spec.successor.is_none() || !names_an_instrument(bytes) {
             return Ok(None);
         }
         let named = serde_json::from_slice::<Named>(bytes)
@@ -301,7 +335,13 @@ fn predict_successor(
     let map = serving.map(&read.own.grid()).map_err(ApiError::Conflict)?;
     let answers = serving
         .succession
-        .predict(predictor, map, new.as_ref(), features.as_ref())
+        .predict_with(
+            predictor,
+            serving.own_predictor(),
+            map,
+            new.as_ref(),
+            features.as_ref(),
+        )
         .map_err(|e| ApiError::Invalid(Invalid::one("/spectra", e.to_string())))?
         .ok_or_else(|| {
             ApiError::Conflict(format!(
@@ -416,7 +456,7 @@ pub(super) fn parse_request(
     spec: &ModelSpec,
     limit: usize,
 ) -> Result<(Rows, Vec<Detail>), ApiError> {
-    parse_request_with(bytes, spec, limit, &["instrument"], |_, _, _| ())
+    parse_request_with(bytes, spec, limit, &["instrument"], own_instrument)
         .map(|(x, warnings, ())| (x, warnings))
 }
 

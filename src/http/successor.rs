@@ -81,7 +81,7 @@ pub async fn declare(
             "model {name} reads no spectrum: a successor replaces a model's spectrophotometer"
         )));
     };
-    let spectrum = parse(&body, &old)?;
+    let spectrum = parse(&body, &old, lock.spec.features.len())?;
     match lock.spec.successor {
         Some(declared) if declared == spectrum => {
             drop(lock);
@@ -123,12 +123,13 @@ pub async fn declare(
         .model(&name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    Ok(Json(ModelView::of(record, &app.cache)))
+    Ok(Json(ModelView::of(record, &app.cache, &app.store).await))
 }
 
 /// The body's spectrum, checked against the model's own (`old`): the scales must be both
-/// reflectance or both absorbance.
-fn parse(body: &Value, old: &SpectrumSpec) -> Result<SpectrumSpec, Invalid> {
+/// reflectance or both absorbance, and its bands with the model's `features` named features
+/// no more inputs than a model may have.
+fn parse(body: &Value, old: &SpectrumSpec, features: usize) -> Result<SpectrumSpec, Invalid> {
     let Value::Object(fields) = body else {
         return Err(Invalid::one(
             "",
@@ -146,6 +147,17 @@ fn parse(body: &Value, old: &SpectrumSpec) -> Result<SpectrumSpec, Invalid> {
             None
         }
     };
+    if let Some(spectrum) = &spectrum
+        && spectrum.count + features > MAX_FEATURES
+    {
+        details.push(
+            "/spectrum/count",
+            format!(
+                "with the model's {features} named features, at most {} bands",
+                MAX_FEATURES.saturating_sub(features)
+            ),
+        );
+    }
     if let Some(spectrum) = &spectrum
         && spectrum.full_scale().is_some() != old.full_scale().is_some()
     {

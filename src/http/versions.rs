@@ -19,6 +19,7 @@ use super::routes::Routes;
 use crate::cache::Serving;
 use crate::domain::Invalid;
 use crate::estimator::ModelState;
+use crate::folder::current_state;
 use crate::history;
 use crate::store::{ModelLock, StateBlob, VersionOrigin, VersionRecord};
 use crate::successor::encode_version;
@@ -127,9 +128,8 @@ pub async fn restore(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no version {source}")))?;
     let (state, blob) = (read.model, read.blob);
-    // The successor instrument's state of that version comes back with it (a version from
-    // before the successor was declared has none: its succession starts afresh).
-    let successor = read.succession.map(|s| Arc::new(Serving::new(s)));
+    // The successor instrument's state of that version comes back with it.
+    let restored = read.succession.map(|s| Arc::new(Serving::new(s)));
     // A version from before the model gained outputs or features is restored in its shape now
     // (a model with a successor does not grow, so such a version carries no succession).
     let config = lock.spec.config();
@@ -137,7 +137,7 @@ pub async fn restore(
         && state.outputs().len() == config.outputs
     {
         (state, blob)
-    } else if successor.is_some() {
+    } else if restored.is_some() {
         return Err(ApiError::Conflict(format!(
             "version {source} carries a successor instrument's state in another shape of the \
              model"
@@ -145,6 +145,27 @@ pub async fn restore(
     } else {
         app.cpu_bound(move || super::growth::widened(state, &config))
             .await??
+    };
+    // A version from before the successor was declared keeps what the transfer has learnt
+    // since: the overlap may not be had again once the old instrument is gone.
+    let carried = match (&restored, lock.spec.successor) {
+        (None, Some(_)) => current_state(&mut lock, &app.cache)
+            .await?
+            .and_then(|current| current.successor),
+        _ => None,
+    };
+    let (state, successor, blob) = match carried {
+        Some(carried) => {
+            let kept = carried.clone();
+            let (state, blob) = app
+                .cpu_bound(move || {
+                    let blob = StateBlob::new(encode_version(&state, Some(&kept.succession)));
+                    (state, blob)
+                })
+                .await?;
+            (state, Some(carried), blob)
+        }
+        None => (state, restored, blob),
     };
     let view = write(
         &app,

@@ -130,7 +130,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Removes the raw rows of at most `limit` batches received before `received_before`,
     /// folded or rejected, that have statistics (a batch kept as its rows keeps them), in one
-    /// transaction, and marks them purged; how many it purged.
+    /// transaction, and marks them purged; how many it purged. A batch of successor readings
+    /// loses its readings too (kept where statistics are: see [`crate::successor`]).
     async fn purge_rows(
         &self,
         received_before: DateTime<Utc>,

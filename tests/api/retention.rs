@@ -13,7 +13,7 @@ use crate::helpers::*;
 use crate::process::{ServiceProcess, free_port};
 
 /// Moves every batch's arrival to 2000, far past any retention (same SQL on both stores).
-async fn backdate(database: &TestDatabase) -> u64 {
+pub(crate) async fn backdate(database: &TestDatabase) -> u64 {
     let sql = "UPDATE batches SET received_at = '2000-01-01T00:00:00+00:00'";
     database.execute(sql, sql).await
 }

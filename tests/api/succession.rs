@@ -138,6 +138,18 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
     learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
     assert_eq!(model(&app, "swap").await["version"], 1);
     assert!(model(&app, "swap").await.get("successor").is_none());
+    let none = predict(
+        &app,
+        &json!({"instrument": "successor", "spectra": old_readings(&c[..1], 1)}),
+    )
+    .await;
+    assert_eq!(none.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        error_paths(&none.json::<Value>().await.unwrap()["error"]),
+        ["/instrument"]
+    );
+    let own = json!({"instrument": "model", "spectra": old_readings(&c[..1], 1)});
+    assert_eq!(predict(&app, &own).await.status(), StatusCode::OK);
 
     // Absorbance cannot succeed a reflectance instrument; a batch may not carry readings of an
     // instrument not declared.
@@ -204,7 +216,9 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
     assert_eq!(view["observations"], 90.0, "the old readings teach the model too");
     assert_eq!(view["successor"]["pairs"], 30.0);
     assert_eq!(view["successor"]["own_rows"], 30.0);
-    assert_eq!(view["successor"]["answered_by"], json!(["map", "own"]));
+    // Until the own model has predicted rows it had not seen, the map path answers alone.
+    assert_eq!(view["successor"]["answered_by"], json!(["map"]));
+    assert_eq!(view["successor"]["own_weight"], 0.0);
 
     // The successor's readings answered through the transfer are far closer than the same
     // readings read as if the old instrument had made them (3 nm off, 5 % low).
@@ -291,6 +305,13 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
     let view = model(&app, "swap").await;
     assert_eq!(view["successor"]["own_rows"], 140.0);
     assert_eq!(view["successor"]["retired"], true);
+    // A version from before the successor was declared keeps what the transfer has learnt.
+    let first = app.post("/v1/models/swap/versions/1/restore", &json!({})).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let view = model(&app, "swap").await;
+    assert_eq!(view["observations"], 60.0);
+    assert_eq!(view["successor"]["own_rows"], 140.0);
+    assert_eq!(view["successor"]["retired"], true);
     let history = get_json(&app.client, &app.url("/v1/models/swap/versions")).await;
     assert!(
         history["versions"]
@@ -311,6 +332,67 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
         )
         .await;
     assert_eq!(mismatched.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    app.stop().await;
+}
+
+/// Retention empties a successor batch's readings with its rows, and the transfer, which
+/// holds what it learnt of them, answers as before.
+#[tokio::test]
+async fn retention_removes_a_successor_batch_s_readings_and_the_transfer_still_answers() {
+    let app = spawn_configured(|s| {
+        s.retention.raw_rows_days = 1;
+        s.retention.purge_interval_secs = 1;
+    })
+    .await;
+    let spectrum =
+        json!({"start_nm": OLD.0, "interval_nm": OLD.1, "count": OLD.2, "scale": "percent"});
+    app.create_model(&json!({
+        "name": "swap", "spectrum": spectrum, "outputs": ["red", "yellow", "blue"],
+        "transform": "none", "prior": "ridge", "first_fit_rows": 40,
+    }))
+    .await;
+    let c = samples(60, 1);
+    learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
+    let declare = json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}});
+    assert_eq!(
+        app.post("/v1/models/swap/successor", &declare).await.status(),
+        StatusCode::OK
+    );
+    let overlap = samples(30, 4);
+    learn(
+        &app,
+        json!({"batch_id": "overlap", "spectra": old_readings(&overlap, 5),
+               "successor": successor_readings(&overlap, 6), "y": overlap}),
+    )
+    .await;
+    let probe = samples(5, 9);
+    let body = json!({"instrument": "successor", "spectra": successor_readings(&probe, 10)});
+    let before: Value = predict(&app, &body).await.json().await.unwrap();
+
+    crate::retention::backdate(app.database()).await;
+    wait_until(std::time::Duration::from_secs(30), || async {
+        let b = get_json(&app.client, &app.url("/v1/models/swap/batches/overlap")).await;
+        (!b["rows_purged_at"].is_null()).then_some(())
+    })
+    .await
+    .expect("the overlap's rows purged within 30 s");
+    // The plain batch keeps its statistics; the successor batch keeps nothing of its rows.
+    let with_statistics = app
+        .database()
+        .strings_each(
+            "SELECT batch_id FROM batches WHERE length(statistics) > 0 ORDER BY batch_id",
+            "SELECT batch_id FROM batches WHERE length(statistics) > 0 ORDER BY batch_id",
+        )
+        .await;
+    assert_eq!(with_statistics, ["old"]);
+    let after: Value = predict(&app, &body).await.json().await.unwrap();
+    assert_eq!(after["predictions"], before["predictions"]);
+    let later = samples(10, 11);
+    learn(
+        &app,
+        json!({"batch_id": "later", "successor": successor_readings(&later, 12), "y": later}),
+    )
+    .await;
     app.stop().await;
 }
 
@@ -414,7 +496,7 @@ async fn a_target_read_by_the_successor_is_matched_through_the_transfer() {
     .await;
     assert_eq!(
         model(&app, "dyes").await["successor"]["answered_by"],
-        json!(["map", "own"])
+        json!(["map"])
     );
     let through = match_error(&app, by_successor, &target[0]).await;
     // The same reading matched as if the model's own instrument had made it.

@@ -300,13 +300,37 @@ impl Succession {
         new: MatRef<'_, f64>,
         features: MatRef<'_, f64>,
     ) -> Result<Option<Vec<Vec<PathPrediction>>>, EstimatorError> {
+        let own = self.own_predictor();
+        self.predict_with(old, own.as_ref(), map, new, features)
+    }
+
+    /// What predictions need of the own model (a server forms it once per state).
+    pub fn own_predictor(&self) -> Option<Predictor> {
+        self.own.as_ref().map(Predictor::new)
+    }
+
+    /// [`Self::predict`] with the own model's predictor formed before ([`Self::own_predictor`]).
+    pub fn predict_with(
+        &self,
+        old: &Predictor,
+        own: Option<&Predictor>,
+        map: Option<&TransferMap>,
+        new: MatRef<'_, f64>,
+        features: MatRef<'_, f64>,
+    ) -> Result<Option<Vec<Vec<PathPrediction>>>, EstimatorError> {
         self.check_columns(old.basis(), new, features)?;
-        let own = self.own.as_ref().map(Predictor::new);
+        if own.is_some() != self.own.is_some() {
+            return Err(EstimatorError::Dimension {
+                what: "own model predictors",
+                expected: usize::from(self.own.is_some()),
+                found: usize::from(own.is_some()),
+            });
+        }
         let map = map.filter(|_| !self.retired);
         let weight = self.own_weight();
         let mut answers = Vec::with_capacity(new.nrows());
         for i in 0..new.nrows() {
-            let row = match (map, &own) {
+            let row = match (map, own) {
                 (Some(map), Some(own)) => {
                     let (through, own_row) = paths(old, map, own, new, features, i)?;
                     through

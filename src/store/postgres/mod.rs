@@ -25,6 +25,7 @@ use crate::domain::Scope;
 use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
 use crate::store::DatabaseSettings;
 use crate::store::reads::Reads;
+use crate::successor::BATCH_MAGIC as SUCCESSOR_BATCH_MAGIC;
 
 const BATCHES_CHANNEL: &str = "mordant_batches";
 const MODELS_CHANNEL: &str = "mordant_models";
@@ -312,7 +313,9 @@ impl Backend for PgStore {
         limit: u32,
     ) -> Result<u64, StoreError> {
         let done = sqlx::query(
-            "UPDATE batches SET x = ''::bytea, y = ''::bytea, rows_purged_at = clock_timestamp() \
+            "UPDATE batches SET x = ''::bytea, y = ''::bytea, rows_purged_at = clock_timestamp(), \
+                 statistics = CASE WHEN substring(statistics from 1 for 4) = $3 \
+                              THEN ''::bytea ELSE statistics END \
              WHERE seq IN (SELECT seq FROM batches \
                            WHERE received_at < $1 AND rows_purged_at IS NULL \
                              AND status IN ('folded', 'rejected') \
@@ -321,6 +324,7 @@ impl Backend for PgStore {
         )
         .bind(received_before)
         .bind(i64::from(limit))
+        .bind(&SUCCESSOR_BATCH_MAGIC[..])
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())

@@ -47,6 +47,7 @@ use crate::domain::Scope;
 use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
 use crate::store::DatabaseSettings;
 use crate::store::reads::Reads;
+use crate::successor::BATCH_MAGIC as SUCCESSOR_BATCH_MAGIC;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -449,7 +450,9 @@ impl Backend for SqliteStore {
         // Both tables in one transaction: a batch is marked purged exactly when its rows are.
         let mut tx = self.write().await?;
         let purged: Vec<i64> = sqlx::query_scalar(
-            "UPDATE batches SET rows_purged_at = ?3 \
+            "UPDATE batches SET rows_purged_at = ?3, \
+                 statistics = CASE WHEN substr(statistics, 1, 4) = ?4 THEN x'' \
+                              ELSE statistics END \
              WHERE seq IN (SELECT seq FROM batches \
                            WHERE received_at < ?1 AND rows_purged_at IS NULL \
                              AND status IN ('folded', 'rejected') AND length(statistics) > 0 \
@@ -459,6 +462,7 @@ impl Backend for SqliteStore {
         .bind(received_before)
         .bind(i64::from(limit))
         .bind(Utc::now())
+        .bind(&SUCCESSOR_BATCH_MAGIC[..])
         .fetch_all(&mut *tx)
         .await?;
         if !purged.is_empty() {
