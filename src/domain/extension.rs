@@ -45,8 +45,9 @@ pub struct Extension {
 const PAST_VALUE_UNKNOWN: &str = "is required: the value this feature had in every row the \
      model has learnt (0 for a new fabric indicator). A feature whose past values are unknown \
      (a new sensor) cannot be added to a live model: it needs a calibration transfer, learnt \
-     from an overlap in which the old and the new instrument measure the same samples, which \
-     mordant does not offer yet; create a new model for it";
+     from an overlap in which the old and the new instrument measure the same samples; a new \
+     spectrophotometer is declared with POST /v1/models/{name}/successor, another sensor needs \
+     a new model";
 
 /// Parses the body of `POST /v1/models/{name}/outputs` (`{"outputs": [names]}`) or
 /// `POST /v1/models/{name}/features` (`{"features": [names], "past_value": 0}`) against `model`

@@ -7,6 +7,7 @@ use crate::readme_walkthrough::{CARGO_RUN, run_curl, walkthrough};
 
 const SECTION: &str = "## The service, step by step";
 const COLOUR_EXAMPLE: &str = "### A worked example: a colour-matching front end";
+const SWAP_EXAMPLE: &str = "### A worked example: an instrument swap";
 
 #[tokio::test]
 async fn readme_walkthrough_works_against_a_fresh_service() {
@@ -206,4 +207,50 @@ async fn readme_colour_matching_example_works_against_a_fresh_service() {
     assert_eq!(recipe["colour"]["verdict"], "pass", "{corrected}");
     assert_eq!(corrected["learnt"]["rows"], 1, "{corrected}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn readme_instrument_swap_example_works_against_a_fresh_service() {
+    let commands = walkthrough(SWAP_EXAMPLE);
+    assert_eq!(commands.len(), 7, "{commands:#?}");
+    let app = spawn_app().await;
+    let host = app.address.trim_start_matches("http://").to_owned();
+    let mut outputs = Vec::new();
+    for command in &commands {
+        // Batches fold in the background: each step after a batch waits for it, as a person
+        // reading the model's view would.
+        crate::helpers::wait_until(Duration::from_secs(30), || async {
+            let model: serde_json::Value =
+                app.get("/v1/models/swap-demo").await.json().await.ok()?;
+            (model.is_null() || model["pending_batches"] == 0 || model["error"].is_object())
+                .then_some(())
+        })
+        .await
+        .expect("the example's batches are folded");
+        outputs.push((command.clone(), run_curl(command, &host, "").await));
+    }
+    let answer = |fragment: &str| -> serde_json::Value {
+        outputs
+            .iter()
+            .rev()
+            .find(|(c, _)| c.contains(fragment))
+            .map(|(_, out)| serde_json::from_str(out).expect("the service answers JSON"))
+            .unwrap_or_else(|| panic!("the example calls {fragment}"))
+    };
+    let declared = answer("/successor");
+    assert_eq!(declared["version"], 2, "{declared}");
+    // The dip of step 4 was dyed with 0.62 % red and 0.35 % blue.
+    let prediction = answer("\"instrument\": \"successor\"");
+    let p = &prediction["predictions"][0];
+    for (k, truth) in [0.62, 0.35].into_iter().enumerate() {
+        let (mean, variance) = (p["mean"][k].as_f64().unwrap(), p["variance"][k].as_f64().unwrap());
+        assert!(variance > 0.0, "{prediction}");
+        assert!((mean - truth).abs() < 3.0 * variance.sqrt() + 0.02, "{prediction}");
+    }
+    let view: serde_json::Value =
+        serde_json::from_str(&outputs.last().expect("the example ends with the view").1)
+            .expect("the service answers JSON");
+    let status = &view["successor"];
+    assert_eq!(status["pairs"], 6.0, "{status}");
+    assert_eq!(status["own_rows"], 10.0, "{status}");
 }
