@@ -252,9 +252,38 @@ impl Metrics {
             "σ² of each trained output of each model.",
             &["model", "output"],
         )?;
+        let pairs = gauge_vec(
+            "successor_pairs",
+            "Samples read by both a model's instrument and its successor.",
+            &["model"],
+        )?;
+        let own_rows = gauge_vec(
+            "successor_own_rows",
+            "Rows a model's successor's own model has learnt.",
+            &["model"],
+        )?;
+        let own_weight = gauge_vec(
+            "successor_own_weight",
+            "Weight of the successor's own model in its answers (1 once the old instrument retired).",
+            &["model"],
+        )?;
+        let retired = gauge_vec(
+            "successor_retired",
+            "1 once a model's old instrument has retired in favour of its successor.",
+            &["model"],
+        )?;
         for model in cache.models() {
             let name = model.spec.name.as_str();
             version.with_label_values(&[name]).set(model.version as f64);
+            if let Some(serving) = &model.successor {
+                let status = serving.succession.status();
+                pairs.with_label_values(&[name]).set(status.pairs);
+                own_rows.with_label_values(&[name]).set(status.own_rows);
+                own_weight.with_label_values(&[name]).set(status.own_weight);
+                retired
+                    .with_label_values(&[name])
+                    .set(f64::from(u8::from(status.retired)));
+            }
             if let Some(s) = &model.state {
                 observations
                     .with_label_values(&[name])

@@ -273,6 +273,15 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
     let scored = status["scored_rows"].as_f64().unwrap();
     assert!((30.0..100.0).contains(&scored), "{status}");
     assert!(status["mean_log_score_own"].as_f64() >= status["mean_log_score_map"].as_f64());
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    for line in [
+        "mordant_successor_pairs{model=\"swap\"} 30",
+        "mordant_successor_own_rows{model=\"swap\"} 130",
+        "mordant_successor_retired{model=\"swap\"} 1",
+        "mordant_successor_own_weight{model=\"swap\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
     let (later, _) = rmse(&app, successor_probe.clone(), &probe).await;
     assert!(later < 0.1, "after the successor's own rows {later}");
 
