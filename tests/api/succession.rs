@@ -527,3 +527,76 @@ async fn a_target_read_by_the_successor_is_matched_through_the_transfer() {
     assert!(through < 0.15, "through the transfer {through} (the model's instrument {own})");
     app.stop().await;
 }
+
+/// A model with a named feature beside its spectrum: the fabric brightens every band of the old
+/// and the new instrument alike, and the transfer must keep the feature apart from the bands.
+#[tokio::test]
+async fn named_features_go_with_the_successor_s_readings() {
+    let app = spawn_app().await;
+    let spectrum =
+        json!({"start_nm": OLD.0, "interval_nm": OLD.1, "count": OLD.2, "scale": "percent"});
+    app.create_model(&json!({
+        "name": "swap", "spectrum": spectrum, "features": ["fabric"],
+        "outputs": ["red", "yellow", "blue"], "transform": "none", "prior": "ridge",
+        "first_fit_rows": 40,
+    }))
+    .await;
+    // Fabric 1 reads 6 points brighter on either instrument.
+    let fabric = |n: usize, seed: u64| -> Vec<Vec<f64>> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| vec![f64::from(rng.random_range(0..2u8))])
+            .collect()
+    };
+    let brighten = |mut readings: Value, x: &[Vec<f64>], full: f64| {
+        for (row, f) in readings["values"].as_array_mut().unwrap().iter_mut().zip(x) {
+            for v in row.as_array_mut().unwrap() {
+                *v = json!(v.as_f64().unwrap() + 6.0 * f[0] * full / 100.0);
+            }
+        }
+        readings
+    };
+    let c = samples(60, 1);
+    let x = fabric(60, 2);
+    learn(
+        &app,
+        json!({"batch_id": "old", "spectra": brighten(old_readings(&c, 3), &x, 100.0), "x": x, "y": c}),
+    )
+    .await;
+    let declare = json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}});
+    assert_eq!(
+        app.post("/v1/models/swap/successor", &declare).await.status(),
+        StatusCode::OK
+    );
+    let overlap = samples(30, 4);
+    let xo = fabric(30, 5);
+    learn(
+        &app,
+        json!({"batch_id": "overlap", "spectra": brighten(old_readings(&overlap, 6), &xo, 100.0),
+               "successor": brighten(successor_readings(&overlap, 7), &xo, 1.0),
+               "x": xo, "y": overlap}),
+    )
+    .await;
+    let probe = samples(40, 8);
+    let xp = fabric(40, 9);
+    let (through, _) = rmse(
+        &app,
+        json!({"instrument": "successor", "x": xp,
+               "spectra": brighten(successor_readings(&probe, 10), &xp, 1.0)}),
+        &probe,
+    )
+    .await;
+    // The same samples on fabric 0 wherever the probe had fabric 1: the model must read the
+    // feature to get them right.
+    let wrong: Vec<Vec<f64>> = xp.iter().map(|f| vec![1.0 - f[0]]).collect();
+    let (ignored, _) = rmse(
+        &app,
+        json!({"instrument": "successor", "x": wrong,
+               "spectra": brighten(successor_readings(&probe, 10), &xp, 1.0)}),
+        &probe,
+    )
+    .await;
+    assert!(through < 0.1, "through the transfer {through}");
+    assert!(through < 0.5 * ignored, "{through} against the wrong fabric's {ignored}");
+    app.stop().await;
+}
