@@ -120,42 +120,14 @@ pub async fn predict(
         return Err(ApiError::not_found_model(&name));
     };
     let limit = app.limits.max_rows_per_request;
-    let (predictions, warnings) = if model.spec.successor.is_some() {
-        // The body may name the successor as its instrument: read off the connection's thread.
-        let (model, name) = (model.clone(), name.clone());
-        app.cpu_bound(
-            move || match SuccessorRead::of(&bytes, &model.spec, &name)? {
-                Some(read) => predict_successor(&bytes, &model, &read, limit, &name),
-                None => predict_rows(
-                    &bytes,
-                    &model.spec,
-                    limit,
-                    model.predictor.as_deref(),
-                    &name,
-                ),
-            },
-        )
-        .await??
-    } else if bytes.len() <= INLINE_BYTES {
-        predict_rows(
-            &bytes,
-            &model.spec,
-            limit,
-            model.predictor.as_deref(),
-            &name,
-        )?
+    // A request to a model with a successor may name it as its instrument: such a body is
+    // read off the connection's thread, as a long one is.
+    let (predictions, warnings) = if bytes.len() <= INLINE_BYTES && model.spec.successor.is_none() {
+        answer(&bytes, &model, limit, &name)?
     } else {
         let (model, name) = (model.clone(), name.clone());
-        app.cpu_bound(move || {
-            predict_rows(
-                &bytes,
-                &model.spec,
-                limit,
-                model.predictor.as_deref(),
-                &name,
-            )
-        })
-        .await??
+        app.cpu_bound(move || answer(&bytes, &model, limit, &name))
+            .await??
     };
     let body = PredictBody {
         model: &name,
@@ -164,6 +136,20 @@ pub async fn predict(
         warnings: &warnings,
     };
     body.to_response()
+}
+
+/// The predictions for a request: by the successor's path when it names the successor as its
+/// instrument, else as [`predict_rows`] reads and predicts them.
+fn answer(
+    bytes: &[u8],
+    model: &CachedModel,
+    limit: usize,
+    name: &str,
+) -> Result<(Predictions, Vec<Detail>), ApiError> {
+    match SuccessorRead::of(bytes, &model.spec, name)? {
+        Some(read) => predict_successor(bytes, model, &read, limit, name),
+        None => predict_rows(bytes, &model.spec, limit, model.predictor.as_deref(), name),
+    }
 }
 
 /// The predictions for a request's rows: read (the fast path, or the full parse that says
