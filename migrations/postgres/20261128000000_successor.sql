@@ -8,4 +8,5 @@ COMMENT ON COLUMN versions.state IS
     'The whole model state (estimator codec), with a successor instrument''s state after it for '
     'a model that has one; empty for a fold kept thin (see state_digest)';
 COMMENT ON COLUMN batches.statistics IS
-    'The batch''s encoded statistics, or its successor readings; empty when kept as its raw rows';
+    'The batch''s encoded statistics, or its successor readings (emptied with the raw rows by '
+    'retention); empty when kept as its raw rows';

@@ -42,16 +42,21 @@ pub(super) fn parse_json(
 /// `rows` of spectra read on `from`'s scale, on the scale of `spec`'s spectrum (percent and
 /// fraction differ by their full scale; absorbance is read as it is).
 pub fn to_model_scale(rows: Rows, from: &SpectrumSpec, spec: &ModelSpec) -> Rows {
-    match (
-        from.full_scale(),
-        spec.spectrum.and_then(|s| s.full_scale()),
-    ) {
-        (Some(a), Some(b)) if a != b => {
-            let factor = b / a;
+    match spec.spectrum.map(|to| scale_factor(from, &to)) {
+        Some(factor) if factor != 1.0 => {
             let values = rows.values().iter().map(|v| v * factor).collect();
             Rows::from_row_major(rows.rows(), rows.width(), values)
         }
         _ => rows,
+    }
+}
+
+/// What a reading on `from`'s scale is multiplied by to be on `to`'s: the ratio of their full
+/// scales (1 between equal scales, and for absorbance, which has none).
+pub fn scale_factor(from: &SpectrumSpec, to: &SpectrumSpec) -> f64 {
+    match (from.full_scale(), to.full_scale()) {
+        (Some(a), Some(b)) => b / a,
+        _ => 1.0,
     }
 }
 

@@ -26,7 +26,7 @@ pub(crate) use details::describe;
 pub use details::{Detail, Details, Invalid, MAX_DETAILS, pointer_token};
 pub use extension::{Extension, Growth, extend};
 pub use fast::{FastObject, fast_rows_object};
-pub use handover::to_model_scale;
+pub use handover::{scale_factor, to_model_scale};
 pub use model::{ModelName, ModelSpec, SaundersonSpec, Shape, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};
 pub use scope::Scope;

@@ -112,7 +112,8 @@ pub struct MatchRequest {
     pub spectra: Spectra,
     /// Which instrument read `spectra` (default `model`). A successor's reading is matched
     /// through the map to the model's instrument while it serves (each target's old reading as
-    /// the map reconstructs it), else by the successor's own model.
+    /// the map reconstructs it; the reconstruction's own uncertainty is not in the recipe's
+    /// variances), else by the successor's own model.
     pub instrument: Option<Instrument>,
     /// The colour difference a recipe's verdict is judged on (default `{"de00": 1.0}`).
     pub tolerance: Option<ToleranceSpec>,

@@ -220,12 +220,12 @@ impl SuccessorView {
 }
 
 impl ModelView {
-    /// The view of `record` with its successor's status at the record's version, as `cache`
-    /// serves it once synced to that version (if it cannot be, the status of nothing learnt,
+    /// The view of `record` with its successor's status at the record's version or a later
+    /// one, as `cache` serves it once synced (if it cannot be, the status of nothing learnt,
     /// and a warning in the log).
     pub async fn of(record: ModelRecord, cache: &PosteriorCache, store: &Store) -> Self {
         let at_version =
-            |c: &std::sync::Arc<CachedModel>| c.id == record.id && c.version == record.version;
+            |c: &std::sync::Arc<CachedModel>| c.id == record.id && c.version >= record.version;
         let mut cached = cache.get(record.spec.name.as_str()).filter(at_version);
         if cached.is_none() && record.spec.successor.is_some() {
             if let Err(e) = cache.sync_model(store, record.id).await {

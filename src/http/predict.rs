@@ -18,7 +18,7 @@ use super::routes::Routes;
 use crate::cache::{CachedModel, Serving};
 use crate::domain::{
     Detail, Details, FastObject, Invalid, ModelSpec, Rows, SpectrumSpec, fast_rows_object,
-    parse_inputs, pointer_token, row_fields,
+    parse_inputs, pointer_token, row_fields, scale_factor,
 };
 use crate::estimator::transfer::MIN_TRANSFER_ROWS;
 use crate::estimator::{Predictions, Predictor};
@@ -120,9 +120,11 @@ pub async fn predict(
         return Err(ApiError::not_found_model(&name));
     };
     let limit = app.limits.max_rows_per_request;
-    // A request to a model with a successor may name it as its instrument: such a body is
-    // read off the connection's thread, as a long one is.
-    let (predictions, warnings) = if bytes.len() <= INLINE_BYTES && model.spec.successor.is_none() {
+    // A request that names the successor as its instrument is read off the connection's
+    // thread, as a long one is.
+    let (predictions, warnings) = if bytes.len() <= INLINE_BYTES
+        && (model.spec.successor.is_none() || !names_an_instrument(&bytes))
+    {
         answer(&bytes, &model, limit, &name)?
     } else {
         let (model, name) = (model.clone(), name.clone());
@@ -207,11 +209,12 @@ pub(super) fn own_instrument(
     _: &mut Details,
 ) {
     match fields.get("instrument") {
-        None => {}
+        None | Some(serde_json::Value::Null) => {}
         Some(v) if v == "model" => {}
         Some(v) if v == "successor" => details.push(
             "/instrument",
-            "the model has no successor instrument (POST /v1/models/{name}/successor)",
+            "the model has no successor instrument: an admin declares one with POST \
+             …/successor",
         ),
         Some(_) => details.push(
             "/instrument",
@@ -282,10 +285,7 @@ impl SuccessorRead {
     /// their named features.
     pub(super) fn split(&self, x: &Rows) -> (Mat<f64>, Mat<f64>) {
         let q = self.successor.count;
-        let factor = match (self.successor.full_scale(), self.own.full_scale()) {
-            (Some(from), Some(to)) => to / from,
-            _ => 1.0,
-        };
+        let factor = scale_factor(&self.successor, &self.own);
         let x = x.as_mat();
         let new = Mat::from_fn(x.nrows(), q, |i, j| x[(i, j)] * factor);
         (new, x.subcols(q, x.ncols() - q).to_owned())

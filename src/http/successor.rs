@@ -20,8 +20,8 @@ use super::extract::{JsonBody, model_name};
 use super::models::{ModelView, not_trained};
 use super::routes::Routes;
 use crate::cache::Serving;
-use crate::domain::model::MAX_FEATURES;
-use crate::domain::{Details, Invalid, SpectrumSpec, describe, pointer_token};
+use crate::domain::model::{MAX_FEATURES, MAX_STATE_ENTRIES};
+use crate::domain::{Details, Invalid, ModelSpec, SpectrumSpec, describe, pointer_token};
 use crate::estimator::succession::Succession;
 use crate::folder::{Current, current_state};
 use crate::history::{self, NextVersion};
@@ -81,7 +81,7 @@ pub async fn declare(
             "model {name} reads no spectrum: a successor replaces a model's spectrophotometer"
         )));
     };
-    let spectrum = parse(&body, &old, lock.spec.features.len())?;
+    let spectrum = parse(&body, &old, &lock.spec)?;
     match lock.spec.successor {
         Some(declared) if declared == spectrum => {
             drop(lock);
@@ -127,9 +127,9 @@ pub async fn declare(
 }
 
 /// The body's spectrum, checked against the model's own (`old`): the scales must be both
-/// reflectance or both absorbance, and its bands with the model's `features` named features
-/// no more inputs than a model may have.
-fn parse(body: &Value, old: &SpectrumSpec, features: usize) -> Result<SpectrumSpec, Invalid> {
+/// reflectance or both absorbance, and its own model (its bands, `model`'s named features and
+/// intercept, `model`'s outputs) no larger than a model may be.
+fn parse(body: &Value, old: &SpectrumSpec, model: &ModelSpec) -> Result<SpectrumSpec, Invalid> {
     let Value::Object(fields) = body else {
         return Err(Invalid::one(
             "",
@@ -147,16 +147,28 @@ fn parse(body: &Value, old: &SpectrumSpec, features: usize) -> Result<SpectrumSp
             None
         }
     };
-    if let Some(spectrum) = &spectrum
-        && spectrum.count + features > MAX_FEATURES
-    {
-        details.push(
-            "/spectrum/count",
-            format!(
-                "with the model's {features} named features, at most {} bands",
-                MAX_FEATURES.saturating_sub(features)
-            ),
-        );
+    if let Some(spectrum) = &spectrum {
+        // The successor's own model: its bands, the named features and the intercept.
+        let p = spectrum.count + model.features.len() + usize::from(model.intercept);
+        let entries = p.saturating_mul(p).saturating_mul(model.outputs.len());
+        if spectrum.count + model.features.len() > MAX_FEATURES {
+            details.push(
+                "/spectrum/count",
+                format!(
+                    "with the model's {} named features, at most {} bands",
+                    model.features.len(),
+                    MAX_FEATURES.saturating_sub(model.features.len())
+                ),
+            );
+        } else if entries > MAX_STATE_ENTRIES {
+            details.push(
+                "/spectrum/count",
+                format!(
+                    "the successor's own model is too large: (bands + features + intercept)² × \
+                     outputs = {entries} exceeds {MAX_STATE_ENTRIES}"
+                ),
+            );
+        }
     }
     if let Some(spectrum) = &spectrum
         && spectrum.full_scale().is_some() != old.full_scale().is_some()

@@ -100,6 +100,10 @@ pub async fn list(
 }
 
 /// Make a new version whose state equals version `version` (history is kept).
+///
+/// For a model with a successor instrument, the transfer comes back as it was at that version;
+/// a version from before the successor was declared has none, and keeps the transfer learnt
+/// since instead (the overlap may not be had again once the old instrument is gone).
 #[utoipa::path(post, operation_id = "restore_version", path = "/v1/models/{name}/versions/{version}/restore", tag = "versions",
     params(
         ("name" = String, Path, description = "Model name"),
@@ -108,6 +112,7 @@ pub async fn list(
     responses(
         (status = 201, description = "The new version", body = VersionView),
         (status = 404, description = "No such model or version", body = ErrorBody),
+        (status = 409, description = "The version's state cannot be made current in the model's shape", body = ErrorBody),
         (status = 422, description = "Not a version number", body = ErrorBody),
     ))]
 #[tracing::instrument(skip(app))]

@@ -148,8 +148,10 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
         error_paths(&none.json::<Value>().await.unwrap()["error"]),
         ["/instrument"]
     );
-    let own = json!({"instrument": "model", "spectra": old_readings(&c[..1], 1)});
-    assert_eq!(predict(&app, &own).await.status(), StatusCode::OK);
+    for instrument in [json!("model"), Value::Null] {
+        let own = json!({"instrument": instrument, "spectra": old_readings(&c[..1], 1)});
+        assert_eq!(predict(&app, &own).await.status(), StatusCode::OK);
+    }
 
     // Absorbance cannot succeed a reflectance instrument; a batch may not carry readings of an
     // instrument not declared.
