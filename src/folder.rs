@@ -80,8 +80,10 @@ pub struct Pending<'a> {
 /// first fit itself fails, every batch of its prefix is rejected.
 ///
 /// A batch of `successor` readings is learnt after the first fit by the model (the old
-/// instrument's readings of the overlap, if any, held for review as any batch) and by the
-/// succession, which the model as the batch met scores ([`successor::learn`]); both or neither.
+/// instrument's readings of the overlap, if any) and by the succession, which the model as the
+/// batch met scores ([`successor::learn`]); both or neither. It is held for review as any batch
+/// is, on its surprise to the model (the overlap) or to the successor's own model (its
+/// readings alone).
 pub fn plan_fold(
     config: &ModelConfig,
     earlier: &[Shape],
@@ -219,9 +221,12 @@ fn learn_successor(
         .ok_or("the batch holds successor readings but the model declares no successor")?;
     let batch = SuccessorBatch::decode(blob)?;
     let stats = batch.model_statistics(config)?;
-    let surprise = match &stats {
-        Some(stats) => drift::surprise(base, stats),
-        None => vec![None; config.outputs],
+    // The model judges the old instrument's readings; without them, the successor's own model
+    // (once it has one) judges the successor's: its rows are held for review as any are.
+    let surprise = match (&stats, start.and_then(Succession::own)) {
+        (Some(stats), _) => drift::surprise(base, stats),
+        (None, Some(own)) => drift::surprise(own, &batch.own_statistics(config)?),
+        (None, None) => vec![None; config.outputs],
     };
     let over = hold_above
         .zip(drift::largest(&surprise))

@@ -22,7 +22,7 @@
 
 use faer::MatRef;
 
-use crate::estimator::succession::{Succession, SuccessorRows};
+use crate::estimator::succession::{Succession, SuccessorRows, own_config};
 use crate::estimator::{
     BatchStatistics, DecodeError, EstimatorError, ModelConfig, ModelState, codec, grid::Grid,
 };
@@ -205,6 +205,20 @@ impl SuccessorBatch {
         }
         BatchStatistics::from_row_major(&config.basis, n, &x, &self.outputs)
             .map(Some)
+            .map_err(|e| format!("stored successor readings: {e}"))
+    }
+
+    /// The statistics the successor's own model learns from these rows (`[new, features]` per
+    /// row, on [`own_config`] of `config`).
+    pub fn own_statistics(&self, config: &ModelConfig) -> Result<BatchStatistics, String> {
+        let n = self.rows;
+        let (q, f) = (self.new.len() / n.max(1), self.features.len() / n.max(1));
+        let mut x = Vec::with_capacity(n * (q + f));
+        for i in 0..n {
+            x.extend_from_slice(&self.new[i * q..(i + 1) * q]);
+            x.extend_from_slice(&self.features[i * f..(i + 1) * f]);
+        }
+        BatchStatistics::from_row_major(&own_config(config, q).basis, n, &x, &self.outputs)
             .map_err(|e| format!("stored successor readings: {e}"))
     }
 

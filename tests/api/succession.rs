@@ -602,3 +602,57 @@ async fn named_features_go_with_the_successor_s_readings() {
     assert!(through < 0.5 * ignored, "{through} against the wrong fabric's {ignored}");
     app.stop().await;
 }
+
+/// The successor's readings alone are held for review as any batch is: their surprise is to
+/// the successor's own model.
+#[tokio::test]
+async fn a_surprising_batch_of_the_successor_alone_is_held_for_review() {
+    let app = spawn_app().await;
+    let spectrum =
+        json!({"start_nm": OLD.0, "interval_nm": OLD.1, "count": OLD.2, "scale": "percent"});
+    app.create_model(&json!({
+        "name": "swap", "spectrum": spectrum, "outputs": ["red", "yellow", "blue"],
+        "transform": "none", "prior": "ridge", "first_fit_rows": 40, "drift_threshold": 25,
+    }))
+    .await;
+    let c = samples(60, 1);
+    learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
+    let declare = json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}});
+    assert_eq!(
+        app.post("/v1/models/swap/successor", &declare).await.status(),
+        StatusCode::OK
+    );
+    let overlap = samples(40, 4);
+    learn(
+        &app,
+        json!({"batch_id": "overlap", "spectra": old_readings(&overlap, 5),
+               "successor": successor_readings(&overlap, 6), "y": overlap}),
+    )
+    .await;
+    let fine = samples(20, 7);
+    let agrees = learn(
+        &app,
+        json!({"batch_id": "agrees", "successor": successor_readings(&fine, 8), "y": fine}),
+    )
+    .await;
+    let z = agrees["surprise"].as_array().unwrap();
+    assert!(z.iter().all(|z| z.as_f64().is_some_and(|z| z < 25.0)), "{agrees}");
+    // The same kind of rows with the red and blue recipes swapped: a mislabelled batch.
+    let swapped: Vec<Vec<f64>> = samples(20, 9).iter().map(|c| vec![c[2], c[1], c[0]]).collect();
+    let readings = successor_readings(&samples(20, 9), 10);
+    let response = app
+        .post_batch("swap", &json!({"batch_id": "swapped", "successor": readings, "y": swapped}))
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let held = app.wait_for_batch("swap", "swapped").await;
+    assert_eq!(held["status"], "held", "{held}");
+    let own_rows = model(&app, "swap").await["successor"]["own_rows"].clone();
+    assert_eq!(own_rows, 60.0, "a held batch teaches nothing");
+    let released = app
+        .post("/v1/models/swap/batches/swapped/release", &json!({}))
+        .await;
+    assert_eq!(released.status(), StatusCode::OK);
+    assert_eq!(app.wait_for_batch("swap", "swapped").await["status"], "folded");
+    assert_eq!(model(&app, "swap").await["successor"]["own_rows"], 80.0);
+    app.stop().await;
+}
