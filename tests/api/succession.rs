@@ -89,6 +89,40 @@ async fn post_csv(app: &TestApp, key: &str, body: String) -> reqwest::Response {
         .expect("POST")
 }
 
+/// Creates the model "swap" on the old instrument's grid (with `extra` fields in its spec).
+async fn create_swap(app: &TestApp, extra: Value) {
+    let mut spec = json!({
+        "name": "swap", "outputs": ["red", "yellow", "blue"], "transform": "none",
+        "prior": "ridge", "first_fit_rows": 40,
+        "spectrum": {"start_nm": OLD.0, "interval_nm": OLD.1, "count": OLD.2, "scale": "percent"},
+    });
+    for (k, v) in extra.as_object().expect("fields") {
+        spec[k] = v.clone();
+    }
+    app.create_model(&spec).await;
+}
+
+/// The successor of the tests: 400–700 nm every 10 nm, as a fraction.
+fn declaration() -> Value {
+    json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}})
+}
+
+/// Trains "swap" on 60 samples read by the old instrument, declares the successor, and folds
+/// an overlap of `overlap` samples read by both.
+async fn swap_with_overlap(app: &TestApp, overlap: usize) {
+    let c = samples(60, 1);
+    learn(app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
+    let declared = app.post("/v1/models/swap/successor", &declaration()).await;
+    assert_eq!(declared.status(), StatusCode::OK);
+    let both = samples(overlap, 4);
+    learn(
+        app,
+        json!({"batch_id": "overlap", "spectra": old_readings(&both, 5),
+               "successor": successor_readings(&both, 6), "y": both}),
+    )
+    .await;
+}
+
 async fn model(app: &TestApp, name: &str) -> Value {
     get_json(&app.client, &app.url(&format!("/v1/models/{name}"))).await
 }
@@ -124,13 +158,8 @@ async fn rmse(app: &TestApp, body: Value, c: &[Vec<f64>]) -> (f64, Value) {
 #[tokio::test]
 async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_transfer() {
     let app = spawn_app().await;
-    let spectrum = json!({"start_nm": OLD.0, "interval_nm": OLD.1, "count": OLD.2, "scale": "percent"});
-    app.create_model(&json!({
-        "name": "swap", "spectrum": spectrum, "outputs": ["red", "yellow", "blue"],
-        "transform": "none", "prior": "ridge", "first_fit_rows": 40,
-    }))
-    .await;
-    let declare = json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}});
+    create_swap(&app, json!({})).await;
+    let declare = declaration();
     let untrained = app.post("/v1/models/swap/successor", &declare).await;
     assert_eq!(untrained.status(), StatusCode::CONFLICT);
 
@@ -355,27 +384,8 @@ async fn retention_removes_a_successor_batch_s_readings_and_the_transfer_still_a
         s.retention.purge_interval_secs = 1;
     })
     .await;
-    let spectrum =
-        json!({"start_nm": OLD.0, "interval_nm": OLD.1, "count": OLD.2, "scale": "percent"});
-    app.create_model(&json!({
-        "name": "swap", "spectrum": spectrum, "outputs": ["red", "yellow", "blue"],
-        "transform": "none", "prior": "ridge", "first_fit_rows": 40,
-    }))
-    .await;
-    let c = samples(60, 1);
-    learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
-    let declare = json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}});
-    assert_eq!(
-        app.post("/v1/models/swap/successor", &declare).await.status(),
-        StatusCode::OK
-    );
-    let overlap = samples(30, 4);
-    learn(
-        &app,
-        json!({"batch_id": "overlap", "spectra": old_readings(&overlap, 5),
-               "successor": successor_readings(&overlap, 6), "y": overlap}),
-    )
-    .await;
+    create_swap(&app, json!({})).await;
+    swap_with_overlap(&app, 30).await;
     let probe = samples(5, 9);
     let body = json!({"instrument": "successor", "spectra": successor_readings(&probe, 10)});
     let before: Value = predict(&app, &body).await.json().await.unwrap();
@@ -481,9 +491,10 @@ async fn a_target_read_by_the_successor_is_matched_through_the_transfer() {
         }
     };
     post(json!({"batch_id": "old", "spectra": dyed_readings(&c, false, 2), "y": c})).await;
-    let declare = json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}});
     assert_eq!(
-        app.post("/v1/models/dyes/successor", &declare).await.status(),
+        app.post("/v1/models/dyes/successor", &declaration())
+            .await
+            .status(),
         StatusCode::OK
     );
     let target = vec![vec![0.8, 0.0, 1.2]];
@@ -535,14 +546,7 @@ async fn a_target_read_by_the_successor_is_matched_through_the_transfer() {
 #[tokio::test]
 async fn named_features_go_with_the_successor_s_readings() {
     let app = spawn_app().await;
-    let spectrum =
-        json!({"start_nm": OLD.0, "interval_nm": OLD.1, "count": OLD.2, "scale": "percent"});
-    app.create_model(&json!({
-        "name": "swap", "spectrum": spectrum, "features": ["fabric"],
-        "outputs": ["red", "yellow", "blue"], "transform": "none", "prior": "ridge",
-        "first_fit_rows": 40,
-    }))
-    .await;
+    create_swap(&app, json!({"features": ["fabric"]})).await;
     // Fabric 1 reads 6 points brighter on either instrument.
     let fabric = |n: usize, seed: u64| -> Vec<Vec<f64>> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -565,9 +569,10 @@ async fn named_features_go_with_the_successor_s_readings() {
         json!({"batch_id": "old", "spectra": brighten(old_readings(&c, 3), &x, 100.0), "x": x, "y": c}),
     )
     .await;
-    let declare = json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}});
     assert_eq!(
-        app.post("/v1/models/swap/successor", &declare).await.status(),
+        app.post("/v1/models/swap/successor", &declaration())
+            .await
+            .status(),
         StatusCode::OK
     );
     let overlap = samples(30, 4);
@@ -608,27 +613,8 @@ async fn named_features_go_with_the_successor_s_readings() {
 #[tokio::test]
 async fn a_surprising_batch_of_the_successor_alone_is_held_for_review() {
     let app = spawn_app().await;
-    let spectrum =
-        json!({"start_nm": OLD.0, "interval_nm": OLD.1, "count": OLD.2, "scale": "percent"});
-    app.create_model(&json!({
-        "name": "swap", "spectrum": spectrum, "outputs": ["red", "yellow", "blue"],
-        "transform": "none", "prior": "ridge", "first_fit_rows": 40, "drift_threshold": 25,
-    }))
-    .await;
-    let c = samples(60, 1);
-    learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
-    let declare = json!({"spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"}});
-    assert_eq!(
-        app.post("/v1/models/swap/successor", &declare).await.status(),
-        StatusCode::OK
-    );
-    let overlap = samples(40, 4);
-    learn(
-        &app,
-        json!({"batch_id": "overlap", "spectra": old_readings(&overlap, 5),
-               "successor": successor_readings(&overlap, 6), "y": overlap}),
-    )
-    .await;
+    create_swap(&app, json!({"drift_threshold": 25})).await;
+    swap_with_overlap(&app, 40).await;
     let fine = samples(20, 7);
     let agrees = learn(
         &app,
