@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use super::body::{Body, RowField, Width};
 use super::fast::{fast_csv, fast_rows_object};
 use super::handover::{self, grid_of};
-use super::header::{Column, csv_columns};
+use super::header::{Column, CsvError, csv_columns};
 use super::spectrum::{
     Grid, MAX_REQUEST_BANDS, band_wavelength, flag_above_full, join_inputs, nm_name, parse_spectra,
     resample_rows,
@@ -50,18 +50,6 @@ impl BatchId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-}
-
-/// Why a CSV batch was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum CsvError {
-    /// Not readable as CSV (bad UTF-8, broken quoting).
-    #[error("{0}")]
-    Malformed(String),
-    #[error(transparent)]
-    Invalid(#[from] Invalid),
-    #[error("too many rows: the limit is {0} per request")]
-    TooManyRows(usize),
 }
 
 /// What [`NewBatch::encode`] makes of a batch for storage. The raw rows are shared, not

@@ -5,10 +5,11 @@
 //! scale, so that the successor's own model reads them as the model reads its spectra.
 
 use super::body::Body;
+use super::header::CsvError;
 use super::spectrum::{
     Grid, SpectrumSpec, band_wavelength, flag_above_full, parse_spectra, resample_rows,
 };
-use super::{CsvError, Details, Invalid, ModelSpec, Rows};
+use super::{Details, Invalid, ModelSpec, Rows};
 
 /// The prefix of a CSV column holding a successor's reading.
 pub const CSV_PREFIX: &str = "successor:";

@@ -1,8 +1,20 @@
 //! A CSV header mapped onto a model: which feature or output each column is (shared by the
-//! full CSV reader and its fast path).
+//! full CSV reader and its fast path), and why a CSV batch is refused.
 
 use super::spectrum::{band_wavelength, nm_name};
 use super::{Details, Invalid, ModelSpec};
+
+/// Why a CSV batch was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CsvError {
+    /// Not readable as CSV (bad UTF-8, broken quoting).
+    #[error("{0}")]
+    Malformed(String),
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    #[error("too many rows: the limit is {0} per request")]
+    TooManyRows(usize),
+}
 
 /// Where a CSV column goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
