@@ -59,7 +59,8 @@ async fn schemathesis_finds_nothing() {
         .await;
 
     // Growing a trained model writes a full state per request: the fuzzed requests that grow a
-    // model go to an untrained one, which grows by its specification alone.
+    // model, or give it a successor, go to an untrained one, which answers from its
+    // specification alone.
     let growing = app
         .client
         .post(app.url("/v1/models"))
@@ -75,7 +76,8 @@ async fn schemathesis_finds_nothing() {
         crate::helpers::Backend::Postgres => (1200, 10_000),
         crate::helpers::Backend::Sqlite => (50, 500),
     };
-    // The operations that grow a model take their names and little else: fewer examples.
+    // The operations that grow a model or declare its successor take their names and little
+    // else: fewer examples.
     let growing_examples = examples.min(100);
     // One directory per test binary: both run at once in `cargo test`. Restore's negative cases
     // may be answered 201: with `{name}` pinned, schemathesis 4.32.5 sends the valid name
@@ -91,7 +93,8 @@ async fn schemathesis_finds_nothing() {
             "[generation]\nmax-examples = {examples}\n\n\
              [parameters]\n\"path.name\" = \"cotton-reactive\"\n\
              \"path.batch_id\" = \"lot-2026-11-22-0042\"\n\n\
-             [[operations]]\ninclude-operation-id = [\"add_outputs\", \"add_features\"]\n\
+             [[operations]]\ninclude-operation-id = [\"add_outputs\", \"add_features\", \
+             \"declare_successor\"]\n\
              parameters = {{ \"path.name\" = \"cotton-growing\" }}\n\
              generation.max-examples = {growing_examples}\n\n\
              [[operations]]\ninclude-operation-id = \"restore_version\"\n\
