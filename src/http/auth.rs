@@ -101,7 +101,7 @@ pub async fn authorize(
     let Access::Scopes(allowed) = guard.policy.access(request.method().as_str(), &route) else {
         return next.run(request).await;
     };
-    let presented = match bearer(&request) {
+    let presented = match bearer(request.headers()) {
         Ok(key) => key.map(str::to_owned),
         Err(problem) => return ApiError::Unauthorized(problem.into()).into_response(),
     };
@@ -136,8 +136,8 @@ pub async fn authorize(
 }
 
 /// The key of an `Authorization: Bearer` header; `Ok(None)` when there is no header.
-fn bearer(request: &Request<Body>) -> Result<Option<&str>, &'static str> {
-    let Some(value) = request.headers().get(header::AUTHORIZATION) else {
+pub(super) fn bearer(headers: &axum::http::HeaderMap) -> Result<Option<&str>, &'static str> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Ok(None);
     };
     let value = value

@@ -1,4 +1,5 @@
-//! `/v1/keys`: create (the key is shown once), list and revoke API keys. Admin only.
+//! `/v1/keys`: create (the key is shown once), list and revoke API keys, admin only; and
+//! `/v1/keys/self`, open: what the caller's own key may do.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -11,16 +12,17 @@ use utoipa::ToSchema;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::auth::ADMIN;
+use super::auth::{ADMIN, bearer};
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use super::routes::Routes;
-use crate::auth::{self, Principal, Scope};
+use crate::auth::{self, Principal, Scope, Verdict};
 use crate::domain::{Details, Invalid, describe};
 use crate::store::KeyRecord;
-/// The routes of API keys: all of them for admins.
+/// The routes of API keys: all of them for admins, and the caller's own for anyone.
 pub fn routes(routes: Routes) -> Routes {
     routes
+        .add(super::auth::Access::Open, routes!(caller))
         .add(ADMIN, routes!(list))
         .add(ADMIN, routes!(create))
         .add(ADMIN, routes!(revoke))
@@ -84,6 +86,61 @@ pub struct NewKey {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct KeyList {
     pub keys: Vec<KeyView>,
+}
+
+/// The key a request was made with: what a client (the lab console) may offer its user.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CallerView {
+    /// The key's name; null without a key, or where keys are not enforced.
+    #[schema(example = "lab-bench-2")]
+    pub name: Option<String>,
+    /// What the key may do (`admin` may do everything): none without a key, every scope where
+    /// keys are not enforced.
+    pub scopes: Vec<Scope>,
+    /// Whether the service checks keys at all (it does not in development without an admin
+    /// key).
+    pub enforced: bool,
+}
+
+/// The caller's own key: its name and scopes (never its secret). Open: without a key it says
+/// whether one is needed; a key it does not know is answered 401.
+#[utoipa::path(get, operation_id = "get_caller_key", path = "/v1/keys/self", tag = "keys",
+    responses(
+        (status = 200, description = "The key the request was made with, if any", body = CallerView),
+        (status = 401, description = "The key is malformed, unknown or revoked", body = ErrorBody),
+    ))]
+pub async fn caller(
+    State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Json<CallerView>, ApiError> {
+    if !app.keys.is_enforced() {
+        return Ok(Json(CallerView {
+            name: None,
+            scopes: vec![Scope::Admin],
+            enforced: false,
+        }));
+    }
+    let presented = bearer(&headers).map_err(|problem| ApiError::Unauthorized(problem.into()))?;
+    let Some(key) = presented else {
+        return Ok(Json(CallerView {
+            name: None,
+            scopes: Vec::new(),
+            enforced: true,
+        }));
+    };
+    match app
+        .keys
+        .check(Some(key), &[Scope::Admin, Scope::Ingest, Scope::Predict])
+    {
+        Verdict::Allowed(Some(principal)) | Verdict::Forbidden(principal) => Ok(Json(CallerView {
+            name: Some(principal.name),
+            scopes: principal.scopes,
+            enforced: true,
+        })),
+        Verdict::Allowed(None) | Verdict::Unauthenticated => Err(ApiError::Unauthorized(
+            "the API key is unknown or revoked".into(),
+        )),
+    }
 }
 
 /// Create an API key; its secret is in this response only.

@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod batches;
 pub mod colour;
+pub mod console;
 pub mod correct;
 pub mod docs;
 pub mod document;
@@ -88,7 +89,8 @@ pub fn api(metrics_here: bool) -> Routes {
     let routes = versions::routes(routes);
     let routes = keys::routes(routes);
     let routes = ops::routes(routes, metrics_here);
-    docs::routes(routes)
+    let routes = docs::routes(routes);
+    console::routes(routes)
 }
 
 /// What every route needs.

@@ -147,6 +147,14 @@ pub struct ModelView {
     /// Rows of the batches waiting to be folded.
     #[schema(example = 0)]
     pub pending_rows: i64,
+    /// Batches held for review, more surprising than `drift_threshold`: the drift alarms
+    /// waiting for an admin's release or rejection.
+    #[schema(example = 0)]
+    pub held_batches: i64,
+    /// When the current version was made (by a fold, a restore or a refit); null before the
+    /// first.
+    #[schema(example = "2026-11-21T08:15:02.417Z")]
+    pub version_created_at: Option<DateTime<Utc>>,
     #[schema(example = "2026-11-20T07:02:11.031Z")]
     pub created_at: DateTime<Utc>,
     #[schema(example = "2026-11-21T08:15:02.417Z")]
@@ -268,6 +276,8 @@ impl From<ModelRecord> for ModelView {
             observations: m.observations,
             pending_batches: m.pending_batches,
             pending_rows: m.pending_rows,
+            held_batches: m.held_batches,
+            version_created_at: m.version_created_at,
             created_at: m.created_at,
             updated_at: m.updated_at,
             successor: None,

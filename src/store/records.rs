@@ -22,6 +22,11 @@ pub struct ModelRecord {
     pub pending_batches: i64,
     /// Rows of the queued batches.
     pub pending_rows: i64,
+    /// Batches held for review.
+    #[sqlx(rename = "held")]
+    pub held_batches: i64,
+    /// When the current version was made (`None` before the first).
+    pub version_created_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

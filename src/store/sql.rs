@@ -2,14 +2,18 @@
 //! `$1`, `$2`, … for both (sqlx's SQLite driver binds `$N` by its number, as it does `?N`);
 //! each record is read by its `sqlx::FromRow` mapping from the columns named here.
 
-/// A model with its queue length, as [`super::ModelRecord`] reads it (`m` is `models`).
+/// A model with its queue length, held batches and current version's time, as [`super::ModelRecord`] reads it (`m` is `models`).
 macro_rules! model_columns {
     () => {
         "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \
          (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'queued') \
          AS pending, \
          (SELECT coalesce(sum(b.rows), 0) FROM batches b WHERE b.model_id = m.id \
-          AND b.status = 'queued') AS pending_rows"
+          AND b.status = 'queued') AS pending_rows, \
+         (SELECT count(*) FROM batches b WHERE b.model_id = m.id AND b.status = 'held') \
+         AS held, \
+         (SELECT v.created_at FROM versions v WHERE v.model_id = m.id \
+          AND v.version = m.version) AS version_created_at"
     };
 }
 

@@ -21,7 +21,7 @@ fn concrete(route: &str, key_id: i64) -> (String, Option<Value>) {
         .replace("{batch_id}", "lot-1")
         .replace("{version}", "1")
         .replace("{id}", &key_id.to_string())
-        .replace("{file}", "swagger-ui.css");
+        .replace("{file}", file_of(route));
     let body = match route {
         "/v1/models" => Some(model_spec()),
         "/v1/models/{name}/batches" => Some(json!({
@@ -39,6 +39,15 @@ fn concrete(route: &str, key_id: i64) -> (String, Option<Value>) {
         _ => None,
     };
     (path, body)
+}
+
+/// A file each page's route serves.
+fn file_of(route: &str) -> &'static str {
+    if route.starts_with("/console/") {
+        "console.js"
+    } else {
+        "swagger-ui.css"
+    }
 }
 
 pub(crate) async fn call(

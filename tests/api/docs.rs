@@ -70,7 +70,7 @@ async fn reference_page_is_self_contained_and_renders_in_chromium() {
         "not_found"
     );
 
-    let Some(chromium) = chromium() else {
+    let Some(chromium) = crate::browser::required_program("chromium") else {
         return;
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("docs-page");
@@ -150,24 +150,6 @@ fn referenced_files(html: &str) -> Vec<String> {
     files
 }
 
-/// The Chromium binary, or `None` (with a note) where it is absent and not required.
-fn chromium() -> Option<PathBuf> {
-    let required = std::env::var("MORDANT_REQUIRE_CHROMIUM").is_ok_and(|v| v == "1");
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("chromium"))
-            .find(|candidate| candidate.is_file())
-    });
-    match found {
-        Some(path) => Some(path),
-        None if required => panic!("MORDANT_REQUIRE_CHROMIUM=1 but chromium is not on the PATH"),
-        None => {
-            eprintln!("chromium not found: the browser check is skipped here; CI runs it");
-            None
-        }
-    }
-}
-
 /// Runs headless Chromium on the page with no name resolution but 127.0.0.1; returns stdout.
 async fn run_chromium(chromium: &Path, profile: &Path, args: &[String]) -> String {
     let mut command = tokio::process::Command::new(chromium);
@@ -182,7 +164,7 @@ async fn run_chromium(chromium: &Path, profile: &Path, args: &[String]) -> Strin
             "--disable-component-update",
             "--disable-sync",
             "--disable-extensions",
-            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            crate::browser::LOOPBACK_ONLY,
             // Time runs fast-forwarded until the page has been idle this long (virtual ms).
             "--virtual-time-budget=10000",
         ])

@@ -11,6 +11,9 @@ mod helpers;
 #[allow(dead_code)]
 #[path = "../api/process.rs"]
 mod process;
+#[allow(dead_code)]
+#[path = "../api/browser.rs"]
+mod browser;
 #[path = "../support/database.rs"]
 mod test_database;
 #[path = "../support/readme.rs"]
@@ -18,6 +21,8 @@ mod readme_walkthrough;
 
 #[path = "../api/auth.rs"]
 mod auth;
+#[path = "../api/console.rs"]
+mod console;
 #[path = "../api/crash.rs"]
 mod crash;
 #[path = "../api/csv_ingest.rs"]

@@ -1,0 +1,514 @@
+//! The lab console at `/console/` in a real browser (headless Chromium over WebDriver), against
+//! the real service on the binary's store: it asks for a key, shows a model learning, lets an
+//! admin release a held batch and refit, matches a target to the numbers the API gives, and
+//! shows a key without admin scope no admin action. No page logs an error or asks another host.
+//! Screenshots of every page are left in `target/tmp/console-<store>/` for a person to look at.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fantoccini::Locator;
+use reqwest::StatusCode;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+
+use crate::auth::ADMIN_KEY;
+use crate::browser::Browser;
+use crate::helpers::*;
+
+const DYES: [&str; 10] = [
+    "yellow_1",
+    "yellow_2",
+    "orange_1",
+    "red_1",
+    "red_2",
+    "violet_1",
+    "blue_1",
+    "turquoise_1",
+    "navy_1",
+    "black_1",
+];
+const WAIT: Duration = Duration::from_secs(30);
+
+fn authorised(key: &str) -> reqwest::Client {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {key}")).unwrap(),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
+/// Runs `mordant simulate` with `args` in `dir`; returns what it wrote to standard output.
+async fn simulate(dir: &std::path::Path, args: &[&str]) -> String {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+        .arg("simulate")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .await
+        .expect("mordant simulate runs");
+    assert!(
+        output.status.success(),
+        "simulate {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The lab dips of `csv` with every concentration multiplied by `factor`: a mislabelled lot.
+fn scaled_concentrations(csv: &str, factor: f64) -> String {
+    let mut lines = csv.lines();
+    let header = lines.next().unwrap();
+    let names: Vec<&str> = header.split(',').collect();
+    let mut out = vec![header.to_owned()];
+    for line in lines {
+        let cells: Vec<String> = line
+            .split(',')
+            .zip(&names)
+            .map(|(cell, name)| {
+                if DYES.contains(name) {
+                    (cell.parse::<f64>().unwrap() * factor).to_string()
+                } else {
+                    cell.to_owned()
+                }
+            })
+            .collect();
+        out.push(cells.join(","));
+    }
+    out.join("\n") + "\n"
+}
+
+/// The match body the console sends for a target CSV of one simulated dip (header and values):
+/// its `…nm` columns as the spectrum, its fabric columns as `x`.
+fn match_body(target_csv: &str) -> Value {
+    let mut lines = target_csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let values: Vec<f64> = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let bands: Vec<(f64, f64)> = header
+        .iter()
+        .zip(&values)
+        .filter_map(|(h, v)| Some((h.strip_suffix("nm")?.parse().ok()?, *v)))
+        .collect();
+    let fabric = |name: &str| values[header.iter().position(|h| *h == name).unwrap()];
+    json!({
+        "spectra": {
+            "start_nm": bands[0].0,
+            "interval_nm": bands[1].0 - bands[0].0,
+            "values": [bands.iter().map(|b| b.1).collect::<Vec<_>>()],
+        },
+        "max_dyes": 3,
+        "tolerance": {"de00": 1.0},
+        "x": [[fabric("greige_cotton"), fabric("polyester_cotton")]],
+    })
+}
+
+/// The text of the element `css` names, once the page shows it (the page's text if it never
+/// does).
+async fn text_of(browser: &Browser, css: &str) -> String {
+    match browser
+        .client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css(css))
+        .await
+    {
+        Ok(element) => element.text().await.unwrap(),
+        Err(e) => {
+            let page = match browser.client.find(Locator::Css("main")).await {
+                Ok(main) => main.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            panic!("{css} is not on the page ({e}); the page shows:\n{page}")
+        }
+    }
+}
+
+async fn count(browser: &Browser, css: &str) -> usize {
+    browser
+        .client
+        .find_all(Locator::Css(css))
+        .await
+        .unwrap()
+        .len()
+}
+
+async fn sign_in(browser: &Browser, key: &str) {
+    let input = browser
+        .client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#key-form input[name=key]"))
+        .await
+        .expect("the console asks for a key");
+    input.send_keys(key).await.unwrap();
+    browser
+        .client
+        .find(Locator::Css("#key-form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_of(browser, "#models").await;
+}
+
+#[tokio::test]
+async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
+    let mut app = spawn_configured(|s| s.auth.admin_key = ADMIN_KEY.into()).await;
+    app.client = authorised(ADMIN_KEY);
+
+    // The page and its two files are ours, with a same-origin policy, open to anyone.
+    let anonymous = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let redirect = anonymous.get(app.url("/console")).send().await.unwrap();
+    assert_eq!(redirect.status(), StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(redirect.headers()["location"], "console/");
+    for (file, kind) in [
+        ("", "text/html"),
+        ("console.js", "text/javascript"),
+        ("console.css", "text/css"),
+    ] {
+        let response = anonymous
+            .get(app.url(&format!("/console/{file}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{file}");
+        let headers = response.headers();
+        assert!(headers["content-type"].to_str().unwrap().starts_with(kind));
+        let policy = headers["content-security-policy"].to_str().unwrap();
+        assert!(policy.contains("connect-src 'self'"), "{policy}");
+        assert!(!policy.contains("unsafe-inline"), "{policy}");
+    }
+    assert_eq!(
+        anonymous
+            .get(app.url("/console/other.js"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    // Who the caller is: nobody without a key, which the console takes as "ask for one".
+    let nobody: Value = anonymous
+        .get(app.url("/v1/keys/self"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        nobody,
+        json!({"name": null, "scopes": [], "enforced": true})
+    );
+
+    // A colour model that holds surprising batches, trained on simulated lab dips.
+    let dir = std::env::temp_dir().join(format!("mordant-console-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    app.create_model(&json!({
+        "name": "dips",
+        "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "percent"},
+        "features": ["greige_cotton", "polyester_cotton"],
+        "outputs": DYES,
+        "transform": "saunderson",
+        "drift_threshold": 30.0,
+    }))
+    .await;
+    simulate(
+        &dir,
+        &[
+            "--rows",
+            "300",
+            "--seed",
+            "1",
+            "--batch-rows",
+            "50",
+            "--post",
+            &app.address,
+            "--model",
+            "dips",
+            "--key",
+            ADMIN_KEY,
+        ],
+    )
+    .await;
+    let odd = scaled_concentrations(&simulate(&dir, &["--rows", "20", "--seed", "5"]).await, 4.0);
+    let posted = app
+        .client
+        .post(app.url("/v1/models/dips/batches"))
+        .header("content-type", "text/csv")
+        .header("idempotency-key", "odd-lot")
+        .body(odd)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.wait_for_batch("dips", "odd-lot").await["status"], "held");
+    let model: Value = app.get("/v1/models/dips").await.json().await.unwrap();
+    assert_eq!(model["held_batches"], 1, "{model}");
+    assert_eq!(model["pending_batches"], 0, "{model}");
+    let version = model["version"].as_i64().unwrap();
+
+    // A key that may predict and nothing else.
+    let created: Value = app
+        .post(
+            "/v1/keys",
+            &json!({"name": "bench-colourist", "scopes": ["predict"]}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let colourist = created["key"].as_str().unwrap().to_owned();
+
+    let Some(browser) = Browser::start(1280, 1700).await else {
+        return;
+    };
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("console-{:?}", crate::BACKEND).to_lowercase());
+    let _ = std::fs::remove_dir_all(&shots);
+    std::fs::create_dir_all(&shots).unwrap();
+    let console = app.url("/console/");
+    let client = &browser.client;
+
+    // 1. The console asks for a key, then lists the models.
+    client.goto(&console).await.unwrap();
+    browser.screenshot(&shots.join("key.png")).await;
+    sign_in(&browser, ADMIN_KEY).await;
+    let row = text_of(&browser, "#models tr[data-model=dips]").await;
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[..2], ["dips", &version.to_string()], "{row}");
+    let held = text_of(&browser, "#models tr[data-model=dips] .alarm").await;
+    assert_eq!(held, "1");
+    assert!(
+        text_of(&browser, "#who")
+            .await
+            .contains("bootstrap admin key")
+    );
+    browser.screenshot(&shots.join("models.png")).await;
+
+    // 2. The model: its versions, its batches' surprise, the held batch, its relevance.
+    client
+        .find(Locator::LinkText("dips"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_of(&browser, "#held tr[data-batch=odd-lot]").await;
+    let versions = count(&browser, "#versions tbody tr").await;
+    assert_eq!(versions as i64, version.min(15));
+    assert_eq!(
+        count(&browser, "#chart-observations circle").await as i64,
+        version
+    );
+    // Every batch after the first fit has a surprise; the held one is drawn too.
+    assert!(count(&browser, "#chart-surprise circle").await >= 5);
+    assert_eq!(count(&browser, "#chart-coefficients path").await, 1);
+    browser.screenshot(&shots.join("model.png")).await;
+
+    // 3. An admin releases the held batch: it is queued again and folded.
+    client
+        .find(Locator::Css("#held tr[data-batch=odd-lot] button.release"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let released = crate::helpers::wait_until(WAIT, || async {
+        let batch: Value = app
+            .get("/v1/models/dips/batches/odd-lot")
+            .await
+            .json()
+            .await
+            .ok()?;
+        (batch["status"] == "folded").then_some(batch)
+    })
+    .await;
+    assert!(released.is_some(), "the released batch is folded");
+    text_of(&browser, "#versions-section").await;
+    crate::helpers::wait_until(WAIT, || async {
+        (count(&browser, "#held").await == 0).then_some(())
+    })
+    .await
+    .expect("the held list empties");
+
+    // 4. A refit, after the confirmation the console asks for.
+    client
+        .find(Locator::Css("#refit"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client.accept_alert().await.expect("a confirmation");
+    let refit = crate::helpers::wait_until(WAIT, || async {
+        let list: Value = app
+            .get("/v1/models/dips/versions")
+            .await
+            .json()
+            .await
+            .ok()?;
+        list["versions"]
+            .as_array()?
+            .iter()
+            .any(|v| v["origin"] == "refit")
+            .then_some(())
+    })
+    .await;
+    assert!(refit.is_some(), "the refit made a version");
+
+    // 5. Match: a target dyed on greige cotton, pasted as the instrument's CSV, gives the
+    //    candidates the API gives for the same body, with swatches under D65 and A.
+    let target = simulate(
+        &dir,
+        &[
+            "--rows",
+            "1",
+            "--seed",
+            "99",
+            "--dye",
+            "yellow_1=0.12,red_1=1.05,navy_1=0.02",
+            "--fabric",
+            "greige_cotton",
+        ],
+    )
+    .await;
+    let answer: Value = app
+        .post("/v1/models/dips/match", &match_body(&target))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let first = &answer["recipes"][0]["candidates"][0];
+    assert!(first["dyes"].is_array(), "{answer}");
+    client
+        .goto(&format!("{console}#/match/dips"))
+        .await
+        .unwrap();
+    let area = client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#target"))
+        .await
+        .unwrap();
+    area.send_keys(&target).await.unwrap();
+    client
+        .find(Locator::Css("#match-form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let shown = text_of(&browser, "#match-result tr.candidate").await;
+    for dye in first["dyes"].as_array().unwrap() {
+        assert!(shown.contains(dye.as_str().unwrap()), "{shown} / {first}");
+    }
+    let de00: f64 = text_of(&browser, "#match-result tr.candidate td.de00")
+        .await
+        .parse()
+        .unwrap();
+    let expected = first["colour"]["illuminants"][0]["de00"].as_f64().unwrap();
+    assert_eq!(first["colour"]["illuminants"][0]["illuminant"], "D65");
+    assert!(
+        (de00 - expected).abs() <= 0.006 * expected.max(0.01),
+        "{de00} against {expected}"
+    );
+    let candidates = answer["recipes"][0]["candidates"].as_array().unwrap().len();
+    assert_eq!(count(&browser, "#match-result tr.candidate").await, candidates);
+    // Two swatches for the target and two per candidate, coloured by the page.
+    assert_eq!(
+        count(&browser, "#match-result .swatch").await,
+        2 + 2 * candidates
+    );
+    let colours = client
+        .execute(
+            "return [...document.querySelectorAll('#match-result .swatch')]\
+             .map((e) => getComputedStyle(e).backgroundColor);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let colours: Vec<&str> = colours
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(colours.iter().all(|c| c.starts_with("rgb(")), "{colours:?}");
+    assert!(
+        colours.iter().any(|c| *c != colours[0]),
+        "every swatch the same colour: {colours:?}"
+    );
+    browser.screenshot(&shots.join("match.png")).await;
+
+    // Nothing went to another host, and nothing was logged as an error.
+    for url in browser.requests().await {
+        assert!(url.starts_with(&app.address), "the console loaded {url}");
+    }
+    let errors: Vec<_> = browser
+        .console_log()
+        .await
+        .into_iter()
+        .filter(|(level, _)| level == "SEVERE")
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+
+    // 6. A key that may only predict sees the model but no admin action and no batches.
+    client.goto(&console).await.unwrap();
+    client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#forget-key"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    sign_in(&browser, &colourist).await;
+    assert!(text_of(&browser, "#who").await.contains("bench-colourist"));
+    client
+        .find(Locator::LinkText("dips"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_of(&browser, "#versions").await;
+    assert_eq!(count(&browser, "button.release, button.reject").await, 0);
+    assert_eq!(count(&browser, "#refit, button[data-restore]").await, 0);
+    assert_eq!(count(&browser, "#batches-section").await, 0);
+    browser.screenshot(&shots.join("model-predict-key.png")).await;
+    let errors: Vec<_> = browser
+        .console_log()
+        .await
+        .into_iter()
+        .filter(|(level, _)| level == "SEVERE")
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+
+    // The key lived in the tab's session storage only.
+    let stored = client
+        .execute(
+            "return [Object.keys(localStorage).length, document.cookie, \
+             sessionStorage.getItem('mordant.console.key')];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored, json!([0, "", colourist]));
+
+    let _ = std::fs::remove_dir_all(&dir);
+}
