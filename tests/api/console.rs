@@ -82,10 +82,10 @@ fn scaled_concentrations(csv: &str, factor: f64) -> String {
     out.join("\n") + "\n"
 }
 
-/// The match body the console sends for a target CSV of one simulated dip (header and values):
-/// its `…nm` columns as the spectrum, its fabric columns as `x`.
-fn match_body(target_csv: &str) -> Value {
-    let mut lines = target_csv.lines();
+/// The `…nm` columns of a CSV of one simulated dip (header and values) as a spectrum, and its
+/// fabric columns.
+fn dip_spectrum(csv: &str) -> (Value, [f64; 2]) {
+    let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let values: Vec<f64> = lines
         .next()
@@ -99,16 +99,58 @@ fn match_body(target_csv: &str) -> Value {
         .filter_map(|(h, v)| Some((h.strip_suffix("nm")?.parse().ok()?, *v)))
         .collect();
     let fabric = |name: &str| values[header.iter().position(|h| *h == name).unwrap()];
+    let spectrum = json!({
+        "start_nm": bands[0].0,
+        "interval_nm": bands[1].0 - bands[0].0,
+        "values": bands.iter().map(|b| b.1).collect::<Vec<_>>(),
+    });
+    (
+        spectrum,
+        [fabric("greige_cotton"), fabric("polyester_cotton")],
+    )
+}
+
+/// The match body the console sends for a target CSV of one simulated dip.
+fn match_body(target_csv: &str) -> Value {
+    let (spectrum, fabric) = dip_spectrum(target_csv);
     json!({
         "spectra": {
-            "start_nm": bands[0].0,
-            "interval_nm": bands[1].0 - bands[0].0,
-            "values": [bands.iter().map(|b| b.1).collect::<Vec<_>>()],
+            "start_nm": spectrum["start_nm"],
+            "interval_nm": spectrum["interval_nm"],
+            "values": [spectrum["values"]],
         },
         "max_dyes": 3,
         "tolerance": {"de00": 1.0},
-        "x": [[fabric("greige_cotton"), fabric("polyester_cotton")]],
+        "x": [fabric],
     })
+}
+
+/// The first row of `table` as the console shows it agrees with `recipe` as the API gives it:
+/// the same dyes and ΔE00 under D65 to the digits shown.
+async fn shows_recipe(browser: &Browser, table: &str, recipe: &Value) {
+    let shown = text_of(browser, &format!("{table} tr.candidate td.dyes")).await;
+    let dyes: Vec<&str> = shown
+        .split(", ")
+        .map(|d| d.split_whitespace().next().unwrap())
+        .collect();
+    let expected: Vec<&str> = recipe["dyes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    assert_eq!(dyes, expected, "{shown} / {recipe}");
+    let de00: f64 = text_of(browser, &format!("{table} tr.candidate td.de00"))
+        .await
+        .parse()
+        .unwrap();
+    let d65 = &recipe["colour"]["illuminants"][0];
+    assert_eq!(d65["illuminant"], "D65");
+    let expected = d65["de00"].as_f64().unwrap();
+    assert!(
+        (de00 - expected).abs() <= 0.006 * expected.max(0.01),
+        "{de00} against {expected}"
+    );
 }
 
 /// The text of the element `css` names, once the page shows it (the page's text if it never
@@ -129,6 +171,21 @@ async fn text_of(browser: &Browser, css: &str) -> String {
             };
             panic!("{css} is not on the page ({e}); the page shows:\n{page}")
         }
+    }
+}
+
+/// A number as the console shows it: three significant digits.
+fn three_digits(value: f64) -> String {
+    let digits = 2 - value.abs().log10().floor() as i32;
+    let rounded = format!("{:.*}", digits.max(0) as usize, value);
+    // As JavaScript's `Number(…).toString()`: no trailing zeros.
+    if rounded.contains('.') {
+        rounded
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_owned()
+    } else {
+        rounded
     }
 }
 
@@ -412,20 +469,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         .click()
         .await
         .unwrap();
-    let shown = text_of(&browser, "#match-result tr.candidate").await;
-    for dye in first["dyes"].as_array().unwrap() {
-        assert!(shown.contains(dye.as_str().unwrap()), "{shown} / {first}");
-    }
-    let de00: f64 = text_of(&browser, "#match-result tr.candidate td.de00")
-        .await
-        .parse()
-        .unwrap();
-    let expected = first["colour"]["illuminants"][0]["de00"].as_f64().unwrap();
-    assert_eq!(first["colour"]["illuminants"][0]["illuminant"], "D65");
-    assert!(
-        (de00 - expected).abs() <= 0.006 * expected.max(0.01),
-        "{de00} against {expected}"
-    );
+    shows_recipe(&browser, "#match-result", first).await;
     let candidates = answer["recipes"][0]["candidates"].as_array().unwrap().len();
     assert_eq!(count(&browser, "#match-result tr.candidate").await, candidates);
     // Two swatches for the target and two per candidate, coloured by the page.
@@ -454,6 +498,87 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     );
     browser.screenshot(&shots.join("match.png")).await;
 
+    // 6. Correct: the first candidate dyed on a production lot comes out off; its dip pasted
+    //    beside the recipe gives the correction the API gives for the same body.
+    let dyed_it = client
+        .find(Locator::Css("#match-result tr.candidate button[data-recipe-text]"))
+        .await
+        .unwrap();
+    let recipe_text = dyed_it.attr("data-recipe-text").await.unwrap().unwrap();
+    dyed_it.click().await.unwrap();
+    let filled = client
+        .find(Locator::Css("#dyed-recipe"))
+        .await
+        .unwrap()
+        .prop("value")
+        .await
+        .unwrap();
+    assert_eq!(filled.as_deref(), Some(recipe_text.as_str()));
+    let dip = simulate(
+        &dir,
+        &[
+            "--rows",
+            "1",
+            "--seed",
+            "3",
+            "--dye",
+            &recipe_text.replace(' ', ""),
+            "--fabric",
+            "greige_cotton",
+            "--lot",
+            "1",
+            "--scenario",
+            "dye_lot",
+        ],
+    )
+    .await;
+    let recipe: serde_json::Map<String, Value> = recipe_text
+        .split(", ")
+        .map(|part| {
+            let (dye, amount) = part.split_once('=').unwrap();
+            (dye.to_owned(), json!(amount.parse::<f64>().unwrap()))
+        })
+        .collect();
+    let target_body = match_body(&target);
+    let correction: Value = app
+        .post(
+            "/v1/models/dips/correct",
+            &json!({
+                "spectra": target_body["spectra"],
+                "x": target_body["x"],
+                "tolerance": {"de00": 1.0},
+                "recipe": recipe,
+                "measured": dip_spectrum(&dip).0,
+            }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(correction["recipe"]["dyes"].is_array(), "{correction}");
+    client
+        .find(Locator::Css("#dip"))
+        .await
+        .unwrap()
+        .send_keys(&dip)
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#correct-form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    shows_recipe(&browser, "#corrected", &correction["recipe"]).await;
+    let dip_de00 = correction["dip"]["illuminants"][0]["de00"].as_f64().unwrap();
+    let dip_line = text_of(&browser, "#dip-colour").await;
+    assert!(
+        dip_line.contains(&format!("ΔE00 {}", three_digits(dip_de00))),
+        "{dip_line} / {dip_de00}"
+    );
+    browser.screenshot(&shots.join("correct.png")).await;
+
     // Nothing went to another host, and nothing was logged as an error.
     for url in browser.requests().await {
         assert!(url.starts_with(&app.address), "the console loaded {url}");
@@ -466,7 +591,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
 
-    // 6. A key that may only predict sees the model but no admin action and no batches.
+    // 7. A key that may only predict sees the model but no admin action and no batches.
     client.goto(&console).await.unwrap();
     client
         .wait()

@@ -504,7 +504,88 @@ async function matchPage(name) {
         h("p", { class: "error", role: "alert" }, error.message));
     }
   });
-  show(h("h1", {}, `Match a target: ${name}`), form, out);
+  const correction = correctionForm(model, () => {
+    const { spectra, features } = parseTarget(target.value, model.features);
+    const x = featureInputs.length ?
+      [featureInputs.map((input) => (input.name in features ? features[input.name] : Number(input.value)))] : null;
+    return { spectra, x, tolerance: { de00: Number(tolerance.value) } };
+  });
+  out.addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-recipe-text]");
+    if (!button) return;
+    correction.recipe.value = button.dataset.recipeText;
+    correction.form.scrollIntoView();
+  });
+  show(h("h1", {}, `Match a target: ${name}`), form, out, correction.form, correction.out);
+}
+
+/** Dye amounts as `dye=amount, …`, and back. */
+function recipeText(dyes, amounts) {
+  return dyes.map((dye, k) => `${dye}=${Number(amounts[k].toPrecision(4))}`).join(", ");
+}
+
+function parseRecipe(text) {
+  const recipe = {};
+  for (const part of text.split(/[,;\n]/).map((p) => p.trim()).filter(Boolean)) {
+    const [dye, amount] = part.split("=").map((p) => p.trim());
+    const value = Number(amount);
+    if (!dye || amount === undefined || !Number.isFinite(value)) {
+      throw new Error(`the recipe must read dye=amount, …; found ${JSON.stringify(part)}`);
+    }
+    recipe[dye] = value;
+  }
+  return recipe;
+}
+
+/** The correction of a dip that came out off-shade: the recipe dyed, the dip's measurement. */
+function correctionForm(model, targetOf) {
+  const recipe = h("input", { id: "dyed-recipe", size: 60, placeholder: "yellow_1=0.12, red_1=1.05" });
+  const measured = h("textarea", { id: "dip", spellcheck: "false",
+    placeholder: "The dip's measured spectrum: CSV or JSON, as the target" });
+  const learn = h("input", { type: "checkbox", id: "learn" });
+  const out = h("div", { id: "correct-result" });
+  const form = h("form", { id: "correct-form", class: "card" },
+    h("h2", {}, "Correct a dip"),
+    h("p", { class: "quiet" }, "A dip dyed with a recipe came out off-shade: its measurement shows where the " +
+      "model is wrong near that recipe, and the correction assumes that error persists (the dye house's " +
+      "conditions, a lot of dye or fabric)."),
+    h("p", {}, h("label", {}, "recipe dyed", recipe)), measured,
+    h("p", { class: "row" }, may("ingest") ? h("label", {}, learn, "also learn the dip as an observation") : null,
+      h("button", { type: "submit" }, "Correct")));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    out.replaceChildren(h("p", { class: "quiet" }, "Correcting…"));
+    try {
+      const { spectra, x, tolerance } = targetOf();
+      const dip = parseTarget(measured.value, model.features).spectra;
+      const body = { spectra, recipe: parseRecipe(recipe.value), tolerance,
+        measured: { start_nm: dip.start_nm, interval_nm: dip.interval_nm, values: dip.values[0] } };
+      if (x) body.x = x;
+      if (learn.checked) body.learn = true;
+      const answer = await api("POST", `models/${encodeURIComponent(model.name)}/correct`, body);
+      out.replaceChildren(correctionResult(answer, model.outputs));
+    } catch (error) {
+      out.replaceChildren(error instanceof ApiError ? failure(error) :
+        h("p", { class: "error", role: "alert" }, error.message));
+    }
+  });
+  return { form, out, recipe };
+}
+
+function correctionResult(answer, outputs) {
+  const dip = answer.dip;
+  const dipD65 = illuminant(dip, "D65");
+  const dipA = illuminant(dip, "A");
+  return h("div", {}, (answer.warnings || []).map((w) => h("p", { class: "quiet" }, `${w.path}: ${w.message}`)),
+    dip ? h("p", { id: "dip-colour" }, "the dip against the target: ",
+      h("span", { class: "swatches" }, swatch(dipD65.reference, "target under D65"),
+        swatch(dipD65.sample, "dip under D65")), ` ΔE00 ${fmt(dipD65.de00, 3)} (D65), `,
+      h("span", { class: "swatches" }, swatch(dipA.reference, "target under A"), swatch(dipA.sample, "dip under A")),
+      ` ${fmt(dipA.de00, 3)} (A) `, h("span", { class: dip.verdict === "pass" ? "pass" : "fail" }, dip.verdict)) : null,
+    h("table", { class: "candidates", id: "corrected" }, candidateHead(),
+      h("tbody", {}, candidateRow(answer.recipe, outputs))),
+    answer.learnt ? h("p", { class: "quiet" }, `learnt as batch ${answer.learnt.batch.batch_id}` +
+      (answer.learnt.replayed ? " (stored before)" : "")) : null);
 }
 
 function illuminant(colour, name) {
@@ -524,28 +605,40 @@ function matchResult(answer, outputs) {
         h("h2", {}, `Target ${r + 1}`),
         d65 ? h("p", { class: "swatches" }, "target: D65 ", swatch(d65.reference, "target under D65"),
           " A ", swatch(a.reference, "target under A")) : null,
-        h("table", { class: "candidates" },
-          h("thead", {}, h("tr", {}, h("th", {}, "recipe (D65 · A)"), h("th", {}, "dyes (% owf ± sd)"),
-            h("th", { class: "num" }, "ΔE00 D65"), h("th", { class: "num" }, "ΔE00 A"),
-            h("th", { class: "num" }, "ΔE00 F11"), h("th", { class: "num" }, "cost"), h("th", {}, "verdict"))),
-          h("tbody", {}, candidates.map((c) => {
-            const [cd65, ca, cf11] = ["D65", "A", "F11"].map((n) => illuminant(c.colour, n));
-            return h("tr", { class: "candidate" },
-              h("td", {}, cd65 ? h("span", { class: "swatches" }, swatch(cd65.sample, "under D65"),
-                swatch(ca.sample, "under A")) : "—"),
-              h("td", {}, c.dyes.map((dye) => {
-                const k = outputs.indexOf(dye);
-                const sd = c.variance[k] === null ? "" : ` ± ${fmt(Math.sqrt(c.variance[k]), 2)}`;
-                return `${dye} ${fmt(c.concentration[k], 3)}${sd}`;
-              }).join(", ")),
-              h("td", { class: "num de00" }, cd65 ? fmt(cd65.de00, 3) : "—"),
-              h("td", { class: "num" }, ca ? fmt(ca.de00, 3) : "—"),
-              h("td", { class: "num" }, cf11 ? fmt(cf11.de00, 3) : "—"),
-              h("td", { class: "num" }, c.cost === null || c.cost === undefined ? "—" : fmt(c.cost, 4)),
-              h("td", {}, c.colour ? h("span", { class: c.colour.verdict === "pass" ? "pass" : "fail" },
-                c.colour.verdict) : "—"));
-          }))));
+        h("table", { class: "candidates" }, candidateHead(),
+          h("tbody", {}, candidates.map((c) => candidateRow(c, outputs)))));
     }));
+}
+
+function candidateHead() {
+  return h("thead", {}, h("tr", {}, h("th", {}, "recipe (D65 · A)"), h("th", {}, "dyes (% owf ± sd)"),
+    h("th", { class: "num" }, "ΔE00 D65"), h("th", { class: "num" }, "ΔE00 A"),
+    h("th", { class: "num" }, "ΔE00 F11"), h("th", { class: "num" }, "cost"), h("th", {}, "verdict"),
+    h("th", {}, "")));
+}
+
+/** One recipe: swatches under D65 and A, the dyes with their amounts, its colour differences
+ * (under A and F11: metamerism), cost and verdict; a candidate's `concentration` and `variance`
+ * are per output. */
+function candidateRow(c, outputs) {
+  const [cd65, ca, cf11] = ["D65", "A", "F11"].map((n) => illuminant(c.colour, n));
+  const amounts = c.dyes.map((dye) => c.concentration[outputs.indexOf(dye)]);
+  return h("tr", { class: "candidate" },
+    h("td", {}, cd65 ? h("span", { class: "swatches" }, swatch(cd65.sample, "under D65"),
+      swatch(ca.sample, "under A")) : "—"),
+    h("td", { class: "dyes" }, c.dyes.map((dye, k) => {
+      const v = c.variance[outputs.indexOf(dye)];
+      const sd = v === null ? "" : ` ± ${fmt(Math.sqrt(v), 2)}`;
+      return `${dye} ${fmt(amounts[k], 3)}${sd}`;
+    }).join(", ")),
+    h("td", { class: "num de00" }, cd65 ? fmt(cd65.de00, 3) : "—"),
+    h("td", { class: "num" }, ca ? fmt(ca.de00, 3) : "—"),
+    h("td", { class: "num" }, cf11 ? fmt(cf11.de00, 3) : "—"),
+    h("td", { class: "num" }, c.cost === null || c.cost === undefined ? "—" : fmt(c.cost, 4)),
+    h("td", {}, c.colour ? h("span", { class: c.colour.verdict === "pass" ? "pass" : "fail" },
+      c.colour.verdict) : "—"),
+    h("td", {}, h("button", { class: "secondary", type: "button", "data-recipe-text": recipeText(c.dyes, amounts),
+      title: "Dyed this recipe? Correct its dip below." }, "dyed it")));
 }
 
 // ---------------------------------------------------------------- routing
