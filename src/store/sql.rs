@@ -2,7 +2,8 @@
 //! `$1`, `$2`, … for both (sqlx's SQLite driver binds `$N` by its number, as it does `?N`);
 //! each record is read by its `sqlx::FromRow` mapping from the columns named here.
 
-/// A model with its queue length, held batches and current version's time, as [`super::ModelRecord`] reads it (`m` is `models`).
+/// A model with its queue length, held batches and current version's time, as
+/// [`super::ModelRecord`] reads it (`m` is `models`).
 macro_rules! model_columns {
     () => {
         "m.id, m.spec, m.version, m.observations, m.created_at, m.updated_at, \

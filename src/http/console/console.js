@@ -186,10 +186,11 @@ function chart({ series, width = 540, height = 220, xLabel = "", yLabel = "", lo
   }
   for (const one of series) {
     const usable = one.points.filter(([, y]) => Number.isFinite(y) && (!log || y > 0));
-    if (one.dots) {
-      for (const [x, y] of usable) {
-        svg.append(s("circle", { cx: X(x), cy: Y(y), r: 2.6, fill: one.colour }));
-      }
+    if (one.dots && usable.length > 0) {
+      // One path of round dots (a zero-length segment each): thousands of points stay one element.
+      const d = usable.map(([x, y]) => `M${X(x).toFixed(1)},${Y(y).toFixed(1)}h0`).join("");
+      svg.append(s("path", { d, class: "dots", "data-points": usable.length, fill: "none", stroke: one.colour,
+        "stroke-width": 5, "stroke-linecap": "round" }));
     } else if (usable.length > 0) {
       const d = usable.map(([x, y], i) => `${i ? "L" : "M"}${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join("");
       svg.append(s("path", { d, fill: "none", stroke: one.colour, "stroke-width": 1.6 }));
@@ -259,11 +260,13 @@ async function modelsPage() {
 async function modelPage(name) {
   document.getElementById("where").textContent = name;
   const path = `models/${encodeURIComponent(name)}`;
-  const model = await api("GET", path);
-  const [versions, batches, posterior] = await Promise.all([
+  // Everything at once; the posterior as soon as the model says it has one.
+  const modelAsked = api("GET", path);
+  const [model, versions, batches, posterior] = await Promise.all([
+    modelAsked,
     api("GET", `${path}/versions`),
     may("ingest") ? api("GET", `${path}/batches?limit=1000`) : Promise.resolve(null),
-    model.version > 0 ? api("GET", `${path}/posterior`) : Promise.resolve(null),
+    modelAsked.then((m) => (m.version > 0 ? api("GET", `${path}/posterior`) : null)),
   ]);
   const sections = [
     h("h1", {}, model.name),
