@@ -384,15 +384,18 @@ function relevanceSection(model, posterior) {
       const wavelength = (j) => spectrum.start_nm + j * spectrum.interval_nm;
       const coefficients = [{ name: "coefficient", colour: "#1f5fa8",
         points: output.coefficients.slice(0, bands).map((c, j) => [wavelength(j), c]) }];
-      const variances = [{ name: "prior variance", colour: "#c2410c",
+      // Dots: ARD prunes bands (prior variance 0), which a log scale cannot draw.
+      const variances = [{ name: "prior variance", colour: "#c2410c", dots: true,
         points: output.prior_variance.slice(0, bands).map((v, j) => [wavelength(j), v]) }];
+      const pruned = output.prior_variance.slice(0, bands).filter((v) => v === 0).length;
       holder.replaceChildren(h("div", { class: "row" },
         h("div", {}, chart({ series: coefficients, xLabel: "wavelength (nm)", yLabel: "coefficient",
           id: "chart-coefficients" })),
         h("div", {}, chart({ series: variances, xLabel: "wavelength (nm)", yLabel: "prior variance (log)",
           log: true, id: "chart-prior" }))),
       h("p", { class: "quiet" }, `prior ${output.prior}` + (output.length_scale_nm ?
-        `, length scale ${fmt(output.length_scale_nm, 3)} nm` : "") + `, σ² ${fmt(output.noise_variance)}`));
+        `, length scale ${fmt(output.length_scale_nm, 3)} nm` : "") + `, σ² ${fmt(output.noise_variance)}` +
+        (pruned ? `; ${pruned} of ${bands} bands pruned (prior variance 0, not drawn)` : "")));
     } else {
       holder.replaceChildren(h("table", { id: "ranked" },
         h("thead", {}, h("tr", {}, h("th", {}, "input"), h("th", { class: "num" }, "prior variance"))),
