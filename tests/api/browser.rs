@@ -11,8 +11,20 @@ use fantoccini::{Client, ClientBuilder};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-/// Every host but loopback unresolvable: a page that asks another host gets nothing.
-pub const LOOPBACK_ONLY: &str = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1";
+/// Chromium's flags for a test: quiet (none of its own background traffic), and with every host
+/// but loopback unresolvable, so that a page that asks another host gets nothing. With
+/// `--headless` (or `--headless=new`).
+pub const QUIET_LOOPBACK: [&str; 9] = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+];
 
 /// A program on the PATH, or `None` (with a note) where it is absent and not required.
 pub fn required_program(name: &str) -> Option<PathBuf> {
@@ -69,20 +81,15 @@ impl Browser {
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": chromium,
-                "args": [
-                    "--headless=new",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-dev-shm-usage",
-                    "--no-first-run",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                    "--disable-extensions",
-                    LOOPBACK_ONLY,
-                    format!("--window-size={width},{height}"),
-                    format!("--user-data-dir={}", profile.path().display()),
-                ],
+                "args": QUIET_LOOPBACK
+                    .iter()
+                    .map(|a| (*a).to_owned())
+                    .chain([
+                        "--headless=new".to_owned(),
+                        format!("--window-size={width},{height}"),
+                        format!("--user-data-dir={}", profile.path().display()),
+                    ])
+                    .collect::<Vec<_>>(),
             },
             "goog:loggingPrefs": {"browser": "ALL"},
         });

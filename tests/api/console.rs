@@ -201,6 +201,18 @@ fn three_digits(value: f64) -> String {
     }
 }
 
+/// Clicks the element `css` names (found at once: the page already shows it).
+async fn click(browser: &Browser, css: &str) {
+    browser
+        .client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("clicking {css}: {e}"));
+}
+
 /// The points a chart draws as dots, over its series.
 async fn points(browser: &Browser, chart: &str) -> i64 {
     let mut total = 0;
@@ -238,14 +250,7 @@ async fn sign_in(browser: &Browser, key: &str) {
         .await
         .expect("the console asks for a key");
     input.send_keys(key).await.unwrap();
-    browser
-        .client
-        .find(Locator::Css("#key-form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(browser, "#key-form button[type=submit]").await;
     text_of(browser, "#models").await;
 }
 
@@ -388,13 +393,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     browser.screenshot(&shots.join("models.png")).await;
 
     // 2. The model: its versions, its batches' surprise, the held batch, its relevance.
-    client
-        .find(Locator::LinkText("dips"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "#models tr[data-model=dips] a").await;
     text_of(&browser, "#held tr[data-batch=odd-lot]").await;
     let versions = count(&browser, "#versions tbody tr").await;
     assert_eq!(versions as i64, version.min(15));
@@ -405,13 +404,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     browser.screenshot(&shots.join("model.png")).await;
 
     // 3. An admin releases the held batch: it is queued again and folded.
-    client
-        .find(Locator::Css("#held tr[data-batch=odd-lot] button.release"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "#held tr[data-batch=odd-lot] button.release").await;
     let released = crate::helpers::wait_until(WAIT, || async {
         let batch: Value = app
             .get("/v1/models/dips/batches/odd-lot")
@@ -431,13 +424,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     .expect("the held list empties");
 
     // 4. A refit, after the confirmation the console asks for.
-    client
-        .find(Locator::Css("#refit"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "#refit").await;
     client.accept_alert().await.expect("a confirmation");
     let refit = crate::helpers::wait_until(WAIT, || async {
         let list: Value = app
@@ -490,13 +477,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         .await
         .unwrap();
     area.send_keys(&target).await.unwrap();
-    client
-        .find(Locator::Css("#match-form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "#match-form button[type=submit]").await;
     shows_recipe(&browser, "#match-result", first).await;
     let candidates = answer["recipes"][0]["candidates"].as_array().unwrap().len();
     assert_eq!(count(&browser, "#match-result tr.candidate").await, candidates);
@@ -591,13 +572,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         .send_keys(&dip)
         .await
         .unwrap();
-    client
-        .find(Locator::Css("#correct-form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "#correct-form button[type=submit]").await;
     shows_recipe(&browser, "#corrected", &correction["recipe"]).await;
     let dip_de00 = correction["dip"]["illuminants"][0]["de00"].as_f64().unwrap();
     let dip_line = text_of(&browser, "#dip-colour").await;
@@ -632,13 +607,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         .unwrap();
     sign_in(&browser, &colourist).await;
     assert!(text_of(&browser, "#who").await.contains("bench-colourist"));
-    client
-        .find(Locator::LinkText("dips"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "#models tr[data-model=dips] a").await;
     text_of(&browser, "#versions").await;
     assert_eq!(count(&browser, "button.release, button.reject").await, 0);
     assert_eq!(count(&browser, "#refit, button[data-restore]").await, 0);

@@ -154,20 +154,10 @@ fn referenced_files(html: &str) -> Vec<String> {
 async fn run_chromium(chromium: &Path, profile: &Path, args: &[String]) -> String {
     let mut command = tokio::process::Command::new(chromium);
     command
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-extensions",
-            crate::browser::LOOPBACK_ONLY,
-            // Time runs fast-forwarded until the page has been idle this long (virtual ms).
-            "--virtual-time-budget=10000",
-        ])
+        .arg("--headless")
+        .args(crate::browser::QUIET_LOOPBACK)
+        // Time runs fast-forwarded until the page has been idle this long (virtual ms).
+        .arg("--virtual-time-budget=10000")
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(args)
         .kill_on_drop(true);
