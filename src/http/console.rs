@@ -1,7 +1,7 @@
 //! The lab console at `/console/`: a page for colourists and lab managers that reads and acts
 //! through the public API only, with the key its user gives.
 //!
-//! Its files (page, script, style sheet, icon) are compiled into the binary and use no
+//! Its files (page, script modules, style sheet, icon) are compiled into the binary and use no
 //! framework and no third-party code, so the console works on an air-gapped plant network; the
 //! page's `Content-Security-Policy` lets the browser load and ask nothing from anywhere else.
 
@@ -15,9 +15,29 @@ use super::error::ApiError;
 use super::routes::Routes;
 
 const INDEX_HTML: &str = include_str!("console/index.html");
-const CONSOLE_JS: &str = include_str!("console/console.js");
-const CONSOLE_CSS: &str = include_str!("console/console.css");
-const FAVICON_SVG: &str = include_str!("console/favicon.svg");
+
+const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
+
+/// The files the page loads, by name: the entry module and the modules it imports, the style
+/// sheet and the icon.
+const FILES: [(&str, &str, &str); 8] = [
+    ("console.js", JAVASCRIPT, include_str!("console/console.js")),
+    ("session.js", JAVASCRIPT, include_str!("console/session.js")),
+    ("dom.js", JAVASCRIPT, include_str!("console/dom.js")),
+    ("charts.js", JAVASCRIPT, include_str!("console/charts.js")),
+    ("models.js", JAVASCRIPT, include_str!("console/models.js")),
+    ("kitchen.js", JAVASCRIPT, include_str!("console/kitchen.js")),
+    (
+        "console.css",
+        "text/css; charset=utf-8",
+        include_str!("console/console.css"),
+    ),
+    (
+        "favicon.svg",
+        "image/svg+xml",
+        include_str!("console/favicon.svg"),
+    ),
+];
 
 /// Same-origin only, and no inline script or style: the script sets colours through the DOM,
 /// which the policy allows.
@@ -48,7 +68,8 @@ pub async fn page() -> Response {
     file("text/html; charset=utf-8", INDEX_HTML)
 }
 
-/// A file of the console: `console.js`, `console.css` or `favicon.svg`.
+/// A file of the console: its script modules (`console.js` and what it imports), `console.css`
+/// or `favicon.svg`.
 #[utoipa::path(get, operation_id = "console_asset", path = "/console/{file}", tag = "operations",
     params(("file" = String, Path, description = "File name", example = "console.js")),
     responses(
@@ -56,15 +77,14 @@ pub async fn page() -> Response {
         (status = 404, description = "No such file", body = super::error::ErrorBody),
     ))]
 pub async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
-    match name.as_str() {
-        "console.js" => Ok(file("text/javascript; charset=utf-8", CONSOLE_JS)),
-        "console.css" => Ok(file("text/css; charset=utf-8", CONSOLE_CSS)),
-        "favicon.svg" => Ok(file("image/svg+xml", FAVICON_SVG)),
-        "index.html" => Ok(Redirect::permanent("./").into_response()),
-        _ => Err(ApiError::NotFound(format!(
-            "the console has no file {name:?}"
-        ))),
+    if name == "index.html" {
+        return Ok(Redirect::permanent("./").into_response());
     }
+    FILES
+        .iter()
+        .find(|(file, _, _)| *file == name)
+        .map(|(_, kind, body)| file(kind, body))
+        .ok_or_else(|| ApiError::NotFound(format!("the console has no file {name:?}")))
 }
 
 fn file(content_type: &'static str, body: &'static str) -> Response {

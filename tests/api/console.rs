@@ -284,6 +284,29 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         assert!(policy.contains("connect-src 'self'"), "{policy}");
         assert!(!policy.contains("unsafe-inline"), "{policy}");
     }
+    // Every module the entry point imports, and those they import, is served.
+    let mut modules = vec!["console.js".to_owned()];
+    let mut seen = 0;
+    while seen < modules.len() {
+        let source = anonymous
+            .get(app.url(&format!("/console/{}", modules[seen])))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(source.status(), StatusCode::OK, "{}", modules[seen]);
+        for line in source.text().await.unwrap().lines() {
+            if let Some(name) = line
+                .strip_prefix("import ")
+                .and_then(|l| l.split("from \"./").nth(1))
+                .and_then(|l| l.strip_suffix("\";"))
+                && !modules.iter().any(|m| m == name)
+            {
+                modules.push(name.to_owned());
+            }
+        }
+        seen += 1;
+    }
+    assert!(modules.len() >= 5, "{modules:?}");
     assert_eq!(
         anonymous
             .get(app.url("/console/other.js"))
