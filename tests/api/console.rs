@@ -307,6 +307,24 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         seen += 1;
     }
     assert!(modules.len() >= 5, "{modules:?}");
+    // The page preloads exactly the imported modules, so none waits for the one importing it.
+    let html = anonymous
+        .get(app.url("/console/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut preloaded: Vec<&str> = html
+        .lines()
+        .filter_map(|l| l.strip_prefix("<link rel=\"modulepreload\" href=\"./"))
+        .filter_map(|l| l.strip_suffix("\">"))
+        .collect();
+    preloaded.sort_unstable();
+    let mut imported: Vec<&str> = modules[1..].iter().map(String::as_str).collect();
+    imported.sort_unstable();
+    assert_eq!(preloaded, imported);
     assert_eq!(
         anonymous
             .get(app.url("/console/other.js"))
