@@ -241,6 +241,19 @@ async fn count(browser: &Browser, css: &str) -> usize {
         .len()
 }
 
+async fn forget_key(browser: &Browser) {
+    browser
+        .client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#forget-key"))
+        .await
+        .expect("a key to forget")
+        .click()
+        .await
+        .unwrap();
+}
+
 async fn sign_in(browser: &Browser, key: &str) {
     let input = browser
         .client
@@ -395,17 +408,21 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     assert_eq!(model["pending_batches"], 0, "{model}");
     let version = model["version"].as_i64().unwrap();
 
-    // A key that may predict and nothing else.
-    let created: Value = app
-        .post(
-            "/v1/keys",
-            &json!({"name": "bench-colourist", "scopes": ["predict"]}),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    let colourist = created["key"].as_str().unwrap().to_owned();
+    // A key that may predict and nothing else, and one that may ingest and nothing else.
+    let new_key = |name: &'static str, scope: &'static str| {
+        let app = &app;
+        async move {
+            let created: Value = app
+                .post("/v1/keys", &json!({"name": name, "scopes": [scope]}))
+                .await
+                .json()
+                .await
+                .unwrap();
+            created["key"].as_str().unwrap().to_owned()
+        }
+    };
+    let colourist = new_key("bench-colourist", "predict").await;
+    let mes = new_key("mes-line-3", "ingest").await;
 
     let Some(browser) = Browser::start(1280, 1700).await else {
         return;
@@ -417,9 +434,19 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     let console = app.url("/console/");
     let client = &browser.client;
 
-    // 1. The console asks for a key, then lists the models.
+    // 1. The console asks for a key. One that may ingest sees the held batch, without the
+    //    admin's release and reject, and no restore or refit.
     client.goto(&console).await.unwrap();
     browser.screenshot(&shots.join("key.png")).await;
+    sign_in(&browser, &mes).await;
+    click(&browser, "#models tr[data-model=dips] a").await;
+    text_of(&browser, "#held tr[data-batch=odd-lot]").await;
+    assert_eq!(count(&browser, "button.release, button.reject").await, 0);
+    assert_eq!(count(&browser, "#refit, button[data-restore]").await, 0);
+    browser.screenshot(&shots.join("model-ingest-key.png")).await;
+    forget_key(&browser).await;
+
+    // 2. An admin key: the models, each with its drift alarms.
     sign_in(&browser, ADMIN_KEY).await;
     let row = text_of(&browser, "#models tr[data-model=dips]").await;
     let cells: Vec<&str> = row.split_whitespace().collect();
@@ -433,7 +460,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     );
     browser.screenshot(&shots.join("models.png")).await;
 
-    // 2. The model: its versions, its batches' surprise, the held batch, its relevance.
+    // 3. The model: its versions, its batches' surprise, the held batch, its relevance.
     click(&browser, "#models tr[data-model=dips] a").await;
     text_of(&browser, "#held tr[data-batch=odd-lot]").await;
     let versions = count(&browser, "#versions tbody tr").await;
@@ -444,7 +471,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     assert_eq!(count(&browser, "#chart-coefficients path").await, 1);
     browser.screenshot(&shots.join("model.png")).await;
 
-    // 3. An admin releases the held batch: it is queued again and folded.
+    // 4. An admin releases the held batch: it is queued again and folded.
     click(&browser, "#held tr[data-batch=odd-lot] button.release").await;
     let released = crate::helpers::wait_until(WAIT, || async {
         let batch: Value = app
@@ -464,7 +491,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     .await
     .expect("the held list empties");
 
-    // 4. A refit, after the confirmation the console asks for.
+    // 5. A refit, after the confirmation the console asks for.
     click(&browser, "#refit").await;
     client.accept_alert().await.expect("a confirmation");
     let refit = crate::helpers::wait_until(WAIT, || async {
@@ -483,7 +510,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     .await;
     assert!(refit.is_some(), "the refit made a version");
 
-    // 5. Match: a target dyed on greige cotton, pasted as the instrument's CSV, gives the
+    // 6. Match: a target dyed on greige cotton, pasted as the instrument's CSV, gives the
     //    candidates the API gives for the same body, with swatches under D65 and A.
     let target = simulate(
         &dir,
@@ -548,7 +575,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     );
     browser.screenshot(&shots.join("match.png")).await;
 
-    // 6. Correct: the first candidate dyed on a production lot comes out off; its dip pasted
+    // 7. Correct: the first candidate dyed on a production lot comes out off; its dip pasted
     //    beside the recipe gives the correction the API gives for the same body.
     let dyed_it = client
         .find(Locator::Css("#match-result tr.candidate button[data-recipe-text]"))
@@ -635,17 +662,9 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
 
-    // 7. A key that may only predict sees the model but no admin action and no batches.
+    // 8. A key that may only predict sees the model but no admin action and no batches.
     client.goto(&console).await.unwrap();
-    client
-        .wait()
-        .at_most(WAIT)
-        .for_element(Locator::Css("#forget-key"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    forget_key(&browser).await;
     sign_in(&browser, &colourist).await;
     assert!(text_of(&browser, "#who").await.contains("bench-colourist"));
     click(&browser, "#models tr[data-model=dips] a").await;

@@ -37,6 +37,8 @@ function whoLine() {
   const forget = h("button", { class: "secondary", id: "forget-key", onclick: () => {
     sessionStorage.removeItem(KEY_ITEM);
     session.caller = null;
+    // The next key starts from the list of models (without showing a page now).
+    history.replaceState(null, "", "#/");
     whoLine();
     show(keyForm());
   } }, "Forget key");
