@@ -484,12 +484,12 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     })
     .await;
     assert!(released.is_some(), "the released batch is folded");
-    text_of(&browser, "#versions-section").await;
     crate::helpers::wait_until(WAIT, || async {
-        (count(&browser, "#held").await == 0).then_some(())
+        (count(&browser, "#batches-section").await == 1 && count(&browser, "#held").await == 0)
+            .then_some(())
     })
     .await
-    .expect("the held list empties");
+    .expect("the page, shown again, holds no batch");
 
     // 5. A refit, after the confirmation the console asks for.
     click(&browser, "#refit").await;
@@ -640,6 +640,8 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         .send_keys(&dip)
         .await
         .unwrap();
+    // An admin key may ingest: the dip is also learnt.
+    click(&browser, "#learn").await;
     click(&browser, "#correct-form button[type=submit]").await;
     shows_recipe(&browser, "#corrected", &correction["recipe"]).await;
     let dip_de00 = correction["dip"]["illuminants"][0]["de00"].as_f64().unwrap();
@@ -648,6 +650,14 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         dip_line.contains(&format!("ΔE00 {}", three_digits(dip_de00))),
         "{dip_line} / {dip_de00}"
     );
+    let learnt = text_of(&browser, "#correct-result .learnt").await;
+    let batch_id = learnt
+        .strip_prefix("learnt as batch ")
+        .unwrap_or_else(|| panic!("{learnt}"));
+    let stored = app
+        .get(&format!("/v1/models/dips/batches/{batch_id}"))
+        .await;
+    assert_eq!(stored.status(), StatusCode::OK, "{learnt}");
     browser.screenshot(&shots.join("correct.png")).await;
 
     // Nothing went to another host, and nothing was logged as an error.

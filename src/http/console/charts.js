@@ -21,10 +21,11 @@ export function chart({ series, width = 540, height = 220, xLabel = "", yLabel =
     svg.append(s("text", { x: width / 2, y: height / 2, "text-anchor": "middle" }, "nothing to plot yet"));
     return svg;
   }
-  let [x0, x1] = [Math.min(...points.map((p) => p[0])), Math.max(...points.map((p) => p[0]))];
-  let ys = points.map((p) => ty(p[1]));
-  if (rule) ys = ys.concat([ty(rule.y)]);
-  let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+  // Loops, not Math.min(...points): a long history would pass the engine's argument limit.
+  const range = (values) => values.reduce(([lo, hi], v) => [Math.min(lo, v), Math.max(hi, v)],
+    [Infinity, -Infinity]);
+  let [x0, x1] = range(points.map((p) => p[0]));
+  let [y0, y1] = range(points.map((p) => ty(p[1])).concat(rule ? [ty(rule.y)] : []));
   if (x1 === x0) [x0, x1] = [x0 - 1, x1 + 1];
   if (y1 === y0) [y0, y1] = [y0 - 1, y1 + 1];
   const margin = (y1 - y0) * 0.06;

@@ -40,21 +40,35 @@ function whoLine() {
     // The next key starts from the list of models (without showing a page now).
     history.replaceState(null, "", "#/");
     whoLine();
-    show(keyForm());
+    showNow(keyForm());
   } }, "Forget key");
   who.replaceChildren(`${name} · ${caller.scopes.join(", ")} `, caller.enforced ? forget : "");
 }
 
+// Each page shown takes the next generation; a page still loading for an older one (the key
+// was forgotten, or the address changed meanwhile) is then dropped.
+let generation = 0;
+
+function showNow(...nodes) {
+  generation += 1;
+  show(...nodes);
+}
+
 async function render() {
-  const route = location.hash.replace(/^#/, "") || "/";
-  const [, page, name] = route.split("/").map(decodeURIComponent);
+  generation += 1;
+  const mine = generation;
+  let nodes;
   try {
-    if (page === "models" && name) await modelPage(name);
-    else if (page === "match" && name) await matchPage(name);
-    else await modelsPage();
+    const route = location.hash.replace(/^#/, "") || "/";
+    const [, page, name] = route.split("/").map(decodeURIComponent);
+    if (page === "models" && name) nodes = await modelPage(name);
+    else if (page === "match" && name) nodes = await matchPage(name);
+    else nodes = await modelsPage();
   } catch (error) {
-    show(failure(error));
+    nodes = [failure(error)];
   }
+  if (mine !== generation) return;
+  show(nodes);
   // For the benchmark (bench/console): when the page's content was on screen.
   performance.mark("console:rendered");
 }
@@ -64,24 +78,29 @@ async function start() {
     session.caller = await api("GET", "keys/self");
   } catch (error) {
     const stored = sessionStorage.getItem(KEY_ITEM);
-    sessionStorage.removeItem(KEY_ITEM);
+    // Only a refused key is forgotten: the service may just be unreachable for a moment.
+    if (error.status === 401) sessionStorage.removeItem(KEY_ITEM);
     session.caller = null;
     whoLine();
-    show(keyForm(stored ? `The service did not accept the key: ${error.message}` : error.message));
+    showNow(keyForm(stored && error.status === 401 ?
+      `The service did not accept the key: ${error.message}` : error.message));
     return;
   }
   if (session.caller.scopes.length === 0) {
     // Keys are enforced and none was given.
     session.caller = null;
     whoLine();
-    show(keyForm());
+    showNow(keyForm());
     return;
   }
   whoLine();
   await render();
 }
 
-session.signIn = keyForm;
+session.signIn = (problem) => {
+  whoLine();
+  return keyForm(problem);
+};
 session.render = render;
 window.addEventListener("hashchange", render);
 start();

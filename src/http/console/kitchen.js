@@ -1,14 +1,15 @@
 // The colour kitchen's pages: a target matched to candidate recipes, shown as colours, and a
 // dip that came out off-shade corrected.
 
-import { fmt, h, show } from "./dom.js";
+import { fmt, h } from "./dom.js";
 import { ApiError, api, failure, may } from "./session.js";
 
 /** CIELAB (10° observer, relative to the illuminant's white) to an sRGB colour for the screen,
- * as the eye adapted to that illuminant sees it: Lab → XYZ with D65's white → sRGB (IEC
+ * as the eye adapted to that illuminant sees it: Lab → XYZ relative to the display's own white
+ * (sRGB's D65, so that the illuminant's white shows as the screen's white) → sRGB (IEC
  * 61966-2-1), clipped to the gamut. */
 function labToCss({ l, a, b }) {
-  const white = [94.811, 100.0, 107.304]; // D65, 10°
+  const white = [95.047, 100.0, 108.883]; // sRGB's D65
   const fy = (l + 16) / 116;
   const fx = fy + a / 500;
   const fz = fy - b / 200;
@@ -31,9 +32,10 @@ function swatch(lab, title) {
 }
 
 /** A target: its `spectra` and any named features it gives, from JSON ({start_nm, interval_nm,
- * values} or a whole match body) or CSV (rows of `wavelength,value`, or a header row over a row
- * of values: `…nm` columns are the spectrum, columns named as the model's features are those,
- * any other column, such as a recipe, is left out). */
+ * values} or a whole match body) or CSV: rows of `wavelength,value` (under an optional header
+ * row), or a header row over one row of values, where `…nm` (or plain number) columns are the
+ * spectrum, columns named as the model's features are those, and any other column, such as a
+ * recipe, is left out. The wavelengths must be evenly spaced; they may come in either order. */
 function parseTarget(text, featureNames) {
   const trimmed = text.trim();
   if (trimmed.startsWith("{")) {
@@ -51,27 +53,41 @@ function parseTarget(text, featureNames) {
     return { spectra: body, features };
   }
   const lines = trimmed.split(/\r?\n/).map((l) => l.split(/[,;\t]/).map((c) => c.trim()))
-    .filter((l) => l[0] !== "");
+    .filter((l) => l.some((c) => c !== ""));
   const wavelength = (c) => (/^\d+(\.\d+)?\s*(nm)?$/i.test(c) ? Number.parseFloat(c) : NaN);
+  const value = (c) => (c === "" ? NaN : Number(c));
+  const isPair = (l) => l.length === 2 && Number.isFinite(wavelength(l[0]));
   let pairs;
   const features = {};
-  if (lines.every((l) => l.length === 2 && Number.isFinite(wavelength(l[0])))) {
-    pairs = lines.map(([w, v]) => [wavelength(w), Number(v)]);
-  } else if (lines.length >= 2 && lines[0].length === lines[1].length) {
+  if (lines.length >= 2 && lines.slice(1).every(isPair)) {
+    // Rows of wavelength,value, the first perhaps a header.
+    pairs = (isPair(lines[0]) ? lines : lines.slice(1)).map(([w, v]) => [wavelength(w), value(v)]);
+  } else if (lines.length === 2 && lines[0].length === lines[1].length) {
     const [header, values] = lines;
     pairs = [];
     header.forEach((name, j) => {
-      if (Number.isFinite(wavelength(name))) pairs.push([wavelength(name), Number(values[j])]);
-      else if (featureNames.includes(name)) features[name] = Number(values[j]);
+      if (Number.isFinite(wavelength(name))) pairs.push([wavelength(name), value(values[j])]);
+      else if (featureNames.includes(name)) features[name] = value(values[j]);
     });
+  } else if (lines.length > 2 && lines.every((l) => l.length === lines[0].length)) {
+    throw new Error(`one target at a time: the CSV has ${lines.length - 1} rows of values`);
   } else {
     throw new Error("the CSV must be rows of wavelength,value or a header row over a row of values");
   }
-  if (pairs.length < 2 || pairs.some(([w, v]) => !Number.isFinite(w) || !Number.isFinite(v))) {
-    throw new Error("the target needs at least two wavelengths, each with a number");
+  pairs.sort((p, q) => p[0] - q[0]);
+  const blank = pairs.find(([, v]) => !Number.isFinite(v));
+  if (blank) throw new Error(`no number at ${blank[0]} nm`);
+  if (pairs.length < 2) throw new Error("the target needs at least two wavelengths");
+  const interval = pairs[1][0] - pairs[0][0];
+  const uneven = pairs.findIndex(([w], i) => Math.abs(w - (pairs[0][0] + i * interval)) > 1e-6 * Math.max(1, w));
+  if (!(interval > 0) || uneven >= 0) {
+    throw new Error("the wavelengths must be evenly spaced, each once");
+  }
+  for (const [name, v] of Object.entries(features)) {
+    if (!Number.isFinite(v)) throw new Error(`no number for ${name}`);
   }
   return {
-    spectra: { start_nm: pairs[0][0], interval_nm: pairs[1][0] - pairs[0][0], values: [pairs.map(([, v]) => v)] },
+    spectra: { start_nm: pairs[0][0], interval_nm: interval, values: [pairs.map(([, v]) => v)] },
     features,
   };
 }
@@ -79,6 +95,11 @@ function parseTarget(text, featureNames) {
 export async function matchPage(name) {
   document.getElementById("where").textContent = `${name} · match`;
   const model = await api("GET", `models/${encodeURIComponent(name)}`);
+  if (!model.spectrum || model.transform === "none") {
+    return [h("h1", {}, `Match a target: ${name}`), h("p", { class: "error", role: "alert" },
+      `${name} cannot match recipes: that needs a model of reflectance spectra under Kubelka–Munk ` +
+      "or Saunderson.")];
+  }
   const target = h("textarea", { id: "target", spellcheck: "false",
     placeholder: "400nm,410nm,…\n41.2,40.8,…   or   {\"start_nm\": 400, \"interval_nm\": 10, \"values\": [41.2, …]}" });
   const file = h("input", { type: "file", accept: ".csv,.json,.txt", id: "target-file" });
@@ -86,7 +107,7 @@ export async function matchPage(name) {
     if (file.files.length) target.value = await file.files[0].text();
   });
   const tolerance = h("input", { type: "number", step: "0.1", min: "0.1", value: "1.0", id: "tolerance", size: 5 });
-  const maxDyes = h("input", { type: "number", min: "1", max: "6", value: "3", id: "max-dyes", size: 3 });
+  const maxDyes = h("input", { type: "number", min: "1", max: "4", value: "3", id: "max-dyes", size: 3 });
   const featureInputs = model.features.map((feature) =>
     h("input", { type: "number", step: "any", value: "0", name: feature, size: 5, "data-feature": feature }));
   const out = h("div", { id: "match-result" });
@@ -129,7 +150,7 @@ export async function matchPage(name) {
     correction.recipe.value = button.dataset.recipeText;
     correction.form.scrollIntoView();
   });
-  show(h("h1", {}, `Match a target: ${name}`), form, out, correction.form, correction.out);
+  return [h("h1", {}, `Match a target: ${name}`), form, out, correction.form, correction.out];
 }
 
 /** Dye amounts as `dye=amount, …`, and back. */
@@ -197,7 +218,7 @@ function correctionResult(answer, outputs) {
       ` ${fmt(dipA.de00, 3)} (A) `, h("span", { class: dip.verdict === "pass" ? "pass" : "fail" }, dip.verdict)) : null,
     h("table", { class: "candidates", id: "corrected" }, candidateHead(),
       h("tbody", {}, candidateRow(answer.recipe, outputs))),
-    answer.learnt ? h("p", { class: "quiet" }, `learnt as batch ${answer.learnt.batch.batch_id}` +
+    answer.learnt ? h("p", { class: "quiet learnt" }, `learnt as batch ${answer.learnt.batch_id}` +
       (answer.learnt.replayed ? " (stored before)" : "")) : null);
 }
 

@@ -2,9 +2,10 @@
 // admin's actions on them.
 
 import { chart, legend, PALETTE } from "./charts.js";
-import { fmt, h, show, when } from "./dom.js";
+import { fmt, h, when } from "./dom.js";
 import { act, api, may } from "./session.js";
 
+/** The models, each with its queue and drift alarms. */
 export async function modelsPage() {
   document.getElementById("where").textContent = "Models";
   const { models } = await api("GET", "models");
@@ -18,26 +19,31 @@ export async function modelsPage() {
     h("td", {}, m.drift_threshold === null ? h("span", { class: "quiet" }, "off") : fmt(m.drift_threshold)),
     h("td", {}, m.spectrum && m.transform !== "none" && may("predict")
       ? h("a", { href: `#/match/${encodeURIComponent(m.name)}` }, "match") : "")));
-  show(h("h1", {}, "Models"),
+  return [h("h1", {}, "Models"),
     models.length === 0 ? h("p", { class: "quiet" }, "No models yet.") :
       h("table", { id: "models" },
         h("thead", {}, h("tr", {}, h("th", {}, "model"), h("th", { class: "num" }, "version"),
           h("th", { class: "num" }, "observations"), h("th", { class: "num" }, "pending"),
           h("th", { class: "num" }, "held (drift alarms)"), h("th", {}, "last version"),
           h("th", {}, "drift threshold"), h("th", {}, ""))),
-        h("tbody", {}, rows)));
+        h("tbody", {}, rows))];
 }
 
+/** A model: its versions, its batches (for a key that may ingest), its relevance. */
 export async function modelPage(name) {
   document.getElementById("where").textContent = name;
   const path = `models/${encodeURIComponent(name)}`;
-  // Everything at once; the posterior as soon as the model says it has one.
+  const ingest = may("ingest");
+  // Everything at once; the posterior as soon as the model says it has one. The relevance is
+  // left out, not the page, where the posterior cannot be read (a cache behind the database).
   const modelAsked = api("GET", path);
-  const [model, versions, batches, posterior] = await Promise.all([
+  const [model, versions, batches, held, posterior] = await Promise.all([
     modelAsked,
     api("GET", `${path}/versions`),
-    may("ingest") ? api("GET", `${path}/batches?limit=1000`) : Promise.resolve(null),
-    modelAsked.then((m) => (m.version > 0 ? api("GET", `${path}/posterior`) : null)),
+    ingest ? api("GET", `${path}/batches?limit=1000`) : Promise.resolve(null),
+    ingest ? api("GET", `${path}/batches?status=held&limit=1000`) : Promise.resolve(null),
+    modelAsked.then((m) => (m.version > 0 ? api("GET", `${path}/posterior`) : null))
+      .catch((error) => ({ unavailable: error.message })),
   ]);
   const sections = [
     h("h1", {}, model.name),
@@ -49,13 +55,17 @@ export async function modelPage(name) {
       model.successor ? ` · successor instrument: ${model.successor.answered_by.join(" + ")}` : ""),
   ];
   sections.push(versionsSection(model, versions.versions));
-  if (batches) sections.push(batchesSection(model, batches.batches));
-  if (posterior) sections.push(relevanceSection(model, posterior));
+  if (batches) sections.push(batchesSection(model, batches.batches, held.batches));
+  if (posterior && posterior.unavailable) {
+    sections.push(h("p", { class: "quiet" }, `The relevance cannot be shown now: ${posterior.unavailable}`));
+  } else if (posterior) {
+    sections.push(relevanceSection(model, posterior));
+  }
   if (model.spectrum && model.transform !== "none" && may("predict")) {
     sections.push(h("p", {}, h("a", { href: `#/match/${encodeURIComponent(model.name)}` },
       "Match a target with this model →")));
   }
-  show(sections);
+  return sections;
 }
 
 function originColour(origin) {
@@ -104,7 +114,8 @@ function versionsSection(model, versions) {
     table);
 }
 
-function batchesSection(model, batches) {
+/** The recent `batches`' surprise, and every `held` batch (drift alarms) for review. */
+function batchesSection(model, batches, held) {
   const chronological = [...batches].reverse();
   const worst = (b) => (b.surprise ? Math.max(...b.surprise.filter((z) => z !== null)) : NaN);
   const byStatus = ["folded", "held", "rejected"].map((status, i) => ({
@@ -113,7 +124,6 @@ function batchesSection(model, batches) {
     dots: true,
     points: chronological.map((b, k) => [k + 1, b.status === status ? worst(b) : NaN]),
   })).filter((one) => one.points.some(([, y]) => Number.isFinite(y) && y > 0));
-  const held = batches.filter((b) => b.status === "held");
   const admin = may("admin");
   const rule = model.drift_threshold === null ? null : { y: model.drift_threshold, label: "threshold" };
   return h("section", { id: "batches-section" },

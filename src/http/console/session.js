@@ -46,13 +46,18 @@ export function may(...scopes) {
   return session.caller !== null && session.caller.scopes.some((s) => s === "admin" || scopes.includes(s));
 }
 
+/** What a page shows for a failed call: the key form again when the key was refused (401),
+ * else the error's message. */
 export function failure(error) {
   if (error instanceof ApiError && error.status === 401) {
     sessionStorage.removeItem(KEY_ITEM);
     session.caller = null;
     return session.signIn(`The service did not accept the key: ${error.message}`);
   }
-  return h("p", { class: "error", role: "alert" }, error.message);
+  const details = error instanceof ApiError && error.body && error.body.error && error.body.error.details;
+  return h("div", { class: "error", role: "alert" }, h("p", {}, error.message),
+    Array.isArray(details) && details.length ?
+      h("ul", {}, details.map((d) => h("li", {}, d.path ? `${d.path}: ${d.message}` : d.message))) : null);
 }
 
 /** Confirms (when `question` is given), calls the API, then shows the page again. */
