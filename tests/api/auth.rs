@@ -336,3 +336,68 @@ async fn metrics_can_move_to_their_own_listener() {
     // The API still answers on its own address.
     assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_caller_learns_what_its_key_may_do() {
+    let app = spawn_configured(|s| s.auth.admin_key = ADMIN_KEY.into()).await;
+    let whoami = |key: Option<&str>| {
+        let mut request = app.client.get(app.url("/v1/keys/self"));
+        if let Some(key) = key {
+            request = request.header("authorization", key);
+        }
+        async move { request.send().await.unwrap() }
+    };
+    let read = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json::<Value>().await.unwrap()
+    };
+    // No key: one is needed, and it may do nothing yet.
+    assert_eq!(
+        read(whoami(None).await).await,
+        json!({"name": null, "scopes": [], "enforced": true})
+    );
+    let bootstrap = format!("Bearer {ADMIN_KEY}");
+    assert_eq!(
+        read(whoami(Some(&bootstrap)).await).await,
+        json!({"name": "bootstrap admin key", "scopes": ["admin"], "enforced": true})
+    );
+    let created: Value = app
+        .client
+        .post(app.url("/v1/keys"))
+        .bearer_auth(ADMIN_KEY)
+        .json(&json!({"name": "mes-line-3", "scopes": ["ingest", "predict"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key = format!("Bearer {}", created["key"].as_str().unwrap());
+    let seen = read(whoami(Some(&key)).await).await;
+    assert_eq!(seen["name"], "mes-line-3");
+    assert_eq!(seen["scopes"], json!(["ingest", "predict"]));
+    assert!(
+        !seen.to_string().contains(created["key"].as_str().unwrap()),
+        "the secret is never shown again: {seen}"
+    );
+    // A key it does not know, or a header that is not a bearer key, is refused.
+    for refused in ["Bearer mdk_00000000000000000000000000000000", "Token abc"] {
+        let response = whoami(Some(refused)).await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{refused}");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "unauthorized");
+    }
+
+    // Where keys are not enforced, anyone may do everything.
+    let open = crate::helpers::spawn_app().await;
+    let seen: Value = open
+        .get("/v1/keys/self")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        seen,
+        json!({"name": null, "scopes": ["admin"], "enforced": false})
+    );
+}
