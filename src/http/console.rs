@@ -68,8 +68,9 @@ pub async fn page() -> Response {
     file("text/html; charset=utf-8", INDEX_HTML)
 }
 
-/// A file of the console: its script modules (`console.js` and what it imports), `console.css`
-/// or `favicon.svg`.
+/// A file of the console: a script module, the style sheet or the icon.
+///
+/// The modules are `console.js`, the entry point, and those it imports.
 #[utoipa::path(get, operation_id = "console_asset", path = "/console/{file}", tag = "operations",
     params(("file" = String, Path, description = "File name", example = "console.js")),
     responses(
