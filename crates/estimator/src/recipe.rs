@@ -544,6 +544,25 @@ impl MatchProblem<'_> {
         Ok(None)
     }
 
+    /// Recipe `c` (concentrations, one per dye, ≥ 0) as an answer to this problem: its residual,
+    /// and variances as in the module documentation with `free` as the free set. For a recipe
+    /// set by another criterion than this problem's least squares (a correction polished on its
+    /// colour), those are the amounts' spread that the residual there allows.
+    pub fn answer(&self, c: &[f64], free: &[usize]) -> Result<RecipeMatch, EstimatorError> {
+        check_len("recipe", self.map.dyes, c.len())?;
+        if let Some(&bad) = free.iter().find(|&&i| i >= self.map.dyes) {
+            return Err(EstimatorError::Dimension {
+                what: "dye index",
+                expected: self.map.dyes,
+                found: bad,
+            });
+        }
+        if !c.iter().all(|v| v.is_finite() && *v >= 0.0) {
+            return Err(EstimatorError::NonFinite("recipe"));
+        }
+        self.recipe(self.map.built_up(c), free)
+    }
+
     /// The solution `u = h_i(c)` as an answer: the recipe `c`, its variances with `free` the
     /// dyes the fit set (module documentation; a dye with a build-up curve carries its `u`'s
     /// variance to `c` by the delta method, `var c = var u / h'(c)²`) and its residual.
@@ -1227,6 +1246,23 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!((capped.concentration[1] - 2.0).abs() < 1e-12, "{capped:?}");
+        // A recipe given back as an answer is the solve's own: residual and variances (through
+        // the curves) alike; any other recipe has a larger residual.
+        let again = problem.answer(&capped.concentration, &[0, 2]).unwrap();
+        assert!(
+            (again.residual_rms - capped.residual_rms).abs() < 1e-12 * (1.0 + capped.residual_rms)
+        );
+        for (a, b) in again.variance.iter().zip(&capped.variance) {
+            assert!(
+                (a - b).abs() <= 1e-9 * b.abs(),
+                "{again:?} against {capped:?}"
+            );
+        }
+        let mut off = capped.concentration.clone();
+        off[0] *= 1.2;
+        assert!(problem.answer(&off, &[0, 2]).unwrap().residual_rms > capped.residual_rms);
+        assert!(problem.answer(&[0.1, -1.0, 0.0], &[]).is_err());
+        assert!(problem.answer(&[0.1, 1.0], &[]).is_err());
         // A target deeper than any amount of a dye gives is held at MAX_CONCENTRATION.
         let beyond = problem.ks(&[0.0, MAX_CONCENTRATION, 0.0]);
         assert!(beyond.iter().all(|k| k.is_finite()));

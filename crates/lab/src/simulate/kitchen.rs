@@ -108,6 +108,7 @@ pub(super) fn kitchen_day(
         let fixed = correct(
             &problem,
             Some((&colorimeter, &labs)),
+            recipe,
             &best.dyes,
             &measured,
             &search,
