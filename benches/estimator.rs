@@ -254,7 +254,6 @@ fn bench_recipe(c: &mut Criterion) {
                 mordant_kitchen::correct(
                     &problem,
                     Some((&colorimeter, &labs)),
-                    &best.recipe.concentration,
                     &best.dyes,
                     dip,
                     &search,

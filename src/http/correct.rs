@@ -125,7 +125,8 @@ pub struct CorrectResponse {
 /// the corrected recipe is the match of the target `spectra` against the map shifted by `Δ`,
 /// with the dyes of the recipe dyed, each within its `bounds`; where the model's bands cover
 /// 400–700 nm that match is then polished on its colour under D65, from the better of it and
-/// the recipe as dyed, so the correction is never predicted worse than the dip. The answer gives
+/// the recipe as dyed, so within bounds the dyed recipe keeps to, the correction is never
+/// predicted worse under D65 than the dip. The answer gives
 /// the dip's colour against the target's, and the corrected recipe with its predicted colour
 /// and verdict. With `"learn": true` the dip is also stored as an observation of the model (a
 /// batch of one row, idempotent under its `batch_id`), so the map learns what the dip showed.
@@ -207,7 +208,6 @@ pub async fn correct_recipe(
             let found = mordant_kitchen::correct(
                 &problem,
                 colour.as_ref().map(|(c, labs)| (*c, labs)),
-                &request.dyed,
                 &request.dyes,
                 &measured,
                 &request.search,

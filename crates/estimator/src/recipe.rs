@@ -283,7 +283,9 @@ impl ForwardMap {
                 }
             })
             .collect();
-        self.problem_with_offset(r, others, Some(&offset))
+        let mut problem = self.problem_with_offset(r, others, Some(&offset))?;
+        problem.dyed = Some(dyed.to_vec());
+        Ok(problem)
     }
 
     /// [`Self::problem`] against the map shifted by `offset` (K/S per band).
@@ -338,6 +340,7 @@ impl ForwardMap {
             weight,
             h,
             g,
+            dyed: None,
         })
     }
 }
@@ -360,6 +363,8 @@ pub struct MatchProblem<'m> {
     weight: Vec<f64>,
     h: Mat<f64>,
     g: Vec<f64>,
+    /// A correction's recipe as dyed, at which the shifted map reproduces the dip.
+    dyed: Option<Vec<f64>>,
 }
 
 /// The most of a dye with a build-up curve a match uses, % owf: its colour only approaches the
@@ -393,6 +398,13 @@ impl MatchProblem<'_> {
     /// The map this problem was formed from.
     pub fn map(&self) -> &ForwardMap {
         self.map
+    }
+
+    /// For a correction ([`ForwardMap::correction`]), the recipe that was dyed: the shifted map
+    /// reproduces the dip there (but for bands at full scale, which carry no offset, and
+    /// readings beyond what the transform inverts).
+    pub fn dyed(&self) -> Option<&[f64]> {
+        self.dyed.as_deref()
     }
 
     /// The non-negative match using any of `dyes` (distinct indices), by [`nnls`] on their
@@ -544,10 +556,12 @@ impl MatchProblem<'_> {
         Ok(None)
     }
 
-    /// Recipe `c` (concentrations, one per dye, ≥ 0) as an answer to this problem: its residual,
-    /// and variances as in the module documentation with `free` as the free set. For a recipe
-    /// set by another criterion than this problem's least squares (a correction polished on its
-    /// colour), those are the amounts' spread that the residual there allows.
+    /// Recipe `c` (concentrations, one per dye, ≥ 0; a dye with a build-up curve counts at most
+    /// [`MAX_CONCENTRATION`]) as an answer to this problem: its residual, and variances as in the
+    /// module documentation with `free` (distinct dye indices) as the free set. For a recipe set
+    /// by another criterion than this problem's least squares (a correction polished on its
+    /// colour) they are approximate: the residual there includes what that criterion traded
+    /// away, carried through the least-squares fit's curvature.
     pub fn answer(&self, c: &[f64], free: &[usize]) -> Result<RecipeMatch, EstimatorError> {
         check_len("recipe", self.map.dyes, c.len())?;
         if let Some(&bad) = free.iter().find(|&&i| i >= self.map.dyes) {
@@ -557,8 +571,11 @@ impl MatchProblem<'_> {
                 found: bad,
             });
         }
+        // Never reached from the service (its recipes are projected onto their bounds first).
         if !c.iter().all(|v| v.is_finite() && *v >= 0.0) {
-            return Err(EstimatorError::NonFinite("recipe"));
+            return Err(EstimatorError::NonFinite(
+                "recipe amounts (finite, at least 0)",
+            ));
         }
         self.recipe(self.map.built_up(c), free)
     }

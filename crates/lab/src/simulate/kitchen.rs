@@ -108,7 +108,6 @@ pub(super) fn kitchen_day(
         let fixed = correct(
             &problem,
             Some((&colorimeter, &labs)),
-            recipe,
             &best.dyes,
             &measured,
             &search,
