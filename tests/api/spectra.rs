@@ -549,7 +549,16 @@ async fn an_off_shade_dip_is_corrected_and_learnt_once() {
     let corrected = numbers(&recipe["concentration"]);
     assert!(corrected[2] < 0.93 * first[2] && corrected[2] > 0.8 * first[2], "{corrected:?} from {first:?}");
     assert_eq!(recipe["colour"]["verdict"], "pass", "{answer}");
+    assert!(recipe["colour"]["illuminants"][0]["de00"].as_f64().unwrap() <= off, "{answer}");
     assert!(answer.get("learnt").is_none());
+    // A lower bound past the most a match uses of a dye that builds up (100 % owf) is answered
+    // at that most, not with a server error.
+    let mut deep = request.clone();
+    deep["bounds"] = json!({"blue": {"min": 150.0}});
+    let held = app.post("/v1/models/kitchen/correct", &deep).await;
+    assert_eq!(held.status(), StatusCode::OK);
+    let held: Value = held.json().await.unwrap();
+    assert!(numbers(&held["recipe"]["concentration"])[2] >= 100.0 - 1e-9, "{held}");
     // Dyed again in the same dye house, the corrected recipe passes.
     let judged: Value = app
         .post(
