@@ -13,6 +13,7 @@ use common::{dyeing_data, rows};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use faer::Mat;
 use mordant::domain::colour;
+use mordant::estimator::incremental::residual_sum_of_squares;
 use mordant::estimator::{
     Basis, BatchStatistics, ModelConfig, ModelState, Predictor, Transform, UpdateMethod, drift,
 };
@@ -98,6 +99,30 @@ fn statistics(config: &ModelConfig, (x, y): &(Mat<f64>, Mat<f64>)) -> BatchStati
     BatchStatistics::from_design(phi.as_ref(), y.as_ref()).expect("statistics")
 }
 
+/// Each output's `RSS / (N′s + tr(Σ G′))` with `Σ_JJ` formed, one output after another.
+fn surprise_by_covariance(state: &ModelState, batch: &BatchStatistics) -> Vec<Option<f64>> {
+    let g = batch.g();
+    state
+        .outputs()
+        .iter()
+        .enumerate()
+        .map(|(k, output)| {
+            let post = output.posterior()?;
+            let rss = residual_sum_of_squares(post.mean(), batch.output(k));
+            let sigma = post.covariance_active();
+            let active = post.active();
+            let mut trace = 0.0;
+            for (a, &i) in active.iter().enumerate() {
+                for (b, &j) in active.iter().enumerate() {
+                    trace += sigma[(a, b)] * g[(j, i)];
+                }
+            }
+            let expected = batch.output(k).informative * post.noise_variance() + trace;
+            Some(rss / expected)
+        })
+        .collect()
+}
+
 fn bench_problem(c: &mut Criterion, problem: Problem) {
     let config = &problem.config;
     let first = statistics(config, &problem.first);
@@ -124,6 +149,10 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
     });
     // What the folder computes of every batch before it is learnt (drift detection).
     group.bench_function("surprise", |b| b.iter(|| drift::surprise(&state, &batch)));
+    // The same with tr(ΣG′) read off each output's Σ in turn, as before the Gram's root.
+    group.bench_function("surprise_by_covariance", |b| {
+        b.iter(|| surprise_by_covariance(&state, &batch))
+    });
     group.bench_function("refit_update", |b| {
         b.iter(|| state.update(&refit_config, &batch).expect("refit"))
     });

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use faer::Mat;
+use mordant::estimator::drift::gram_root;
 use mordant::estimator::evidence::{evidence, revivals};
 use mordant::estimator::forward::forward_statistics;
 use mordant::estimator::incremental::{condition, one_step};
@@ -1030,6 +1031,38 @@ proptest! {
         let one_shot = OutputPosterior::from_statistics(prior, s, total.g(), total.b_col(0)).unwrap();
         prop_assert!(rel_diff_slice(one_shot.mean(), post.mean()) < 1e-8);
         prop_assert!(rel_diff(&one_shot.covariance(), &post.covariance()) < 1e-8);
+    }
+
+    /// The expected residual of a batch, `tr(Σ G′)`, from the root of `G′` (pivoted Cholesky,
+    /// every rank from one row to more rows than basis functions) equals the trace of the
+    /// posterior covariance against the batch's Gram, for every prior family with or without a
+    /// flat intercept and pruned functions.
+    #[test]
+    fn the_surprise_trace_from_the_gram_root_is_the_covariance_trace(
+        seed in any::<u64>(), first in 1usize..30, batch_rows in 1usize..30, d in 1usize..12,
+    ) {
+        let (x, y) = random_problem(seed, first + batch_rows, d, 1);
+        let basis = identity_basis(d);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 29);
+        let prior = random_prior(&mut rng, d);
+        let s = rng.random_range(0.05..2.0);
+        let old = stats(&basis, &rows(&x, 0..first), &rows(&y, 0..first));
+        let post = OutputPosterior::from_statistics(prior, s, old.g(), old.b_col(0)).unwrap();
+        let batch = stats(&basis, &rows(&x, first..first + batch_rows), &rows(&y, first..first + batch_rows));
+        let g = batch.g();
+        let sigma = post.covariance_active();
+        let active = post.active();
+        let mut trace = 0.0;
+        for (a, &i) in active.iter().enumerate() {
+            for (b, &j) in active.iter().enumerate() {
+                trace += sigma[(a, b)] * g[(j, i)];
+            }
+        }
+        let root = gram_root(g).unwrap();
+        prop_assert!(root.ncols() <= batch_rows.min(d + 1), "rank {} of {} rows", root.ncols(), batch_rows);
+        let from_root = post.weight_variance_sum(root.as_ref());
+        prop_assert!(trace > 0.0);
+        prop_assert!((from_root - trace).abs() <= 1e-9 * trace, "{from_root} vs {trace}");
     }
 
     /// The intercept is free: adding a constant to every target moves the intercept by it and

@@ -10,41 +10,114 @@
 //! ```
 //!
 //! `z ≈ 1` when the batch agrees with the model; a batch from a drifted instrument, a new
-//! dye lot or a mislabelled recipe gives `z ≫ 1`. The cost is O(|J|³) per output (forming
-//! `Σ_JJ`), independent of the batch's row count.
+//! dye lot or a mislabelled recipe gives `z ≫ 1`.
+//!
+//! `tr(Σ G′)` costs O(|J|³) per output read off `Σ_JJ`. A batch of fewer rows than an output's
+//! support (a wide spectrum) has a Gram of low rank: it is factored once, `G′ = U Uᵀ` by pivoted
+//! Cholesky (`U` is p × k, `k` its numerical rank, at most the batch's rows), and
+//! `tr(Σ G′) = Σ_c u_cᵀ Σ u_c` is the output's predictive weight variance of the k columns
+//! ([`OutputPosterior::weight_variance_sum`]): O(r |W| k + r² k). Each output takes the cheaper
+//! way (the root where `k < |J|`), the outputs in parallel.
+
+use faer::{Mat, MatRef, Par};
+use rayon::prelude::*;
 
 use super::incremental::residual_sum_of_squares;
 use super::model::{ModelState, OutputState};
+use super::posterior::OutputPosterior;
 use super::statistics::BatchStatistics;
 
 /// Per output, the surprise `z` of `batch` to `state`'s posterior; `None` for an output that
 /// is not trained yet, or when the expected residual is 0 (an empty batch).
 pub fn surprise(state: &ModelState, batch: &BatchStatistics) -> Vec<Option<f64>> {
-    state
+    // The root's rank is at most the batch's rows and p; it pays only for a support wider than
+    // that (a wide spectrum and a batch of fewer rows), and each output takes whichever of the
+    // two ways is narrower.
+    let widest = state
         .outputs()
         .iter()
+        .filter_map(|output| output.posterior().map(|post| post.active().len()))
+        .max()
+        .unwrap_or(0);
+    let rows = batch.rows();
+    let bound = if rows.is_finite() && rows >= 0.0 {
+        (rows.ceil() as usize).min(batch.dim())
+    } else {
+        batch.dim()
+    };
+    let root = if bound < widest {
+        gram_root(batch.g())
+    } else {
+        None
+    };
+    state
+        .outputs()
+        .par_iter()
         .enumerate()
         .map(|(k, output)| {
             let OutputState::Trained(post) = output else {
                 return None;
             };
             let rss = residual_sum_of_squares(post.mean(), batch.output(k));
-            // tr(Σ G′) = Σ_{a,b ∈ J} Σ_ab G′_ba.
-            let sigma = post.covariance_active();
-            let g = batch.g();
-            let active = post.active();
-            let mut trace = 0.0;
-            for (a, &i) in active.iter().enumerate() {
-                for (b, &j) in active.iter().enumerate() {
-                    trace += sigma[(a, b)] * g[(j, i)];
-                }
-            }
+            let trace = match &root {
+                Some(u) if u.ncols() < post.active().len() => post.weight_variance_sum(u.as_ref()),
+                _ => trace_by_covariance(post, batch.g()),
+            };
             // σ² is the noise of the rows where the output is not 0 (see `FitOptions`).
             let expected = batch.output(k).informative * post.noise_variance() + trace;
             let z = rss / expected;
             (expected > 0.0 && z.is_finite()).then_some(z)
         })
         .collect()
+}
+
+/// `U` (p × k) with `G = U Uᵀ` up to the pivoted Cholesky's tolerance (`p ε` of the largest
+/// diagonal), or `None` where `G` holds a NaN.
+pub fn gram_root(g: MatRef<'_, f64>) -> Option<Mat<f64>> {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::cholesky::llt_pivoting::factor::{
+        cholesky_in_place, cholesky_in_place_scratch,
+    };
+    let p = g.nrows();
+    let mut l = g.to_owned();
+    let mut perm = vec![0usize; p];
+    let mut perm_inv = vec![0usize; p];
+    let mut mem = MemBuffer::new(cholesky_in_place_scratch::<usize, f64>(
+        p,
+        Par::Seq,
+        Default::default(),
+    ));
+    let (info, _) = cholesky_in_place(
+        l.as_mut(),
+        &mut perm,
+        &mut perm_inv,
+        Par::Seq,
+        MemStack::new(&mut mem),
+        Default::default(),
+    )
+    .ok()?;
+    // P G Pᵀ = L Lᵀ: row `perm[i]` of U is row `i` of L's first `rank` columns.
+    let mut u = Mat::zeros(p, info.rank);
+    for i in 0..p {
+        for c in 0..info.rank.min(i + 1) {
+            u[(perm[i], c)] = l[(i, c)];
+        }
+    }
+    Some(u)
+}
+
+/// `tr(Σ G′) = Σ_{a,b ∈ J} Σ_ab G′_ba` from `Σ_JJ` itself: O(|J|³), for a support no wider
+/// than the batch's rank.
+fn trace_by_covariance(post: &OutputPosterior, g: MatRef<'_, f64>) -> f64 {
+    let sigma = post.covariance_active();
+    let active = post.active();
+    let mut trace = 0.0;
+    for (a, &i) in active.iter().enumerate() {
+        for (b, &j) in active.iter().enumerate() {
+            trace += sigma[(a, b)] * g[(j, i)];
+        }
+    }
+    trace
 }
 
 /// The largest surprise over the outputs, if any output has one.

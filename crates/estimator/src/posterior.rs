@@ -376,6 +376,28 @@ impl OutputPosterior {
         t.col(0).squared_norm_l2() + flat_part
     }
 
+    /// `tr(Σ U Uᵀ) = Σ_c u_cᵀ Σ u_c` over the columns of `U` (p × k): [`Self::weight_variance`]
+    /// of each column, `‖L⁻¹ Rᵀ (U_W − m̄ u_f)‖²_F + ‖u_f‖² / A_ff`, with one product by `Rᵀ` and
+    /// one triangular solve for all of them.
+    pub fn weight_variance_sum(&self, u: MatRef<'_, f64>) -> f64 {
+        let k = u.ncols();
+        let (x, flat_part) = match &self.flat {
+            None => (
+                Mat::from_fn(self.weighted.len(), k, |i, c| u[(self.weighted[i], c)]),
+                0.0,
+            ),
+            Some(flat) => (
+                Mat::from_fn(self.weighted.len(), k, |i, c| {
+                    u[(self.weighted[i], c)] - u[(flat.index, c)] * flat.centre[i]
+                }),
+                u.row(flat.index).squared_norm_l2() * flat.variance,
+            ),
+        };
+        let mut t = self.factor.t_mul_mat(x.as_ref());
+        solve_lower_triangular_in_place(self.chol.as_ref(), t.as_mut(), Par::Seq);
+        t.squared_norm_l2() + flat_part
+    }
+
     /// `(φ_W − φ_f m̄, φ_f² / A_ff)`, or `(φ_W, 0)` without a flat intercept.
     fn centred(&self, phi: &[f64]) -> (Vec<f64>, f64) {
         match &self.flat {

@@ -292,6 +292,26 @@ impl Factor {
         }
     }
 
+    /// `Rᵀ U` of a |W| × k matrix `U` (r × k).
+    pub fn t_mul_mat(&self, u: MatRef<'_, f64>) -> Mat<f64> {
+        match self {
+            Factor::Diagonal(d) => Mat::from_fn(d.len(), u.ncols(), |i, j| d[i] * u[(i, j)]),
+            Factor::Smooth { kernel, rest } => {
+                let (b, rb) = (kernel.nrows(), kernel.ncols());
+                let mut out = Mat::zeros(rb + rest.len(), u.ncols());
+                out.as_mut()
+                    .subrows_mut(0, rb)
+                    .copy_from(kernel.transpose() * u.subrows(0, b));
+                for (i, d) in rest.iter().enumerate() {
+                    for j in 0..u.ncols() {
+                        out[(rb + i, j)] = d * u[(b + i, j)];
+                    }
+                }
+                out
+            }
+        }
+    }
+
     /// `Rᵀ x`.
     pub fn t_mul(&self, x: &[f64]) -> Vec<f64> {
         match self {
