@@ -1059,7 +1059,6 @@ proptest! {
             }
         }
         let root = gram_root(g).unwrap();
-        prop_assert!(root.ncols() <= batch_rows.min(d + 1), "rank {} of {} rows", root.ncols(), batch_rows);
         let from_root = post.weight_variance_sum(root.as_ref());
         prop_assert!(trace > 0.0);
         prop_assert!((from_root - trace).abs() <= 1e-9 * trace, "{from_root} vs {trace}");

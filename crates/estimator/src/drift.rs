@@ -14,10 +14,12 @@
 //!
 //! `tr(Σ G′)` costs O(|J|³) per output read off `Σ_JJ`. A batch of fewer rows than an output's
 //! support (a wide spectrum) has a Gram of low rank: it is factored once, `G′ = U Uᵀ` by pivoted
-//! Cholesky (`U` is p × k, `k` its numerical rank, at most the batch's rows), and
-//! `tr(Σ G′) = Σ_c u_cᵀ Σ u_c` is the output's predictive weight variance of the k columns
-//! ([`OutputPosterior::weight_variance_sum`]): O(r |W| k + r² k). Each output takes the cheaper
-//! way (the root where `k < |J|`), the outputs in parallel.
+//! Cholesky (O(p² k); `U` is p × k, `k` its numerical rank, the batch's rows in exact
+//! arithmetic), and `tr(Σ G′) = Σ_c u_cᵀ Σ u_c` is the output's predictive weight variance of the
+//! k columns ([`OutputPosterior::weight_variance_sum`]): O(r |W| k + r² k) per output. What the
+//! factorisation drops is below `p ε` of `G′`'s largest diagonal: round-off. The root is formed
+//! only where the batch has fewer rows than some output's support, and then each output takes
+//! the cheaper way (the root where `k < |J|`); the outputs run in parallel.
 
 use faer::{Mat, MatRef, Par};
 use rayon::prelude::*;
@@ -72,7 +74,8 @@ pub fn surprise(state: &ModelState, batch: &BatchStatistics) -> Vec<Option<f64>>
 }
 
 /// `U` (p × k) with `G = U Uᵀ` up to the pivoted Cholesky's tolerance (`p ε` of the largest
-/// diagonal), or `None` where `G` holds a NaN.
+/// diagonal), or `None` where the factorisation fails (a NaN or a negative diagonal, or a `G`
+/// of zeros); the caller then reads the trace off `Σ`.
 pub fn gram_root(g: MatRef<'_, f64>) -> Option<Mat<f64>> {
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::linalg::cholesky::llt_pivoting::factor::{
@@ -200,6 +203,60 @@ mod tests {
             .collect();
         let mean = z.iter().sum::<f64>() / z.len() as f64;
         assert!((0.5..2.0).contains(&mean), "mean surprise {mean}");
+    }
+
+    /// A 40-band spectrum under the default prior: a batch of fewer rows than the support
+    /// takes the Gram's root, one of more rows `Σ`; either way each output's surprise is the
+    /// one read off its covariance.
+    #[test]
+    fn the_surprise_of_a_narrow_batch_to_a_wide_model_is_the_covariance_one() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(40);
+        let bands = 40;
+        let mut batch = |rows: usize| {
+            let x = Mat::from_fn(rows, bands, |_, _| rng.random_range(0.1..0.9));
+            let y = Mat::from_fn(rows, 2, |i, k| {
+                x[(i, 3 + k)] + 0.5 * x[(i, 20)] + 0.05 * normal(&mut rng)
+            });
+            let basis = Basis::spectral(
+                bands,
+                crate::ReflectanceScale::Fraction,
+                bands,
+                true,
+                Transform::Identity,
+            );
+            let phi = basis.design(x.as_ref()).unwrap();
+            BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
+        };
+        let basis = Basis::spectral(
+            bands,
+            crate::ReflectanceScale::Fraction,
+            bands,
+            true,
+            Transform::Identity,
+        );
+        let state = ModelState::fit(&ModelConfig::new(basis, 2), batch(60)).unwrap();
+        for rows in [1, 5, 12, 200] {
+            let new = batch(rows);
+            let root = gram_root(new.g()).unwrap();
+            let z = surprise(&state, &new);
+            for (k, output) in state.outputs().iter().enumerate() {
+                let post = output.posterior().unwrap();
+                assert_eq!(
+                    root.ncols() < post.active().len(),
+                    rows < bands,
+                    "{rows} rows"
+                );
+                let rss = residual_sum_of_squares(post.mean(), new.output(k));
+                let expected = new.output(k).informative * post.noise_variance()
+                    + trace_by_covariance(post, new.g());
+                let reference = rss / expected;
+                let z = z[k].unwrap();
+                assert!(
+                    (z - reference).abs() <= 1e-9 * reference,
+                    "{rows} rows, output {k}: {z} against {reference}"
+                );
+            }
+        }
     }
 
     #[test]
