@@ -109,14 +109,7 @@ fn surprise_by_covariance(state: &ModelState, batch: &BatchStatistics) -> Vec<Op
         .map(|(k, output)| {
             let post = output.posterior()?;
             let rss = residual_sum_of_squares(post.mean(), batch.output(k));
-            let sigma = post.covariance_active();
-            let active = post.active();
-            let mut trace = 0.0;
-            for (a, &i) in active.iter().enumerate() {
-                for (b, &j) in active.iter().enumerate() {
-                    trace += sigma[(a, b)] * g[(j, i)];
-                }
-            }
+            let trace = drift::trace_by_covariance(post, g);
             let expected = batch.output(k).informative * post.noise_variance() + trace;
             Some(rss / expected)
         })

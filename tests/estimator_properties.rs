@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use faer::Mat;
-use mordant::estimator::drift::gram_root;
+use mordant::estimator::drift::{gram_root, trace_by_covariance};
 use mordant::estimator::evidence::{evidence, revivals};
 use mordant::estimator::forward::forward_statistics;
 use mordant::estimator::incremental::{condition, one_step};
@@ -1050,14 +1050,7 @@ proptest! {
         let post = OutputPosterior::from_statistics(prior, s, old.g(), old.b_col(0)).unwrap();
         let batch = stats(&basis, &rows(&x, first..first + batch_rows), &rows(&y, first..first + batch_rows));
         let g = batch.g();
-        let sigma = post.covariance_active();
-        let active = post.active();
-        let mut trace = 0.0;
-        for (a, &i) in active.iter().enumerate() {
-            for (b, &j) in active.iter().enumerate() {
-                trace += sigma[(a, b)] * g[(j, i)];
-            }
-        }
+        let trace = trace_by_covariance(&post, g);
         let root = gram_root(g).unwrap();
         let from_root = post.weight_variance_sum(root.as_ref());
         prop_assert!(trace > 0.0);

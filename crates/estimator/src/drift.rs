@@ -111,7 +111,7 @@ pub fn gram_root(g: MatRef<'_, f64>) -> Option<Mat<f64>> {
 
 /// `tr(Σ G′) = Σ_{a,b ∈ J} Σ_ab G′_ba` from `Σ_JJ` itself: O(|J|³), for a support no wider
 /// than the batch's rank.
-fn trace_by_covariance(post: &OutputPosterior, g: MatRef<'_, f64>) -> f64 {
+pub fn trace_by_covariance(post: &OutputPosterior, g: MatRef<'_, f64>) -> f64 {
     let sigma = post.covariance_active();
     let active = post.active();
     let mut trace = 0.0;
@@ -212,21 +212,6 @@ mod tests {
     fn the_surprise_of_a_narrow_batch_to_a_wide_model_is_the_covariance_one() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(40);
         let bands = 40;
-        let mut batch = |rows: usize| {
-            let x = Mat::from_fn(rows, bands, |_, _| rng.random_range(0.1..0.9));
-            let y = Mat::from_fn(rows, 2, |i, k| {
-                x[(i, 3 + k)] + 0.5 * x[(i, 20)] + 0.05 * normal(&mut rng)
-            });
-            let basis = Basis::spectral(
-                bands,
-                crate::ReflectanceScale::Fraction,
-                bands,
-                true,
-                Transform::Identity,
-            );
-            let phi = basis.design(x.as_ref()).unwrap();
-            BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
-        };
         let basis = Basis::spectral(
             bands,
             crate::ReflectanceScale::Fraction,
@@ -234,6 +219,14 @@ mod tests {
             true,
             Transform::Identity,
         );
+        let mut batch = |rows: usize| {
+            let x = Mat::from_fn(rows, bands, |_, _| rng.random_range(0.1..0.9));
+            let y = Mat::from_fn(rows, 2, |i, k| {
+                x[(i, 3 + k)] + 0.5 * x[(i, 20)] + 0.05 * normal(&mut rng)
+            });
+            let phi = basis.design(x.as_ref()).unwrap();
+            BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
+        };
         let state = ModelState::fit(&ModelConfig::new(basis, 2), batch(60)).unwrap();
         for rows in [1, 5, 12, 200] {
             let new = batch(rows);
