@@ -230,7 +230,10 @@ fn parse_prior(value: &str) -> Result<mordant::estimator::PriorFamily, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve => run_async(serve),
+        Command::Serve => {
+            limit_allocator_arenas();
+            run_async(serve)
+        }
         Command::Migrate => run_async(migrate),
         Command::Copy { from, to } => run_async(|| copy(from, to)),
         Command::Openapi => print_openapi(),
@@ -248,6 +251,26 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// Caps glibc's malloc arenas at one per core, before the runtime starts its threads. glibc
+/// gives contending threads up to eight arenas per core, and `malloc_trim` never hands back the
+/// free memory at the top of an arena other than the main one: resident memory would climb with
+/// each arena the threads come to use (`bench/memory`; BENCHMARKS.md has what this bought). An
+/// operator's `MALLOC_ARENA_MAX`, or the `glibc.malloc.arena_max` tunable, is left to decide.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_allocator_arenas() {
+    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() || tunables.contains("arena_max") {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let arenas = libc::c_int::try_from(cores).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `mallopt` only sets one of glibc's allocator parameters; no pointer is passed.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, arenas) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_allocator_arenas() {}
 
 /// Hands the allocator's free memory back to the operating system once a second. glibc keeps
 /// what it freed in its heaps: after a burst of large uploads (batch bodies of hundreds of

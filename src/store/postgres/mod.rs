@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::postgres::{PgListener, PgPoolOptions, PgRow};
 use sqlx::types::Json;
-use sqlx::{FromRow, PgPool};
+use sqlx::{Connection, FromRow, PgPool};
 
 use super::{
     BATCH_COLUMNS, Backend, BatchRecord, BatchStatus, Ingested, KeyRecord, ModelHead, ModelLock,
@@ -56,6 +56,14 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(Duration::from_secs(settings.acquire_timeout_secs.max(1)))
+            // A connection's buffers grow to its largest message (a batch's rows, a wide model's
+            // state) and would stay that size: back in the pool, it keeps its default ones.
+            .after_release(|conn, _| {
+                Box::pin(async move {
+                    conn.shrink_buffers();
+                    Ok(true)
+                })
+            })
             .connect_lazy(url)?;
         Ok(Self { pool })
     }
