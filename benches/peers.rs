@@ -5,19 +5,21 @@
 //! ```
 //!
 //! (or `PEERS_DIR`, `PEERS_OUT`; `PEERS_REPEATS` runs, default 15). `DIR` holds the rows that
-//! `bench/peers.py data DIR` wrote, `{name}_{first,update,probe}.csv` for the problems `dyeing`
-//! and `spectrum`, each with columns `x0, …` and `y0, …`: both sides read the same doubles. For
-//! each problem this times, `REPEATS` times after a warm-up run:
+//! `bench/peers.py data DIR` wrote, `{name}_{first,update,probe}.csv` for the problems `dyeing`,
+//! `spectrum` and `wide`, each with columns `x0, …` and `y0, …`: both sides read the same
+//! doubles. For each problem this times, `REPEATS` times after a warm-up run:
 //!
 //! * the first fit: the statistics of the first-fit rows and Algorithm 2 (`ModelState::fit`);
-//! * the update: the statistics of the 1,000 new rows and one Bayesian step
-//!   (`ModelState::update` with the default `UpdateMethod::OneStep`);
+//! * the update: the statistics of the new rows (1,000; 100 on the wide problem) and one
+//!   Bayesian step (`ModelState::update` with the default `UpdateMethod::OneStep`);
 //!
 //! and writes `OUT.json` (default `DIR/mordant.json`): min / median / max seconds of each, every
 //! run, the coefficients and the predicted means on the probe rows after the first fit and
-//! after the update, and the predicted means of the exact posterior under one fixed prior
-//! (variance 1 for every weight, noise variance 1; River's `BayesianLinearRegression` with its
-//! defaults) of the first-fit rows and of all rows.
+//! after the update, and, on the dyeing and spectrum problems, the predicted means of the exact
+//! posterior under one fixed prior (variance 1 for every weight, noise variance 1; River's
+//! `BayesianLinearRegression` with its defaults) of the first-fit rows and of all rows. The wide
+//! problem's 700 channels are a declared reflectance spectrum, as a spectrometer's model would
+//! declare them.
 
 #[allow(dead_code)] // `rows` is for the criterion benches
 mod common;
@@ -28,13 +30,12 @@ use std::time::Instant;
 use common::dyeing_data;
 use faer::Mat;
 use mordant::estimator::{
-    Basis, BatchStatistics, ModelConfig, ModelState, OutputPosterior, Transform,
+    Basis, BatchStatistics, ModelConfig, ModelState, OutputPosterior, ReflectanceScale, Transform,
 };
 use mordant_lab::evaluate::Dataset;
 use serde_json::{Value, json};
 
 const DEFAULT_REPEATS: usize = 15;
-const UPDATE_ROWS: usize = 1000;
 
 /// Inputs and targets of some rows.
 struct Rows {
@@ -59,7 +60,7 @@ fn read_rows(dir: &Path, name: &str, part: &str) -> Rows {
     }
 }
 
-fn read_problem(dir: &Path, name: &'static str) -> Problem {
+fn read_problem(dir: &Path, name: &'static str, update_rows: usize) -> Problem {
     let problem = Problem {
         name,
         first: read_rows(dir, name, "first"),
@@ -68,8 +69,8 @@ fn read_problem(dir: &Path, name: &'static str) -> Problem {
     };
     assert_eq!(
         problem.update.x.nrows(),
-        UPDATE_ROWS,
-        "{name}: the update has {} rows, not {UPDATE_ROWS}",
+        update_rows,
+        "{name}: the update has {} rows, not {update_rows}",
         problem.update.x.nrows()
     );
     problem
@@ -163,8 +164,18 @@ fn fixed_prior_means(basis: &Basis, stats: &BatchStatistics, x: &Mat<f64>) -> Ve
     nested(&mean)
 }
 
-fn run(problem: &Problem, repeats: usize) -> Value {
-    let basis = Basis::new(problem.first.x.ncols(), true, Transform::Identity);
+/// The design of every problem: the raw features and an intercept; a spectrum's channels as a
+/// declared spectrum.
+fn basis_of(problem: &Problem, spectrum: bool) -> Basis {
+    let d = problem.first.x.ncols();
+    if spectrum {
+        Basis::spectral(d, ReflectanceScale::Fraction, d, true, Transform::Identity)
+    } else {
+        Basis::new(d, true, Transform::Identity)
+    }
+}
+
+fn run(problem: &Problem, repeats: usize, basis: Basis) -> Value {
     let config = ModelConfig::new(basis, problem.first.y.ncols());
     let (first_fit, state) = time(repeats, || {
         ModelState::fit(&config, statistics(&config, &problem.first)).expect("first fit")
@@ -174,10 +185,6 @@ fn run(problem: &Problem, repeats: usize) -> Value {
             .update(&config, &statistics(&config, &problem.update))
             .expect("update")
     });
-    let first_stats = statistics(&config, &problem.first);
-    let mut all = first_stats.clone();
-    all.add(&statistics(&config, &problem.update))
-        .expect("statistics");
     let untrained = |s: &ModelState| {
         s.outputs()
             .iter()
@@ -206,9 +213,22 @@ fn run(problem: &Problem, repeats: usize) -> Value {
         "predict_after_update": means(&updated, &problem.probe.x),
         "coefficients_after_first_fit": coefficients(&state),
         "coefficients_after_update": coefficients(&updated),
-        "predict_fixed_prior_first": fixed_prior_means(&basis, &first_stats, &problem.probe.x),
-        "predict_fixed_prior_all": fixed_prior_means(&basis, &all, &problem.probe.x),
     })
+}
+
+/// [`run`], with the predicted means of the fixed prior's posterior (what River computes).
+fn run_with_fixed_prior(problem: &Problem, repeats: usize) -> Value {
+    let basis = basis_of(problem, false);
+    let mut report = run(problem, repeats, basis);
+    let config = ModelConfig::new(basis, problem.first.y.ncols());
+    let first_stats = statistics(&config, &problem.first);
+    let mut all = first_stats.clone();
+    all.add(&statistics(&config, &problem.update))
+        .expect("statistics");
+    report["predict_fixed_prior_first"] =
+        json!(fixed_prior_means(&basis, &first_stats, &problem.probe.x));
+    report["predict_fixed_prior_all"] = json!(fixed_prior_means(&basis, &all, &problem.probe.x));
+    report
 }
 
 fn main() {
@@ -229,15 +249,17 @@ fn main() {
             .filter(|&r| r > 0)
             .expect("PEERS_REPEATS: a positive number of runs")
     });
-    let dyeing = read_problem(&dir, "dyeing");
+    let dyeing = read_problem(&dir, "dyeing", 1000);
     check_dyeing(&dyeing);
-    let spectrum = read_problem(&dir, "spectrum");
+    let spectrum = read_problem(&dir, "spectrum", 1000);
+    let wide = read_problem(&dir, "wide", 100);
     let report = json!({
         "repeats": repeats,
         "threads": rayon::current_num_threads(),
         "problems": {
-            "dyeing": run(&dyeing, repeats),
-            "spectrum": run(&spectrum, repeats),
+            "dyeing": run_with_fixed_prior(&dyeing, repeats),
+            "spectrum": run_with_fixed_prior(&spectrum, repeats),
+            "wide": run(&wide, repeats, basis_of(&wide, true)),
         },
     });
     if let Some(parent) = out.parent() {

@@ -263,25 +263,26 @@ impl PosteriorCache {
         {
             return Ok(());
         }
-        let (state, successor) = match blob {
-            None => (None, None),
-            Some(blob) => {
+        let model = match blob {
+            None => CachedModel::new(id, spec, version, None),
+            // Decoding a state and forming its predictor are CPU work: a 700-band model's take
+            // a large part of a second.
+            Some(blob) => tokio::task::spawn_blocking(move || {
                 let (state, succession) =
-                    tokio::task::spawn_blocking(move || decode_version(&blob))
-                        .await
-                        .map_err(|e| StoreError::Corrupt(format!("decoder task: {e}")))?
-                        .map_err(|e| StoreError::CorruptState {
-                            model: spec.name.to_string(),
-                            version,
-                            reason: e.to_string(),
-                        })?;
-                (
-                    Some(Arc::new(state)),
-                    succession.map(|s| Arc::new(Serving::new(s))),
+                    decode_version(&blob).map_err(|e| StoreError::CorruptState {
+                        model: spec.name.to_string(),
+                        version,
+                        reason: e.to_string(),
+                    })?;
+                Ok::<_, StoreError>(
+                    CachedModel::new(id, spec, version, Some(Arc::new(state)))
+                        .with_succession(succession.map(|s| Arc::new(Serving::new(s)))),
                 )
-            }
+            })
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("decoder task: {e}")))??,
         };
-        self.put(CachedModel::new(id, spec, version, state).with_succession(successor));
+        self.put(model);
         Ok(())
     }
 }

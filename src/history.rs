@@ -283,8 +283,20 @@ pub async fn commit_version(
     }
     let (id, spec) = (lock.model_id, lock.spec.clone());
     lock.commit().await?;
-    cache
-        .put(CachedModel::new(id, spec, version, Some(next.state)).with_succession(next.successor));
+    // The predictor is formed off the runtime (a 700-band model's in a tenth of a second), after
+    // the commit, so the lock is not held for it.
+    let (state, successor) = (next.state, next.successor);
+    match tokio::task::spawn_blocking(move || {
+        CachedModel::new(id, spec, version, Some(state)).with_succession(successor)
+    })
+    .await
+    {
+        Ok(model) => cache.put(model),
+        // The version is committed: the cache follower loads it from the store.
+        Err(e) => {
+            tracing::error!(model_id = id, version, error = %e, "cannot cache the new version")
+        }
+    }
     Ok((version, created_at))
 }
 

@@ -1173,6 +1173,84 @@ fn a_smooth_curve_is_learnt_better_with_the_smooth_prior() {
     assert_eq!(auto, smooth);
 }
 
+/// The outputs of a smooth model that settle on one length scale share one `K_ℓ^½` (a
+/// 700-band spectrum's is 3.75 MiB) after the first fit, after a one-step update and after
+/// decoding, and a shared kernel gives the posterior an owned one gives, to the bit.
+#[test]
+fn outputs_at_one_length_scale_share_their_kernel() {
+    use mordant::estimator::prior::Factor;
+    use std::sync::Arc;
+    let (bands, n) = (40, 30);
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let curve: Vec<f64> = (0..bands).map(|j| (j as f64 / 7.0).sin()).collect();
+    let rows = |rng: &mut ChaCha8Rng, n: usize| {
+        let x = Mat::from_fn(n, bands, |i, j| {
+            0.5 + 0.3 * ((i + 1) as f64 * j as f64 / 50.0).cos() + 0.05 * rng.random::<f64>()
+        });
+        let signal: Vec<f64> = (0..n)
+            .map(|i| {
+                (0..bands).map(|j| x[(i, j)] * curve[j]).sum::<f64>()
+                    + 0.1 * (rng.random::<f64>() - 0.5)
+            })
+            .collect();
+        // Three outputs, one signal at three levels: the same evidence up to scale.
+        let y = Mat::from_fn(n, 3, |i, k| [1.0, 4.0, 0.25][k] * signal[i]);
+        (x, y)
+    };
+    let basis = Basis::spectral(
+        bands,
+        ReflectanceScale::Fraction,
+        bands,
+        true,
+        Transform::Identity,
+    );
+    let config = ModelConfig {
+        prior: PriorFamily::Smooth,
+        ..ModelConfig::new(basis, 3)
+    };
+    let shared = |state: &ModelState| {
+        let factors: Vec<(f64, &Arc<Mat<f64>>)> = state
+            .outputs()
+            .iter()
+            .map(|o| {
+                let post = o.posterior().expect("trained");
+                match post.factor() {
+                    Factor::Smooth { kernel, .. } => {
+                        (post.prior().smooth.expect("smooth").length, kernel)
+                    }
+                    other => panic!("not smooth: {other:?}"),
+                }
+            })
+            .collect();
+        assert!(
+            factors.iter().all(|(l, _)| *l == factors[0].0),
+            "{factors:?}"
+        );
+        assert!(factors.iter().all(|(_, k)| Arc::ptr_eq(k, factors[0].1)));
+    };
+    let (x, y) = rows(&mut rng, n);
+    let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+    shared(&state);
+    let (x2, y2) = rows(&mut rng, 10);
+    let state = state.update(&config, &stats(&basis, &x2, &y2)).unwrap();
+    shared(&state);
+    let decoded = codec::decode(&codec::encode(&state)).unwrap();
+    shared(&decoded);
+    assert_eq!(decoded, state);
+    for output in state.outputs() {
+        let post = output.posterior().unwrap();
+        let owned = OutputPosterior::from_natural(
+            post.prior().clone(),
+            post.noise_variance(),
+            post.precision_data().to_owned(),
+            post.natural_mean().to_vec(),
+        )
+        .unwrap();
+        assert_eq!(&owned, post);
+        assert_eq!(owned.cholesky(), post.cholesky());
+    }
+}
+
 /// Sparse truth (2 of 30 features matter): ARD prunes the rest and auto, weighing ARD's
 /// evidence with its Occam factor against ridge's, picks ARD.
 #[test]

@@ -67,6 +67,7 @@
 //! decoding by the same code that computed them, so a round trip reproduces the state exactly.
 
 use faer::Mat;
+use rayon::prelude::*;
 
 use super::basis::Saunderson;
 use super::model::{ModelState, OutputState, Predictive};
@@ -297,13 +298,17 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     {
         return Err(DecodeError::Invalid("weighted build-up statistics").into());
     }
-    let mut outputs = Vec::with_capacity(m);
+    // A trained output's prior, noise variance and natural parameters `A`, `c`, read; its
+    // posterior is formed once all are read, the outputs in parallel.
+    type Natural = (Prior, f64, Mat<f64>, Vec<f64>);
+    let mut natural: Vec<Option<Natural>> = Vec::with_capacity(m);
     let mut fitted_rows = Vec::with_capacity(m);
-    let mut kernels = std::collections::HashMap::new();
+    // The smooth priors' (bands, length scale): outputs of one model share their kernel.
+    let mut lengths = std::collections::BTreeSet::new();
     for k in 0..m {
         match r.u8()? {
             0 => {
-                outputs.push(OutputState::Untrained);
+                natural.push(None);
                 fitted_rows.push(0.0);
             }
             1 => {
@@ -347,25 +352,9 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
                 prior
                     .validate()
                     .map_err(|_| DecodeError::Invalid("prior"))?;
-                // Outputs of one model share their kernel: factor it once per length scale.
-                let kernel = match prior.smooth {
-                    None => None,
-                    Some(smooth) => {
-                        let key = (smooth.bands, smooth.length.to_bits());
-                        if let std::collections::hash_map::Entry::Vacant(slot) = kernels.entry(key)
-                        {
-                            slot.insert(
-                                kernel_factor(smooth.bands, smooth.length)
-                                    .map_err(|_| DecodeError::Invalid("smooth prior"))?,
-                            );
-                        }
-                        kernels.get(&key)
-                    }
-                };
-                let post = prior
-                    .factor_with_kernel(kernel)
-                    .and_then(|factor| OutputPosterior::with_factor(prior, factor, s, a, c))
-                    .map_err(|_| DecodeError::Invalid("posterior"))?;
+                if let Some(smooth) = prior.smooth {
+                    lengths.insert((smooth.bands, smooth.length.to_bits()));
+                }
                 let rows = if r.version >= FORMAT_VERSION_5 {
                     r.f64()?
                 } else {
@@ -375,13 +364,38 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
                 if !(rows.is_finite() && rows >= 0.0) {
                     return Err(DecodeError::Invalid("fitted rows").into());
                 }
-                outputs.push(OutputState::Trained(Box::new(post)));
+                natural.push(Some((prior, s, a, c)));
                 fitted_rows.push(rows);
             }
             _ => return Err(DecodeError::Invalid("output tag").into()),
         }
     }
     r.finish()?;
+    // Each kernel's square root is an eigendecomposition: once per length scale, in parallel.
+    let kernels = lengths
+        .into_par_iter()
+        .map(|(bands, length)| {
+            kernel_factor(bands, f64::from_bits(length))
+                .map(|kernel| ((bands, length), std::sync::Arc::new(kernel)))
+                .map_err(|_| DecodeError::Invalid("smooth prior"))
+        })
+        .collect::<Result<std::collections::HashMap<_, _>, DecodeError>>()?;
+    let outputs = natural
+        .into_par_iter()
+        .map(|read| {
+            let Some((prior, s, a, c)) = read else {
+                return Ok(OutputState::Untrained);
+            };
+            let kernel = prior
+                .smooth
+                .and_then(|smooth| kernels.get(&(smooth.bands, smooth.length.to_bits())));
+            let post = prior
+                .factor_with_kernel(kernel)
+                .and_then(|factor| OutputPosterior::with_factor(prior, factor, s, a, c))
+                .map_err(|_| DecodeError::Invalid("posterior"))?;
+            Ok(OutputState::Trained(Box::new(post)))
+        })
+        .collect::<Result<Vec<_>, DecodeError>>()?;
     ModelState::from_parts(basis, totals, outputs, predictive, fitted_rows)
 }
 

@@ -16,7 +16,7 @@ use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Mat, MatRef, Par};
 
 use super::posterior::{OutputPosterior, active_set, lower_inverse, scaled_precision_factor};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::prior::{FittedFamily, Prior, Smooth, kept_eigen, kernel_factor, kernel_matrix};
 pub use super::statistics::OutputData;
@@ -536,8 +536,9 @@ pub struct Shape {
     /// Prior variance of each basis function at `v = 1` (0 pruned, `∞` flat).
     unit_variance: Vec<f64>,
     /// `K_ℓ^½` of the smooth family's bands, formed the first time an output's evidence picks
-    /// this shape (the evidence itself needs only `K_ℓ`).
-    kernel: OnceLock<Mat<f64>>,
+    /// this shape (the evidence itself needs only `K_ℓ`), and shared by the factors of the
+    /// outputs that pick it.
+    kernel: OnceLock<Arc<Mat<f64>>>,
     /// The non-zero eigenvalues `λ` of `R̃ᵀ G_c R̃`.
     eigenvalues: Vec<f64>,
     /// `(R̃ U)ᵀ` (r × p) for their eigenvectors `U`: maps `b_c` to `Uᵀ R̃ᵀ b_c`.
@@ -784,13 +785,15 @@ impl Shape {
     }
 
     /// `K_ℓ^½` of a smooth shape, formed once.
-    fn kernel_factor(&self) -> Result<Option<&Mat<f64>>, EstimatorError> {
+    fn kernel_factor(&self) -> Result<Option<&Arc<Mat<f64>>>, EstimatorError> {
         let Some(smooth) = self.smooth else {
             return Ok(None);
         };
         if self.kernel.get().is_none() {
             // Two outputs may form it at once; either result is the same.
-            let _ = self.kernel.set(kernel_factor(smooth.bands, smooth.length)?);
+            let _ = self
+                .kernel
+                .set(Arc::new(kernel_factor(smooth.bands, smooth.length)?));
         }
         Ok(self.kernel.get())
     }

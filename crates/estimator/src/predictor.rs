@@ -54,6 +54,7 @@
 
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
+use rayon::prelude::*;
 
 use super::EstimatorError;
 use super::basis::Basis;
@@ -99,10 +100,12 @@ enum Term {
 }
 
 impl Predictor {
+    /// Forms every output's terms, the outputs in parallel (a 700-band output's `F_k` is a
+    /// triangular solve with 700 right-hand sides).
     pub fn new(state: &ModelState) -> Self {
         let outputs = state
             .outputs()
-            .iter()
+            .par_iter()
             .enumerate()
             .map(|(k, output)| match output {
                 OutputState::Trained(post) => {

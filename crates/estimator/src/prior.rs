@@ -19,6 +19,8 @@
 //!     the eigendecomposition of `K_ℓ`, truncated where its eigenvalues vanish) beside
 //!     `diag(√v)`.
 
+use std::sync::Arc;
+
 use faer::linalg::matmul::triangular::{self, BlockStructure};
 use faer::{Accum, Mat, MatRef, Side};
 
@@ -180,16 +182,17 @@ impl Prior {
         match self.smooth {
             None => self.factor_with_kernel(None),
             Some(smooth) => {
-                let kernel = kernel_factor(smooth.bands, smooth.length)?;
+                let kernel = Arc::new(kernel_factor(smooth.bands, smooth.length)?);
                 self.factor_with_kernel(Some(&kernel))
             }
         }
     }
 
-    /// [`Self::factor`] given `K_ℓ^½` of the smooth part (computed once for many outputs).
+    /// [`Self::factor`] given `K_ℓ^½` of the smooth part, computed once for many outputs and
+    /// shared by their factors.
     pub(crate) fn factor_with_kernel(
         &self,
-        kernel: Option<&Mat<f64>>,
+        kernel: Option<&Arc<Mat<f64>>>,
     ) -> Result<Factor, EstimatorError> {
         let weighted = self.weighted();
         match (self.smooth, kernel) {
@@ -203,9 +206,8 @@ impl Prior {
                     .map(|&j| self.variance[j].sqrt())
                     .collect();
                 Ok(Factor::Smooth {
-                    kernel: Mat::from_fn(kernel.nrows(), kernel.ncols(), |i, k| {
-                        scale * kernel[(i, k)]
-                    }),
+                    kernel: Arc::clone(kernel),
+                    scale,
                     rest,
                 })
             }
@@ -223,7 +225,15 @@ impl Prior {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Factor {
     Diagonal(Vec<f64>),
-    Smooth { kernel: Mat<f64>, rest: Vec<f64> },
+    /// `R = [√a·K_ℓ^½, 0; 0, diag(rest)]`. `K_ℓ^½` is shared by every output of a model at the
+    /// same length scale (a 700-band spectrum's is 3.75 MiB); each entry of `R` is formed as
+    /// `scale · kernel[(i, k)]` where it is used, the same product an owned scaled copy held.
+    Smooth {
+        kernel: Arc<Mat<f64>>,
+        /// `√a`.
+        scale: f64,
+        rest: Vec<f64>,
+    },
 }
 
 impl Factor {
@@ -231,7 +241,7 @@ impl Factor {
     pub fn rows(&self) -> usize {
         match self {
             Factor::Diagonal(d) => d.len(),
-            Factor::Smooth { kernel, rest } => kernel.nrows() + rest.len(),
+            Factor::Smooth { kernel, rest, .. } => kernel.nrows() + rest.len(),
         }
     }
 
@@ -239,7 +249,7 @@ impl Factor {
     pub fn rank(&self) -> usize {
         match self {
             Factor::Diagonal(d) => d.len(),
-            Factor::Smooth { kernel, rest } => kernel.ncols() + rest.len(),
+            Factor::Smooth { kernel, rest, .. } => kernel.ncols() + rest.len(),
         }
     }
 
@@ -249,11 +259,15 @@ impl Factor {
             Factor::Diagonal(d) => {
                 Mat::from_fn(d.len(), d.len(), |i, j| if i == j { d[i] } else { 0.0 })
             }
-            Factor::Smooth { kernel, rest } => {
+            Factor::Smooth {
+                kernel,
+                scale,
+                rest,
+            } => {
                 let (b, rb) = (kernel.nrows(), kernel.ncols());
                 Mat::from_fn(b + rest.len(), rb + rest.len(), |i, j| {
                     match (i < b, j < rb) {
-                        (true, true) => kernel[(i, j)],
+                        (true, true) => scale * kernel[(i, j)],
                         (false, false) if i - b == j - rb => rest[i - b],
                         _ => 0.0,
                     }
@@ -296,12 +310,17 @@ impl Factor {
     pub fn t_mul_mat(&self, u: MatRef<'_, f64>) -> Mat<f64> {
         match self {
             Factor::Diagonal(d) => Mat::from_fn(d.len(), u.ncols(), |i, j| d[i] * u[(i, j)]),
-            Factor::Smooth { kernel, rest } => {
+            Factor::Smooth {
+                kernel,
+                scale,
+                rest,
+            } => {
                 let (b, rb) = (kernel.nrows(), kernel.ncols());
+                let scaled = Mat::from_fn(b, rb, |i, k| scale * kernel[(i, k)]);
                 let mut out = Mat::zeros(rb + rest.len(), u.ncols());
                 out.as_mut()
                     .subrows_mut(0, rb)
-                    .copy_from(kernel.transpose() * u.subrows(0, b));
+                    .copy_from(scaled.transpose() * u.subrows(0, b));
                 for (i, d) in rest.iter().enumerate() {
                     for j in 0..u.ncols() {
                         out[(rb + i, j)] = d * u[(b + i, j)];
@@ -316,10 +335,14 @@ impl Factor {
     pub fn t_mul(&self, x: &[f64]) -> Vec<f64> {
         match self {
             Factor::Diagonal(d) => d.iter().zip(x).map(|(d, x)| d * x).collect(),
-            Factor::Smooth { kernel, rest } => {
+            Factor::Smooth {
+                kernel,
+                scale,
+                rest,
+            } => {
                 let b = kernel.nrows();
                 let mut out: Vec<f64> = (0..kernel.ncols())
-                    .map(|k| (0..b).map(|i| kernel[(i, k)] * x[i]).sum())
+                    .map(|k| (0..b).map(|i| scale * kernel[(i, k)] * x[i]).sum())
                     .collect();
                 out.extend(rest.iter().zip(&x[b..]).map(|(d, x)| d * x));
                 out
@@ -331,10 +354,14 @@ impl Factor {
     pub fn mul(&self, u: &[f64]) -> Vec<f64> {
         match self {
             Factor::Diagonal(d) => d.iter().zip(u).map(|(d, u)| d * u).collect(),
-            Factor::Smooth { kernel, rest } => {
+            Factor::Smooth {
+                kernel,
+                scale,
+                rest,
+            } => {
                 let rb = kernel.ncols();
                 let mut out: Vec<f64> = (0..kernel.nrows())
-                    .map(|i| (0..rb).map(|k| kernel[(i, k)] * u[k]).sum())
+                    .map(|i| (0..rb).map(|k| scale * kernel[(i, k)] * u[k]).sum())
                     .collect();
                 out.extend(rest.iter().zip(&u[rb..]).map(|(d, u)| d * u));
                 out
