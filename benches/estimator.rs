@@ -15,7 +15,8 @@ use faer::Mat;
 use mordant::domain::colour;
 use mordant::estimator::incremental::residual_sum_of_squares;
 use mordant::estimator::{
-    Basis, BatchStatistics, ModelConfig, ModelState, Predictor, Transform, UpdateMethod, drift,
+    Basis, BatchStatistics, ModelConfig, ModelState, Predictor, Transform, UpdateMethod, codec,
+    drift,
 };
 use rand::{Rng, SeedableRng};
 
@@ -152,6 +153,13 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
     let one_row = rows(&problem.probe, 0, 1);
     group.bench_function("predict_1_row", |b| {
         b.iter(|| state.predict(one_row.as_ref()).expect("predict"))
+    });
+    // What a new version costs the cache beyond the fold: its predictor, and, where it does not
+    // come from this process's folder, decoding its stored state.
+    group.bench_function("predictor", |b| b.iter(|| Predictor::new(&state)));
+    let blob = codec::encode(&state);
+    group.bench_function("decode", |b| {
+        b.iter(|| codec::decode(&blob).expect("decode"))
     });
     // What the service does: the Predictor is formed once per model version.
     let predictor = Predictor::new(&state);

@@ -299,7 +299,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
         return Err(DecodeError::Invalid("weighted build-up statistics").into());
     }
     // A trained output's prior, noise variance and natural parameters `A`, `c`, read; its
-    // posterior is formed once all are read, the outputs in parallel.
+    // posterior is formed once all are read, the outputs in parallel on a wide basis.
     type Natural = (Prior, f64, Mat<f64>, Vec<f64>);
     let mut natural: Vec<Option<Natural>> = Vec::with_capacity(m);
     let mut fitted_rows = Vec::with_capacity(m);
@@ -380,22 +380,27 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
                 .map_err(|_| DecodeError::Invalid("smooth prior"))
         })
         .collect::<Result<std::collections::HashMap<_, _>, DecodeError>>()?;
-    let outputs = natural
-        .into_par_iter()
-        .map(|read| {
-            let Some((prior, s, a, c)) = read else {
-                return Ok(OutputState::Untrained);
-            };
-            let kernel = prior
-                .smooth
-                .and_then(|smooth| kernels.get(&(smooth.bands, smooth.length.to_bits())));
-            let post = prior
-                .factor_with_kernel(kernel)
-                .and_then(|factor| OutputPosterior::with_factor(prior, factor, s, a, c))
-                .map_err(|_| DecodeError::Invalid("posterior"))?;
-            Ok(OutputState::Trained(Box::new(post)))
-        })
-        .collect::<Result<Vec<_>, DecodeError>>()?;
+    let form = |read: Option<Natural>| {
+        let Some((prior, s, a, c)) = read else {
+            return Ok(OutputState::Untrained);
+        };
+        let kernel = prior
+            .smooth
+            .and_then(|smooth| kernels.get(&(smooth.bands, smooth.length.to_bits())));
+        let post = prior
+            .factor_with_kernel(kernel)
+            .and_then(|factor| OutputPosterior::with_factor(prior, factor, s, a, c))
+            .map_err(|_| DecodeError::Invalid("posterior"))?;
+        Ok(OutputState::Trained(Box::new(post)))
+    };
+    let outputs = if p >= super::PARALLEL_FROM {
+        natural.into_par_iter().map(form).collect()
+    } else {
+        natural
+            .into_iter()
+            .map(form)
+            .collect::<Result<Vec<_>, DecodeError>>()
+    }?;
     ModelState::from_parts(basis, totals, outputs, predictive, fitted_rows)
 }
 

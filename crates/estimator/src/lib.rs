@@ -126,3 +126,8 @@ pub use posterior::OutputPosterior;
 pub use predictor::Predictor;
 pub use prior::{FittedFamily, Prior, PriorFamily};
 pub use statistics::BatchStatistics;
+
+/// Basis functions from which forming the outputs' posteriors or predictor terms one rayon
+/// task each pays: below it a task costs more than its work (a 32-band model's whole predictor
+/// takes microseconds), above it one output's is a dense factorisation or solve.
+pub(crate) const PARALLEL_FROM: usize = 64;

@@ -100,50 +100,51 @@ enum Term {
 }
 
 impl Predictor {
-    /// Forms every output's terms, the outputs in parallel (a 700-band output's `F_k` is a
-    /// triangular solve with 700 right-hand sides).
+    /// Forms every output's terms; the outputs in parallel where the basis is wide enough to pay
+    /// for it ([`super::PARALLEL_FROM`]: a 700-band output's `F_k` is a triangular solve with
+    /// 700 right-hand sides, a 32-band model's whole predictor takes microseconds).
     pub fn new(state: &ModelState) -> Self {
-        let outputs = state
-            .outputs()
-            .par_iter()
-            .enumerate()
-            .map(|(k, output)| match output {
-                OutputState::Trained(post) => {
-                    let factor_t = post.covariance_factor().transpose().to_owned();
-                    let gamma = post.effective_parameters();
-                    let flat = post.flat().map(|f| (f.index, f.centre.clone(), f.variance));
-                    let inflation = state.predictive().inflation(
-                        state.totals().output(k).informative,
-                        usize::from(flat.is_some()),
-                        gamma,
-                    );
-                    let basis = state.basis();
-                    let pruned_intercept = flat.is_none()
-                        && basis.intercept
-                        && post.prior_variance()[basis.features] == 0.0;
-                    let zero = pruned_intercept
-                        .then(|| zero_variance(state, k, post.weighted(), post.noise_variance()))
-                        .flatten()
-                        .map(|v| v.min(inflation * post.noise_variance()));
-                    Term::Trained {
-                        noise_variance: post.noise_variance(),
-                        weighted: post.weighted().to_vec(),
-                        factor_t,
-                        triangular: matches!(post.factor(), Factor::Diagonal(_)),
-                        flat,
-                        inflation,
-                        zero,
-                    }
+        let term = |(k, output): (usize, &OutputState)| match output {
+            OutputState::Trained(post) => {
+                let factor_t = post.covariance_factor().transpose().to_owned();
+                let gamma = post.effective_parameters();
+                let flat = post.flat().map(|f| (f.index, f.centre.clone(), f.variance));
+                let inflation = state.predictive().inflation(
+                    state.totals().output(k).informative,
+                    usize::from(flat.is_some()),
+                    gamma,
+                );
+                let basis = state.basis();
+                let pruned_intercept = flat.is_none()
+                    && basis.intercept
+                    && post.prior_variance()[basis.features] == 0.0;
+                let zero = pruned_intercept
+                    .then(|| zero_variance(state, k, post.weighted(), post.noise_variance()))
+                    .flatten()
+                    .map(|v| v.min(inflation * post.noise_variance()));
+                Term::Trained {
+                    noise_variance: post.noise_variance(),
+                    weighted: post.weighted().to_vec(),
+                    factor_t,
+                    triangular: matches!(post.factor(), Factor::Diagonal(_)),
+                    flat,
+                    inflation,
+                    zero,
                 }
-                OutputState::Untrained => {
-                    let variance = state.untrained_variance(k);
-                    Term::Untrained {
-                        variance,
-                        unlike: unlike_support(state, k, variance),
-                    }
+            }
+            OutputState::Untrained => {
+                let variance = state.untrained_variance(k);
+                Term::Untrained {
+                    variance,
+                    unlike: unlike_support(state, k, variance),
                 }
-            })
-            .collect();
+            }
+        };
+        let outputs: Vec<Term> = if state.basis().dim() >= super::PARALLEL_FROM {
+            state.outputs().par_iter().enumerate().map(term).collect()
+        } else {
+            state.outputs().iter().enumerate().map(term).collect()
+        };
         Self {
             basis: *state.basis(),
             weights: state.coefficients(),
