@@ -1139,13 +1139,7 @@ fn a_smooth_curve_is_learnt_better_with_the_smooth_prior() {
     };
     let (x, y) = make(&mut rng, 25);
     let (xt, yt) = make(&mut rng, 200);
-    let basis = Basis::spectral(
-        bands,
-        ReflectanceScale::Fraction,
-        bands,
-        true,
-        Transform::Identity,
-    );
+    let basis = spectrum_basis(bands);
     let rmse = |prior| {
         let config = ModelConfig {
             prior,
@@ -1197,13 +1191,7 @@ fn outputs_at_one_length_scale_share_their_kernel() {
         let y = Mat::from_fn(n, 3, |i, k| [1.0, 4.0, 0.25][k] * signal[i]);
         (x, y)
     };
-    let basis = Basis::spectral(
-        bands,
-        ReflectanceScale::Fraction,
-        bands,
-        true,
-        Transform::Identity,
-    );
+    let basis = spectrum_basis(bands);
     let config = ModelConfig {
         prior: PriorFamily::Smooth,
         ..ModelConfig::new(basis, 3)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use faer::Mat;
-use mordant::estimator::{Basis, BatchStatistics, Transform};
+use mordant::estimator::{Basis, BatchStatistics, ReflectanceScale, Transform};
 use mordant_lab::evaluate::Dataset;
 use mordant_lab::evaluate::dataset::{DYEING_FEATURE_PREFIXES, DYEING_OUTPUT_PREFIXES};
 use rand::{Rng, SeedableRng};
@@ -55,6 +55,17 @@ pub fn pick(a: &Mat<f64>, order: &[usize]) -> Mat<f64> {
 
 pub fn identity_basis(d: usize) -> Basis {
     Basis::new(d, true, Transform::Identity)
+}
+
+/// `bands` reflectance values (fractions) as a declared spectrum, identity transform, intercept.
+pub fn spectrum_basis(bands: usize) -> Basis {
+    Basis::spectral(
+        bands,
+        ReflectanceScale::Fraction,
+        bands,
+        true,
+        Transform::Identity,
+    )
 }
 
 pub fn stats(basis: &Basis, x: &Mat<f64>, y: &Mat<f64>) -> BatchStatistics {
