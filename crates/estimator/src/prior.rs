@@ -316,6 +316,7 @@ impl Factor {
                 rest,
             } => {
                 let (b, rb) = (kernel.nrows(), kernel.ncols());
+                // `R`'s entries as products, so the result is the one an owned copy gave.
                 let scaled = Mat::from_fn(b, rb, |i, k| scale * kernel[(i, k)]);
                 let mut out = Mat::zeros(rb + rest.len(), u.ncols());
                 out.as_mut()
