@@ -43,12 +43,24 @@ pub struct CachedModel {
 
 impl CachedModel {
     pub fn new(id: i64, spec: ModelSpec, version: i64, state: Option<Arc<ModelState>>) -> Self {
+        let predictor = state.as_deref().map(|s| Arc::new(Predictor::new(s)));
+        Self::prepared(id, spec, version, state.zip(predictor))
+    }
+
+    /// [`Self::new`] with the state's predictor already formed.
+    pub fn prepared(
+        id: i64,
+        spec: ModelSpec,
+        version: i64,
+        state: Option<(Arc<ModelState>, Arc<Predictor>)>,
+    ) -> Self {
+        let (state, predictor) = state.unzip();
         Self {
             id,
             config: spec.config(),
             spec,
             version,
-            predictor: state.as_deref().map(|s| Arc::new(Predictor::new(s))),
+            predictor,
             forward: OnceLock::new(),
             state,
             successor: None,

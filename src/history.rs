@@ -26,7 +26,7 @@ use chrono::{DateTime, Utc};
 use crate::cache::{CachedModel, PosteriorCache, Serving};
 use crate::domain::Shape;
 use crate::estimator::succession::Succession;
-use crate::estimator::{Basis, BatchStatistics, ModelConfig, ModelState, codec};
+use crate::estimator::{Basis, BatchStatistics, ModelConfig, ModelState, Predictor, codec};
 use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin};
 use crate::successor::{SuccessorBatch, decode_version};
 
@@ -269,6 +269,16 @@ pub async fn commit_version(
     cache: &PosteriorCache,
     next: NextVersion<'_>,
 ) -> Result<(i64, DateTime<Utc>), StoreError> {
+    // The version's predictor is formed before the commit (off the runtime: a 700-band model's
+    // takes a tenth of a second), so that the cache serves the version as soon as others can
+    // see it: the cache follower, notified by the commit, would otherwise find the cache behind
+    // and decode the version from the store again, on the cores this fold needs.
+    let predictor = {
+        let state = next.state.clone();
+        tokio::task::spawn_blocking(move || Arc::new(Predictor::new(&state)))
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("predictor task failed: {e}")))?
+    };
     let (version, created_at) = lock
         .write_version(
             next.origin,
@@ -283,20 +293,10 @@ pub async fn commit_version(
     }
     let (id, spec) = (lock.model_id, lock.spec.clone());
     lock.commit().await?;
-    // The predictor is formed off the runtime (a 700-band model's in a tenth of a second), after
-    // the commit, so the lock is not held for it.
-    let (state, successor) = (next.state, next.successor);
-    match tokio::task::spawn_blocking(move || {
-        CachedModel::new(id, spec, version, Some(state)).with_succession(successor)
-    })
-    .await
-    {
-        Ok(model) => cache.put(model),
-        // The version is committed: the cache follower loads it from the store.
-        Err(e) => {
-            tracing::error!(model_id = id, version, error = %e, "cannot cache the new version")
-        }
-    }
+    cache.put(
+        CachedModel::prepared(id, spec, version, Some((next.state, predictor)))
+            .with_succession(next.successor),
+    );
     Ok((version, created_at))
 }
 
