@@ -148,7 +148,9 @@ impl Backend for PgStore {
     /// then, under a per-model advisory lock held until the commit, it takes its `arrival`
     /// number. So a model's batches become visible in the order of their `arrival` and a
     /// folder never sees a later batch without the earlier ones, while the lock covers only a
-    /// small update and the commit.
+    /// small update and the commit. Four round trips: the transaction's start, the insert (with
+    /// the model's row locked against deletion in the same statement), the numbering (lock,
+    /// update and notification in one statement) and the commit.
     #[tracing::instrument(skip_all, fields(model_id, batch_id = batch.batch_id.as_str(), rows = batch.rows()))]
     async fn insert_batch(
         &self,
@@ -159,23 +161,16 @@ impl Backend for PgStore {
     ) -> Result<Ingested, StoreError> {
         let hash = encoded.content_hash;
         let mut tx = self.pool.begin().await?;
-        let exists: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM models WHERE id = $1 FOR KEY SHARE")
-                .bind(model_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if exists.is_none() {
-            return Err(StoreError::NotFound("the model was deleted".into()));
-        }
-        if let Some(stored) = stored_batch(&mut tx, model_id, batch, &hash).await? {
-            return Ok(stored);
-        }
         // A concurrent request with the same batch id makes this insert wait for its commit,
-        // then insert nothing: the batch it stored answers.
-        let seq: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO batches (model_id, batch_id, content_hash, rows, x, y, statistics, arrival) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, NULL) \
-             ON CONFLICT (model_id, batch_id) DO NOTHING RETURNING seq",
+        // then insert nothing: the batch it stored answers. A model deleted meanwhile has no
+        // row to lock, and nothing is inserted.
+        let (model_exists, seq): (bool, Option<i64>) = sqlx::query_as(
+            "WITH model AS (SELECT id FROM models WHERE id = $1 FOR KEY SHARE), \
+                  inserted AS ( \
+                      INSERT INTO batches (model_id, batch_id, content_hash, rows, x, y, statistics, arrival) \
+                      SELECT id, $2, $3, $4, $5, $6, $7, NULL FROM model \
+                      ON CONFLICT (model_id, batch_id) DO NOTHING RETURNING seq) \
+             SELECT EXISTS (SELECT 1 FROM model), (SELECT seq FROM inserted)",
         )
         .bind(model_id)
         .bind(batch.batch_id.as_str())
@@ -184,8 +179,11 @@ impl Backend for PgStore {
         .bind(&encoded.x[..])
         .bind(&encoded.y[..])
         .bind(statistics)
-        .fetch_optional(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
+        if !model_exists {
+            return Err(StoreError::NotFound("the model was deleted".into()));
+        }
         let Some(seq) = seq else {
             return stored_batch(&mut tx, model_id, batch, &hash)
                 .await?
@@ -196,19 +194,21 @@ impl Backend for PgStore {
                     ))
                 });
         };
-        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-            .bind(INGEST_LOCK_CLASS)
-            .bind(model_id as i32)
-            .execute(&mut *tx)
-            .await?;
+        // The update's new values are computed on the rows of its join with `lock`, so the
+        // lock is held before `nextval` runs; the notification is sent at the commit.
         let row = sqlx::query(&format!(
-            "UPDATE batches SET arrival = nextval('batch_arrival'), received_at = clock_timestamp() \
-             WHERE seq = $1 RETURNING {BATCH_COLUMNS}"
+            "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($1, $2)), \
+                  notice AS MATERIALIZED (SELECT pg_notify($4, $5)) \
+             UPDATE batches SET arrival = nextval('batch_arrival'), received_at = clock_timestamp() \
+             FROM lock, notice WHERE seq = $3 RETURNING {BATCH_COLUMNS}"
         ))
+        .bind(INGEST_LOCK_CLASS)
+        .bind(model_id as i32)
         .bind(seq)
+        .bind(channel(Topic::Batches))
+        .bind(model_id.to_string())
         .fetch_one(&mut *tx)
         .await?;
-        notify(&mut tx, Topic::Batches, model_id).await?;
         tx.commit().await?;
         Ok(Ingested {
             batch: batch_record(&row)?,
