@@ -6,14 +6,97 @@
 //! batch sent as JSON has the same bits as the same batch sent as CSV) is slow on the 17-digit
 //! numbers that instruments and scripts print. Read through the csv crate, each record is
 //! copied into its buffers and every cell checked for UTF-8 on its own. These readers accept
-//! only the plain shape of a valid request and read every number with the standard library's
-//! correctly rounded parser, straight into row-major values. Anything else makes them give up
+//! only the plain shape of a valid request and read every number correctly rounded, straight
+//! into row-major values ([`decimal`]: most numbers exactly from the digits the scan reads, the
+//! rest by the standard library's parser). Anything else makes them give up
 //! (`None`), and the caller reads the body the full way, which names every problem with its
 //! path. Whatever they accept, the full way accepts too, with the same values (tested in
 //! `tests` below).
 
 use super::header::{Column, csv_columns};
 use super::{ModelSpec, Rows};
+
+/// `10^k` for `k ≤ 22`: every one is exact in `f64`.
+const POWERS_OF_TEN: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// A decimal number read by [`decimal`].
+struct Decimal {
+    /// Where its text ends.
+    end: usize,
+    /// Its value, where Clinger's fast path gives it exactly; `None`: its text is to be read by
+    /// the standard library's parser.
+    exact: Option<f64>,
+}
+
+/// The number in JSON's grammar (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`) that
+/// starts at `bytes[at]`; `None` when none does. Its digits form the integer significand
+/// `w` with the number equal to `±w · 10^q`; where `w ≤ 2⁵³` and `|q| ≤ 22`, both `w` and `10^|q|`
+/// are exact doubles and one correctly rounded product or quotient is the correctly rounded
+/// value (Clinger 1990; the standard library's parser takes the same path for these numbers,
+/// after scanning the text a second time).
+fn decimal(bytes: &[u8], mut at: usize) -> Option<Decimal> {
+    /// Appends the digits at `at` to `w` (wrapping: only read when there are at most 19);
+    /// how many there were.
+    fn digits(bytes: &[u8], at: &mut usize, w: &mut u64) -> usize {
+        let start = *at;
+        while let Some(&byte @ b'0'..=b'9') = bytes.get(*at) {
+            *w = w.wrapping_mul(10).wrapping_add(u64::from(byte - b'0'));
+            *at += 1;
+        }
+        *at - start
+    }
+    let negative = bytes.get(at) == Some(&b'-');
+    if negative {
+        at += 1;
+    }
+    let (mut w, mut count) = (0u64, 0usize);
+    match bytes.get(at)? {
+        b'0' => at += 1,
+        b'1'..=b'9' => count = digits(bytes, &mut at, &mut w),
+        _ => return None,
+    }
+    let mut q = 0i64;
+    if bytes.get(at) == Some(&b'.') {
+        at += 1;
+        let fraction = digits(bytes, &mut at, &mut w);
+        if fraction == 0 {
+            return None;
+        }
+        count += fraction;
+        q = -(fraction as i64);
+    }
+    if let Some(b'e' | b'E') = bytes.get(at) {
+        at += 1;
+        let sign = match bytes.get(at) {
+            Some(b'-') => -1,
+            Some(b'+') => 1,
+            _ => 0,
+        };
+        if sign != 0 {
+            at += 1;
+        }
+        let start = at;
+        let mut exponent = 0i64;
+        while let Some(&byte @ b'0'..=b'9') = bytes.get(at) {
+            exponent = (exponent * 10 + i64::from(byte - b'0')).min(1 << 32);
+            at += 1;
+        }
+        if at == start {
+            return None;
+        }
+        q += if sign < 0 { -exponent } else { exponent };
+    }
+    let exact = (count <= 19 && w <= 1 << 53 && q.abs() <= 22).then(|| {
+        // Exact conversions: w ≤ 2⁵³ and |q| ≤ 22.
+        let (w, power) = (w as f64, POWERS_OF_TEN[q.unsigned_abs() as usize]);
+        let magnitude = if q < 0 { w / power } else { w * power };
+        if negative { -magnitude } else { magnitude }
+    });
+    Some(Decimal { end: at, exact })
+}
 
 /// What [`fast_rows_object`] read: the row arrays in the order of its `fields`.
 #[derive(Debug)]
@@ -125,47 +208,17 @@ impl<'a> Scanner<'a> {
         Some(text)
     }
 
-    /// Skips ASCII digits; how many there were.
-    fn digits(&mut self) -> usize {
-        let start = self.at;
-        while let Some(b'0'..=b'9') = self.bytes.get(self.at) {
-            self.at += 1;
-        }
-        self.at - start
-    }
-
-    /// A JSON number (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`), rounded to the
-    /// nearest `f64`; `None` when it is not finite there. Minus zero reads as `-0.0`, as it
-    /// does in `serde_json`.
+    /// A JSON number, rounded to the nearest `f64` ([`decimal`]); `None` when it is not finite
+    /// there. Minus zero reads as `-0.0`, as it does in `serde_json`.
     fn number(&mut self) -> Option<f64> {
         self.skip_whitespace();
         let start = self.at;
-        if self.bytes.get(self.at) == Some(&b'-') {
-            self.at += 1;
-        }
-        match self.bytes.get(self.at)? {
-            b'0' => self.at += 1,
-            b'1'..=b'9' => {
-                self.digits();
-            }
-            _ => return None,
-        }
-        if self.bytes.get(self.at) == Some(&b'.') {
-            self.at += 1;
-            if self.digits() == 0 {
-                return None;
-            }
-        }
-        if let Some(b'e' | b'E') = self.bytes.get(self.at) {
-            self.at += 1;
-            if let Some(b'+' | b'-') = self.bytes.get(self.at) {
-                self.at += 1;
-            }
-            if self.digits() == 0 {
-                return None;
-            }
-        }
-        let value: f64 = self.text.get(start..self.at)?.parse().ok()?;
+        let number = decimal(self.bytes, start)?;
+        self.at = number.end;
+        let value = match number.exact {
+            Some(value) => value,
+            None => self.text.get(start..number.end)?.parse().ok()?,
+        };
         value.is_finite().then_some(value)
     }
 
@@ -277,7 +330,17 @@ fn read_csv_row(line: &str, columns: &[Column], x: &mut [f64], y: &mut [f64]) ->
                 _ => at += 1,
             }
         }
-        match line[start..at].trim().parse::<f64>() {
+        let cell = line[start..at].trim();
+        // A cell in JSON's grammar is read as the standard library reads it, without its
+        // second scan; anything else the standard library reads ("+1", "1.", ".5") as before.
+        let value = match decimal(cell.as_bytes(), 0) {
+            Some(Decimal {
+                end,
+                exact: Some(value),
+            }) if end == cell.len() => Ok(value),
+            _ => cell.parse::<f64>(),
+        };
+        match value {
             Ok(value) if value.is_finite() => match *column {
                 Column::Feature(j) => x[j] = value,
                 Column::Output(k) => y[k] = value,
@@ -349,6 +412,21 @@ mod tests {
             "1e-400",
             "9007199254740993",
             "0.000000000000000000000000000001",
+            // The edges of the exact path: 2⁵³, 19 digits, 10^±22, and just past each.
+            "9007199254740992",
+            "-9007199254740992e-22",
+            "900719925474099.2",
+            "9007199254740994",
+            "1e22",
+            "1e23",
+            "1e-22",
+            "1e-23",
+            "123e20",
+            "0.0000000000000000001",
+            "0.00000000000000000001",
+            "1234567890123456789e-5",
+            "1.0000000000000000000",
+            "1e-99999999999999999999",
         ] {
             let body = format!("{{\"x\": [[{text}]]}}");
             let fast = fast_rows_object(body.as_bytes(), &[("x", 1)], false, usize::MAX)
@@ -414,7 +492,29 @@ mod tests {
 
     fn number_text() -> impl Strategy<Value = String> {
         let finite = any::<f64>().prop_filter("finite", |v| v.is_finite());
+        // Around the edges of the exact path (`decimal`): significands near 2⁵³, powers near
+        // ±22, the point anywhere in the digits.
+        let edge = (
+            prop_oneof![
+                0u64..100_000,
+                (1u64 << 53) - 1000..(1u64 << 53) + 1000,
+                any::<u64>()
+            ],
+            -26i32..26,
+            0usize..20,
+        )
+            .prop_map(|(w, q, point)| {
+                let digits = w.to_string();
+                let point = point.min(digits.len() - 1);
+                let (whole, fraction) = digits.split_at(digits.len() - point);
+                if fraction.is_empty() {
+                    format!("{whole}e{q}")
+                } else {
+                    format!("{whole}.{fraction}e{q}")
+                }
+            });
         prop_oneof![
+            edge,
             finite.clone().prop_map(|v| format!("{v}")),
             finite.clone().prop_map(|v| format!("{v:e}")),
             finite.prop_map(|v| format!("{v:E}")),
