@@ -641,20 +641,21 @@ impl MatchProblem<'_> {
         self.ks_built_up(&self.map.built_up(c))
     }
 
-    /// [`Self::ks`] of `u = h_i(c)`, what the map is linear in.
+    /// [`Self::ks`] of `u = h_i(c)`, what the map is linear in:
+    /// `K/S(λ) = s(λ) + Σ_{i: u_i ≠ 0} u_i w_i(λ)`, the dyes in ascending order.
     fn ks_built_up(&self, c: &[f64]) -> Vec<f64> {
         let w = &self.map.coefficients;
+        // A candidate uses a few of the dyes: the others are skipped once, not at every band.
+        let used: Vec<(usize, f64)> = c
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(_, ci)| ci != 0.0)
+            .collect();
         self.substrate
             .iter()
             .enumerate()
-            .map(|(l, s)| {
-                s + c
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, ci)| **ci != 0.0)
-                    .map(|(i, ci)| ci * w[(i, l)])
-                    .sum::<f64>()
-            })
+            .map(|(l, s)| s + used.iter().map(|&(i, ci)| ci * w[(i, l)]).sum::<f64>())
             .collect()
     }
 
