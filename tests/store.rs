@@ -1192,3 +1192,42 @@ async fn sqlite_batches_stored_before_the_rows_moved_keep_their_rows() {
     );
     db.store.close().await;
 }
+
+/// PostgreSQL never leaves a version's state to pglz, which tries to compress every fold's
+/// state (tens of megabytes of doubles on a wide model) and gains nothing: lz4 where the server
+/// has it, else no compression at all. The batches' statistics likewise, and their raw rows are
+/// stored uncompressed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_keeps_states_and_statistics_out_of_pglz() {
+    let db = TestStore::postgres().await;
+    let mut conn = sqlx::PgConnection::connect(&db.database.url).await.unwrap();
+    let lz4: bool = sqlx::query_scalar(
+        "SELECT 'lz4' = ANY (SELECT unnest(enumvals) FROM pg_settings \
+         WHERE name = 'default_toast_compression')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    let column = |table: &'static str, column: &'static str| {
+        sqlx::query_as::<_, (String, String)>(
+            "SELECT attstorage::text, attcompression::text FROM pg_attribute \
+             WHERE attrelid = $1::regclass AND attname = $2",
+        )
+        .bind(table)
+        .bind(column)
+    };
+    for (table, name) in [("versions", "state"), ("batches", "statistics")] {
+        let (storage, compression) = column(table, name).fetch_one(&mut conn).await.unwrap();
+        if lz4 {
+            assert_eq!(compression, "l", "{table}.{name} compressed by lz4");
+        } else if name == "state" {
+            assert_eq!(storage, "e", "{table}.{name} stored uncompressed");
+        }
+    }
+    for name in ["x", "y"] {
+        let (storage, _) = column("batches", name).fetch_one(&mut conn).await.unwrap();
+        assert_eq!(storage, "e", "batches.{name} stored uncompressed");
+    }
+    conn.close().await.unwrap();
+    db.store.close().await;
+}
