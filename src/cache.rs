@@ -265,14 +265,25 @@ impl PosteriorCache {
     }
 
     pub async fn sync_model(&self, store: &Store, id: i64) -> Result<(), StoreError> {
+        // The version first: a fold in this process has usually put it in the cache already,
+        // and a wide model's state is tens of megabytes to read and throw away.
+        let current = |spec: &ModelSpec, version: i64| {
+            self.get(spec.name.as_str())
+                .is_some_and(|m| m.order() >= (id, version, growth(spec)))
+        };
+        match store.model_head(id).await? {
+            None => {
+                self.remove(id);
+                return Ok(());
+            }
+            Some((spec, version)) if current(&spec, version) => return Ok(()),
+            Some(_) => {}
+        }
         let Some((spec, version, blob)) = store.current_state(id).await? else {
             self.remove(id);
             return Ok(());
         };
-        if self
-            .get(spec.name.as_str())
-            .is_some_and(|m| m.order() >= (id, version, growth(&spec)))
-        {
+        if current(&spec, version) {
             return Ok(());
         }
         let model = match blob {

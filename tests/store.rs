@@ -174,6 +174,10 @@ async fn models_are_created_read_listed_and_deleted(store: &Store) {
     assert!(store.model(&name("gamma")).await.unwrap().is_none());
     let (spec_a, version, state) = store.current_state(a.id).await.unwrap().unwrap();
     assert_eq!((spec_a, version, state), (spec("alpha", 3), 0, None));
+    assert_eq!(
+        store.model_head(a.id).await.unwrap(),
+        Some((spec("alpha", 3), 0))
+    );
     let mut heads = store.heads().await.unwrap();
     heads.sort_by_key(|h| h.id);
     assert_eq!(heads.len(), 2);
@@ -185,6 +189,7 @@ async fn models_are_created_read_listed_and_deleted(store: &Store) {
     assert_eq!(store.delete_model(&name("alpha")).await.unwrap(), None);
     assert!(store.model_by_id(a.id).await.unwrap().is_none());
     assert!(store.current_state(a.id).await.unwrap().is_none());
+    assert!(store.model_head(a.id).await.unwrap().is_none());
     // A new model of the same name is a new model.
     let again = store.create_model(&spec("alpha", 3)).await.unwrap();
     assert_ne!(again.id, a.id, "a deleted model's id is never reused");
@@ -472,6 +477,7 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
     );
     let (_, current, state) = store.current_state(id).await.unwrap().unwrap();
     assert_eq!((current, state.as_deref()), (1, Some(&b"state 1"[..])));
+    assert_eq!(store.model_head(id).await.unwrap().map(|(_, v)| v), Some(1));
     assert!(
         store.claim_fold(&[]).await.unwrap().is_none(),
         "no work left"

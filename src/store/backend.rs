@@ -100,6 +100,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     async fn queue_depth(&self) -> Result<Vec<QueueDepth>, StoreError>;
     /// Every model's id, name and current version (the posterior cache's view of the world).
     async fn heads(&self) -> Result<Vec<ModelHead>, StoreError>;
+    /// A model's spec and current version, without reading its state.
+    async fn model_head(&self, model_id: i64) -> Result<Option<(ModelSpec, i64)>, StoreError>;
     /// A model's spec, current version and that version's encoded state (`None` at version 0).
     async fn current_state(
         &self,

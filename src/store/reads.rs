@@ -75,6 +75,17 @@ where
         Ok(sqlx::query_as(sql::HEADS).fetch_all(self.0).await?)
     }
 
+    pub(super) async fn model_head(
+        &self,
+        model_id: i64,
+    ) -> Result<Option<(ModelSpec, i64)>, StoreError> {
+        let row: Option<(Json<ModelSpec>, i64)> = sqlx::query_as(sql::MODEL_HEAD)
+            .bind(model_id)
+            .fetch_optional(self.0)
+            .await?;
+        Ok(row.map(|(Json(spec), version)| (spec, version)))
+    }
+
     pub(super) async fn current_state(
         &self,
         model_id: i64,

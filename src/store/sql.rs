@@ -116,6 +116,8 @@ pub(super) const COUNTS: &str =
     "SELECT (SELECT count(*) FROM models), (SELECT count(*) FROM api_keys)";
 
 pub(super) const HEADS: &str = "SELECT id, name, version FROM models";
+/// A model's spec and current version, without its state.
+pub(super) const MODEL_HEAD: &str = "SELECT spec, version FROM models WHERE id = $1";
 /// A model's spec, current version and that version's state (NULL before the first fit).
 pub(super) const CURRENT_STATE: &str = "SELECT m.spec, m.version, v.state FROM models m \
      LEFT JOIN versions v ON v.model_id = m.id AND v.version = m.version WHERE m.id = $1";

@@ -300,6 +300,10 @@ impl Backend for PgStore {
         Reads(&self.pool).heads().await
     }
 
+    async fn model_head(&self, model_id: i64) -> Result<Option<(ModelSpec, i64)>, StoreError> {
+        Reads(&self.pool).model_head(model_id).await
+    }
+
     async fn current_state(
         &self,
         model_id: i64,

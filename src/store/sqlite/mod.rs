@@ -404,6 +404,10 @@ impl Backend for SqliteStore {
         Reads(&self.inner.readers).heads().await
     }
 
+    async fn model_head(&self, model_id: i64) -> Result<Option<(ModelSpec, i64)>, StoreError> {
+        Reads(&self.inner.readers).model_head(model_id).await
+    }
+
     async fn current_state(
         &self,
         model_id: i64,
