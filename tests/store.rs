@@ -1201,8 +1201,8 @@ async fn sqlite_batches_stored_before_the_rows_moved_keep_their_rows() {
 
 /// PostgreSQL never leaves a version's state to pglz, which tries to compress every fold's
 /// state (tens of megabytes of doubles on a wide model) and gains nothing: lz4 where the server
-/// has it, else no compression at all. The batches' statistics likewise, and their raw rows are
-/// stored uncompressed.
+/// has it, else no compression at all. Where the server has lz4 the batches' statistics are
+/// under it too; their raw rows are always stored uncompressed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_keeps_states_and_statistics_out_of_pglz() {
     let db = TestStore::postgres().await;
