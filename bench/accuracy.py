@@ -651,11 +651,12 @@ def predict(service, ds, variant, name, rows, version, timeout):
     return np.array(means, float), np.array(variances, float), info
 
 
-def run_mordant(service, ds, variant, split, name, workaround, timeout):
-    """mean, sd and info of mordant's predictions for one split, trained through the API."""
+def run_mordant(service, ds, variant, split, name, workaround, timeout, extra=None):
+    """mean, sd and info of mordant's predictions for one split, trained through the API (the
+    default model spec, with `extra`'s fields added)."""
     stages = split["stages"]
     service.call("DELETE", f"/v1/models/{name}")
-    create_model(service, model_spec(ds, variant, name, len(stages[0]), workaround))
+    create_model(service, dict(model_spec(ds, variant, name, len(stages[0]), workaround), **(extra or {})))
     try:
         posted = 0
         for b, rows in enumerate(stages):

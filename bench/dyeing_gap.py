@@ -28,24 +28,10 @@ LAB_PREFIX = "小缸配方组合"
 def mordant_means(binary, ds, splits, extra):
     """mordant's test means, one array per split."""
     service = A.Service(binary)
-    means = []
     try:
-        for i, split in enumerate(splits):
-            name = f"gap{i}"
-            spec = dict(A.model_spec(ds, "named", name, len(split["stages"][0]), False), **extra)
-            A.create_model(service, spec)
-            posted, version = 0, None
-            for b, rows in enumerate(split["stages"]):
-                body = dict(A.input_body(ds, "named", rows), batch_id=f"stage-{b}", y=ds.y[rows].tolist())
-                A.expect(service.call("POST", f"/v1/models/{name}/batches", body), 202, f"batch stage-{b}")
-                posted += len(rows)
-                version = A.wait_folded(service, name, f"stage-{b}", posted, 600)
-            mean, _, _ = A.predict(service, ds, "named", name, split["test"], version, 600)
-            service.call("DELETE", f"/v1/models/{name}")
-            means.append(mean)
+        return [A.run_mordant(service, ds, "named", split, "gap", False, 600, extra)[0] for split in splits]
     finally:
         service.stop()
-    return means
 
 
 def bayesian_ridge_means(ds, splits):
