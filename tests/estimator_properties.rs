@@ -1167,6 +1167,50 @@ fn a_smooth_curve_is_learnt_better_with_the_smooth_prior() {
     assert_eq!(auto, smooth);
 }
 
+/// Models of one grid share a length scale's `K_ℓ^½` (each decoding of a state finds the one
+/// its fit formed), and the process does not keep a kernel that no model holds.
+#[test]
+fn models_share_a_kernel_while_one_holds_it() {
+    use mordant::estimator::prior::Factor;
+    use std::sync::{Arc, Weak};
+    // A band count no other test uses, so no other model holds these kernels.
+    let (bands, n) = (37, 30);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let x = Mat::from_fn(n, bands, |i, j| {
+        0.5 + 0.3 * ((i + 1) as f64 * j as f64 / 50.0).cos() + 0.05 * rng.random::<f64>()
+    });
+    let y = Mat::from_fn(n, 1, |i, _| {
+        (0..bands)
+            .map(|j| x[(i, j)] * (j as f64 / 6.0).sin())
+            .sum::<f64>()
+            + 0.1 * (rng.random::<f64>() - 0.5)
+    });
+    let basis = spectrum_basis(bands);
+    let config = ModelConfig {
+        prior: PriorFamily::Smooth,
+        ..ModelConfig::new(basis, 1)
+    };
+    let kernel = |state: &ModelState| match state.outputs()[0].posterior().unwrap().factor() {
+        Factor::Smooth { kernel, .. } => Arc::clone(kernel),
+        other => panic!("not smooth: {other:?}"),
+    };
+    let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+    let blob = codec::encode(&state);
+    let (first, second) = (codec::decode(&blob).unwrap(), codec::decode(&blob).unwrap());
+    assert!(Arc::ptr_eq(&kernel(&state), &kernel(&first)));
+    assert!(Arc::ptr_eq(&kernel(&first), &kernel(&second)));
+    assert_eq!(first, state);
+    let held: Weak<Mat<f64>> = Arc::downgrade(&kernel(&state));
+    drop((state, first, second));
+    assert!(
+        held.upgrade().is_none(),
+        "the process kept a kernel no model holds"
+    );
+    // Formed again when a model needs it, equal to the one before.
+    let again = codec::decode(&blob).unwrap();
+    assert_eq!(codec::encode(&again), blob);
+}
+
 /// The outputs of a smooth model that settle on one length scale share one `K_ℓ^½` (a
 /// 700-band spectrum's is 3.75 MiB) after the first fit, after a one-step update and after
 /// decoding, and a shared kernel gives the posterior an owned one gives, to the bit.

@@ -72,7 +72,7 @@ use rayon::prelude::*;
 use super::basis::Saunderson;
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, active_set};
-use super::prior::{FittedFamily, Prior, Smooth, kernel_factor};
+use super::prior::{FittedFamily, Prior, Smooth, shared_kernel_factor};
 use super::statistics::{BatchStatistics, BuildUp, Relative, ZeroRows};
 use super::succession::Succession;
 use super::transfer::{PathRecord, TransferStatistics};
@@ -371,12 +371,13 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
         }
     }
     r.finish()?;
-    // Each kernel's square root is an eigendecomposition: once per length scale, in parallel.
+    // Each kernel's square root is an eigendecomposition: once per length scale (unless another
+    // model holds it), in parallel.
     let kernels = lengths
         .into_par_iter()
         .map(|(bands, length)| {
-            kernel_factor(bands, f64::from_bits(length))
-                .map(|kernel| ((bands, length), std::sync::Arc::new(kernel)))
+            shared_kernel_factor(bands, f64::from_bits(length))
+                .map(|kernel| ((bands, length), kernel))
                 .map_err(|_| DecodeError::Invalid("smooth prior"))
         })
         .collect::<Result<std::collections::HashMap<_, _>, DecodeError>>()?;

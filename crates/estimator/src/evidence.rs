@@ -18,7 +18,7 @@ use faer::{Mat, MatRef, Par};
 use super::posterior::{OutputPosterior, active_set, lower_inverse, scaled_precision_factor};
 use std::sync::{Arc, OnceLock};
 
-use super::prior::{FittedFamily, Prior, Smooth, kept_eigen, kernel_factor, kernel_matrix};
+use super::prior::{FittedFamily, Prior, Smooth, kept_eigen, kernel_matrix, shared_kernel_factor};
 pub use super::statistics::OutputData;
 use super::{EstimatorError, FitOptions, NoisePrior};
 
@@ -535,9 +535,9 @@ pub struct Shape {
     smooth: Option<Smooth>,
     /// Prior variance of each basis function at `v = 1` (0 pruned, `∞` flat).
     unit_variance: Vec<f64>,
-    /// `K_ℓ^½` of the smooth family's bands, formed the first time an output's evidence picks
-    /// this shape (the evidence itself needs only `K_ℓ`), and shared by the factors of the
-    /// outputs that pick it.
+    /// `K_ℓ^½` of the smooth family's bands, taken the first time an output's evidence picks
+    /// this shape (the evidence itself needs only `K_ℓ`) from the process's models
+    /// ([`shared_kernel_factor`]), and shared by the factors of the outputs that pick it.
     kernel: OnceLock<Arc<Mat<f64>>>,
     /// The non-zero eigenvalues `λ` of `R̃ᵀ G_c R̃`.
     eigenvalues: Vec<f64>,
@@ -793,7 +793,7 @@ impl Shape {
             // Two outputs may form it at once; either result is the same.
             let _ = self
                 .kernel
-                .set(Arc::new(kernel_factor(smooth.bands, smooth.length)?));
+                .set(shared_kernel_factor(smooth.bands, smooth.length)?);
         }
         Ok(self.kernel.get())
     }

@@ -19,7 +19,7 @@
 //!     the eigendecomposition of `K_ℓ`, truncated where its eigenvalues vanish) beside
 //!     `diag(√v)`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use faer::linalg::matmul::triangular::{self, BlockStructure};
 use faer::{Accum, Mat, MatRef, Side};
@@ -182,7 +182,7 @@ impl Prior {
         match self.smooth {
             None => self.factor_with_kernel(None),
             Some(smooth) => {
-                let kernel = Arc::new(kernel_factor(smooth.bands, smooth.length)?);
+                let kernel = shared_kernel_factor(smooth.bands, smooth.length)?;
                 self.factor_with_kernel(Some(&kernel))
             }
         }
@@ -225,8 +225,9 @@ impl Prior {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Factor {
     Diagonal(Vec<f64>),
-    /// `R = [√a·K_ℓ^½, 0; 0, diag(rest)]`. `K_ℓ^½` is shared by every output of a model at the
-    /// same length scale (a 700-band spectrum's is 3.75 MiB); each entry of `R` is formed as
+    /// `R = [√a·K_ℓ^½, 0; 0, diag(rest)]`. `K_ℓ^½` is shared by every output of the process's
+    /// models at the same bands and length scale (a 700-band spectrum's is 3.75 MiB;
+    /// [`shared_kernel_factor`]); each entry of `R` is formed as
     /// `scale · kernel[(i, k)]` where it is used, the same product an owned scaled copy held.
     Smooth {
         kernel: Arc<Mat<f64>>,
@@ -384,15 +385,117 @@ pub fn kernel_matrix(bands: usize, length: f64) -> Mat<f64> {
     Mat::from_fn(bands, bands, |i, j| by_distance[i.abs_diff(j)])
 }
 
+/// [`kernel_factor`], shared by every model of the process at the same bands and length scale:
+/// models of one instrument's grid pick their length scales from the same candidates, and each
+/// square root of a 700-band kernel is 3.75 MiB and an eigendecomposition. The process keeps only
+/// weak references, so a kernel lives as long as some model holds it; the lock is never held
+/// while one is formed (two callers may both form it, and the later finds the earlier's).
+pub fn shared_kernel_factor(bands: usize, length: f64) -> Result<Arc<Mat<f64>>, EstimatorError> {
+    type Kernels = Vec<((usize, u64), Weak<Mat<f64>>)>;
+    static KERNELS: Mutex<Kernels> = Mutex::new(Vec::new());
+    let key = (bands, length.to_bits());
+    let live = |kernels: &Kernels| {
+        kernels
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, kernel)| kernel.upgrade())
+    };
+    // A poisoned lock still holds valid weak references: nothing is written while a kernel is
+    // formed.
+    if let Some(kernel) = live(&KERNELS.lock().unwrap_or_else(PoisonError::into_inner)) {
+        return Ok(kernel);
+    }
+    let formed = Arc::new(kernel_factor(bands, length)?);
+    let mut kernels = KERNELS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(kernel) = live(&kernels) {
+        return Ok(kernel);
+    }
+    kernels.retain(|(_, kernel)| kernel.strong_count() > 0);
+    kernels.push((key, Arc::downgrade(&formed)));
+    Ok(formed)
+}
+
 /// `K_ℓ^½` (bands × r): `V_r diag(√κ_r)` from the eigendecomposition `K_ℓ = V diag(κ) Vᵀ`,
 /// keeping the eigenvalues above `KERNEL_RANK_TOLERANCE` of the largest, so that
 /// `K_ℓ^½ (K_ℓ^½)ᵀ = K_ℓ` to round-off.
+///
+/// `K_ℓ` is symmetric Toeplitz, so centrosymmetric (`J K J = K`, `J` the exchange matrix), and
+/// its eigenvectors can be taken symmetric (`J v = v`) or skew (`J v = −v`) (Cantoni & Butler,
+/// 1976). With `n` bands, `m = ⌊n/2⌋`, `A = K[..m, ..m]`, `(BJ)[i, j] = K[i, n−1−j]` and, for
+/// odd `n`, the middle column `k = K[..m, m]`, the two halves are
+///
+/// ```text
+/// skew:       (A − BJ) x = κ x,                        v = [x; 0; −Jx] / √2
+/// symmetric:  [A + BJ, √2 k; √2 kᵀ, K_mm] [x; c] = κ [x; c],   v = [x/√2; c; Jx/√2]
+/// ```
+///
+/// (no middle row or `c` for even `n`): two eigenproblems of half the order, about a third of
+/// the work of one of the full order, solved side by side.
 pub fn kernel_factor(bands: usize, length: f64) -> Result<Mat<f64>, EstimatorError> {
-    let (values, vectors) =
-        kept_eigen(kernel_matrix(bands, length).as_ref(), KERNEL_RANK_TOLERANCE)?;
-    Ok(Mat::from_fn(bands, values.len(), |i, c| {
-        vectors[(i, c)] * values[c].sqrt()
-    }))
+    let kernel = kernel_matrix(bands, length);
+    let m = bands / 2;
+    let odd = bands % 2 == 1;
+    let h = m + usize::from(odd);
+    let k = kernel.as_ref();
+    let symmetric = Mat::from_fn(h, h, |i, j| match (i < m, j < m) {
+        (true, true) => k[(i, j)] + k[(i, bands - 1 - j)],
+        (true, false) => std::f64::consts::SQRT_2 * k[(i, m)],
+        (false, true) => std::f64::consts::SQRT_2 * k[(m, j)],
+        (false, false) => k[(m, m)],
+    });
+    let skew = Mat::from_fn(m, m, |i, j| k[(i, j)] - k[(i, bands - 1 - j)]);
+    let (even_half, odd_half) = rayon::join(
+        || half_eigen(symmetric.as_ref()),
+        || half_eigen(skew.as_ref()),
+    );
+    let ((sym_values, sym_vectors), (skew_values, skew_vectors)) = (even_half?, odd_half?);
+    let largest = sym_values
+        .iter()
+        .chain(&skew_values)
+        .fold(0.0_f64, |a, v| a.max(*v));
+    let kept = |values: &[f64]| -> Vec<usize> {
+        (0..values.len())
+            .filter(|&c| values[c] > KERNEL_RANK_TOLERANCE * largest)
+            .collect()
+    };
+    let (sym_kept, skew_kept) = (kept(&sym_values), kept(&skew_values));
+    let half = std::f64::consts::FRAC_1_SQRT_2;
+    let mut factor = Mat::zeros(bands, sym_kept.len() + skew_kept.len());
+    for (col, &c) in sym_kept.iter().enumerate() {
+        let root = sym_values[c].sqrt();
+        for i in 0..m {
+            let x = half * sym_vectors[(i, c)] * root;
+            factor[(i, col)] = x;
+            factor[(bands - 1 - i, col)] = x;
+        }
+        if odd {
+            factor[(m, col)] = sym_vectors[(m, c)] * root;
+        }
+    }
+    for (a, &c) in skew_kept.iter().enumerate() {
+        let col = sym_kept.len() + a;
+        let root = skew_values[c].sqrt();
+        for i in 0..m {
+            let x = half * skew_vectors[(i, c)] * root;
+            factor[(i, col)] = x;
+            factor[(bands - 1 - i, col)] = -x;
+        }
+    }
+    Ok(factor)
+}
+
+/// Every eigenpair of a symmetric matrix, eigenvectors as columns (none for an empty matrix).
+fn half_eigen(a: MatRef<'_, f64>) -> Result<(Vec<f64>, Mat<f64>), EstimatorError> {
+    if a.nrows() == 0 {
+        return Ok((Vec::new(), Mat::zeros(0, 0)));
+    }
+    let eig = a
+        .self_adjoint_eigen(Side::Lower)
+        .map_err(|_| EstimatorError::NotPositiveDefinite)?;
+    Ok((
+        eig.S().column_vector().iter().copied().collect(),
+        eig.U().to_owned(),
+    ))
 }
 
 /// The eigenpairs of a symmetric positive semidefinite `a` whose eigenvalues exceed `tolerance`
@@ -426,14 +529,110 @@ mod tests {
 
     #[test]
     fn kernel_factor_reproduces_the_kernel() {
-        for length in [0.5, 3.0, 40.0] {
-            let f = kernel_factor(30, length).unwrap();
-            let k = &f * f.transpose();
-            for i in 0..30 {
-                for j in 0..30 {
-                    let want = matern32((i as f64 - j as f64).abs(), length);
-                    assert!((k[(i, j)] - want).abs() < 1e-9, "{length}: {i},{j}");
+        // Odd and even orders, down to one band, where the halves are uneven or empty.
+        for bands in [1, 2, 3, 30, 31, 200, 201] {
+            for length in [0.5, 3.0, 40.0, 1000.0] {
+                let f = kernel_factor(bands, length).unwrap();
+                let k = &f * f.transpose();
+                for i in 0..bands {
+                    for j in 0..bands {
+                        let want = matern32((i as f64 - j as f64).abs(), length);
+                        assert!(
+                            (k[(i, j)] - want).abs() < 1e-9,
+                            "{bands} bands, {length}: {i},{j}"
+                        );
+                    }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_factor_columns_are_the_kernels_scaled_eigenvectors() {
+        for bands in [2, 7, 64, 151] {
+            for length in [1.5, 24.0, 400.0] {
+                let f = kernel_factor(bands, length).unwrap();
+                let (values, _) =
+                    kept_eigen(kernel_matrix(bands, length).as_ref(), KERNEL_RANK_TOLERANCE)
+                        .unwrap();
+                let largest = values.iter().fold(0.0_f64, |a, v| a.max(*v));
+                // `RᵀR = diag(κ)`: orthogonal columns whose squared norms are the eigenvalues
+                // the full eigendecomposition keeps.
+                let gram = f.transpose() * &f;
+                let mut norms: Vec<f64> = (0..f.ncols()).map(|c| gram[(c, c)]).collect();
+                norms.sort_by(f64::total_cmp);
+                assert_eq!(norms.len(), values.len(), "{bands} bands, {length}");
+                for (a, b) in norms.iter().zip(&values) {
+                    assert!(
+                        (a - b).abs() < 1e-10 * largest,
+                        "{bands}, {length}: {a} {b}"
+                    );
+                }
+                for a in 0..f.ncols() {
+                    for b in 0..a {
+                        assert!(gram[(a, b)].abs() < 1e-10 * largest, "{bands}, {length}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_posterior_does_not_depend_on_which_square_root_of_the_kernel() {
+        use crate::posterior::OutputPosterior;
+        // `Σ = R M⁻¹ Rᵀ` is the same for every `R` with `R Rᵀ = a K_ℓ`: the split factor against
+        // the full eigendecomposition's, odd and even bands, short and long length scales.
+        for (bands, length) in [(40, 3.0), (41, 30.0), (64, 200.0)] {
+            let (n, a, s) = (30, 0.7, 0.01);
+            let p = bands + 1;
+            let x = Mat::from_fn(n, p, |i, j| {
+                if j == bands {
+                    1.0
+                } else {
+                    (((i * 7 + 3) * (j + 1)) as f64 * 0.37).sin() + 0.1 * i as f64
+                }
+            });
+            let y: Vec<f64> = (0..n).map(|i| (i as f64 * 0.3).cos()).collect();
+            let precision = Mat::from_fn(p, p, |j, k| {
+                (0..n).map(|i| x[(i, j)] * x[(i, k)]).sum::<f64>() / s
+            });
+            let natural: Vec<f64> = (0..p)
+                .map(|j| (0..n).map(|i| x[(i, j)] * y[i]).sum::<f64>() / s)
+                .collect();
+            let mut variance = vec![a; bands];
+            variance.push(f64::INFINITY);
+            let prior = Prior {
+                family: FittedFamily::Smooth,
+                variance,
+                smooth: Some(Smooth { bands, length }),
+            };
+            let split =
+                OutputPosterior::from_natural(prior.clone(), s, precision.clone(), natural.clone())
+                    .unwrap();
+            let (values, vectors) =
+                kept_eigen(kernel_matrix(bands, length).as_ref(), KERNEL_RANK_TOLERANCE).unwrap();
+            let full_root = Mat::from_fn(bands, values.len(), |i, c| {
+                vectors[(i, c)] * values[c].sqrt()
+            });
+            let factor = Factor::Smooth {
+                kernel: Arc::new(full_root),
+                scale: a.sqrt(),
+                rest: Vec::new(),
+            };
+            let full = OutputPosterior::with_factor(prior, factor, s, precision, natural).unwrap();
+            let (cs, cf) = (split.covariance(), full.covariance());
+            let largest = (0..p).map(|j| cf[(j, j)].abs()).fold(0.0, f64::max);
+            for j in 0..p {
+                for k in 0..p {
+                    assert!(
+                        (cs[(j, k)] - cf[(j, k)]).abs() <= 1e-9 * largest,
+                        "{bands}, {length}: Σ[{j},{k}]"
+                    );
+                }
+            }
+            let scale = full.mean().iter().fold(0.0_f64, |m, v| m.max(v.abs()));
+            for (a, b) in split.mean().iter().zip(full.mean()) {
+                assert!((a - b).abs() <= 1e-9 * scale, "{bands}, {length}: {a} {b}");
             }
         }
     }
