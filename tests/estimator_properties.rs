@@ -1171,7 +1171,7 @@ fn a_smooth_curve_is_learnt_better_with_the_smooth_prior() {
 /// its fit formed), and the process does not keep a kernel that no model holds.
 #[test]
 fn models_share_a_kernel_while_one_holds_it() {
-    use mordant::estimator::prior::Factor;
+    use mordant::estimator::prior::{Factor, KernelRoot};
     use std::sync::{Arc, Weak};
     // A band count no other test uses, so no other model holds these kernels.
     let (bands, n) = (37, 30);
@@ -1200,7 +1200,7 @@ fn models_share_a_kernel_while_one_holds_it() {
     assert!(Arc::ptr_eq(&kernel(&state), &kernel(&first)));
     assert!(Arc::ptr_eq(&kernel(&first), &kernel(&second)));
     assert_eq!(first, state);
-    let held: Weak<Mat<f64>> = Arc::downgrade(&kernel(&state));
+    let held: Weak<KernelRoot> = Arc::downgrade(&kernel(&state));
     drop((state, first, second));
     assert!(
         held.upgrade().is_none(),
@@ -1216,7 +1216,7 @@ fn models_share_a_kernel_while_one_holds_it() {
 /// decoding, and a shared kernel gives the posterior an owned one gives, to the bit.
 #[test]
 fn outputs_at_one_length_scale_share_their_kernel() {
-    use mordant::estimator::prior::Factor;
+    use mordant::estimator::prior::{Factor, KernelRoot};
     use std::sync::Arc;
     let (bands, n) = (40, 30);
     let mut rng = ChaCha8Rng::seed_from_u64(11);
@@ -1241,7 +1241,7 @@ fn outputs_at_one_length_scale_share_their_kernel() {
         ..ModelConfig::new(basis, 3)
     };
     let shared = |state: &ModelState| {
-        let factors: Vec<(f64, &Arc<Mat<f64>>)> = state
+        let factors: Vec<(f64, &Arc<KernelRoot>)> = state
             .outputs()
             .iter()
             .map(|o| {

@@ -18,7 +18,9 @@ use faer::{Mat, MatRef, Par};
 use super::posterior::{OutputPosterior, active_set, lower_inverse, scaled_precision_factor};
 use std::sync::{Arc, OnceLock};
 
-use super::prior::{FittedFamily, Prior, Smooth, kept_eigen, kernel_matrix, shared_kernel_factor};
+use super::prior::{
+    FittedFamily, KernelRoot, Prior, Smooth, kept_eigen, kernel_matrix, shared_kernel_factor,
+};
 pub use super::statistics::OutputData;
 use super::{EstimatorError, FitOptions, NoisePrior};
 
@@ -538,7 +540,7 @@ pub struct Shape {
     /// `K_ℓ^½` of the smooth family's bands, taken the first time an output's evidence picks
     /// this shape (the evidence itself needs only `K_ℓ`) from the process's models
     /// ([`shared_kernel_factor`]), and shared by the factors of the outputs that pick it.
-    kernel: OnceLock<Arc<Mat<f64>>>,
+    kernel: OnceLock<Arc<KernelRoot>>,
     /// The non-zero eigenvalues `λ` of `R̃ᵀ G_c R̃`.
     eigenvalues: Vec<f64>,
     /// `(R̃ U)ᵀ` (r × p) for their eigenvectors `U`: maps `b_c` to `Uᵀ R̃ᵀ b_c`.
@@ -785,7 +787,7 @@ impl Shape {
     }
 
     /// `K_ℓ^½` of a smooth shape, formed once.
-    fn kernel_factor(&self) -> Result<Option<&Arc<Mat<f64>>>, EstimatorError> {
+    fn kernel_factor(&self) -> Result<Option<&Arc<KernelRoot>>, EstimatorError> {
         let Some(smooth) = self.smooth else {
             return Ok(None);
         };
