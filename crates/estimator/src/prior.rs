@@ -288,30 +288,33 @@ impl Factor {
                 kernel,
                 scale,
                 rest,
-            } if kernel.symmetric.is_some() => {
-                split_congruence(a, kernel, *scale, rest, kernel.symmetric.unwrap_or(0))
-            }
-            Factor::Smooth { .. } => {
-                let r = self.to_dense();
-                let ar = a * &r;
-                // Only the lower triangle of `Rᵀ(AR)` is formed (half that product's work), then
-                // mirrored.
-                let mut out = Mat::zeros(r.ncols(), r.ncols());
-                triangular::matmul(
-                    out.as_mut(),
-                    BlockStructure::TriangularLower,
-                    Accum::Replace,
-                    r.transpose(),
-                    BlockStructure::Rectangular,
-                    ar.as_ref(),
-                    BlockStructure::Rectangular,
-                    1.0,
-                    faer::get_global_parallelism(),
-                );
-                super::statistics::mirror_lower(out.as_mut());
-                out
-            }
+            } => match kernel.symmetric {
+                Some(symmetric) => split_congruence(a, kernel, *scale, rest, symmetric),
+                None => self.dense_congruence(a),
+            },
         }
+    }
+
+    /// `Rᵀ A R` with `R` formed dense.
+    fn dense_congruence(&self, a: MatRef<'_, f64>) -> Mat<f64> {
+        let r = self.to_dense();
+        let ar = a * &r;
+        // Only the lower triangle of `Rᵀ(AR)` is formed (half that product's work), then
+        // mirrored.
+        let mut out = Mat::zeros(r.ncols(), r.ncols());
+        triangular::matmul(
+            out.as_mut(),
+            BlockStructure::TriangularLower,
+            Accum::Replace,
+            r.transpose(),
+            BlockStructure::Rectangular,
+            ar.as_ref(),
+            BlockStructure::Rectangular,
+            1.0,
+            faer::get_global_parallelism(),
+        );
+        super::statistics::mirror_lower(out.as_mut());
+        out
     }
 
     /// `Rᵀ U` of a |W| × k matrix `U` (r × k).
