@@ -786,7 +786,7 @@ impl Shape {
         })
     }
 
-    /// `K_ℓ^½` of a smooth shape, formed once.
+    /// `K_ℓ^½` of a smooth shape, taken once.
     fn kernel_factor(&self) -> Result<Option<&Arc<KernelRoot>>, EstimatorError> {
         let Some(smooth) = self.smooth else {
             return Ok(None);
