@@ -130,7 +130,7 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
         b.iter_batched(
             || first.clone(),
             |stats| ModelState::fit(config, stats).expect("fit"),
-            BatchSize::LargeInput,
+            BatchSize::PerIteration,
         )
     });
     let state = ModelState::fit(config, first.clone()).expect("fit");

@@ -1201,6 +1201,7 @@ fn models_share_a_kernel_while_one_holds_it() {
     assert!(Arc::ptr_eq(&kernel(&first), &kernel(&second)));
     assert_eq!(first, state);
     let held: Weak<KernelRoot> = Arc::downgrade(&kernel(&state));
+    let before: Mat<f64> = (**kernel(&state)).clone();
     drop((state, first, second));
     assert!(
         held.upgrade().is_none(),
@@ -1208,12 +1209,14 @@ fn models_share_a_kernel_while_one_holds_it() {
     );
     // Formed again when a model needs it, equal to the one before.
     let again = codec::decode(&blob).unwrap();
+    assert_eq!(**kernel(&again), before);
     assert_eq!(codec::encode(&again), blob);
 }
 
 /// The outputs of a smooth model that settle on one length scale share one `K_ℓ^½` (a
 /// 700-band spectrum's is 3.75 MiB) after the first fit, after a one-step update and after
-/// decoding, and a shared kernel gives the posterior an owned one gives, to the bit.
+/// decoding, and each posterior formed afresh from its prior and natural parameters is the
+/// same, to the bit.
 #[test]
 fn outputs_at_one_length_scale_share_their_kernel() {
     use mordant::estimator::prior::{Factor, KernelRoot};

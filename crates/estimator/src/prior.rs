@@ -521,8 +521,8 @@ pub fn shared_kernel_factor(bands: usize, length: f64) -> Result<Arc<KernelRoot>
 /// symmetric:  [A + BJ, √2 k; √2 kᵀ, K_mm] [x; c] = κ [x; c],   v = [x/√2; c; Jx/√2]
 /// ```
 ///
-/// (no middle row or `c` for even `n`): two eigenproblems of half the order, about a third of
-/// the work of one of the full order, solved side by side.
+/// (no middle row or `c` for even `n`): two eigenproblems of half the order, a quarter of the
+/// flops of one of the full order, solved side by side.
 pub fn kernel_factor(bands: usize, length: f64) -> Result<Mat<f64>, EstimatorError> {
     kernel_root(bands, length).map(|root| root.factor)
 }
