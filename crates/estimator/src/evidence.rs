@@ -16,11 +16,8 @@ use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Mat, MatRef, Par};
 
 use super::posterior::{OutputPosterior, active_set, lower_inverse, scaled_precision_factor};
-use std::sync::{Arc, OnceLock};
 
-use super::prior::{
-    FittedFamily, KernelRoot, Prior, Smooth, kept_eigen, kernel_matrix, shared_kernel_factor,
-};
+use super::prior::{FittedFamily, Prior, Smooth, kept_eigen, kernel_matrix};
 pub use super::statistics::OutputData;
 use super::{EstimatorError, FitOptions, NoisePrior};
 
@@ -537,10 +534,6 @@ pub struct Shape {
     smooth: Option<Smooth>,
     /// Prior variance of each basis function at `v = 1` (0 pruned, `∞` flat).
     unit_variance: Vec<f64>,
-    /// `K_ℓ^½` of the smooth family's bands, taken the first time an output's evidence picks
-    /// this shape (the evidence itself needs only `K_ℓ`) from the process's models
-    /// ([`shared_kernel_factor`]), and shared by the factors of the outputs that pick it.
-    kernel: OnceLock<Arc<KernelRoot>>,
     /// The non-zero eigenvalues `λ` of `R̃ᵀ G_c R̃`.
     eigenvalues: Vec<f64>,
     /// `(R̃ U)ᵀ` (r × p) for their eigenvectors `U`: maps `b_c` to `Uᵀ R̃ᵀ b_c`.
@@ -697,11 +690,9 @@ impl SharedScale {
             variance,
             smooth,
         };
-        let kernel = match smooth {
-            Some(_) => shape.kernel_factor()?,
-            None => None,
-        };
-        let factor = prior.factor_with_kernel(kernel)?;
+        // The evidence needed only `K_ℓ`; the posterior takes `K_ℓ^½` from the process's table
+        // (`Prior::factor`), so the outputs that pick this shape share it.
+        let factor = prior.factor()?;
         let posterior =
             OutputPosterior::from_statistics_with_factor(prior, factor, s, data.g, data.b)?;
         Ok(EvidenceFit {
@@ -780,24 +771,9 @@ impl Shape {
             family,
             smooth,
             unit_variance,
-            kernel: OnceLock::new(),
             eigenvalues,
             projection,
         })
-    }
-
-    /// `K_ℓ^½` of a smooth shape, taken once.
-    fn kernel_factor(&self) -> Result<Option<&Arc<KernelRoot>>, EstimatorError> {
-        let Some(smooth) = self.smooth else {
-            return Ok(None);
-        };
-        if self.kernel.get().is_none() {
-            // Two outputs may form it at once; either result is the same.
-            let _ = self
-                .kernel
-                .set(shared_kernel_factor(smooth.bands, smooth.length)?);
-        }
-        Ok(self.kernel.get())
     }
 
     /// `(−2 log evidence, v, ŝ, γ)` at the best `α` for the centred statistics of one output.
