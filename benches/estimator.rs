@@ -175,6 +175,18 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
     group.bench_function("prepared_predict_1_row", |b| {
         b.iter(|| predictor.predict(one_row.as_ref()).expect("predict"))
     });
+    // Single-row requests answered together (as the service answers a wide model's concurrent
+    // requests), each row's answer its own: compare with n × prepared_predict_1_row.
+    for n in [16, 64] {
+        let together = rows(&problem.probe, 0, n);
+        group.bench_function(format!("prepared_predict_{n}_rows_each"), |b| {
+            b.iter(|| {
+                predictor
+                    .predict_each_row(together.as_ref())
+                    .expect("predict")
+            })
+        });
+    }
     let many = rows(&problem.probe, 0, problem.probe.nrows().min(1000));
     group.bench_function(format!("predict_{}_rows", many.nrows()), |b| {
         b.iter(|| state.predict(many.as_ref()).expect("predict"))

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyRing;
+use crate::coalesce::Coalescer;
 use crate::domain::{ModelName, ModelSpec};
 use crate::estimator::grid::Grid;
 use crate::estimator::recipe::ForwardMap;
@@ -34,6 +35,9 @@ pub struct CachedModel {
     pub state: Option<Arc<ModelState>>,
     /// What predictions need of `state`, formed once per version.
     pub predictor: Option<Arc<Predictor>>,
+    /// Where the version's small predictions wait to be answered together, for a predictor
+    /// whose rows are costly ([`crate::coalesce`]).
+    pub coalescer: Option<Arc<Coalescer>>,
     /// What recipe matching needs, formed at the version's first match (or why it cannot be).
     pub forward: OnceLock<Result<Arc<Matching>, String>>,
     /// The successor instrument's state at this version, when the model declares one and has
@@ -60,6 +64,7 @@ impl CachedModel {
             config: spec.config(),
             spec,
             version,
+            coalescer: predictor.as_ref().and_then(Coalescer::for_predictor),
             predictor,
             forward: OnceLock::new(),
             state,

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod coalesce;
 pub mod config;
 pub mod domain;
 /// The estimator crate, under the name the service has always used for it.

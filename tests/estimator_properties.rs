@@ -1903,3 +1903,58 @@ fn an_untrained_output_is_sure_of_its_zeros_only_where_its_markers_are_zero() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Rows predicted together by `predict_each_row` (as a server answers concurrent requests
+    /// of a few rows at once) get, bit for bit, what `predict` answers for each row alone:
+    /// under every prior family, with a spectrum, an output whose zeros are structural (some
+    /// probe rows hit its zero regime) and an untrained one.
+    #[test]
+    fn rows_predicted_together_are_each_the_row_alone(
+        seed in any::<u64>(),
+        family in 0usize..4,
+        rows in 1usize..40,
+    ) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (bands, d, n) = (13, 15, 60);
+        let x = Mat::from_fn(n, d, |i, j| match j {
+            // a dye's lab-dip dose, non-zero in every fifth row
+            13 if i % 5 == 0 => rng.random_range(0.5..3.0),
+            13 => 0.0,
+            _ => rng.random_range(0.0..1.0),
+        });
+        let y = Mat::from_fn(n, 3, |i, k| match k {
+            0 => 1.0 + x[(i, 2)] - 0.5 * x[(i, 7)] + 0.05 * rng.random::<f64>(),
+            1 => 1.05 * x[(i, 13)],
+            // used once: stays untrained
+            _ if i == 3 => 2.0,
+            _ => 0.0,
+        });
+        let basis = Basis::spectral(bands, ReflectanceScale::Fraction, d, true, Transform::Identity);
+        let prior = [PriorFamily::Auto, PriorFamily::Ard, PriorFamily::Ridge, PriorFamily::Smooth][family];
+        let config = ModelConfig { prior, ..ModelConfig::new(basis, 3) };
+        let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+        prop_assert!(matches!(state.outputs()[2], OutputState::Untrained));
+        let predictor = mordant::estimator::Predictor::new(&state);
+        let probe = Mat::from_fn(rows, d, |i, j| match j {
+            13 if i % 3 == 0 => 0.0,
+            13 => rng.random_range(0.5..3.0),
+            _ => rng.random_range(0.0..1.0),
+        });
+        let together = predictor.predict_each_row(probe.as_ref()).unwrap();
+        for i in 0..rows {
+            let alone = predictor.predict(probe.subrows(i, 1)).unwrap();
+            for k in 0..3 {
+                prop_assert_eq!(together.mean[(i, k)].to_bits(), alone.mean[(0, k)].to_bits());
+                prop_assert_eq!(
+                    together.variance[(i, k)].to_bits(),
+                    alone.variance[(0, k)].to_bits(),
+                    "row {} output {}", i, k
+                );
+            }
+        }
+        prop_assert!(predictor.work_per_row() >= basis.dim() * 3);
+    }
+}

@@ -16,6 +16,7 @@ use super::extract::{RawJson, check_malformed, parse_body};
 use super::models::not_trained;
 use super::routes::Routes;
 use crate::cache::{CachedModel, Serving};
+use crate::coalesce::{self, CoalesceError};
 use crate::domain::{
     Detail, Details, FastObject, Invalid, ModelSpec, Rows, SpectrumSpec, fast_rows_object,
     parse_inputs, pointer_token, row_fields, scale_factor,
@@ -122,14 +123,40 @@ pub async fn predict(
     let limit = app.limits.max_rows_per_request;
     // A request that names the successor as its instrument is read off the connection's
     // thread, as a long one is.
-    let (predictions, warnings) = if bytes.len() <= INLINE_BYTES
-        && (model.spec.successor.is_none() || !names_an_instrument(&bytes))
-    {
-        answer(&bytes, &model, limit, &name)?
-    } else {
-        let (model, name) = (model.clone(), name.clone());
-        app.cpu_bound(move || answer(&bytes, &model, limit, &name))
-            .await??
+    let inline = bytes.len() <= INLINE_BYTES
+        && (model.spec.successor.is_none() || !names_an_instrument(&bytes));
+    let (predictions, warnings) = match (&model.coalescer, inline) {
+        // A wide model's: answered together with the other small requests waiting for it.
+        (Some(coalescer), true) => {
+            let (x, warnings) = read_rows(&bytes, &model.spec, limit)?;
+            let predictions = if x.rows() <= coalesce::MAX_REQUEST_ROWS {
+                coalescer
+                    .predict(x, &app.runtime, &app.cpu)
+                    .await
+                    .map_err(|e| match e {
+                        CoalesceError::Columns { .. } => {
+                            ApiError::Invalid(Invalid::one("/x", e.to_string()))
+                        }
+                        CoalesceError::Lost => ApiError::internal(e),
+                    })?
+            } else {
+                let predictor = model.predictor.clone().ok_or_else(|| not_trained(&name))?;
+                app.cpu_bound(move || {
+                    predictor
+                        .predict(x.as_mat())
+                        .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))
+                })
+                .await??
+            };
+            check_finite(&predictions, &model.spec)?;
+            (predictions, warnings)
+        }
+        (None, true) => answer(&bytes, &model, limit, &name)?,
+        (_, false) => {
+            let (model, name) = (model.clone(), name.clone());
+            app.cpu_bound(move || answer(&bytes, &model, limit, &name))
+                .await??
+        }
     };
     let body = PredictBody {
         model: &name,
@@ -163,18 +190,27 @@ fn predict_rows(
     predictor: Option<&Predictor>,
     model: &str,
 ) -> Result<(Predictions, Vec<Detail>), ApiError> {
+    let (x, warnings) = read_rows(bytes, spec, limit)?;
+    let predictions = predict_checked(predictor.ok_or_else(|| not_trained(model))?, x, spec)?;
+    Ok((predictions, warnings))
+}
+
+/// A request's rows, read by the fast path, or by the full parse that says what is wrong.
+fn read_rows(
+    bytes: &[u8],
+    spec: &ModelSpec,
+    limit: usize,
+) -> Result<(Rows, Vec<Detail>), ApiError> {
     // Spectra are resampled and checked: the full parse reads them.
     let fast = match spec.spectrum {
         None => fast_rows_object(bytes, &[("x", spec.features.len())], false, limit),
         Some(_) => None,
     };
-    let (x, warnings) = match fast {
-        Some(FastObject { mut rows, .. }) => (rows.swap_remove(0), Vec::new()),
+    match fast {
+        Some(FastObject { mut rows, .. }) => Ok((rows.swap_remove(0), Vec::new())),
         // Not a plain, valid request: the full parse says what is wrong.
-        None => parse_request(bytes, spec, limit)?,
-    };
-    let predictions = predict_checked(predictor.ok_or_else(|| not_trained(model))?, x, spec)?;
-    Ok((predictions, warnings))
+        None => parse_request(bytes, spec, limit),
+    }
 }
 
 /// Refuses predictions that overflowed: inputs far outside any the model was trained on can

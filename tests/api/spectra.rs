@@ -969,6 +969,100 @@ async fn a_wide_spectrum_trains_from_a_small_first_batch() {
     assert!((mean - rows[0].1).abs() < 0.1, "{mean} for {}", rows[0].1);
 }
 
+/// A wide model's single-row predictions sent at once (answered together by the service) are
+/// each the answer the same request gets alone, to the last digit of the JSON.
+#[tokio::test]
+async fn concurrent_predictions_of_a_wide_model_are_each_the_answer_alone() {
+    let app = spawn_app().await;
+    let grid = json!({"start_nm": 1100, "interval_nm": 2});
+    let nir = json!({"start_nm": 1100, "interval_nm": 2, "count": 300, "scale": "absorbance"});
+    app.create_model(&json!({
+        "name": "nir4", "spectrum": nir, "outputs": ["oil", "water", "protein", "fat"],
+        "prior": "smooth",
+    }))
+    .await;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(301);
+    let spectrum = |rng: &mut rand_chacha::ChaCha8Rng| -> (Vec<f64>, [f64; 2]) {
+        let (a, b) = (rng.random_range(0.0..1.0), rng.random_range(0.0..1.0));
+        let values = (0..300)
+            .map(|i| {
+                let t = i as f64 / 300.0;
+                2.3 + a * (-(t - 0.3).powi(2) / 0.01).exp()
+                    + b * (-(t - 0.7).powi(2) / 0.02).exp()
+                    + 0.001 * rng.random_range(-1.0..1.0)
+            })
+            .collect();
+        (values, [a, b])
+    };
+    let rows: Vec<(Vec<f64>, [f64; 2])> = (0..40).map(|_| spectrum(&mut rng)).collect();
+    let y: Vec<Vec<f64>> = rows
+        .iter()
+        .map(|(_, [a, b])| vec![3.0 + 0.5 * a, 60.0 - b, 12.0 + a - b, 5.0 + 2.0 * b])
+        .collect();
+    let response = app
+        .post_batch(
+            "nir4",
+            &json!({
+                "batch_id": "calibration",
+                "spectra": dict_with(&grid, rows.iter().map(|r| r.0.clone()).collect()),
+                "y": y,
+            }),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.wait_for_batch("nir4", "calibration").await["status"], "folded");
+    let probes: Vec<Value> = (0..24)
+        .map(|_| json!({"spectra": dict_with(&grid, vec![spectrum(&mut rng).0])}))
+        .collect();
+    let url = app.url("/v1/models/nir4/predict");
+    // Every model version is answered from the cache once trained: wait for it.
+    wait_until(std::time::Duration::from_secs(30), || async {
+        let r = app.client.post(&url).json(&probes[0]).send().await.ok()?;
+        (r.status() == StatusCode::OK).then_some(())
+    })
+    .await
+    .expect("the model answers");
+    let tasks: Vec<_> = probes
+        .iter()
+        .map(|probe| {
+            let (client, url, probe) = (app.client.clone(), url.clone(), probe.clone());
+            tokio::spawn(async move {
+                let r = client.post(&url).json(&probe).send().await.expect("predict");
+                assert_eq!(r.status(), StatusCode::OK);
+                r.json::<Value>().await.expect("JSON")
+            })
+        })
+        .collect();
+    let mut together = Vec::new();
+    for task in tasks {
+        together.push(task.await.expect("task"));
+    }
+    for (probe, concurrent) in probes.iter().zip(&together) {
+        let alone: Value = app
+            .client
+            .post(&url)
+            .json(probe)
+            .send()
+            .await
+            .expect("predict")
+            .json()
+            .await
+            .expect("JSON");
+        assert_eq!(concurrent["predictions"], alone["predictions"]);
+        assert_eq!(concurrent["version"], alone["version"]);
+        let variance = alone["predictions"][0]["variance"].as_array().unwrap();
+        assert_eq!(variance.len(), 4);
+        assert!(variance.iter().all(|v| v.as_f64().unwrap() > 0.0), "{alone}");
+    }
+}
+
+/// `grid` (start and interval) with `values`.
+fn dict_with(grid: &Value, values: Vec<Vec<f64>>) -> Value {
+    let mut spectra = grid.clone();
+    spectra["values"] = json!(values);
+    spectra
+}
+
 /// The posterior says on how many rows each output's hyperparameters were fitted; one-step
 /// folds keep them until the rows have doubled, then fit them again.
 #[tokio::test]

@@ -50,7 +50,10 @@
 //!
 //! A handful of rows (a colour-matching front end asks for one) are computed row by row with
 //! plain loops; more rows go through `faer`'s blocked products. The two differ only in the
-//! order of their additions, and a given request always takes the same one.
+//! order of their additions, and a given request always takes the same one. The row-by-row
+//! path takes up to sixteen rows side by side, each row's sums in the order it has alone, so
+//! that a server can answer several requests' rows at once, each with its own answer
+//! ([`Predictor::predict_each_row`]).
 
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
@@ -63,6 +66,9 @@ use super::prior::Factor;
 
 /// Requests of at most this many rows are computed row by row.
 const ROW_BY_ROW: usize = 8;
+
+/// Rows the row-by-row path computes side by side.
+const BLOCK: usize = 16;
 
 /// What predicting needs of a [`ModelState`], built once per version.
 #[derive(Clone, Debug)]
@@ -177,13 +183,7 @@ impl Predictor {
 
     /// Predictions for the raw input rows `x` (rows × d).
     pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
-        if x.ncols() != self.basis.features {
-            return Err(EstimatorError::Dimension {
-                what: "input columns",
-                expected: self.basis.features,
-                found: x.ncols(),
-            });
-        }
+        self.check_columns(x)?;
         if x.nrows() <= ROW_BY_ROW {
             Ok(self.row_by_row(x))
         } else {
@@ -191,18 +191,69 @@ impl Predictor {
         }
     }
 
-    /// Row by row: `φ` of one row in a buffer, then dot products.
+    /// Predictions for the raw input rows `x`, each row's bit for bit what [`Self::predict`]
+    /// answers for that row alone, however many rows there are: requests of a few rows can be
+    /// answered together (every factor read once for all of them) and each still gets its own
+    /// answer. Slower than [`Self::predict`] for many rows of a narrow model.
+    pub fn predict_each_row(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
+        self.check_columns(x)?;
+        Ok(self.row_by_row(x))
+    }
+
+    /// Multiply-adds of one row's prediction: `Σ_k r_k·|W_k|` for the variances (half of it for
+    /// a triangular factor) and `p·m` for the means.
+    pub fn work_per_row(&self) -> usize {
+        let means = self.basis.dim() * self.outputs.len();
+        let variances: usize = self
+            .outputs
+            .iter()
+            .map(|term| match term {
+                Term::Trained {
+                    factor_t,
+                    triangular,
+                    ..
+                } => {
+                    let full = factor_t.nrows() * factor_t.ncols();
+                    if *triangular { full / 2 } else { full }
+                }
+                Term::Untrained { .. } => 0,
+            })
+            .sum();
+        means + variances
+    }
+
+    fn check_columns(&self, x: MatRef<'_, f64>) -> Result<(), EstimatorError> {
+        if x.ncols() != self.basis.features {
+            return Err(EstimatorError::Dimension {
+                what: "input columns",
+                expected: self.basis.features,
+                found: x.ncols(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Row by row: `φ` of each row in a buffer, then dot products; [`BLOCK`] rows at a time, so
+    /// that each column of `F_kᵀ` is read once for the block, each row's products with it
+    /// exactly those it has alone ([`dots`]).
     fn row_by_row(&self, x: MatRef<'_, f64>) -> Predictions {
-        let (rows, m) = (x.nrows(), self.outputs.len());
+        let (rows, m, p) = (x.nrows(), self.outputs.len(), self.basis.dim());
         let mut mean = Mat::zeros(rows, m);
         let mut variance = Mat::zeros(rows, m);
-        let mut phi = vec![0.0; self.basis.dim()];
-        let mut centred = Vec::with_capacity(phi.len());
-        for r in 0..rows {
-            self.basis.fill_row(x.row(r).iter().copied(), &mut phi);
+        // Sized for the rows at hand: a single row's buffers stay small allocations.
+        let mut phi = vec![0.0; p * rows.min(BLOCK)];
+        let mut centred = vec![0.0; p * rows.min(BLOCK)];
+        for start in (0..rows).step_by(BLOCK) {
+            let block = BLOCK.min(rows - start);
+            let phi = &mut phi[..block * p];
+            for (b, row) in phi.chunks_exact_mut(p).enumerate() {
+                self.basis.fill_row(x.row(start + b).iter().copied(), row);
+            }
             for (k, term) in self.outputs.iter().enumerate() {
-                mean[(r, k)] = dot(&phi, self.weights.col_as_slice(k));
-                variance[(r, k)] = match term {
+                for (b, row) in phi.chunks_exact(p).enumerate() {
+                    mean[(start + b, k)] = dot(row, self.weights.col_as_slice(k));
+                }
+                match term {
                     Term::Trained {
                         noise_variance,
                         weighted,
@@ -212,40 +263,65 @@ impl Predictor {
                         inflation,
                         zero,
                     } => {
-                        centred.clear();
-                        let flat_part = match flat {
-                            None => {
-                                centred.extend(weighted.iter().map(|&j| phi[j]));
-                                0.0
-                            }
-                            Some((f, centre, v)) => {
-                                let pf = phi[*f];
-                                centred.extend(
-                                    weighted.iter().zip(centre).map(|(&j, m)| phi[j] - pf * m),
-                                );
-                                pf * pf * v
-                            }
-                        };
-                        match zero {
-                            Some(v) if centred.iter().all(|c| *c == 0.0) => *v,
-                            _ => {
-                                let quadratic: f64 = (0..factor_t.ncols())
-                                    .map(|i| {
-                                        let end = if *triangular { i + 1 } else { centred.len() };
-                                        let t =
-                                            dot(&factor_t.col_as_slice(i)[..end], &centred[..end]);
-                                        t * t
-                                    })
-                                    .sum();
-                                inflation * (noise_variance + quadratic + flat_part)
+                        let w = weighted.len();
+                        let mut flat_part = [0.0; BLOCK];
+                        for (b, (row, c)) in phi
+                            .chunks_exact(p)
+                            .zip(centred.chunks_exact_mut(w.max(1)))
+                            .enumerate()
+                        {
+                            let c = &mut c[..w];
+                            match flat {
+                                None => {
+                                    for (c, &j) in c.iter_mut().zip(weighted) {
+                                        *c = row[j];
+                                    }
+                                }
+                                Some((f, centre, v)) => {
+                                    let pf = row[*f];
+                                    for ((c, &j), m) in c.iter_mut().zip(weighted).zip(centre) {
+                                        *c = row[j] - pf * m;
+                                    }
+                                    flat_part[b] = pf * pf * v;
+                                }
                             }
                         }
+                        // A structural zero's variance needs no quadratic form.
+                        let mut active: [&[f64]; BLOCK] = [&[]; BLOCK];
+                        let mut which = [0; BLOCK];
+                        let mut n = 0;
+                        for (b, c) in centred.chunks_exact(w.max(1)).take(block).enumerate() {
+                            let c = &c[..w];
+                            match zero {
+                                Some(v) if c.iter().all(|c| *c == 0.0) => {
+                                    variance[(start + b, k)] = *v;
+                                }
+                                _ => {
+                                    active[n] = c;
+                                    which[n] = b;
+                                    n += 1;
+                                }
+                            }
+                        }
+                        let mut quadratic = [0.0; BLOCK];
+                        quadratic_forms(factor_t, *triangular, &active[..n], &mut quadratic[..n]);
+                        for (&b, q) in which[..n].iter().zip(quadratic) {
+                            variance[(start + b, k)] =
+                                inflation * (noise_variance + q + flat_part[b]);
+                        }
                     }
-                    Term::Untrained { variance, unlike } => match unlike {
-                        Some((support, v)) if support.iter().all(|&j| phi[j] == 0.0) => *v,
-                        _ => *variance,
-                    },
-                };
+                    Term::Untrained {
+                        variance: v,
+                        unlike,
+                    } => {
+                        for (b, row) in phi.chunks_exact(p).enumerate() {
+                            variance[(start + b, k)] = match unlike {
+                                Some((support, u)) if support.iter().all(|&j| row[j] == 0.0) => *u,
+                                _ => *v,
+                            };
+                        }
+                    }
+                }
             }
         }
         Predictions { mean, variance }
@@ -353,6 +429,7 @@ fn unlike_support(state: &ModelState, k: usize, v: f64) -> Option<(Vec<usize>, f
 
 /// `Σ aᵢbᵢ` over four interleaved partial sums (which lets the loop use SIMD lanes; the order
 /// of the additions is fixed, so the result is deterministic).
+#[inline(always)]
 fn dot(a: &[f64], b: &[f64]) -> f64 {
     let mut acc = [0.0; 4];
     let (a4, a_rest) = a.split_at(a.len() - a.len() % 4);
@@ -362,8 +439,144 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
             acc[l] += x[l] * y[l];
         }
     }
+    finish(acc, a_rest, b_rest)
+}
+
+/// The last step of [`dot`]: its partial sums, then the products past the last full chunk.
+#[inline(always)]
+fn finish(acc: [f64; 4], a_rest: &[f64], b_rest: &[f64]) -> f64 {
     let tail: f64 = a_rest.iter().zip(b_rest).map(|(x, y)| x * y).sum();
     (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
+}
+
+/// `out_r = dot(a, xs_r[..a.len()])` for every `r`, each bit for bit [`dot`]'s: four rows at a
+/// time share each load of `a`, and their sixteen partial sums are independent chains of
+/// additions (one [`dot`] waits on four). Where `simd` has four lanes of `f64` (AVX2), a row's
+/// four partial sums are one vector: lane `l` adds the products [`dot`]'s `acc[l]` adds, in the
+/// same order (a multiply, then an add, never fused).
+#[inline(always)]
+fn dots<S: pulp::Simd>(simd: S, a: &[f64], xs: &[&[f64]], out: &mut [f64]) {
+    let n = a.len();
+    let full = n - n % 4;
+    let (a4, _) = a[..full].as_chunks::<4>();
+    let mut done = 0;
+    while xs.len() - done >= 8 {
+        let group: [&[f64]; 8] = std::array::from_fn(|j| xs[done + j]);
+        let acc = group_sums(simd, a4, group.map(|x| x[..full].as_chunks::<4>().0));
+        for (j, acc) in acc.into_iter().enumerate() {
+            out[done + j] = finish(acc, &a[full..], &group[j][full..n]);
+        }
+        done += 8;
+    }
+    if xs.len() - done >= 4 {
+        let group: [&[f64]; 4] = std::array::from_fn(|j| xs[done + j]);
+        let acc = group_sums(simd, a4, group.map(|x| x[..full].as_chunks::<4>().0));
+        for (j, acc) in acc.into_iter().enumerate() {
+            out[done + j] = finish(acc, &a[full..], &group[j][full..n]);
+        }
+        done += 4;
+    }
+    for (o, x) in out[done..].iter_mut().zip(&xs[done..]) {
+        *o = dot(a, &x[..n]);
+    }
+}
+
+/// The partial sums of [`dot`] for `G` rows at once: `acc_j[l] = Σ_i a_i[l]·x_j,i[l]`, chunk
+/// by chunk, one vector per row where `simd` has four lanes of `f64`.
+#[inline(always)]
+fn group_sums<S: pulp::Simd, const G: usize>(
+    simd: S,
+    a4: &[[f64; 4]],
+    x: [&[[f64; 4]]; G],
+) -> [[f64; 4]; G] {
+    let x = x.map(|x| &x[..a4.len()]);
+    if S::F64_LANES == 4 {
+        let lanes = |v: &[f64; 4]| -> S::f64s { pulp::bytemuck::cast(*v) };
+        let mut acc = [simd.splat_f64s(0.0); G];
+        for (i, a) in a4.iter().enumerate() {
+            let a = lanes(a);
+            for (acc, x) in acc.iter_mut().zip(&x) {
+                *acc = simd.add_f64s(*acc, simd.mul_f64s(a, lanes(&x[i])));
+            }
+        }
+        acc.map(pulp::bytemuck::cast)
+    } else {
+        let mut acc = [[0.0; 4]; G];
+        for (i, a) in a4.iter().enumerate() {
+            for (acc, x) in acc.iter_mut().zip(&x) {
+                *acc = add4(*acc, mul4(*a, x[i]));
+            }
+        }
+        acc
+    }
+}
+
+/// Lane by lane, as one vector instruction where the CPU has four lanes.
+#[inline(always)]
+fn mul4(a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
+    [a[0] * b[0], a[1] * b[1], a[2] * b[2], a[3] * b[3]]
+}
+
+#[inline(always)]
+fn add4(a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
+    [a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]]
+}
+
+/// `out_r = ‖F x_r‖²` for the rows `x_r` of `F` given as `F_kᵀ`'s columns (each `x_r` of
+/// length `|W|`), summed in the order of a single row's: `Σᵢ (Fᵢ·x_r)²` for `i` upwards, each
+/// product over `0..=i` where `F` is lower triangular.
+fn quadratic_forms(factor_t: &Mat<f64>, triangular: bool, xs: &[&[f64]], out: &mut [f64]) {
+    // Compiled again for the widest vectors the CPU has (AVX2 where present): the same
+    // additions in the same order on wider lanes (Rust never fuses a multiply and an add), so
+    // the same bits on every CPU.
+    pulp::Arch::new().dispatch(QuadraticForms {
+        factor_t,
+        triangular,
+        xs,
+        out,
+    });
+}
+
+/// [`quadratic_forms`]' arguments, for `pulp` to compile its body once per instruction set.
+struct QuadraticForms<'a> {
+    factor_t: &'a Mat<f64>,
+    triangular: bool,
+    xs: &'a [&'a [f64]],
+    out: &'a mut [f64],
+}
+
+impl pulp::WithSimd for QuadraticForms<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        quadratic_forms_inline(simd, self.factor_t, self.triangular, self.xs, self.out);
+    }
+}
+
+#[inline(always)]
+fn quadratic_forms_inline<S: pulp::Simd>(
+    simd: S,
+    factor_t: &Mat<f64>,
+    triangular: bool,
+    xs: &[&[f64]],
+    out: &mut [f64],
+) {
+    out.fill(0.0);
+    let mut t = [0.0; BLOCK];
+    for chunk_start in (0..xs.len()).step_by(BLOCK) {
+        let xs = &xs[chunk_start..xs.len().min(chunk_start + BLOCK)];
+        let out = &mut out[chunk_start..chunk_start + xs.len()];
+        let t = &mut t[..xs.len()];
+        for i in 0..factor_t.ncols() {
+            let column = factor_t.col_as_slice(i);
+            let end = if triangular { i + 1 } else { column.len() };
+            dots(simd, &column[..end], xs, t);
+            for (o, t) in out.iter_mut().zip(t.iter()) {
+                *o += t * t;
+            }
+        }
+    }
 }
 
 /// Prediction straight from a state (a server keeps a [`Predictor`] per version instead).
@@ -380,5 +593,67 @@ impl ModelState {
     /// Predictions for a design matrix `Φ` (rows × p).
     pub fn predict_design(&self, phi: MatRef<'_, f64>) -> Predictions {
         Predictor::new(self).predict_design(phi)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`dots`] under the widest instruction set the CPU has.
+    struct Dots<'a> {
+        a: &'a [f64],
+        xs: &'a [&'a [f64]],
+        out: &'a mut [f64],
+    }
+
+    impl pulp::WithSimd for Dots<'_> {
+        type Output = ();
+
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, simd: S) {
+            dots(simd, self.a, self.xs, self.out);
+        }
+    }
+
+    /// `dots` is `dot` for every row, bit for bit, at lengths around the chunks of four and for
+    /// any number of rows around the groups of four, with and without the CPU's vectors.
+    #[test]
+    fn dots_are_each_the_single_dot() {
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        for len in [0, 1, 3, 4, 5, 8, 31, 32, 33, 701] {
+            let a: Vec<f64> = (0..len).map(|_| next()).collect();
+            let xs: Vec<Vec<f64>> = (0..BLOCK)
+                .map(|_| (0..len + 2).map(|_| next()).collect())
+                .collect();
+            for rows in 0..=BLOCK {
+                let views: Vec<&[f64]> = xs[..rows].iter().map(Vec::as_slice).collect();
+                let mut out = vec![f64::NAN; rows];
+                dots(pulp::Scalar::new(), &a, &views, &mut out);
+                let mut simd = vec![f64::NAN; rows];
+                pulp::Arch::new().dispatch(Dots {
+                    a: &a,
+                    xs: &views,
+                    out: &mut simd,
+                });
+                assert_eq!(
+                    simd.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                );
+                for (o, x) in out.iter().zip(&views) {
+                    assert_eq!(
+                        o.to_bits(),
+                        dot(&a, &x[..len]).to_bits(),
+                        "length {len}, {rows} rows"
+                    );
+                }
+            }
+        }
     }
 }
