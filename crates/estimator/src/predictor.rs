@@ -50,10 +50,10 @@
 //!
 //! A handful of rows (a colour-matching front end asks for one) are computed row by row with
 //! plain loops; more rows go through `faer`'s blocked products. The two differ only in the
-//! order of their additions, and a given request always takes the same one. The row-by-row
-//! path takes up to sixteen rows side by side, each row's sums in the order it has alone, so
-//! that a server can answer several requests' rows at once, each with its own answer
-//! ([`Predictor::predict_each_row`]).
+//! order of their additions, and a given request always takes the same one. Rows predicted
+//! together ([`Predictor::predict_each_row`]) go up to sixteen side by side, each row's sums
+//! in the order it has alone, so that a server can answer several requests' rows at once, each
+//! with its own answer.
 
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
@@ -197,7 +197,7 @@ impl Predictor {
     /// answer. Slower than [`Self::predict`] for many rows of a narrow model.
     pub fn predict_each_row(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         self.check_columns(x)?;
-        Ok(self.row_by_row(x))
+        Ok(self.rows_together(x))
     }
 
     /// Multiply-adds of one row's prediction: `Σ_k r_k·|W_k|` for the variances (half of it for
@@ -233,10 +233,71 @@ impl Predictor {
         Ok(())
     }
 
-    /// Row by row: `φ` of each row in a buffer, then dot products; [`BLOCK`] rows at a time, so
-    /// that each column of `F_kᵀ` is read once for the block, each row's products with it
-    /// exactly those it has alone ([`dots`]).
+    /// Row by row: `φ` of one row in a buffer, then dot products, one row after the other (the
+    /// lean path of a request of a few rows; [`Self::rows_together`] gives the same bits).
     fn row_by_row(&self, x: MatRef<'_, f64>) -> Predictions {
+        let (rows, m) = (x.nrows(), self.outputs.len());
+        let mut mean = Mat::zeros(rows, m);
+        let mut variance = Mat::zeros(rows, m);
+        let mut phi = vec![0.0; self.basis.dim()];
+        let mut centred = Vec::with_capacity(phi.len());
+        for r in 0..rows {
+            self.basis.fill_row(x.row(r).iter().copied(), &mut phi);
+            for (k, term) in self.outputs.iter().enumerate() {
+                mean[(r, k)] = dot(&phi, self.weights.col_as_slice(k));
+                variance[(r, k)] = match term {
+                    Term::Trained {
+                        noise_variance,
+                        weighted,
+                        factor_t,
+                        triangular,
+                        flat,
+                        inflation,
+                        zero,
+                    } => {
+                        centred.clear();
+                        let flat_part = match flat {
+                            None => {
+                                centred.extend(weighted.iter().map(|&j| phi[j]));
+                                0.0
+                            }
+                            Some((f, centre, v)) => {
+                                let pf = phi[*f];
+                                centred.extend(
+                                    weighted.iter().zip(centre).map(|(&j, m)| phi[j] - pf * m),
+                                );
+                                pf * pf * v
+                            }
+                        };
+                        match zero {
+                            Some(v) if centred.iter().all(|c| *c == 0.0) => *v,
+                            _ => {
+                                let quadratic: f64 = (0..factor_t.ncols())
+                                    .map(|i| {
+                                        let end = if *triangular { i + 1 } else { centred.len() };
+                                        let t =
+                                            dot(&factor_t.col_as_slice(i)[..end], &centred[..end]);
+                                        t * t
+                                    })
+                                    .sum();
+                                inflation * (noise_variance + quadratic + flat_part)
+                            }
+                        }
+                    }
+                    Term::Untrained { variance, unlike } => match unlike {
+                        Some((support, v)) if support.iter().all(|&j| phi[j] == 0.0) => *v,
+                        _ => *variance,
+                    },
+                };
+            }
+        }
+        Predictions { mean, variance }
+    }
+
+    /// Row by row as [`Self::row_by_row`], [`BLOCK`] rows at a time, so that each column of
+    /// `F_kᵀ` is read once for the block, each row's products with it exactly those it has
+    /// alone ([`dots`]).
+    fn rows_together(&self, x: MatRef<'_, f64>) -> Predictions {
         let (rows, m, p) = (x.nrows(), self.outputs.len(), self.basis.dim());
         let mut mean = Mat::zeros(rows, m);
         let mut variance = Mat::zeros(rows, m);
