@@ -67,7 +67,7 @@ use super::prior::Factor;
 /// Requests of at most this many rows are computed row by row.
 const ROW_BY_ROW: usize = 8;
 
-/// Rows the row-by-row path computes side by side.
+/// Rows computed side by side when rows are predicted together (`Predictor::rows_together`).
 const BLOCK: usize = 16;
 
 /// What predicting needs of a [`ModelState`], built once per version.
@@ -510,8 +510,8 @@ fn finish(acc: [f64; 4], a_rest: &[f64], b_rest: &[f64]) -> f64 {
     (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
 }
 
-/// `out_r = dot(a, xs_r[..a.len()])` for every `r`, each bit for bit [`dot`]'s: four rows at a
-/// time share each load of `a`, and their sixteen partial sums are independent chains of
+/// `out_r = dot(a, xs_r[..a.len()])` for every `r`, each bit for bit [`dot`]'s: eight rows at
+/// a time (then four) share each load of `a`, and their partial sums are independent chains of
 /// additions (one [`dot`] waits on four). Where `simd` has four lanes of `f64` (AVX2), a row's
 /// four partial sums are one vector: lane `l` adds the products [`dot`]'s `acc[l]` adds, in the
 /// same order (a multiply, then an add, never fused).
