@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyRing;
-use crate::coalesce::Coalescer;
+use crate::coalesce::{Coalescer, Tally};
 use crate::domain::{ModelName, ModelSpec};
 use crate::estimator::grid::Grid;
 use crate::estimator::recipe::ForwardMap;
@@ -148,6 +148,8 @@ impl Serving {
 #[derive(Debug, Default)]
 pub struct PosteriorCache {
     inner: RwLock<Inner>,
+    /// What the cached models' coalescers answered, over every version.
+    coalesced: Arc<Tally>,
 }
 
 #[derive(Debug, Default)]
@@ -157,6 +159,11 @@ struct Inner {
 }
 
 impl PosteriorCache {
+    /// The counts of the small predictions the cached models' coalescers answered together.
+    pub fn coalesced(&self) -> &Arc<Tally> {
+        &self.coalesced
+    }
+
     pub fn get(&self, name: &str) -> Option<Arc<CachedModel>> {
         self.read().models.get(name).cloned()
     }

@@ -42,9 +42,25 @@ pub struct Coalescer {
     queue: Mutex<Queue>,
     /// Computations that may run at once: one per core.
     parallel: usize,
-    /// Computations run and requests answered by them.
+}
+
+/// Computations run and requests answered by them, over every coalescer of a process: a
+/// coalescer lives only as long as its version, a counter for `/metrics` as long as the process.
+#[derive(Debug, Default)]
+pub struct Tally {
     computations: AtomicU64,
     answered: AtomicU64,
+}
+
+impl Tally {
+    /// The computations run so far and the requests they answered: their ratio is how many
+    /// requests were answered together on average.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.computations.load(Ordering::Relaxed),
+            self.answered.load(Ordering::Relaxed),
+        )
+    }
 }
 
 #[derive(Debug, Default)]
@@ -77,20 +93,19 @@ impl Coalescer {
                 predictor: Arc::clone(predictor),
                 queue: Mutex::new(Queue::default()),
                 parallel: std::thread::available_parallelism().map_or(2, usize::from),
-                computations: AtomicU64::new(0),
-                answered: AtomicU64::new(0),
             })
         })
     }
 
     /// The predictions for `rows` (at most [`MAX_REQUEST_ROWS`] of them is what pays), computed
     /// on `runtime`'s blocking pool under one of `cpu`'s permits, with those of every request
-    /// that waits with it.
+    /// that waits with it; the computations this request starts are counted in `tally`.
     pub async fn predict(
         self: &Arc<Self>,
         rows: Rows,
         runtime: &Handle,
         cpu: &Arc<Semaphore>,
+        tally: &Arc<Tally>,
     ) -> Result<Predictions, CoalesceError> {
         let expected = self.predictor.basis().features;
         if rows.width() != expected {
@@ -109,12 +124,13 @@ impl Coalescer {
         };
         if lead {
             let (this, cpu, pool) = (Arc::clone(self), Arc::clone(cpu), runtime.clone());
+            let tally = Arc::clone(tally);
             runtime.spawn(async move {
                 // A closed semaphore (the process stopping) still lets the waiting be answered.
                 let permit = cpu.acquire_owned().await.ok();
                 let drained = pool.spawn_blocking(move || {
                     let _permit = permit;
-                    this.drain();
+                    this.drain(&tally);
                 });
                 if let Err(e) = drained.await {
                     tracing::error!(error = %e, "answering predictions together stopped");
@@ -126,7 +142,7 @@ impl Coalescer {
 
     /// Answers the waiting requests, as many rows at a time as [`MAX_ROWS`] allows, until none
     /// waits.
-    fn drain(&self) {
+    fn drain(&self, tally: &Tally) {
         // Should a computation panic, the requests still waiting are not left waiting for good.
         let stop = Stop { coalescer: self };
         loop {
@@ -149,12 +165,12 @@ impl Coalescer {
                     .max(1);
                 queue.waiting.drain(..count).collect::<Vec<_>>()
             };
-            self.answer(taken);
+            self.answer(taken, tally);
         }
     }
 
     /// Predicts the rows of `taken` as one matrix and sends each request its own.
-    fn answer(&self, taken: Vec<Waiting>) {
+    fn answer(&self, taken: Vec<Waiting>, tally: &Tally) {
         let width = self.predictor.basis().features;
         let total: usize = taken.iter().map(|w| w.rows.rows()).sum();
         let mut values = Vec::with_capacity(total * width);
@@ -166,8 +182,9 @@ impl Coalescer {
         let Ok(all) = self.predictor.predict_each_row(x) else {
             return;
         };
-        self.computations.fetch_add(1, Ordering::Relaxed);
-        self.answered
+        tally.computations.fetch_add(1, Ordering::Relaxed);
+        tally
+            .answered
             .fetch_add(taken.len() as u64, Ordering::Relaxed);
         let mut start = 0;
         for w in taken {
@@ -180,15 +197,6 @@ impl Coalescer {
             // A request whose client has gone no longer waits for its answer.
             let _ = w.reply.send(own);
         }
-    }
-
-    /// The computations run so far and the requests they answered: their ratio is how many
-    /// requests were answered together on average.
-    pub fn counts(&self) -> (u64, u64) {
-        (
-            self.computations.load(Ordering::Relaxed),
-            self.answered.load(Ordering::Relaxed),
-        )
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
@@ -284,6 +292,7 @@ mod tests {
         let width = predictor.basis().features;
         // The only CPU permit is held until every request waits.
         let cpu = Arc::new(Semaphore::new(1));
+        let tally = Arc::new(Tally::default());
         let held = Arc::clone(&cpu).acquire_owned().await.unwrap();
         let requests: Vec<usize> = (0..50).map(|i| 1 + i % MAX_REQUEST_ROWS).collect();
         let total: usize = requests.iter().sum();
@@ -291,10 +300,11 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &n)| {
-                let (coalescer, cpu) = (Arc::clone(&coalescer), Arc::clone(&cpu));
+                let (coalescer, cpu, tally) =
+                    (Arc::clone(&coalescer), Arc::clone(&cpu), Arc::clone(&tally));
                 tokio::spawn(async move {
                     coalescer
-                        .predict(rows(n, width, i as f64), &Handle::current(), &cpu)
+                        .predict(rows(n, width, i as f64), &Handle::current(), &cpu, &tally)
                         .await
                 })
             })
@@ -323,7 +333,7 @@ mod tests {
                 }
             }
         }
-        let (computations, answered) = coalescer.counts();
+        let (computations, answered) = tally.counts();
         assert_eq!(answered, requests.len() as u64);
         // Taken in order, as many as fit in MAX_ROWS rows: every computation but the last has
         // more than MAX_ROWS − MAX_REQUEST_ROWS rows.
@@ -342,9 +352,10 @@ mod tests {
         let predictor = wide_predictor();
         let coalescer = Coalescer::for_predictor(&predictor).expect("a wide predictor");
         let cpu = Arc::new(Semaphore::new(2));
+        let tally = Arc::new(Tally::default());
         let width = predictor.basis().features;
         let one = coalescer
-            .predict(rows(1, width, 0.0), &Handle::current(), &cpu)
+            .predict(rows(1, width, 0.0), &Handle::current(), &cpu, &tally)
             .await
             .unwrap();
         let alone = predictor.predict(rows(1, width, 0.0).as_mat()).unwrap();
@@ -353,13 +364,13 @@ mod tests {
             alone.variance[(0, 3)].to_bits()
         );
         let wrong = coalescer
-            .predict(rows(1, width - 1, 0.0), &Handle::current(), &cpu)
+            .predict(rows(1, width - 1, 0.0), &Handle::current(), &cpu, &tally)
             .await;
         assert!(
             matches!(wrong, Err(CoalesceError::Columns { .. })),
             "{wrong:?}"
         );
-        assert_eq!(coalescer.counts(), (1, 1));
+        assert_eq!(tally.counts(), (1, 1));
 
         let narrow = Basis::new(4, true, Transform::Identity);
         let x = Mat::from_fn(20, 4, |i, j| ((i * 4 + j) as f64 * 0.7).sin());

@@ -6,8 +6,8 @@
 //! (model versions, σ², queue depth) are read when scraped.
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    Opts, Registry, TextEncoder,
 };
 
 use crate::cache::PosteriorCache;
@@ -28,6 +28,8 @@ pub const FAMILIES: &[&str] = &[
     "mordant_batch_surprise",
     "mordant_queue_batches",
     "mordant_queue_rows",
+    "mordant_predict_coalesced_requests_total",
+    "mordant_predict_coalesced_computations_total",
     "mordant_model_version",
     "mordant_model_observations",
     "mordant_model_noise_variance",
@@ -296,6 +298,24 @@ impl Metrics {
             } else {
                 observations.with_label_values(&[name]).set(0.0);
             }
+        }
+        // Counted by the cache's coalescers, whose counts only grow: exposed as counters.
+        let (computations, answered) = cache.coalesced().counts();
+        for (name, help, value) in [
+            (
+                "predict_coalesced_requests_total",
+                "Small predict requests of wide models answered together with others.",
+                answered,
+            ),
+            (
+                "predict_coalesced_computations_total",
+                "Computations that answered them (requests / computations: how many together).",
+                computations,
+            ),
+        ] {
+            let counter = IntCounter::with_opts(Opts::new(name, help))?;
+            counter.inc_by(value);
+            state.register(Box::new(counter))?;
         }
         let up = Gauge::with_opts(Opts::new(
             "database_up",

@@ -129,29 +129,29 @@ pub async fn predict(
         // A wide model's: answered together with the other small requests waiting for it.
         (Some(coalescer), true) => {
             let (x, warnings) = read_rows(&bytes, &model.spec, limit)?;
-            let predictions =
-                if x.rows() <= coalesce::MAX_REQUEST_ROWS {
-                    let predictions = coalescer.predict(x, &app.runtime, &app.cpu).await.map_err(
-                        |e| match e {
-                            CoalesceError::Columns { .. } => {
-                                ApiError::Invalid(Invalid::one("/x", e.to_string()))
-                            }
-                            CoalesceError::Lost => ApiError::internal(e),
-                        },
-                    )?;
-                    check_finite(&predictions, &model.spec)?;
-                    predictions
-                } else {
-                    let (model, name) = (model.clone(), name.clone());
-                    app.cpu_bound(move || {
-                        let predictor = model
-                            .predictor
-                            .as_deref()
-                            .ok_or_else(|| not_trained(&name))?;
-                        predict_checked(predictor, x, &model.spec)
-                    })
-                    .await??
-                };
+            let predictions = if x.rows() <= coalesce::MAX_REQUEST_ROWS {
+                let predictions = coalescer
+                    .predict(x, &app.runtime, &app.cpu, app.cache.coalesced())
+                    .await
+                    .map_err(|e| match e {
+                        CoalesceError::Columns { .. } => {
+                            ApiError::Invalid(Invalid::one("/x", e.to_string()))
+                        }
+                        CoalesceError::Lost => ApiError::internal(e),
+                    })?;
+                check_finite(&predictions, &model.spec)?;
+                predictions
+            } else {
+                let (model, name) = (model.clone(), name.clone());
+                app.cpu_bound(move || {
+                    let predictor = model
+                        .predictor
+                        .as_deref()
+                        .ok_or_else(|| not_trained(&name))?;
+                    predict_checked(predictor, x, &model.spec)
+                })
+                .await??
+            };
             (predictions, warnings)
         }
         (None, true) => answer(&bytes, &model, limit, &name)?,

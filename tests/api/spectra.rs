@@ -1054,6 +1054,21 @@ async fn concurrent_predictions_of_a_wide_model_are_each_the_answer_alone() {
         assert_eq!(variance.len(), 4);
         assert!(variance.iter().all(|v| v.as_f64().unwrap() > 0.0), "{alone}");
     }
+    // Every one of those requests (and the first probes) went through the coalescer, and
+    // `/metrics` counts them: at least 48 requests, in no more computations than requests.
+    let text = app.get("/metrics").await.text().await.expect("metrics");
+    let counter = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in /metrics"))
+    };
+    let requests = counter("mordant_predict_coalesced_requests_total");
+    let computations = counter("mordant_predict_coalesced_computations_total");
+    assert!(requests >= 48.0, "{requests} requests counted");
+    assert!(
+        (1.0..=requests).contains(&computations),
+        "{computations} computations for {requests} requests"
+    );
 }
 
 /// `grid` (start and interval) with `values`.
