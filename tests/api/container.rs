@@ -1,5 +1,7 @@
 //! The image, run for real: `docker/Dockerfile`'s runtime stage (target `prebuilt`) around the
-//! release binary, on a Debian base made here with debootstrap (no registry can be reached), then
+//! binary cargo built for these tests (the image's wiring does not depend on the build profile,
+//! and a release build would double CI's compile), on a Debian base made here with debootstrap
+//! (no registry can be reached), then
 //! the README's four calls against containers on the embedded store with a volume (which must
 //! outlive `docker rm`) and on the host's PostgreSQL.
 //!
@@ -11,7 +13,7 @@
 //! (`MORDANT_ADDR`, which the `HEALTHCHECK` follows) and reaches PostgreSQL at the address the
 //! other tests use, so no traffic leaves loopback.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tokio::process::Command;
@@ -105,27 +107,6 @@ fn scratch_dir(what: &str) -> PathBuf {
         std::env::temp_dir().join(format!("mordant-{what}-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     dir
-}
-
-/// The release binary, built as the README's first command builds it.
-async fn release_binary() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new(&cargo)
-        .args(["build", "--release", "--locked", "--bin", "mordant"])
-        .current_dir(manifest)
-        .output()
-        .await
-        .expect("cargo runs");
-    assert!(
-        output.status.success(),
-        "cargo build --release: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest.join("target"));
-    target.join("release/mordant")
 }
 
 /// Containers, volumes, images and directories this test made, removed however it ends.
@@ -296,14 +277,15 @@ async fn the_image_runs_as_documented_on_both_stores() {
         return;
     }
     let mut made = Made::default();
-    let (binary, ()) = tokio::join!(release_binary(), base_image());
+    base_image().await;
 
-    // The build context holds just what the `prebuilt` stage copies.
+    // The build context holds just what the `prebuilt` stage copies, the binary where a
+    // release build puts it.
     let context = scratch_dir("context");
     made.dirs.push(context.clone());
     let release = context.join("target/release");
     std::fs::create_dir_all(&release).expect("target/release in the context");
-    std::fs::copy(&binary, release.join("mordant")).expect("the release binary");
+    std::fs::copy(env!("CARGO_BIN_EXE_mordant"), release.join("mordant")).expect("the binary");
     run(
         "cp",
         &[
