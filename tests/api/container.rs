@@ -1,9 +1,8 @@
 //! The image, run for real: `docker/Dockerfile`'s runtime stage (target `prebuilt`) around the
-//! binary cargo built for these tests (the image's wiring does not depend on the build profile,
-//! and a release build would double CI's compile), on a Debian base made here with debootstrap
-//! (no registry can be reached), then
-//! the README's four calls against containers on the embedded store with a volume (which must
-//! outlive `docker rm`) and on the host's PostgreSQL.
+//! binary cargo built for these tests, on a Debian base made here with debootstrap (no registry
+//! can be reached), then the README's four calls against containers on the embedded store with a
+//! volume (which must outlive `docker rm`) and on the host's PostgreSQL. The image's wiring does
+//! not depend on the build profile, and a release build would double CI's compile.
 //!
 //! Needs a Docker engine, debootstrap and root. CI sets `MORDANT_REQUIRE_DOCKER=1` (`.ci/run`
 //! installs `docker.io` and `debootstrap` and starts the daemon); elsewhere the test is skipped,
