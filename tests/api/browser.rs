@@ -47,8 +47,45 @@ pub fn required_program(name: &str) -> Option<PathBuf> {
 /// A headless Chromium session behind its own ChromeDriver, both stopped on drop.
 pub struct Browser {
     pub client: Client,
-    _driver: Child,
+    driver: Child,
     _profile: tempdir::Dir,
+}
+
+impl Browser {
+    /// The process group of ChromeDriver and its Chromium.
+    pub fn process_group(&self) -> Option<u32> {
+        self.driver.id()
+    }
+}
+
+/// How many processes of group `group` are alive (exited ones awaiting their reaping are not).
+pub fn alive_in_group(group: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+        .filter(|stat| {
+            // `pid (comm) state ppid pgrp …`: the fields after the command's closing parenthesis.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+            fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string()
+        })
+        .count()
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // Chromium outlives a killed ChromeDriver (it was left running after the tests): the
+        // driver leads a process group of its own, which its Chromium processes join.
+        if let Some(pid) = self.driver.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
 }
 
 impl Browser {
@@ -61,6 +98,7 @@ impl Browser {
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("chromedriver starts");
@@ -104,7 +142,7 @@ impl Browser {
             .expect("a Chromium session");
         Some(Self {
             client,
-            _driver: driver,
+            driver,
             _profile: profile,
         })
     }

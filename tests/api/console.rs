@@ -702,5 +702,19 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         .unwrap();
     assert_eq!(stored, json!([0, "", colourist]));
 
+    // Closing the browser stops Chromium too, not only its driver.
+    let group = browser.process_group().expect("the driver runs");
+    assert!(crate::browser::alive_in_group(group) > 1, "the driver and Chromium run");
+    drop(browser);
+    let stopped = crate::helpers::wait_until(Duration::from_secs(10), || async {
+        (crate::browser::alive_in_group(group) == 0).then_some(())
+    })
+    .await;
+    assert!(
+        stopped.is_some(),
+        "{} processes of the browser's group still run",
+        crate::browser::alive_in_group(group)
+    );
+
     let _ = std::fs::remove_dir_all(&dir);
 }
