@@ -392,6 +392,7 @@ async fn fold_claimed(
     let version = match plan.state {
         Some(state) => {
             let state = Arc::new(state);
+            let predictor = history::PredictorTask::start(&state);
             // A new succession, or the one the model had.
             let successor = plan
                 .succession
@@ -410,6 +411,7 @@ async fn fold_claimed(
                 origin: VersionOrigin::Fold,
                 restored_from: None,
                 state,
+                predictor,
                 successor,
                 blob: &blob,
                 folds: &plan.folded,

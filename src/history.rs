@@ -246,12 +246,34 @@ fn kept_by_previous_release(state: &ModelState, fold: &Fold) -> bool {
         && StateBlob::new(codec::encode_previous(state)).digest == fold.digest
 }
 
+/// A version's predictor, formed off the runtime from the moment its state is known, so that
+/// forming it overlaps encoding and writing the state: on a wide model both are large (a
+/// triangular solve per output; tens of megabytes written).
+pub struct PredictorTask(tokio::task::JoinHandle<Arc<Predictor>>);
+
+impl PredictorTask {
+    pub fn start(state: &Arc<ModelState>) -> Self {
+        let state = state.clone();
+        Self(tokio::task::spawn_blocking(move || {
+            Arc::new(Predictor::new(&state))
+        }))
+    }
+
+    async fn finish(self) -> Result<Arc<Predictor>, StoreError> {
+        self.0
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("predictor task failed: {e}")))
+    }
+}
+
 /// A state about to become a model's next version.
 pub struct NextVersion<'a> {
     pub origin: VersionOrigin,
     /// For a restore: the version whose state this is.
     pub restored_from: Option<i64>,
     pub state: Arc<ModelState>,
+    /// `state`'s predictor ([`PredictorTask::start`]).
+    pub predictor: PredictorTask,
     /// The successor instrument's state, for a model that declares one.
     pub successor: Option<Arc<Serving>>,
     /// The state's encoding ([`encode_version`]: what the store keeps, or digests for a thin
@@ -269,16 +291,6 @@ pub async fn commit_version(
     cache: &PosteriorCache,
     next: NextVersion<'_>,
 ) -> Result<(i64, DateTime<Utc>), StoreError> {
-    // The version's predictor is formed before the commit (off the runtime: a 700-band model's
-    // takes a tenth of a second), so that the cache serves the version as soon as others can
-    // see it: the cache follower, notified by the commit, would otherwise find the cache behind
-    // and decode the version from the store again, on the cores this fold needs.
-    let predictor = {
-        let state = next.state.clone();
-        tokio::task::spawn_blocking(move || Arc::new(Predictor::new(&state)))
-            .await
-            .map_err(|e| StoreError::Corrupt(format!("predictor task failed: {e}")))?
-    };
     let (version, created_at) = lock
         .write_version(
             next.origin,
@@ -291,6 +303,11 @@ pub async fn commit_version(
     if !next.folds.is_empty() {
         lock.mark_folded(next.folds, version).await?;
     }
+    // The version's predictor is ready before the commit, so that the cache serves the version
+    // as soon as others can see it: the cache follower, notified by the commit, would otherwise
+    // find the cache behind and decode the version from the store again, on the cores this fold
+    // needs.
+    let predictor = next.predictor.finish().await?;
     let (id, spec) = (lock.model_id, lock.spec.clone());
     lock.commit().await?;
     cache.put(

@@ -25,7 +25,7 @@ use crate::cache::CachedModel;
 use crate::domain::{Growth, ModelName, extend};
 use crate::estimator::{ModelConfig, ModelState, codec};
 use crate::folder::{Current, current_state};
-use crate::history::{self, NextVersion};
+use crate::history::{self, NextVersion, PredictorTask};
 use crate::store::{StateBlob, VersionOrigin};
 
 /// The routes that grow a model, with the access each needs.
@@ -146,10 +146,12 @@ async fn grow(
             .cpu_bound(move || widened(Arc::unwrap_or_clone(state), &config))
             .await??;
         lock.respecify(extension.spec).await?;
+        let state = Arc::new(state);
         let next = NextVersion {
             origin: VersionOrigin::Extend,
             restored_from: None,
-            state: Arc::new(state),
+            predictor: PredictorTask::start(&state),
+            state,
             successor: None,
             blob: &blob,
             folds: &[],

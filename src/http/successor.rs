@@ -24,7 +24,7 @@ use crate::domain::model::{MAX_FEATURES, MAX_STATE_ENTRIES};
 use crate::domain::{Details, Invalid, ModelSpec, SpectrumSpec, describe, pointer_token};
 use crate::estimator::succession::Succession;
 use crate::folder::{Current, current_state};
-use crate::history::{self, NextVersion};
+use crate::history::{self, NextVersion, PredictorTask};
 use crate::store::{StateBlob, VersionOrigin};
 use crate::successor::encode_version;
 
@@ -109,6 +109,7 @@ pub async fn declare(
             let next = NextVersion {
                 origin: VersionOrigin::Extend,
                 restored_from: None,
+                predictor: PredictorTask::start(&state),
                 state,
                 successor: Some(successor),
                 blob: &blob,

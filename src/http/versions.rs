@@ -255,10 +255,12 @@ async fn write(
 ) -> Result<VersionView, ApiError> {
     let observations = state.totals().rows();
     let noise = state.noise_variances();
+    let state = Arc::new(state);
     let next = history::NextVersion {
         origin,
         restored_from,
-        state: Arc::new(state),
+        predictor: history::PredictorTask::start(&state),
+        state,
         successor,
         blob: &blob,
         folds: &[],
