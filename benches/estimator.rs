@@ -166,6 +166,8 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
     // What a new version costs the cache beyond the fold: its predictor, and, where it does not
     // come from this process's folder, decoding its stored state.
     group.bench_function("predictor", |b| b.iter(|| Predictor::new(&state)));
+    // What the folder encodes of every version it writes.
+    group.bench_function("encode", |b| b.iter(|| codec::encode(&state)));
     let blob = codec::encode(&state);
     group.bench_function("decode", |b| {
         b.iter(|| codec::decode(&blob).expect("decode"))
