@@ -137,3 +137,46 @@ fn stated_limits_are_the_enforced_ones() {
     let name = doc["paths"]["/v1/models/{name}"]["get"]["parameters"][0]["schema"].clone();
     assert_eq!(name["maxLength"], MAX_NAME_LEN, "{name}");
 }
+
+/// Every batch id the document describes (the path's, the `Idempotency-Key`'s, a correction's
+/// `batch_id`) has the parser's pattern, and the pattern accepts exactly the ids of up to 128
+/// characters that the service accepts.
+#[test]
+fn the_documented_batch_id_pattern_is_the_parsers() {
+    use mordant::domain::{BATCH_ID_PATTERN, BatchId, MAX_BATCH_ID_LEN};
+    use proptest::prelude::*;
+
+    fn patterns(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map {
+                    match (key.as_str(), v) {
+                        ("pattern", Value::String(p)) if p.contains("_:-") => out.push(p.clone()),
+                        _ => patterns(v, out),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| patterns(v, out)),
+            _ => {}
+        }
+    }
+    let doc: Value = serde_json::from_str(&mordant::http::openapi_json().unwrap()).unwrap();
+    let mut found = Vec::new();
+    patterns(&doc, &mut found);
+    assert!(found.len() >= 5, "{found:?}");
+    assert!(found.iter().all(|p| p == BATCH_ID_PATTERN), "{found:?}");
+
+    let pattern = regex::Regex::new(BATCH_ID_PATTERN).unwrap();
+    let agree = |id: &str| {
+        let documented = pattern.is_match(id) && id.len() <= MAX_BATCH_ID_LEN;
+        assert_eq!(documented, BatchId::parse(id).is_ok(), "{id:?}");
+    };
+    for id in [
+        "", ".", "..", "...", ".a", "..a", "a.", "a..b", "-", "x y", "é", "a/b",
+    ] {
+        agree(id);
+    }
+    agree(&"a".repeat(MAX_BATCH_ID_LEN));
+    agree(&"a".repeat(MAX_BATCH_ID_LEN + 1));
+    proptest!(|(id in "[._:aZ0 /-]{0,5}")| agree(&id));
+}

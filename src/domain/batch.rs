@@ -17,11 +17,15 @@ use super::{Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, poi
 /// Longest batch id.
 pub const MAX_BATCH_ID_LEN: usize = 128;
 
-/// What a batch id is, as a regular expression (for the API's document).
-pub const BATCH_ID_PATTERN: &str = "^[A-Za-z0-9._:-]+$";
+/// What a batch id is, as a regular expression (for the API's document): [`BatchId::parse`]'s
+/// characters, other than `.` and `..` (the three alternatives: not starting with a dot; one
+/// dot, then not a dot; two dots, then at least one more character).
+pub const BATCH_ID_PATTERN: &str =
+    "^([A-Za-z0-9_:-][A-Za-z0-9._:-]*|[.][A-Za-z0-9_:-][A-Za-z0-9._:-]*|[.][.][A-Za-z0-9._:-]+)$";
 
 /// A client's name for a batch (or its `Idempotency-Key`): 1 to 128 characters from
-/// `A-Z a-z 0-9 . _ : -`.
+/// `A-Z a-z 0-9 . _ : -`, other than `.` and `..`, which a URL's path cannot name (clients
+/// resolve them as "this" and "the parent" segment), so such a batch could never be read back.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BatchId(String);
 
@@ -32,14 +36,19 @@ impl BatchId {
             && id
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
-        if ok {
-            Ok(Self(id.to_owned()))
-        } else {
-            Err(format!(
+        if !ok {
+            return Err(format!(
                 "must be 1 to {MAX_BATCH_ID_LEN} characters from A-Z, a-z, 0-9, '.', '_', ':' \
                  and '-', found {id:?}"
-            ))
+            ));
         }
+        if id == "." || id == ".." {
+            return Err(format!(
+                "must not be {id:?}: a URL's path cannot name that segment, so the batch could \
+                 not be read back"
+            ));
+        }
+        Ok(Self(id.to_owned()))
     }
 
     /// A fresh random id for a batch posted without one.

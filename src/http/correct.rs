@@ -64,7 +64,11 @@ pub struct CorrectRequest {
     /// derived from the dip (measurement, fabric, recipe), so a retry stores it once; two
     /// genuine dips that read exactly alike would be stored once too, so a lab that repeats
     /// dips names them.
-    #[schema(pattern = "^[A-Za-z0-9._:-]+$", min_length = 1, max_length = 128)]
+    #[schema(
+        pattern = "^([A-Za-z0-9_:-][A-Za-z0-9._:-]*|[.][A-Za-z0-9_:-][A-Za-z0-9._:-]*|[.][.][A-Za-z0-9._:-]+)$",
+        min_length = 1,
+        max_length = 128
+    )]
     pub batch_id: Option<String>,
 }
 

@@ -232,6 +232,42 @@ async fn oversized_bodies_and_too_many_rows_are_413() {
     assert_untouched(&app).await;
 }
 
+/// `.` and `..` cannot be a batch's id, in the body or as its `Idempotency-Key`: a URL cannot
+/// name them, so the batch could never be read back. Ids that merely contain dots are ids.
+#[tokio::test]
+async fn dot_segments_are_refused_as_batch_ids() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    for id in [".", ".."] {
+        let response = app
+            .post_batch("lab", &json!({"batch_id": id, "x": [[1.0, 2.0]], "y": [[1.0]]}))
+            .await;
+        let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert_eq!(error_paths(&error), ["/batch_id"], "{id}: {error}");
+        assert!(error.to_string().contains("read back"), "{id}: {error}");
+        let response = app
+            .client
+            .post(app.url("/v1/models/lab/batches"))
+            .header("Idempotency-Key", id)
+            .json(&json!({"x": [[1.0, 2.0]], "y": [[1.0]]}))
+            .send()
+            .await
+            .unwrap();
+        error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    }
+    assert_untouched(&app).await;
+    for id in ["...", ".a", "a..b"] {
+        let response = app
+            .post_batch("lab", &json!({"batch_id": id, "x": [[1.0, 2.0]], "y": [[1.0]]}))
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED, "{id}");
+        let response = app.get(&format!("/v1/models/lab/batches/{id}")).await;
+        assert_eq!(response.status(), StatusCode::OK, "{id}");
+        let batch: Value = response.json().await.unwrap();
+        assert_eq!(batch["batch_id"], id, "{batch}");
+    }
+}
+
 #[tokio::test]
 async fn a_batch_id_that_differs_from_the_idempotency_key_is_refused() {
     let app = spawn_app().await;
