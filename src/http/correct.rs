@@ -64,6 +64,7 @@ pub struct CorrectRequest {
     /// derived from the dip (measurement, fabric, recipe), so a retry stores it once; two
     /// genuine dips that read exactly alike would be stored once too, so a lab that repeats
     /// dips names them.
+    // `BATCH_ID_PATTERN`: the attribute takes only a literal; tests/openapi.rs holds the two equal.
     #[schema(
         pattern = "^([A-Za-z0-9_:-][A-Za-z0-9._:-]*|[.][A-Za-z0-9_:-][A-Za-z0-9._:-]*|[.][.][A-Za-z0-9._:-]+)$",
         min_length = 1,
