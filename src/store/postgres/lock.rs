@@ -6,8 +6,9 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgArguments;
 use sqlx::types::Json;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Arguments, PgPool, Postgres, Transaction};
 
 use super::notify;
 use crate::domain::{ModelName, ModelSpec};
@@ -110,19 +111,25 @@ impl ModelTransaction for PgModelTransaction {
     }
 
     async fn write_version(&mut self, v: &NewVersion<'_>) -> Result<DateTime<Utc>, StoreError> {
-        let created_at: DateTime<Utc> = sqlx::query_scalar(
+        // The state is most of the message: its buffer is sized once, where binding would grow
+        // it by doubling and copy a wide model's state (tens of megabytes) at every step.
+        let mut args = PgArguments::default();
+        args.reserve(8, v.state.bytes.len() + v.state.digest.len() + 256);
+        let encode = |e| StoreError::Database(sqlx::Error::Encode(e));
+        args.add(self.model_id).map_err(encode)?;
+        args.add(v.version).map_err(encode)?;
+        args.add(v.origin).map_err(encode)?;
+        args.add(v.restored_from).map_err(encode)?;
+        args.add(v.observations).map_err(encode)?;
+        args.add(v.noise_variances).map_err(encode)?;
+        args.add(&v.state.bytes).map_err(encode)?;
+        args.add(&v.state.digest[..]).map_err(encode)?;
+        let created_at: DateTime<Utc> = sqlx::query_scalar_with(
             "INSERT INTO versions (model_id, version, origin, restored_from, observations, \
                                    noise_variances, state, created_at, state_digest) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp(), $8) RETURNING created_at",
+            args,
         )
-        .bind(self.model_id)
-        .bind(v.version)
-        .bind(v.origin)
-        .bind(v.restored_from)
-        .bind(v.observations)
-        .bind(v.noise_variances)
-        .bind(&v.state.bytes)
-        .bind(&v.state.digest[..])
         .fetch_one(&mut *self.tx)
         .await?;
         sqlx::query(
