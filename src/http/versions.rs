@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::routes;
 
@@ -73,29 +74,95 @@ pub struct VersionList {
     #[schema(example = "cotton-reactive")]
     pub model: String,
     pub versions: Vec<VersionView>,
+    /// Present when `limit` cut the list short: pass it as `after` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = 100)]
+    pub next_after: Option<i64>,
 }
 
-/// A model's history, oldest first.
+/// Query of `GET /v1/models/{name}/versions` (documentation: the handler reads the query
+/// itself, so that a bad value is answered in the API's error format).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct VersionPage {
+    /// Only the versions after this one (default 0: from the first).
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+    /// At most this many, oldest first (default: every version).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+}
+
+impl VersionPage {
+    /// Reads `after` and `limit`; other keys are ignored.
+    fn parse(query: Vec<(String, String)>) -> Result<Self, ApiError> {
+        let mut page = Self::default();
+        for (key, value) in query {
+            match key.as_str() {
+                "after" => match value.parse::<i64>() {
+                    Ok(n) if n >= 0 => page.after = Some(n),
+                    _ => {
+                        return Err(ApiError::InvalidQuery(format!(
+                            "after must be a version number or 0, found {value:?}"
+                        )));
+                    }
+                },
+                "limit" => match value.parse::<u32>() {
+                    Ok(n) if (1..=MAX_PAGE).contains(&n) => page.limit = Some(n),
+                    _ => {
+                        return Err(ApiError::InvalidQuery(format!(
+                            "limit must be an integer from 1 to {MAX_PAGE}, found {value:?}"
+                        )));
+                    }
+                },
+                _ => {}
+            }
+        }
+        Ok(page)
+    }
+}
+
+/// Most versions one page may ask for.
+const MAX_PAGE: u32 = 1000;
+
+/// A model's history, oldest first: every version, or a page of it (`?after=…&limit=…`).
 #[utoipa::path(get, operation_id = "list_versions", path = "/v1/models/{name}/versions", tag = "versions",
-    params(("name" = String, Path, description = "Model name")),
+    params(("name" = String, Path, description = "Model name"), VersionPage),
     responses(
-        (status = 200, description = "Every version", body = VersionList),
+        (status = 200, description = "Every version, or the page asked for", body = VersionList),
+        (status = 400, description = "after or limit out of range", body = ErrorBody),
         (status = 404, description = "No such model", body = ErrorBody),
     ))]
 pub async fn list(
     State(app): State<AppState>,
     Path(name): Path<String>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<VersionList>, ApiError> {
     let name = model_name(&name)?;
+    let Query(query) =
+        query.map_err(|e| ApiError::InvalidQuery(format!("the query is not readable: {e}")))?;
+    let page = VersionPage::parse(query)?;
     let model = app
         .store
         .model(&name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    let versions = app.store.versions(model.id).await?;
+    // One more than the page, to tell whether another follows.
+    let mut versions = app
+        .store
+        .versions_after(model.id, page.after.unwrap_or(0), page.limit.map(|n| n + 1))
+        .await?;
+    let next_after = match page.limit {
+        Some(limit) if versions.len() > limit as usize => {
+            versions.truncate(limit as usize);
+            versions.last().map(|v| v.version)
+        }
+        _ => None,
+    };
     Ok(Json(VersionList {
         model: name.to_string(),
         versions: versions.into_iter().map(VersionView::from).collect(),
+        next_after,
     }))
 }
 

@@ -95,7 +95,17 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         review: Review,
     ) -> Result<Option<BatchRecord>, StoreError>;
     /// A model's history, oldest first, each version with the batches folded into it.
-    async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError>;
+    async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError> {
+        self.versions_after(model_id, 0, None).await
+    }
+    /// A page of a model's history: the versions after `after`, oldest first, at most `limit`
+    /// of them (every one when `None`).
+    async fn versions_after(
+        &self,
+        model_id: i64,
+        after: i64,
+        limit: Option<u32>,
+    ) -> Result<Vec<VersionRecord>, StoreError>;
     /// Every model's queue, by name.
     async fn queue_depth(&self) -> Result<Vec<QueueDepth>, StoreError>;
     /// Every model's id, name and current version (the posterior cache's view of the world).

@@ -48,6 +48,80 @@ async fn versions_list_the_batches_folded_into_each() {
 }
 
 #[tokio::test]
+async fn versions_are_listed_a_page_at_a_time() {
+    let app = spawn_app().await;
+    train_three_versions(&app).await;
+    let page = |query: &'static str| {
+        let app = &app;
+        async move {
+            let response = app.get(&format!("/v1/models/lab/versions{query}")).await;
+            assert_eq!(response.status(), StatusCode::OK, "{query}");
+            let list: Value = response.json().await.unwrap();
+            let versions: Vec<u64> = list["versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v["version"].as_u64().unwrap())
+                .collect();
+            (versions, list.get("next_after").cloned())
+        }
+    };
+    // Without a limit: every version, and no next page.
+    assert_eq!(page("").await, (vec![1, 2, 3], None));
+    assert_eq!(page("?limit=2").await, (vec![1, 2], Some(json!(2))));
+    assert_eq!(page("?after=2&limit=2").await, (vec![3], None));
+    assert_eq!(page("?after=1&limit=2").await, (vec![2, 3], None));
+    assert_eq!(page("?after=1").await, (vec![2, 3], None));
+    assert_eq!(page("?after=3").await, (vec![], None));
+    // The pages of a longer history join up to the whole of it.
+    for i in 3..7u64 {
+        let batch = random_rows(20 + i, 8, 3, 2);
+        app.post_batch(
+            "lab",
+            &json!({"batch_id": format!("b{i}"), "x": batch.0, "y": batch.1}),
+        )
+        .await;
+        app.wait_for_batch("lab", &format!("b{i}")).await;
+    }
+    let (mut seen, mut after) = (Vec::new(), 0);
+    loop {
+        let list: Value = app
+            .get(&format!("/v1/models/lab/versions?after={after}&limit=3"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let versions = list["versions"].as_array().unwrap();
+        assert!(versions.len() <= 3);
+        seen.extend(versions.iter().map(|v| v["batches"][0].clone()));
+        match list["next_after"].as_i64() {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    let every: Value = app.get("/v1/models/lab/versions").await.json().await.unwrap();
+    let every: Vec<Value> = every["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["batches"][0].clone())
+        .collect();
+    assert_eq!(every.len(), 7);
+    assert_eq!(seen, every);
+    for query in ["limit=0", "limit=1001", "limit=x", "after=-1", "after=y"] {
+        let response = app.get(&format!("/v1/models/lab/versions?{query}")).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{query}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_query", "{query}: {body}");
+        let key = query.split('=').next().unwrap();
+        assert!(
+            body["error"]["message"].as_str().unwrap().starts_with(key),
+            "{query}: {body}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn restore_makes_a_new_version_equal_to_an_old_one() {
     let app = spawn_app().await;
     let batches = train_three_versions(&app).await;

@@ -272,16 +272,23 @@ impl Backend for PgStore {
         batch_record(&row).map(Some)
     }
 
-    async fn versions(&self, model_id: i64) -> Result<Vec<VersionRecord>, StoreError> {
+    async fn versions_after(
+        &self,
+        model_id: i64,
+        after: i64,
+        limit: Option<u32>,
+    ) -> Result<Vec<VersionRecord>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT v.version, v.created_at, v.origin, v.restored_from, v.observations, \
                     v.noise_variances, octet_length(v.state) > 0 AS full_state, \
                     COALESCE((SELECT array_agg(b.batch_id ORDER BY COALESCE(b.arrival, b.seq)) FROM batches b \
                               WHERE b.model_id = v.model_id AND b.version = v.version \
                                 AND b.status = 'folded'), '{}') AS batches \
-             FROM versions v WHERE v.model_id = $1 ORDER BY v.version",
+             FROM versions v WHERE v.model_id = $1 AND v.version > $2 ORDER BY v.version LIMIT $3",
         )
         .bind(model_id)
+        .bind(after)
+        .bind(limit.map_or(i64::MAX, i64::from))
         .fetch_all(&self.pool)
         .await?)
     }
