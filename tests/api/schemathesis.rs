@@ -79,7 +79,8 @@ async fn schemathesis_finds_nothing() {
     // The operations that grow a model or declare its successor take their names and little
     // else: fewer examples.
     let growing_examples = examples.min(100);
-    // The pages' files are static, found by name or answered 404: a few names say it.
+    // The pages' files are static, found by name or answered 404: a few names say it. The
+    // version list's page takes two bounded integers, and every example lists the history.
     let page_examples = examples.min(100);
     // One directory per test binary: both run at once in `cargo test`. Restore's negative cases
     // may be answered 201: with `{name}` pinned, schemathesis 4.32.5 sends the valid name
@@ -99,7 +100,7 @@ async fn schemathesis_finds_nothing() {
              \"declare_successor\"]\n\
              parameters = {{ \"path.name\" = \"cotton-growing\" }}\n\
              generation.max-examples = {growing_examples}\n\n\
-             [[operations]]\ninclude-operation-id = [\"docs_asset\", \"console_asset\"]\n\
+             [[operations]]\ninclude-operation-id = [\"docs_asset\", \"console_asset\", \"list_versions\"]\n\
              generation.max-examples = {page_examples}\n\n\
              [[operations]]\ninclude-operation-id = \"restore_version\"\n\
              checks.negative_data_rejection.expected-statuses = [201, 400, 404, 409, 422]\n"
