@@ -72,6 +72,16 @@ pub(super) struct CsvSplit {
 
 /// Whether a CSV's header names a successor column.
 pub(super) fn has_csv_columns(body: &[u8]) -> bool {
+    // A first line without quotes holds the whole header: without the prefix in it, no column
+    // can start with it, and no reader need be built for every batch.
+    let first = body.split(|&b| b == b'\n').next().unwrap_or(body);
+    if !first.contains(&b'"')
+        && !first
+            .windows(CSV_PREFIX.len())
+            .any(|w| w == CSV_PREFIX.as_bytes())
+    {
+        return false;
+    }
     let mut reader = csv::ReaderBuilder::new()
         .trim(csv::Trim::Headers)
         .from_reader(body);
@@ -203,4 +213,33 @@ pub(super) fn grid_of(wavelengths: &[f64]) -> Result<Grid, String> {
         return Err("the columns (<λ>nm) must form a regular wavelength grid".to_owned());
     }
     Grid::new(first, interval, wavelengths.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_successor_column_is_found_in_any_header_the_csv_reader_reads() {
+        let found = [
+            "500nm,successor:500nm,red\n0.1,0.2,1\n",
+            " successor:500nm ,red\r\n0.1,1\r\n",
+            "\"successor:500nm\",red\n0.1,1\n",
+            "\"a\nb\",successor:500nm\n1,2\n",
+            "\u{feff}successor:500nm\n1\n",
+        ];
+        for body in found {
+            assert!(has_csv_columns(body.as_bytes()), "{body:?}");
+        }
+        let not_found = [
+            "500nm,red\n0.1,1\n",
+            "500nm,red\n0.1,successor:500nm\n",
+            "\"500nm\",red\n0.1,1\n",
+            "a,xsuccessor:500nm\n1,2\n",
+            "",
+        ];
+        for body in not_found {
+            assert!(!has_csv_columns(body.as_bytes()), "{body:?}");
+        }
+    }
 }
