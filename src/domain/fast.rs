@@ -326,7 +326,7 @@ pub fn fast_csv(body: &[u8], spec: &ModelSpec, max_rows: usize) -> Option<(Rows,
     let columns = csv_columns(&names, spec).ok()?;
     let (p, m) = (spec.input_width(), spec.outputs.len());
     // At most one row per line: sized once.
-    let lines_left = text.bytes().filter(|&b| b == b'\n').count() + 1;
+    let lines_left = memchr::memchr_iter(b'\n', body).count() + 1;
     let capacity = lines_left.min(max_rows);
     let (mut x, mut y) = (
         Vec::with_capacity(capacity * p),
