@@ -277,7 +277,7 @@ impl<'a> Scanner<'a> {
     /// A non-empty array of at most `max_rows` rows of exactly `width` numbers.
     fn rows(&mut self, width: usize, max_rows: usize) -> Option<Rows> {
         self.expect(b'[')?;
-        // One row to start with: a predict request has one; a batch grows it by doubling.
+        // One row to start with: a predict request has one.
         let mut values = Vec::with_capacity(width);
         let mut rows = 0;
         loop {
@@ -285,6 +285,7 @@ impl<'a> Scanner<'a> {
                 return None;
             }
             self.expect(b'[')?;
+            let start = self.at;
             for j in 0..width {
                 if j > 0 {
                     self.expect(b',')?;
@@ -293,6 +294,13 @@ impl<'a> Scanner<'a> {
             }
             self.expect(b']')?;
             rows += 1;
+            if rows == 1 {
+                // Room for as many more rows as the rest of the body could hold were they as
+                // long as this one: a batch is then read without moving its values again.
+                let length = (self.at - start).max(1);
+                let more = (self.bytes.len() - self.at) / length;
+                values.reserve(more.min(max_rows - 1) * width);
+            }
             match self.peek()? {
                 b',' => self.at += 1,
                 b']' => break,
