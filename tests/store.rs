@@ -429,8 +429,8 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
         BatchStatus::Queued
     );
 
-    // Committed, it is all there.
-    let mut lock = store.claim_fold(&[]).await.unwrap().expect("work again");
+    // Committed, it is all there (the dropped claim's rollback may come a moment later).
+    let mut lock = claim_eventually(store, &[]).await;
     let queued = lock.queued_batches().await.unwrap();
     let (v, created_at) = lock
         .write_version(
@@ -827,7 +827,7 @@ async fn notifications_announce_committed_changes_only(store: &Store) {
             .unwrap();
     }
     assert_eq!(next(&mut models, short).await, None);
-    let mut lock = store.claim_fold(&[]).await.unwrap().unwrap();
+    let mut lock = claim_eventually(store, &[]).await;
     lock.write_version(VersionOrigin::Fold, None, 4.0, &[Some(1.0)], &blob(b"s"))
         .await
         .unwrap();
