@@ -115,7 +115,7 @@ fn safeguarded_fit_leaves_the_training_range_only_where_the_truth_does() {
 }
 
 /// Three trials of the paper's protocol: the incremental model beats the paper's figure and
-/// OLS, on all dyes and on the dyes present, learning the new rows helps, and no error is wild.
+/// OLS, on all dyes and on the dyes present, and no error is wild.
 #[test]
 fn incremental_model_beats_the_paper_and_ols() {
     let options = EvaluateOptions {
@@ -140,10 +140,6 @@ fn incremental_model_beats_the_paper_and_ols() {
         "OLS {:?} ≥ incremental {test2}",
         ols.test2
     );
-    assert!(
-        test2 > incremental.test1.unwrap(),
-        "learning the new rows did not help"
-    );
     let present = incremental.test2_present.unwrap();
     assert!(
         present >= ols.test2_present.unwrap(),
@@ -162,6 +158,22 @@ fn incremental_model_beats_the_paper_and_ols() {
         coverage > 0.9,
         "95 % intervals cover only {coverage} of the non-zero values"
     );
+}
+
+/// Over the paper's 20 trials, learning the second stage's rows raises the median test score.
+/// Three trials cannot say: a dye used once in the first rows already follows its lab-dip dose,
+/// and there the median of test 2 (0.966) falls below test 1's (0.982) on one dye fitted from
+/// its second row.
+#[test]
+fn learning_the_new_rows_helps() {
+    let report = evaluate::run(dyeing(), &EvaluateOptions::default(), |_| {}).unwrap();
+    let incremental = report
+        .rows
+        .iter()
+        .find(|r| r.model == "incremental")
+        .expect("the incremental row");
+    let (test1, test2) = (incremental.test1.unwrap(), incremental.test2.unwrap());
+    assert!(test2 > test1, "test 2 = {test2}, test 1 = {test1}");
 }
 
 /// The safeguarded first fit of trial seed 3, its predictions for the held-out rows and their
@@ -217,9 +229,10 @@ fn structural_zeros_answer_the_spread_of_the_rows_without_the_dye() {
 
 /// A dye with too few informative rows to fit stays untrained and answers the mean square of
 /// its non-zero values, except on a row where every input that marks its uses (its lab-dip
-/// dose, non-zero exactly where it was used) is 0: there the spread of such training rows. On
-/// the held-out rows of trial seed 3 nearly every cell of such a dye is unmarked, hardly any
-/// of those uses the dye, and their far narrower intervals cover all but a handful of truths.
+/// dose, non-zero exactly where it was used) is 0: there 0, with the spread of such training
+/// rows. On the held-out rows of trial seed 3 nearly every cell of such a dye is unmarked,
+/// hardly any of those uses the dye, and their far narrower intervals cover all but a handful
+/// of truths; on the few marked cells the dye follows one of its markers in proportion.
 #[test]
 fn untrained_dyes_are_sure_of_their_zeros_only_where_their_markers_are_zero() {
     let (split, state, pred, phi) = held_out_predictions();
@@ -227,6 +240,7 @@ fn untrained_dyes_are_sure_of_their_zeros_only_where_their_markers_are_zero() {
     let zeros = totals.zero_rows().expect("zero rows");
     let (mut outputs, mut cells, mut covered, mut narrower, mut wide, mut used) =
         (0, 0, 0, 0, 0, 0);
+    let (mut marked_error, mut marked_zero_error, mut marked_covered) = (0.0, 0.0, 0);
     for (k, output) in state.outputs().iter().enumerate() {
         if output.posterior().is_some() || totals.nonzero()[k] == 0.0 {
             continue;
@@ -240,13 +254,20 @@ fn untrained_dyes_are_sure_of_their_zeros_only_where_their_markers_are_zero() {
             })
             .collect();
         for i in 0..pred.mean.nrows() {
-            let (variance, truth) = (pred.variance[(i, k)], split.test_y[(i, k)]);
-            assert_eq!(pred.mean[(i, k)], 0.0);
+            let (mean, variance, truth) = (
+                pred.mean[(i, k)],
+                pred.variance[(i, k)],
+                split.test_y[(i, k)],
+            );
             if support.is_empty() || support.iter().any(|&j| phi[(i, j)] != 0.0) {
-                assert_eq!(variance, v, "output {k}, row {i}");
+                assert_eq!(variance, v.max(mean * mean), "output {k}, row {i}");
                 wide += 1;
+                marked_error += (truth - mean).powi(2);
+                marked_zero_error += truth * truth;
+                marked_covered += usize::from((truth - mean).abs() <= 1.96 * variance.sqrt());
                 continue;
             }
+            assert_eq!(mean, 0.0, "output {k}, row {i}: no marker, no use");
             cells += 1;
             narrower += usize::from(variance < 0.01 * v);
             covered += usize::from(truth.abs() <= 1.96 * variance.sqrt());
@@ -259,6 +280,15 @@ fn untrained_dyes_are_sure_of_their_zeros_only_where_their_markers_are_zero() {
         1000 * used <= cells,
         "{used} of {cells} unmarked cells use the dye"
     );
+    // The marked cells follow the marker the evidence picked: a tenth of the squared error of
+    // answering 0 there, every one within its interval (a least-squares fit on all markers put
+    // a shading dye on its row's large dose of another, 1.09 for a true 0.016).
+    assert!(wide >= 3, "{wide} marked cells");
+    assert!(
+        marked_error <= 0.1 * marked_zero_error,
+        "squared error {marked_error} where 0 would miss by {marked_zero_error}"
+    );
+    assert_eq!(marked_covered, wide, "marked cells covered");
     assert!(narrower == cells, "{narrower} of {cells} below v/100");
     assert!(
         covered as f64 >= 0.999 * cells as f64,

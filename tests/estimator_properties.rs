@@ -1841,9 +1841,10 @@ fn a_posterior_forms_on_spectra_that_barely_leave_their_baseline() {
 /// 0) is non-zero in row 15 alone, so it marks a use, and a row without it answers the spread
 /// of the rows without it, `(S + v)/(C + 1)`, with row 45's square in `S`. A second dose
 /// column (input 3) marks the same use: the rows where both are 0 are bounded, `C = N − 2`.
-/// Dye 1 was used once, in row 30, whose only mostly-zero input is a fabric class shared with
-/// 19 other rows: no marker, `v` everywhere. Row by row and through the blocked products
-/// alike; a state without zero rows answers `v` everywhere, as before.
+/// Its mean is 0: equal in the one row they marked, with no trained dye to say which dose a
+/// dye follows, the two markers cannot be told apart. Dye 1 was used once, in row 30, whose only mostly-zero input is a fabric class
+/// shared with 19 other rows: no marker, 0 with `v` everywhere. Row by row and through the
+/// blocked products alike; a state without zero rows answers `v` everywhere, as before.
 #[test]
 fn an_untrained_output_is_sure_of_its_zeros_only_where_its_markers_are_zero() {
     let (n, d) = (60, 5);
@@ -1889,7 +1890,14 @@ fn an_untrained_output_is_sure_of_its_zeros_only_where_its_markers_are_zero() {
         let with = state.predict(probe(rows, 2.0).as_ref()).unwrap();
         let before = legacy.predict(probe(rows, 0.0).as_ref()).unwrap();
         for r in 0..rows {
-            assert_eq!((without.mean[(r, 0)], with.mean[(r, 0)]), (0.0, 0.0));
+            for pred in [&without, &with, &before] {
+                assert_eq!(
+                    pred.mean[(r, 0)],
+                    0.0,
+                    "dye 0's markers cannot be told apart"
+                );
+                assert_eq!(pred.mean[(r, 1)], 0.0, "dye 1 has no marker");
+            }
             assert!(
                 (without.variance[(r, 0)] - unlike).abs() <= 1e-12 * unlike,
                 "{rows} rows: {} against {unlike}",
@@ -1901,6 +1909,112 @@ fn an_untrained_output_is_sure_of_its_zeros_only_where_its_markers_are_zero() {
                 assert_eq!(pred.variance[(r, 1)], v1, "dye 1 has no marker");
             }
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A dye used in one row of many, with one to three dose columns non-zero in that row alone
+    /// (its markers) beside inputs that are never 0, is untrained and follows one marker in
+    /// proportion: the one whose dose is in the proportion to the dye that a trained dye's bulk
+    /// dose is to its own lab dose (the others are ten times larger or smaller). Markers scaled
+    /// by `t` give `t` times its value whatever the other inputs are; a row where the followed
+    /// marker is 0 gives exactly 0. Its variance is the square of its one value, or of its
+    /// answer where that is larger (`t > 1`). With
+    /// no trained dye to say what a followed dose's proportion is, one marker is still
+    /// followed and several are not (0 everywhere). Row by row and through the blocked
+    /// products alike.
+    #[test]
+    fn an_untrained_dye_follows_what_marked_its_one_use(
+        seed in any::<u64>(),
+        marked in 1usize..4,
+        t in 0.05f64..20.0,
+        rows in prop::sample::select(vec![1usize, 3, 12, 40]),
+        trained in any::<bool>(),
+    ) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (n, dense) = (60, 4);
+        // Columns: dense inputs, the trained dye's own dose, then the once-used dye's markers.
+        let (own, first) = (dense, dense + 1);
+        let d = first + marked;
+        let used = 4 * rng.random_range(0..n / 4) + 1;
+        let proportion = rng.random_range(0.5..2.0);
+        let followed = first + rng.random_range(0..marked);
+        let dose = rng.random_range(0.05..2.0);
+        let value = proportion * dose;
+        let scales: Vec<f64> = (first..d)
+            .map(|j| match j {
+                j if j == followed => 1.0,
+                _ if rng.random::<bool>() => 10.0,
+                _ => 0.1,
+            })
+            .collect();
+        let x = Mat::from_fn(n, d, |i, j| match j {
+            j if j < dense => rng.random_range(0.5..1.5),
+            j if j == own && trained && i % 4 == 0 => rng.random_range(0.1..3.0),
+            j if j == own => 0.0,
+            j if i == used => dose * scales[j - first],
+            _ => 0.0,
+        });
+        let y = Mat::from_fn(n, 2, |i, k| match k {
+            0 => proportion * x[(i, own)] * (1.0 + 0.02 * rng.random::<f64>()),
+            _ if i == used => value,
+            _ => 0.0,
+        });
+        let basis = identity_basis(d);
+        let state = ModelState::fit(&ModelConfig::new(basis, 2), stats(&basis, &x, &y)).unwrap();
+        prop_assert_eq!(state.outputs()[0].posterior().is_some(), trained);
+        prop_assert!(state.outputs()[1].posterior().is_none());
+        let follows = trained || marked == 1;
+        let probe = Mat::from_fn(rows, d, |r, j| match (r % 3, j) {
+            (0, j) => x[(used, j)],
+            (_, j) if j < dense => rng.random_range(0.0..2.0),
+            (1, j) if j >= first => t * x[(used, j)],
+            (2, j) if j >= first && j != followed => rng.random_range(0.0..2.0),
+            _ => 0.0,
+        });
+        let answered = state.predict(probe.as_ref()).unwrap();
+        for r in 0..rows {
+            let mean = answered.mean[(r, 1)];
+            let expected = match r % 3 {
+                0 if follows => value,
+                1 if follows => t * value,
+                _ => 0.0,
+            };
+            if expected == 0.0 {
+                prop_assert_eq!(mean, 0.0, "row {}", r);
+            } else {
+                prop_assert!(
+                    (mean - expected).abs() <= 1e-9 * expected,
+                    "row {}: {} against {}", r, mean, expected
+                );
+            }
+            if r % 3 != 2 || marked > 1 {
+                // The scale of a dose: the one seen, or the answer where that is larger.
+                prop_assert_eq!(answered.variance[(r, 1)], (value * value).max(mean * mean));
+            }
+        }
+    }
+}
+
+/// An untrained output that is not zero-inflated (non-zero in 4 of 6 rows, waiting for a
+/// fifth) predicts 0, even where an input non-zero in one of its rows alone would mark a use:
+/// following markers is for outputs whose zeros are structural.
+#[test]
+fn an_untrained_dense_output_does_not_follow_markers() {
+    let x = Mat::from_fn(6, 3, |i, j| match j {
+        0 if i == 2 => 1.5,
+        0 => 0.0,
+        _ => 1.0 + 0.1 * (i * j) as f64,
+    });
+    let y = Mat::from_fn(6, 1, |i, _| if i < 4 { 1.0 + i as f64 } else { 0.0 });
+    let basis = identity_basis(3);
+    let state = ModelState::fit(&ModelConfig::new(basis, 1), stats(&basis, &x, &y)).unwrap();
+    assert!(state.outputs()[0].posterior().is_none(), "untrained");
+    let answered = state.predict(x.as_ref()).unwrap();
+    for r in 0..6 {
+        assert_eq!(answered.mean[(r, 0)], 0.0, "row {r}");
     }
 }
 

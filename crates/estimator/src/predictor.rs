@@ -48,6 +48,16 @@
 //! products `φ_j y_k` of the rows do not cancel (doses and concentrations are not negative); a
 //! marker lost that way leaves the rows it marks in `S`, which widens the answer.
 //!
+//! Where an untrained output is zero-inflated (0 in most rows), its mean follows one marker `j`
+//! in proportion, `β_j = B_jk / G_jj` (from one row, the dye's bulk dose in proportion to its
+//! lab-dip dose, which is all one row can say), and is 0 wherever that marker is 0. With
+//! several markers (a row that used two rare dyes marks both with both doses) the evidence of
+//! a single-coefficient model picks the one, under a coefficient's prior variance learnt from
+//! the trained outputs' own markers ([`follow_markers`], [`marker_scale`]); a least-squares fit
+//! on all of them would put a small shading dye on its row's large dose. Its variance stays
+//! `v_k`, or the mean's square where that is larger: one row says nothing of how far the
+//! proportion holds.
+//!
 //! A handful of rows (a colour-matching front end asks for one) are computed row by row with
 //! plain loops; more rows go through `faer`'s blocked products. The two differ only in the
 //! order of their additions, and a given request always takes the same one. Rows predicted
@@ -62,6 +72,7 @@ use rayon::prelude::*;
 use super::EstimatorError;
 use super::basis::Basis;
 use super::model::{ModelState, OutputState, Predictions};
+use super::options::FitOptions;
 use super::prior::Factor;
 
 /// Requests of at most this many rows are computed row by row.
@@ -74,7 +85,7 @@ const BLOCK: usize = 16;
 #[derive(Clone, Debug)]
 pub struct Predictor {
     basis: Basis,
-    /// Posterior means, p × m (a zero column for an untrained output).
+    /// Posterior means, p × m (for an untrained output 0, or a marker followed).
     weights: Mat<f64>,
     outputs: Vec<Term>,
 }
@@ -97,8 +108,8 @@ enum Term {
         /// one.
         zero: Option<f64>,
     },
-    /// Predicts 0 with this variance, or with the second where every marker (the first) is 0
-    /// (see the module's doc).
+    /// Predicts its column of `weights` (0, or a marker followed) with this variance, or with
+    /// the second where every marker (the first) is 0 (see the module's doc).
     Untrained {
         variance: f64,
         unlike: Option<(Vec<usize>, f64)>,
@@ -110,6 +121,16 @@ impl Predictor {
     /// for it ([`super::PARALLEL_FROM`]: a 700-band output's `F_k` is a triangular solve with
     /// 700 right-hand sides, a 32-band model's whole predictor takes microseconds).
     pub fn new(state: &ModelState) -> Self {
+        let totals = state.totals();
+        let markers: Vec<Option<Vec<usize>>> = state
+            .outputs()
+            .iter()
+            .enumerate()
+            .map(|(k, output)| match output {
+                OutputState::Untrained => totals.markers(k),
+                OutputState::Trained(_) => None,
+            })
+            .collect();
         let term = |(k, output): (usize, &OutputState)| match output {
             OutputState::Trained(post) => {
                 let factor_t = post.covariance_factor().transpose().to_owned();
@@ -142,7 +163,10 @@ impl Predictor {
                 let variance = state.untrained_variance(k);
                 Term::Untrained {
                     variance,
-                    unlike: unlike_support(state, k, variance),
+                    unlike: markers[k].clone().and_then(|markers| {
+                        let unlike = zero_variance(state, k, &markers, variance)?;
+                        Some((markers, unlike.min(variance)))
+                    }),
                 }
             }
         };
@@ -151,9 +175,26 @@ impl Predictor {
         } else {
             state.outputs().iter().enumerate().map(term).collect()
         };
+        let mut weights = state.coefficients();
+        let followers: Vec<(usize, &[usize])> = markers
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| totals.zero_inflated(*k))
+            .filter_map(|(k, markers)| Some((k, markers.as_deref()?)))
+            .collect();
+        let scale = followers
+            .iter()
+            .any(|(_, markers)| markers.len() > 1)
+            .then(|| marker_scale(state, &weights))
+            .flatten();
+        for (k, markers) in followers {
+            if let Some((j, w)) = follow_markers(state, k, markers, scale) {
+                weights[(j, k)] = w;
+            }
+        }
         Self {
             basis: *state.basis(),
-            weights: state.coefficients(),
+            weights,
             outputs,
         }
     }
@@ -163,7 +204,8 @@ impl Predictor {
         &self.basis
     }
 
-    /// The posterior means, `p × m`.
+    /// The coefficients of the means, `p × m`: the posterior means, and the marker an untrained
+    /// output follows (see the module's doc).
     pub fn weights(&self) -> MatRef<'_, f64> {
         self.weights.as_ref()
     }
@@ -284,10 +326,9 @@ impl Predictor {
                             }
                         }
                     }
-                    Term::Untrained { variance, unlike } => match unlike {
-                        Some((support, v)) if support.iter().all(|&j| phi[j] == 0.0) => *v,
-                        _ => *variance,
-                    },
+                    Term::Untrained { variance, unlike } => {
+                        untrained(*variance, unlike, |j| phi[j], mean[(r, k)])
+                    }
                 };
             }
         }
@@ -376,10 +417,8 @@ impl Predictor {
                         unlike,
                     } => {
                         for (b, row) in phi.chunks_exact(p).enumerate() {
-                            variance[(start + b, k)] = match unlike {
-                                Some((support, u)) if support.iter().all(|&j| row[j] == 0.0) => *u,
-                                _ => *v,
-                            };
+                            variance[(start + b, k)] =
+                                untrained(*v, unlike, |j| row[j], mean[(start + b, k)]);
                         }
                     }
                 }
@@ -445,10 +484,7 @@ impl Predictor {
                     unlike,
                 } => {
                     for r in 0..rows {
-                        variance[(r, k)] = match unlike {
-                            Some((support, u)) if support.iter().all(|&j| phi[(r, j)] == 0.0) => *u,
-                            _ => *v,
-                        };
+                        variance[(r, k)] = untrained(*v, unlike, |j| phi[(r, j)], mean[(r, k)]);
                     }
                 }
             }
@@ -465,27 +501,90 @@ fn zero_variance(state: &ModelState, k: usize, used: &[usize], s: f64) -> Option
     (count >= 1.0).then(|| (sum + s) / (count + 1.0))
 }
 
-/// The markers `U_k` of untrained output `k` with variance `v`, and the variance on a row where
-/// every marker is 0 (see the module's doc), if it has been non-zero, its statistics keep zero
-/// rows and it has a marker.
-fn unlike_support(state: &ModelState, k: usize, v: f64) -> Option<(Vec<usize>, f64)> {
+/// An untrained output's variance on a row with basis functions `phi` and mean `mean`: where
+/// every marker is 0 the spread of the rows like it (the second of `unlike`), else `v_k`, or
+/// the square of the mean where a followed marker answers more than `v_k`'s scale (a dose
+/// several times the one seen: one row says nothing of how far the proportion holds).
+#[inline]
+fn untrained(
+    v: f64,
+    unlike: &Option<(Vec<usize>, f64)>,
+    phi: impl Fn(usize) -> f64,
+    mean: f64,
+) -> f64 {
+    match unlike {
+        Some((support, u)) if support.iter().all(|&j| phi(j) == 0.0) => *u,
+        _ => v.max(mean * mean),
+    }
+}
+
+/// What untrained output `k` with markers `U` follows (see the module's doc): the
+/// least-squares proportion `β_j = B_jk / G_jj` of one marker `j`, and with several markers the
+/// one whose single-coefficient model explains the output best,
+///
+/// ```text
+/// j = argmax_j  −½ log(1 + a G_jj/s) + a B_jk² / (2 s (s + a G_jj))
+/// ```
+///
+/// the log evidence of `y_k = β φ_j + ε`, `β ~ N(0, a)`, `ε ~ N(0, s)`, up to the terms every
+/// `j` shares (from one row, `log N(y; 0, s + a φ_j²)`: the marker whose scale matches the
+/// output's). `s` is `v_k` times the zero-inflated noise prior's default fraction and `a` is
+/// `scale`, what a followed input's coefficient is in this model ([`marker_scale`]); without it
+/// several markers cannot be told apart and the output follows none.
+fn follow_markers(
+    state: &ModelState,
+    k: usize,
+    markers: &[usize],
+    scale: Option<f64>,
+) -> Option<(usize, f64)> {
     let totals = state.totals();
-    let zeros = totals.zero_rows()?;
-    let used = totals.nonzero()[k];
-    if used <= 0.0 {
-        return None;
+    let (g, b) = (totals.g(), totals.b());
+    let proportion = |j: usize| (j, b[(j, k)] / g[(j, j)]);
+    match (markers, scale) {
+        ([], _) => None,
+        ([j], _) => Some(proportion(*j)),
+        (_, None) => None,
+        (_, Some(a)) => {
+            let s =
+                state.untrained_variance(k) * FitOptions::default().zero_inflated_noise_fraction;
+            let evidence = |j: usize| {
+                let (gjj, bjk) = (g[(j, j)], b[(j, k)]);
+                -0.5 * (a * gjj / s).ln_1p() + a * bjk * bjk / (2.0 * s * (s + a * gjj))
+            };
+            markers
+                .iter()
+                .copied()
+                .map(|j| (j, evidence(j)))
+                .filter(|(_, e)| e.is_finite())
+                .max_by(|x, y| x.1.total_cmp(&y.1))
+                .map(|(j, _)| proportion(j))
+        }
     }
-    let n = totals.rows();
-    // Rows are counted in (forgetting-weighted) floating point: a hair of tolerance.
-    let rare = |j: usize| n - zeros.count()[j] <= used * (1.0 + 1e-9);
-    let markers: Vec<usize> = (0..totals.dim())
-        .filter(|&j| totals.b()[(j, k)] != 0.0 && rare(j))
-        .collect();
-    if markers.is_empty() {
-        return None;
-    }
-    let variance = zero_variance(state, k, &markers, v)?;
-    Some((markers, variance.min(v)))
+}
+
+/// The mean square, over the trained outputs whose zeros are structural and which have
+/// markers, of each one's largest posterior coefficient on a marker: the prior variance `a` of
+/// [`follow_markers`], learnt from the outputs that have their rows (a dye's bulk dose follows
+/// its lab-dip dose at about the same proportion from one dye to the next). `None` without
+/// such an output.
+fn marker_scale(state: &ModelState, weights: &Mat<f64>) -> Option<f64> {
+    let (sum, count) = state
+        .outputs()
+        .iter()
+        .enumerate()
+        .filter(|(k, output)| output.posterior().is_some() && state.totals().zero_inflated(*k))
+        .filter_map(|(k, _)| {
+            let markers = state.totals().markers(k)?;
+            Some(
+                markers
+                    .iter()
+                    .map(|&j| weights[(j, k)].powi(2))
+                    .fold(0.0, f64::max),
+            )
+        })
+        .filter(|a| *a > 0.0)
+        .fold((0.0, 0usize), |(sum, count), a| (sum + a, count + 1));
+    (count > 0).then(|| sum / count as f64)
 }
 
 /// `Σ aᵢbᵢ` over four interleaved partial sums (which lets the loop use SIMD lanes; the order
@@ -644,7 +743,8 @@ fn quadratic_forms_inline<S: pulp::Simd>(
 impl ModelState {
     /// Predictions for the raw input rows `x` (rows × d): `mean_k = φᵀμ_k` and
     /// `variance_k = κ_k (s_k + φᵀΣ_kφ)`, or a structural zero's variance (see [`Predictor`],
-    /// which a server keeps per version). An untrained output predicts 0 with the mean square of
+    /// which a server keeps per version). An untrained output predicts 0, or in proportion to
+    /// the inputs that marked its uses where its zeros are structural, with the mean square of
     /// its non-zero values (the noise floor if it has none), or less on a row where every input
     /// that marked its uses is 0.
     pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {

@@ -974,6 +974,25 @@ impl BatchStatistics {
         }
     }
 
+    /// The markers `U_k` of output `k`: the basis functions non-zero in a row where the output
+    /// was (`B_jk ≠ 0`) and in no more rows than the output is non-zero in (`N − z_j ≤ N_nz,k`),
+    /// if it has been non-zero, the zero rows are kept and it has one. A dye's own lab-dip dose,
+    /// non-zero exactly where the dye was used, is one; a fabric class shared by other rows is
+    /// not (nothing says that the fabric, rather than the colour, called for the dye).
+    pub fn markers(&self, k: usize) -> Option<Vec<usize>> {
+        let zeros = self.zero_rows.as_ref()?;
+        let used = self.nonzero[k];
+        if used <= 0.0 {
+            return None;
+        }
+        // Rows are counted in (forgetting-weighted) floating point: a hair of tolerance.
+        let rare = |j: usize| self.n - zeros.count()[j] <= used * (1.0 + 1e-9);
+        let markers: Vec<usize> = (0..self.dim())
+            .filter(|&j| self.b[(j, k)] != 0.0 && rare(j))
+            .collect();
+        (!markers.is_empty()).then_some(markers)
+    }
+
     /// Whether output `k` is 0 in most rows (`2·N_nz < N`): a dye most recipes do not use,
     /// whose 0 is a structural value rather than a measurement about a level.
     pub fn zero_inflated(&self, k: usize) -> bool {
