@@ -380,7 +380,8 @@ pub async fn delete(
 pub struct OutputPosteriorView {
     #[schema(example = "reactive_red_195")]
     pub name: String,
-    /// False while the output has too few informative rows (it then predicts 0).
+    /// False while the output has too few informative rows (it then predicts 0, or a dye seen in
+    /// one row in proportion to the input that marked its use).
     #[schema(example = true)]
     pub trained: bool,
     /// σ², null while untrained.

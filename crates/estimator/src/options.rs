@@ -19,8 +19,9 @@ pub const DEFAULT_NOISE_FLOOR: f64 = 1e-10;
 /// ([`Self::min_zero_inflated_rows`] for a zero-inflated output, whose noise prior below
 /// keeps its few rows from fitting themselves exactly). An untrained
 /// output predicts 0 (the concentration of a dye that is not in the recipe) with the variance
-/// of its non-zero values, and is fitted by Algorithm 2 on its accumulated statistics as soon as
-/// it has enough rows.
+/// of its non-zero values, or, if it is zero-inflated, in proportion to the input that marked
+/// its use (the predictor's module doc), and is fitted by Algorithm 2 on its accumulated
+/// statistics as soon as it has enough rows.
 ///
 /// # Informative rows and the noise variance
 ///
