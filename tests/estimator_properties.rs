@@ -1842,9 +1842,10 @@ fn a_posterior_forms_on_spectra_that_barely_leave_their_baseline() {
 /// of the rows without it, `(S + v)/(C + 1)`, with row 45's square in `S`. A second dose
 /// column (input 3) marks the same use: the rows where both are 0 are bounded, `C = N − 2`.
 /// Its mean is 0: equal in the one row they marked, with no trained dye to say which dose a
-/// dye follows, the two markers cannot be told apart. Dye 1 was used once, in row 30, whose only mostly-zero input is a fabric class
-/// shared with 19 other rows: no marker, 0 with `v` everywhere. Row by row and through the
-/// blocked products alike; a state without zero rows answers `v` everywhere, as before.
+/// dye follows, the two markers cannot be told apart. Dye 1 was used once, in row 30, whose
+/// only mostly-zero input is a fabric class shared with 19 other rows: no marker, 0 with `v`
+/// everywhere. Row by row and through the blocked products alike; a state without zero rows
+/// answers `v` everywhere, as before.
 #[test]
 fn an_untrained_output_is_sure_of_its_zeros_only_where_its_markers_are_zero() {
     let (n, d) = (60, 5);
@@ -1921,10 +1922,9 @@ proptest! {
     /// dose is to its own lab dose (the others are ten times larger or smaller). Markers scaled
     /// by `t` give `t` times its value whatever the other inputs are; a row where the followed
     /// marker is 0 gives exactly 0. Its variance is the square of its one value, or of its
-    /// answer where that is larger (`t > 1`). With
-    /// no trained dye to say what a followed dose's proportion is, one marker is still
-    /// followed and several are not (0 everywhere). Row by row and through the blocked
-    /// products alike.
+    /// answer where that is larger (`t > 1`). With no trained dye to say what a followed
+    /// dose's proportion is, one marker is still followed and several are not (0 everywhere).
+    /// Row by row, through the blocked products and with rows predicted together alike.
     #[test]
     fn an_untrained_dye_follows_what_marked_its_one_use(
         seed in any::<u64>(),
@@ -1975,7 +1975,12 @@ proptest! {
             _ => 0.0,
         });
         let answered = state.predict(probe.as_ref()).unwrap();
+        let predictor = mordant::estimator::Predictor::new(&state);
+        let together = predictor.predict_each_row(probe.as_ref()).unwrap();
         for r in 0..rows {
+            let alone = predictor.predict(probe.subrows(r, 1)).unwrap();
+            prop_assert_eq!(together.mean[(r, 1)].to_bits(), alone.mean[(0, 1)].to_bits());
+            prop_assert_eq!(together.variance[(r, 1)].to_bits(), alone.variance[(0, 1)].to_bits());
             let mean = answered.mean[(r, 1)];
             let expected = match r % 3 {
                 0 if follows => value,
