@@ -284,6 +284,7 @@ fn untrained_dyes_are_sure_of_their_zeros_only_where_their_markers_are_zero() {
     // answering 0 there, every one within its interval (a least-squares fit on all markers put
     // a shading dye on its row's large dose of another, 1.09 for a true 0.016).
     assert!(wide >= 3, "{wide} marked cells");
+    assert!(marked_zero_error > 0.0, "the marked cells use their dyes");
     assert!(
         marked_error <= 0.1 * marked_zero_error,
         "squared error {marked_error} where 0 would miss by {marked_zero_error}"

@@ -108,8 +108,9 @@ enum Term {
         /// one.
         zero: Option<f64>,
     },
-    /// Predicts its column of `weights` (0, or a marker followed) with this variance, or with
-    /// the second where every marker (the first) is 0 (see the module's doc).
+    /// Predicts its column of `weights` (0, or a marker followed) with this variance (or the
+    /// mean's square where that is larger), or with the second where every marker (the first)
+    /// is 0 (see the module's doc).
     Untrained {
         variance: f64,
         unlike: Option<(Vec<usize>, f64)>,
@@ -523,12 +524,13 @@ fn untrained(
 /// one whose single-coefficient model explains the output best,
 ///
 /// ```text
-/// j = argmax_j  −½ log(1 + a G_jj/s) + a B_jk² / (2 s (s + a G_jj))
+/// j = argmax_j  −½ log(1 + a g/s) + a b² / (2 s (s + a g)),    g = G_jj / N_nz,  b = B_jk / N_nz
 /// ```
 ///
 /// the log evidence of `y_k = β φ_j + ε`, `β ~ N(0, a)`, `ε ~ N(0, s)`, up to the terms every
-/// `j` shares (from one row, `log N(y; 0, s + a φ_j²)`: the marker whose scale matches the
-/// output's). `s` is `v_k` times the zero-inflated noise prior's default fraction and `a` is
+/// `j` shares, for one informative row with the rows' mean products (from one row, `log N(y;
+/// 0, s + a φ_j²)`: the marker whose scale matches the output's; forgetting, which scales the
+/// statistics, leaves the choice alone). `s` is `v_k` times the zero-inflated noise prior's default fraction and `a` is
 /// `scale`, what a followed input's coefficient is in this model ([`marker_scale`]); without it
 /// several markers cannot be told apart and the output follows none.
 fn follow_markers(
@@ -538,17 +540,18 @@ fn follow_markers(
     scale: Option<f64>,
 ) -> Option<(usize, f64)> {
     let totals = state.totals();
-    let (g, b) = (totals.g(), totals.b());
-    let proportion = |j: usize| (j, b[(j, k)] / g[(j, j)]);
+    let (g, b, used) = (totals.g(), totals.b(), totals.nonzero()[k]);
+    let proportion = |j: usize| (g[(j, j)] > 0.0).then(|| (j, b[(j, k)] / g[(j, j)]));
     match (markers, scale) {
         ([], _) => None,
-        ([j], _) => Some(proportion(*j)),
+        ([j], _) => proportion(*j),
         (_, None) => None,
         (_, Some(a)) => {
             let s =
                 state.untrained_variance(k) * FitOptions::default().zero_inflated_noise_fraction;
             let evidence = |j: usize| {
-                let (gjj, bjk) = (g[(j, j)], b[(j, k)]);
+                // Per informative row: forgetting scales the statistics, not the choice.
+                let (gjj, bjk) = (g[(j, j)] / used, b[(j, k)] / used);
                 -0.5 * (a * gjj / s).ln_1p() + a * bjk * bjk / (2.0 * s * (s + a * gjj))
             };
             markers
@@ -557,13 +560,13 @@ fn follow_markers(
                 .map(|j| (j, evidence(j)))
                 .filter(|(_, e)| e.is_finite())
                 .max_by(|x, y| x.1.total_cmp(&y.1))
-                .map(|(j, _)| proportion(j))
+                .and_then(|(j, _)| proportion(j))
         }
     }
 }
 
-/// The mean square, over the trained outputs whose zeros are structural and which have
-/// markers, of each one's largest posterior coefficient on a marker: the prior variance `a` of
+/// The mean square, over the trained zero-inflated outputs which have markers, of each one's
+/// largest posterior coefficient on a marker: the prior variance `a` of
 /// [`follow_markers`], learnt from the outputs that have their rows (a dye's bulk dose follows
 /// its lab-dip dose at about the same proportion from one dye to the next). `None` without
 /// such an output.
@@ -760,6 +763,62 @@ impl ModelState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{BatchStatistics, ModelConfig, Transform};
+
+    /// A dye used once, in a row that also doses a rare shading dye at a fiftieth of its dose
+    /// (both doses mark it), follows its own dose, at the proportion a trained dye's bulk dose
+    /// has to its lab dose; and forgetting, which scales every statistic by the rows' weight,
+    /// changes neither the marker nor the proportion, down to a weight of 10⁻⁶.
+    #[test]
+    fn a_followed_marker_is_chosen_alike_however_faded_its_row() {
+        let n = 40;
+        // Inputs: a dense one, the trained dye's dose, the once-used dye's dose, a shading dose.
+        let x = Mat::from_fn(n, 4, |i, j| match j {
+            0 => 1.0 + 0.1 * (i % 7) as f64,
+            1 if i % 4 == 0 => 0.5 + 0.05 * (i % 9) as f64,
+            2 | 3 if i == 5 => [0.0, 0.0, 2.0, 0.04][j],
+            _ => 0.0,
+        });
+        let y = Mat::from_fn(n, 2, |i, k| match k {
+            0 => 1.02 * x[(i, 1)],
+            _ if i == 5 => 2.1,
+            _ => 0.0,
+        });
+        let basis = Basis::new(4, true, Transform::Identity);
+        let config = ModelConfig::new(basis, 2);
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let state = ModelState::fit(&config, stats.clone()).unwrap();
+        assert!(state.outputs()[0].posterior().is_some());
+        assert!(matches!(state.outputs()[1], OutputState::Untrained));
+        let followed = |state: &ModelState| {
+            let weights = Predictor::new(state).weights().to_owned();
+            (0..weights.nrows())
+                .map(|j| weights[(j, 1)])
+                .collect::<Vec<_>>()
+        };
+        let fresh = followed(&state);
+        assert_eq!(fresh[3], 0.0, "not the shading dose");
+        assert!((fresh[2] - 2.1 / 2.0).abs() < 1e-12, "{fresh:?}");
+        for weight in [0.5, 1e-3, 1e-6] {
+            let mut faded = stats.clone();
+            faded.scale(weight);
+            let faded = ModelState::from_parts(
+                basis,
+                faded,
+                state.outputs().to_vec(),
+                state.predictive(),
+                state.fitted_rows().to_vec(),
+            )
+            .unwrap();
+            let answer = followed(&faded);
+            for (a, b) in answer.iter().zip(&fresh) {
+                assert!(
+                    (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+                    "weight {weight}: {answer:?}"
+                );
+            }
+        }
+    }
 
     /// [`dots`] under the widest instruction set the CPU has.
     struct Dots<'a> {
