@@ -392,8 +392,13 @@ pub struct OutputPosteriorView {
     /// informative rows have doubled.
     #[schema(example = 400.0)]
     pub fitted_rows: Option<f64>,
-    /// Posterior mean of each basis function's weight (same order as `basis`).
+    /// Posterior mean of each basis function's weight (same order as `basis`); zeros while
+    /// untrained.
     pub coefficients: Vec<f64>,
+    /// While untrained, the basis function a zero-inflated output follows and in what
+    /// proportion: its predictions are that input times `proportion` (a dye seen in one row,
+    /// following its lab-dip dose). Null for a trained output and for one that predicts 0.
+    pub follows: Option<FollowedInput>,
     /// The prior family the output was fitted with (`ard`, `ridge` or `smooth`), null while
     /// untrained.
     #[schema(example = "smooth")]
@@ -412,6 +417,16 @@ pub struct OutputPosteriorView {
     /// and prunes it at 0. Prior variances compare directly between inputs on one scale, such
     /// as the bands of a spectrum.
     pub ranked_features: Vec<RankedFeature>,
+}
+
+/// The input an untrained output follows.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FollowedInput {
+    #[schema(example = "lab_red_195")]
+    pub name: String,
+    /// The prediction per unit of the input.
+    #[schema(example = 0.98)]
+    pub proportion: f64,
 }
 
 /// A basis function and its prior variance.
@@ -453,6 +468,7 @@ pub async fn posterior(
     let state = model.state.as_ref().ok_or_else(|| not_trained(&name))?;
     let basis = model.spec.basis_names();
     let coefficients = state.coefficients();
+    let followed = model.predictor.as_deref().map(|p| p.weights());
     let outputs = state
         .outputs()
         .iter()
@@ -468,6 +484,17 @@ pub async fn posterior(
                 noise_variance: post.map(|p| p.noise_variance()),
                 fitted_rows: post.map(|_| state.fitted_rows()[k]),
                 coefficients: coefficients.col(k).iter().copied().collect(),
+                follows: followed
+                    .filter(|_| post.is_none())
+                    .and_then(|w| {
+                        (0..w.nrows())
+                            .find(|&j| w[(j, k)] != 0.0)
+                            .map(|j| (j, w[(j, k)]))
+                    })
+                    .map(|(j, proportion)| FollowedInput {
+                        name: basis[j].clone(),
+                        proportion,
+                    }),
                 prior: post.map(|p| p.prior().family.name().to_owned()),
                 length_scale_nm: post
                     .and_then(|p| p.prior().smooth)

@@ -129,3 +129,57 @@ async fn unknown_models_and_endpoints_are_404_in_the_error_format() {
         .await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 }
+
+/// A dye seen in one row of its model's first batch stays untrained and follows its lab-dip
+/// dose (the input non-zero in that row alone), rather than a shading dose of the same row that
+/// is fifty times smaller: the posterior says which input and in what proportion, and predict
+/// answers that proportion of the dose, 0 without it. A trained dye follows nothing.
+#[tokio::test]
+async fn an_untrained_dye_says_which_input_it_follows() {
+    let app = spawn_app().await;
+    app.create_model(&json!({
+        "name": "dips",
+        "features": ["R400", "lab_red", "lab_blue", "lab_yellow"],
+        "outputs": ["red", "blue"],
+    }))
+    .await;
+    let x: Vec<Vec<f64>> = (0..40)
+        .map(|i| {
+            let red = if i % 4 == 0 { 0.5 + 0.05 * (i % 9) as f64 } else { 0.0 };
+            let (blue, yellow) = if i == 5 { (2.0, 0.04) } else { (0.0, 0.0) };
+            vec![1.0 + 0.1 * (i % 7) as f64, red, blue, yellow]
+        })
+        .collect();
+    let y: Vec<Vec<f64>> = x
+        .iter()
+        .map(|r| vec![1.02 * r[1], if r[2] > 0.0 { 2.1 } else { 0.0 }])
+        .collect();
+    let response = app
+        .post_batch("dips", &json!({"batch_id": "b1", "x": x, "y": y}))
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.wait_for_batch("dips", "b1").await["status"], "folded");
+    // Once this replica serves version 1, its posterior is that version's.
+    app.predict_at("dips", &json!([[1.0, 0.0, 0.0, 0.0]]), 1).await;
+
+    let posterior = get_json(&app.client, &app.url("/v1/models/dips/posterior")).await;
+    let (red, blue) = (&posterior["outputs"][0], &posterior["outputs"][1]);
+    assert_eq!(red["trained"], true);
+    assert_eq!(red["follows"], Value::Null);
+    assert_eq!(blue["trained"], false);
+    assert_eq!(blue["follows"]["name"], "lab_blue");
+    let proportion = blue["follows"]["proportion"].as_f64().unwrap();
+    assert!((proportion - 2.1 / 2.0).abs() < 1e-12, "{proportion}");
+
+    let answer = app
+        .predict_at("dips", &json!([[1.0, 0.0, 1.0, 0.0], [1.0, 0.5, 0.0, 0.3]]), 1)
+        .await;
+    let blue_means: Vec<f64> = answer["predictions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["mean"][1].as_f64().unwrap())
+        .collect();
+    assert!((blue_means[0] - 1.05).abs() < 1e-12, "{blue_means:?}");
+    assert_eq!(blue_means[1], 0.0, "no blue dose: no blue");
+}
