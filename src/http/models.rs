@@ -468,7 +468,6 @@ pub async fn posterior(
     let state = model.state.as_ref().ok_or_else(|| not_trained(&name))?;
     let basis = model.spec.basis_names();
     let coefficients = state.coefficients();
-    let followed = model.predictor.as_deref().map(|p| p.weights());
     let outputs = state
         .outputs()
         .iter()
@@ -484,17 +483,12 @@ pub async fn posterior(
                 noise_variance: post.map(|p| p.noise_variance()),
                 fitted_rows: post.map(|_| state.fitted_rows()[k]),
                 coefficients: coefficients.col(k).iter().copied().collect(),
-                follows: followed
-                    .filter(|_| post.is_none())
-                    .and_then(|w| {
-                        (0..w.nrows())
-                            .find(|&j| w[(j, k)] != 0.0)
-                            .map(|j| (j, w[(j, k)]))
-                    })
-                    .map(|(j, proportion)| FollowedInput {
+                follows: model.predictor.as_deref().and_then(|p| p.follows(k)).map(
+                    |(j, proportion)| FollowedInput {
                         name: basis[j].clone(),
                         proportion,
-                    }),
+                    },
+                ),
                 prior: post.map(|p| p.prior().family.name().to_owned()),
                 length_scale_nm: post
                     .and_then(|p| p.prior().smooth)

@@ -211,6 +211,19 @@ impl Predictor {
         self.weights.as_ref()
     }
 
+    /// The basis function untrained output `k` follows and its proportion (see the module's
+    /// doc); `None` for a trained output and for one that predicts 0.
+    pub fn follows(&self, k: usize) -> Option<(usize, f64)> {
+        if !matches!(self.outputs.get(k)?, Term::Untrained { .. }) {
+            return None;
+        }
+        let column = self.weights.col_as_slice(k);
+        column
+            .iter()
+            .position(|w| *w != 0.0)
+            .map(|j| (j, column[j]))
+    }
+
     /// The noise variance inside output `k`'s predictive variance, `κ_k s_k` (the Student-t's
     /// inflation included, as the variance has it); `None` while it is untrained.
     pub fn noise_variance(&self, k: usize) -> Option<f64> {
