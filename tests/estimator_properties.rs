@@ -1008,6 +1008,41 @@ proptest! {
         assert_symmetric_psd(&post.covariance_active());
     }
 
+    /// The lower trapezoidal factor predictions use is a factor of the posterior covariance
+    /// (`TᵀT = FᵀF = Σ_WW`), with nothing past each row's leading part, for every prior family,
+    /// with a smooth kernel of full rank and one truncated to a few eigenvalues (a length scale
+    /// far longer than the bands), pruned functions and a flat or finite intercept.
+    #[test]
+    fn the_trapezoidal_factor_is_a_factor_of_the_covariance(
+        seed in any::<u64>(), n in 3usize..40, d in 1usize..9, long in any::<bool>(),
+    ) {
+        let (x, y) = random_problem(seed, n, d, 1);
+        let basis = identity_basis(d);
+        let st = stats(&basis, &x, &y);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 31);
+        let mut prior = random_prior(&mut rng, d);
+        if long && let Some(smooth) = prior.smooth.as_mut() {
+            smooth.length = rng.random_range(1e3..1e5);
+        }
+        let s = rng.random_range(0.05..2.0);
+        let post = OutputPosterior::from_statistics(prior, s, st.g(), st.b_col(0)).unwrap();
+        let f = post.covariance_factor();
+        let t = post.covariance_factor_trapezoidal();
+        let (k, w) = (t.nrows(), t.ncols());
+        prop_assert_eq!(w, f.ncols());
+        prop_assert_eq!(k, f.nrows().min(w));
+        for i in 0..k {
+            for j in w - k + i + 1..w {
+                prop_assert_eq!(t[(i, j)], 0.0, "T[{}, {}] past row {}'s leading part", i, j, i);
+            }
+        }
+        let sigma = f.transpose() * &f;
+        let from_t = t.transpose() * &t;
+        let scale = sigma.norm_max().max(f64::MIN_POSITIVE);
+        prop_assert!((&from_t - &sigma).norm_max() <= 1e-12 * scale * w.max(1) as f64,
+            "TᵀT and FᵀF differ by {} (scale {})", (&from_t - &sigma).norm_max(), scale);
+    }
+
     /// With the prior and `s` held fixed, one-step conditioning on batches one after another
     /// equals the one-shot posterior of all rows, for every prior family and a flat intercept.
     #[test]

@@ -306,6 +306,31 @@ impl OutputPosterior {
         f
     }
 
+    /// A lower trapezoidal factor of `Σ_WW`: `T` (k × |W|, `k = min(r, |W|)`) with
+    /// `TᵀT = FᵀF = Σ_WW`, row `i` zero past column `|W| − k + i`, so that `φᵀΣφ = ‖T x‖²`
+    /// takes about half the products `‖F x‖²` does when `F` is dense (a smooth prior's).
+    /// A diagonal prior factor's `F = L⁻¹D` is lower triangular already and is `T`. Otherwise,
+    /// from the QR factorisation of `F` with its columns in reverse order, `F J = Q U` (`U`
+    /// upper trapezoidal, `J` the reversal), `T = J U J`: `‖T x‖ = ‖U J x‖ = ‖F x‖`, by
+    /// Householder reflections, which are backward stable.
+    pub fn covariance_factor_trapezoidal(&self) -> Mat<f64> {
+        let f = self.covariance_factor();
+        if matches!(self.factor, Factor::Diagonal(_)) {
+            return f;
+        }
+        let (r, w) = (f.nrows(), f.ncols());
+        let k = r.min(w);
+        if k == 0 {
+            return Mat::zeros(0, w);
+        }
+        let mut reversed = Mat::from_fn(r, w, |i, j| f[(i, w - 1 - j)]);
+        householder_upper(reversed.as_mut());
+        Mat::from_fn(k, w, |i, j| {
+            let (ui, uj) = (k - 1 - i, w - 1 - j);
+            if uj >= ui { reversed[(ui, uj)] } else { 0.0 }
+        })
+    }
+
     /// `Σ_JJ` on the support (|J| × |J|, in the order of [`Self::active`]), exactly symmetric.
     pub fn covariance_active(&self) -> Mat<f64> {
         let f = self.covariance_factor();
@@ -514,6 +539,33 @@ pub(crate) fn cholesky_lower(mut m: Mat<f64>) -> Result<Mat<f64>, EstimatorError
         }
     }
     Ok(m)
+}
+
+/// Overwrites `a` with the `R` of its QR factorisation in its upper trapezoid (the Householder
+/// vectors below it), computed sequentially: the caller parallelises across outputs, and the
+/// result does not depend on the number of threads.
+fn householder_upper(mut a: faer::MatMut<'_, f64>) {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::qr::no_pivoting::factor::{
+        qr_in_place, qr_in_place_scratch, recommended_block_size,
+    };
+    let (r, w) = (a.nrows(), a.ncols());
+    let block = recommended_block_size::<f64>(r, w);
+    let mut coefficients = Mat::zeros(block, r.min(w));
+    let mut mem = MemBuffer::new(qr_in_place_scratch::<f64>(
+        r,
+        w,
+        block,
+        Par::Seq,
+        Default::default(),
+    ));
+    qr_in_place(
+        a.as_mut(),
+        coefficients.as_mut(),
+        Par::Seq,
+        MemStack::new(&mut mem),
+        Default::default(),
+    );
 }
 
 /// `L⁻¹` of a lower triangular `L`.

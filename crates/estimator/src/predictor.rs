@@ -16,6 +16,12 @@
 //! of `M` is ≥ 1, so `‖L⁻¹‖ ≤ 1` and the inverse amplifies no rounding error; the variance stays
 //! a sum of squares, never below `s_k`, except at a structural zero.
 //!
+//! What is kept is `F_k`'s lower trapezoidal equivalent `T_k` (`T_kᵀT_k = F_kᵀF_k`,
+//! [`super::OutputPosterior::covariance_factor_trapezoidal`]), its rows' leading parts stored one
+//! after the other. Under a diagonal prior `F_k = L⁻¹D^½` is lower triangular and is `T_k`; under
+//! the smooth prior `F_k` is dense, and `T_k`, from its QR factorisation, holds about half its
+//! entries: a wide model's prediction reads half the memory and does half the products.
+//!
 //! A structural zero is that exception. Where the posterior has pruned the intercept (a
 //! zero-inflated output under ARD) and every weighted basis function is 0 in a row (`φ_W = 0`:
 //! a dye the lab recipe does not use), the mean is exactly 0 and `φᵀΣφ = 0`; `s_k` is the noise
@@ -73,7 +79,6 @@ use super::EstimatorError;
 use super::basis::Basis;
 use super::model::{ModelState, OutputState, Predictions};
 use super::options::FitOptions;
-use super::prior::Factor;
 
 /// Requests of at most this many rows are computed row by row.
 const ROW_BY_ROW: usize = 8;
@@ -95,11 +100,9 @@ enum Term {
     Trained {
         noise_variance: f64,
         weighted: Vec<usize>,
-        /// `F_kᵀ` (|W| × r): its column `i` is row `i` of `F_k`, contiguous.
-        factor_t: Mat<f64>,
-        /// Whether `F_k` is lower triangular (a diagonal prior: `L⁻¹ D^½`), so that row `i`
-        /// has its non-zeros in columns `0..=i`.
-        triangular: bool,
+        /// `T_k`, a lower trapezoidal factor of `Σ_WW` (`‖T_k x‖ = ‖F_k x‖`), its rows'
+        /// non-zeros one after the other.
+        factor: Packed,
         /// The flat intercept: its index, `m̄` over `W` and `1/A_ff`.
         flat: Option<(usize, Vec<f64>, f64)>,
         /// `κ_k`.
@@ -134,7 +137,7 @@ impl Predictor {
             .collect();
         let term = |(k, output): (usize, &OutputState)| match output {
             OutputState::Trained(post) => {
-                let factor_t = post.covariance_factor().transpose().to_owned();
+                let factor = Packed::new(post.covariance_factor_trapezoidal().as_ref());
                 let gamma = post.effective_parameters();
                 let flat = post.flat().map(|f| (f.index, f.centre.clone(), f.variance));
                 let inflation = state.predictive().inflation(
@@ -153,8 +156,7 @@ impl Predictor {
                 Term::Trained {
                     noise_variance: post.noise_variance(),
                     weighted: post.weighted().to_vec(),
-                    factor_t,
-                    triangular: matches!(post.factor(), Factor::Diagonal(_)),
+                    factor,
                     flat,
                     inflation,
                     zero,
@@ -264,14 +266,7 @@ impl Predictor {
             .outputs
             .iter()
             .map(|term| match term {
-                Term::Trained {
-                    factor_t,
-                    triangular,
-                    ..
-                } => {
-                    let full = factor_t.nrows() * factor_t.ncols();
-                    if *triangular { full / 2 } else { full }
-                }
+                Term::Trained { factor, .. } => factor.values.len(),
                 Term::Untrained { .. } => 0,
             })
             .sum();
@@ -305,8 +300,7 @@ impl Predictor {
                     Term::Trained {
                         noise_variance,
                         weighted,
-                        factor_t,
-                        triangular,
+                        factor,
                         flat,
                         inflation,
                         zero,
@@ -328,11 +322,10 @@ impl Predictor {
                         match zero {
                             Some(v) if centred.iter().all(|c| *c == 0.0) => *v,
                             _ => {
-                                let quadratic: f64 = (0..factor_t.ncols())
-                                    .map(|i| {
-                                        let end = if *triangular { i + 1 } else { centred.len() };
-                                        let t =
-                                            dot(&factor_t.col_as_slice(i)[..end], &centred[..end]);
+                                let quadratic: f64 = factor
+                                    .rows()
+                                    .map(|row| {
+                                        let t = dot(row, &centred[..row.len()]);
                                         t * t
                                     })
                                     .sum();
@@ -373,8 +366,7 @@ impl Predictor {
                     Term::Trained {
                         noise_variance,
                         weighted,
-                        factor_t,
-                        triangular,
+                        factor,
                         flat,
                         inflation,
                         zero,
@@ -420,7 +412,7 @@ impl Predictor {
                             }
                         }
                         let mut quadratic = [0.0; BLOCK];
-                        quadratic_forms(factor_t, *triangular, &active[..n], &mut quadratic[..n]);
+                        quadratic_forms(factor, &active[..n], &mut quadratic[..n]);
                         for (&b, q) in which[..n].iter().zip(quadratic) {
                             variance[(start + b, k)] =
                                 inflation * (noise_variance + q + flat_part[b]);
@@ -460,22 +452,21 @@ impl Predictor {
                 Term::Trained {
                     noise_variance,
                     weighted,
-                    factor_t,
+                    factor,
                     flat,
                     inflation,
                     zero,
-                    ..
                 } => {
                     let x = Mat::from_fn(rows, weighted.len(), |r, i| match flat {
                         None => phi[(r, weighted[i])],
                         Some((f, centre, _)) => phi[(r, weighted[i])] - phi[(r, *f)] * centre[i],
                     });
-                    let mut t = Mat::zeros(rows, factor_t.ncols());
+                    let mut t = Mat::zeros(rows, factor.k);
                     matmul(
                         t.as_mut(),
                         Accum::Replace,
                         x.as_ref(),
-                        factor_t.as_ref(),
+                        factor.dense_transpose().as_ref(),
                         1.0,
                         Par::Seq,
                     );
@@ -698,25 +689,63 @@ fn add4(a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
     [a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]]
 }
 
-/// `out_r = ‖F x_r‖²` for the rows `x_r` of `F` given as `F_kᵀ`'s columns (each `x_r` of
-/// length `|W|`), summed in the order of a single row's: `Σᵢ (Fᵢ·x_r)²` for `i` upwards, each
-/// product over `0..=i` where `F` is lower triangular.
-fn quadratic_forms(factor_t: &Mat<f64>, triangular: bool, xs: &[&[f64]], out: &mut [f64]) {
+/// A lower trapezoidal `T` (k × w, row `i` zero past column `w − k + i`) stored as its rows'
+/// leading parts one after the other, so that a quadratic form reads one contiguous stream
+/// (half of a square factor's, and no gaps for the prefetcher to stumble on).
+#[derive(Clone, Debug)]
+struct Packed {
+    values: Vec<f64>,
+    k: usize,
+    w: usize,
+}
+
+impl Packed {
+    fn new(t: MatRef<'_, f64>) -> Self {
+        let (k, w) = (t.nrows(), t.ncols());
+        let mut values = Vec::with_capacity(k * (w - k) + k * (k + 1) / 2);
+        for i in 0..k {
+            values.extend((0..Self::len(k, w, i)).map(|j| t[(i, j)]));
+        }
+        Self { values, k, w }
+    }
+
+    /// The length of row `i`'s leading part: `w − k + i + 1`.
+    fn len(k: usize, w: usize, i: usize) -> usize {
+        w - k + i + 1
+    }
+
+    /// Row `i`'s leading part, `i` upwards.
+    fn rows(&self) -> impl Iterator<Item = &[f64]> {
+        let mut rest = self.values.as_slice();
+        (0..self.k).map(move |i| {
+            let (row, tail) = rest.split_at(Self::len(self.k, self.w, i));
+            rest = tail;
+            row
+        })
+    }
+
+    /// `Tᵀ` (w × k) in full, for the blocked products of many rows.
+    fn dense_transpose(&self) -> Mat<f64> {
+        let mut out = Mat::zeros(self.w, self.k);
+        for (i, row) in self.rows().enumerate() {
+            out.col_as_slice_mut(i)[..row.len()].copy_from_slice(row);
+        }
+        out
+    }
+}
+
+/// `out_r = ‖T x_r‖²` for rows `x_r` of length `w`, summed in the order of a single row's:
+/// `Σᵢ (Tᵢ·x_r)²` for `i` upwards, each product over row `i`'s leading part.
+fn quadratic_forms(factor: &Packed, xs: &[&[f64]], out: &mut [f64]) {
     // Compiled again for the widest vectors the CPU has (AVX2 where present): the same
     // additions in the same order on wider lanes (Rust never fuses a multiply and an add), so
     // the same bits on every CPU.
-    pulp::Arch::new().dispatch(QuadraticForms {
-        factor_t,
-        triangular,
-        xs,
-        out,
-    });
+    pulp::Arch::new().dispatch(QuadraticForms { factor, xs, out });
 }
 
 /// [`quadratic_forms`]' arguments, for `pulp` to compile its body once per instruction set.
 struct QuadraticForms<'a> {
-    factor_t: &'a Mat<f64>,
-    triangular: bool,
+    factor: &'a Packed,
     xs: &'a [&'a [f64]],
     out: &'a mut [f64],
 }
@@ -726,28 +755,20 @@ impl pulp::WithSimd for QuadraticForms<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) {
-        quadratic_forms_inline(simd, self.factor_t, self.triangular, self.xs, self.out);
+        quadratic_forms_inline(simd, self.factor, self.xs, self.out);
     }
 }
 
 #[inline(always)]
-fn quadratic_forms_inline<S: pulp::Simd>(
-    simd: S,
-    factor_t: &Mat<f64>,
-    triangular: bool,
-    xs: &[&[f64]],
-    out: &mut [f64],
-) {
+fn quadratic_forms_inline<S: pulp::Simd>(simd: S, factor: &Packed, xs: &[&[f64]], out: &mut [f64]) {
     out.fill(0.0);
     let mut t = [0.0; BLOCK];
     for chunk_start in (0..xs.len()).step_by(BLOCK) {
         let xs = &xs[chunk_start..xs.len().min(chunk_start + BLOCK)];
         let out = &mut out[chunk_start..chunk_start + xs.len()];
         let t = &mut t[..xs.len()];
-        for i in 0..factor_t.ncols() {
-            let column = factor_t.col_as_slice(i);
-            let end = if triangular { i + 1 } else { column.len() };
-            dots(simd, &column[..end], xs, t);
+        for row in factor.rows() {
+            dots(simd, row, xs, t);
             for (o, t) in out.iter_mut().zip(t.iter()) {
                 *o += t * t;
             }
