@@ -309,7 +309,7 @@ impl OutputPosterior {
     /// A lower trapezoidal factor of `Σ_WW`: `T` (k × |W|, `k = min(r, |W|)`) with
     /// `TᵀT = FᵀF = Σ_WW`, row `i` zero past column `|W| − k + i`, so that `φᵀΣφ = ‖T x‖²`
     /// takes about half the products `‖F x‖²` does when `F` is dense (a smooth prior's).
-    /// A diagonal prior factor's `F = L⁻¹D` is lower triangular already and is `T`. Otherwise,
+    /// With a diagonal prior factor `R`, `F` is lower triangular already and is `T`. Otherwise,
     /// from the QR factorisation of `F` with its columns in reverse order, `F J = Q U` (`U`
     /// upper trapezoidal, `J` the reversal), `T = J U J`: `‖T x‖ = ‖U J x‖ = ‖F x‖`, by
     /// Householder reflections, which are backward stable.
