@@ -239,10 +239,10 @@ mod tests {
         Basis, BatchStatistics, ModelConfig, ModelState, PriorFamily, ReflectanceScale, Transform,
     };
 
-    /// A 150-band, 10-output model under the smooth prior: dense factors, about 230,000
-    /// multiply-adds a row.
+    /// A 150-band, 20-output model under the smooth prior: triangular factors of 151 × 150 / 2
+    /// entries, about 230,000 multiply-adds a row.
     fn wide_predictor() -> Arc<Predictor> {
-        let (bands, n, m) = (150, 60, 10);
+        let (bands, n, m) = (150, 60, 20);
         let mut seed = 3u64;
         let mut next = move || {
             seed = seed

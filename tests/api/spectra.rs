@@ -975,7 +975,7 @@ async fn a_wide_spectrum_trains_from_a_small_first_batch() {
 async fn concurrent_predictions_of_a_wide_model_are_each_the_answer_alone() {
     let app = spawn_app().await;
     let grid = json!({"start_nm": 1100, "interval_nm": 2});
-    let nir = json!({"start_nm": 1100, "interval_nm": 2, "count": 300, "scale": "absorbance"});
+    let nir = json!({"start_nm": 1100, "interval_nm": 2, "count": 400, "scale": "absorbance"});
     app.create_model(&json!({
         "name": "nir4", "spectrum": nir, "outputs": ["oil", "water", "protein", "fat"],
         "prior": "smooth",
@@ -984,9 +984,9 @@ async fn concurrent_predictions_of_a_wide_model_are_each_the_answer_alone() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(301);
     let spectrum = |rng: &mut rand_chacha::ChaCha8Rng| -> (Vec<f64>, [f64; 2]) {
         let (a, b) = (rng.random_range(0.0..1.0), rng.random_range(0.0..1.0));
-        let values = (0..300)
+        let values = (0..400)
             .map(|i| {
-                let t = i as f64 / 300.0;
+                let t = i as f64 / 400.0;
                 2.3 + a * (-(t - 0.3).powi(2) / 0.01).exp()
                     + b * (-(t - 0.7).powi(2) / 0.02).exp()
                     + 0.001 * rng.random_range(-1.0..1.0)
