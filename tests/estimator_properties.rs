@@ -1339,6 +1339,63 @@ fn auto_picks_ard_for_a_sparse_truth() {
     assert!(post.weighted().len() < 10, "kept {:?}", post.weighted());
 }
 
+/// ARD's Occam factor is that of its variances (`occam_penalty` of each kept function's `γ_j`)
+/// plus the prior probability of the subset it keeps among the inputs it chose from
+/// (`subset_penalty`): inputs that are exactly 0 are no choice, inputs that vary are, whether
+/// or not ARD keeps them.
+#[test]
+fn ard_pays_for_the_subset_it_keeps_among_its_candidates() {
+    use mordant::estimator::evidence::{EvidenceFit, occam_penalty, subset_penalty};
+    let (d, extra, n) = (30, 200, 400);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let x = Mat::from_fn(n, d + extra, |_, _| rng.random_range(-1.0..1.0));
+    let y = Mat::from_fn(n, 1, |i, _| {
+        3.0 * x[(i, 0)] - 2.0 * x[(i, 7)] + 0.1 * (rng.random::<f64>() - 0.5)
+    });
+    let options = FitOptions::default();
+    let fit = |x: &Mat<f64>| {
+        let basis = identity_basis(x.ncols());
+        let st = stats(&basis, x, &y);
+        let noise = NoisePrior::for_output(&st, 0, Some(basis.dim() - 1), &options);
+        let mut v = vec![1.0; basis.dim()];
+        v[basis.dim() - 1] = f64::INFINITY;
+        evidence(st.output(0), v, st.q()[0] / st.rows(), noise, &options).unwrap()
+    };
+    // Its variances' Occam factor, from the posterior: γ_j = 1 − Σ_jj / v_j.
+    let variances = |f: &EvidenceFit| {
+        let (post, sigma) = (&f.posterior, f.posterior.covariance());
+        let v = post.prior_variance();
+        occam_penalty(
+            post.weighted().iter().map(|&j| 1.0 - sigma[(j, j)] / v[j]),
+            1,
+        )
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+    let narrow = fit(&x.subcols(0, d).to_owned());
+    let kept = narrow.posterior.weighted().len();
+    assert!((2..d).contains(&kept), "{:?}", narrow.posterior.weighted());
+    assert!(close(
+        narrow.occam,
+        variances(&narrow) + subset_penalty(d, kept)
+    ));
+    let zeros = fit(&Mat::from_fn(n, d + extra, |i, j| {
+        if j < d { x[(i, j)] } else { 0.0 }
+    }));
+    assert!(
+        close(zeros.occam, narrow.occam),
+        "{} {}",
+        zeros.occam,
+        narrow.occam
+    );
+    let wide = fit(&x);
+    let kept = wide.posterior.weighted().len();
+    assert!(close(
+        wide.occam,
+        variances(&wide) + subset_penalty(d + extra, kept)
+    ));
+    assert!(subset_penalty(d + extra, kept) > subset_penalty(d, kept) + 20.0);
+}
+
 /// The Student-t predictive: with few informative rows left after the fitted parameters the
 /// predictive variance is `ν/(ν − 2)` times the plug-in one, and it tends to it with many rows.
 #[test]

@@ -30,7 +30,8 @@ pub struct EvidenceFit {
     /// `−2 log p(y | hyperparameters)` at the end, up to a constant shared by every prior of the
     /// same output (see [`neg2_log_evidence`]).
     pub neg2_log_evidence: f64,
-    /// `−2 log` of the Occam factor of the fitted hyperparameters ([`occam_penalty`]).
+    /// `−2 log` of the Occam factor of the fitted hyperparameters ([`occam_penalty`]; under
+    /// ARD also the prior probability of the subset it keeps, [`subset_penalty`]).
     pub occam: f64,
 }
 
@@ -38,7 +39,8 @@ impl EvidenceFit {
     /// `−2 log p(y | family)` to the order of MacKay's approximation: the evidence at the fitted
     /// hyperparameters times their Occam factor. What [`super::PriorFamily::Auto`] compares:
     /// ARD's evidence alone always wins, since it maximises over one hyperparameter per basis
-    /// function, and its Occam factor is what it pays for them.
+    /// function, and its Occam factor is what it pays for them and for its choice of which to
+    /// keep.
     pub fn family_score(&self) -> f64 {
         self.neg2_log_evidence + self.occam
     }
@@ -54,7 +56,8 @@ const LOG_SCALE_RANGE: f64 = 52.0;
 /// `2 log(Δ/σ)`, with `σ` at most √2 (a scale the data sent to its boundary, everything it
 /// governs shrunk away, is still their choice); one chosen among `choices` discrete values (the
 /// smooth prior's length scale) costs `2 log choices`. Pruned ARD variances, which the data
-/// send to their boundary one by one, cost nothing.
+/// send to their boundary one by one, cost nothing here; which of them ARD keeps is charged by
+/// [`subset_penalty`].
 pub fn occam_penalty(gammas: impl Iterator<Item = f64>, choices: usize) -> f64 {
     let scales: f64 = gammas
         .map(|g| {
@@ -63,6 +66,29 @@ pub fn occam_penalty(gammas: impl Iterator<Item = f64>, choices: usize) -> f64 {
         })
         .sum();
     scales + 2.0 * (choices.max(1) as f64).ln()
+}
+
+/// `−2 log` of the prior probability of the subset ARD keeps, `k` of `p` candidate basis
+/// functions, under a prior uniform over how many are kept and, given that, over which (the
+/// multiplicity correction of Bayesian variable selection; Scott & Berger, "Bayes and
+/// empirical-Bayes multiplicity adjustment in the variable-selection problem", 2010):
+///
+/// ```text
+/// 2 [log(p + 1) + log C(p, k)]
+/// ```
+///
+/// ARD chooses which basis functions to keep as well as their variances, and the Occam factor
+/// of the variances ([`occam_penalty`]) does not count that choice. Among hundreds of collinear
+/// inputs and tens of rows, a few can always be found that fit those rows: uncharged, their
+/// evidence beats one shared variance's, and their intervals miss new rows.
+pub fn subset_penalty(candidates: usize, kept: usize) -> f64 {
+    let kept = kept.min(candidates);
+    let (p, k) = (candidates as f64, kept.min(candidates - kept) as f64);
+    // log C(p, k) = Σ_{i=1..k} log((p − k + i) / i), over the smaller of k and p − k.
+    let log_choose: f64 = (1..=k as usize)
+        .map(|i| ((p - k + i as f64) / i as f64).ln())
+        .sum();
+    2.0 * ((p + 1.0).ln() + log_choose)
 }
 
 /// `−2 log evidence = N_c log s + log|M| + E/s` (without `N_c log 2π`), with `M = I + RᵀG_cR/s`
@@ -194,9 +220,12 @@ pub fn evidence(
     // A basis function that is 0 (or, beside a flat intercept, constant) in every row has
     // G_c,jj = 0, hence γ_j = 0: the first iteration would prune it, so do it before paying for
     // the factorisation.
+    let mut candidates = 0;
     for (j, vj) in v.iter_mut().enumerate() {
         if work.g[(j, j)] <= CONSTANT_FEATURE * data.g[(j, j)] {
             *vj = 0.0;
+        } else if Some(j) != flat {
+            candidates += 1;
         }
     }
     let mut s = start_s.max(noise.floor);
@@ -219,6 +248,7 @@ pub fn evidence(
         }
     }
     let (neg2, gammas) = ard_neg2_log_evidence(work, &v, s)?;
+    let kept = v.iter().filter(|vj| **vj > 0.0).count();
     if let Some(f) = flat {
         v[f] = f64::INFINITY;
     }
@@ -229,7 +259,7 @@ pub fn evidence(
         iterations,
         converged,
         neg2_log_evidence: neg2,
-        occam: occam_penalty(gammas.into_iter(), 1),
+        occam: occam_penalty(gammas.into_iter(), 1) + subset_penalty(candidates, kept),
     })
 }
 
@@ -863,6 +893,29 @@ mod tests {
     use faer::Side;
 
     use super::*;
+
+    /// `2 [log(p + 1) + log C(p, k)]`, symmetric in `k` and `p − k`, and growing with the
+    /// candidates for a fixed number kept.
+    #[test]
+    fn the_subset_penalty_is_the_log_prior_of_the_subset() {
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1.0);
+        assert!(close(
+            subset_penalty(5, 2),
+            2.0 * (6.0f64.ln() + 10.0f64.ln())
+        ));
+        assert!(close(subset_penalty(401, 0), 2.0 * 402.0f64.ln()));
+        assert!(close(subset_penalty(401, 401), 2.0 * 402.0f64.ln()));
+        assert!(close(subset_penalty(40, 3), subset_penalty(40, 37)));
+        assert!(close(
+            subset_penalty(30, 1),
+            2.0 * (31.0f64.ln() + 30.0f64.ln())
+        ));
+        assert_eq!(subset_penalty(0, 0), 0.0);
+        for k in 1..10 {
+            assert!(subset_penalty(400, k) > subset_penalty(40, k));
+            assert!(subset_penalty(400, k + 1) > subset_penalty(400, k));
+        }
+    }
 
     /// Rows of a smooth curve plus noise, deterministic.
     fn design(rows: usize, p: usize) -> Mat<f64> {
