@@ -6,14 +6,16 @@
 The service's ridge (named inputs) and smooth (declared spectrum) fits, replicated: flat
 intercept, the prior a·K (K = I for ridge, Matérn-3/2 over the bands at 17 length scales for
 smooth, charged 2 log 17 for the choice), a and σ² = s by the evidence keeping three residual
-degrees of freedom (`named_variants.shared_scale`), and the predictive variance
-κ (s + φᵀΣφ + s/N) with the prior's variance along directions the rows never spanned. Three
-choices of κ are compared on bench/accuracy.py's splits:
+degrees of freedom (`named_variants.shared_scale`: the scale on a grid of 0.25 e-folds, so
+close to the service's fit, not equal), and the predictive variance κ (s + φᵀΣφ + s/N) with
+the prior's variance along directions the rows never spanned. Intervals are ±1.96 standard
+deviations of that variance, as bench/accuracy scores the service's. Three choices of κ are
+compared on bench/accuracy.py's splits:
 
 * residual: ν = N − 1 − γ (at least 3), κ = ν/(ν − 2): the service's (MacKay's effective
   degrees of freedom of σ² with the weights' prior independent of it);
-* conjugate: ν = N − 1: the exact Student-t when the weights' prior scales with σ² (at the
-  evidence's fixed point its scale is the same s);
+* conjugate: ν = N − 1: the Student-t when the weights' prior scales with σ² (at the
+  evidence's fixed point its scale is the same s), here by its variance;
 * plug-in: κ = 1.
 """
 import os

@@ -303,8 +303,9 @@ impl Revival {
     /// Whether that rise pays for the new scale hyperparameter: [`Self::gain`] beyond the
     /// smallest Occam factor one costs in [`EvidenceFit::family_score`] (`2 log(Δ/√2)`, a
     /// variance the data determine to within `√2` e-folds; see [`occam_penalty`]). A test, not
-    /// a bound: the gain holds `s` and the other variances fixed, and a run from another start
-    /// may reach another optimum altogether.
+    /// a bound: the gain holds `s` and the other variances fixed, a run from another start may
+    /// reach another optimum altogether, and the revival's change of [`subset_penalty`] is not
+    /// counted (the second start it triggers is scored with it, so it can only lose).
     pub fn pays_its_occam_factor(&self) -> bool {
         self.gain() > occam_penalty(std::iter::once(1.0), 1)
     }
