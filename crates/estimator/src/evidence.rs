@@ -1,6 +1,8 @@
 //! Algorithm 2: the evidence approximation (type-II maximum likelihood), for every prior family.
 //!
-//! ARD ([`evidence`]) runs MacKay's fixed-point updates, one prior variance per basis function.
+//! ARD ([`evidence`]) runs MacKay's fixed-point updates, one prior variance per basis function,
+//! and moves a variance they would not settle within the iterations left straight to its
+//! optimum (Tipping & Faul's, the others held).
 //! Ridge and smooth ([`SharedScale`]) have one prior scale over a fixed prior shape (and, for
 //! smooth, a length scale among candidates): there the evidence is maximised directly, in the
 //! eigenbasis of the shape's data precision, which finds the same fixed point in one
@@ -189,6 +191,8 @@ const CONSTANT_FEATURE: f64 = 1e-12;
 ///     M = I + D^½ G_c,JJ D^½ / s = L Lᵀ        J = {j : 0 < v_j < ∞}, D = diag(v_J)
 ///     Σ = D^½ M⁻¹ D^½,  μ = Σ b_c,J / s,  γ_j = 1 − (M⁻¹)_jj
 ///     v_j ← μ_j² / γ_j             (v_j ← 0, pruned for good, when γ_j < prune_gamma)
+///     v_j ← v_j + (v′_j − v_j)/γ_j for the one j whose MacKay update v′_j would not settle
+///           within the iterations left (settle_slow_weights; see slowest_to_settle)
 ///     s ← noise_update(RSS, N_inf,c − Σγ),  RSS = μᵀG_cμ − 2μᵀb_c + q_c  (clamped at 0)
 /// until max relative change of v and s < tol, or max_iter
 /// ```
@@ -233,7 +237,12 @@ pub fn evidence(
     let mut converged = false;
     while iterations < options.max_iter {
         iterations += 1;
-        let step = iterate(work, &v, s, options)?;
+        let mut step = iterate(work, &v, s, options)?;
+        if options.settle_slow_weights
+            && let Some(j) = slowest_to_settle(&v, &step, options.max_iter - iterations, options)
+        {
+            step.v[j] = coordinate_optimum(v[j], step.v[j], step.gamma[j]);
+        }
         let s_new = noise_update(step.rss, work.informative - step.gamma_sum, s, noise);
         let change = v
             .iter()
@@ -440,6 +449,8 @@ pub fn noise_update(rss: f64, dof: f64, previous: f64, noise: NoisePrior) -> f64
 
 struct Step {
     v: Vec<f64>,
+    /// `γ_j` at the posterior the step was computed from (0 outside the active set).
+    gamma: Vec<f64>,
     rss: f64,
     gamma_sum: f64,
 }
@@ -454,9 +465,11 @@ fn iterate(
     let active = active_set(v);
     let n = active.len();
     let mut v_new = vec![0.0; v.len()];
+    let mut gamma_full = vec![0.0; v.len()];
     if n == 0 {
         return Ok(Step {
             v: v_new,
+            gamma: gamma_full,
             rss: data.q.max(0.0),
             gamma_sum: 0.0,
         });
@@ -481,6 +494,7 @@ fn iterate(
         mu[j] = sqrt_v[j] * dot;
         let gamma = 1.0 - m_inv_jj;
         gamma_sum += gamma.max(0.0);
+        gamma_full[active[j]] = gamma;
         if gamma >= options.prune_gamma {
             v_new[active[j]] = mu[j] * mu[j] / gamma;
         }
@@ -498,9 +512,74 @@ fn iterate(
     }
     Ok(Step {
         v: v_new,
+        gamma: gamma_full,
         rss,
         gamma_sum,
     })
+}
+
+/// The basis function whose MacKay update would take the most iterations to settle, if that is
+/// more than `remaining`; it then takes its exact coordinate optimum ([`coordinate_optimum`])
+/// instead.
+///
+/// Holding the others fixed, MacKay's update is `u ← u (Q_j²/S_j) / (1 + u)` in `u = v_j S_j`
+/// (Tipping & Faul's `S_j`, `Q_j`, those of the model without `j`), which settles at a rate
+/// `1 − γ_j` towards a positive optimum (`Q_j² > S_j`) and shrinks `u` by `Q_j²/S_j` a step
+/// towards 0 otherwise, so a weight near the boundary `Q_j² ≈ S_j` crawls. The iterations it
+/// needs are estimated from the step's relative change `r_j` and `γ_j`:
+///
+/// ```text
+/// Q_j² > S_j  (v′ > v (1 − γ)):  ln(r_j / tol) / −ln(1 − γ_j)            (r_j falls by 1 − γ_j)
+/// Q_j² ≤ S_j  (v′ ≤ v (1 − γ)):  ln(γ_j / prune_gamma) / −ln(1 − r_j)    (γ_j falls by 1 − r_j)
+/// ```
+///
+/// One basis function per iteration, so that two collinear ones never leave together.
+fn slowest_to_settle(
+    v: &[f64],
+    step: &Step,
+    remaining: usize,
+    options: &FitOptions,
+) -> Option<usize> {
+    let mut slowest: Option<(usize, f64)> = None;
+    for (j, (&old, &new)) in v.iter().zip(&step.v).enumerate() {
+        let gamma = step.gamma[j];
+        if !(old > 0.0 && old.is_finite() && new > 0.0 && gamma < 1.0) {
+            continue;
+        }
+        let r = relative_change(old, new);
+        if r < options.tol {
+            continue;
+        }
+        let iterations = if new > old * (1.0 - gamma) {
+            (r / options.tol).ln() / -(1.0 - gamma).ln()
+        } else {
+            (gamma / options.prune_gamma).ln() / -(1.0 - r).ln()
+        };
+        if iterations > remaining as f64 && slowest.is_none_or(|(_, most)| iterations > most) {
+            slowest = Some((j, iterations));
+        }
+    }
+    slowest.map(|(j, _)| j)
+}
+
+/// The prior variance that maximises the evidence over `v_j` alone, the others and `s` held
+/// (Tipping & Faul 2003), from MacKay's update `v′ = μ_j²/γ_j` at `v_j`: with
+/// `S_j = γ_j / (v_j (1 − γ_j))` and `Q_j = μ_j / (v_j (1 − γ_j))` (the posterior of `w_j` is
+/// `N(Q_j / (1/v_j + S_j), 1/(1/v_j + S_j))`),
+///
+/// ```text
+/// v_j* = (Q_j² − S_j) / S_j² = v_j + (v′ − v_j) / γ_j    when Q_j² > S_j,  else 0
+/// ```
+///
+/// MacKay's step taken `1/γ_j` times: it goes all the way where MacKay's goes `γ_j` of it, and
+/// shares its fixed point.
+fn coordinate_optimum(v: f64, mackay: f64, gamma: f64) -> f64 {
+    let optimum = v + (mackay - v) / gamma;
+    if optimum > 0.0 && optimum.is_finite() {
+        optimum
+    } else {
+        0.0
+    }
 }
 
 /// `|a − b| / max(|a|, |b|)`, 0 when both are 0.
@@ -1113,6 +1192,92 @@ mod tests {
         assert!(worth(&complete).len() < 3, "{:?}", worth(&complete));
         // Nothing pruned, nothing to revive.
         assert!(revivals(data, &[0.8; 7], s).unwrap().is_empty());
+    }
+
+    /// [`coordinate_optimum`], from one MacKay step's `v′_j` and `γ_j`, is Tipping & Faul's best
+    /// variance for `j` with the others held: the one [`revivals`] finds for `j`
+    /// pruned, and no nearby variance (nor 0, nor the variance it started from) has a higher
+    /// evidence.
+    #[test]
+    fn the_coordinate_optimum_maximises_the_evidence_over_one_variance() {
+        let (rows, d) = (40, 6);
+        let x = design(rows, d);
+        let phi = Mat::from_fn(rows, d + 1, |i, j| if j < d { x[(i, j)] } else { 1.0 });
+        let y: Vec<f64> = (0..rows)
+            .map(|i| 2.0 + 20.0 * x[(i, 0)] - 1.5 * x[(i, 2)] + 0.02 * (i % 7) as f64)
+            .collect();
+        let g = phi.transpose() * &phi;
+        let b: Vec<f64> = (0..=d)
+            .map(|j| (0..rows).map(|i| phi[(i, j)] * y[i]).sum())
+            .collect();
+        let q: f64 = y.iter().map(|v| v * v).sum();
+        let data = OutputData {
+            g: g.as_ref(),
+            b: &b,
+            q,
+            n: rows as f64,
+            informative: rows as f64,
+        };
+        let centred = Centred::new(data, Some(d)).unwrap();
+        let s = 0.01;
+        let neg2 = |v: &[f64]| ard_neg2_log_evidence(centred.data(), v, s).unwrap().0;
+        let v = vec![0.8, 0.3, 2.0, 0.05, 1e-3, 0.2, 0.0];
+        let step = iterate(centred.data(), &v, s, &FitOptions::default()).unwrap();
+        let (mut positive, mut zero) = (0, 0);
+        for j in 0..d {
+            let best = coordinate_optimum(v[j], step.v[j], step.gamma[j]);
+            let with = |vj: f64| {
+                let mut w = v.clone();
+                w[j] = vj;
+                neg2(&w)
+            };
+            let mut pruned = v.clone();
+            pruned[j] = 0.0;
+            pruned[d] = f64::INFINITY;
+            let revival = revivals(data, &pruned, s).unwrap();
+            assert_eq!(revival.len(), 1);
+            let at_best = with(best);
+            assert!(at_best <= with(v[j]) + 1e-9, "{j}: {best} against {}", v[j]);
+            if revival[0].raises_evidence() {
+                positive += 1;
+                let (q2, sj) = (revival[0].quality.powi(2), revival[0].sparsity);
+                let expected = (q2 - sj) / (sj * sj);
+                assert!(
+                    (best - expected).abs() <= 1e-8 * expected,
+                    "{j}: {best} against {expected}"
+                );
+                for factor in [0.9, 0.99, 1.01, 1.1] {
+                    assert!(at_best <= with(best * factor) + 1e-9, "{j} at {factor}");
+                }
+                assert!(at_best < with(0.0), "{j}");
+            } else {
+                zero += 1;
+                assert_eq!(best, 0.0, "{j}");
+                for small in [1e-8, 1e-5, 1e-2] {
+                    assert!(at_best <= with(small) + 1e-9, "{j} at {small}");
+                }
+            }
+        }
+        // Both branches are exercised: y uses features 0 and 2 only.
+        assert!(positive >= 2 && zero >= 1, "{positive} {zero}");
+        // S_j and Q_j leave j out, so the optimum is the same from any start of v_j, and it is
+        // where MacKay's update for j alone settles.
+        for j in [0, 2] {
+            let from = |vj: f64| {
+                let mut w = v.clone();
+                w[j] = vj;
+                let step = iterate(centred.data(), &w, s, &FitOptions::default()).unwrap();
+                (step.v[j], coordinate_optimum(vj, step.v[j], step.gamma[j]))
+            };
+            let (_, best) = from(v[j]);
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-8 * b;
+            assert!(close(from(10.0 * v[j]).1, best), "{j}");
+            let mut vj = v[j];
+            for _ in 0..200 {
+                vj = from(vj).0;
+            }
+            assert!(close(vj, best), "{j}: MacKay {vj}, optimum {best}");
+        }
     }
 
     #[test]

@@ -72,6 +72,10 @@ pub struct FitOptions {
     pub max_iter: usize,
     /// Prune basis function `j` (`v_j ← 0` for good) when `γ_j` falls below this.
     pub prune_gamma: f64,
+    /// Whether a basis function whose MacKay update would not settle within the iterations
+    /// left takes its exact coordinate optimum instead (Tipping & Faul; one per iteration, see
+    /// `evidence::slowest_to_settle`). The published algorithm does not.
+    pub settle_slow_weights: bool,
     /// Floor `s_min` of the noise variance, as a fraction of the output's variance (and the
     /// absolute floor of an output without variance).
     pub noise_floor: f64,
@@ -107,6 +111,7 @@ impl Default for FitOptions {
             tol: 1e-6,
             max_iter: 100,
             prune_gamma: 1e-6,
+            settle_slow_weights: true,
             noise_floor: DEFAULT_NOISE_FLOOR,
             noise_prior_rows: 2.0,
             noise_prior_fraction: 0.0,
@@ -134,6 +139,7 @@ impl FitOptions {
             flat_intercept: false,
             student: false,
             refit_growth: 0.0,
+            settle_slow_weights: false,
             ..Self::default()
         }
     }
