@@ -1669,7 +1669,7 @@ fn one_step_refits_hyperparameters_once_the_rows_have_doubled() {
         assert_eq!(hyper(&stepped), hyper(&first), "{prior:?}");
         assert_eq!(stepped.fitted_rows(), &[n as f64]);
 
-        // Never, when asked so.
+        // The same model with refits at row doublings turned off.
         let never = ModelConfig {
             options: FitOptions {
                 refit_growth: 0.0,

@@ -191,8 +191,9 @@ const CONSTANT_FEATURE: f64 = 1e-12;
 ///     M = I + D^½ G_c,JJ D^½ / s = L Lᵀ        J = {j : 0 < v_j < ∞}, D = diag(v_J)
 ///     Σ = D^½ M⁻¹ D^½,  μ = Σ b_c,J / s,  γ_j = 1 − (M⁻¹)_jj
 ///     v_j ← μ_j² / γ_j             (v_j ← 0, pruned for good, when γ_j < prune_gamma)
-///     v_j ← v_j + (v′_j − v_j)/γ_j for the one j whose MacKay update v′_j would not settle
-///           within the iterations left (settle_slow_weights; see slowest_to_settle)
+///     v_j ← v_j + (v′_j − v_j)/γ_j, or 0 (pruned for good) where v′_j ≤ v_j (1 − γ_j), for the
+///           one j whose MacKay update v′_j would not settle within the iterations left
+///           (settle_slow_weights; see slowest_to_settle)
 ///     s ← noise_update(RSS, N_inf,c − Σγ),  RSS = μᵀG_cμ − 2μᵀb_c + q_c  (clamped at 0)
 /// until max relative change of v and s < tol, or max_iter
 /// ```
@@ -238,12 +239,21 @@ pub fn evidence(
     while iterations < options.max_iter {
         iterations += 1;
         let mut step = iterate(work, &v, s, options)?;
+        let s_new = noise_update(step.rss, work.informative - step.gamma_sum, s, noise);
+        // Pruning is for good, and every S_j, Q_j scales with 1/s: settle a variance to 0 only
+        // once s has stopped moving.
+        let noise_settled = relative_change(s, s_new) < options.tol.sqrt();
         if options.settle_slow_weights
-            && let Some(j) = slowest_to_settle(&v, &step, options.max_iter - iterations, options)
+            && let Some(j) = slowest_to_settle(
+                &v,
+                &step,
+                options.max_iter - iterations,
+                noise_settled,
+                options,
+            )
         {
             step.v[j] = coordinate_optimum(v[j], step.v[j], step.gamma[j]);
         }
-        let s_new = noise_update(step.rss, work.informative - step.gamma_sum, s, noise);
         let change = v
             .iter()
             .zip(&step.v)
@@ -520,13 +530,16 @@ fn iterate(
 
 /// The basis function whose MacKay update would take the most iterations to settle, if that is
 /// more than `remaining`; it then takes its exact coordinate optimum ([`coordinate_optimum`])
-/// instead.
+/// instead. One heading for 0, which that optimum prunes for good, only once `noise_settled`.
 ///
-/// Holding the others fixed, MacKay's update is `u ← u (Q_j²/S_j) / (1 + u)` in `u = v_j S_j`
-/// (Tipping & Faul's `S_j`, `Q_j`, those of the model without `j`), which settles at a rate
-/// `1 − γ_j` towards a positive optimum (`Q_j² > S_j`) and shrinks `u` by `Q_j²/S_j` a step
-/// towards 0 otherwise, so a weight near the boundary `Q_j² ≈ S_j` crawls. The iterations it
-/// needs are estimated from the step's relative change `r_j` and `γ_j`:
+/// Holding the others fixed, MacKay's update is `u ← u (Q_j²/S_j) / (1 + u)` in `u = v_j S_j`,
+/// with Tipping & Faul's out-of-model sparsity and quality `S_j`, `Q_j` (those of the model
+/// without `j`, fixed while only `v_j` moves). Towards a positive optimum (`Q_j² > S_j`) it
+/// converges at the rate `1 − γ_j` there; towards 0 (`Q_j² ≤ S_j`) it shrinks `u` by
+/// `(Q_j²/S_j)/(1 + u)` a step. Near the boundary `Q_j² ≈ S_j` both crawl. The iterations left
+/// are estimated from the step's relative change `r_j` and the current `γ_j` (a forecast: the
+/// rates hold near the fixed point, and towards 0 close to the boundary the decay is slower
+/// still):
 ///
 /// ```text
 /// Q_j² > S_j  (v′ > v (1 − γ)):  ln(r_j / tol) / −ln(1 − γ_j)            (r_j falls by 1 − γ_j)
@@ -538,6 +551,7 @@ fn slowest_to_settle(
     v: &[f64],
     step: &Step,
     remaining: usize,
+    noise_settled: bool,
     options: &FitOptions,
 ) -> Option<usize> {
     let mut slowest: Option<(usize, f64)> = None;
@@ -552,8 +566,10 @@ fn slowest_to_settle(
         }
         let iterations = if new > old * (1.0 - gamma) {
             (r / options.tol).ln() / -(1.0 - gamma).ln()
-        } else {
+        } else if noise_settled {
             (gamma / options.prune_gamma).ln() / -(1.0 - r).ln()
+        } else {
+            continue;
         };
         if iterations > remaining as f64 && slowest.is_none_or(|(_, most)| iterations > most) {
             slowest = Some((j, iterations));
@@ -573,8 +589,8 @@ fn slowest_to_settle(
 ///
 /// MacKay's step taken `1/γ_j` times: it goes all the way where MacKay's goes `γ_j` of it, and
 /// shares its fixed point.
-fn coordinate_optimum(v: f64, mackay: f64, gamma: f64) -> f64 {
-    let optimum = v + (mackay - v) / gamma;
+fn coordinate_optimum(v: f64, mackay_update: f64, gamma: f64) -> f64 {
+    let optimum = v + (mackay_update - v) / gamma;
     if optimum > 0.0 && optimum.is_finite() {
         optimum
     } else {
@@ -1011,6 +1027,40 @@ mod tests {
         })
     }
 
+    /// The statistics of rows `x` with an intercept column appended (last) and output `y`.
+    struct WithIntercept {
+        g: Mat<f64>,
+        b: Vec<f64>,
+        q: f64,
+        rows: f64,
+    }
+
+    impl WithIntercept {
+        fn new(x: &Mat<f64>, y: &[f64]) -> Self {
+            let (rows, d) = (x.nrows(), x.ncols());
+            let phi = Mat::from_fn(rows, d + 1, |i, j| if j < d { x[(i, j)] } else { 1.0 });
+            let b = (0..=d)
+                .map(|j| (0..rows).map(|i| phi[(i, j)] * y[i]).sum())
+                .collect();
+            Self {
+                g: phi.transpose() * &phi,
+                b,
+                q: y.iter().map(|v| v * v).sum(),
+                rows: rows as f64,
+            }
+        }
+
+        fn data(&self) -> OutputData<'_> {
+            OutputData {
+                g: self.g.as_ref(),
+                b: &self.b,
+                q: self.q,
+                n: self.rows,
+                informative: self.rows,
+            }
+        }
+    }
+
     fn gram(rows: usize, p: usize) -> Mat<f64> {
         let phi = design(rows, p);
         phi.transpose() * &phi
@@ -1119,19 +1169,8 @@ mod tests {
                 2.0 + x[(i, 0)] - 1.5 * x[(i, 2)] + 0.3 * e
             })
             .collect();
-        let phi = Mat::from_fn(rows, d + 1, |i, j| if j < d { x[(i, j)] } else { 1.0 });
-        let g = phi.transpose() * &phi;
-        let b: Vec<f64> = (0..=d)
-            .map(|j| (0..rows).map(|i| phi[(i, j)] * y[i]).sum())
-            .collect();
-        let q: f64 = y.iter().map(|v| v * v).sum();
-        let data = OutputData {
-            g: g.as_ref(),
-            b: &b,
-            q,
-            n: rows as f64,
-            informative: rows as f64,
-        };
+        let statistics = WithIntercept::new(&x, &y);
+        let data = statistics.data();
         let centred = Centred::new(data, Some(d)).unwrap();
         let s = 0.3 * 0.3 / 12.0;
         let neg2 = |v: &[f64]| {
@@ -1194,6 +1233,53 @@ mod tests {
         assert!(revivals(data, &[0.8; 7], s).unwrap().is_empty());
     }
 
+    /// [`slowest_to_settle`] picks the variance whose MacKay update needs the most iterations,
+    /// only where that is more than the iterations left, and one heading for 0 only once the
+    /// noise has settled.
+    #[test]
+    fn only_a_variance_that_would_not_settle_in_time_is_settled() {
+        let options = FitOptions::default();
+        let step = |new: Vec<f64>, gamma: Vec<f64>| Step {
+            v: new,
+            gamma,
+            rss: 1.0,
+            gamma_sum: 0.0,
+        };
+        // Towards a positive optimum at the rate 1 − γ = 0.99 from r ≈ 0.01: about 915
+        // iterations. Towards 0 with r = 0.5 from γ = 1e-3: about 10.
+        let old = [1.0, 1.0];
+        let crawling = step(vec![1.01, 0.5], vec![0.01, 1e-3]);
+        assert_eq!(
+            slowest_to_settle(&old, &crawling, 1000, true, &options),
+            None
+        );
+        assert_eq!(
+            slowest_to_settle(&old, &crawling, 100, true, &options),
+            Some(0)
+        );
+        assert_eq!(
+            slowest_to_settle(&old, &crawling, 5, true, &options),
+            Some(0)
+        );
+        let pruning = step(vec![1.0 + 1e-7, 0.5], vec![0.01, 1e-3]);
+        assert_eq!(
+            slowest_to_settle(&old, &pruning, 5, true, &options),
+            Some(1)
+        );
+        assert_eq!(slowest_to_settle(&old, &pruning, 5, false, &options), None);
+        assert_eq!(slowest_to_settle(&old, &pruning, 20, true, &options), None);
+        // Of two that crawl, the slower (the smaller γ).
+        let two = step(vec![1.01, 1.01], vec![0.02, 0.01]);
+        assert_eq!(slowest_to_settle(&old, &two, 100, true, &options), Some(1));
+        // Never a pruned, flat or well-determined one.
+        let none = step(vec![0.0, 0.0, 1.01], vec![0.0, 0.0, 0.999]);
+        let with_flat = [1.0, f64::INFINITY, 1.0];
+        assert_eq!(
+            slowest_to_settle(&with_flat, &none, 2, true, &options),
+            None
+        );
+    }
+
     /// [`coordinate_optimum`], from one MacKay step's `v′_j` and `γ_j`, is Tipping & Faul's best
     /// variance for `j` with the others held: the one [`revivals`] finds for `j`
     /// pruned, and no nearby variance (nor 0, nor the variance it started from) has a higher
@@ -1202,22 +1288,11 @@ mod tests {
     fn the_coordinate_optimum_maximises_the_evidence_over_one_variance() {
         let (rows, d) = (40, 6);
         let x = design(rows, d);
-        let phi = Mat::from_fn(rows, d + 1, |i, j| if j < d { x[(i, j)] } else { 1.0 });
         let y: Vec<f64> = (0..rows)
             .map(|i| 2.0 + 20.0 * x[(i, 0)] - 1.5 * x[(i, 2)] + 0.02 * (i % 7) as f64)
             .collect();
-        let g = phi.transpose() * &phi;
-        let b: Vec<f64> = (0..=d)
-            .map(|j| (0..rows).map(|i| phi[(i, j)] * y[i]).sum())
-            .collect();
-        let q: f64 = y.iter().map(|v| v * v).sum();
-        let data = OutputData {
-            g: g.as_ref(),
-            b: &b,
-            q,
-            n: rows as f64,
-            informative: rows as f64,
-        };
+        let statistics = WithIntercept::new(&x, &y);
+        let data = statistics.data();
         let centred = Centred::new(data, Some(d)).unwrap();
         let s = 0.01;
         let neg2 = |v: &[f64]| ard_neg2_log_evidence(centred.data(), v, s).unwrap().0;

@@ -128,7 +128,7 @@ impl Default for FitOptions {
 impl FitOptions {
     /// Algorithm 2 and 3 exactly as published: no noise prior, the intercept shrunk like any
     /// coefficient, every output fitted at once, σ² plugged in, hyperparameters never fitted
-    /// again by one-step updates.
+    /// again by one-step updates, and MacKay's update alone in Algorithm 2.
     pub fn plain() -> Self {
         Self {
             noise_prior_rows: 0.0,
