@@ -530,10 +530,10 @@ fn iterate(
 
 /// The basis function whose MacKay update would take the most iterations to settle, if that is
 /// more than `remaining`; it then takes its exact coordinate optimum ([`coordinate_optimum`])
-/// instead. Only a variance the update shrinks: the optimum of one that grows is far from where
-/// MacKay's update stands whenever it crawls, and jumping to it on a dye seen in a few rows gave
-/// a coefficient the rows barely determine its full variance. One heading for 0, which that
-/// optimum prunes for good, only once `noise_settled`.
+/// instead. Only a variance the update shrinks: jumping a growing one to its optimum gives a
+/// coefficient the rows barely determine all the freedom the evidence allows it at once, and on
+/// a dye seen in a few rows that made wild predictions. One heading for 0, which that optimum
+/// prunes for good, only once `noise_settled`.
 ///
 /// Holding the others fixed, MacKay's update is `u ← u (Q_j²/S_j) / (1 + u)` in `u = v_j S_j`,
 /// with Tipping & Faul's out-of-model sparsity and quality `S_j`, `Q_j` (those of the model
