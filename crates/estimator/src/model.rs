@@ -324,7 +324,7 @@ impl ModelState {
     /// enough informative rows.
     pub fn fit(config: &ModelConfig, stats: BatchStatistics) -> Result<Self, EstimatorError> {
         check_config(config, &stats)?;
-        let fitter = Fitter::new(config, &stats, true)?;
+        let fitter = Fitter::new(config, &stats, |k| Fitter::ready(config, &stats, k))?;
         let outputs = (0..config.outputs)
             .into_par_iter()
             .map(|k| fitter.fit_output(k, None))
@@ -373,16 +373,11 @@ impl ModelState {
                 && totals.informative_rows(k) >= growth * (weight * self.fitted_rows[k]).max(1.0);
             current && (kind_changed || outgrown)
         };
-        let fits = config.update == UpdateMethod::Refit
-            || self
-                .outputs
-                .iter()
-                .enumerate()
-                .any(|(k, output)| match output {
-                    OutputState::Untrained => Fitter::ready(config, &totals, k),
-                    OutputState::Trained(post) => stale(k, post),
-                });
-        let fitter = Fitter::new(config, &totals, fits)?;
+        let fitter = Fitter::new(config, &totals, |k| match &self.outputs[k] {
+            OutputState::Untrained => Fitter::ready(config, &totals, k),
+            OutputState::Trained(_) if config.update == UpdateMethod::Refit => true,
+            OutputState::Trained(post) => stale(k, post),
+        })?;
         let refitted = |k: usize, warm: Option<&OutputPosterior>| {
             let output = fitter.fit_output(k, warm)?;
             let rows = Self::rows_fitted_on(&totals, k, &output);
@@ -424,7 +419,9 @@ impl ModelState {
     /// is the warm start (beside the configured one, as above).
     pub fn refit(&self, config: &ModelConfig) -> Result<Self, EstimatorError> {
         check_config(config, &self.totals)?;
-        let fitter = Fitter::new(config, &self.totals, true)?;
+        let fitter = Fitter::new(config, &self.totals, |k| {
+            self.outputs[k].posterior().is_some() || Fitter::ready(config, &self.totals, k)
+        })?;
         let outputs = self
             .outputs
             .par_iter()
@@ -536,13 +533,17 @@ struct Fitter<'a> {
 }
 
 impl<'a> Fitter<'a> {
-    /// `fits`: whether any output will be fitted (else nothing is prepared).
+    /// `fitted(k)`: whether output `k` will be fitted. The shared shapes are prepared only if
+    /// one of those may use them: an output whose zeros are structural is fitted by ARD alone,
+    /// and on the dyeing data most are, so a batch that refits only such outputs skips the
+    /// shapes' eigendecompositions (the bulk of a one-step update that refits a few dyes).
     fn new(
         config: &'a ModelConfig,
         stats: &'a BatchStatistics,
-        fits: bool,
+        fitted: impl Fn(usize) -> bool,
     ) -> Result<Self, EstimatorError> {
-        let shared = if fits && config.prior != PriorFamily::Ard {
+        let shares = (0..config.outputs).any(|k| fitted(k) && !config.structural_zeros(stats, k));
+        let shared = if shares && config.prior != PriorFamily::Ard {
             Some(SharedScale::prepare(
                 config.prior,
                 config.bands(),
@@ -671,5 +672,70 @@ impl<'a> Fitter<'a> {
             _ => fit,
         };
         Ok(OutputState::Trained(Box::new(fit.posterior)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Transform;
+    use faer::Mat;
+
+    /// 40 rows of three inputs and an intercept; output 0 non-zero in every row, output 1 in
+    /// every fourth (zero-inflated: its zeros are structural under `auto`).
+    fn dense_and_sparse() -> (ModelConfig, BatchStatistics) {
+        let rows = 40;
+        let x = |i: usize, j: usize| ((i * (j + 3)) as f64 * 0.37 + j as f64).sin();
+        let phi = Mat::from_fn(rows, 4, |i, j| if j == 3 { 1.0 } else { x(i, j) });
+        let y = Mat::from_fn(rows, 2, |i, k| {
+            let level = 1.0 + 0.5 * x(i, 0) - 0.3 * x(i, 2) + 0.01 * x(i + 7, 1);
+            match k {
+                0 => level,
+                _ if i % 4 == 0 => 0.2 * level,
+                _ => 0.0,
+            }
+        });
+        let stats = BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap();
+        let config = ModelConfig::new(Basis::new(3, true, Transform::Identity), 2);
+        (config, stats)
+    }
+
+    /// The shared shapes are prepared only when an output that may use them is fitted, and an
+    /// output fitted by ARD alone gets the same bits either way.
+    #[test]
+    fn shared_shapes_are_prepared_only_for_outputs_that_can_use_them() {
+        let (config, stats) = dense_and_sparse();
+        assert!(!stats.zero_inflated(0) && stats.zero_inflated(1));
+        assert!(config.structural_zeros(&stats, 1));
+        let every = Fitter::new(&config, &stats, |_| true).unwrap();
+        let sparse_only = Fitter::new(&config, &stats, |k| k == 1).unwrap();
+        let dense_only = Fitter::new(&config, &stats, |k| k == 0).unwrap();
+        assert!(every.shared.is_some());
+        assert!(sparse_only.shared.is_none());
+        assert!(dense_only.shared.is_some());
+        assert!(
+            Fitter::new(&config, &stats, |_| false)
+                .unwrap()
+                .shared
+                .is_none()
+        );
+        let ard = ModelConfig {
+            prior: PriorFamily::Ard,
+            ..config.clone()
+        };
+        assert!(
+            Fitter::new(&ard, &stats, |_| true)
+                .unwrap()
+                .shared
+                .is_none()
+        );
+
+        let sparse = sparse_only.fit_output(1, None).unwrap();
+        assert!(matches!(sparse, OutputState::Trained(_)));
+        assert_eq!(sparse, every.fit_output(1, None).unwrap());
+        assert_eq!(
+            dense_only.fit_output(0, None).unwrap(),
+            every.fit_output(0, None).unwrap()
+        );
     }
 }
