@@ -16,6 +16,7 @@
 
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Mat, MatRef, Par};
+use rayon::prelude::*;
 
 use super::posterior::{OutputPosterior, active_set, lower_inverse, scaled_precision_factor};
 
@@ -769,18 +770,21 @@ impl SharedScale {
                     _ => 0.0,
                 })
                 .collect();
-            for length in LENGTH_SCALES
-                .iter()
+            // The shapes are independent: formed in parallel, kept in the scales' order.
+            let smooth_shapes = LENGTH_SCALES
+                .par_iter()
                 .copied()
                 .filter(|l| *l <= 2.0 * bands as f64)
-            {
-                shapes.push(Shape::new(
-                    FittedFamily::Smooth,
-                    Some(Smooth { bands, length }),
-                    unit_variance.clone(),
-                    z.as_ref(),
-                )?);
-            }
+                .map(|length| {
+                    Shape::new(
+                        FittedFamily::Smooth,
+                        Some(Smooth { bands, length }),
+                        unit_variance.clone(),
+                        z.as_ref(),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            shapes.extend(smooth_shapes);
         }
         Ok(Self { shapes, flat })
     }
