@@ -770,7 +770,8 @@ impl SharedScale {
                     _ => 0.0,
                 })
                 .collect();
-            // The shapes are independent: formed in parallel, kept in the scales' order.
+            // The shapes are independent, so they are formed in parallel; they stay in the
+            // scales' order because `fit` keeps the first of equal evidences.
             let smooth_shapes = LENGTH_SCALES
                 .par_iter()
                 .copied()

@@ -535,8 +535,8 @@ struct Fitter<'a> {
 impl<'a> Fitter<'a> {
     /// `fitted(k)`: whether output `k` will be fitted. The shared shapes are prepared only if
     /// one of those may use them: an output whose zeros are structural is fitted by ARD alone,
-    /// and on the dyeing data most are, so a batch that refits only such outputs skips the
-    /// shapes' eigendecompositions (the bulk of a one-step update that refits a few dyes).
+    /// so a batch that refits only such outputs has no use for the shapes' eigendecompositions.
+    /// Nor can their failure fail it.
     fn new(
         config: &'a ModelConfig,
         stats: &'a BatchStatistics,
@@ -593,6 +593,10 @@ impl<'a> Fitter<'a> {
         // intercept is a coefficient like the others, and `auto` fits it by ARD alone.
         let structural_zeros = config.structural_zeros(stats, k);
         let flat = config.output_flat_intercept(stats, k);
+        debug_assert!(
+            self.shared.is_some() || structural_zeros || config.prior == PriorFamily::Ard,
+            "output {k} is fitted but `Fitter::new` was told it would not be"
+        );
         let shared_fit = match &self.shared {
             Some(shared) if !structural_zeros => Some(shared.fit(data, noise)?),
             _ => None,
@@ -681,23 +685,28 @@ mod tests {
     use crate::Transform;
     use faer::Mat;
 
-    /// 40 rows of three inputs and an intercept; output 0 non-zero in every row, output 1 in
-    /// every fourth (zero-inflated: its zeros are structural under `auto`).
-    fn dense_and_sparse() -> (ModelConfig, BatchStatistics) {
-        let rows = 40;
+    /// Rows `from..from + rows` of three inputs and an intercept; output 0 non-zero in every
+    /// row, output 1 in every row whose index is a multiple of `every`.
+    fn rows(from: usize, rows: usize, every: usize) -> BatchStatistics {
         let x = |i: usize, j: usize| ((i * (j + 3)) as f64 * 0.37 + j as f64).sin();
-        let phi = Mat::from_fn(rows, 4, |i, j| if j == 3 { 1.0 } else { x(i, j) });
+        let phi = Mat::from_fn(rows, 4, |i, j| if j == 3 { 1.0 } else { x(from + i, j) });
         let y = Mat::from_fn(rows, 2, |i, k| {
+            let i = from + i;
             let level = 1.0 + 0.5 * x(i, 0) - 0.3 * x(i, 2) + 0.01 * x(i + 7, 1);
             match k {
                 0 => level,
-                _ if i % 4 == 0 => 0.2 * level,
+                _ if i.is_multiple_of(every) => 0.2 * level,
                 _ => 0.0,
             }
         });
-        let stats = BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap();
+        BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
+    }
+
+    /// 40 rows; output 1 non-zero in every fourth (zero-inflated: its zeros are structural
+    /// under `auto`).
+    fn dense_and_sparse() -> (ModelConfig, BatchStatistics) {
         let config = ModelConfig::new(Basis::new(3, true, Transform::Identity), 2);
-        (config, stats)
+        (config, rows(0, 40, 4))
     }
 
     /// The shared shapes are prepared only when an output that may use them is fitted, and an
@@ -737,5 +746,31 @@ mod tests {
             dense_only.fit_output(0, None).unwrap(),
             every.fit_output(0, None).unwrap()
         );
+    }
+
+    /// Through the callers (whose predicates `fit_output` checks in debug builds): a batch of
+    /// 10 rows, each non-zero in output 1, doubles that output's informative rows and not the
+    /// dense output's, so one step refits the sparse output alone; a refit update, and a refit
+    /// after it, fit both.
+    #[test]
+    fn a_batch_that_outgrows_only_a_sparse_output_refits_it_alone() {
+        let (config, first) = dense_and_sparse();
+        let state = ModelState::fit(&config, first).unwrap();
+        assert_eq!(state.fitted_rows(), &[40.0, 10.0]);
+        let batch = rows(40, 10, 1);
+        let stepped = state.update(&config, &batch).unwrap();
+        assert!(stepped.totals().zero_inflated(1));
+        assert_eq!(stepped.fitted_rows(), &[40.0, 20.0]);
+        assert_ne!(stepped.outputs()[1], state.outputs()[1]);
+        let refit = ModelConfig {
+            update: UpdateMethod::Refit,
+            ..config.clone()
+        };
+        let updated = state.update(&refit, &batch).unwrap();
+        assert_eq!(updated.fitted_rows(), &[50.0, 20.0]);
+        // The dense output's ridge fit depends on the statistics alone.
+        let again = updated.refit(&config).unwrap();
+        assert_eq!(again.fitted_rows(), &[50.0, 20.0]);
+        assert_eq!(again.outputs()[0], updated.outputs()[0]);
     }
 }
