@@ -373,10 +373,13 @@ impl ModelState {
                 && totals.informative_rows(k) >= growth * (weight * self.fitted_rows[k]).max(1.0);
             current && (kind_changed || outgrown)
         };
+        // A trained output is fitted again under refit updates, or once stale; else one step.
+        let refits = |k: usize, post: &OutputPosterior| {
+            config.update == UpdateMethod::Refit || stale(k, post)
+        };
         let fitter = Fitter::new(config, &totals, |k| match &self.outputs[k] {
             OutputState::Untrained => Fitter::ready(config, &totals, k),
-            OutputState::Trained(_) if config.update == UpdateMethod::Refit => true,
-            OutputState::Trained(post) => stale(k, post),
+            OutputState::Trained(post) => refits(k, post),
         })?;
         let refitted = |k: usize, warm: Option<&OutputPosterior>| {
             let output = fitter.fit_output(k, warm)?;
@@ -387,19 +390,16 @@ impl ModelState {
             .outputs
             .par_iter()
             .enumerate()
-            .map(|(k, output)| match (output, config.update) {
-                (OutputState::Trained(post), UpdateMethod::OneStep) if stale(k, post) => {
-                    refitted(k, Some(post))
-                }
-                (OutputState::Trained(post), UpdateMethod::OneStep) => {
+            .map(|(k, output)| match output {
+                OutputState::Trained(post) if refits(k, post) => refitted(k, Some(post)),
+                OutputState::Trained(post) => {
                     let noise = noise_prior(config, &totals, k);
                     let data = batch.output(k);
                     let kept = weight * self.fitted_rows[k];
                     one_step(post, informative_before[k], data, weight, noise)
                         .map(|p| (OutputState::Trained(Box::new(p)), kept))
                 }
-                (OutputState::Trained(post), UpdateMethod::Refit) => refitted(k, Some(post)),
-                (OutputState::Untrained, _) => refitted(k, None),
+                OutputState::Untrained => refitted(k, None),
             })
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
