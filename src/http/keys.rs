@@ -35,7 +35,7 @@ const MAX_NAME_CHARS: usize = 100;
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(example = json!({"name": "mes-line-3", "scopes": ["ingest"]}))]
 pub struct CreateKey {
-    /// What the key is for (1 to 100 characters, not only spaces).
+    /// What the key is for (1 to 100 characters, not only spaces, no control characters).
     #[schema(min_length = 1, max_length = 100, pattern = r"\S")]
     pub name: String,
     /// `admin`, `ingest` and/or `predict`, each at most once.
@@ -235,6 +235,12 @@ fn parse_create(body: &Value) -> Result<(String, Vec<Scope>), ApiError> {
                 "/name",
                 format!("must be at most {MAX_NAME_CHARS} characters"),
             );
+            String::new()
+        }
+        // PostgreSQL's text cannot hold a NUL, and no other control character belongs in a
+        // name that lists and logs show.
+        Some(Value::String(s)) if s.chars().any(char::is_control) => {
+            details.push("/name", "must not contain control characters");
             String::new()
         }
         Some(Value::String(s)) => s.clone(),

@@ -401,3 +401,46 @@ async fn a_caller_learns_what_its_key_may_do() {
         json!({"name": null, "scopes": ["admin"], "enforced": false})
     );
 }
+
+/// A key name with a control character (a NUL, which PostgreSQL's text cannot store, a newline,
+/// a tab) is refused with its path, on either store, and no key is made.
+#[tokio::test]
+async fn a_key_name_with_control_characters_is_refused() {
+    let app = spawn_configured(|s| s.auth.admin_key = ADMIN_KEY.into()).await;
+    let keys = || async {
+        let response = call(&app.client, &app.address, "GET", "/v1/keys", None, Some(ADMIN_KEY)).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json::<Value>().await.unwrap()
+    };
+    let before = keys().await;
+    for name in ["line\u{0}3", "line\n3", "\tline 3", "line 3\u{7f}"] {
+        let response = call(
+            &app.client,
+            &app.address,
+            "POST",
+            "/v1/keys",
+            Some(&json!({"name": name, "scopes": ["ingest"]})),
+            Some(ADMIN_KEY),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{name:?}");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["details"][0]["path"], "/name", "{error}");
+        assert_eq!(
+            error["error"]["details"][0]["message"],
+            "must not contain control characters"
+        );
+    }
+    assert_eq!(keys().await, before);
+    // A name of letters from other scripts, spaces inside, is fine.
+    let made = call(
+        &app.client,
+        &app.address,
+        "POST",
+        "/v1/keys",
+        Some(&json!({"name": "Färberei Linie 3 · 染色", "scopes": ["ingest"]})),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(made.status(), StatusCode::CREATED);
+}
