@@ -70,6 +70,18 @@ async fn schemathesis_finds_nothing() {
         .await
         .unwrap();
     assert_eq!(growing.status(), 201);
+    // The fuzzed `DELETE` removes a model of its own: under the pinned name it can remove the
+    // trained one, and the operations after it would meet a missing model, or an untrained one
+    // made again from the document's example.
+    let doomed = app
+        .client
+        .post(app.url("/v1/models"))
+        .bearer_auth(ADMIN_KEY)
+        .json(&json!({"name": "cotton-doomed", "features": ["R400"], "outputs": ["red"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(doomed.status(), 201);
 
     // The long run on PostgreSQL; the embedded store gets a shorter one of the same checks.
     let (examples, at_least) = match crate::BACKEND {
@@ -102,6 +114,8 @@ async fn schemathesis_finds_nothing() {
              generation.max-examples = {growing_examples}\n\n\
              [[operations]]\ninclude-operation-id = [\"docs_asset\", \"console_asset\", \"list_versions\"]\n\
              generation.max-examples = {page_examples}\n\n\
+             [[operations]]\ninclude-operation-id = \"delete_model\"\n\
+             parameters = {{ \"path.name\" = \"cotton-doomed\" }}\n\n\
              [[operations]]\ninclude-operation-id = \"restore_version\"\n\
              checks.negative_data_rejection.expected-statuses = [201, 400, 404, 409, 422]\n"
         ),
@@ -152,5 +166,19 @@ async fn schemathesis_finds_nothing() {
         .unwrap_or_else(|| panic!("unreadable summary {line:?}"));
     assert!(line.contains(&format!("{generated} passed")), "{line}");
     assert!(generated >= at_least, "only {generated} cases: {line}");
+    // The generated requests met the trained model to the end.
+    let model = app
+        .client
+        .get(app.url("/v1/models/cotton-reactive"))
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(model.status(), 200, "the seeded model is gone");
+    let model: serde_json::Value = model.json().await.unwrap();
+    assert!(
+        model["version"].as_i64().is_some_and(|v| v >= 1),
+        "the seeded model is untrained: {model}"
+    );
     eprintln!("schemathesis: {}", line.trim());
 }
