@@ -2,8 +2,9 @@
 //! (`database.full_state_every`) is read back by replaying its folds and checking the digest of
 //! the state they give, and it may be replayed on another machine than the one that wrote it: a
 //! replica, or the service moved to a host with more cores. So the first fit, a one-step update
-//! and a refit must give the same bits with the linear algebra run sequentially and in parallel,
-//! on any number of rayon threads.
+//! and a refit must give the same bits whether faer is told to run sequentially or on 2 to 4
+//! threads, and on rayon pools of 1 to 4 threads (the outputs, and the smooth prior's shapes,
+//! are fitted in parallel).
 //!
 //! Its own test binary: it sets faer's process-wide parallelism, which would change the threads
 //! (not the results, as these tests show) of other tests running beside it; its two tests take
