@@ -6,9 +6,8 @@
 //! when `st` is on the PATH. Two checks are left out, because the document cannot express what
 //! they assume: `positive_data_acceptance` (a schema-valid batch must also have as many columns
 //! as *this* model has features, and CSV bodies are only "a string" to JSON Schema) and
-//! `ensure_resource_availability` (the run pins `{name}` to a seeded model, which the fuzzed
-//! `DELETE` may remove, so a model created under another name is looked up under the pinned
-//! one).
+//! `ensure_resource_availability` (the run pins `{name}` to seeded models, so a model created
+//! under another name is looked up under a pinned one).
 
 use std::time::Duration;
 
