@@ -59,28 +59,20 @@ async fn schemathesis_finds_nothing() {
 
     // Growing a trained model writes a full state per request: the fuzzed requests that grow a
     // model, or give it a successor, go to an untrained one, which answers from its
-    // specification alone.
-    let growing = app
-        .client
-        .post(app.url("/v1/models"))
-        .bearer_auth(ADMIN_KEY)
-        .json(&json!({"name": "cotton-growing", "features": ["R400"], "outputs": ["red"]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(growing.status(), 201);
-    // The fuzzed `DELETE` removes a model of its own: under the pinned name it can remove the
-    // trained one, and the operations after it would meet a missing model, or an untrained one
-    // made again from the document's example.
-    let doomed = app
-        .client
-        .post(app.url("/v1/models"))
-        .bearer_auth(ADMIN_KEY)
-        .json(&json!({"name": "cotton-doomed", "features": ["R400"], "outputs": ["red"]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(doomed.status(), 201);
+    // specification alone. The fuzzed `DELETE` removes a model of its own: under the pinned
+    // name it can remove the trained one, and the operations after it would meet a missing
+    // model, or an untrained one made again from the document's example.
+    for name in ["cotton-growing", "cotton-doomed"] {
+        let created = app
+            .client
+            .post(app.url("/v1/models"))
+            .bearer_auth(ADMIN_KEY)
+            .json(&json!({"name": name, "features": ["R400"], "outputs": ["red"]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201, "{name}");
+    }
 
     // The long run on PostgreSQL; the embedded store gets a shorter one of the same checks.
     let (examples, at_least) = match crate::BACKEND {
