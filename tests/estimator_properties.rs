@@ -8,6 +8,7 @@ use mordant::estimator::drift::{gram_root, trace_by_covariance};
 use mordant::estimator::evidence::{evidence, revivals};
 use mordant::estimator::forward::forward_statistics;
 use mordant::estimator::incremental::{condition, one_step};
+use mordant::estimator::model::Predictive;
 use mordant::estimator::recipe::nnls;
 use mordant::estimator::statistics::MIN_LEVEL;
 use mordant::estimator::{
@@ -129,6 +130,32 @@ fn inflation(state: &ModelState, k: usize) -> f64 {
         usize::from(post.flat().is_some()),
         post.effective_parameters(),
     )
+}
+
+/// Output `k`'s predictive variance at `phi` by the textbook: with `Σ` and the data's precision
+/// `A` on the support, `φᵀΣφ` splits into the part the noise drives, `φᵀΣAΣφ`, and the prior's,
+/// the rest; `κ` inflates the first and `s` only ([`Predictive::StudentNoise`]), or everything.
+fn textbook_variance(state: &ModelState, k: usize, phi: &[f64]) -> f64 {
+    let post = state.outputs()[k].posterior().expect("trained");
+    let (support, sigma, a) = (
+        post.active(),
+        post.covariance_active(),
+        post.precision_data(),
+    );
+    let n = support.len();
+    let f: Vec<f64> = support.iter().map(|&j| phi[j]).collect();
+    let sf: Vec<f64> = (0..n)
+        .map(|i| (0..n).map(|j| sigma[(i, j)] * f[j]).sum())
+        .collect();
+    let total: f64 = f.iter().zip(&sf).map(|(a, b)| a * b).sum();
+    let driven: f64 = (0..n)
+        .map(|i| (0..n).map(|j| sf[i] * a[(i, j)] * sf[j]).sum::<f64>())
+        .sum();
+    let (kappa, s) = (inflation(state, k), post.noise_variance());
+    match state.predictive() {
+        Predictive::StudentNoise => kappa * (s + driven) + (total - driven),
+        _ => kappa * (s + total),
+    }
 }
 
 fn assert_state_finite(state: &ModelState, x: &Mat<f64>) {
@@ -266,8 +293,8 @@ proptest! {
     }
 
     /// Predictions (row by row for a few rows, blocked products for many) are the textbook
-    /// `φᵀμ` and `s + φᵀΣφ` with the full covariance `Σ`, and a row predicts the same alone as
-    /// among many others.
+    /// `φᵀμ` and `κ (s + φᵀΣAΣφ) + φᵀΣA₀⁻¹Σφ` with the full covariance `Σ` (see
+    /// `textbook_variance`), and a row predicts the same alone as among many others.
     #[test]
     fn predictions_match_the_textbook_formula(
         seed in any::<u64>(), n in 10usize..60, d in 1usize..8, m in 1usize..4, probe_rows in 1usize..20,
@@ -281,18 +308,16 @@ proptest! {
         let phi = basis.design(probe.as_ref()).unwrap();
         for (k, output) in state.outputs().iter().enumerate() {
             let Some(post) = output.posterior() else { continue };
-            let sigma = post.covariance();
+            prop_assert_eq!(state.predictive(), Predictive::StudentNoise);
             for r in 0..probe_rows {
                 let f: Vec<f64> = (0..basis.dim()).map(|j| phi[(r, j)]).collect();
                 let mean: f64 = f.iter().zip(post.mean()).map(|(a, b)| a * b).sum();
-                let quad: f64 = (0..f.len())
-                    .map(|i| (0..f.len()).map(|j| f[i] * sigma[(i, j)] * f[j]).sum::<f64>())
-                    .sum();
                 let scale = f.iter().map(|v| v.abs()).sum::<f64>().max(1.0);
                 prop_assert!((pred.mean[(r, k)] - mean).abs() <= 1e-10 * scale * scale * (1.0 + mean.abs()));
-                let variance = inflation(&state, k) * (post.noise_variance() + quad);
-                prop_assert!((pred.variance[(r, k)] - variance).abs() <= 1e-9 * variance);
-                prop_assert!(pred.variance[(r, k)] >= post.noise_variance());
+                let variance = textbook_variance(&state, k, &f);
+                prop_assert!((pred.variance[(r, k)] - variance).abs() <= 1e-9 * variance,
+                    "{} against {}", pred.variance[(r, k)], variance);
+                prop_assert!(pred.variance[(r, k)] >= inflation(&state, k) * post.noise_variance());
             }
         }
         let alone = state.predict(rows(&probe, 0..1).as_ref()).unwrap();
@@ -432,11 +457,11 @@ proptest! {
             let phi = basis.design(probe.as_ref()).unwrap();
             for (k, output) in state.outputs().iter().enumerate() {
                 let Some(post) = output.posterior() else { continue };
-                let kappa = inflation(state, k);
+                prop_assert!(post.noise_variance() > 0.0);
                 for i in 0..probe.nrows() {
                     let row: Vec<f64> = (0..basis.dim()).map(|j| phi[(i, j)]).collect();
-                    let single = kappa * (post.noise_variance() + post.weight_variance(&row));
-                    prop_assert!((single - pred.variance[(i, k)]).abs() <= 1e-12 * single);
+                    let single = textbook_variance(state, k, &row);
+                    prop_assert!((single - pred.variance[(i, k)]).abs() <= 1e-9 * single);
                 }
             }
         }
@@ -1041,6 +1066,34 @@ proptest! {
         let scale = sigma.norm_max().max(f64::MIN_POSITIVE);
         prop_assert!((&from_t - &sigma).norm_max() <= 1e-12 * scale * w.max(1) as f64,
             "TᵀT and FᵀF differ by {} (scale {})", (&from_t - &sigma).norm_max(), scale);
+        // The noise-inflated factor: Σ_WW + (κ − 1) Σ_WW A_c Σ_WW, with A_c the data's precision
+        // on W with the flat intercept eliminated (its Schur complement), leading parts alike.
+        let kappa = rng.random_range(1.0..4.0);
+        let inflated = post.noise_inflated_factor_trapezoidal(kappa);
+        prop_assert_eq!((inflated.nrows(), inflated.ncols()), (k, w));
+        for i in 0..k {
+            for j in w - k + i + 1..w {
+                prop_assert_eq!(inflated[(i, j)], 0.0, "inflated[{}, {}]", i, j);
+            }
+        }
+        let at = |j: usize| post.active().binary_search(&j).unwrap();
+        let a = post.precision_data();
+        let weighted = post.weighted();
+        let a_c = Mat::from_fn(w, w, |i, l| {
+            let (ji, jl) = (at(weighted[i]), at(weighted[l]));
+            match post.flat() {
+                None => a[(ji, jl)],
+                Some(flat) => {
+                    let fp = at(flat.index);
+                    a[(ji, jl)] - a[(ji, fp)] * a[(jl, fp)] / a[(fp, fp)]
+                }
+            }
+        });
+        let expected = &sigma + (&sigma * &a_c * &sigma) * (kappa - 1.0);
+        let from_inflated = inflated.transpose() * &inflated;
+        let scale = expected.norm_max().max(f64::MIN_POSITIVE);
+        prop_assert!((&from_inflated - &expected).norm_max() <= 1e-9 * scale * w.max(1) as f64,
+            "the inflated factor is off by {} (scale {})", (&from_inflated - &expected).norm_max(), scale);
     }
 
     /// With the prior and `s` held fixed, one-step conditioning on batches one after another
@@ -1469,7 +1522,6 @@ fn ard_settles_the_weights_that_crawl_at_the_evidence_boundary() {
 /// predictive variance is `ν/(ν − 2)` times the plug-in one, and it tends to it with many rows.
 #[test]
 fn the_student_predictive_widens_only_with_few_rows() {
-    use mordant::estimator::model::Predictive;
     assert_eq!(Predictive::Plugin.inflation(10.0, 1, 5.0), 1.0);
     assert!((Predictive::Student.inflation(20.0, 1, 9.0) - 10.0 / 8.0).abs() < 1e-15);
     // ν is at least 3.

@@ -126,7 +126,7 @@ fn a_refit_moves_a_stored_state_to_the_current_priors() {
     let state = codec::decode(&blob).unwrap();
     let config = ModelConfig::new(*state.basis(), state.outputs().len());
     let refit = state.refit(&config).unwrap();
-    assert_eq!(refit.predictive(), Predictive::Student);
+    assert_eq!(refit.predictive(), Predictive::StudentNoise);
     let intercept = state.basis().features;
     let mut dense = 0;
     for (k, output) in refit.outputs().iter().enumerate() {

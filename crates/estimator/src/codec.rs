@@ -8,7 +8,8 @@
 //!         · transform u8 (0 identity, 1 Kubelka–Munk, 2 Saunderson: then k₁ f64 · k₂ f64)
 //!         · declared u8
 //!         · spectral bands u32 · reflectance scale u8 · outputs m u32
-//!         · predictive u8 (0 plug-in, 1 Student-t) · YᵀY kept u8 · zero rows kept u8
+//!         · predictive u8 (0 plug-in, 1 Student-t, 2 Student-t on the noise's part only)
+//!         · YᵀY kept u8 · zero rows kept u8
 //! totals as below, with YᵀY when kept, then when kept the zero rows: z p f64 · Z p·m f64
 //!         (column-major)
 //! per output: tag u8 (0 untrained, 1 trained); trained: family u8 (0 ARD, 1 ridge, 2 smooth)
@@ -169,6 +170,7 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
     w.u8(match state.predictive() {
         Predictive::Plugin => 0,
         Predictive::Student => 1,
+        Predictive::StudentNoise => 2,
     });
     w.u8(u8::from(products));
     if version >= FORMAT_VERSION {
@@ -282,6 +284,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
         let predictive = match r.u8()? {
             0 => Predictive::Plugin,
             1 => Predictive::Student,
+            2 => Predictive::StudentNoise,
             _ => return Err(DecodeError::Invalid("predictive").into()),
         };
         (predictive, r.flag("products flag")?)

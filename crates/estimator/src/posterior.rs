@@ -314,7 +314,95 @@ impl OutputPosterior {
     /// upper trapezoidal, `J` the reversal), `T = J U J`: `‖T x‖ = ‖U J x‖ = ‖F x‖`, by
     /// Householder reflections, which are backward stable.
     pub fn covariance_factor_trapezoidal(&self) -> Mat<f64> {
+        self.trapezoidal(self.covariance_factor())
+    }
+
+    /// A lower trapezoidal factor, as [`Self::covariance_factor_trapezoidal`], of the weights'
+    /// part of the predictive variance when σ²'s uncertainty inflates only what the noise
+    /// drives ([`super::model::Predictive::StudentNoise`]): with `Σ_WW = ΣA₀⁻¹Σ + ΣA_cΣ` (the
+    /// prior's part and the data's),
+    ///
+    /// ```text
+    /// κ ΣA_cΣ + ΣA₀⁻¹Σ = κ Σ_WW − (κ − 1) R M⁻² Rᵀ = Fᵀ C F,     C = κ I − (κ − 1) L⁻¹ L⁻ᵀ
+    /// ```
+    ///
+    /// (`ΣA₀⁻¹Σ = R M⁻¹ Rᵀ (R Rᵀ)⁺ R M⁻¹ Rᵀ = R M⁻² Rᵀ`, `R` of full column rank). `C ≥ I`, for
+    /// `L⁻¹L⁻ᵀ` has the eigenvalues of `M⁻¹`, all in `(0, 1]`; its root `U`, `C = U Uᵀ` with `U`
+    /// upper triangular (the Cholesky factor of `C` with rows and columns reversed, reversed
+    /// back), keeps `Uᵀ F` lower triangular where `F` is. `κ = 1` gives the covariance's own
+    /// factor; should `C` fail to factor by round-off, the factor of `κ Σ_WW` stands (the wider
+    /// answer).
+    pub fn noise_inflated_factor_trapezoidal(&self, kappa: f64) -> Mat<f64> {
         let f = self.covariance_factor();
+        let r = f.nrows();
+        if kappa == 1.0 || r == 0 {
+            return self.trapezoidal(f);
+        }
+        let l_inv = lower_inverse(self.chol.as_ref());
+        let mut prior_part = Mat::zeros(r, r);
+        triangular::matmul(
+            prior_part.as_mut(),
+            BlockStructure::TriangularLower,
+            Accum::Replace,
+            l_inv.as_ref(),
+            BlockStructure::TriangularLower,
+            l_inv.transpose(),
+            BlockStructure::TriangularUpper,
+            1.0,
+            Par::Seq,
+        );
+        // C's lower triangle with rows and columns reversed: entry (i, j), i ≥ j, is C's (b, a)
+        // with b = r − 1 − j ≥ a = r − 1 − i.
+        let reversed = Mat::from_fn(r, r, |i, j| {
+            let (a, b) = (r - 1 - i, r - 1 - j);
+            if i < j {
+                0.0
+            } else if a == b {
+                kappa - (kappa - 1.0) * prior_part[(b, a)]
+            } else {
+                -(kappa - 1.0) * prior_part[(b, a)]
+            }
+        });
+        let Ok(root) = cholesky_lower(reversed) else {
+            let scale = kappa.sqrt();
+            return self.trapezoidal(Mat::from_fn(r, f.ncols(), |i, j| scale * f[(i, j)]));
+        };
+        // Uᵀ, lower triangular: (Uᵀ)_ik = U_ki = root_(r−1−k, r−1−i).
+        let u_t = Mat::from_fn(r, r, |i, k| {
+            if k <= i {
+                root[(r - 1 - k, r - 1 - i)]
+            } else {
+                0.0
+            }
+        });
+        let lower = matches!(self.factor, Factor::Diagonal(_));
+        let mut inflated = Mat::zeros(r, f.ncols());
+        triangular::matmul(
+            inflated.as_mut(),
+            if lower {
+                BlockStructure::TriangularLower
+            } else {
+                BlockStructure::Rectangular
+            },
+            Accum::Replace,
+            u_t.as_ref(),
+            BlockStructure::TriangularLower,
+            f.as_ref(),
+            if lower {
+                BlockStructure::TriangularLower
+            } else {
+                BlockStructure::Rectangular
+            },
+            1.0,
+            Par::Seq,
+        );
+        self.trapezoidal(inflated)
+    }
+
+    /// `f` (r × |W|, a factor of `Σ_WW` or of another form) as a lower trapezoidal factor: itself under
+    /// a diagonal prior factor, where it is lower triangular, else from its QR factorisation
+    /// (see [`Self::covariance_factor_trapezoidal`]).
+    fn trapezoidal(&self, f: Mat<f64>) -> Mat<f64> {
         if matches!(self.factor, Factor::Diagonal(_)) {
             return f;
         }

@@ -11,7 +11,16 @@
 //! ```
 //!
 //! with `κ_k = ν/(ν − 2)` under the Student-t predictive and 1 under the plug-in one
-//! ([`super::model::Predictive`]). `F_k` is formed once per model version, so a prediction is
+//! ([`super::model::Predictive`]). Under [`Predictive::StudentNoise`] (every state fitted since
+//! it exists) `κ_k` inflates only what the noise drives, the prior's own part `ΣA₀⁻¹Σ` of `Σ`
+//! staying as it is, and `F_k` is replaced by `Uᵀ F_k`, a factor of `κ_k Σ − (κ_k − 1) ΣA₀⁻¹Σ`
+//! ([`super::OutputPosterior::noise_inflated_factor_trapezoidal`]):
+//!
+//! ```text
+//! variance_k = κ_k (s_k + φ_f²/A_ff) + ‖Uᵀ F_k x‖²
+//! ```
+//!
+//! `F_k` is formed once per model version, so a prediction is
 //! a product and a squared norm, with no solve. Forming it explicitly is safe: every eigenvalue
 //! of `M` is ≥ 1, so `‖L⁻¹‖ ≤ 1` and the inverse amplifies no rounding error; the variance stays
 //! a sum of squares, never below `s_k`, except at a structural zero.
@@ -77,7 +86,7 @@ use rayon::prelude::*;
 
 use super::EstimatorError;
 use super::basis::Basis;
-use super::model::{ModelState, OutputState, Predictions};
+use super::model::{ModelState, OutputState, Predictions, Predictive};
 use super::options::FitOptions;
 
 /// Requests of at most this many rows are computed row by row.
@@ -95,6 +104,27 @@ pub struct Predictor {
     outputs: Vec<Term>,
 }
 
+/// `κ_k` and what it inflates: the whole of `s_k + φᵀΣ_kφ` ([`Predictive::Plugin`], where it is
+/// 1, and [`Predictive::Student`]), or all but the prior's part, which the factor then carries
+/// ([`Predictive::StudentNoise`], [`super::OutputPosterior::noise_inflated_factor_trapezoidal`]).
+#[derive(Clone, Copy, Debug)]
+struct Inflation {
+    kappa: f64,
+    prior_inflated: bool,
+}
+
+impl Inflation {
+    /// The predictive variance from the noise variance `s`, the factor's quadratic form and the
+    /// flat intercept's part.
+    fn variance(self, s: f64, quadratic: f64, flat: f64) -> f64 {
+        if self.prior_inflated {
+            self.kappa * (s + quadratic + flat)
+        } else {
+            self.kappa * s + quadratic + self.kappa * flat
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Term {
     Trained {
@@ -105,8 +135,8 @@ enum Term {
         factor: Packed,
         /// The flat intercept: its index, `m̄` over `W` and `1/A_ff`.
         flat: Option<(usize, Vec<f64>, f64)>,
-        /// `κ_k`.
-        inflation: f64,
+        /// `κ_k`, and what it multiplies.
+        inflation: Inflation,
         /// The variance of a structural zero (a row with `φ_W = 0`), if the output can predict
         /// one.
         zero: Option<f64>,
@@ -137,13 +167,21 @@ impl Predictor {
             .collect();
         let term = |(k, output): (usize, &OutputState)| match output {
             OutputState::Trained(post) => {
-                let factor = Packed::new(post.covariance_factor_trapezoidal().as_ref());
                 let gamma = post.effective_parameters();
                 let flat = post.flat().map(|f| (f.index, f.centre.clone(), f.variance));
                 let inflation = state.predictive().inflation(
                     state.totals().output(k).informative,
                     usize::from(flat.is_some()),
                     gamma,
+                );
+                let prior_inflated = state.predictive() != Predictive::StudentNoise;
+                let factor = Packed::new(
+                    if prior_inflated {
+                        post.covariance_factor_trapezoidal()
+                    } else {
+                        post.noise_inflated_factor_trapezoidal(inflation)
+                    }
+                    .as_ref(),
                 );
                 let basis = state.basis();
                 let pruned_intercept = flat.is_none()
@@ -158,7 +196,10 @@ impl Predictor {
                     weighted: post.weighted().to_vec(),
                     factor,
                     flat,
-                    inflation,
+                    inflation: Inflation {
+                        kappa: inflation,
+                        prior_inflated,
+                    },
                     zero,
                 }
             }
@@ -234,7 +275,7 @@ impl Predictor {
                 noise_variance,
                 inflation,
                 ..
-            } => Some(inflation * noise_variance),
+            } => Some(inflation.kappa * noise_variance),
             Term::Untrained { .. } => None,
         }
     }
@@ -329,7 +370,7 @@ impl Predictor {
                                         t * t
                                     })
                                     .sum();
-                                inflation * (noise_variance + quadratic + flat_part)
+                                inflation.variance(*noise_variance, quadratic, flat_part)
                             }
                         }
                     }
@@ -415,7 +456,7 @@ impl Predictor {
                         quadratic_forms(factor, &active[..n], &mut quadratic[..n]);
                         for (&b, q) in which[..n].iter().zip(quadratic) {
                             variance[(start + b, k)] =
-                                inflation * (noise_variance + q + flat_part[b]);
+                                inflation.variance(*noise_variance, q, flat_part[b]);
                         }
                     }
                     Term::Untrained {
@@ -477,10 +518,11 @@ impl Predictor {
                         });
                         variance[(r, k)] = match zero {
                             Some(v) if x.row(r).iter().all(|c| *c == 0.0) => *v,
-                            _ => {
-                                inflation
-                                    * (noise_variance + t.row(r).squared_norm_l2() + flat_part)
-                            }
+                            _ => inflation.variance(
+                                *noise_variance,
+                                t.row(r).squared_norm_l2(),
+                                flat_part,
+                            ),
                         };
                     }
                 }
@@ -779,7 +821,8 @@ fn quadratic_forms_inline<S: pulp::Simd>(simd: S, factor: &Packed, xs: &[&[f64]]
 /// Prediction straight from a state (a server keeps a [`Predictor`] per version instead).
 impl ModelState {
     /// Predictions for the raw input rows `x` (rows × d): `mean_k = φᵀμ_k` and
-    /// `variance_k = κ_k (s_k + φᵀΣ_kφ)`, or a structural zero's variance (see [`Predictor`],
+    /// `variance_k = κ_k (s_k + φᵀΣ_kφ)` (the prior's part of `φᵀΣ_kφ` not inflated under
+    /// [`Predictive::StudentNoise`]), or a structural zero's variance (see [`Predictor`],
     /// which a server keeps per version). An untrained output predicts 0, or in proportion to
     /// the inputs that marked its uses where its zeros are structural, with the mean square of
     /// its non-zero values (the noise floor if it has none), or less on a row where every input
@@ -797,7 +840,99 @@ impl ModelState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{BatchStatistics, ModelConfig, Transform};
+    use crate::{BatchStatistics, ModelConfig, PriorFamily, Transform};
+
+    /// Along a direction the training rows never spanned, the answer carries the prior's
+    /// variance as it is: σ²'s uncertainty inflates the noise and the intercept it drives, not
+    /// the prior ([`Predictive::StudentNoise`]). [`Predictive::Student`], which states stored
+    /// before it keep, inflates it all; rows and blocks agree under both.
+    #[test]
+    fn the_student_t_inflates_only_what_the_noise_drives() {
+        // 8 rows of 12 inputs, every input a mix of 3 hidden ones: the centred rows span 3
+        // directions of 12, and ridge keeps every input (each varies).
+        let (n, d) = (8, 12);
+        let hidden = Mat::from_fn(n, 3, |i, h| ((i * (h + 2)) as f64 * 0.71 + h as f64).sin());
+        let mix = Mat::from_fn(3, d, |h, j| ((h * 5 + j) as f64 * 1.3).cos());
+        let x = &hidden * &mix;
+        let y = Mat::from_fn(n, 1, |i, _| {
+            1.0 + x[(i, 0)] - 0.5 * x[(i, 3)] + 0.05 * (i as f64).sin()
+        });
+        let basis = Basis::new(d, true, Transform::Identity);
+        let config = ModelConfig {
+            prior: PriorFamily::Ridge,
+            ..ModelConfig::new(basis, 1)
+        };
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let noise_state = ModelState::fit(&config, stats).unwrap();
+        assert_eq!(noise_state.predictive(), Predictive::StudentNoise);
+        let student_state = ModelState::from_parts(
+            *noise_state.basis(),
+            noise_state.totals().clone(),
+            noise_state.outputs().to_vec(),
+            Predictive::Student,
+            noise_state.fitted_rows().to_vec(),
+        )
+        .unwrap();
+        let post = noise_state.outputs()[0].posterior().unwrap();
+        let flat = post.flat().expect("a flat intercept").clone();
+        let kappa = Predictive::Student.inflation(
+            noise_state.totals().output(0).informative,
+            1,
+            post.effective_parameters(),
+        );
+        assert!(kappa > 1.1, "few rows, a real inflation: {kappa}");
+        // The weighted mean plus a direction orthogonal to every centred row: a vector less
+        // its projection on the rows' span, through the eigenvectors of their Gram.
+        let centred = Mat::from_fn(n, d, |i, j| x[(i, j)] - flat.centre[j]);
+        let mut z: Vec<f64> = (0..d).map(|j| ((j * j) as f64 * 0.37).sin()).collect();
+        let gram = &centred * centred.transpose();
+        let eigen = gram.as_ref().self_adjoint_eigen(faer::Side::Lower).unwrap();
+        let (values, vectors) = (eigen.S().column_vector(), eigen.U());
+        let top = values.iter().fold(0.0_f64, |a, v| a.max(*v));
+        let rows_z: Vec<f64> = (0..n)
+            .map(|i| (0..d).map(|j| centred[(i, j)] * z[j]).sum())
+            .collect();
+        for c in (0..n).filter(|&c| values[c] > 1e-10 * top) {
+            let weight = (0..n).map(|i| vectors[(i, c)] * rows_z[i]).sum::<f64>() / values[c];
+            for (j, z) in z.iter_mut().enumerate() {
+                *z -= weight
+                    * (0..n)
+                        .map(|i| vectors[(i, c)] * centred[(i, j)])
+                        .sum::<f64>();
+            }
+        }
+        for i in 0..n {
+            let along: f64 = (0..d).map(|j| centred[(i, j)] * z[j]).sum();
+            assert!(along.abs() < 1e-9, "row {i}: {along}");
+        }
+        let probe = Mat::from_fn(1, d, |_, j| flat.centre[j] + z[j]);
+        let phi: Vec<f64> = (0..basis.dim())
+            .map(|j| if j < d { probe[(0, j)] } else { 1.0 })
+            .collect();
+        let s = post.noise_variance();
+        let total = post.weight_variance(&phi);
+        let prior_part = total - flat.variance;
+        assert!(
+            prior_part > s,
+            "the probe is where the prior speaks: {prior_part} against s {s}"
+        );
+        let many = Mat::from_fn(20, d, |_, j| probe[(0, j)]);
+        for (state, expected) in [
+            (&noise_state, kappa * (s + flat.variance) + prior_part),
+            (&student_state, kappa * (s + total)),
+        ] {
+            let one = state.predict(probe.as_ref()).unwrap().variance[(0, 0)];
+            let blocked = state.predict(many.as_ref()).unwrap().variance[(0, 0)];
+            assert!(
+                (one - expected).abs() <= 1e-9 * expected,
+                "{one} against {expected}"
+            );
+            assert!(
+                (blocked - one).abs() <= 1e-12 * one,
+                "{blocked} against {one}"
+            );
+        }
+    }
 
     /// A dye used once, in a row that also doses a rare shading dye at a fiftieth of its dose
     /// (both doses mark it), follows its own dose, at the proportion a trained dye's bulk dose
