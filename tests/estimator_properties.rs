@@ -293,7 +293,7 @@ proptest! {
     }
 
     /// Predictions (row by row for a few rows, blocked products for many) are the textbook
-    /// `φᵀμ` and `κ (s + φᵀΣAΣφ) + φᵀΣA₀⁻¹Σφ` with the full covariance `Σ` (see
+    /// `φᵀμ` and `κ (s + φᵀΣAΣφ) + φᵀΣA₀Σφ` with the full covariance `Σ` (see
     /// `textbook_variance`), and a row predicts the same alone as among many others.
     #[test]
     fn predictions_match_the_textbook_formula(
@@ -457,11 +457,12 @@ proptest! {
             let phi = basis.design(probe.as_ref()).unwrap();
             for (k, output) in state.outputs().iter().enumerate() {
                 let Some(post) = output.posterior() else { continue };
-                prop_assert!(post.noise_variance() > 0.0);
+                let floor = inflation(state, k) * post.noise_variance();
                 for i in 0..probe.nrows() {
                     let row: Vec<f64> = (0..basis.dim()).map(|j| phi[(i, j)]).collect();
                     let single = textbook_variance(state, k, &row);
                     prop_assert!((single - pred.variance[(i, k)]).abs() <= 1e-9 * single);
+                    prop_assert!(pred.variance[(i, k)] >= floor * (1.0 - 1e-12));
                 }
             }
         }
@@ -1518,8 +1519,9 @@ fn ard_settles_the_weights_that_crawl_at_the_evidence_boundary() {
     );
 }
 
-/// The Student-t predictive: with few informative rows left after the fitted parameters the
-/// predictive variance is `ν/(ν − 2)` times the plug-in one, and it tends to it with many rows.
+/// The Student-t's factor `κ = ν/(ν − 2)`: large with few informative rows left after the
+/// fitted parameters (what it multiplies: `Predictive`), 1 in the limit of many, the same under
+/// both Student-t rules.
 #[test]
 fn the_student_predictive_widens_only_with_few_rows() {
     assert_eq!(Predictive::Plugin.inflation(10.0, 1, 5.0), 1.0);
@@ -1527,6 +1529,12 @@ fn the_student_predictive_widens_only_with_few_rows() {
     // ν is at least 3.
     assert_eq!(Predictive::Student.inflation(5.0, 1, 9.0), 3.0);
     assert!(Predictive::Student.inflation(1e6, 1, 30.0) < 1.0 + 3e-6);
+    for (rows, gamma) in [(20.0, 9.0), (5.0, 9.0), (1e6, 30.0)] {
+        assert_eq!(
+            Predictive::StudentNoise.inflation(rows, 1, gamma),
+            Predictive::Student.inflation(rows, 1, gamma)
+        );
+    }
 }
 
 /// Only a zero-inflated output (0 in most rows) counts its non-zero rows as its informative

@@ -64,6 +64,11 @@ fn a_state_of_the_release_before_zero_rows_predicts_as_it_did() {
     let (blob, recorded) = fixture("v5");
     assert_eq!(u16::from_le_bytes([blob[4], blob[5]]), 5);
     let state = codec::decode(&blob).expect("decodes");
+    assert_eq!(
+        state.predictive(),
+        Predictive::Student,
+        "fitted under the old rule"
+    );
     assert!(state.totals().zero_rows().is_none());
     assert_eq!(
         codec::encode_previous(&state),
@@ -100,6 +105,11 @@ fn a_state_of_the_release_before_zero_rows_predicts_as_it_did() {
     assert!(
         folded.totals().zero_rows().is_none(),
         "a sum with a side without them"
+    );
+    assert_eq!(
+        folded.predictive(),
+        Predictive::Student,
+        "a fold keeps the rule"
     );
 }
 

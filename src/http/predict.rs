@@ -73,8 +73,8 @@ pub struct Spectra {
 }
 
 /// The prediction for one row: per output, the mean concentration and the predictive variance
-/// `κ(σ² + φᵀΣAΣφ) + φᵀΣA₀⁻¹Σφ`: `κ = ν/(ν − 2)` under the Student-t predictive inflates σ² and
-/// the part of `φᵀΣφ` the noise drives (`A` the data's precision), not the prior's own
+/// `κ(σ² + φᵀΣAΣφ) + φᵀΣA₀Σφ`: `κ = ν/(ν − 2)` under the Student-t predictive inflates σ² and
+/// the part of `φᵀΣφ` the noise drives (`A` the data's precision, `A₀` the prior's), not the prior's own
 /// (models fitted before this rule inflate all of `σ² + φᵀΣφ` until refitted; `κ = 1` under
 /// the plug-in predictive). A dye predicted exactly 0 because every input its posterior uses is
 /// 0 gets the spread of the training rows like that instead (at most `κσ²`); a dye not yet

@@ -38,6 +38,11 @@
 //! every other state stays readable by the releases before it, which refuse a tag-2 state as an
 //! invalid transform rather than misread it.
 //!
+//! The predictive's value 2 (the Student-t on the noise's part only,
+//! [`crate::model::Predictive::StudentNoise`]) came within version 6 too, and every state fitted
+//! since carries it: the releases before refuse such a state as an invalid predictive. States
+//! with 0 or 1 keep their value through folds and stay readable by them.
+//!
 //! Version 5 is version 6 without the zero-rows flag and the zero rows: a state read from it
 //! keeps none, and predicts as it did (see [`super::Predictor`]). Version 4, written since the
 //! prior families, is version 5 without the fitted rows: an output read from it counts its
@@ -858,6 +863,29 @@ mod tests {
     fn round_trip_is_exact() {
         let state = small_state();
         assert_eq!(decode(&encode(&state)).unwrap(), state);
+    }
+
+    /// The predictive byte (after magic, version, features, intercept, transform, declared,
+    /// bands, scale and outputs): 2 for a state fitted now, 1 read back as the old rule, and a
+    /// value no release wrote refused.
+    #[test]
+    fn the_predictive_byte_keeps_the_rule_a_state_was_fitted_under() {
+        let state = small_state();
+        assert_eq!(state.predictive(), Predictive::StudentNoise);
+        let bytes = encode(&state);
+        const AT: usize = 4 + 2 + 4 + 1 + 1 + 1 + 4 + 1 + 4;
+        assert_eq!(bytes[AT], 2);
+        let mut old = bytes.clone();
+        old[AT] = 1;
+        let old = decode(&reseal(old)).unwrap();
+        assert_eq!(old.predictive(), Predictive::Student);
+        assert_eq!(old.outputs(), state.outputs());
+        let mut unknown = bytes;
+        unknown[AT] = 3;
+        assert_eq!(
+            decode(&reseal(unknown)).unwrap_err(),
+            EstimatorError::Decode(DecodeError::Invalid("predictive"))
+        );
     }
 
     /// A format-1 state whose totals give an output a negative count of informative rows (found

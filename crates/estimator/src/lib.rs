@@ -32,8 +32,9 @@
 //! * [`ModelState::refit`] runs Algorithm 2 again on all the statistics kept.
 //!
 //! The posterior of output `k` is `N(μ_k, Σ_k)` with `Σ_k = (G/s_k + V_k⁻¹)⁻¹` and
-//! `μ_k = Σ_k B_k / s_k`; a prediction's variance is `s_k + φᵀ Σ_k φ` (a Student-t when `s_k`
-//! is integrated over its posterior, [`model::Predictive`]).
+//! `μ_k = Σ_k B_k / s_k`; a prediction's variance is `s_k + φᵀ Σ_k φ`, or with `s_k` integrated
+//! over its posterior, the noise and the part of `φᵀ Σ_k φ` it drives inflated by the
+//! Student-t's `ν/(ν − 2)` ([`model::Predictive`]).
 //!
 //! # Example
 //!

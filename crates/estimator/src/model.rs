@@ -132,14 +132,15 @@ pub enum Predictive {
     /// `ν/(ν − 2) · (s + φᵀΣφ)` (ν taken as at least 3). It matters when few rows determine many
     /// weights: with 20 rows and γ = 15 the plug-in variance is 40 % too small.
     Student,
-    /// σ² integrated over its posterior where it acts: `Σ = ΣA₀⁻¹Σ + ΣAΣ` (`A₀` the prior's
+    /// σ² integrated over its posterior where it acts: `Σ = ΣA₀Σ + ΣAΣ` (`A₀` the prior's
     /// precision, `A` the data's, on the support), and with the weights' prior independent of
     /// σ² (the model whose degrees of freedom `ν` counts) only the second part, the variance
-    /// the noise puts into the posterior mean, scales with σ². The first, the prior's own
-    /// variance along directions the rows have not pinned down, does not:
+    /// the noise puts into the posterior mean, scales with σ², to first order (`Σ` itself
+    /// depends on σ²; the answer is a variance, no longer a Student-t's). The first, the prior's
+    /// own variance along directions the rows have not pinned down, does not:
     ///
     /// ```text
-    /// variance = κ (s + φᵀΣAΣφ) + φᵀΣA₀⁻¹Σφ,      κ = ν/(ν − 2)
+    /// variance = κ (s + φᵀΣAΣφ) + φᵀΣA₀Σφ,      κ = ν/(ν − 2)
     /// ```
     ///
     /// (the flat intercept, flat a priori, is all in the first term). [`Predictive::Student`]

@@ -319,14 +319,14 @@ impl OutputPosterior {
 
     /// A lower trapezoidal factor, as [`Self::covariance_factor_trapezoidal`], of the weights'
     /// part of the predictive variance when σ²'s uncertainty inflates only what the noise
-    /// drives ([`super::model::Predictive::StudentNoise`]): with `Σ_WW = ΣA₀⁻¹Σ + ΣA_cΣ` (the
+    /// drives ([`super::model::Predictive::StudentNoise`]): with `Σ_WW = ΣA₀Σ + ΣA_cΣ` (the
     /// prior's part and the data's),
     ///
     /// ```text
-    /// κ ΣA_cΣ + ΣA₀⁻¹Σ = κ Σ_WW − (κ − 1) R M⁻² Rᵀ = Fᵀ C F,     C = κ I − (κ − 1) L⁻¹ L⁻ᵀ
+    /// κ ΣA_cΣ + ΣA₀Σ = κ Σ_WW − (κ − 1) R M⁻² Rᵀ = Fᵀ C F,     C = κ I − (κ − 1) L⁻¹ L⁻ᵀ
     /// ```
     ///
-    /// (`ΣA₀⁻¹Σ = R M⁻¹ Rᵀ (R Rᵀ)⁺ R M⁻¹ Rᵀ = R M⁻² Rᵀ`, `R` of full column rank). `C ≥ I`, for
+    /// (`ΣA₀Σ = R M⁻¹ Rᵀ (R Rᵀ)⁺ R M⁻¹ Rᵀ = R M⁻² Rᵀ`, `R` of full column rank). `C ≥ I`, for
     /// `L⁻¹L⁻ᵀ` has the eigenvalues of `M⁻¹`, all in `(0, 1]`; its root `U`, `C = U Uᵀ` with `U`
     /// upper triangular (the Cholesky factor of `C` with rows and columns reversed, reversed
     /// back), keeps `Uᵀ F` lower triangular where `F` is. `κ = 1` gives the covariance's own

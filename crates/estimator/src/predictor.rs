@@ -12,8 +12,8 @@
 //!
 //! with `κ_k = ν/(ν − 2)` under the Student-t predictive and 1 under the plug-in one
 //! ([`super::model::Predictive`]). Under [`Predictive::StudentNoise`] (every state fitted since
-//! it exists) `κ_k` inflates only what the noise drives, the prior's own part `ΣA₀⁻¹Σ` of `Σ`
-//! staying as it is, and `F_k` is replaced by `Uᵀ F_k`, a factor of `κ_k Σ − (κ_k − 1) ΣA₀⁻¹Σ`
+//! it exists) `κ_k` inflates only what the noise drives, the prior's own part `ΣA₀Σ` of `Σ`
+//! staying as it is, and `F_k` is replaced by `Uᵀ F_k`, a factor of `κ_k Σ − (κ_k − 1) ΣA₀Σ`
 //! ([`super::OutputPosterior::noise_inflated_factor_trapezoidal`]):
 //!
 //! ```text
@@ -25,7 +25,8 @@
 //! of `M` is ≥ 1, so `‖L⁻¹‖ ≤ 1` and the inverse amplifies no rounding error; the variance stays
 //! a sum of squares, never below `s_k`, except at a structural zero.
 //!
-//! What is kept is `F_k`'s lower trapezoidal equivalent `T_k` (`T_kᵀT_k = F_kᵀF_k`,
+//! What is kept is `F_k`'s (under [`Predictive::StudentNoise`], `Uᵀ F_k`'s) lower trapezoidal
+//! equivalent `T_k` (`T_kᵀT_k = F_kᵀF_k`,
 //! [`super::OutputPosterior::covariance_factor_trapezoidal`]), its rows' leading parts stored one
 //! after the other. Under a diagonal prior `F_k = L⁻¹D^½` is lower triangular and is `T_k`; under
 //! the smooth prior `F_k` is dense, and `T_k`, from its QR factorisation, holds about half its
@@ -174,7 +175,10 @@ impl Predictor {
                     usize::from(flat.is_some()),
                     gamma,
                 );
-                let prior_inflated = state.predictive() != Predictive::StudentNoise;
+                let prior_inflated = match state.predictive() {
+                    Predictive::Plugin | Predictive::Student => true,
+                    Predictive::StudentNoise => false,
+                };
                 let factor = Packed::new(
                     if prior_inflated {
                         post.covariance_factor_trapezoidal()
@@ -932,6 +936,37 @@ mod tests {
                 "{blocked} against {one}"
             );
         }
+        // A training row, where the noise drives part of φᵀΣφ: that part, `(Σφ)ᵀA(Σφ)` on the
+        // support, is inflated with s, the rest is not.
+        let row = Mat::from_fn(1, d, |_, j| x[(2, j)]);
+        let phi: Vec<f64> = (0..basis.dim())
+            .map(|j| if j < d { row[(0, j)] } else { 1.0 })
+            .collect();
+        let (support, sigma, a) = (
+            post.active(),
+            post.covariance_active(),
+            post.precision_data(),
+        );
+        let f: Vec<f64> = support.iter().map(|&j| phi[j]).collect();
+        let sf: Vec<f64> = (0..f.len())
+            .map(|i| (0..f.len()).map(|j| sigma[(i, j)] * f[j]).sum())
+            .collect();
+        let total = dot(&f, &sf);
+        let driven: f64 = (0..f.len())
+            .map(|i| (0..f.len()).map(|j| sf[i] * a[(i, j)] * sf[j]).sum::<f64>())
+            .sum();
+        assert!(
+            driven > 0.1 * total && driven < total,
+            "{driven} of {total}"
+        );
+        let noise = noise_state.predict(row.as_ref()).unwrap().variance[(0, 0)];
+        let expected = kappa * (s + driven) + (total - driven);
+        assert!(
+            (noise - expected).abs() <= 1e-9 * expected,
+            "{noise} against {expected}"
+        );
+        let student = student_state.predict(row.as_ref()).unwrap().variance[(0, 0)];
+        assert!(noise < student, "{noise} against {student}");
     }
 
     /// A dye used once, in a row that also doses a rare shading dye at a fiftieth of its dose
