@@ -74,12 +74,12 @@ pub struct Spectra {
 
 /// The prediction for one row: per output, the mean concentration and the predictive variance
 /// `κ(σ² + φᵀΣAΣφ) + φᵀΣA₀Σφ`: `κ = ν/(ν − 2)` under the Student-t predictive inflates σ² and
-/// the part of `φᵀΣφ` the noise drives (`A` the data's precision, `A₀` the prior's), not the prior's own
-/// (models fitted before this rule inflate all of `σ² + φᵀΣφ` until refitted; `κ = 1` under
-/// the plug-in predictive). A dye predicted exactly 0 because every input its posterior uses is
-/// 0 gets the spread of the training rows like that instead (at most `κσ²`); a dye not yet
-/// trained, the mean square of its non-zero values, or less where every input that marked its
-/// uses is 0.
+/// the part of `φᵀΣφ` the noise drives (`A` the data's precision, `A₀` the prior's), not the
+/// prior's own (models fitted before this rule inflate all of `σ² + φᵀΣφ` until refitted;
+/// `κ = 1` under the plug-in predictive). A dye predicted exactly 0 because every input its
+/// posterior uses is 0 gets the spread of the training rows like that instead (at most `κσ²`); a
+/// dye not yet trained, the mean square of its non-zero values, or less where every input that
+/// marked its uses is 0.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"mean": [1.18, 0.02, 0.33], "variance": [0.0041, 0.0009, 0.0023]}))]
 pub struct Prediction {

@@ -399,9 +399,9 @@ impl OutputPosterior {
         self.trapezoidal(inflated)
     }
 
-    /// `f` (r × |W|, a factor of `Σ_WW` or of another form) as a lower trapezoidal factor: itself under
-    /// a diagonal prior factor, where it is lower triangular, else from its QR factorisation
-    /// (see [`Self::covariance_factor_trapezoidal`]).
+    /// `f` (r × |W|, a factor of `Σ_WW` or of another form) as a lower trapezoidal factor:
+    /// itself under a diagonal prior factor, where it is lower triangular, else from its QR
+    /// factorisation (see [`Self::covariance_factor_trapezoidal`]).
     fn trapezoidal(&self, f: Mat<f64>) -> Mat<f64> {
         if matches!(self.factor, Factor::Diagonal(_)) {
             return f;
