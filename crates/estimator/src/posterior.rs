@@ -286,7 +286,18 @@ impl OutputPosterior {
     /// `γ = r − tr(M⁻¹)`, the number of weighted parameters the data determine (MacKay's
     /// well-determined parameters), not counting the flat intercept.
     pub fn effective_parameters(&self) -> f64 {
-        let l_inv = lower_inverse(self.chol.as_ref());
+        self.effective_parameters_with(&self.cholesky_inverse())
+    }
+
+    /// `L⁻¹`, for a caller that needs both [`Self::effective_parameters_with`] and
+    /// [`Self::noise_inflated_factor_trapezoidal_with`] and would otherwise invert `L` twice.
+    pub fn cholesky_inverse(&self) -> CholeskyInverse {
+        CholeskyInverse(lower_inverse(self.chol.as_ref()))
+    }
+
+    /// [`Self::effective_parameters`] from `L⁻¹` (`tr(M⁻¹) = ‖L⁻¹‖²_F`).
+    pub fn effective_parameters_with(&self, l_inv: &CholeskyInverse) -> f64 {
+        let l_inv = &l_inv.0;
         let trace: f64 = (0..l_inv.ncols())
             .map(|j| l_inv.col(j).squared_norm_l2())
             .sum();
@@ -333,12 +344,22 @@ impl OutputPosterior {
     /// factor; should `C` fail to factor by round-off, the factor of `κ Σ_WW` stands (the wider
     /// answer).
     pub fn noise_inflated_factor_trapezoidal(&self, kappa: f64) -> Mat<f64> {
-        let f = self.covariance_factor();
-        let r = f.nrows();
+        self.noise_inflated_factor_trapezoidal_with(kappa, &self.cholesky_inverse())
+    }
+
+    /// [`Self::noise_inflated_factor_trapezoidal`] from `L⁻¹`. `F` is not formed on its own:
+    /// `Uᵀ F = (Uᵀ L⁻¹) Rᵀ`, a product of two lower triangles and then one with `Rᵀ`, where
+    /// `F = L⁻¹ Rᵀ` and `Uᵀ F` would be two products with `Rᵀ`'s width.
+    pub fn noise_inflated_factor_trapezoidal_with(
+        &self,
+        kappa: f64,
+        l_inv: &CholeskyInverse,
+    ) -> Mat<f64> {
+        let l_inv = &l_inv.0;
+        let r = l_inv.nrows();
         if kappa == 1.0 || r == 0 {
-            return self.trapezoidal(f);
+            return self.covariance_factor_trapezoidal();
         }
-        let l_inv = lower_inverse(self.chol.as_ref());
         let mut prior_part = Mat::zeros(r, r);
         triangular::matmul(
             prior_part.as_mut(),
@@ -364,6 +385,7 @@ impl OutputPosterior {
             }
         });
         let Ok(root) = cholesky_lower(reversed) else {
+            let f = self.covariance_factor();
             let scale = kappa.sqrt();
             return self.trapezoidal(Mat::from_fn(r, f.ncols(), |i, j| scale * f[(i, j)]));
         };
@@ -375,27 +397,38 @@ impl OutputPosterior {
                 0.0
             }
         });
-        let lower = matches!(self.factor, Factor::Diagonal(_));
-        let mut inflated = Mat::zeros(r, f.ncols());
+        let mut left = Mat::zeros(r, r);
         triangular::matmul(
-            inflated.as_mut(),
-            if lower {
-                BlockStructure::TriangularLower
-            } else {
-                BlockStructure::Rectangular
-            },
+            left.as_mut(),
+            BlockStructure::TriangularLower,
             Accum::Replace,
             u_t.as_ref(),
             BlockStructure::TriangularLower,
-            f.as_ref(),
-            if lower {
-                BlockStructure::TriangularLower
-            } else {
-                BlockStructure::Rectangular
-            },
+            l_inv.as_ref(),
+            BlockStructure::TriangularLower,
             1.0,
             Par::Seq,
         );
+        let inflated = match &self.factor {
+            // `Rᵀ` diagonal: `(Uᵀ L⁻¹) Rᵀ` scales the columns and stays lower triangular.
+            Factor::Diagonal(d) => Mat::from_fn(r, d.len(), |i, j| left[(i, j)] * d[j]),
+            Factor::Smooth { .. } => {
+                let rt = self.factor.to_dense();
+                let mut out = Mat::zeros(r, rt.nrows());
+                triangular::matmul(
+                    out.as_mut(),
+                    BlockStructure::Rectangular,
+                    Accum::Replace,
+                    left.as_ref(),
+                    BlockStructure::TriangularLower,
+                    rt.transpose(),
+                    BlockStructure::Rectangular,
+                    1.0,
+                    Par::Seq,
+                );
+                out
+            }
+        };
         self.trapezoidal(inflated)
     }
 
@@ -655,6 +688,10 @@ fn householder_upper(mut a: faer::MatMut<'_, f64>) {
         Default::default(),
     );
 }
+
+/// `L⁻¹` of a posterior's Cholesky factor ([`OutputPosterior::cholesky_inverse`]).
+#[derive(Clone, Debug)]
+pub struct CholeskyInverse(Mat<f64>);
 
 /// `L⁻¹` of a lower triangular `L`.
 pub(crate) fn lower_inverse(l: MatRef<'_, f64>) -> Mat<f64> {

@@ -168,22 +168,28 @@ impl Predictor {
             .collect();
         let term = |(k, output): (usize, &OutputState)| match output {
             OutputState::Trained(post) => {
-                let gamma = post.effective_parameters();
+                let prior_inflated = match state.predictive() {
+                    Predictive::Plugin | Predictive::Student => true,
+                    Predictive::StudentNoise => false,
+                };
+                // γ and the noise-inflated factor both read `L⁻¹`: inverted once for both.
+                let l_inv = (!prior_inflated).then(|| post.cholesky_inverse());
+                let gamma = match &l_inv {
+                    Some(l_inv) => post.effective_parameters_with(l_inv),
+                    None => post.effective_parameters(),
+                };
                 let flat = post.flat().map(|f| (f.index, f.centre.clone(), f.variance));
                 let inflation = state.predictive().inflation(
                     state.totals().output(k).informative,
                     usize::from(flat.is_some()),
                     gamma,
                 );
-                let prior_inflated = match state.predictive() {
-                    Predictive::Plugin | Predictive::Student => true,
-                    Predictive::StudentNoise => false,
-                };
                 let factor = Packed::new(
-                    if prior_inflated {
-                        post.covariance_factor_trapezoidal()
-                    } else {
-                        post.noise_inflated_factor_trapezoidal(inflation)
+                    match &l_inv {
+                        Some(l_inv) => {
+                            post.noise_inflated_factor_trapezoidal_with(inflation, l_inv)
+                        }
+                        None => post.covariance_factor_trapezoidal(),
                     }
                     .as_ref(),
                 );
