@@ -123,7 +123,7 @@ pub use error::DecodeError;
 pub use error::EstimatorError;
 pub use model::{Forgetting, ModelConfig, ModelState, OutputState, Predictions, UpdateMethod};
 pub use options::{DEFAULT_NOISE_FLOOR, FitOptions, NoisePrior};
-pub use posterior::{CholeskyInverse, OutputPosterior};
+pub use posterior::OutputPosterior;
 pub use predictor::Predictor;
 pub use prior::{FittedFamily, Prior, PriorFamily};
 pub use statistics::BatchStatistics;

@@ -291,12 +291,12 @@ impl OutputPosterior {
 
     /// `L⁻¹`, for a caller that needs both [`Self::effective_parameters_with`] and
     /// [`Self::noise_inflated_factor_trapezoidal_with`] and would otherwise invert `L` twice.
-    pub fn cholesky_inverse(&self) -> CholeskyInverse {
+    pub(crate) fn cholesky_inverse(&self) -> CholeskyInverse {
         CholeskyInverse(lower_inverse(self.chol.as_ref()))
     }
 
     /// [`Self::effective_parameters`] from `L⁻¹` (`tr(M⁻¹) = ‖L⁻¹‖²_F`).
-    pub fn effective_parameters_with(&self, l_inv: &CholeskyInverse) -> f64 {
+    pub(crate) fn effective_parameters_with(&self, l_inv: &CholeskyInverse) -> f64 {
         let l_inv = &l_inv.0;
         let trace: f64 = (0..l_inv.ncols())
             .map(|j| l_inv.col(j).squared_norm_l2())
@@ -350,7 +350,7 @@ impl OutputPosterior {
     /// [`Self::noise_inflated_factor_trapezoidal`] from `L⁻¹`. `F` is not formed on its own:
     /// `Uᵀ F = (Uᵀ L⁻¹) Rᵀ`, a product of two lower triangles and then one with `Rᵀ`, where
     /// `F = L⁻¹ Rᵀ` and `Uᵀ F` would be two products with `Rᵀ`'s width.
-    pub fn noise_inflated_factor_trapezoidal_with(
+    pub(crate) fn noise_inflated_factor_trapezoidal_with(
         &self,
         kappa: f64,
         l_inv: &CholeskyInverse,
@@ -691,7 +691,7 @@ fn householder_upper(mut a: faer::MatMut<'_, f64>) {
 
 /// `L⁻¹` of a posterior's Cholesky factor ([`OutputPosterior::cholesky_inverse`]).
 #[derive(Clone, Debug)]
-pub struct CholeskyInverse(Mat<f64>);
+pub(crate) struct CholeskyInverse(Mat<f64>);
 
 /// `L⁻¹` of a lower triangular `L`.
 pub(crate) fn lower_inverse(l: MatRef<'_, f64>) -> Mat<f64> {
