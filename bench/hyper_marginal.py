@@ -18,12 +18,15 @@ choice):
 * both: the mixture over shapes and amplitudes, its own mean and variance (Bayesian model
   averaging of the hyperparameters);
 * both, plug-in mean: the plug-in mean, the mixture's variance about it;
+* shapes: the mixture over shapes, each at its own evidence-maximising amplitude (what a model
+  that kept one posterior per candidate shape would answer);
 * mixed kernel: one more candidate shape, the kernel `Σ_j π_j a_j K_j` that has the mixture's
   prior second moment (π_j the shapes' evidence weights, a_j their amplitudes), picked by the
   evidence against the others as any shape is.
 
-A model keeps one posterior per output, updated by one step per batch; the first three need a
-posterior per candidate (or per quadrature node), the fourth a kernel of its own per output.
+A model keeps one posterior per output, updated by one step per batch; all but the plug-in and
+the mixed kernel need a posterior per candidate (or per quadrature node), the mixed kernel a
+kernel of its own per output.
 """
 import os
 import sys
@@ -102,6 +105,7 @@ def fit(x, y, x_test, kinds):
     out["amplitude"] = mixture([(best_shape, g) for g in best_shape["grid"]], xc, yc, dx, anchor=mean)
     out["both"] = mixture(points, xc, yc, dx)
     out["both, plug-in mean"] = mixture(points, xc, yc, dx, anchor=mean)
+    out["shapes"] = mixture([(sh, min(sh["grid"], key=lambda g: g[0])) for sh in shapes], xc, yc, dx)
     if len(shapes) > 1:
         weights = []
         for sh in shapes:
