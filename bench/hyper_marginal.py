@@ -100,6 +100,8 @@ def fit(x, y, x_test, kinds):
               for kind in kinds for length in ([None] if kind == "ridge" else SV.LENGTHS)]
     points = [(sh, g) for sh in shapes for g in sh["grid"]]
     best_shape, best = min(points, key=lambda p: p[1][0])
+    weight = np.exp(-(np.array([g[0] for _, g in points]) - best[0]) / 2)
+    share = weight[[sh is best_shape for sh, _ in points]].sum() / weight.sum()
     mean, var = predictive(best_shape, xc, yc, dx, *best[1:])
     out = {"plug-in": (mean, var)}
     out["amplitude"] = mixture([(best_shape, g) for g in best_shape["grid"]], xc, yc, dx, anchor=mean)
@@ -117,7 +119,7 @@ def fit(x, y, x_test, kinds):
         mixed = shape(xc, yc, sum(p * a * sh["k"] for p, (_, a), sh in zip(pi, weights, shapes)), PENALTY)
         top = min(mixed["grid"], key=lambda g: g[0])
         out["mixed kernel"] = predictive(mixed, xc, yc, dx, *top[1:]) if top[0] < best[0] else (mean, var)
-    return {label: (ym + m, v) for label, (m, v) in out.items()}
+    return {label: (ym + m, v) for label, (m, v) in out.items()}, share
 
 
 def main(argv):
@@ -133,11 +135,13 @@ def main(argv):
         priors = {"ridge": ["ridge"], "smooth": ["ridge", "m32"]} if ds.grid else {"ridge": ["ridge"]}
         for scheme, splits in schemes.items():
             for prior, kinds in priors.items():
-                scores = {}
+                scores, shares = {}, []
                 for split in splits:
                     train, test = A.train_rows(split), split["test"]
                     truth = ds.y[test, 0]
-                    for label, (mean, var) in fit(ds.x[train], ds.y[train, 0], ds.x[test], kinds).items():
+                    predictives, share = fit(ds.x[train], ds.y[train, 0], ds.x[test], kinds)
+                    shares.append(share)
+                    for label, (mean, var) in predictives.items():
                         sd = np.sqrt(var)
                         cell = scores.setdefault(label, ([], [], [], []))
                         cell[0].extend((truth - mean) ** 2)
@@ -146,7 +150,9 @@ def main(argv):
                         cell[3].extend(A.gaussian_crps(truth, mean, sd))
                 cells = "; ".join(f"{label} {np.sqrt(np.mean(e)):.4g}, {np.mean(c):.3f} / {np.mean(i):.4g} / {np.mean(r):.4g}"
                                   for label, (e, c, i, r) in scores.items())
-                print(f"{name}, {scheme} ×{len(splits)}, {prior}: {cells}", flush=True)
+                print(f"{name}, {scheme} ×{len(splits)}, {prior}: {cells}; the best shape's share of the"
+                      f" evidence's weight {np.min(shares):.2f}–{np.max(shares):.2f} (median {np.median(shares):.2f})",
+                      flush=True)
 
 
 if __name__ == "__main__":
