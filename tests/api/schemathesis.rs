@@ -135,9 +135,11 @@ async fn schemathesis_finds_nothing() {
         .args(["--request-timeout", "30"])
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(Duration::from_secs(900), run)
+    // A guard against a hung run, not a speed target: on a slow shared machine the PostgreSQL
+    // run's 1,200 examples and stateful scenarios have taken more than 15 minutes.
+    let output = tokio::time::timeout(Duration::from_secs(1800), run)
         .await
-        .expect("schemathesis finished within 15 minutes")
+        .expect("schemathesis finished within 30 minutes")
         .expect("schemathesis runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
