@@ -69,11 +69,14 @@ def shape(xc, yc, k, penalty):
 def predictive(sh, xc, yc, dx, alpha, s, gamma):
     """Mean (centred) and variance at dx: κ (s + s/N + driven) + the prior's own part."""
     n, lam, u, k = len(yc), sh["lam"], sh["u"], sh["k"]
-    uc = u.T @ (xc @ k @ dx.T)
+    if sh.get("dx") is not dx:
+        # The projections of the test rows depend on the shape only: formed once per shape,
+        # not once per grid point.
+        sh["dx"], sh["uc"], sh["quad"] = dx, u.T @ (xc @ k @ dx.T), np.einsum("ij,jk,ik->i", dx, k, dx)
+    uc = sh["uc"]
     mean = (uc * ((u.T @ yc) / (alpha + lam))[:, None]).sum(0)
     a = s / alpha
-    post = np.maximum(a * (np.einsum("ij,jk,ik->i", dx, k, dx)
-                           - np.sum(uc ** 2 / (alpha + lam)[:, None], 0)), 0)
+    post = np.maximum(a * (sh["quad"] - np.sum(uc ** 2 / (alpha + lam)[:, None], 0)), 0)
     driven = np.minimum(s * np.sum(uc ** 2 / ((alpha + lam) ** 2)[:, None], 0), post)
     nu = max(n - 1 - gamma, 3.0)
     return mean, nu / (nu - 2) * (s + s / n + driven) + (post - driven)
