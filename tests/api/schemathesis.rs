@@ -76,7 +76,7 @@ async fn schemathesis_finds_nothing() {
 
     // The longer run on PostgreSQL, a shorter one of the same checks on the embedded store; both
     // sized to keep CI's wall time, and `MORDANT_SCHEMATHESIS_EXAMPLES` asks for a deeper run
-    // (README, "Hostile input"). Schemathesis itself, not the service, sets the pace: one worker.
+    // (README, "Failures, tested"). Schemathesis itself, not the service, sets the pace: one worker.
     let default_examples = match crate::BACKEND {
         crate::helpers::Backend::Postgres => 300,
         crate::helpers::Backend::Sqlite => 50,
