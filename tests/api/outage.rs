@@ -44,8 +44,10 @@ impl Cluster {
             eprintln!("PostgreSQL server binaries not found: the outage test is skipped here");
             return None;
         };
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("outage-{}", uuid::Uuid::new_v4().simple()));
+        // The system's temporary directory, not the build's: as root the cluster runs as the
+        // postgres user, who cannot reach a build directory under a home like /root.
+        let dir = std::env::temp_dir()
+            .join(format!("mordant-outage-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         let cluster = Self {
             bin,
