@@ -8,6 +8,7 @@ use mordant::estimator::drift::{gram_root, trace_by_covariance};
 use mordant::estimator::evidence::{evidence, revivals};
 use mordant::estimator::forward::forward_statistics;
 use mordant::estimator::incremental::{condition, one_step};
+use mordant::estimator::mixture;
 use mordant::estimator::model::Predictive;
 use mordant::estimator::recipe::nnls;
 use mordant::estimator::statistics::MIN_LEVEL;
@@ -132,11 +133,23 @@ fn inflation(state: &ModelState, k: usize) -> f64 {
     )
 }
 
-/// Output `k`'s predictive variance at `phi` by the textbook: with `Σ` and the data's precision
-/// `A` on the support, `φᵀΣφ` splits into the part the noise drives, `φᵀΣAΣφ`, and the prior's,
-/// the rest; `κ` inflates the first and `s` only ([`Predictive::StudentNoise`]), or everything.
+/// Output `k`'s predictive variance at `phi` by the textbook (`member_textbook_variance` of its
+/// posterior).
 fn textbook_variance(state: &ModelState, k: usize, phi: &[f64]) -> f64 {
     let post = state.outputs()[k].posterior().expect("trained");
+    member_textbook_variance(state, k, post, phi)
+}
+
+/// The predictive variance at `phi` of `post` as output `k` of `state`, by the textbook: with
+/// `Σ` and the data's precision `A` on the support, `φᵀΣφ` splits into the part the noise
+/// drives, `φᵀΣAΣφ`, and the prior's, the rest; `κ` inflates the first and `s` only
+/// ([`Predictive::StudentNoise`]), or everything.
+fn member_textbook_variance(
+    state: &ModelState,
+    k: usize,
+    post: &OutputPosterior,
+    phi: &[f64],
+) -> f64 {
     let (support, sigma, a) = (
         post.active(),
         post.covariance_active(),
@@ -151,7 +164,12 @@ fn textbook_variance(state: &ModelState, k: usize, phi: &[f64]) -> f64 {
     let driven: f64 = (0..n)
         .map(|i| (0..n).map(|j| sf[i] * a[(i, j)] * sf[j]).sum::<f64>())
         .sum();
-    let (kappa, s) = (inflation(state, k), post.noise_variance());
+    let kappa = state.predictive().inflation(
+        state.totals().output(k).informative,
+        usize::from(post.flat().is_some()),
+        post.effective_parameters(),
+    );
+    let s = post.noise_variance();
     match state.predictive() {
         Predictive::StudentNoise => kappa * (s + driven) + (total - driven),
         _ => kappa * (s + total),
@@ -1186,6 +1204,71 @@ proptest! {
         let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
         let decoded = codec::decode(&codec::encode(&state)).unwrap();
         prop_assert_eq!(decoded, state);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// An output fitted under a shared-scale prior over a declared spectrum predicts by its
+    /// model average over the prior shapes the evidence leaves close: after the first fit and
+    /// after one-step updates (which keep the alternates' hyperparameters and fold their rows
+    /// through the statistics), the answer is the mixture's mean `Σ w_j φᵀμ_j` and variance
+    /// `Σ w_j (V_j + (φᵀμ_j)²) − mean²` of its members by the textbook, with weights that sum to
+    /// 1, and never below the members' averaged noise.
+    #[test]
+    fn an_averaged_output_predicts_the_mixture_of_its_members(
+        seed in any::<u64>(), n1 in 8usize..40, n2 in 1usize..20, d in 4usize..16, family in 0usize..2,
+    ) {
+        let (x, y) = random_problem(seed, n1 + n2, d, 2);
+        let basis = Basis::spectral(d, ReflectanceScale::Fraction, d, true, Transform::Identity);
+        let prior = [PriorFamily::Smooth, PriorFamily::Auto][family];
+        let config = ModelConfig { prior, ..ModelConfig::new(basis, 2) };
+        let first = ModelState::fit(&config, stats(&basis, &rows(&x, 0..n1), &rows(&y, 0..n1))).unwrap();
+        let second = first
+            .update(&config, &stats(&basis, &rows(&x, n1..n1 + n2), &rows(&y, n1..n1 + n2)))
+            .unwrap();
+        let (probe, _) = random_problem(seed ^ 5, 6, d, 1);
+        let phi = basis.design(probe.as_ref()).unwrap();
+        for state in [&first, &second] {
+            let pred = state.predict(probe.as_ref()).unwrap();
+            let predictor = mordant::estimator::Predictor::new(state);
+            for k in 0..2 {
+                let Some(members) = mixture::members(state, k) else {
+                    prop_assert!(state.alternates(k).is_empty());
+                    continue;
+                };
+                let members = members.unwrap();
+                prop_assert_eq!(members.len(), 1 + state.alternates(k).len());
+                let total: f64 = members.iter().map(|m| m.0).sum();
+                prop_assert!((total - 1.0).abs() < 1e-12 && members.iter().all(|m| m.0 >= 0.0));
+                let noise = predictor.noise_variance(k).unwrap();
+                for i in 0..probe.nrows() {
+                    let f: Vec<f64> = (0..basis.dim()).map(|j| phi[(i, j)]).collect();
+                    let (mut mean, mut second_moment) = (0.0, 0.0);
+                    for (w, member) in &members {
+                        let m: f64 = f.iter().zip(member.mean()).map(|(a, b)| a * b).sum();
+                        let v = member_textbook_variance(state, k, member, &f);
+                        mean += w * m;
+                        second_moment += w * (v + m * m);
+                    }
+                    let variance = second_moment - mean * mean;
+                    let scale = f.iter().map(|v| v.abs()).sum::<f64>().max(1.0);
+                    prop_assert!((pred.mean[(i, k)] - mean).abs() <= 1e-9 * scale * (1.0 + mean.abs()),
+                        "mean {} against {}", pred.mean[(i, k)], mean);
+                    prop_assert!((pred.variance[(i, k)] - variance).abs() <= 1e-7 * variance,
+                        "variance {} against {}", pred.variance[(i, k)], variance);
+                    prop_assert!(pred.variance[(i, k)] >= noise * (1.0 - 1e-12));
+                }
+            }
+            prop_assert_eq!(&codec::decode(&codec::encode(state)).unwrap(), state);
+        }
+        // An output not fitted again (its fitted rows unchanged) keeps its alternates.
+        for k in 0..2 {
+            if second.fitted_rows()[k] == first.fitted_rows()[k] {
+                prop_assert_eq!(first.alternates(k), second.alternates(k));
+            }
+        }
     }
 }
 

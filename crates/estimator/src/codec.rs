@@ -34,6 +34,13 @@
 //! can match recipes, folded since); statistics blobs: version 5 is version 4 followed by the
 //! same fields.
 //!
+//! Version 9 is written for states whose outputs keep alternates (the other prior shapes of
+//! their model average, [`crate::mixture`]), whatever statistics they keep: after the zero-rows
+//! flag, build-up kept u8 · weighted build-up kept u8 (which the version says up to 8); after the
+//! outputs, per output: alternates u8, each a prior as an output's (family u8 · s f64 · v p f64
+//! · smooth bands u32 · [length f64]). Every other state keeps its version, readable by the
+//! releases before; a state read from a version before 9 has no alternates.
+//!
 //! The Saunderson transform (tag 2) came within version 6: only such states carry `k₁, k₂`, so
 //! every other state stays readable by the releases before it, which refuse a tag-2 state as an
 //! invalid transform rather than misread it.
@@ -76,6 +83,7 @@ use faer::Mat;
 use rayon::prelude::*;
 
 use super::basis::Saunderson;
+use super::evidence::Alternate;
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, active_set};
 use super::prior::{FittedFamily, Prior, Smooth, shared_kernel_factor};
@@ -116,6 +124,8 @@ const FORMAT_VERSION_BUILD_UP: u16 = 7;
 /// Model states of format 7 whose build-up statistics keep their weighted copy
 /// ([`crate::statistics::Relative`]), which follows them. Written only for those.
 const FORMAT_VERSION_RELATIVE: u16 = 8;
+/// Written for states whose outputs keep alternates (see the module's doc).
+const FORMAT_VERSION_ALTERNATES: u16 = 9;
 /// Statistics blobs of version 4 followed by the weighted build-up statistics.
 const STATISTICS_VERSION_5: u16 = 5;
 /// Most build-up curves a blob may declare.
@@ -123,9 +133,13 @@ const MAX_CURVES: usize = 64;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
 const MAX_DIM: usize = 1 << 16;
 
-/// Encodes a model state: format 8 when its statistics keep the weighted build-up statistics,
-/// 7 when they keep the build-up statistics alone, 6 otherwise.
+/// Encodes a model state: format 9 when an output keeps alternates, else 8 when its statistics
+/// keep the weighted build-up statistics, 7 when they keep the build-up statistics alone, 6
+/// otherwise.
 pub fn encode(state: &ModelState) -> Vec<u8> {
+    if (0..state.outputs().len()).any(|k| !state.alternates(k).is_empty()) {
+        return encode_as(state, FORMAT_VERSION_ALTERNATES);
+    }
     match state.totals().build_up() {
         Some(build_up) if build_up.relative().is_some() => {
             encode_as(state, FORMAT_VERSION_RELATIVE)
@@ -181,38 +195,40 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
     if version >= FORMAT_VERSION {
         w.u8(u8::from(zeros));
     }
-    w.statistics(
-        totals,
-        products,
-        zeros,
-        version >= FORMAT_VERSION_BUILD_UP,
-        version >= FORMAT_VERSION_RELATIVE,
-    );
+    // Up to version 8 the version says which build-up statistics follow; from 9 two flags do.
+    let (build_up, relative) = if version >= FORMAT_VERSION_ALTERNATES {
+        let build_up = totals.build_up();
+        let relative = build_up.and_then(|b| b.relative()).is_some();
+        w.u8(u8::from(build_up.is_some()));
+        w.u8(u8::from(relative));
+        (build_up.is_some(), relative)
+    } else {
+        (
+            version >= FORMAT_VERSION_BUILD_UP,
+            version >= FORMAT_VERSION_RELATIVE,
+        )
+    };
+    w.statistics(totals, products, zeros, build_up, relative);
     for (output, fitted_rows) in state.outputs().iter().zip(state.fitted_rows()) {
         match output {
             OutputState::Untrained => w.u8(0),
             OutputState::Trained(post) => {
-                let prior = post.prior();
                 w.u8(1);
-                w.u8(match prior.family {
-                    FittedFamily::Ard => 0,
-                    FittedFamily::Ridge => 1,
-                    FittedFamily::Smooth => 2,
-                });
-                w.f64(post.noise_variance());
-                prior.variance.iter().for_each(|v| w.f64(*v));
-                match prior.smooth {
-                    None => w.u32(0),
-                    Some(smooth) => {
-                        w.u32(smooth.bands as u32);
-                        w.f64(smooth.length);
-                    }
-                }
+                w.prior(post.prior(), post.noise_variance());
                 w.lower(post.precision_data());
                 post.natural_mean().iter().for_each(|v| w.f64(*v));
                 if version >= FORMAT_VERSION_5 {
                     w.f64(*fitted_rows);
                 }
+            }
+        }
+    }
+    if version >= FORMAT_VERSION_ALTERNATES {
+        for k in 0..m {
+            let alternates = state.alternates(k);
+            w.u8(alternates.len() as u8);
+            for alternate in alternates {
+                w.prior(&alternate.prior, alternate.noise_variance);
             }
         }
     }
@@ -234,6 +250,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             FORMAT_VERSION,
             FORMAT_VERSION_BUILD_UP,
             FORMAT_VERSION_RELATIVE,
+            FORMAT_VERSION_ALTERNATES,
         ],
     )?;
     let current = r.version >= FORMAT_VERSION_4;
@@ -298,8 +315,19 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     };
     let zeros = r.version >= FORMAT_VERSION && r.flag("zero rows flag")?;
     let p = basis.dim();
-    let build_up = r.version >= FORMAT_VERSION_BUILD_UP;
-    let relative = r.version >= FORMAT_VERSION_RELATIVE;
+    let (build_up, relative) = if r.version >= FORMAT_VERSION_ALTERNATES {
+        let build_up = r.flag("build-up flag")?;
+        let relative = r.flag("relative flag")?;
+        if relative && !build_up {
+            return Err(DecodeError::Invalid("relative flag").into());
+        }
+        (build_up, relative)
+    } else {
+        (
+            r.version >= FORMAT_VERSION_BUILD_UP,
+            r.version >= FORMAT_VERSION_RELATIVE,
+        )
+    };
     let totals = r.statistics(p, m, products, zeros, build_up, relative)?;
     if let Some(weighted) = totals.build_up().and_then(|b| b.relative())
         && !weighted.fits(p, basis.spectral)
@@ -320,46 +348,10 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
                 fitted_rows.push(0.0);
             }
             1 => {
-                let family = if current {
-                    match r.u8()? {
-                        0 => FittedFamily::Ard,
-                        1 => FittedFamily::Ridge,
-                        2 => FittedFamily::Smooth,
-                        _ => return Err(DecodeError::Invalid("prior family").into()),
-                    }
-                } else {
-                    FittedFamily::Ard
-                };
-                let s = r.f64()?;
-                let v = r.vec(p)?;
-                let infinite_ok = |x: &f64| current && *x == f64::INFINITY;
-                if v.iter()
-                    .any(|x| !((x.is_finite() || infinite_ok(x)) && *x >= 0.0))
-                {
-                    return Err(DecodeError::Invalid("prior variances").into());
-                }
-                let smooth = if current {
-                    match r.u32()? as usize {
-                        0 => None,
-                        bands => Some(Smooth {
-                            bands,
-                            length: r.f64()?,
-                        }),
-                    }
-                } else {
-                    None
-                };
-                let active = active_set(&v).len();
+                let (prior, s) = r.prior(p, current)?;
+                let active = active_set(&prior.variance).len();
                 let a = r.lower(active)?;
                 let c = r.vec(active)?;
-                let prior = Prior {
-                    family,
-                    variance: v,
-                    smooth,
-                };
-                prior
-                    .validate()
-                    .map_err(|_| DecodeError::Invalid("prior"))?;
                 if let Some(smooth) = prior.smooth {
                     lengths.insert((smooth.bands, smooth.length.to_bits()));
                 }
@@ -376,6 +368,22 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
                 fitted_rows.push(rows);
             }
             _ => return Err(DecodeError::Invalid("output tag").into()),
+        }
+    }
+    let mut alternates = vec![Vec::new(); m];
+    if r.version >= FORMAT_VERSION_ALTERNATES {
+        for (k, alternates) in alternates.iter_mut().enumerate() {
+            let count = r.u8()? as usize;
+            if count > 0 && natural[k].is_none() {
+                return Err(DecodeError::Invalid("alternates of an untrained output").into());
+            }
+            for _ in 0..count {
+                let (prior, noise_variance) = r.prior(p, true)?;
+                alternates.push(Alternate {
+                    prior,
+                    noise_variance,
+                });
+            }
         }
     }
     r.finish()?;
@@ -410,7 +418,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             .map(form)
             .collect::<Result<Vec<_>, DecodeError>>()
     }?;
-    ModelState::from_parts(basis, totals, outputs, predictive, fitted_rows)
+    ModelState::from_parts(basis, totals, outputs, predictive, fitted_rows, alternates)
 }
 
 /// Encodes the statistics of one batch (what the service stores beside a batch's raw rows).
@@ -621,6 +629,24 @@ impl Writer {
             }
         }
     }
+    /// A prior and its noise variance: family u8 (0 ARD, 1 ridge, 2 smooth) · s f64 · v p f64
+    /// · smooth bands u32 (0: none) · [smooth length f64 when bands > 0].
+    fn prior(&mut self, prior: &Prior, noise_variance: f64) {
+        self.u8(match prior.family {
+            FittedFamily::Ard => 0,
+            FittedFamily::Ridge => 1,
+            FittedFamily::Smooth => 2,
+        });
+        self.f64(noise_variance);
+        prior.variance.iter().for_each(|v| self.f64(*v));
+        match prior.smooth {
+            None => self.u32(0),
+            Some(smooth) => {
+                self.u32(smooth.bands as u32);
+                self.f64(smooth.length);
+            }
+        }
+    }
     /// Every entry of `a`, column by column.
     fn columns(&mut self, a: faer::MatRef<'_, f64>) {
         for k in 0..a.ncols() {
@@ -774,6 +800,50 @@ impl<'a> Reader<'a> {
         Ok(a)
     }
 
+    /// A prior and its noise variance as [`Writer::prior`] writes them; before the prior
+    /// families (`current` false), an ARD prior's noise and finite variances alone.
+    fn prior(&mut self, p: usize, current: bool) -> Result<(Prior, f64), EstimatorError> {
+        let family = if current {
+            match self.u8()? {
+                0 => FittedFamily::Ard,
+                1 => FittedFamily::Ridge,
+                2 => FittedFamily::Smooth,
+                _ => return Err(DecodeError::Invalid("prior family").into()),
+            }
+        } else {
+            FittedFamily::Ard
+        };
+        let s = self.f64()?;
+        let variance = self.vec(p)?;
+        let infinite_ok = |x: &f64| current && *x == f64::INFINITY;
+        if variance
+            .iter()
+            .any(|x| !((x.is_finite() || infinite_ok(x)) && *x >= 0.0))
+        {
+            return Err(DecodeError::Invalid("prior variances").into());
+        }
+        let smooth = if current {
+            match self.u32()? as usize {
+                0 => None,
+                bands => Some(Smooth {
+                    bands,
+                    length: self.f64()?,
+                }),
+            }
+        } else {
+            None
+        };
+        let prior = Prior {
+            family,
+            variance,
+            smooth,
+        };
+        prior
+            .validate()
+            .map_err(|_| DecodeError::Invalid("prior"))?;
+        Ok((prior, s))
+    }
+
     /// A boolean byte (0 or 1).
     fn flag(&mut self, what: &'static str) -> Result<bool, EstimatorError> {
         match self.u8()? {
@@ -863,6 +933,32 @@ mod tests {
     fn round_trip_is_exact() {
         let state = small_state();
         assert_eq!(decode(&encode(&state)).unwrap(), state);
+    }
+
+    /// A state whose output keeps alternates is written as version 9 and read back with them,
+    /// predicting as before; with its alternates corrupted into an untrained output's, refused.
+    #[test]
+    fn alternates_round_trip() {
+        let state = crate::mixture::tests::averaged_state(5);
+        let blob = encode(&state);
+        assert_eq!(
+            u16::from_le_bytes([blob[4], blob[5]]),
+            FORMAT_VERSION_ALTERNATES
+        );
+        let decoded = decode(&blob).unwrap();
+        assert_eq!(decoded, state);
+        assert!(!decoded.alternates(0).is_empty());
+        let without = ModelState::from_parts(
+            *state.basis(),
+            state.totals().clone(),
+            state.outputs().to_vec(),
+            state.predictive(),
+            state.fitted_rows().to_vec(),
+            vec![Vec::new()],
+        )
+        .unwrap();
+        assert_ne!(encode(&without)[4], blob[4]);
+        assert!(decode(&encode(&without)).unwrap().alternates(0).is_empty());
     }
 
     /// The predictive byte (after magic, version, features, intercept, transform, declared,
@@ -1140,6 +1236,7 @@ mod tests {
             state.outputs().to_vec(),
             state.predictive(),
             state.fitted_rows().to_vec(),
+            vec![Vec::new(); state.outputs().len()],
         )
         .unwrap();
         assert_eq!(
@@ -1209,11 +1306,14 @@ mod tests {
     fn newer_version_is_refused() {
         let state = small_state();
         let refusal =
-            |newest| EstimatorError::Decode(DecodeError::UnsupportedVersion { found: 9, newest });
+            |newest| EstimatorError::Decode(DecodeError::UnsupportedVersion { found: 10, newest });
         let (mut blob, mut stats) = (encode(&state), encode_statistics(state.totals()));
-        blob[4] = 9;
-        stats[4] = 9;
-        assert_eq!(decode(&blob).unwrap_err(), refusal(FORMAT_VERSION_RELATIVE));
+        blob[4] = 10;
+        stats[4] = 10;
+        assert_eq!(
+            decode(&blob).unwrap_err(),
+            refusal(FORMAT_VERSION_ALTERNATES)
+        );
         assert_eq!(
             decode_statistics(&stats).unwrap_err(),
             refusal(STATISTICS_VERSION_5)

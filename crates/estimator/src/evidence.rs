@@ -790,54 +790,80 @@ impl SharedScale {
         Ok(Self { shapes, flat })
     }
 
-    /// The evidence-maximising prior of one output, and its posterior.
+    /// The evidence-maximising prior of one output and its posterior, with the other shapes
+    /// whose evidence comes within [`ALTERNATE_LOG_RATIO`] of it (at most [`MAX_ALTERNATES`],
+    /// the most probable first), each at its own evidence-maximising scale and noise variance:
+    /// the members of the output's model average ([`super::mixture`]).
     pub fn fit(
         &self,
         data: OutputData<'_>,
         noise: NoisePrior,
-    ) -> Result<EvidenceFit, EstimatorError> {
+    ) -> Result<(EvidenceFit, Vec<Alternate>), EstimatorError> {
         let centred = Centred::new(data, self.flat)?;
-        let mut best: Option<(f64, usize, f64, f64, f64)> = None;
-        for (i, shape) in self.shapes.iter().enumerate() {
-            let (objective, scale, s, gamma) = shape.maximise(&centred, noise);
-            if best.is_none_or(|b| objective < b.0) {
-                best = Some((objective, i, scale, s, gamma));
-            }
-        }
-        let Some((neg2, i, scale, s, gamma)) = best else {
+        // (−2 log evidence, shape, v, ŝ, γ) of every shape, the most probable first; a sort
+        // that keeps the first of equal evidences.
+        let mut fits: Vec<(f64, usize, f64, f64, f64)> = self
+            .shapes
+            .iter()
+            .enumerate()
+            .map(|(i, shape)| {
+                let (objective, scale, s, gamma) = shape.maximise(&centred, noise);
+                (objective, i, scale, s, gamma)
+            })
+            .collect();
+        fits.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let Some(&(neg2, i, scale, s, gamma)) = fits.first() else {
             return Err(EstimatorError::Dimension {
                 what: "prior shapes",
                 expected: 1,
                 found: 0,
             });
         };
-        let shape = &self.shapes[i];
-        let variance = shape
-            .unit_variance
-            .iter()
-            .map(|u| if *u == f64::INFINITY { *u } else { scale * u })
-            .collect();
-        // A scale of 0 (nothing varies) prunes every weighted basis function.
-        let smooth = shape.smooth.filter(|_| scale > 0.0);
-        let prior = Prior {
-            family: shape.family,
-            variance,
-            smooth,
-        };
+        let prior = self.shapes[i].prior(scale);
         // The evidence needed only `K_ℓ`; the posterior takes `K_ℓ^½` from the process's table
         // (`Prior::factor`), so the outputs that pick this shape share it.
         let factor = prior.factor()?;
         let posterior =
             OutputPosterior::from_statistics_with_factor(prior, factor, s, data.g, data.b)?;
-        Ok(EvidenceFit {
+        let alternates = fits[1..]
+            .iter()
+            .take_while(|f| f.0.is_finite() && f.0 - neg2 <= 2.0 * ALTERNATE_LOG_RATIO)
+            .filter(|f| f.3.is_finite() && f.3 > 0.0)
+            .take(MAX_ALTERNATES)
+            .map(|&(_, i, scale, s, _)| Alternate {
+                prior: self.shapes[i].prior(scale),
+                noise_variance: s,
+            })
+            .collect();
+        let fit = EvidenceFit {
             posterior,
             iterations: 1,
             converged: true,
             neg2_log_evidence: neg2,
             occam: occam_penalty(std::iter::once(gamma), self.shapes.len()),
-        })
+        };
+        Ok((fit, alternates))
     }
 }
+
+/// A prior shape of an output's model average besides the one its posterior has: the prior at
+/// its evidence-maximising scale and the noise variance found with it, both held fixed until
+/// the output is fitted again. Its posterior is that of the model's statistics under them
+/// ([`super::mixture`]), so it needs no state of its own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Alternate {
+    pub prior: Prior,
+    pub noise_variance: f64,
+}
+
+/// How much less probable than the most probable shape (a factor `e^x`, `x` this) a shape may
+/// be and still join the model average: below a hundredth its share of a mean or a variance is
+/// below the spread the shapes already hold.
+pub const ALTERNATE_LOG_RATIO: f64 = 2.0 * std::f64::consts::LN_10;
+
+/// At most this many shapes join the most probable one: each costs a posterior per model
+/// version, and the evidence over neighbouring length scales rarely spreads wider.
+pub const MAX_ALTERNATES: usize = 4;
 
 impl Shape {
     /// The shape with unit prior covariance `C = R̃ R̃ᵀ` (`K_ℓ` over the bands of a smooth shape,
@@ -908,6 +934,21 @@ impl Shape {
             eigenvalues,
             projection,
         })
+    }
+
+    /// The prior of this shape at scale `v` (a scale of 0, nothing varying, prunes every
+    /// weighted basis function).
+    fn prior(&self, scale: f64) -> Prior {
+        let variance = self
+            .unit_variance
+            .iter()
+            .map(|u| if *u == f64::INFINITY { *u } else { scale * u })
+            .collect();
+        Prior {
+            family: self.family,
+            variance,
+            smooth: self.smooth.filter(|_| scale > 0.0),
+        }
     }
 
     /// `(−2 log evidence, v, ŝ, γ)` at the best `α` for the centred statistics of one output.

@@ -108,6 +108,7 @@ pub mod evidence;
 pub mod forward;
 pub mod grid;
 pub mod incremental;
+pub mod mixture;
 pub mod model;
 mod options;
 pub mod posterior;

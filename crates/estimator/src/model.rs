@@ -3,7 +3,7 @@
 use faer::Mat;
 use rayon::prelude::*;
 
-use super::evidence::{SharedScale, evidence};
+use super::evidence::{Alternate, SharedScale, evidence};
 use super::incremental::one_step;
 use super::posterior::OutputPosterior;
 use super::statistics::{BatchStatistics, check_shape};
@@ -183,6 +183,9 @@ pub struct ModelState {
     /// Per output, the (forgetting-weighted) informative rows its hyperparameters were fitted
     /// on; 0 for an untrained output.
     fitted_rows: Vec<f64>,
+    /// Per output, the other prior shapes of its model average (see [`super::mixture`]): empty
+    /// for an untrained output, an ARD fit, and every state stored before them.
+    alternates: Vec<Vec<Alternate>>,
 }
 
 impl ModelState {
@@ -192,14 +195,38 @@ impl ModelState {
         outputs: Vec<OutputState>,
         predictive: Predictive,
         fitted_rows: Vec<f64>,
+        alternates: Vec<Vec<Alternate>>,
     ) -> Result<Self, EstimatorError> {
         check_shape(totals.dim(), outputs.len(), basis.dim(), totals.outputs())?;
-        if fitted_rows.len() != outputs.len() {
-            return Err(EstimatorError::Dimension {
-                what: "fitted rows",
-                expected: outputs.len(),
-                found: fitted_rows.len(),
-            });
+        for (what, found) in [
+            ("fitted rows", fitted_rows.len()),
+            ("alternates", alternates.len()),
+        ] {
+            if found != outputs.len() {
+                return Err(EstimatorError::Dimension {
+                    what,
+                    expected: outputs.len(),
+                    found,
+                });
+            }
+        }
+        for (output, alternates) in outputs.iter().zip(&alternates) {
+            if output.posterior().is_none() && !alternates.is_empty() {
+                return Err(EstimatorError::Untrained);
+            }
+            for alternate in alternates {
+                if alternate.prior.dim() != basis.dim() {
+                    return Err(EstimatorError::Dimension {
+                        what: "alternate prior basis functions",
+                        expected: basis.dim(),
+                        found: alternate.prior.dim(),
+                    });
+                }
+                alternate.prior.validate()?;
+                if !(alternate.noise_variance.is_finite() && alternate.noise_variance > 0.0) {
+                    return Err(EstimatorError::NonFinite("alternate noise variance"));
+                }
+            }
         }
         for output in &outputs {
             if let Some(post) = output.posterior()
@@ -218,6 +245,7 @@ impl ModelState {
             outputs,
             predictive,
             fitted_rows,
+            alternates,
         })
     }
 
@@ -256,6 +284,12 @@ impl ModelState {
                 .collect(),
             predictive: self.predictive,
             fitted_rows: self.fitted_rows.iter().copied().chain([0.0]).collect(),
+            alternates: self
+                .alternates
+                .iter()
+                .cloned()
+                .chain([Vec::new()])
+                .collect(),
         }
     }
 
@@ -267,7 +301,8 @@ impl ModelState {
     /// prior variance: the widest of the output's other named features' (the shared one under
     /// ridge), or `fallback` where it has none. A feature whose past values are unknown (a new
     /// sensor) cannot be added this way. A basis whose every input is transformed (Kubelka–Munk
-    /// without a declared spectrum) takes none.
+    /// without a declared spectrum) takes none. Each alternate of an output's model average
+    /// ([`super::mixture`]) extends its prior the same way.
     pub fn with_feature_appended(&self, fallback: f64) -> Result<Self, EstimatorError> {
         let basis = self.basis;
         if basis.transform != super::Transform::Identity && !basis.declared {
@@ -282,25 +317,42 @@ impl ModelState {
         }
         let j = basis.features;
         let totals = self.totals.with_function_inserted(j)?;
+        let named = |i: usize| i >= basis.spectral && i < basis.features;
+        let extended = |prior: &super::Prior| {
+            let widest = (0..prior.dim())
+                .filter(|&i| named(i))
+                .map(|i| prior.variance[i])
+                .filter(|v| *v > 0.0 && v.is_finite())
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+            let mut variance = prior.variance.clone();
+            variance.insert(j, widest.unwrap_or(fallback));
+            super::Prior {
+                variance,
+                ..prior.clone()
+            }
+        };
+        // An alternate's posterior comes from the statistics, so its prior extended as the
+        // posterior's is is all it needs.
+        let alternates = self
+            .alternates
+            .iter()
+            .map(|alternates| {
+                alternates
+                    .iter()
+                    .map(|alternate| Alternate {
+                        prior: extended(&alternate.prior),
+                        noise_variance: alternate.noise_variance,
+                    })
+                    .collect()
+            })
+            .collect();
         let outputs = self
             .outputs
             .iter()
             .map(|output| match output {
                 OutputState::Untrained => Ok(OutputState::Untrained),
                 OutputState::Trained(post) => {
-                    let prior = post.prior();
-                    let named = |i: usize| i >= basis.spectral && i < basis.features;
-                    let widest = (0..prior.dim())
-                        .filter(|&i| named(i))
-                        .map(|i| prior.variance[i])
-                        .filter(|v| *v > 0.0 && v.is_finite())
-                        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-                    let mut variance = prior.variance.clone();
-                    variance.insert(j, widest.unwrap_or(fallback));
-                    let extended = super::Prior {
-                        variance,
-                        ..prior.clone()
-                    };
+                    let extended = extended(post.prior());
                     // On the support, the new weight's data precision and natural mean are 0.
                     let support = post.active();
                     let at = support.iter().filter(|&&i| i < j).count();
@@ -328,6 +380,7 @@ impl ModelState {
             outputs,
             self.predictive,
             self.fitted_rows.clone(),
+            alternates,
         )
     }
 
@@ -341,12 +394,21 @@ impl ModelState {
     pub fn fit(config: &ModelConfig, stats: BatchStatistics) -> Result<Self, EstimatorError> {
         check_config(config, &stats)?;
         let fitter = Fitter::new(config, &stats, |k| Fitter::ready(config, &stats, k))?;
-        let outputs = (0..config.outputs)
+        let (outputs, alternates): (Vec<_>, Vec<_>) = (0..config.outputs)
             .into_par_iter()
             .map(|k| fitter.fit_output(k, None))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
         let fitted = Self::rows_of_trained(&stats, &outputs);
-        Self::from_parts(config.basis, stats, outputs, predictive(config), fitted)
+        Self::from_parts(
+            config.basis,
+            stats,
+            outputs,
+            predictive(config),
+            fitted,
+            alternates,
+        )
     }
 
     /// Learns one more batch with the model's update method (and forgetting, if any).
@@ -398,11 +460,12 @@ impl ModelState {
             OutputState::Trained(post) => refits(k, post),
         })?;
         let refitted = |k: usize, warm: Option<&OutputPosterior>| {
-            let output = fitter.fit_output(k, warm)?;
+            let (output, alternates) = fitter.fit_output(k, warm)?;
             let rows = Self::rows_fitted_on(&totals, k, &output);
-            Ok::<_, EstimatorError>((output, rows))
+            Ok::<_, EstimatorError>((output, (rows, alternates)))
         };
-        let (outputs, fitted_rows): (Vec<_>, Vec<_>) = self
+        // A one-step output keeps its alternates: their hyperparameters stay fixed, as its own do.
+        let (outputs, kept): (Vec<_>, Vec<_>) = self
             .outputs
             .par_iter()
             .enumerate()
@@ -412,15 +475,27 @@ impl ModelState {
                     let noise = noise_prior(config, &totals, k);
                     let data = batch.output(k);
                     let kept = weight * self.fitted_rows[k];
-                    one_step(post, informative_before[k], data, weight, noise)
-                        .map(|p| (OutputState::Trained(Box::new(p)), kept))
+                    one_step(post, informative_before[k], data, weight, noise).map(|p| {
+                        (
+                            OutputState::Trained(Box::new(p)),
+                            (kept, self.alternates[k].clone()),
+                        )
+                    })
                 }
                 OutputState::Untrained => refitted(k, None),
             })
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
-        Self::from_parts(self.basis, totals, outputs, self.predictive, fitted_rows)
+        let (fitted_rows, alternates) = kept.into_iter().unzip();
+        Self::from_parts(
+            self.basis,
+            totals,
+            outputs,
+            self.predictive,
+            fitted_rows,
+            alternates,
+        )
     }
 
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`. ARD
@@ -438,12 +513,14 @@ impl ModelState {
         let fitter = Fitter::new(config, &self.totals, |k| {
             self.outputs[k].posterior().is_some() || Fitter::ready(config, &self.totals, k)
         })?;
-        let outputs = self
+        let (outputs, alternates): (Vec<_>, Vec<_>) = self
             .outputs
             .par_iter()
             .enumerate()
             .map(|(k, output)| fitter.fit_output(k, output.posterior()))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
         let fitted = Self::rows_of_trained(&self.totals, &outputs);
         Self::from_parts(
             self.basis,
@@ -451,6 +528,7 @@ impl ModelState {
             outputs,
             predictive(config),
             fitted,
+            alternates,
         )
     }
 
@@ -471,6 +549,11 @@ impl ModelState {
     /// fitted on (0 untrained).
     pub fn fitted_rows(&self) -> &[f64] {
         &self.fitted_rows
+    }
+
+    /// The other prior shapes of output `k`'s model average ([`super::mixture`]).
+    pub fn alternates(&self, k: usize) -> &[Alternate] {
+        self.alternates.get(k).map_or(&[], Vec::as_slice)
     }
 
     /// Whether every number of the state (statistics, means, noise variances) is finite: the
@@ -594,14 +677,17 @@ impl<'a> Fitter<'a> {
     /// [`PriorFamily::Auto`] between families, the larger evidence times Occam factor
     /// ([`super::evidence::EvidenceFit::family_score`]) wins; an output whose zeros are
     /// structural is fitted by ARD alone.
+    ///
+    /// With the output's state, the other shapes of its model average when a shared-scale
+    /// family's fit wins ([`SharedScale::fit`]); none when ARD's does.
     fn fit_output(
         &self,
         k: usize,
         warm: Option<&OutputPosterior>,
-    ) -> Result<OutputState, EstimatorError> {
+    ) -> Result<(OutputState, Vec<Alternate>), EstimatorError> {
         let (config, stats) = (self.config, self.stats);
         if warm.is_none() && !Self::ready(config, stats, k) {
-            return Ok(OutputState::Untrained);
+            return Ok((OutputState::Untrained, Vec::new()));
         }
         let data = stats.output(k);
         let noise = noise_prior(config, stats, k);
@@ -627,8 +713,8 @@ impl<'a> Fitter<'a> {
                 PriorFamily::Ridge | PriorFamily::Smooth => false,
             };
         if !with_ard {
-            let fit = shared_fit.ok_or(EstimatorError::Untrained)?;
-            return Ok(OutputState::Trained(Box::new(fit.posterior)));
+            let (fit, alternates) = shared_fit.ok_or(EstimatorError::Untrained)?;
+            return Ok((OutputState::Trained(Box::new(fit.posterior)), alternates));
         }
         let afresh = || {
             let mut v = vec![config.prior_variance; stats.dim()];
@@ -687,11 +773,13 @@ impl<'a> Fitter<'a> {
             }
             None => afresh()?,
         };
-        let fit = match shared_fit {
-            Some(shared) if shared.family_score() < fit.family_score() => shared,
-            _ => fit,
+        let (fit, alternates) = match shared_fit {
+            Some((shared, alternates)) if shared.family_score() < fit.family_score() => {
+                (shared, alternates)
+            }
+            _ => (fit, Vec::new()),
         };
-        Ok(OutputState::Trained(Box::new(fit.posterior)))
+        Ok((OutputState::Trained(Box::new(fit.posterior)), alternates))
     }
 }
 
@@ -756,7 +844,7 @@ mod tests {
         );
 
         let sparse = sparse_only.fit_output(1, None).unwrap();
-        assert!(matches!(sparse, OutputState::Trained(_)));
+        assert!(matches!(sparse.0, OutputState::Trained(_)));
         assert_eq!(sparse, every.fit_output(1, None).unwrap());
         assert_eq!(
             dense_only.fit_output(0, None).unwrap(),

@@ -439,17 +439,7 @@ impl OutputPosterior {
         if matches!(self.factor, Factor::Diagonal(_)) {
             return f;
         }
-        let (r, w) = (f.nrows(), f.ncols());
-        let k = r.min(w);
-        if k == 0 {
-            return Mat::zeros(0, w);
-        }
-        let mut reversed = Mat::from_fn(r, w, |i, j| f[(i, w - 1 - j)]);
-        householder_upper(reversed.as_mut());
-        Mat::from_fn(k, w, |i, j| {
-            let (ui, uj) = (k - 1 - i, w - 1 - j);
-            if uj >= ui { reversed[(ui, uj)] } else { 0.0 }
-        })
+        lower_trapezoidal(f)
     }
 
     /// `Σ_JJ` on the support (|J| × |J|, in the order of [`Self::active`]), exactly symmetric.
@@ -568,6 +558,23 @@ impl From<Vec<f64>> for Prior {
     fn from(variance: Vec<f64>) -> Self {
         Prior::diagonal(super::prior::FittedFamily::Ard, variance)
     }
+}
+
+/// A lower trapezoidal `T` (k × w, `k = min(r, w)`, row `i` zero past column `w − k + i`) with
+/// `TᵀT = fᵀf` for any `f` (r × w): from the QR factorisation of `f` with its columns in
+/// reverse order (see [`OutputPosterior::covariance_factor_trapezoidal`]).
+pub(crate) fn lower_trapezoidal(f: Mat<f64>) -> Mat<f64> {
+    let (r, w) = (f.nrows(), f.ncols());
+    let k = r.min(w);
+    if k == 0 {
+        return Mat::zeros(0, w);
+    }
+    let mut reversed = Mat::from_fn(r, w, |i, j| f[(i, w - 1 - j)]);
+    householder_upper(reversed.as_mut());
+    Mat::from_fn(k, w, |i, j| {
+        let (ui, uj) = (k - 1 - i, w - 1 - j);
+        if uj >= ui { reversed[(ui, uj)] } else { 0.0 }
+    })
 }
 
 /// Indices of the basis functions with a positive prior variance.

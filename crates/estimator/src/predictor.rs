@@ -166,8 +166,35 @@ impl Predictor {
                 OutputState::Trained(_) => None,
             })
             .collect();
-        let term = |(k, output): (usize, &OutputState)| match output {
-            OutputState::Trained(post) => {
+        // An output with alternates predicts by its model average ([`super::mixture`]); should a
+        // member's posterior fail to form, by its own posterior alone.
+        let average = |k: usize| {
+            super::mixture::members(state, k)
+                .and_then(Result::ok)
+                .map(|members| super::mixture::average(state, k, &members))
+        };
+        let averaged: Vec<Option<super::mixture::Averaged>> =
+            if state.basis().dim() >= super::PARALLEL_FROM {
+                (0..state.outputs().len())
+                    .into_par_iter()
+                    .map(average)
+                    .collect()
+            } else {
+                (0..state.outputs().len()).map(average).collect()
+            };
+        let term = |(k, output): (usize, &OutputState)| match (output, &averaged[k]) {
+            (OutputState::Trained(_), Some(averaged)) => Term::Trained {
+                noise_variance: averaged.noise_variance,
+                weighted: averaged.support.clone(),
+                factor: Packed::new(averaged.factor.as_ref()),
+                flat: None,
+                inflation: Inflation {
+                    kappa: 1.0,
+                    prior_inflated: false,
+                },
+                zero: None,
+            },
+            (OutputState::Trained(post), None) => {
                 let prior_inflated = match state.predictive() {
                     Predictive::Plugin | Predictive::Student => true,
                     Predictive::StudentNoise => false,
@@ -213,7 +240,7 @@ impl Predictor {
                     zero,
                 }
             }
-            OutputState::Untrained => {
+            (OutputState::Untrained, _) => {
                 let variance = state.untrained_variance(k);
                 Term::Untrained {
                     variance,
@@ -230,6 +257,13 @@ impl Predictor {
             state.outputs().iter().enumerate().map(term).collect()
         };
         let mut weights = state.coefficients();
+        for (k, averaged) in averaged.iter().enumerate() {
+            if let Some(averaged) = averaged {
+                for (j, m) in averaged.mean.iter().enumerate() {
+                    weights[(j, k)] = *m;
+                }
+            }
+        }
         let followers: Vec<(usize, &[usize])> = markers
             .iter()
             .enumerate()
@@ -881,6 +915,7 @@ mod tests {
             noise_state.outputs().to_vec(),
             Predictive::Student,
             noise_state.fitted_rows().to_vec(),
+            vec![Vec::new(); noise_state.outputs().len()],
         )
         .unwrap();
         let post = noise_state.outputs()[0].posterior().unwrap();
@@ -1018,6 +1053,7 @@ mod tests {
                 state.outputs().to_vec(),
                 state.predictive(),
                 state.fitted_rows().to_vec(),
+                vec![Vec::new(); state.outputs().len()],
             )
             .unwrap();
             let answer = followed(&faded);
