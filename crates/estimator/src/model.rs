@@ -331,8 +331,8 @@ impl ModelState {
                 ..prior.clone()
             }
         };
-        // An alternate's posterior comes from the statistics, so its prior extended as the
-        // posterior's is is all it needs.
+        // An alternate's posterior comes from the statistics: its prior, extended as the
+        // posterior's is, is all it needs.
         let alternates = self
             .alternates
             .iter()

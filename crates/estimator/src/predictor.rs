@@ -47,6 +47,11 @@
 //!
 //! Statistics without zero rows (states stored before them) answer `κ_k s_k` there, as before.
 //!
+//! An output with alternates ([`super::mixture`]) predicts by its model average: its column of
+//! the means is `μ̄`, its noise variance `Σ_j w_j κ_j s_j` (`κ` then 1) and its factor one of
+//! `Σ̄` over every member's weighted basis functions and flat intercept, which the factor then
+//! carries like any other column ([`super::mixture::average`]).
+//!
 //! An untrained output predicts 0 with `v_k`, the mean square of its non-zero values: it cannot
 //! tell the rows that use it from the rest, unless an input marks them. Its markers `U_k` are
 //! the basis functions non-zero in a row where the output was (`B_jk ≠ 0`) and in no more rows
