@@ -791,9 +791,10 @@ impl SharedScale {
     }
 
     /// The evidence-maximising prior of one output and its posterior, with the other shapes
-    /// whose evidence comes within [`ALTERNATE_LOG_RATIO`] of it (at most [`MAX_ALTERNATES`],
-    /// the most probable first), each at its own evidence-maximising scale and noise variance:
-    /// the members of the output's model average ([`super::mixture`]).
+    /// the model average needs ([`super::mixture`]): the most probable first, until the shapes
+    /// kept carry all but [`UNCOVERED_WEIGHT`] of the evidence's weight, none less probable than
+    /// the best by more than [`ALTERNATE_LOG_RATIO`], at most [`MAX_ALTERNATES`]; each at its
+    /// own evidence-maximising scale and noise variance.
     pub fn fit(
         &self,
         data: OutputData<'_>,
@@ -825,12 +826,29 @@ impl SharedScale {
         let factor = prior.factor()?;
         let posterior =
             OutputPosterior::from_statistics_with_factor(prior, factor, s, data.g, data.b)?;
+        // The shapes' weights `e^(−(x_i − x_best)/2)`, normalised over every shape: the most
+        // probable join until they carry all but `UNCOVERED_WEIGHT` of it.
+        let relative: Vec<f64> = fits
+            .iter()
+            .map(|f| {
+                let x = (-0.5 * (f.0 - neg2)).exp();
+                if x.is_finite() { x } else { 0.0 }
+            })
+            .collect();
+        let total: f64 = relative.iter().sum();
+        let mut carried = relative[0];
         let alternates = fits[1..]
             .iter()
-            .take_while(|f| f.0.is_finite() && f.0 - neg2 <= 2.0 * ALTERNATE_LOG_RATIO)
-            .filter(|f| f.3.is_finite() && f.3 > 0.0)
+            .zip(&relative[1..])
+            .take_while(|(f, w)| {
+                let wanted = carried < (1.0 - UNCOVERED_WEIGHT) * total
+                    && f.0 - neg2 <= 2.0 * ALTERNATE_LOG_RATIO;
+                carried += **w;
+                wanted
+            })
+            .filter(|(f, _)| f.3.is_finite() && f.3 > 0.0)
             .take(MAX_ALTERNATES)
-            .map(|&(_, i, scale, s, _)| Alternate {
+            .map(|(&(_, i, scale, s, _), _)| Alternate {
                 prior: self.shapes[i].prior(scale),
                 noise_variance: s,
             })
@@ -860,6 +878,12 @@ pub struct Alternate {
 /// be and still join the model average: a thousandth of the weight moves neither a mean nor a
 /// variance by what the benchmark's scores resolve.
 pub const ALTERNATE_LOG_RATIO: f64 = 3.0 * std::f64::consts::LN_10;
+
+/// The weight the model average may leave out: the most probable shapes join until they carry
+/// all but this of the evidence's weight over every shape. Where the rows pin the length
+/// scale down (hundreds of rows), that is the best shape alone or with one neighbour, and the
+/// model pays for no posterior it would hardly use.
+pub const UNCOVERED_WEIGHT: f64 = 0.01;
 
 /// At most this many shapes join the most probable one: each costs a posterior per model
 /// version. On 21 rows of a NIR spectrum five to eight shapes hold most of the weight; fewer
