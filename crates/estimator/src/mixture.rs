@@ -29,17 +29,18 @@
 //! ```
 //!
 //! (`Σ̃_j` member `j`'s weights' part of `V_j`, the flat intercept's included), so a prediction
-//! costs what one member's does: `Σ̄`'s factor is formed once per model version, by one QR
-//! factorisation of the members' stacked factors scaled by `√w_j`.
+//! costs what one member's does: `Σ̄`'s factor is formed once per model version, from the
+//! members' stacked factors scaled by `√w_j` ([`average`]).
 
 use std::borrow::Cow;
 
-use faer::Mat;
+use faer::linalg::matmul::matmul;
+use faer::{Accum, Mat, MatRef, Par};
 
 use super::EstimatorError;
 use super::evidence::{Centred, OutputData, neg2_log_evidence as neg2_from_parts};
 use super::model::{ModelState, OutputState, Predictive};
-use super::posterior::{OutputPosterior, lower_trapezoidal};
+use super::posterior::{OutputPosterior, cholesky_lower, lower_trapezoidal};
 
 /// `−2 log p(y | θ)` of `posterior`'s hyperparameters on the statistics `data`, up to the
 /// constant every prior of the output shares ([`super::evidence::neg2_log_evidence`]): with
@@ -134,8 +135,9 @@ pub struct Averaged {
 ///
 /// Member `j`'s variance is `κ_j s_j + ‖T_j(φ_W − φ_f m̄_j)‖² + κ_j φ_f²/A_ff` (its factor `T_j`
 /// as the predictor forms it: [`Predictive`]); over `U` that is `κ_j s_j + ‖S_j φ_U‖²` with the
-/// rows `S_j = [T_j, −T_j m̄_j]` and `[0, √(κ_j/A_ff)]`, and `(φᵀd_j)²` is one more row. The
-/// rows of every member, scaled by `√w_j`, are stacked and reduced to `T`.
+/// rows `S_j = [T_j, −T_j m̄_j]` and `[0, √(κ_j/A_ff)]`, and `(φᵀd_j)²` is one more row (`T_j`
+/// any factor of member `j`'s, not reduced on its own). The rows of every member, scaled by
+/// `√w_j`, are stacked as `S` and reduced to `T` ([`gram_factor`]; by QR where that fails).
 pub fn average(state: &ModelState, k: usize, members: &[Member<'_>]) -> Averaged {
     let p = state.basis().dim();
     let informative = state.totals().output(k).informative;
@@ -155,57 +157,109 @@ pub fn average(state: &ModelState, k: usize, members: &[Member<'_>]) -> Averaged
     support.sort_unstable();
     support.dedup();
     let column = |j: usize| support.binary_search(&j).unwrap_or(usize::MAX);
-    let mut rows: Vec<Vec<f64>> = Vec::new();
     let mut noise_variance = 0.0;
+    let mut factors = Vec::with_capacity(members.len());
     for (w, member) in members {
         let flat = member.flat();
-        let gamma = member.effective_parameters();
+        let l_inv = member.cholesky_inverse();
+        let gamma = member.effective_parameters_with(&l_inv);
         let kappa = state
             .predictive()
             .inflation(informative, usize::from(flat.is_some()), gamma);
         noise_variance += w * kappa * member.noise_variance();
         let factor = match state.predictive() {
             Predictive::Plugin | Predictive::Student => {
-                let t = member.covariance_factor_trapezoidal();
+                let f = member.covariance_factor();
                 let scale = kappa.sqrt();
-                Mat::from_fn(t.nrows(), t.ncols(), |i, c| scale * t[(i, c)])
+                Mat::from_fn(f.nrows(), f.ncols(), |i, c| scale * f[(i, c)])
             }
-            Predictive::StudentNoise => member.noise_inflated_factor_trapezoidal(kappa),
+            Predictive::StudentNoise => member.noise_inflated_factor_with(kappa, &l_inv),
         };
+        factors.push((kappa, factor));
+    }
+    let rows: usize = members
+        .iter()
+        .zip(&factors)
+        .map(|((_, member), (_, f))| f.nrows() + usize::from(member.flat().is_some()) + 1)
+        .sum();
+    let mut stacked = Mat::zeros(rows, support.len());
+    let mut at = 0;
+    for ((w, member), (kappa, factor)) in members.iter().zip(&factors) {
         let root = w.sqrt();
         let weighted = member.weighted();
+        let columns: Vec<usize> = weighted.iter().map(|&j| column(j)).collect();
         for i in 0..factor.nrows() {
-            let mut row = vec![0.0; support.len()];
-            for (c, &j) in weighted.iter().enumerate() {
-                row[column(j)] = root * factor[(i, c)];
+            for (c, &to) in columns.iter().enumerate() {
+                stacked[(at, to)] = root * factor[(i, c)];
             }
-            if let Some(flat) = flat {
+            if let Some(flat) = member.flat() {
                 let shift: f64 = (0..weighted.len())
                     .map(|c| factor[(i, c)] * flat.centre[c])
                     .sum();
-                row[column(flat.index)] = -root * shift;
+                stacked[(at, column(flat.index))] = -root * shift;
             }
-            rows.push(row);
+            at += 1;
         }
-        if let Some(flat) = flat {
-            let mut row = vec![0.0; support.len()];
-            row[column(flat.index)] = root * (kappa * flat.variance).sqrt();
-            rows.push(row);
+        if let Some(flat) = member.flat() {
+            stacked[(at, column(flat.index))] = root * (kappa * flat.variance).sqrt();
+            at += 1;
         }
-        rows.push(
-            support
-                .iter()
-                .map(|&j| root * (member.mean()[j] - mean[j]))
-                .collect(),
-        );
+        for (c, &j) in support.iter().enumerate() {
+            stacked[(at, c)] = root * (member.mean()[j] - mean[j]);
+        }
+        at += 1;
     }
-    let stacked = Mat::from_fn(rows.len(), support.len(), |i, c| rows[i][c]);
+    let factor = gram_factor(stacked.as_ref()).unwrap_or_else(|| lower_trapezoidal(stacked));
     Averaged {
         mean,
         noise_variance,
         support,
-        factor: lower_trapezoidal(stacked),
+        factor,
     }
+}
+
+/// A lower triangular `T` (n × n) with `TᵀT = SᵀS` for `S` (m × n), from the Cholesky
+/// factorisation of the Gram matrix with rows and columns reversed: `J SᵀS J = L Lᵀ` gives
+/// `T = J Lᵀ J`. One blocked matrix product and one factorisation of order `n`, where the QR of
+/// `S` reflects each column over all `m` rows (the members' stacked factors: `m` several times
+/// `n`). Backward stable for `SᵀS`, which is all a quadratic form `‖T x‖² = xᵀSᵀSx` needs.
+/// Where `SᵀS` is positive semi-definite only (smooth members whose kernel roots have dropped
+/// their negligible directions), the factorisation is of `SᵀS + δI` with `δ = n ε max_i (SᵀS)_ii`,
+/// the round-off the product itself carries, which widens a variance by as much and never
+/// narrows it. `None` where even that fails (a column no member moves), for the QR to answer.
+fn gram_factor(s: MatRef<'_, f64>) -> Option<Mat<f64>> {
+    let n = s.ncols();
+    let mut gram = Mat::zeros(n, n);
+    matmul(
+        gram.as_mut(),
+        Accum::Replace,
+        s.transpose(),
+        s,
+        1.0,
+        Par::rayon(0),
+    );
+    let reversed = |jitter: f64| {
+        Mat::from_fn(n, n, |i, j| {
+            gram[(n - 1 - i, n - 1 - j)] + if i == j { jitter } else { 0.0 }
+        })
+    };
+    let largest = (0..n).map(|i| gram[(i, i)]).fold(0.0_f64, f64::max);
+    let jitter = n as f64 * f64::EPSILON * largest;
+    let l = cholesky_lower(reversed(0.0))
+        .or_else(|_| {
+            if (0..n).any(|i| gram[(i, i)] <= 0.0) {
+                return Err(EstimatorError::NotPositiveDefinite);
+            }
+            cholesky_lower(reversed(jitter))
+        })
+        .ok()?;
+    Some(Mat::from_fn(n, n, |i, j| {
+        if j <= i {
+            l[(n - 1 - j, n - 1 - i)]
+        } else {
+            0.0
+        }
+    }))
 }
 
 #[cfg(test)]
@@ -326,6 +380,25 @@ pub(crate) mod tests {
             assert!(value <= at_fit + 2.0 * ALTERNATE_LOG_RATIO + 1e-7 * scale);
             previous = value;
         }
+    }
+
+    #[test]
+    fn the_gram_factor_is_a_lower_triangular_factor_or_none() {
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let s = Mat::from_fn(40, 9, |_, _| rng.random::<f64>() - 0.5);
+        let t = gram_factor(s.as_ref()).unwrap();
+        let (want, got) = (s.transpose() * &s, t.transpose() * &t);
+        for i in 0..9 {
+            for j in 0..9 {
+                assert!((want[(i, j)] - got[(i, j)]).abs() < 1e-12 * want[(i, i)].max(1.0));
+                if j > i {
+                    assert_eq!(t[(i, j)], 0.0);
+                }
+            }
+        }
+        // A column no row moves: not positive definite, left to the QR.
+        let deficient = Mat::from_fn(40, 9, |i, j| if j == 4 { 0.0 } else { s[(i, j)] });
+        assert!(gram_factor(deficient.as_ref()).is_none());
     }
 
     #[test]

@@ -355,10 +355,21 @@ impl OutputPosterior {
         kappa: f64,
         l_inv: &CholeskyInverse,
     ) -> Mat<f64> {
+        self.trapezoidal(self.noise_inflated_factor_with(kappa, l_inv))
+    }
+
+    /// The factor of [`Self::noise_inflated_factor_trapezoidal`] before its reduction to
+    /// trapezoidal form (`Uᵀ F`, r × |W|; `F` itself where `κ = 1`), for a caller that reduces
+    /// several factors together.
+    pub(crate) fn noise_inflated_factor_with(
+        &self,
+        kappa: f64,
+        l_inv: &CholeskyInverse,
+    ) -> Mat<f64> {
         let l_inv = &l_inv.0;
         let r = l_inv.nrows();
         if kappa == 1.0 || r == 0 {
-            return self.covariance_factor_trapezoidal();
+            return self.covariance_factor();
         }
         let mut prior_part = Mat::zeros(r, r);
         triangular::matmul(
@@ -387,7 +398,7 @@ impl OutputPosterior {
         let Ok(root) = cholesky_lower(reversed) else {
             let f = self.covariance_factor();
             let scale = kappa.sqrt();
-            return self.trapezoidal(Mat::from_fn(r, f.ncols(), |i, j| scale * f[(i, j)]));
+            return Mat::from_fn(r, f.ncols(), |i, j| scale * f[(i, j)]);
         };
         // Uᵀ, lower triangular: (Uᵀ)_ik = U_ki = root_(r−1−k, r−1−i).
         let u_t = Mat::from_fn(r, r, |i, k| {
@@ -429,7 +440,7 @@ impl OutputPosterior {
                 out
             }
         };
-        self.trapezoidal(inflated)
+        inflated
     }
 
     /// `f` (r × |W|, a factor of `Σ_WW` or of another form) as a lower trapezoidal factor:
