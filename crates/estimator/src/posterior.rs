@@ -420,7 +420,7 @@ impl OutputPosterior {
             1.0,
             Par::Seq,
         );
-        let inflated = match &self.factor {
+        match &self.factor {
             // `Rᵀ` diagonal: `(Uᵀ L⁻¹) Rᵀ` scales the columns and stays lower triangular.
             Factor::Diagonal(d) => Mat::from_fn(r, d.len(), |i, j| left[(i, j)] * d[j]),
             Factor::Smooth { .. } => {
@@ -439,8 +439,7 @@ impl OutputPosterior {
                 );
                 out
             }
-        };
-        inflated
+        }
     }
 
     /// `f` (r × |W|, a factor of `Σ_WW` or of another form) as a lower trapezoidal factor:
