@@ -396,6 +396,17 @@ pub(crate) mod tests {
                 }
             }
         }
+        // Two equal columns: semi-definite, factored with its round-off on the diagonal.
+        let equal = Mat::from_fn(40, 9, |i, j| s[(i, if j == 5 { 4 } else { j })]);
+        let t = gram_factor(equal.as_ref()).unwrap();
+        let (want, got) = (equal.transpose() * &equal, t.transpose() * &t);
+        let largest = (0..9).map(|i| want[(i, i)]).fold(0.0_f64, f64::max);
+        for i in 0..9 {
+            assert!(got[(i, i)] >= want[(i, i)] - 1e-12 * largest);
+            for j in 0..9 {
+                assert!((want[(i, j)] - got[(i, j)]).abs() <= 1e-12 * largest);
+            }
+        }
         // A column no row moves: not positive definite, left to the QR.
         let deficient = Mat::from_fn(40, 9, |i, j| if j == 4 { 0.0 } else { s[(i, j)] });
         assert!(gram_factor(deficient.as_ref()).is_none());
