@@ -51,7 +51,14 @@ pub fn neg2_log_evidence(
     posterior: &OutputPosterior,
     data: OutputData<'_>,
 ) -> Result<f64, EstimatorError> {
-    let centred = Centred::new(data, posterior.prior().flat())?;
+    centred_neg2_log_evidence(posterior, &Centred::new(data, posterior.prior().flat())?)
+}
+
+/// [`neg2_log_evidence`] on statistics already centred by the posterior's flat intercept.
+fn centred_neg2_log_evidence(
+    posterior: &OutputPosterior,
+    centred: &Centred,
+) -> Result<f64, EstimatorError> {
     let chol = posterior.cholesky();
     let log_det: f64 = (0..chol.nrows()).map(|i| 2.0 * chol[(i, i)].ln()).sum();
     let mean = posterior.mean();
@@ -90,6 +97,20 @@ pub fn members(state: &ModelState, k: usize) -> Option<Result<Vec<Member<'_>>, E
         return None;
     }
     let data = state.totals().output(k);
+    // Every member shares the output's flat intercept, so its centred statistics once (a
+    // member with another, which no fit makes, centres its own).
+    let flat = primary.prior().flat();
+    let centred = match Centred::new(data, flat) {
+        Ok(centred) => centred,
+        Err(e) => return Some(Err(e)),
+    };
+    let neg2_log_evidence_shared = |member: &OutputPosterior| {
+        if member.prior().flat() == flat {
+            centred_neg2_log_evidence(member, &centred)
+        } else {
+            neg2_log_evidence(member, data)
+        }
+    };
     let members = std::iter::once(Ok(Cow::Borrowed(primary.as_ref())))
         .chain(alternates.iter().map(|alternate| {
             OutputPosterior::from_statistics(
@@ -102,7 +123,7 @@ pub fn members(state: &ModelState, k: usize) -> Option<Result<Vec<Member<'_>>, E
         }))
         .map(|member| {
             let member = member?;
-            Ok((neg2_log_evidence(&member, data)?, member))
+            Ok((neg2_log_evidence_shared(&member)?, member))
         })
         .collect::<Result<Vec<_>, EstimatorError>>();
     Some(members.map(|members| {
