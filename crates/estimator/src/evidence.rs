@@ -670,15 +670,47 @@ pub struct Shape {
     projection: Mat<f64>,
 }
 
-/// `G_c = Zᵀ Z` (`Z` is rank × p), from the eigendecomposition of the centred data precision
-/// with the directions the rows never moved in dropped: formed once and shared by every shape.
-/// With fewer rows than basis functions (a wide spectrum) `Z` has fewer rows than columns, and
-/// each shape's eigenproblem is only as large as the data's rank.
-fn data_factor(g_c: MatRef<'_, f64>) -> Result<Mat<f64>, EstimatorError> {
-    let (values, u) = kept_eigen(g_c, RANK_TOLERANCE)?;
-    Ok(Mat::from_fn(values.len(), g_c.nrows(), |c, j| {
-        values[c].sqrt() * u[(j, c)]
-    }))
+/// `G_c = Zᵀ Z` (`Z` is rank × p), with the directions the rows never moved in dropped: formed
+/// once and shared by every shape. With fewer rows than basis functions (a wide spectrum) `Z` has
+/// fewer rows than columns, and each shape's eigenproblem is only as large as the data's rank.
+///
+/// Any `Z` serves (a shape's eigenvalues and `R̃ U` are those of `Z R̃ R̃ᵀ Zᵀ` whatever the
+/// rotation of `Z`'s rows), so it is the Cholesky factor with complete pivoting, `Π G_c Πᵀ =
+/// L Lᵀ`, stopped where the largest pivot left falls below `p ε` of the largest diagonal entry
+/// (LAPACK's `dpstrf` rule; faer's): `Z = (Πᵀ L)ᵀ` over the pivots taken, `p·rank²` products
+/// where an eigendecomposition takes several `p³`.
+pub(crate) fn data_factor(g_c: MatRef<'_, f64>) -> Result<Mat<f64>, EstimatorError> {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::cholesky::llt_pivoting::factor as pivoted;
+    let p = g_c.nrows();
+    if p == 0 || (0..p).all(|j| g_c[(j, j)] <= 0.0) {
+        return Ok(Mat::zeros(0, p));
+    }
+    let mut l = g_c.to_owned();
+    let (mut forward, mut inverse) = (vec![0usize; p], vec![0usize; p]);
+    let par = Par::rayon(0);
+    let mut scratch = MemBuffer::new(pivoted::cholesky_in_place_scratch::<usize, f64>(
+        p,
+        par,
+        Default::default(),
+    ));
+    let (info, _) = pivoted::cholesky_in_place(
+        l.as_mut(),
+        &mut forward,
+        &mut inverse,
+        par,
+        MemStack::new(&mut scratch),
+        Default::default(),
+    )
+    .map_err(|_| EstimatorError::NotPositiveDefinite)?;
+    // Row i of L is basis function forward[i]: G_c[forward[i], forward[j]] = Σ_c L[i, c] L[j, c].
+    let mut z = Mat::zeros(info.rank, p);
+    for c in 0..info.rank {
+        for i in c..p {
+            z[(c, forward[i])] = l[(i, c)];
+        }
+    }
+    Ok(z)
 }
 
 /// Eigenvalues below this fraction of the largest are round-off: the direction carries none of
@@ -903,7 +935,7 @@ impl Shape {
     ///
     /// and neither `R̃` nor an eigendecomposition of `K_ℓ` is needed. The directions `S` leaves
     /// at 0 add nothing to the evidence (`log(1 + 0/α) = 0`, and `b_c` has no part in them).
-    fn new(
+    pub(crate) fn new(
         family: FittedFamily,
         smooth: Option<Smooth>,
         unit_variance: Vec<f64>,
@@ -960,6 +992,32 @@ impl Shape {
             eigenvalues,
             projection,
         })
+    }
+
+    /// The family.
+    pub(crate) fn family(&self) -> FittedFamily {
+        self.family
+    }
+
+    /// The bands and length scale of a smooth shape.
+    pub(crate) fn smooth(&self) -> Option<Smooth> {
+        self.smooth
+    }
+
+    /// Prior variance of each basis function at `v = 1` (0 pruned, `∞` flat): `C`'s diagonal
+    /// outside the bands.
+    pub(crate) fn unit_variance(&self) -> &[f64] {
+        &self.unit_variance
+    }
+
+    /// The non-zero eigenvalues `λ` of `R̃ᵀ G_c R̃`.
+    pub(crate) fn eigenvalues(&self) -> &[f64] {
+        &self.eigenvalues
+    }
+
+    /// `(R̃ U)ᵀ` (one row per eigenvalue, p columns, 0 outside the weighted basis functions).
+    pub(crate) fn projection(&self) -> MatRef<'_, f64> {
+        self.projection.as_ref()
     }
 
     /// The prior of this shape at scale `v` (a scale of 0, nothing varying, prunes every
@@ -1064,6 +1122,30 @@ mod tests {
     use faer::Side;
 
     use super::*;
+
+    /// The data factor reproduces `G` and has the rows' rank, on a design with fewer rows than
+    /// columns and one column repeated.
+    #[test]
+    fn the_data_factor_reproduces_the_gram_matrix_at_its_rank() {
+        let (rows, p) = (30, 50);
+        let mut x = Mat::from_fn(rows, p, |i, j| ((i * 7 + j * 13) % 17) as f64 / 17.0 - 0.5);
+        for i in 0..rows {
+            x[(i, 3)] = (i as f64 * 0.37).sin();
+            x[(i, 40)] = x[(i, 3)];
+        }
+        let g = x.transpose() * &x;
+        let z = data_factor(g.as_ref()).unwrap();
+        let rebuilt = z.transpose() * &z;
+        let largest = (0..p).map(|j| g[(j, j)]).fold(0.0_f64, f64::max);
+        for i in 0..p {
+            for j in 0..p {
+                assert!((rebuilt[(i, j)] - g[(i, j)]).abs() <= 1e-10 * largest);
+            }
+        }
+        let (values, _) = kept_eigen(g.as_ref(), RANK_TOLERANCE).unwrap();
+        assert_eq!(z.nrows(), values.len());
+        assert!(z.nrows() < rows.min(p));
+    }
 
     /// `2 [log(p + 1) + log C(p, k)]`, symmetric in `k` and `p − k`, and growing with the
     /// candidates for a fixed number kept.

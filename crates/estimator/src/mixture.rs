@@ -29,18 +29,26 @@
 //! ```
 //!
 //! (`Σ̃_j` member `j`'s weights' part of `V_j`, the flat intercept's included), so a prediction
-//! costs what one member's does: `Σ̄`'s factor is formed once per model version, from the
-//! members' stacked factors scaled by `√w_j` ([`average`]).
+//! costs what one member's does: `Σ̄`'s factor is formed once per model version ([`average`]).
+//! The alternates enter it through their shapes' eigenbases ([`AlternateShapes`]), formed once
+//! for all the model's outputs at the data's rank, not as posteriors of their own: [`members`]
+//! forms those, the same members by the textbook route, for whoever wants them one by one.
 
 use std::borrow::Cow;
 
-use faer::linalg::matmul::matmul;
+use faer::linalg::matmul::triangular::{self, BlockStructure};
 use faer::{Accum, Mat, MatRef, Par};
+use rayon::prelude::*;
 
 use super::EstimatorError;
-use super::evidence::{Centred, OutputData, neg2_log_evidence as neg2_from_parts};
+use super::evidence::{
+    Alternate, Centred, OutputData, Shape, centred_gram, data_factor,
+    neg2_log_evidence as neg2_from_parts,
+};
 use super::model::{ModelState, OutputState, Predictive};
-use super::posterior::{OutputPosterior, cholesky_lower, lower_trapezoidal};
+use super::posterior::{OutputPosterior, cholesky_lower};
+use super::prior::{FittedFamily, Prior, Smooth, matern32};
+use super::statistics::mirror_lower;
 
 /// `−2 log p(y | θ)` of `posterior`'s hyperparameters on the statistics `data`, up to the
 /// constant every prior of the output shares ([`super::evidence::neg2_log_evidence`]): with
@@ -127,23 +135,238 @@ pub fn members(state: &ModelState, k: usize) -> Option<Result<Vec<Member<'_>>, E
         })
         .collect::<Result<Vec<_>, EstimatorError>>();
     Some(members.map(|members| {
-        let best = members.iter().map(|m| m.0).fold(f64::INFINITY, f64::min);
-        let unnormalised: Vec<f64> = members
-            .iter()
-            .map(|m| (-0.5 * (m.0 - best)).exp())
-            .collect();
-        let total: f64 = unnormalised.iter().sum();
-        unnormalised
+        let neg2: Vec<f64> = members.iter().map(|m| m.0).collect();
+        weights(&neg2)
             .into_iter()
             .zip(members)
-            .map(|(w, (_, member))| (w / total, member))
+            .map(|(w, (_, member))| (w, member))
             .collect()
     }))
 }
 
+/// Normalised weights `e^(−(x_j − min x)/2) / Σ` of members with `x_j = −2 log p(y | θ_j)`.
+fn weights(neg2: &[f64]) -> Vec<f64> {
+    let best = neg2.iter().copied().fold(f64::INFINITY, f64::min);
+    let unnormalised: Vec<f64> = neg2.iter().map(|x| (-0.5 * (x - best)).exp()).collect();
+    let total: f64 = unnormalised.iter().sum();
+    unnormalised.into_iter().map(|w| w / total).collect()
+}
+
+/// An alternate prior as a shape's unit covariance and its scale: `v` the variance of its first
+/// weighted basis function (a smooth prior's first band, whose unit variance is 1), `C = V/v`.
+/// `None` for a prior that weights nothing (a scale of 0).
+fn unit_and_scale(prior: &Prior) -> Option<(Vec<f64>, f64)> {
+    let scale = prior
+        .variance
+        .iter()
+        .copied()
+        .find(|v| *v > 0.0 && v.is_finite())?;
+    let unit = prior
+        .variance
+        .iter()
+        .map(|v| if v.is_finite() { v / scale } else { *v })
+        .collect();
+    Some((unit, scale))
+}
+
+/// Two outputs' alternates at one candidate shape have unit variances equal up to the rounding
+/// of `(v·u)/v`; a shape is shared where they agree to this relative tolerance.
+const SAME_SHAPE: f64 = 1e-12;
+
+fn same_unit(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(a, b)| a == b || (a - b).abs() <= SAME_SHAPE * a.abs().max(b.abs()))
+}
+
+/// The prior shapes of a model's alternates on its current statistics, each formed once for
+/// every output that averages over it ([`Shape`]: the non-zero eigenvalues `λ` of
+/// `R̃ᵀ G_c R̃` and `P = R̃ U`, at the data's rank, from one factor `G_c = ZᵀZ`). The outputs of a
+/// model choose their alternates among the same candidates, so m outputs with n alternates each
+/// need at most the candidates' count of eigendecompositions, where posteriors of their own
+/// would be m·n factorisations of order p.
+pub struct AlternateShapes {
+    flat: Option<usize>,
+    shapes: Vec<Shape>,
+}
+
+impl AlternateShapes {
+    /// The shapes of `state`'s alternates; none, and no factorisation, without alternates.
+    pub fn new(state: &ModelState) -> Result<Self, EstimatorError> {
+        let mut flat = None;
+        let mut wanted: Vec<(FittedFamily, Option<Smooth>, Vec<f64>)> = Vec::new();
+        for k in 0..state.outputs().len() {
+            for alternate in state.alternates(k) {
+                let Some((unit, _)) = unit_and_scale(&alternate.prior) else {
+                    continue;
+                };
+                if wanted.is_empty() {
+                    flat = alternate.prior.flat();
+                }
+                let known = wanted.iter().any(|(family, smooth, known)| {
+                    *family == alternate.prior.family
+                        && *smooth == alternate.prior.smooth
+                        && same_unit(known, &unit)
+                });
+                if !known && alternate.prior.flat() == flat {
+                    wanted.push((alternate.prior.family, alternate.prior.smooth, unit));
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(Self {
+                flat,
+                shapes: Vec::new(),
+            });
+        }
+        let g = state.totals().g();
+        let g_c = match flat {
+            Some(f) => centred_gram(g, f)?,
+            None => g.to_owned(),
+        };
+        let z = data_factor(g_c.as_ref())?;
+        let shapes = wanted
+            .into_par_iter()
+            .map(|(family, smooth, unit)| Shape::new(family, smooth, unit, z.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { flat, shapes })
+    }
+
+    fn find(&self, prior: &Prior, unit: &[f64]) -> Result<&Shape, EstimatorError> {
+        self.shapes
+            .iter()
+            .find(|shape| {
+                prior.flat() == self.flat
+                    && shape.family() == prior.family
+                    && shape.smooth() == prior.smooth
+                    && same_unit(shape.unit_variance(), unit)
+            })
+            .ok_or(EstimatorError::Dimension {
+                what: "prior shapes matching an alternate",
+                expected: 1,
+                found: 0,
+            })
+    }
+}
+
+/// An alternate as a model-average member: its posterior under `w_W ~ N(0, v C)` and noise
+/// variance `s` in its shape's eigenbasis. With `α = s/v`, `τ = Pᵀ b_c`, `u_i = λ_i/(λ_i + α)`
+/// and `t_i = 1 − u_i`,
+///
+/// ```text
+/// μ_W = P diag(1/(λ + α)) τ,           μ_f = (b_f − g_fᵀ μ_W) / g_ff
+/// log|M| = Σ log(1 + λ_i/α),           γ = Σ u_i,       E = q_c − Σ τ_i²/(λ_i + α)
+/// Σ_W = v C − P diag(v u) Pᵀ
+/// ```
+///
+/// (the prior's covariance less what the data determine; `C − P Pᵀ` the prior in the directions
+/// the rows never moved). The part of the predictive variance the weights carry,
+/// `Σ̃_W = κ Σ_W` for [`Predictive::Plugin`] and [`Predictive::Student`], and for
+/// [`Predictive::StudentNoise`] `κ ΣA_cΣ + ΣA₀Σ` (only the noise-driven part inflated), is
+/// `c C − P diag(d) Pᵀ` with
+///
+/// ```text
+/// Plugin, Student:   c = κ v,   d_i = κ v u_i
+/// StudentNoise:      c = v,     d_i = v u_i (1 + t_i − κ t_i)
+/// ```
+///
+/// (in the eigenbasis `ΣA_cΣ` is `v u_i t_i` and `ΣA₀Σ` is `v t_i²`).
+struct ShapeMember<'a> {
+    neg2: f64,
+    mean: Vec<f64>,
+    kappa: f64,
+    noise_variance: f64,
+    shape: Option<&'a Shape>,
+    c: f64,
+    d: Vec<f64>,
+}
+
+impl<'a> ShapeMember<'a> {
+    fn new(
+        alternate: &Alternate,
+        shapes: &'a AlternateShapes,
+        data: OutputData<'_>,
+        centred: &Centred,
+        predictive: Predictive,
+    ) -> Result<Self, EstimatorError> {
+        let p = data.g.nrows();
+        let s = alternate.noise_variance;
+        let flat = alternate.prior.flat();
+        let (shape, scale) = match unit_and_scale(&alternate.prior) {
+            Some((unit, scale)) => (Some(shapes.find(&alternate.prior, &unit)?), scale),
+            None => (None, 0.0),
+        };
+        let alpha = s / scale;
+        let (lambda, projection) = match shape {
+            Some(shape) => (shape.eigenvalues(), shape.projection()),
+            None => (&[][..], MatRef::from_column_major_slice(&[], 0, p)),
+        };
+        let tau: Vec<f64> = (0..lambda.len())
+            .map(|i| (0..p).map(|j| projection[(i, j)] * centred.b[j]).sum())
+            .collect();
+        let coefficient: Vec<f64> = lambda
+            .iter()
+            .zip(&tau)
+            .map(|(l, t)| t / (l + alpha))
+            .collect();
+        let fitted: f64 = tau.iter().zip(&coefficient).map(|(t, c)| t * c).sum();
+        let log_det: f64 = lambda.iter().map(|l| (l / alpha).ln_1p()).sum();
+        let determined: Vec<f64> = lambda.iter().map(|l| l / (l + alpha)).collect();
+        let gamma: f64 = determined.iter().sum();
+        let mut mean = vec![0.0; p];
+        for (i, c) in coefficient.iter().enumerate() {
+            for (j, m) in mean.iter_mut().enumerate() {
+                *m += projection[(i, j)] * c;
+            }
+        }
+        if let Some(f) = flat {
+            let explained: f64 = (0..p)
+                .filter(|&j| j != f)
+                .map(|j| data.g[(f, j)] * mean[j])
+                .sum();
+            mean[f] = (data.b[f] - explained) / data.g[(f, f)];
+        }
+        let misfit = (centred.q - fitted).max(0.0);
+        let neg2 = neg2_from_parts(centred.informative, s, log_det, misfit);
+        let kappa = predictive.inflation(data.informative, usize::from(flat.is_some()), gamma);
+        let (c, d) = match predictive {
+            Predictive::Plugin | Predictive::Student => (
+                kappa * scale,
+                determined.iter().map(|u| kappa * scale * u).collect(),
+            ),
+            Predictive::StudentNoise => (
+                scale,
+                lambda
+                    .iter()
+                    .zip(&determined)
+                    .map(|(l, u)| {
+                        let t = alpha / (l + alpha);
+                        scale * u * (1.0 + t - kappa * t)
+                    })
+                    .collect(),
+            ),
+        };
+        if !(neg2.is_finite() && mean.iter().all(|m| m.is_finite())) {
+            return Err(EstimatorError::NonFinite(
+                "a model-average member's posterior",
+            ));
+        }
+        Ok(Self {
+            neg2,
+            mean,
+            kappa,
+            noise_variance: s,
+            shape,
+            c,
+            d,
+        })
+    }
+}
+
 /// What a prediction needs of an averaged output: `μ̄` (length p), `Σ_j w_j κ_j s_j`, the basis
 /// functions `U` where `Σ̄` lives (every member's weighted ones and flat intercept) and a lower
-/// trapezoidal factor `T` of `Σ̄_UU` (`TᵀT = Σ̄_UU`).
+/// triangular factor `T` of `Σ̄_UU` (`TᵀT = Σ̄_UU`).
 #[derive(Clone, Debug)]
 pub struct Averaged {
     pub mean: Vec<f64>,
@@ -152,113 +375,257 @@ pub struct Averaged {
     pub factor: Mat<f64>,
 }
 
-/// Averages `members` (weights summing to 1) of output `k` of `state` (see the module's doc).
+/// Output `k`'s model average (see the module's doc), its alternates taken from `shapes`
+/// (formed for `state`); `None` for an output without alternates.
+pub fn average(
+    state: &ModelState,
+    k: usize,
+    shapes: &AlternateShapes,
+) -> Option<Result<Averaged, EstimatorError>> {
+    let alternates = state.alternates(k);
+    let OutputState::Trained(primary) = state.outputs().get(k)? else {
+        return None;
+    };
+    if alternates.is_empty() {
+        return None;
+    }
+    Some(average_of(state, k, primary, alternates, shapes))
+}
+
+/// The average of `primary` and `alternates` on output `k`'s statistics.
 ///
-/// Member `j`'s variance is `κ_j s_j + ‖T_j(φ_W − φ_f m̄_j)‖² + κ_j φ_f²/A_ff` (its factor `T_j`
-/// as the predictor forms it: [`Predictive`]); over `U` that is `κ_j s_j + ‖S_j φ_U‖²` with the
-/// rows `S_j = [T_j, −T_j m̄_j]` and `[0, √(κ_j/A_ff)]`, and `(φᵀd_j)²` is one more row (`T_j`
-/// any factor of member `j`'s, not reduced on its own). The rows of every member, scaled by
-/// `√w_j`, are stacked as `S` and reduced to `T` ([`gram_factor`]; by QR where that fails).
-pub fn average(state: &ModelState, k: usize, members: &[Member<'_>]) -> Averaged {
+/// Over `U` a member's variance is `κ_j s_j + ψ_jᵀ Σ̃_j ψ_j + κ_j φ_f² s_j/g_ff` with
+/// `ψ_j = φ_W − φ_f m̄_j` (`m̄_j` the flat intercept's centre; `g_f/g_ff` for an alternate, whose
+/// precision is `G/s`), and `(φᵀd_j)²` adds the spread of the means, so
+///
+/// ```text
+/// Σ̄_UU = w_0 S_0ᵀS_0 + Eᵀ (Σ_{j≥1} w_j Σ̃_j) E + e_f e_fᵀ Σ_j w_j κ_j s_j/g_ff + Σ_j w_j d_j d_jᵀ
+/// ```
+///
+/// with `S_0 = [T_0, −T_0 m̄_0]` the output's own posterior's factor rows (its precision moved
+/// with the one-step updates, so it keeps its own factor, [`Predictive`]) and `E` the map
+/// `φ_U ↦ ψ`. The alternates' part is `Σ_j w_j (c_j C_j − P_j diag(d_j) P_jᵀ)` ([`ShapeMember`]):
+/// a product of order `|U|² × rank` each, where a posterior of its own would be several of
+/// order `p³`. `T` is [`gram_factor`]'s.
+fn average_of(
+    state: &ModelState,
+    k: usize,
+    primary: &OutputPosterior,
+    alternates: &[Alternate],
+    shapes: &AlternateShapes,
+) -> Result<Averaged, EstimatorError> {
     let p = state.basis().dim();
-    let informative = state.totals().output(k).informative;
+    let data = state.totals().output(k);
+    let flat = primary.prior().flat();
+    let centred = Centred::new(data, flat)?;
+    let predictive = state.predictive();
+    let others = alternates
+        .iter()
+        .map(|alternate| ShapeMember::new(alternate, shapes, data, &centred, predictive))
+        .collect::<Result<Vec<_>, _>>()?;
+    let neg2: Vec<f64> = std::iter::once(centred_neg2_log_evidence(primary, &centred)?)
+        .chain(others.iter().map(|m| m.neg2))
+        .collect();
+    let weights = weights(&neg2);
+    let means = std::iter::once(primary.mean()).chain(others.iter().map(|m| &m.mean[..]));
     let mut mean = vec![0.0; p];
-    for (w, member) in members {
-        for (m, x) in mean.iter_mut().zip(member.mean()) {
+    for (w, member) in weights.iter().zip(means.clone()) {
+        for (m, x) in mean.iter_mut().zip(member) {
             *m += w * x;
         }
     }
-    let mut support: Vec<usize> = members
+    let mut support: Vec<usize> = primary
+        .weighted()
         .iter()
-        .flat_map(|(_, member)| {
-            let flat = member.flat().map(|f| f.index);
-            member.weighted().iter().copied().chain(flat)
-        })
+        .copied()
+        .chain(flat)
+        .chain(others.iter().flat_map(|m| {
+            m.shape.into_iter().flat_map(|shape| {
+                let unit = shape.unit_variance();
+                (0..p).filter(move |&j| unit[j] > 0.0 && unit[j].is_finite())
+            })
+        }))
         .collect();
     support.sort_unstable();
     support.dedup();
+    let n = support.len();
     let column = |j: usize| support.binary_search(&j).unwrap_or(usize::MAX);
-    let mut noise_variance = 0.0;
-    let mut factors = Vec::with_capacity(members.len());
-    for (w, member) in members {
-        let flat = member.flat();
-        let l_inv = member.cholesky_inverse();
-        let gamma = member.effective_parameters_with(&l_inv);
-        let kappa = state
-            .predictive()
-            .inflation(informative, usize::from(flat.is_some()), gamma);
-        noise_variance += w * kappa * member.noise_variance();
-        let factor = match state.predictive() {
-            Predictive::Plugin | Predictive::Student => {
-                let f = member.covariance_factor();
-                let scale = kappa.sqrt();
-                Mat::from_fn(f.nrows(), f.ncols(), |i, c| scale * f[(i, c)])
-            }
-            Predictive::StudentNoise => member.noise_inflated_factor_with(kappa, &l_inv),
+    let flat_column = flat.map(column);
+    let mut gram = Mat::zeros(n, n);
+
+    // The output's own posterior.
+    let w0 = weights[0];
+    let l_inv = primary.cholesky_inverse();
+    let gamma = primary.effective_parameters_with(&l_inv);
+    let kappa0 = predictive.inflation(data.informative, usize::from(flat.is_some()), gamma);
+    let factor0 = match predictive {
+        Predictive::Plugin | Predictive::Student => {
+            let f = primary.covariance_factor();
+            let scale = kappa0.sqrt();
+            Mat::from_fn(f.nrows(), f.ncols(), |i, c| scale * f[(i, c)])
+        }
+        Predictive::StudentNoise => primary.noise_inflated_factor_with(kappa0, &l_inv),
+    };
+    let root = w0.sqrt();
+    let mut rows0 = Mat::zeros(factor0.nrows(), n);
+    let columns0: Vec<usize> = primary.weighted().iter().map(|&j| column(j)).collect();
+    for i in 0..factor0.nrows() {
+        for (c, &to) in columns0.iter().enumerate() {
+            rows0[(i, to)] = root * factor0[(i, c)];
+        }
+        if let (Some(f), Some(fc)) = (primary.flat(), flat_column) {
+            let shift: f64 = (0..columns0.len())
+                .map(|c| factor0[(i, c)] * f.centre[c])
+                .sum();
+            rows0[(i, fc)] = -root * shift;
+        }
+    }
+    triangular::matmul(
+        gram.as_mut(),
+        BlockStructure::TriangularLower,
+        Accum::Replace,
+        rows0.transpose(),
+        BlockStructure::Rectangular,
+        rows0.as_ref(),
+        BlockStructure::Rectangular,
+        1.0,
+        Par::rayon(0),
+    );
+    let mut noise_variance = w0 * kappa0 * primary.noise_variance();
+    let mut flat_variance = primary.flat().map_or(0.0, |f| w0 * kappa0 * f.variance);
+
+    // The alternates, `Σ_j w_j (c_j C_j − P_j diag(d_j) P_jᵀ)` over U (lower triangle).
+    let mut others_part = Mat::zeros(n, n);
+    for (w, member) in weights[1..].iter().zip(&others) {
+        noise_variance += w * member.kappa * member.noise_variance;
+        if let Some(f) = flat {
+            flat_variance += w * member.kappa * member.noise_variance / data.g[(f, f)];
+        }
+        let Some(shape) = member.shape else {
+            continue;
         };
-        factors.push((kappa, factor));
+        let unit = shape.unit_variance();
+        let bands = shape.smooth().map_or(0, |s| s.bands);
+        if let Some(smooth) = shape.smooth() {
+            let by_distance: Vec<f64> = (0..bands)
+                .map(|d| w * member.c * matern32(d as f64, smooth.length))
+                .collect();
+            let columns: Vec<usize> = (0..bands).map(column).collect();
+            for (a, &ca) in columns.iter().enumerate() {
+                for (b, &cb) in columns[..=a].iter().enumerate() {
+                    others_part[(ca, cb)] += by_distance[a - b];
+                }
+            }
+        }
+        for (j, u) in unit.iter().enumerate().skip(bands) {
+            if *u > 0.0 && u.is_finite() {
+                let cj = column(j);
+                others_part[(cj, cj)] += w * member.c * u;
+            }
+        }
     }
-    let rows: usize = members
+    // `Σ_j P_j diag(w_j d_j) P_jᵀ` as one product of the members' projections side by side.
+    let ranks: Vec<usize> = others
         .iter()
-        .zip(&factors)
-        .map(|((_, member), (_, f))| f.nrows() + usize::from(member.flat().is_some()) + 1)
-        .sum();
-    let mut stacked = Mat::zeros(rows, support.len());
+        .map(|m| m.shape.map_or(0, |shape| shape.eigenvalues().len()))
+        .collect();
+    let total: usize = ranks.iter().sum();
+    let mut projections = Mat::zeros(n, total);
+    let mut scaled = Mat::zeros(n, total);
     let mut at = 0;
-    for ((w, member), (kappa, factor)) in members.iter().zip(&factors) {
-        let root = w.sqrt();
-        let weighted = member.weighted();
-        let columns: Vec<usize> = weighted.iter().map(|&j| column(j)).collect();
-        for i in 0..factor.nrows() {
-            for (c, &to) in columns.iter().enumerate() {
-                stacked[(at, to)] = root * factor[(i, c)];
+    for ((w, member), rank) in weights[1..].iter().zip(&others).zip(&ranks) {
+        let Some(shape) = member.shape else {
+            continue;
+        };
+        let projection = shape.projection();
+        for i in 0..*rank {
+            let scale = w * member.d[i];
+            for (r, &j) in support.iter().enumerate() {
+                let x = projection[(i, j)];
+                projections[(r, at + i)] = x;
+                scaled[(r, at + i)] = scale * x;
             }
-            if let Some(flat) = member.flat() {
-                let shift: f64 = (0..weighted.len())
-                    .map(|c| factor[(i, c)] * flat.centre[c])
-                    .sum();
-                stacked[(at, column(flat.index))] = -root * shift;
-            }
-            at += 1;
         }
-        if let Some(flat) = member.flat() {
-            stacked[(at, column(flat.index))] = root * (kappa * flat.variance).sqrt();
-            at += 1;
-        }
-        for (c, &j) in support.iter().enumerate() {
-            stacked[(at, c)] = root * (member.mean()[j] - mean[j]);
-        }
-        at += 1;
+        at += rank;
     }
-    let factor = gram_factor(stacked.as_ref()).unwrap_or_else(|| lower_trapezoidal(stacked));
-    Averaged {
+    triangular::matmul(
+        others_part.as_mut(),
+        BlockStructure::TriangularLower,
+        Accum::Add,
+        scaled.as_ref(),
+        BlockStructure::Rectangular,
+        projections.transpose(),
+        BlockStructure::Rectangular,
+        -1.0,
+        Par::rayon(0),
+    );
+    mirror_lower(others_part.as_mut());
+    for i in 0..n {
+        for j in 0..=i {
+            gram[(i, j)] += others_part[(i, j)];
+        }
+    }
+    if let (Some(f), Some(fc)) = (flat, flat_column) {
+        // `Eᵀ X E` for the alternates' common centre `m̄ = g_f/g_ff` (0 at `f`, where their part
+        // is 0).
+        let centre: Vec<f64> = support
+            .iter()
+            .map(|&j| {
+                if j == f {
+                    0.0
+                } else {
+                    data.g[(f, j)] / data.g[(f, f)]
+                }
+            })
+            .collect();
+        let y: Vec<f64> = (0..n)
+            .map(|r| (0..n).map(|c| others_part[(r, c)] * centre[c]).sum())
+            .collect();
+        for (r, y_r) in y.iter().enumerate() {
+            if r > fc {
+                gram[(r, fc)] -= y_r;
+            } else if r < fc {
+                gram[(fc, r)] -= y_r;
+            }
+        }
+        let quadratic: f64 = centre.iter().zip(&y).map(|(m, y)| m * y).sum();
+        gram[(fc, fc)] += quadratic + flat_variance;
+    }
+
+    // The spread of the members' means: rows `√w_j (μ_j − μ̄)`.
+    let means: Vec<&[f64]> = means.collect();
+    let spread = Mat::from_fn(means.len(), n, |i, c| {
+        weights[i].sqrt() * (means[i][support[c]] - mean[support[c]])
+    });
+    triangular::matmul(
+        gram.as_mut(),
+        BlockStructure::TriangularLower,
+        Accum::Add,
+        spread.transpose(),
+        BlockStructure::Rectangular,
+        spread.as_ref(),
+        BlockStructure::Rectangular,
+        1.0,
+        Par::Seq,
+    );
+    mirror_lower(gram.as_mut());
+    let factor = gram_factor(&gram).ok_or(EstimatorError::NotPositiveDefinite)?;
+    Ok(Averaged {
         mean,
         noise_variance,
         support,
         factor,
-    }
+    })
 }
 
-/// A lower triangular `T` (n × n) with `TᵀT = SᵀS` for `S` (m × n), from the Cholesky
-/// factorisation of the Gram matrix with rows and columns reversed: `J SᵀS J = L Lᵀ` gives
-/// `T = J Lᵀ J`. One blocked matrix product and one factorisation of order `n`, where the QR of
-/// `S` reflects each column over all `m` rows (the members' stacked factors: `m` several times
-/// `n`). Backward stable for `SᵀS`, which is all a quadratic form `‖T x‖² = xᵀSᵀSx` needs.
-/// Where `SᵀS` is positive semi-definite only (smooth members whose kernel roots have dropped
-/// their negligible directions), the factorisation is of `SᵀS + δI` with `δ = n ε max_i (SᵀS)_ii`,
-/// the round-off the product itself carries, which widens a variance by as much and never
-/// narrows it. `None` where even that fails (a column no member moves), for the QR to answer.
-fn gram_factor(s: MatRef<'_, f64>) -> Option<Mat<f64>> {
-    let n = s.ncols();
-    let mut gram = Mat::zeros(n, n);
-    matmul(
-        gram.as_mut(),
-        Accum::Replace,
-        s.transpose(),
-        s,
-        1.0,
-        Par::rayon(0),
-    );
+/// A lower triangular `T` (n × n) with `TᵀT = Γ` for a symmetric `Γ`, from the Cholesky
+/// factorisation with rows and columns reversed: `J Γ J = L Lᵀ` gives `T = J Lᵀ J`. Where `Γ` is
+/// positive semi-definite only, or indefinite by its round-off (the alternates' part is a
+/// difference: the prior less what the data determine), the factorisation is of `Γ + δI` with
+/// `δ = n ε max_i Γ_ii`, which widens a variance by as much and never narrows it. `None` where
+/// even that fails (a column no member moves).
+fn gram_factor(gram: &Mat<f64>) -> Option<Mat<f64>> {
+    let n = gram.nrows();
     let reversed = |jitter: f64| {
         Mat::from_fn(n, n, |i, j| {
             gram[(n - 1 - i, n - 1 - j)] + if i == j { jitter } else { 0.0 }
@@ -407,7 +774,7 @@ pub(crate) mod tests {
     fn the_gram_factor_is_a_lower_triangular_factor_or_none() {
         let mut rng = ChaCha8Rng::seed_from_u64(2);
         let s = Mat::from_fn(40, 9, |_, _| rng.random::<f64>() - 0.5);
-        let t = gram_factor(s.as_ref()).unwrap();
+        let t = gram_factor(&(s.transpose() * &s)).unwrap();
         let (want, got) = (s.transpose() * &s, t.transpose() * &t);
         for i in 0..9 {
             for j in 0..9 {
@@ -419,7 +786,7 @@ pub(crate) mod tests {
         }
         // Two equal columns: semi-definite, factored with its round-off on the diagonal.
         let equal = Mat::from_fn(40, 9, |i, j| s[(i, if j == 5 { 4 } else { j })]);
-        let t = gram_factor(equal.as_ref()).unwrap();
+        let t = gram_factor(&(equal.transpose() * &equal)).unwrap();
         let (want, got) = (equal.transpose() * &equal, t.transpose() * &t);
         let largest = (0..9).map(|i| want[(i, i)]).fold(0.0_f64, f64::max);
         for i in 0..9 {
@@ -428,9 +795,37 @@ pub(crate) mod tests {
                 assert!((want[(i, j)] - got[(i, j)]).abs() <= 1e-12 * largest);
             }
         }
-        // A column no row moves: not positive definite, left to the QR.
+        // A column no row moves: not positive definite.
         let deficient = Mat::from_fn(40, 9, |i, j| if j == 4 { 0.0 } else { s[(i, j)] });
-        assert!(gram_factor(deficient.as_ref()).is_none());
+        assert!(gram_factor(&(deficient.transpose() * &deficient)).is_none());
+    }
+
+    #[test]
+    fn outputs_share_the_shapes_of_their_alternates() {
+        let mut rng = ChaCha8Rng::seed_from_u64(21);
+        let (x, y) = rows(&mut rng, 30);
+        let noise = Mat::from_fn(30, 3, |_, _| rng.random::<f64>() - 0.5);
+        let y = Mat::from_fn(30, 3, |i, k| {
+            y[(i, 0)] * (1.0 + 0.5 * k as f64) + 0.1 * noise[(i, k)]
+        });
+        let config = ModelConfig {
+            prior: PriorFamily::Smooth,
+            ..ModelConfig::new(basis(), 3)
+        };
+        let state = ModelState::fit(&config, statistics(&x, &y)).unwrap();
+        let shapes = AlternateShapes::new(&state).unwrap();
+        let alternates: usize = (0..3).map(|k| state.alternates(k).len()).sum();
+        assert!(
+            shapes.shapes.len() < alternates,
+            "{} shapes for {alternates} alternates",
+            shapes.shapes.len()
+        );
+        for k in 0..3 {
+            for alternate in state.alternates(k) {
+                let (unit, _) = unit_and_scale(&alternate.prior).unwrap();
+                assert!(shapes.find(&alternate.prior, &unit).is_ok());
+            }
+        }
     }
 
     #[test]
@@ -441,7 +836,8 @@ pub(crate) mod tests {
         let expected = Predictor::new(&alone(&state, posterior))
             .predict(x.as_ref())
             .unwrap();
-        let averaged = average(&state, 0, &[(1.0, Cow::Borrowed(posterior))]);
+        let shapes = AlternateShapes::new(&state).unwrap();
+        let averaged = average_of(&state, 0, posterior, &[], &shapes).unwrap();
         let phi = basis().design(x.as_ref()).unwrap();
         for i in 0..x.nrows() {
             let mean: f64 = (0..phi.ncols())
@@ -492,7 +888,10 @@ pub(crate) mod tests {
                 })
                 .sum();
             let averaged_noise = Predictor::new(&state).noise_variance(0).unwrap();
-            assert!((averaged_noise - noise).abs() <= 1e-12 * noise);
+            assert!(
+                (averaged_noise - noise).abs() <= 1e-7 * noise,
+                "{averaged_noise} vs {noise}"
+            );
             for i in 0..x.nrows() {
                 let mean: f64 = members
                     .iter()

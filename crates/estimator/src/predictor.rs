@@ -171,13 +171,11 @@ impl Predictor {
                 OutputState::Trained(_) => None,
             })
             .collect();
-        // An output with alternates predicts by its model average ([`super::mixture`]); should a
-        // member's posterior fail to form, by its own posterior alone.
-        let average = |k: usize| {
-            super::mixture::members(state, k)
-                .and_then(Result::ok)
-                .map(|members| super::mixture::average(state, k, &members))
-        };
+        // An output with alternates predicts by its model average ([`super::mixture`]); should
+        // the average fail to form, by its own posterior alone.
+        let shapes = super::mixture::AlternateShapes::new(state).ok();
+        let average =
+            |k: usize| super::mixture::average(state, k, shapes.as_ref()?).and_then(Result::ok);
         let averaged: Vec<Option<super::mixture::Averaged>> =
             if state.basis().dim() >= super::PARALLEL_FROM {
                 (0..state.outputs().len())
