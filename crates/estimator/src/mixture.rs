@@ -861,54 +861,103 @@ pub(crate) mod tests {
         }
     }
 
+    /// Output 0 of `state` predicts `x` by the mixture of its members, each formed as a
+    /// posterior of its own ([`members`]) and predicted alone.
+    fn assert_the_mixture(state: &ModelState, x: &Mat<f64>) {
+        let members = members(state, 0).unwrap().unwrap();
+        assert_eq!(members.len(), 1 + state.alternates(0).len());
+        let total: f64 = members.iter().map(|m| m.0).sum();
+        assert!((total - 1.0).abs() < 1e-12);
+        assert!(members.iter().all(|m| m.0 > 0.0));
+        let got = Predictor::new(state).predict(x.as_ref()).unwrap();
+        let each: Vec<_> = members
+            .iter()
+            .map(|(_, member)| {
+                Predictor::new(&alone(state, member))
+                    .predict(x.as_ref())
+                    .unwrap()
+            })
+            .collect();
+        let noise: f64 = members
+            .iter()
+            .map(|(w, member)| {
+                let one = Predictor::new(&alone(state, member));
+                w * one.noise_variance(0).unwrap()
+            })
+            .sum();
+        // The predictor forms the alternates in their shapes' eigenbases, the members here by
+        // Cholesky factorisations: the two routes agree to the conditioning of the long length
+        // scales' kernels.
+        let averaged_noise = Predictor::new(state).noise_variance(0).unwrap();
+        assert!(
+            (averaged_noise - noise).abs() <= 1e-7 * noise,
+            "{averaged_noise} vs {noise}"
+        );
+        for i in 0..x.nrows() {
+            let mean: f64 = members
+                .iter()
+                .zip(&each)
+                .map(|((w, _), one)| w * one.mean[(i, 0)])
+                .sum();
+            let second: f64 = members
+                .iter()
+                .zip(&each)
+                .map(|((w, _), one)| w * (one.variance[(i, 0)] + one.mean[(i, 0)].powi(2)))
+                .sum();
+            let variance = second - mean * mean;
+            let (m, v) = (got.mean[(i, 0)], got.variance[(i, 0)]);
+            assert!((mean - m).abs() <= 1e-8 * m.abs().max(1.0), "{mean} vs {m}");
+            assert!((variance - v).abs() <= 1e-7 * v, "{variance} vs {v}");
+            assert!(v >= noise * (1.0 - 1e-7), "{v} below the noise {noise}");
+        }
+    }
+
     #[test]
     fn the_average_has_the_mixtures_mean_and_variance() {
         for seed in [5, 8, 13] {
-            let state = averaged_state(seed);
-            let members = members(&state, 0).unwrap().unwrap();
-            assert_eq!(members.len(), 1 + state.alternates(0).len());
-            let total: f64 = members.iter().map(|m| m.0).sum();
-            assert!((total - 1.0).abs() < 1e-12);
-            assert!(members.iter().all(|m| m.0 > 0.0));
-            let x = probe(seed + 100);
-            let got = Predictor::new(&state).predict(x.as_ref()).unwrap();
-            let each: Vec<_> = members
-                .iter()
-                .map(|(_, member)| {
-                    Predictor::new(&alone(&state, member))
-                        .predict(x.as_ref())
-                        .unwrap()
-                })
-                .collect();
-            let noise: f64 = members
-                .iter()
-                .map(|(w, member)| {
-                    let one = Predictor::new(&alone(&state, member));
-                    w * one.noise_variance(0).unwrap()
-                })
-                .sum();
-            let averaged_noise = Predictor::new(&state).noise_variance(0).unwrap();
-            assert!(
-                (averaged_noise - noise).abs() <= 1e-7 * noise,
-                "{averaged_noise} vs {noise}"
-            );
-            for i in 0..x.nrows() {
-                let mean: f64 = members
-                    .iter()
-                    .zip(&each)
-                    .map(|((w, _), one)| w * one.mean[(i, 0)])
-                    .sum();
-                let second: f64 = members
-                    .iter()
-                    .zip(&each)
-                    .map(|((w, _), one)| w * (one.variance[(i, 0)] + one.mean[(i, 0)].powi(2)))
-                    .sum();
-                let variance = second - mean * mean;
-                let (m, v) = (got.mean[(i, 0)], got.variance[(i, 0)]);
-                assert!((mean - m).abs() <= 1e-8 * m.abs().max(1.0), "{mean} vs {m}");
-                assert!((variance - v).abs() <= 1e-7 * v, "{variance} vs {v}");
-                assert!(v >= noise * (1.0 - 1e-12), "{v} below the noise {noise}");
-            }
+            assert_the_mixture(&averaged_state(seed), &probe(seed + 100));
         }
+    }
+
+    /// An alternate whose scale is 0 weights nothing but the flat intercept: it joins the
+    /// mixture with no shape of its own. On an output the spectra do not explain, so that its
+    /// evidence is near the fitted shape's.
+    #[test]
+    fn an_alternate_that_weights_nothing_joins_the_average() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let (x, _) = rows(&mut rng, 30);
+        let y = Mat::from_fn(30, 1, |_, _| 1.0 + rng.random::<f64>());
+        let config = ModelConfig {
+            prior: PriorFamily::Smooth,
+            ..ModelConfig::new(basis(), 1)
+        };
+        let state = ModelState::fit(&config, statistics(&x, &y)).unwrap();
+        let posterior = state.outputs()[0].posterior().unwrap();
+        let flat = posterior.prior().flat().unwrap();
+        let prior = Prior::diagonal(
+            posterior.prior().family,
+            (0..basis().dim())
+                .map(|j| if j == flat { f64::INFINITY } else { 0.0 })
+                .collect(),
+        );
+        let centred = Centred::new(state.totals().output(0), Some(flat)).unwrap();
+        let mut alternates = state.alternates(0).to_vec();
+        alternates.push(Alternate {
+            prior,
+            noise_variance: centred.q / centred.informative,
+        });
+        let with = ModelState::from_parts(
+            *state.basis(),
+            state.totals().clone(),
+            state.outputs().to_vec(),
+            state.predictive(),
+            state.fitted_rows().to_vec(),
+            vec![alternates],
+        )
+        .unwrap();
+        let weights = members(&with, 0).unwrap().unwrap();
+        let last = weights.last().unwrap().0;
+        assert!(last > 0.01, "the shapeless member's weight {last}");
+        assert_the_mixture(&with, &probe(105));
     }
 }
