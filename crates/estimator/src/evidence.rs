@@ -713,8 +713,8 @@ pub(crate) fn data_factor(g_c: MatRef<'_, f64>) -> Result<Mat<f64>, EstimatorErr
     Ok(z)
 }
 
-/// Eigenvalues below this fraction of the largest are round-off: the direction carries none of
-/// the data (in `G_c`) or of the prior (in `Z R̃ R̃ᵀ Zᵀ`).
+/// Eigenvalues of a shape's `Z R̃ R̃ᵀ Zᵀ` below this fraction of the largest are round-off: the
+/// direction carries none of the prior.
 const RANK_TOLERANCE: f64 = 1e-12;
 
 /// The ridge and smooth families: one prior scale per output over candidate shapes, chosen with
