@@ -173,10 +173,20 @@ fn unit_and_scale(prior: &Prior) -> Option<(Vec<f64>, f64)> {
 /// of `(v·u)/v`; a shape is shared where they agree to this relative tolerance.
 const SAME_SHAPE: f64 = 1e-12;
 
-fn same_unit(a: &[f64], b: &[f64]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
+/// Whether `prior`, of unit variances `unit`, is the shape of `family`, `smooth` and `known`.
+fn is_shape(
+    family: FittedFamily,
+    smooth: Option<Smooth>,
+    known: &[f64],
+    prior: &Prior,
+    unit: &[f64],
+) -> bool {
+    family == prior.family
+        && smooth == prior.smooth
+        && known.len() == unit.len()
+        && known
+            .iter()
+            .zip(unit)
             .all(|(a, b)| a == b || (a - b).abs() <= SAME_SHAPE * a.abs().max(b.abs()))
 }
 
@@ -205,9 +215,7 @@ impl AlternateShapes {
                     flat = alternate.prior.flat();
                 }
                 let known = wanted.iter().any(|(family, smooth, known)| {
-                    *family == alternate.prior.family
-                        && *smooth == alternate.prior.smooth
-                        && same_unit(known, &unit)
+                    is_shape(*family, *smooth, known, &alternate.prior, &unit)
                 });
                 if !known && alternate.prior.flat() == flat {
                     wanted.push((alternate.prior.family, alternate.prior.smooth, unit));
@@ -238,9 +246,13 @@ impl AlternateShapes {
             .iter()
             .find(|shape| {
                 prior.flat() == self.flat
-                    && shape.family() == prior.family
-                    && shape.smooth() == prior.smooth
-                    && same_unit(shape.unit_variance(), unit)
+                    && is_shape(
+                        shape.family(),
+                        shape.smooth(),
+                        shape.unit_variance(),
+                        prior,
+                        unit,
+                    )
             })
             .ok_or(EstimatorError::Dimension {
                 what: "prior shapes matching an alternate",
