@@ -480,16 +480,14 @@ fn average_of(
     };
     let root = w0.sqrt();
     let mut rows0 = Mat::zeros(factor0.nrows(), n);
-    let columns0: Vec<usize> = primary.weighted().iter().map(|&j| column(j)).collect();
-    for i in 0..factor0.nrows() {
-        for (c, &to) in columns0.iter().enumerate() {
-            rows0[(i, to)] = root * factor0[(i, c)];
-        }
-        if let (Some(f), Some(fc)) = (primary.flat(), flat_column) {
-            let shift: f64 = (0..columns0.len())
-                .map(|c| factor0[(i, c)] * f.centre[c])
-                .sum();
-            rows0[(i, fc)] = -root * shift;
+    // Column by column: the matrices are column-major.
+    for (c, j) in primary.weighted().iter().enumerate() {
+        rows0.col_mut(column(*j)).copy_from(factor0.col(c) * root);
+    }
+    if let (Some(f), Some(fc)) = (primary.flat(), flat_column) {
+        let mut shift = rows0.col_mut(fc);
+        for (c, m) in f.centre.iter().enumerate() {
+            shift += factor0.col(c) * (-root * m);
         }
     }
     triangular::matmul(
@@ -523,9 +521,10 @@ fn average_of(
                 .map(|d| w * member.c * matern32(d as f64, smooth.length))
                 .collect();
             let columns: Vec<usize> = (0..bands).map(column).collect();
-            for (a, &ca) in columns.iter().enumerate() {
-                for (b, &cb) in columns[..=a].iter().enumerate() {
-                    others_part[(ca, cb)] += by_distance[a - b];
+            for (b, &cb) in columns.iter().enumerate() {
+                let mut to = others_part.col_mut(cb);
+                for (a, &ca) in columns.iter().enumerate().skip(b) {
+                    to[ca] += by_distance[a - b];
                 }
             }
         }
@@ -537,44 +536,46 @@ fn average_of(
         }
     }
     // `Σ_j P_j diag(w_j d_j) P_jᵀ` as one product of the members' projections side by side.
-    let ranks: Vec<usize> = others
+    // Held transposed (one row per projection), so that both are filled a column at a time.
+    let members: Vec<(&Shape, Vec<f64>)> = weights[1..]
         .iter()
-        .map(|m| m.shape.map_or(0, |shape| shape.eigenvalues().len()))
+        .zip(&others)
+        .filter_map(|(w, member)| {
+            let scales = member.d.iter().map(|d| w * d).collect();
+            member.shape.map(|shape| (shape, scales))
+        })
         .collect();
-    let total: usize = ranks.iter().sum();
-    let mut projections = Mat::zeros(n, total);
-    let mut scaled = Mat::zeros(n, total);
-    let mut at = 0;
-    for ((w, member), rank) in weights[1..].iter().zip(&others).zip(&ranks) {
-        let Some(shape) = member.shape else {
-            continue;
-        };
-        let projection = shape.projection();
-        for i in 0..*rank {
-            let scale = w * member.d[i];
-            for (r, &j) in support.iter().enumerate() {
-                let x = projection[(i, j)];
-                projections[(r, at + i)] = x;
-                scaled[(r, at + i)] = scale * x;
+    let total: usize = members.iter().map(|(_, scales)| scales.len()).sum();
+    let mut projections = Mat::zeros(total, n);
+    let mut scaled = Mat::zeros(total, n);
+    for (r, &j) in support.iter().enumerate() {
+        let (mut to, mut to_scaled) = (projections.col_mut(r), scaled.col_mut(r));
+        let mut at = 0;
+        for (shape, scales) in &members {
+            let from = shape.projection().col(j);
+            for (i, scale) in scales.iter().enumerate() {
+                to[at + i] = from[i];
+                to_scaled[at + i] = scale * from[i];
             }
+            at += scales.len();
         }
-        at += rank;
     }
     triangular::matmul(
         others_part.as_mut(),
         BlockStructure::TriangularLower,
         Accum::Add,
-        scaled.as_ref(),
+        scaled.transpose(),
         BlockStructure::Rectangular,
-        projections.transpose(),
+        projections.as_ref(),
         BlockStructure::Rectangular,
         -1.0,
         Par::rayon(0),
     );
     mirror_lower(others_part.as_mut());
-    for i in 0..n {
-        for j in 0..=i {
-            gram[(i, j)] += others_part[(i, j)];
+    for c in 0..n {
+        let (mut to, from) = (gram.col_mut(c), others_part.col(c));
+        for r in c..n {
+            to[r] += from[r];
         }
     }
     if let (Some(f), Some(fc)) = (flat, flat_column) {
@@ -590,8 +591,12 @@ fn average_of(
                 }
             })
             .collect();
+        // `others_part` is symmetric: row r is column r.
         let y: Vec<f64> = (0..n)
-            .map(|r| (0..n).map(|c| others_part[(r, c)] * centre[c]).sum())
+            .map(|r| {
+                let row = others_part.col(r);
+                centre.iter().enumerate().map(|(c, m)| row[c] * m).sum()
+            })
             .collect();
         for (r, y_r) in y.iter().enumerate() {
             if r > fc {
