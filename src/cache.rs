@@ -59,6 +59,15 @@ impl CachedModel {
         state: Option<(Arc<ModelState>, Arc<Predictor>)>,
     ) -> Self {
         let (state, predictor) = state.unzip();
+        for (k, why) in predictor.iter().flat_map(|p| p.unaveraged()) {
+            tracing::warn!(
+                model = %spec.name,
+                version,
+                output = spec.outputs.get(*k).map_or("?", String::as_str),
+                error = %why,
+                "the output's model average could not be formed: it predicts by its own posterior alone"
+            );
+        }
         Self {
             id,
             config: spec.config(),

@@ -929,6 +929,45 @@ pub(crate) mod tests {
         }
     }
 
+    /// An output whose average cannot form predicts by its own posterior alone, bit for bit,
+    /// and the predictor says which output and why.
+    #[test]
+    fn an_average_that_cannot_form_is_reported_and_the_posterior_answers_alone() {
+        let state = averaged_state(5);
+        assert!(Predictor::new(&state).unaveraged().is_empty());
+        // An alternate that shrinks the intercept its companions leave flat has no shape among
+        // theirs.
+        let mut alternates = state.alternates(0).to_vec();
+        let mut stray = alternates[0].clone();
+        let flat = stray.prior.flat().unwrap();
+        stray.prior.variance[flat] = 1.0;
+        alternates.push(stray);
+        let broken = ModelState::from_parts(
+            *state.basis(),
+            state.totals().clone(),
+            state.outputs().to_vec(),
+            state.predictive(),
+            state.fitted_rows().to_vec(),
+            vec![alternates],
+        )
+        .unwrap();
+        let predictor = Predictor::new(&broken);
+        assert_eq!(predictor.unaveraged().len(), 1);
+        assert_eq!(predictor.unaveraged()[0].0, 0);
+        let primary = state.outputs()[0].posterior().unwrap();
+        let x = probe(7);
+        let got = predictor.predict(x.as_ref()).unwrap();
+        let own = Predictor::new(&alone(&state, primary))
+            .predict(x.as_ref())
+            .unwrap();
+        let averaged = Predictor::new(&state).predict(x.as_ref()).unwrap();
+        for i in 0..x.nrows() {
+            assert_eq!(got.mean[(i, 0)], own.mean[(i, 0)]);
+            assert_eq!(got.variance[(i, 0)], own.variance[(i, 0)]);
+        }
+        assert!((0..x.nrows()).any(|i| averaged.variance[(i, 0)] != own.variance[(i, 0)]));
+    }
+
     #[test]
     fn the_average_has_the_mixtures_mean_and_variance() {
         for seed in [5, 8, 13] {

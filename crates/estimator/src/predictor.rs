@@ -108,6 +108,8 @@ pub struct Predictor {
     /// Posterior means, p × m (for an untrained output 0, or a marker followed).
     weights: Mat<f64>,
     outputs: Vec<Term>,
+    /// Outputs with alternates whose model average could not be formed, and why.
+    unaveraged: Vec<(usize, EstimatorError)>,
 }
 
 /// `κ_k` and what it inflates: the whole of `s_k + φᵀΣ_kφ` ([`Predictive::Plugin`], where it is
@@ -172,11 +174,15 @@ impl Predictor {
             })
             .collect();
         // An output with alternates predicts by its model average ([`super::mixture`]); should
-        // the average fail to form, by its own posterior alone.
-        let shapes = super::mixture::AlternateShapes::new(state).ok();
-        let average =
-            |k: usize| super::mixture::average(state, k, shapes.as_ref()?).and_then(Result::ok);
-        let averaged: Vec<Option<super::mixture::Averaged>> =
+        // the average fail to form, by its own posterior alone ([`Self::unaveraged`] says so).
+        let shapes = super::mixture::AlternateShapes::new(state);
+        let average = |k: usize| match &shapes {
+            Ok(shapes) => super::mixture::average(state, k, shapes),
+            Err(why) => (state.outputs()[k].posterior().is_some()
+                && !state.alternates(k).is_empty())
+            .then(|| Err(why.clone())),
+        };
+        let attempts: Vec<Option<Result<super::mixture::Averaged, EstimatorError>>> =
             if state.basis().dim() >= super::PARALLEL_FROM {
                 (0..state.outputs().len())
                     .into_par_iter()
@@ -185,6 +191,18 @@ impl Predictor {
             } else {
                 (0..state.outputs().len()).map(average).collect()
             };
+        let mut unaveraged = Vec::new();
+        let averaged: Vec<Option<super::mixture::Averaged>> = attempts
+            .into_iter()
+            .enumerate()
+            .map(|(k, attempt)| match attempt? {
+                Ok(averaged) => Some(averaged),
+                Err(why) => {
+                    unaveraged.push((k, why));
+                    None
+                }
+            })
+            .collect();
         let term = |(k, output): (usize, &OutputState)| match (output, &averaged[k]) {
             (OutputState::Trained(_), Some(averaged)) => Term::Trained {
                 noise_variance: averaged.noise_variance,
@@ -287,7 +305,15 @@ impl Predictor {
             basis: *state.basis(),
             weights,
             outputs,
+            unaveraged,
         }
+    }
+
+    /// The outputs with alternates whose model average could not be formed (a factor that
+    /// would not factor, a member that is not finite), each with why: they predict by their own
+    /// posterior alone, which is what they predicted before the model average.
+    pub fn unaveraged(&self) -> &[(usize, EstimatorError)] {
+        &self.unaveraged
     }
 
     /// The basis the predictions are made in.
