@@ -744,6 +744,19 @@ pub(crate) mod tests {
         .unwrap()
     }
 
+    /// `state` (of one output) with output 0's alternates replaced by `alternates`.
+    fn with_alternates(state: &ModelState, alternates: Vec<Alternate>) -> ModelState {
+        ModelState::from_parts(
+            *state.basis(),
+            state.totals().clone(),
+            state.outputs().to_vec(),
+            state.predictive(),
+            state.fitted_rows().to_vec(),
+            vec![alternates],
+        )
+        .unwrap()
+    }
+
     fn probe(seed: u64) -> Mat<f64> {
         rows(&mut ChaCha8Rng::seed_from_u64(seed), 25).0
     }
@@ -942,15 +955,7 @@ pub(crate) mod tests {
         let flat = stray.prior.flat().unwrap();
         stray.prior.variance[flat] = 1.0;
         alternates.push(stray);
-        let broken = ModelState::from_parts(
-            *state.basis(),
-            state.totals().clone(),
-            state.outputs().to_vec(),
-            state.predictive(),
-            state.fitted_rows().to_vec(),
-            vec![alternates],
-        )
-        .unwrap();
+        let broken = with_alternates(&state, alternates);
         let predictor = Predictor::new(&broken);
         assert_eq!(predictor.unaveraged().len(), 1);
         assert_eq!(predictor.unaveraged()[0].0, 0);
@@ -1002,15 +1007,7 @@ pub(crate) mod tests {
             prior,
             noise_variance: centred.q / centred.informative,
         });
-        let with = ModelState::from_parts(
-            *state.basis(),
-            state.totals().clone(),
-            state.outputs().to_vec(),
-            state.predictive(),
-            state.fitted_rows().to_vec(),
-            vec![alternates],
-        )
-        .unwrap();
+        let with = with_alternates(&state, alternates);
         let weights = members(&with, 0).unwrap().unwrap();
         let last = weights.last().unwrap().0;
         assert!(last > 0.01, "the shapeless member's weight {last}");
