@@ -166,6 +166,11 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
     // What a new version costs the cache beyond the fold: its predictor, and, where it does not
     // come from this process's folder, decoding its stored state.
     group.bench_function("predictor", |b| b.iter(|| Predictor::new(&state)));
+    // A fold's version: the predictor at the rank of every row so far, after the one-step update.
+    let updated = state.update(config, &batch).expect("one_step");
+    group.bench_function("predictor_after_one_step", |b| {
+        b.iter(|| Predictor::new(&updated))
+    });
     // What the folder encodes of every version it writes.
     group.bench_function("encode", |b| b.iter(|| codec::encode(&state)));
     let blob = codec::encode(&state);
