@@ -43,7 +43,7 @@ use rayon::prelude::*;
 use super::EstimatorError;
 use super::evidence::{
     Alternate, Centred, OutputData, Shape, centred_gram, data_factor,
-    neg2_log_evidence as neg2_from_parts,
+    neg2_log_evidence as neg2_from_parts, sum_ln_1p,
 };
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, cholesky_lower};
@@ -323,7 +323,7 @@ impl<'a> ShapeMember<'a> {
             .map(|(l, t)| t / (l + alpha))
             .collect();
         let fitted: f64 = tau.iter().zip(&coefficient).map(|(t, c)| t * c).sum();
-        let log_det: f64 = lambda.iter().map(|l| (l / alpha).ln_1p()).sum();
+        let log_det = sum_ln_1p(lambda.iter().map(|l| l / alpha));
         let determined: Vec<f64> = lambda.iter().map(|l| l / (l + alpha)).collect();
         let gamma: f64 = determined.iter().sum();
         let mut mean = vec![0.0; p];
