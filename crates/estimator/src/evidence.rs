@@ -719,10 +719,10 @@ pub(crate) fn data_factor(g_c: MatRef<'_, f64>) -> Result<Mat<f64>, EstimatorErr
 }
 
 /// `Σ_i ln(1 + x_i)` for `x_i ≥ 0`, as the logarithms of running products `Π (1 + x_i)`: the
-/// evidence's `log|I + Λ/α|`, evaluated some 170 times per shape and output by its search, where
-/// one logarithm per eigenvalue was most of a small model's first fit. A product is taken into
-/// the sum before it could overflow; `1 + x` drops an `x` below the rounding of 1, which moves
-/// the sum by less than its own rounding.
+/// evidence's `log|I + Λ/α|`, which the scale search evaluates at every trial `α`, for one
+/// logarithm per product instead of one per eigenvalue. A product is taken into the sum before
+/// it could overflow; `1 + x` drops an `x` below the rounding of 1, which moves the sum by less
+/// than its own rounding.
 pub(crate) fn sum_ln_1p(xs: impl Iterator<Item = f64>) -> f64 {
     const FLUSH: f64 = 1e150;
     let (mut sum, mut product) = (0.0, 1.0_f64);
