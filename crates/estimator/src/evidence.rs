@@ -15,11 +15,15 @@
 //! residual degrees of freedom lose the one it uses.
 
 use faer::linalg::matmul::triangular::{self, BlockStructure};
-use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
+use faer::linalg::triangular_solve::{
+    solve_lower_triangular_in_place, solve_upper_triangular_in_place,
+};
 use faer::{Accum, Mat, MatRef, Par};
 use rayon::prelude::*;
 
-use super::posterior::{OutputPosterior, active_set, lower_inverse, scaled_precision_factor};
+use super::posterior::{
+    FactorWorkspace, OutputPosterior, active_set, lower_inverse, scaled_precision_factor,
+};
 
 use super::prior::{FittedFamily, Prior, Smooth, kept_eigen, matern32_product};
 pub use super::statistics::OutputData;
@@ -236,11 +240,12 @@ pub fn evidence(
         }
     }
     let mut s = start_s.max(noise.floor);
+    let mut workspace = ArdWorkspace::new(p);
     let mut iterations = 0;
     let mut converged = false;
     while iterations < options.max_iter {
         iterations += 1;
-        let mut step = iterate(work, &v, s, options)?;
+        let mut step = iterate(work, &v, s, options, &mut workspace)?;
         let s_new = noise_update(step.rss, work.informative - step.gamma_sum, s, noise);
         // Pruning is for good, and every S_j, Q_j scales with 1/s: settle a variance to 0 only
         // once s has stopped moving.
@@ -467,12 +472,14 @@ struct Step {
     gamma_sum: f64,
 }
 
-/// One fixed-point update of `v` and the residual sum of squares at the current posterior.
+/// One fixed-point update of `v` and the residual sum of squares at the current posterior, the
+/// active block factored in `workspace`.
 fn iterate(
     data: OutputData<'_>,
     v: &[f64],
     s: f64,
     options: &FitOptions,
+    workspace: &mut ArdWorkspace,
 ) -> Result<Step, EstimatorError> {
     let active = active_set(v);
     let n = active.len();
@@ -487,35 +494,20 @@ fn iterate(
         });
     }
     let sqrt_v: Vec<f64> = active.iter().map(|&j| v[j].sqrt()).collect();
-    let l = scaled_precision_factor(&sqrt_v, data.g, Some(&active), 1.0 / s)?;
-    let l_inv = lower_inverse(l.as_ref());
-    // μ_J = D^½ L⁻ᵀ L⁻¹ D^½ b_J / s
-    let mut t = Mat::from_fn(n, 1, |i, _| sqrt_v[i] * data.b[active[i]] / s);
-    solve_lower_triangular_in_place(l.as_ref(), t.as_mut(), Par::Seq);
-    let mut mu = vec![0.0; n];
+    let (gamma, mu) = workspace.gamma_and_mean(data, &active, &sqrt_v, s)?;
     let mut gamma_sum = 0.0;
-    for j in 0..n {
-        // column j of L⁻¹ is zero above the diagonal
-        let col = l_inv.col(j);
-        let mut m_inv_jj = 0.0;
-        let mut dot = 0.0;
-        for i in j..n {
-            m_inv_jj += col[i] * col[i];
-            dot += col[i] * t[(i, 0)];
-        }
-        mu[j] = sqrt_v[j] * dot;
-        let gamma = 1.0 - m_inv_jj;
-        gamma_sum += gamma.max(0.0);
-        gamma_full[active[j]] = gamma;
-        if gamma >= options.prune_gamma {
-            v_new[active[j]] = mu[j] * mu[j] / gamma;
+    for (c, &j) in active.iter().enumerate() {
+        gamma_sum += gamma[c].max(0.0);
+        gamma_full[j] = gamma[c];
+        if gamma[c] >= options.prune_gamma {
+            v_new[j] = mu[c] * mu[c] / gamma[c];
         }
     }
     // RSS = μᵀ G μ − 2 μᵀ b + q on the active set
     let mut quad = 0.0;
     for (c, &jc) in active.iter().enumerate() {
         let g_col = data.g.col(jc);
-        let g_mu: f64 = active.iter().zip(&mu).map(|(&ja, m)| g_col[ja] * m).sum();
+        let g_mu: f64 = active.iter().zip(mu).map(|(&ja, m)| g_col[ja] * m).sum();
         quad += mu[c] * (g_mu - 2.0 * data.b[jc]);
     }
     let rss = (quad + data.q).max(0.0);
@@ -528,6 +520,68 @@ fn iterate(
         rss,
         gamma_sum,
     })
+}
+
+/// What one ARD run factors and inverts at every iteration, allocated once for all `p` basis
+/// functions (the active set only shrinks): the factor `L` of `M = I + D^½ G_c,JJ D^½ / s`, its
+/// inverse, and the `γ_J` and `μ_J` computed from them.
+struct ArdWorkspace {
+    factor: FactorWorkspace,
+    inverse: Mat<f64>,
+    gamma: Vec<f64>,
+    mean: Vec<f64>,
+}
+
+impl ArdWorkspace {
+    fn new(p: usize) -> Self {
+        Self {
+            factor: FactorWorkspace::new(p),
+            inverse: Mat::zeros(p, p),
+            gamma: vec![0.0; p],
+            mean: vec![0.0; p],
+        }
+    }
+
+    /// `γ_j = 1 − (M⁻¹)_jj` and `μ_j` for the active basis functions `J` (prior standard
+    /// deviations `sqrt_v`), with `M = L Lᵀ`:
+    ///
+    /// ```text
+    /// (M⁻¹)_jj = ‖L⁻¹ e_j‖²                 (the squared norm of column j of L⁻¹)
+    /// μ_J      = D^½ L⁻ᵀ L⁻¹ D^½ b_c,J / s   (one forward and one back substitution)
+    /// ```
+    fn gamma_and_mean(
+        &mut self,
+        data: OutputData<'_>,
+        active: &[usize],
+        sqrt_v: &[f64],
+        s: f64,
+    ) -> Result<(&[f64], &[f64]), EstimatorError> {
+        let n = active.len();
+        self.factor.factor(sqrt_v, data.g, Some(active), 1.0 / s)?;
+        let inverse = self.inverse.as_mut().submatrix_mut(0, 0, n, n);
+        faer::linalg::triangular_inverse::invert_lower_triangular(
+            inverse,
+            self.factor.lower(n),
+            Par::Seq,
+        );
+        for j in 0..n {
+            // column j of L⁻¹ is zero above the diagonal
+            let below = &self.inverse.col_as_slice(j)[j..n];
+            self.gamma[j] = 1.0 - below.iter().map(|x| x * x).sum::<f64>();
+        }
+        let mean = &mut self.mean[..n];
+        for (m, (&j, sv)) in mean.iter_mut().zip(active.iter().zip(sqrt_v)) {
+            *m = sv * data.b[j] / s;
+        }
+        let l = self.factor.lower(n);
+        let mut t = faer::ColMut::from_slice_mut(mean);
+        solve_lower_triangular_in_place(l, t.as_mut().as_mat_mut(), Par::Seq);
+        solve_upper_triangular_in_place(l.transpose(), t.as_mut().as_mat_mut(), Par::Seq);
+        for (m, sv) in self.mean[..n].iter_mut().zip(sqrt_v) {
+            *m *= sv;
+        }
+        Ok((&self.gamma[..n], &self.mean[..n]))
+    }
 }
 
 /// The basis function whose MacKay update would take the most iterations to settle, if that is
@@ -1157,6 +1211,7 @@ impl Shape {
 #[cfg(test)]
 mod tests {
     use faer::Side;
+    use faer::linalg::solvers::DenseSolveCore;
 
     use super::*;
 
@@ -1222,6 +1277,54 @@ mod tests {
         for k in 1..10 {
             assert!(subset_penalty(400, k) > subset_penalty(40, k));
             assert!(subset_penalty(400, k + 1) > subset_penalty(400, k));
+        }
+    }
+
+    /// ARD's workspace gives `γ_j = 1 − (M⁻¹)_jj` and `μ_J = D^½ M⁻¹ D^½ b_J / s` as `M`'s
+    /// dense inverse does, for an active set that shrinks between calls: each call reads only
+    /// the lower triangle of a block a wider call factored and inverted before.
+    #[test]
+    fn the_reused_factor_gives_the_posterior_of_each_active_set() {
+        let (rows, p) = (60, 24);
+        let x = design(rows, p);
+        let g = x.transpose() * &x;
+        let b: Vec<f64> = (0..p).map(|j| (j as f64 * 0.7).cos()).collect();
+        let data = OutputData {
+            g: g.as_ref(),
+            b: &b,
+            q: 10.0,
+            n: rows as f64,
+            informative: rows as f64,
+        };
+        let s = 0.3;
+        let mut workspace = ArdWorkspace::new(p);
+        for keep in [24, 17, 9, 1] {
+            let active: Vec<usize> = (0..p)
+                .filter(|j| j * keep / p < (j + 1) * keep / p)
+                .collect();
+            assert_eq!(active.len(), keep);
+            let v: Vec<f64> = active.iter().map(|&j| 0.5 + 0.1 * j as f64).collect();
+            let sqrt_v: Vec<f64> = v.iter().map(|x| x.sqrt()).collect();
+            let n = active.len();
+            let m = Mat::from_fn(n, n, |i, k| {
+                f64::from(u8::from(i == k)) + sqrt_v[i] * g[(active[i], active[k])] * sqrt_v[k] / s
+            });
+            let m_inv = m.llt(Side::Lower).unwrap().inverse();
+            let (gamma, mean) = workspace.gamma_and_mean(data, &active, &sqrt_v, s).unwrap();
+            for i in 0..n {
+                assert!(
+                    (gamma[i] - (1.0 - m_inv[(i, i)])).abs() <= 1e-12,
+                    "γ_{i} of {n}"
+                );
+                let expected: f64 = (0..n)
+                    .map(|k| sqrt_v[i] * m_inv[(i, k)] * sqrt_v[k] * b[active[k]] / s)
+                    .sum();
+                assert!(
+                    (mean[i] - expected).abs() <= 1e-10 * expected.abs().max(1.0),
+                    "μ_{i} of {n}: {} against {expected}",
+                    mean[i]
+                );
+            }
         }
     }
 
@@ -1512,7 +1615,14 @@ mod tests {
         let s = 0.01;
         let neg2 = |v: &[f64]| ard_neg2_log_evidence(centred.data(), v, s).unwrap().0;
         let v = vec![0.8, 0.3, 2.0, 0.05, 1e-3, 0.2, 0.0];
-        let step = iterate(centred.data(), &v, s, &FitOptions::default()).unwrap();
+        let step = iterate(
+            centred.data(),
+            &v,
+            s,
+            &FitOptions::default(),
+            &mut ArdWorkspace::new(v.len()),
+        )
+        .unwrap();
         let (mut positive, mut zero) = (0, 0);
         for j in 0..d {
             let best = coordinate_optimum(v[j], step.v[j], step.gamma[j]);
@@ -1556,7 +1666,14 @@ mod tests {
             let from = |vj: f64| {
                 let mut w = v.clone();
                 w[j] = vj;
-                let step = iterate(centred.data(), &w, s, &FitOptions::default()).unwrap();
+                let step = iterate(
+                    centred.data(),
+                    &w,
+                    s,
+                    &FitOptions::default(),
+                    &mut ArdWorkspace::new(w.len()),
+                )
+                .unwrap();
                 (step.v[j], coordinate_optimum(vj, step.v[j], step.gamma[j]))
             };
             let (_, best) = from(v[j]);

@@ -607,18 +607,84 @@ pub(crate) fn scaled_precision_factor(
     scale: f64,
 ) -> Result<Mat<f64>, EstimatorError> {
     let n = sqrt_v.len();
-    let at = |k: usize| index.map_or(k, |ix| ix[k]);
     let mut m = Mat::<f64>::zeros(n, n);
+    fill_scaled_precision(sqrt_v, a, index, scale, m.as_mut());
+    cholesky_lower(m)
+}
+
+/// The lower triangle of `M = I + scale · D^½ A_II D^½` ([`scaled_precision_factor`]) into
+/// `m`, which is `sqrt_v.len()` square; its strict upper triangle is left as it was.
+fn fill_scaled_precision(
+    sqrt_v: &[f64],
+    a: MatRef<'_, f64>,
+    index: Option<&[usize]>,
+    scale: f64,
+    mut m: faer::MatMut<'_, f64>,
+) {
+    let n = sqrt_v.len();
+    let at = |k: usize| index.map_or(k, |ix| ix[k]);
     for c in 0..n {
         let a_col = a.col(at(c));
         let w = sqrt_v[c] * scale;
-        let out = m.col_as_slice_mut(c);
+        let mut out = m.as_mut().col_mut(c);
         for r in c..n {
             out[r] = sqrt_v[r] * a_col[at(r)] * w;
         }
         out[c] += 1.0;
     }
-    cholesky_lower(m)
+}
+
+/// The factor of [`scaled_precision_factor`] for a run of fits that each keep a subset of the
+/// same basis functions (ARD's iterations): its matrix and the factorisation's scratch are
+/// allocated once, for all `p` of them, and reused.
+pub(crate) struct FactorWorkspace {
+    l: Mat<f64>,
+    scratch: faer::dyn_stack::MemBuffer,
+}
+
+impl FactorWorkspace {
+    pub(crate) fn new(p: usize) -> Self {
+        use faer::linalg::cholesky::llt::factor::cholesky_in_place_scratch;
+        Self {
+            l: Mat::zeros(p, p),
+            scratch: faer::dyn_stack::MemBuffer::new(cholesky_in_place_scratch::<f64>(
+                p,
+                Par::Seq,
+                Default::default(),
+            )),
+        }
+    }
+
+    /// Factors `M = I + scale · D^½ A_II D^½` into its lower Cholesky factor `L`, `sqrt_v.len()`
+    /// square, which [`Self::lower`] reads until the next call.
+    pub(crate) fn factor(
+        &mut self,
+        sqrt_v: &[f64],
+        a: MatRef<'_, f64>,
+        index: Option<&[usize]>,
+        scale: f64,
+    ) -> Result<(), EstimatorError> {
+        use faer::dyn_stack::MemStack;
+        use faer::linalg::cholesky::llt::factor::cholesky_in_place;
+        let n = sqrt_v.len();
+        let mut m = self.l.as_mut().submatrix_mut(0, 0, n, n);
+        fill_scaled_precision(sqrt_v, a, index, scale, m.as_mut());
+        cholesky_in_place(
+            m,
+            Default::default(),
+            Par::Seq,
+            MemStack::new(&mut self.scratch),
+            Default::default(),
+        )
+        .map_err(|_| EstimatorError::NotPositiveDefinite)?;
+        Ok(())
+    }
+
+    /// The last factor `L`, `n` square. Only its lower triangle is meaningful: the strict upper
+    /// one holds whatever an earlier factorisation left there.
+    pub(crate) fn lower(&self, n: usize) -> MatRef<'_, f64> {
+        self.l.as_ref().submatrix(0, 0, n, n)
+    }
 }
 
 /// `I + P₊` for `P = RᵀA_cR`, with `P₊` its positive semidefinite part (`U max(Λ, 0) Uᵀ`).
