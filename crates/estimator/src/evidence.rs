@@ -1615,14 +1615,11 @@ mod tests {
         let s = 0.01;
         let neg2 = |v: &[f64]| ard_neg2_log_evidence(centred.data(), v, s).unwrap().0;
         let v = vec![0.8, 0.3, 2.0, 0.05, 1e-3, 0.2, 0.0];
-        let step = iterate(
-            centred.data(),
-            &v,
-            s,
-            &FitOptions::default(),
-            &mut ArdWorkspace::new(v.len()),
-        )
-        .unwrap();
+        let one_step = |v: &[f64]| {
+            let mut workspace = ArdWorkspace::new(v.len());
+            iterate(centred.data(), v, s, &FitOptions::default(), &mut workspace).unwrap()
+        };
+        let step = one_step(&v);
         let (mut positive, mut zero) = (0, 0);
         for j in 0..d {
             let best = coordinate_optimum(v[j], step.v[j], step.gamma[j]);
@@ -1666,14 +1663,7 @@ mod tests {
             let from = |vj: f64| {
                 let mut w = v.clone();
                 w[j] = vj;
-                let step = iterate(
-                    centred.data(),
-                    &w,
-                    s,
-                    &FitOptions::default(),
-                    &mut ArdWorkspace::new(w.len()),
-                )
-                .unwrap();
+                let step = one_step(&w);
                 (step.v[j], coordinate_optimum(vj, step.v[j], step.gamma[j]))
             };
             let (_, best) = from(v[j]);
