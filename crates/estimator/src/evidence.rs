@@ -1281,8 +1281,8 @@ mod tests {
     }
 
     /// ARD's workspace gives `γ_j = 1 − (M⁻¹)_jj` and `μ_J = D^½ M⁻¹ D^½ b_J / s` as `M`'s
-    /// dense inverse does, for an active set that shrinks between calls: each call reads only
-    /// the lower triangle of a block a wider call factored and inverted before.
+    /// dense inverse does, for an active set that shrinks between calls, and reads only what
+    /// the call itself wrote: every buffer is filled with NaN before it.
     #[test]
     fn the_reused_factor_gives_the_posterior_of_each_active_set() {
         let (rows, p) = (60, 24);
@@ -1310,6 +1310,10 @@ mod tests {
                 f64::from(u8::from(i == k)) + sqrt_v[i] * g[(active[i], active[k])] * sqrt_v[k] / s
             });
             let m_inv = m.llt(Side::Lower).unwrap().inverse();
+            workspace.factor.poison();
+            workspace.inverse.as_mut().fill(f64::NAN);
+            workspace.gamma.fill(f64::NAN);
+            workspace.mean.fill(f64::NAN);
             let (gamma, mean) = workspace.gamma_and_mean(data, &active, &sqrt_v, s).unwrap();
             for i in 0..n {
                 assert!(

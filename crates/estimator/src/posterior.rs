@@ -685,6 +685,13 @@ impl FactorWorkspace {
     pub(crate) fn lower(&self, n: usize) -> MatRef<'_, f64> {
         self.l.as_ref().submatrix(0, 0, n, n)
     }
+
+    /// Fills the whole matrix with NaN, so that a test can tell whether anything reads what a
+    /// factorisation did not write.
+    #[cfg(test)]
+    pub(crate) fn poison(&mut self) {
+        self.l.as_mut().fill(f64::NAN);
+    }
 }
 
 /// `I + P₊` for `P = RᵀA_cR`, with `P₊` its positive semidefinite part (`U max(Λ, 0) Uᵀ`).
