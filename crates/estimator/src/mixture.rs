@@ -37,7 +37,7 @@
 use std::borrow::Cow;
 
 use faer::linalg::matmul::triangular::{self, BlockStructure};
-use faer::{Accum, Mat, MatRef, Par};
+use faer::{Accum, Mat, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
 use super::EstimatorError;
@@ -202,10 +202,13 @@ pub struct AlternateShapes {
 }
 
 impl AlternateShapes {
-    /// The shapes of `state`'s alternates; none, and no factorisation, without alternates.
+    /// The shapes of `state`'s alternates, and of the outputs' own posteriors that are members
+    /// of their shape ([`own_shape`]) where the shape costs no more than the dense route it
+    /// replaces; none, and no factorisation, without alternates.
     pub fn new(state: &ModelState) -> Result<Self, EstimatorError> {
         let mut flat = None;
         let mut wanted: Vec<(FittedFamily, Option<Smooth>, Vec<f64>)> = Vec::new();
+        let mut own = Vec::new();
         for k in 0..state.outputs().len() {
             for alternate in state.alternates(k) {
                 let Some((unit, _)) = unit_and_scale(&alternate.prior) else {
@@ -214,12 +217,12 @@ impl AlternateShapes {
                 if wanted.is_empty() {
                     flat = alternate.prior.flat();
                 }
-                let known = wanted.iter().any(|(family, smooth, known)| {
-                    is_shape(*family, *smooth, known, &alternate.prior, &unit)
-                });
-                if !known && alternate.prior.flat() == flat {
-                    wanted.push((alternate.prior.family, alternate.prior.smooth, unit));
+                if alternate.prior.flat() == flat {
+                    add_shape(&mut wanted, &alternate.prior, unit);
                 }
+            }
+            if let Some(primary) = own_shape(state, k) {
+                own.push(primary);
             }
         }
         if wanted.is_empty() {
@@ -234,6 +237,20 @@ impl AlternateShapes {
             None => g.to_owned(),
         };
         let z = data_factor(g_c.as_ref())?;
+        // A shape no alternate needs costs an eigenproblem of the data's rank `r` and products of
+        // `r² p`: no more than the own posterior's dense route (about `2 p³`) while `r ≤ p/2`.
+        let extra_pays = 2 * z.nrows() <= z.ncols();
+        for primary in own {
+            let Some((unit, _)) = unit_and_scale(primary.prior()) else {
+                continue;
+            };
+            let known = wanted.iter().any(|(family, smooth, known)| {
+                is_shape(*family, *smooth, known, primary.prior(), &unit)
+            });
+            if primary.prior().flat() == flat && (known || extra_pays) {
+                add_shape(&mut wanted, primary.prior(), unit);
+            }
+        }
         let shapes = wanted
             .into_par_iter()
             .map(|(family, smooth, unit)| Shape::new(family, smooth, unit, z.as_ref()))
@@ -260,6 +277,56 @@ impl AlternateShapes {
                 found: 0,
             })
     }
+}
+
+/// Adds `prior`'s shape (unit variances `unit`) to `wanted` unless it is there.
+fn add_shape(
+    wanted: &mut Vec<(FittedFamily, Option<Smooth>, Vec<f64>)>,
+    prior: &Prior,
+    unit: Vec<f64>,
+) {
+    let known = wanted
+        .iter()
+        .any(|(family, smooth, known)| is_shape(*family, *smooth, known, prior, &unit));
+    if !known {
+        wanted.push((prior.family, prior.smooth, unit));
+    }
+}
+
+/// Output `k`'s own posterior where it is the member its prior shape makes, so that it joins
+/// the average in the shape's eigenbasis like the alternates instead of by a dense factor of its
+/// own: an output with alternates, a shared-scale prior (ridge or smooth), and the posterior of
+/// the model's statistics under that prior and its noise variance ([`is_of_the_statistics`]:
+/// a fit's or a refit's, not a one-step update's).
+fn own_shape(state: &ModelState, k: usize) -> Option<&OutputPosterior> {
+    let primary = state.outputs().get(k)?.posterior()?;
+    (!state.alternates(k).is_empty()
+        && primary.prior().family != FittedFamily::Ard
+        && is_of_the_statistics(primary, state.totals().output(k)))
+    .then_some(primary)
+}
+
+/// Whether `posterior` is the posterior of the statistics `data` under its own prior and noise
+/// variance, `A = G_JJ / s` and `c = b_J / s` exactly as [`OutputPosterior::from_statistics`]
+/// forms them. A one-step update adds each batch at the `s` of its time and then moves `s`, so
+/// its posterior is not (and one that matched to round-off only takes the dense route, which is
+/// never wrong).
+fn is_of_the_statistics(posterior: &OutputPosterior, data: OutputData<'_>) -> bool {
+    let support = posterior.active();
+    let inv_s = 1.0 / posterior.noise_variance();
+    let a = posterior.precision_data();
+    posterior
+        .natural_mean()
+        .iter()
+        .zip(support)
+        .all(|(c, &j)| *c == data.b[j] * inv_s)
+        && support.iter().enumerate().all(|(col, &c)| {
+            let (from, g) = (a.col(col), data.g.col(c));
+            support
+                .iter()
+                .enumerate()
+                .all(|(row, &r)| from[row] == g[r] * inv_s)
+        })
 }
 
 /// An alternate as a model-average member: its posterior under `w_W ~ N(0, v C)` and noise
@@ -415,10 +482,12 @@ pub fn average(
 /// ```
 ///
 /// with `S_0 = [T_0, −T_0 m̄_0]` the output's own posterior's factor rows (its precision moved
-/// with the one-step updates, so it keeps its own factor, [`Predictive`]) and `E` the map
-/// `φ_U ↦ ψ`. The alternates' part is `Σ_j w_j (c_j C_j − P_j diag(d_j) P_jᵀ)` ([`ShapeMember`]):
-/// a product of order `|U|² × rank` each, where a posterior of its own would be several of
-/// order `p³`. `T` is [`gram_factor`]'s.
+/// with the one-step updates, so it keeps its own factor, [`Predictive`]; [`own_by_factor`])
+/// and `E` the map `φ_U ↦ ψ`. The alternates' part is `Σ_j w_j (c_j C_j − P_j diag(d_j) P_jᵀ)`
+/// ([`ShapeMember`]): a product of order `|U|² × rank` each, where a posterior of its own would
+/// be several of order `p³`. An own posterior that is its shape's member ([`own_shape`]: a
+/// fit's, whose precision is `G/s` plus its prior's) joins that part as member 0 instead of
+/// `w_0 S_0ᵀS_0`, the same covariance in its eigenbasis. `T` is [`gram_factor`]'s.
 fn average_of(
     state: &ModelState,
     k: usize,
@@ -465,48 +534,29 @@ fn average_of(
     let flat_column = flat.map(column);
     let mut gram = Mat::zeros(n, n);
 
-    // The output's own posterior.
+    // The output's own posterior: in its shape's eigenbasis where it is that shape's member
+    // (a fit's), else by its own factor.
     let w0 = weights[0];
-    let l_inv = primary.cholesky_inverse();
-    let gamma = primary.effective_parameters_with(&l_inv);
-    let kappa0 = predictive.inflation(data.informative, usize::from(flat.is_some()), gamma);
-    let factor0 = match predictive {
-        Predictive::Plugin | Predictive::Student => {
-            let f = primary.covariance_factor();
-            let scale = kappa0.sqrt();
-            Mat::from_fn(f.nrows(), f.ncols(), |i, c| scale * f[(i, c)])
-        }
-        Predictive::StudentNoise => primary.noise_inflated_factor_with(kappa0, &l_inv),
+    let own = own_shape(state, k).and_then(|_| {
+        let own = Alternate {
+            prior: primary.prior().clone(),
+            noise_variance: primary.noise_variance(),
+        };
+        ShapeMember::new(&own, shapes, data, &centred, predictive).ok()
+    });
+    let (mut noise_variance, mut flat_variance) = match &own {
+        Some(_) => (0.0, 0.0),
+        None => own_by_factor(primary, predictive, data, w0, gram.as_mut(), &column),
     };
-    let root = w0.sqrt();
-    let mut rows0 = Mat::zeros(factor0.nrows(), n);
-    // Column by column: the matrices are column-major.
-    for (c, j) in primary.weighted().iter().enumerate() {
-        rows0.col_mut(column(*j)).copy_from(factor0.col(c) * root);
-    }
-    if let (Some(f), Some(fc)) = (primary.flat(), flat_column) {
-        let mut shift = rows0.col_mut(fc);
-        for (c, m) in f.centre.iter().enumerate() {
-            shift += factor0.col(c) * (-root * m);
-        }
-    }
-    triangular::matmul(
-        gram.as_mut(),
-        BlockStructure::TriangularLower,
-        Accum::Replace,
-        rows0.transpose(),
-        BlockStructure::Rectangular,
-        rows0.as_ref(),
-        BlockStructure::Rectangular,
-        1.0,
-        Par::rayon(0),
-    );
-    let mut noise_variance = w0 * kappa0 * primary.noise_variance();
-    let mut flat_variance = primary.flat().map_or(0.0, |f| w0 * kappa0 * f.variance);
 
-    // The alternates, `Σ_j w_j (c_j C_j − P_j diag(d_j) P_jᵀ)` over U (lower triangle).
+    // The shaped members, `Σ_j w_j (c_j C_j − P_j diag(d_j) P_jᵀ)` over U (lower triangle).
+    let shaped: Vec<(f64, &ShapeMember)> = own
+        .iter()
+        .map(|member| (w0, member))
+        .chain(weights[1..].iter().copied().zip(&others))
+        .collect();
     let mut others_part = Mat::zeros(n, n);
-    for (w, member) in weights[1..].iter().zip(&others) {
+    for &(w, member) in &shaped {
         noise_variance += w * member.kappa * member.noise_variance;
         if let Some(f) = flat {
             flat_variance += w * member.kappa * member.noise_variance / data.g[(f, f)];
@@ -537,10 +587,9 @@ fn average_of(
     }
     // `Σ_j P_j diag(w_j d_j) P_jᵀ` as one product of the members' projections side by side.
     // Held transposed (one row per projection), so that both are filled a column at a time.
-    let members: Vec<(&Shape, Vec<f64>)> = weights[1..]
+    let members: Vec<(&Shape, Vec<f64>)> = shaped
         .iter()
-        .zip(&others)
-        .filter_map(|(w, member)| {
+        .filter_map(|&(w, member)| {
             let scales = member.d.iter().map(|d| w * d).collect();
             member.shape.map(|shape| (shape, scales))
         })
@@ -635,6 +684,60 @@ fn average_of(
     })
 }
 
+/// The own posterior's part of `Σ̄_UU` by its factor, `w_0 S_0ᵀS_0` with `S_0 = [T_0, −T_0 m̄_0]`
+/// (see [`average_of`]), written into `gram`'s lower triangle over `U` (`column` maps a basis
+/// function to its place there); its `(w_0 κ_0 s_0, w_0 κ_0 / A_ff)`, the noise's and the flat
+/// intercept's variance.
+fn own_by_factor(
+    primary: &OutputPosterior,
+    predictive: Predictive,
+    data: OutputData<'_>,
+    w0: f64,
+    gram: MatMut<'_, f64>,
+    column: &dyn Fn(usize) -> usize,
+) -> (f64, f64) {
+    let n = gram.nrows();
+    let l_inv = primary.cholesky_inverse();
+    let gamma = primary.effective_parameters_with(&l_inv);
+    let flat = primary.flat();
+    let kappa0 = predictive.inflation(data.informative, usize::from(flat.is_some()), gamma);
+    let factor0 = match predictive {
+        Predictive::Plugin | Predictive::Student => {
+            let f = primary.covariance_factor();
+            let scale = kappa0.sqrt();
+            Mat::from_fn(f.nrows(), f.ncols(), |i, c| scale * f[(i, c)])
+        }
+        Predictive::StudentNoise => primary.noise_inflated_factor_with(kappa0, &l_inv),
+    };
+    let root = w0.sqrt();
+    let mut rows0 = Mat::zeros(factor0.nrows(), n);
+    // Column by column: the matrices are column-major.
+    for (c, j) in primary.weighted().iter().enumerate() {
+        rows0.col_mut(column(*j)).copy_from(factor0.col(c) * root);
+    }
+    if let Some(f) = flat {
+        let mut shift = rows0.col_mut(column(f.index));
+        for (c, m) in f.centre.iter().enumerate() {
+            shift += factor0.col(c) * (-root * m);
+        }
+    }
+    triangular::matmul(
+        gram,
+        BlockStructure::TriangularLower,
+        Accum::Replace,
+        rows0.transpose(),
+        BlockStructure::Rectangular,
+        rows0.as_ref(),
+        BlockStructure::Rectangular,
+        1.0,
+        Par::rayon(0),
+    );
+    (
+        w0 * kappa0 * primary.noise_variance(),
+        flat.map_or(0.0, |f| w0 * kappa0 * f.variance),
+    )
+}
+
 /// A lower triangular `T` (n × n) with `TᵀT = Γ` for a symmetric `Γ`, from the Cholesky
 /// factorisation with rows and columns reversed: `J Γ J = L Lᵀ` gives `T = J Lᵀ J`. Where `Γ` is
 /// positive semi-definite only, or indefinite by its round-off (the alternates' part is a
@@ -717,8 +820,13 @@ pub(crate) mod tests {
 
     /// A state fitted under the smooth prior on 30 rows, whose output keeps alternates.
     pub(crate) fn averaged_state(seed: u64) -> ModelState {
+        averaged_state_of(seed, 30)
+    }
+
+    /// [`averaged_state`] on `n` rows.
+    fn averaged_state_of(seed: u64, n: usize) -> ModelState {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let (x, y) = rows(&mut rng, 30);
+        let (x, y) = rows(&mut rng, n);
         let config = ModelConfig {
             prior: PriorFamily::Smooth,
             ..ModelConfig::new(basis(), 1)
@@ -977,6 +1085,44 @@ pub(crate) mod tests {
     fn the_average_has_the_mixtures_mean_and_variance() {
         for seed in [5, 8, 13] {
             assert_the_mixture(&averaged_state(seed), &probe(seed + 100));
+        }
+    }
+
+    /// A fit's own posterior is its shape's member and, on rows of half the basis's order or
+    /// fewer (where the shape no alternate needs pays for itself), joins the average in the
+    /// shape's eigenbasis; a one-step update's, whose `s` moved, keeps its own factor. Every
+    /// route averages to the mixture of the members formed as posteriors.
+    #[test]
+    fn a_fits_posterior_joins_by_its_shape_and_a_one_steps_by_its_factor() {
+        for seed in [5, 8] {
+            let state = averaged_state_of(seed, 16);
+            assert!(own_shape(&state, 0).is_some());
+            let shapes = AlternateShapes::new(&state).unwrap();
+            let primary = state.outputs()[0].posterior().unwrap();
+            let (unit, _) = unit_and_scale(primary.prior()).unwrap();
+            assert!(shapes.find(primary.prior(), &unit).is_ok());
+            assert_the_mixture(&state, &probe(seed + 100));
+
+            // On 30 rows of 41 basis functions its shape, which no alternate shares, would cost
+            // more than its factor.
+            let denser = averaged_state(seed);
+            assert!(own_shape(&denser, 0).is_some());
+            let primary = denser.outputs()[0].posterior().unwrap();
+            let (unit, _) = unit_and_scale(primary.prior()).unwrap();
+            let shapes = AlternateShapes::new(&denser).unwrap();
+            assert!(shapes.find(primary.prior(), &unit).is_err());
+
+            let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(seed + 50), 6);
+            let config = ModelConfig {
+                prior: PriorFamily::Smooth,
+                ..ModelConfig::new(basis(), 1)
+            };
+            let stepped = state.update(&config, &statistics(&x, &y)).unwrap();
+            let moved = stepped.outputs()[0].posterior().unwrap();
+            assert_ne!(moved.noise_variance(), primary.noise_variance());
+            assert!(!stepped.alternates(0).is_empty());
+            assert!(own_shape(&stepped, 0).is_none());
+            assert_the_mixture(&stepped, &probe(seed + 200));
         }
     }
 
