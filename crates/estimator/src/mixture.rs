@@ -190,8 +190,9 @@ fn is_shape(
             .all(|(a, b)| a == b || (a - b).abs() <= SAME_SHAPE * a.abs().max(b.abs()))
 }
 
-/// The prior shapes of a model's alternates on its current statistics, each formed once for
-/// every output that averages over it ([`Shape`]: the non-zero eigenvalues `λ` of
+/// The prior shapes of a model's alternates (and of the own posteriors that join the average
+/// by their shape, [`own_shape`]) on its current statistics, each formed once for every output
+/// that averages over it ([`Shape`]: the non-zero eigenvalues `λ` of
 /// `R̃ᵀ G_c R̃` and `P = R̃ U`, at the data's rank, from one factor `G_c = ZᵀZ`). The outputs of a
 /// model choose their alternates among the same candidates, so m outputs with n alternates each
 /// need at most the candidates' count of eigendecompositions, where posteriors of their own
@@ -240,21 +241,34 @@ impl AlternateShapes {
         // A shape no alternate needs costs an eigenproblem of the data's rank `r` and products of
         // `r² p`: no more than the own posterior's dense route (about `2 p³`) while `r ≤ p/2`.
         let extra_pays = 2 * z.nrows() <= z.ncols();
-        for primary in own {
+        let mut extra = Vec::new();
+        for primary in own.into_iter().filter(|_| extra_pays) {
             let Some((unit, _)) = unit_and_scale(primary.prior()) else {
                 continue;
             };
             let known = wanted.iter().any(|(family, smooth, known)| {
                 is_shape(*family, *smooth, known, primary.prior(), &unit)
             });
-            if primary.prior().flat() == flat && (known || extra_pays) {
-                add_shape(&mut wanted, primary.prior(), unit);
+            if primary.prior().flat() == flat && !known {
+                add_shape(&mut extra, primary.prior(), unit);
             }
         }
-        let shapes = wanted
+        let needed = wanted.len();
+        wanted.extend(extra);
+        let formed: Vec<Result<Shape, EstimatorError>> = wanted
             .into_par_iter()
             .map(|(family, smooth, unit)| Shape::new(family, smooth, unit, z.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect();
+        let mut shapes = Vec::with_capacity(formed.len());
+        for (i, shape) in formed.into_iter().enumerate() {
+            match shape {
+                Ok(shape) => shapes.push(shape),
+                Err(why) if i < needed => return Err(why),
+                // An own posterior's shape only saves work: one that does not form leaves its
+                // output on the dense route.
+                Err(_) => {}
+            }
+        }
         Ok(Self { flat, shapes })
     }
 
@@ -293,11 +307,11 @@ fn add_shape(
     }
 }
 
-/// Output `k`'s own posterior where it is the member its prior shape makes, so that it joins
+/// Output `k`'s own posterior where it is the member its prior shape makes, so that it can join
 /// the average in the shape's eigenbasis like the alternates instead of by a dense factor of its
-/// own: an output with alternates, a shared-scale prior (ridge or smooth), and the posterior of
-/// the model's statistics under that prior and its noise variance ([`is_of_the_statistics`]:
-/// a fit's or a refit's, not a one-step update's).
+/// own (it does where [`AlternateShapes`] formed that shape): an output with alternates, a
+/// shared-scale prior (ridge or smooth), and the posterior of the model's statistics under that
+/// prior and its noise variance ([`is_of_the_statistics`]: a fit's or a refit's).
 fn own_shape(state: &ModelState, k: usize) -> Option<&OutputPosterior> {
     let primary = state.outputs().get(k)?.posterior()?;
     (!state.alternates(k).is_empty()
@@ -309,8 +323,9 @@ fn own_shape(state: &ModelState, k: usize) -> Option<&OutputPosterior> {
 /// Whether `posterior` is the posterior of the statistics `data` under its own prior and noise
 /// variance, `A = G_JJ / s` and `c = b_J / s` exactly as [`OutputPosterior::from_statistics`]
 /// forms them. A one-step update adds each batch at the `s` of its time and then moves `s`, so
-/// its posterior is not (and one that matched to round-off only takes the dense route, which is
-/// never wrong).
+/// its posterior is in general not (one that left `s` where it was and matches to the last bit
+/// is that posterior; one that matches to round-off only takes the dense route, which is never
+/// wrong).
 fn is_of_the_statistics(posterior: &OutputPosterior, data: OutputData<'_>) -> bool {
     let support = posterior.active();
     let inv_s = 1.0 / posterior.noise_variance();
@@ -486,8 +501,9 @@ pub fn average(
 /// and `E` the map `φ_U ↦ ψ`. The alternates' part is `Σ_j w_j (c_j C_j − P_j diag(d_j) P_jᵀ)`
 /// ([`ShapeMember`]): a product of order `|U|² × rank` each, where a posterior of its own would
 /// be several of order `p³`. An own posterior that is its shape's member ([`own_shape`]: a
-/// fit's, whose precision is `G/s` plus its prior's) joins that part as member 0 instead of
-/// `w_0 S_0ᵀS_0`, the same covariance in its eigenbasis. `T` is [`gram_factor`]'s.
+/// fit's, whose precision is `G/s` plus its prior's), where `shapes` holds that shape, joins
+/// that part as member 0 (the sum then runs from `j = 0`) instead of `w_0 S_0ᵀS_0`: the same
+/// covariance in its eigenbasis. `T` is [`gram_factor`]'s.
 fn average_of(
     state: &ModelState,
     k: usize,
@@ -537,13 +553,19 @@ fn average_of(
     // The output's own posterior: in its shape's eigenbasis where it is that shape's member
     // (a fit's), else by its own factor.
     let w0 = weights[0];
-    let own = own_shape(state, k).and_then(|_| {
-        let own = Alternate {
-            prior: primary.prior().clone(),
-            noise_variance: primary.noise_variance(),
-        };
-        ShapeMember::new(&own, shapes, data, &centred, predictive).ok()
-    });
+    let own = own_shape(state, k)
+        .filter(|own| {
+            unit_and_scale(own.prior())
+                .is_none_or(|(unit, _)| shapes.find(own.prior(), &unit).is_ok())
+        })
+        .and_then(|own| {
+            let own = Alternate {
+                prior: own.prior().clone(),
+                noise_variance: own.noise_variance(),
+            };
+            // A member that does not form (not finite) leaves the dense route, as before.
+            ShapeMember::new(&own, shapes, data, &centred, predictive).ok()
+        });
     let (mut noise_variance, mut flat_variance) = match &own {
         Some(_) => (0.0, 0.0),
         None => own_by_factor(primary, predictive, data, w0, gram.as_mut(), &column),
@@ -1107,10 +1129,10 @@ pub(crate) mod tests {
             // more than its factor.
             let denser = averaged_state(seed);
             assert!(own_shape(&denser, 0).is_some());
-            let primary = denser.outputs()[0].posterior().unwrap();
-            let (unit, _) = unit_and_scale(primary.prior()).unwrap();
+            let dense_primary = denser.outputs()[0].posterior().unwrap();
+            let (unit, _) = unit_and_scale(dense_primary.prior()).unwrap();
             let shapes = AlternateShapes::new(&denser).unwrap();
-            assert!(shapes.find(primary.prior(), &unit).is_err());
+            assert!(shapes.find(dense_primary.prior(), &unit).is_err());
 
             let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(seed + 50), 6);
             let config = ModelConfig {
