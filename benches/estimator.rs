@@ -166,6 +166,19 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
     // What a new version costs the cache beyond the fold: its predictor, and, where it does not
     // come from this process's folder, decoding its stored state.
     group.bench_function("predictor", |b| b.iter(|| Predictor::new(&state)));
+    // A first fit's version in the folder: its predictor takes the prior shapes the fit's
+    // evidence formed (shapes of the same statistics, from another fit, in the setup).
+    group.bench_function("predictor_with_the_fits_shapes", |b| {
+        b.iter_batched(
+            || {
+                ModelState::fit_with_shapes(config, first.clone())
+                    .expect("fit")
+                    .1
+            },
+            |shapes| Predictor::with_fitted_shapes(&state, shapes),
+            BatchSize::PerIteration,
+        )
+    });
     // A fold's version: the predictor at the rank of every row so far, after the one-step update.
     let updated = state.update(config, &batch).expect("one_step");
     group.bench_function("predictor_after_one_step", |b| {

@@ -19,7 +19,7 @@ use crate::config::FolderSettings;
 use crate::domain::Shape;
 use crate::estimator::grid::Grid;
 use crate::estimator::succession::Succession;
-use crate::estimator::{BatchStatistics, ModelConfig, ModelState, drift};
+use crate::estimator::{BatchStatistics, FittedShapes, ModelConfig, ModelState, drift};
 use crate::history::{self, Source, decode_batch};
 use crate::metrics::Metrics;
 use crate::store::{ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic, VersionOrigin};
@@ -32,6 +32,9 @@ use crate::tasks::{Notifications, sleep_or_stop};
 #[derive(Debug, Default)]
 pub struct FoldPlan {
     pub state: Option<ModelState>,
+    /// The prior shapes the evidence formed for `state` (its first fit's or its last batch's
+    /// refits'), for its predictor.
+    pub shapes: FittedShapes,
     pub folded: Vec<i64>,
     pub rejected: Vec<(i64, String)>,
     /// Batches whose surprise exceeded the model's threshold: not folded, kept for review.
@@ -96,6 +99,7 @@ pub fn plan_fold(
     let mut plan = FoldPlan::default();
     let mut queue = batches.iter();
     let mut state: Option<ModelState> = None;
+    let mut shapes = FittedShapes::none();
     if current.is_none() {
         let p = config.basis.dim();
         let mut totals = BatchStatistics::zeros(p, config.outputs);
@@ -119,9 +123,10 @@ pub fn plan_fold(
         if totals.rows() < first_fit_rows {
             return plan;
         }
-        match ModelState::fit(config, totals) {
-            Ok(fitted) if fitted.is_finite() => {
+        match ModelState::fit_with_shapes(config, totals) {
+            Ok((fitted, formed)) if fitted.is_finite() => {
                 state = Some(fitted);
+                shapes = formed;
                 plan.folded = prefix;
             }
             outcome => {
@@ -149,6 +154,7 @@ pub fn plan_fold(
                     surprise,
                 }) => {
                     state = Some(model.map_or_else(|| base.clone(), |m| *m));
+                    shapes = FittedShapes::none();
                     plan.succession = Some(*succession);
                     plan.folded.push(seq);
                     plan.surprise.push((seq, surprise));
@@ -169,18 +175,19 @@ pub fn plan_fold(
             if over && !batch.released {
                 return Ok(Learnt::Held(z));
             }
-            let next = base
-                .update(config, &stats)
+            let (next, formed) = base
+                .update_with_shapes(config, &stats)
                 .map_err(|e| format!("update failed: {e}"))?;
             if next.is_finite() {
-                Ok(Learnt::Folded(Box::new(next), z))
+                Ok(Learnt::Folded(Box::new(next), formed, z))
             } else {
                 Err("the update would make the model state non-finite".to_owned())
             }
         });
         match next {
-            Ok(Learnt::Folded(next, z)) => {
+            Ok(Learnt::Folded(next, formed, z)) => {
                 state = Some(*next);
+                shapes = formed;
                 plan.folded.push(seq);
                 plan.surprise.push((seq, z));
             }
@@ -192,6 +199,7 @@ pub fn plan_fold(
         }
     }
     plan.state = state;
+    plan.shapes = shapes;
     plan
 }
 
@@ -263,7 +271,8 @@ fn learn_successor(
 
 /// What became of one batch after the first fit.
 enum Learnt {
-    Folded(Box<ModelState>, Vec<Option<f64>>),
+    /// The next state, the shapes its refits formed, and the batch's surprise.
+    Folded(Box<ModelState>, FittedShapes, Vec<Option<f64>>),
     Held(Vec<Option<f64>>),
 }
 
@@ -392,7 +401,7 @@ async fn fold_claimed(
     let version = match plan.state {
         Some(state) => {
             let state = Arc::new(state);
-            let predictor = history::PredictorTask::start(&state);
+            let predictor = history::PredictorTask::with_fitted_shapes(&state, plan.shapes);
             // A new succession, or the one the model had.
             let successor = plan
                 .succession
@@ -585,7 +594,8 @@ pub async fn run(
 pub(crate) mod tests {
     use super::*;
     use crate::domain::ModelSpec;
-    use crate::estimator::codec;
+    use crate::estimator::{Predictor, codec};
+    use faer::Mat;
 
     pub(crate) fn le_bytes(values: &[f64]) -> Vec<u8> {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
@@ -622,6 +632,48 @@ pub(crate) mod tests {
                 (n, x, y)
             })
             .collect()
+    }
+
+    /// A fold's plan hands on the prior shapes of the fit that made its state, for the
+    /// version's predictor; one whose last batch took one step has none to hand on.
+    #[test]
+    fn a_plan_hands_on_the_shapes_its_last_fit_formed() {
+        let config = wide_spec().config();
+        let batches = wide_batches(&[30, 2]);
+        let encoded: Vec<Vec<u8>> = batches
+            .iter()
+            .map(|(n, x, y)| {
+                let stats =
+                    BatchStatistics::from_row_major(&config.basis, *n, x, y).expect("statistics");
+                codec::encode_statistics(&stats)
+            })
+            .collect();
+        let pending: Vec<Pending<'_>> = encoded
+            .iter()
+            .enumerate()
+            .map(|(i, stats)| Pending {
+                seq: i as i64,
+                source: Source::Statistics(stats),
+                released: false,
+            })
+            .collect();
+        let first = plan_fold(&config, &[], None, &pending[..1], 30.0, None, None);
+        assert!(!first.shapes.is_empty());
+        let state = first.state.expect("a state");
+        let x = Mat::from_fn(3, 24, |i, j| ((i * 24 + j) as f64 * 0.37).sin());
+        let expected = Predictor::new(&state).predict(x.as_ref()).expect("predict");
+        let got = Predictor::with_fitted_shapes(&state, first.shapes)
+            .predict(x.as_ref())
+            .expect("predict");
+        assert_eq!(got.mean, expected.mean);
+        assert_eq!(got.variance, expected.variance);
+
+        let stepped = plan_fold(&config, &[], Some(&state), &pending[1..], 30.0, None, None);
+        assert_eq!(stepped.folded, vec![1]);
+        assert!(stepped.shapes.is_empty());
+        let both = plan_fold(&config, &[], None, &pending, 30.0, None, None);
+        assert_eq!(both.folded, vec![0, 1]);
+        assert!(both.shapes.is_empty());
     }
 
     /// A batch stored as rows folds to the very bits it folds to stored as statistics.

@@ -26,7 +26,9 @@ use chrono::{DateTime, Utc};
 use crate::cache::{CachedModel, PosteriorCache, Serving};
 use crate::domain::Shape;
 use crate::estimator::succession::Succession;
-use crate::estimator::{Basis, BatchStatistics, ModelConfig, ModelState, Predictor, codec};
+use crate::estimator::{
+    Basis, BatchStatistics, FittedShapes, ModelConfig, ModelState, Predictor, codec,
+};
 use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin};
 use crate::successor::{SuccessorBatch, decode_version};
 
@@ -253,9 +255,15 @@ pub struct PredictorTask(tokio::task::JoinHandle<Arc<Predictor>>);
 
 impl PredictorTask {
     pub fn start(state: &Arc<ModelState>) -> Self {
+        Self::with_fitted_shapes(state, FittedShapes::none())
+    }
+
+    /// [`Self::start`] for a state a fit has just made, with the prior shapes its evidence
+    /// formed ([`Predictor::with_fitted_shapes`]).
+    pub fn with_fitted_shapes(state: &Arc<ModelState>, shapes: FittedShapes) -> Self {
         let state = state.clone();
         Self(tokio::task::spawn_blocking(move || {
-            Arc::new(Predictor::new(&state))
+            Arc::new(Predictor::with_fitted_shapes(&state, shapes))
         }))
     }
 

@@ -19,7 +19,7 @@ use super::models::not_trained;
 use super::routes::Routes;
 use crate::cache::Serving;
 use crate::domain::Invalid;
-use crate::estimator::ModelState;
+use crate::estimator::{FittedShapes, ModelState};
 use crate::folder::current_state;
 use crate::history;
 use crate::store::{ModelLock, StateBlob, VersionOrigin, VersionRecord};
@@ -246,6 +246,7 @@ pub async fn restore(
         Some(source),
         (state, successor),
         blob,
+        FittedShapes::none(),
     )
     .await?;
     Ok((StatusCode::CREATED, Json(view)))
@@ -284,14 +285,15 @@ pub async fn refit(
         })?;
     let (state, succession) = (read.model, read.succession);
     let config = lock.spec.config();
-    let (state, successor, blob) = app
+    let (state, shapes, successor, blob) = app
         .cpu_bound(move || {
-            let state = state
-                .refit(&config)
+            let (state, shapes) = state
+                .refit_with_shapes(&config)
                 .map_err(|e| ApiError::Conflict(format!("the refit failed: {e}")))?;
             // The successor instrument's state is carried as it is.
             let blob = StateBlob::new(encode_version(&state, succession.as_ref()));
-            Ok::<_, ApiError>((state, succession.map(|s| Arc::new(Serving::new(s))), blob))
+            let successor = succession.map(|s| Arc::new(Serving::new(s)));
+            Ok::<_, ApiError>((state, shapes, successor, blob))
         })
         .await??;
     if !state.is_finite() {
@@ -306,6 +308,7 @@ pub async fn refit(
         None,
         (state, successor),
         blob,
+        shapes,
     )
     .await?;
     Ok((StatusCode::CREATED, Json(view)))
@@ -319,6 +322,7 @@ async fn write(
     restored_from: Option<i64>,
     (state, successor): (ModelState, Option<Arc<Serving>>),
     blob: StateBlob,
+    shapes: FittedShapes,
 ) -> Result<VersionView, ApiError> {
     let observations = state.totals().rows();
     let noise = state.noise_variances();
@@ -326,7 +330,7 @@ async fn write(
     let next = history::NextVersion {
         origin,
         restored_from,
-        predictor: history::PredictorTask::start(&state),
+        predictor: history::PredictorTask::with_fitted_shapes(&state, shapes),
         state,
         successor,
         blob: &blob,

@@ -900,6 +900,11 @@ impl SharedScale {
         Ok(Self { shapes, flat })
     }
 
+    /// The flat basis function the shapes were centred on, and the shapes.
+    pub(crate) fn into_parts(self) -> (Option<usize>, Vec<Shape>) {
+        (self.flat, self.shapes)
+    }
+
     /// The evidence-maximising prior of one output and its posterior, with the other shapes
     /// the model average needs ([`super::mixture`]): the most probable first, until the shapes
     /// kept carry all but [`UNCOVERED_WEIGHT`] of the evidence's weight, none less probable than

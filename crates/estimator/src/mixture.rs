@@ -42,13 +42,13 @@ use rayon::prelude::*;
 
 use super::EstimatorError;
 use super::evidence::{
-    Alternate, Centred, OutputData, Shape, centred_gram, data_factor,
+    Alternate, Centred, OutputData, Shape, SharedScale, centred_gram, data_factor,
     neg2_log_evidence as neg2_from_parts, sum_ln_1p,
 };
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, cholesky_lower};
 use super::prior::{FittedFamily, Prior, Smooth, matern32};
-use super::statistics::mirror_lower;
+use super::statistics::{BatchStatistics, mirror_lower};
 
 /// `−2 log p(y | θ)` of `posterior`'s hyperparameters on the statistics `data`, up to the
 /// constant every prior of the output shares ([`super::evidence::neg2_log_evidence`]): with
@@ -181,13 +181,112 @@ fn is_shape(
     prior: &Prior,
     unit: &[f64],
 ) -> bool {
-    family == prior.family
-        && smooth == prior.smooth
-        && known.len() == unit.len()
+    family == prior.family && smooth == prior.smooth && same_unit(known, unit)
+}
+
+/// Whether two unit variances are one shape's ([`SAME_SHAPE`]).
+fn same_unit(known: &[f64], unit: &[f64]) -> bool {
+    known.len() == unit.len()
         && known
             .iter()
             .zip(unit)
             .all(|(a, b)| a == b || (a - b).abs() <= SAME_SHAPE * a.abs().max(b.abs()))
+}
+
+/// The prior shapes a fit's evidence formed ([`SharedScale`]) on the statistics of the state
+/// the fit made, kept for that state's predictor: [`AlternateShapes::with_fitted`] takes the
+/// shapes its alternates need from here instead of forming them again (an eigenproblem of the
+/// data's rank and products of `rank² p` each, the same inputs giving the same shape). Bound to
+/// those statistics by a digest of their rows and Gram matrix: given another state's, the
+/// predictor forms its own.
+pub struct FittedShapes {
+    flat: Option<usize>,
+    shapes: Vec<Shape>,
+    statistics: u64,
+}
+
+impl FittedShapes {
+    /// No shapes: the predictor forms what it needs.
+    pub fn none() -> Self {
+        Self {
+            flat: None,
+            shapes: Vec::new(),
+            statistics: 0,
+        }
+    }
+
+    /// The shapes of `shared`, prepared on `totals`.
+    pub(crate) fn new(shared: Option<SharedScale>, totals: &BatchStatistics) -> Self {
+        match shared {
+            Some(shared) => {
+                let (flat, shapes) = shared.into_parts();
+                Self {
+                    flat,
+                    shapes,
+                    statistics: statistics_digest(totals),
+                }
+            }
+            None => Self::none(),
+        }
+    }
+
+    /// How many shapes are kept.
+    pub fn len(&self) -> usize {
+        self.shapes.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.shapes.is_empty()
+    }
+
+    /// Takes the shape of `family`, `smooth` and `unit` centred on `flat`, if kept.
+    fn take(
+        &mut self,
+        flat: Option<usize>,
+        family: FittedFamily,
+        smooth: Option<Smooth>,
+        unit: &[f64],
+    ) -> Option<Shape> {
+        if flat != self.flat {
+            return None;
+        }
+        let at = self.shapes.iter().position(|shape| {
+            shape.family() == family
+                && shape.smooth() == smooth
+                && same_unit(shape.unit_variance(), unit)
+        })?;
+        Some(self.shapes.swap_remove(at))
+    }
+}
+
+impl Default for FittedShapes {
+    fn default() -> Self {
+        Self::none()
+    }
+}
+
+impl std::fmt::Debug for FittedShapes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FittedShapes")
+            .field("flat", &self.flat)
+            .field("shapes", &self.shapes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A digest of `totals`' row count and Gram matrix (every entry's bits, a multiply–rotate hash):
+/// what binds [`FittedShapes`] to the statistics they were formed on.
+fn statistics_digest(totals: &BatchStatistics) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let g = totals.g();
+    let mut h = (g.nrows() as u64).wrapping_mul(K) ^ totals.rows().to_bits();
+    for j in 0..g.ncols() {
+        for v in g.col(j).iter() {
+            h = (h.rotate_left(5) ^ v.to_bits()).wrapping_mul(K);
+        }
+    }
+    h
 }
 
 /// The prior shapes of a model's alternates (and of the own posteriors that join the average
@@ -200,6 +299,8 @@ fn is_shape(
 pub struct AlternateShapes {
     flat: Option<usize>,
     shapes: Vec<Shape>,
+    /// How many of them were formed here rather than taken from a fit's [`FittedShapes`].
+    formed: usize,
 }
 
 impl AlternateShapes {
@@ -207,6 +308,15 @@ impl AlternateShapes {
     /// of their shape ([`own_shape`]) where the shape costs no more than the dense route it
     /// replaces; none, and no factorisation, without alternates.
     pub fn new(state: &ModelState) -> Result<Self, EstimatorError> {
+        Self::with_fitted(state, FittedShapes::none())
+    }
+
+    /// [`Self::new`], taking the shapes `fitted` holds where it was formed on `state`'s
+    /// statistics (the fit that made `state` formed them), and forming only the rest.
+    pub fn with_fitted(
+        state: &ModelState,
+        mut fitted: FittedShapes,
+    ) -> Result<Self, EstimatorError> {
         let mut flat = None;
         let mut wanted: Vec<(FittedFamily, Option<Smooth>, Vec<f64>)> = Vec::new();
         let mut own = Vec::new();
@@ -230,19 +340,14 @@ impl AlternateShapes {
             return Ok(Self {
                 flat,
                 shapes: Vec::new(),
+                formed: 0,
             });
         }
-        let g = state.totals().g();
-        let g_c = match flat {
-            Some(f) => centred_gram(g, f)?,
-            None => g.to_owned(),
-        };
-        let z = data_factor(g_c.as_ref())?;
-        // A shape no alternate needs costs an eigenproblem of the data's rank `r` and products of
-        // `r² p`: no more than the own posterior's dense route (about `2 p³`) while `r ≤ p/2`.
-        let extra_pays = 2 * z.nrows() <= z.ncols();
+        if !fitted.is_empty() && fitted.statistics != statistics_digest(state.totals()) {
+            fitted = FittedShapes::none();
+        }
         let mut extra = Vec::new();
-        for primary in own.into_iter().filter(|_| extra_pays) {
+        for primary in own {
             let Some((unit, _)) = unit_and_scale(primary.prior()) else {
                 continue;
             };
@@ -255,21 +360,64 @@ impl AlternateShapes {
         }
         let needed = wanted.len();
         wanted.extend(extra);
-        let formed: Vec<Result<Shape, EstimatorError>> = wanted
-            .into_par_iter()
-            .map(|(family, smooth, unit)| Shape::new(family, smooth, unit, z.as_ref()))
+        // Each shape is the fit's where it kept it; the data's factor only for the rest.
+        let jobs: Vec<_> = wanted
+            .into_iter()
+            .map(|(family, smooth, unit)| {
+                let kept = fitted.take(flat, family, smooth, &unit);
+                (kept, (family, smooth, unit))
+            })
             .collect();
-        let mut shapes = Vec::with_capacity(formed.len());
-        for (i, shape) in formed.into_iter().enumerate() {
+        drop(fitted);
+        let z = if jobs.iter().any(|(kept, _)| kept.is_none()) {
+            let g = state.totals().g();
+            let g_c = match flat {
+                Some(f) => centred_gram(g, f)?,
+                None => g.to_owned(),
+            };
+            Some(data_factor(g_c.as_ref())?)
+        } else {
+            None
+        };
+        // A shape no alternate needs costs an eigenproblem of the data's rank `r` and products of
+        // `r² p`: no more than the own posterior's dense route (about `2 p³`) while `r ≤ p/2`;
+        // one the fit kept costs nothing.
+        let extra_pays = z.as_ref().is_some_and(|z| 2 * z.nrows() <= z.ncols());
+        let forms = |i: usize| i < needed || extra_pays;
+        let formed = jobs
+            .iter()
+            .enumerate()
+            .filter(|(i, (kept, _))| kept.is_none() && forms(*i))
+            .count();
+        let shapes: Vec<Option<Result<Shape, EstimatorError>>> = jobs
+            .into_par_iter()
+            .enumerate()
+            .map(|(i, (kept, (family, smooth, unit)))| match (kept, &z) {
+                (Some(shape), _) => Some(Ok(shape)),
+                (None, Some(z)) if forms(i) => Some(Shape::new(family, smooth, unit, z.as_ref())),
+                (None, _) => None,
+            })
+            .collect();
+        let mut kept = Vec::with_capacity(shapes.len());
+        for (i, shape) in shapes.into_iter().enumerate() {
             match shape {
-                Ok(shape) => shapes.push(shape),
-                Err(why) if i < needed => return Err(why),
-                // An own posterior's shape only saves work: one that does not form leaves its
-                // output on the dense route.
-                Err(_) => {}
+                Some(Ok(shape)) => kept.push(shape),
+                Some(Err(why)) if i < needed => return Err(why),
+                // An own posterior's shape only saves work: one that does not form, or would
+                // cost more than it saves, leaves its output on the dense route.
+                _ => {}
             }
         }
-        Ok(Self { flat, shapes })
+        Ok(Self {
+            flat,
+            shapes: kept,
+            formed,
+        })
+    }
+
+    /// How many shapes were formed here rather than taken from a fit's [`FittedShapes`].
+    pub fn formed(&self) -> usize {
+        self.formed
     }
 
     fn find(&self, prior: &Prior, unit: &[f64]) -> Result<&Shape, EstimatorError> {
@@ -1146,6 +1294,111 @@ pub(crate) mod tests {
             assert!(own_shape(&stepped, 0).is_none());
             assert_the_mixture(&stepped, &probe(seed + 200));
         }
+    }
+
+    fn smooth_config() -> ModelConfig {
+        ModelConfig {
+            prior: PriorFamily::Smooth,
+            ..ModelConfig::new(basis(), 1)
+        }
+    }
+
+    /// A fit's shapes serve its state's predictor: none is formed again, and the predictions are
+    /// those of a predictor that formed its own, to the last bit where both take the same
+    /// routes (16 rows), to round-off where the fit's shape lets the own posterior join by its
+    /// eigenbasis instead of its factor (30 rows of 41 basis functions, where forming that
+    /// shape would not pay).
+    #[test]
+    fn a_predictor_takes_its_fits_shapes_and_answers_as_one_that_formed_them() {
+        for (seed, n) in [(5, 16), (8, 16), (5, 30)] {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let (x, y) = rows(&mut rng, n);
+            let fit = || ModelState::fit_with_shapes(&smooth_config(), statistics(&x, &y)).unwrap();
+            let (state, fitted) = fit();
+            assert!(!state.alternates(0).is_empty());
+            assert!(fitted.len() > state.alternates(0).len());
+            let afresh = AlternateShapes::new(&state).unwrap();
+            assert_eq!(afresh.formed(), afresh.shapes.len());
+            let taken = AlternateShapes::with_fitted(&state, fitted).unwrap();
+            assert_eq!(taken.formed(), 0);
+            let primary = state.outputs()[0].posterior().unwrap();
+            let (unit, _) = unit_and_scale(primary.prior()).unwrap();
+            assert!(taken.find(primary.prior(), &unit).is_ok());
+
+            let x_new = probe(seed + 300);
+            let expected = Predictor::new(&state).predict(x_new.as_ref()).unwrap();
+            let got = Predictor::with_fitted_shapes(&state, fit().1)
+                .predict(x_new.as_ref())
+                .unwrap();
+            if n == 16 {
+                assert_eq!(got.mean, expected.mean);
+                assert_eq!(got.variance, expected.variance);
+            } else {
+                assert!(afresh.find(primary.prior(), &unit).is_err());
+                for i in 0..x_new.nrows() {
+                    let (a, b) = (got.variance[(i, 0)], expected.variance[(i, 0)]);
+                    assert!((a - b).abs() <= 1e-9 * b, "row {i}: {a} against {b}");
+                    assert_eq!(got.mean[(i, 0)], expected.mean[(i, 0)]);
+                }
+            }
+        }
+    }
+
+    /// Shapes formed on other statistics are never taken: the predictor forms its own.
+    #[test]
+    fn a_predictor_forms_its_own_shapes_where_the_fits_are_of_other_statistics() {
+        let mut rng = ChaCha8Rng::seed_from_u64(21);
+        let (x, y) = rows(&mut rng, 16);
+        let (_, other) = ModelState::fit_with_shapes(&smooth_config(), statistics(&x, &y)).unwrap();
+        let state = averaged_state_of(22, 16);
+        let afresh = AlternateShapes::new(&state).unwrap();
+        assert!(afresh.formed() > 0);
+        let given = AlternateShapes::with_fitted(&state, other).unwrap();
+        assert_eq!(given.formed(), afresh.formed());
+        let x_new = probe(23);
+        let (_, other) = ModelState::fit_with_shapes(&smooth_config(), statistics(&x, &y)).unwrap();
+        let got = Predictor::with_fitted_shapes(&state, other)
+            .predict(x_new.as_ref())
+            .unwrap();
+        let expected = Predictor::new(&state).predict(x_new.as_ref()).unwrap();
+        assert_eq!(got.mean, expected.mean);
+        assert_eq!(got.variance, expected.variance);
+    }
+
+    /// An update hands on the shapes of its refits' evidence, none where every output took one
+    /// step; a refit its own.
+    #[test]
+    fn updates_and_refits_hand_on_the_shapes_their_evidence_formed() {
+        let config = smooth_config();
+        let state = averaged_state_of(5, 16);
+        let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(6), 4);
+        let (stepped, shapes) = state
+            .update_with_shapes(&config, &statistics(&x, &y))
+            .unwrap();
+        assert!(shapes.is_empty());
+        assert!(own_shape(&stepped, 0).is_none());
+
+        // Twice the rows: the output is fitted again.
+        let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(7), 16);
+        let (refitted, shapes) = state
+            .update_with_shapes(&config, &statistics(&x, &y))
+            .unwrap();
+        assert!(own_shape(&refitted, 0).is_some());
+        assert!(!shapes.is_empty());
+        assert_eq!(
+            AlternateShapes::with_fitted(&refitted, shapes)
+                .unwrap()
+                .formed(),
+            0
+        );
+        let (again, shapes) = refitted.refit_with_shapes(&config).unwrap();
+        assert_eq!(again, refitted.refit(&config).unwrap());
+        assert_eq!(
+            AlternateShapes::with_fitted(&again, shapes)
+                .unwrap()
+                .formed(),
+            0
+        );
     }
 
     /// An alternate whose scale is 0 weights nothing but the flat intercept: it joins the

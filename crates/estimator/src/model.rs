@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use super::evidence::{Alternate, SharedScale, evidence};
 use super::incremental::one_step;
+use super::mixture::FittedShapes;
 use super::posterior::OutputPosterior;
 use super::statistics::{BatchStatistics, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
@@ -392,6 +393,15 @@ impl ModelState {
     /// The first fit: Algorithm 2 from `v = prior_variance`, `s = q/N` on every output that has
     /// enough informative rows.
     pub fn fit(config: &ModelConfig, stats: BatchStatistics) -> Result<Self, EstimatorError> {
+        Self::fit_with_shapes(config, stats).map(|(state, _)| state)
+    }
+
+    /// [`Self::fit`], with the prior shapes its evidence formed, for the state's predictor
+    /// ([`Predictor::with_fitted_shapes`](super::Predictor::with_fitted_shapes)).
+    pub fn fit_with_shapes(
+        config: &ModelConfig,
+        stats: BatchStatistics,
+    ) -> Result<(Self, FittedShapes), EstimatorError> {
         check_config(config, &stats)?;
         let fitter = Fitter::new(config, &stats, |k| Fitter::ready(config, &stats, k))?;
         let (outputs, alternates): (Vec<_>, Vec<_>) = (0..config.outputs)
@@ -400,15 +410,18 @@ impl ModelState {
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
+        let shared = fitter.shared;
         let fitted = Self::rows_of_trained(&stats, &outputs);
-        Self::from_parts(
+        let state = Self::from_parts(
             config.basis,
             stats,
             outputs,
             predictive(config),
             fitted,
             alternates,
-        )
+        )?;
+        let shapes = FittedShapes::new(shared, state.totals());
+        Ok((state, shapes))
     }
 
     /// Learns one more batch with the model's update method (and forgetting, if any).
@@ -426,6 +439,17 @@ impl ModelState {
         config: &ModelConfig,
         batch: &BatchStatistics,
     ) -> Result<Self, EstimatorError> {
+        self.update_with_shapes(config, batch)
+            .map(|(state, _)| state)
+    }
+
+    /// [`Self::update`], with the prior shapes its refits' evidence formed (none where every
+    /// output took one step), for the state's predictor.
+    pub fn update_with_shapes(
+        &self,
+        config: &ModelConfig,
+        batch: &BatchStatistics,
+    ) -> Result<(Self, FittedShapes), EstimatorError> {
         check_config(config, batch)?;
         let weight = config.forgetting_weight(batch.rows());
         let informative_before: Vec<f64> = (0..self.outputs.len())
@@ -488,14 +512,17 @@ impl ModelState {
             .into_iter()
             .unzip();
         let (fitted_rows, alternates) = kept.into_iter().unzip();
-        Self::from_parts(
+        let shared = fitter.shared;
+        let state = Self::from_parts(
             self.basis,
             totals,
             outputs,
             self.predictive,
             fitted_rows,
             alternates,
-        )
+        )?;
+        let shapes = FittedShapes::new(shared, state.totals());
+        Ok((state, shapes))
     }
 
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`. ARD
@@ -509,6 +536,14 @@ impl ModelState {
     /// output whose zeros are structural under `ard` or `auto`, whose ARD prior of the same kind
     /// is the warm start (beside the configured one, as above).
     pub fn refit(&self, config: &ModelConfig) -> Result<Self, EstimatorError> {
+        self.refit_with_shapes(config).map(|(state, _)| state)
+    }
+
+    /// [`Self::refit`], with the prior shapes its evidence formed, for the state's predictor.
+    pub fn refit_with_shapes(
+        &self,
+        config: &ModelConfig,
+    ) -> Result<(Self, FittedShapes), EstimatorError> {
         check_config(config, &self.totals)?;
         let fitter = Fitter::new(config, &self.totals, |k| {
             self.outputs[k].posterior().is_some() || Fitter::ready(config, &self.totals, k)
@@ -521,15 +556,18 @@ impl ModelState {
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
+        let shared = fitter.shared;
         let fitted = Self::rows_of_trained(&self.totals, &outputs);
-        Self::from_parts(
+        let state = Self::from_parts(
             self.basis,
             self.totals.clone(),
             outputs,
             predictive(config),
             fitted,
             alternates,
-        )
+        )?;
+        let shapes = FittedShapes::new(shared, state.totals());
+        Ok((state, shapes))
     }
 
     pub fn basis(&self) -> &Basis {

@@ -92,6 +92,7 @@ use rayon::prelude::*;
 
 use super::EstimatorError;
 use super::basis::Basis;
+use super::mixture::FittedShapes;
 use super::model::{ModelState, OutputState, Predictions, Predictive};
 use super::options::FitOptions;
 
@@ -163,6 +164,14 @@ impl Predictor {
     /// for it ([`super::PARALLEL_FROM`]: a 700-band output's `F_k` is a triangular solve with
     /// 700 right-hand sides, a 32-band model's whole predictor takes microseconds).
     pub fn new(state: &ModelState) -> Self {
+        Self::with_fitted_shapes(state, FittedShapes::none())
+    }
+
+    /// [`Self::new`] with the prior shapes of the fit that made `state`
+    /// ([`ModelState::fit_with_shapes`] and its kind): the model averages take the ones they
+    /// need from there instead of forming them again. Shapes formed on other statistics are
+    /// not used.
+    pub fn with_fitted_shapes(state: &ModelState, fitted: FittedShapes) -> Self {
         let totals = state.totals();
         let markers: Vec<Option<Vec<usize>>> = state
             .outputs()
@@ -175,7 +184,7 @@ impl Predictor {
             .collect();
         // An output with alternates predicts by its model average ([`super::mixture`]); should
         // the average fail to form, by its own posterior alone ([`Self::unaveraged`] says so).
-        let shapes = super::mixture::AlternateShapes::new(state);
+        let shapes = super::mixture::AlternateShapes::with_fitted(state, fitted);
         let average = |k: usize| match &shapes {
             Ok(shapes) => super::mixture::average(state, k, shapes),
             Err(why) => (state.outputs()[k].posterior().is_some()
