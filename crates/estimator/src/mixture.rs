@@ -312,7 +312,8 @@ impl AlternateShapes {
     }
 
     /// [`Self::new`], taking the shapes `fitted` holds where it was formed on `state`'s
-    /// statistics (the fit that made `state` formed them), and forming only the rest.
+    /// statistics (the fit that made `state` formed them), and forming only the rest. An own
+    /// posterior's shape the fit kept is taken whatever the data's rank: it costs nothing.
     pub fn with_fitted(
         state: &ModelState,
         mut fitted: FittedShapes,
