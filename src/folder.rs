@@ -594,6 +594,7 @@ pub async fn run(
 pub(crate) mod tests {
     use super::*;
     use crate::domain::ModelSpec;
+    use crate::estimator::mixture::AlternateShapes;
     use crate::estimator::{Predictor, codec};
     use faer::Mat;
 
@@ -634,20 +635,59 @@ pub(crate) mod tests {
             .collect()
     }
 
-    /// A fold's plan hands on the prior shapes of the fit that made its state, for the
-    /// version's predictor; one whose last batch took one step has none to hand on.
-    #[test]
-    fn a_plan_hands_on_the_shapes_its_last_fit_formed() {
-        let config = wide_spec().config();
-        let batches = wide_batches(&[30, 2]);
-        let encoded: Vec<Vec<u8>> = batches
+    /// A declared 31-band spectrum (default prior) and its statistics: `batches` of `sizes` rows of
+    /// smooth bumps on a baseline, and an output that is a smooth curve's product with them.
+    fn spectral_plan_inputs(sizes: &[usize]) -> (ModelConfig, Vec<Vec<u8>>) {
+        let spec = ModelSpec::parse(&serde_json::json!({
+            "name": "bands",
+            "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"},
+            "outputs": ["a"],
+        }))
+        .expect("spec");
+        let config = spec.config();
+        let mut seed = 3u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let encoded = sizes
             .iter()
-            .map(|(n, x, y)| {
+            .map(|&n| {
+                let mut x = Vec::with_capacity(n * 31);
+                let mut y = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let (centre, width) = (31.0 * next(), 3.0 + 6.0 * next());
+                    let row: Vec<f64> = (0..31)
+                        .map(|j| {
+                            let t = (j as f64 - centre) / width;
+                            0.2 + 0.5 * (-t * t / 2.0).exp() + 0.05 * next()
+                        })
+                        .collect();
+                    let signal: f64 = row
+                        .iter()
+                        .enumerate()
+                        .map(|(j, r)| r * (j as f64 / 5.0).sin())
+                        .sum();
+                    y.push(1.0 + signal + 0.05 * (next() - 0.5));
+                    x.extend(row);
+                }
                 let stats =
-                    BatchStatistics::from_row_major(&config.basis, *n, x, y).expect("statistics");
+                    BatchStatistics::from_row_major(&config.basis, n, &x, &y).expect("statistics");
                 codec::encode_statistics(&stats)
             })
             .collect();
+        (config, encoded)
+    }
+
+    /// A fold's plan hands on the prior shapes of the fit that made its state (a first fit, or an
+    /// update whose output outgrew its fit), and the version's predictor takes them: it forms
+    /// none and answers as one that formed its own. A plan whose last batch took one step has
+    /// none to hand on.
+    #[test]
+    fn a_plan_hands_on_the_shapes_its_last_fit_formed() {
+        let (config, encoded) = spectral_plan_inputs(&[16, 2, 16]);
         let pending: Vec<Pending<'_>> = encoded
             .iter()
             .enumerate()
@@ -657,23 +697,45 @@ pub(crate) mod tests {
                 released: false,
             })
             .collect();
-        let first = plan_fold(&config, &[], None, &pending[..1], 30.0, None, None);
-        assert!(!first.shapes.is_empty());
+        let plan = |current: Option<&ModelState>, batches: &[Pending<'_>]| {
+            plan_fold(&config, &[], current, batches, 16.0, None, None)
+        };
+        let first = plan(None, &pending[..1]);
+        assert_eq!(first.folded, vec![0]);
         let state = first.state.expect("a state");
-        let x = Mat::from_fn(3, 24, |i, j| ((i * 24 + j) as f64 * 0.37).sin());
+        assert!(!state.alternates(0).is_empty());
+        assert!(!first.shapes.is_empty());
+        assert_eq!(
+            AlternateShapes::with_fitted(&state, first.shapes)
+                .expect("shapes")
+                .formed(),
+            0
+        );
+        let x = Mat::from_fn(3, 31, |i, j| 0.3 + 0.2 * ((i * 31 + j) as f64 * 0.37).sin());
         let expected = Predictor::new(&state).predict(x.as_ref()).expect("predict");
-        let got = Predictor::with_fitted_shapes(&state, first.shapes)
+        let got = Predictor::with_fitted_shapes(&state, plan(None, &pending[..1]).shapes)
             .predict(x.as_ref())
             .expect("predict");
         assert_eq!(got.mean, expected.mean);
         assert_eq!(got.variance, expected.variance);
 
-        let stepped = plan_fold(&config, &[], Some(&state), &pending[1..], 30.0, None, None);
+        // Two rows take one step; sixteen more double the rows and refit the output.
+        let stepped = plan(Some(&state), &pending[1..2]);
         assert_eq!(stepped.folded, vec![1]);
         assert!(stepped.shapes.is_empty());
-        let both = plan_fold(&config, &[], None, &pending, 30.0, None, None);
-        assert_eq!(both.folded, vec![0, 1]);
-        assert!(both.shapes.is_empty());
+        let stepped = stepped.state.expect("a state");
+        let refitted = plan(Some(&stepped), &pending[2..]);
+        assert_eq!(refitted.folded, vec![2]);
+        assert!(!refitted.shapes.is_empty());
+        let all = plan(None, &pending);
+        assert_eq!(all.folded, vec![0, 1, 2]);
+        let (state, shapes) = (all.state.expect("a state"), all.shapes);
+        assert_eq!(
+            AlternateShapes::with_fitted(&state, shapes)
+                .expect("shapes")
+                .formed(),
+            0
+        );
     }
 
     /// A batch stored as rows folds to the very bits it folds to stored as statistics.

@@ -280,7 +280,8 @@ pub struct NextVersion<'a> {
     /// For a restore: the version whose state this is.
     pub restored_from: Option<i64>,
     pub state: Arc<ModelState>,
-    /// `state`'s predictor ([`PredictorTask::start`]).
+    /// `state`'s predictor ([`PredictorTask::start`], or [`PredictorTask::with_fitted_shapes`]
+    /// for a state a fit has just made).
     pub predictor: PredictorTask,
     /// The successor instrument's state, for a model that declares one.
     pub successor: Option<Arc<Serving>>,

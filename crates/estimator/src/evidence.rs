@@ -818,6 +818,8 @@ const RANK_TOLERANCE: f64 = 1e-12;
 pub struct SharedScale {
     shapes: Vec<Shape>,
     flat: Option<usize>,
+    /// The data's rank: the rows of the factor `Z` the shapes were formed on.
+    rank: usize,
 }
 
 impl SharedScale {
@@ -897,12 +899,16 @@ impl SharedScale {
                 .collect::<Result<Vec<_>, _>>()?;
             shapes.extend(smooth_shapes);
         }
-        Ok(Self { shapes, flat })
+        Ok(Self {
+            shapes,
+            flat,
+            rank: z.nrows(),
+        })
     }
 
-    /// The flat basis function the shapes were centred on, and the shapes.
-    pub(crate) fn into_parts(self) -> (Option<usize>, Vec<Shape>) {
-        (self.flat, self.shapes)
+    /// The flat basis function the shapes were centred on, the data's rank and the shapes.
+    pub(crate) fn into_parts(self) -> (Option<usize>, usize, Vec<Shape>) {
+        (self.flat, self.rank, self.shapes)
     }
 
     /// The evidence-maximising prior of one output and its posterior, with the other shapes

@@ -196,11 +196,13 @@ fn same_unit(known: &[f64], unit: &[f64]) -> bool {
 /// The prior shapes a fit's evidence formed ([`SharedScale`]) on the statistics of the state
 /// the fit made, kept for that state's predictor: [`AlternateShapes::with_fitted`] takes the
 /// shapes its alternates need from here instead of forming them again (an eigenproblem of the
-/// data's rank and products of `rank² p` each, the same inputs giving the same shape). Bound to
-/// those statistics by a digest of their rows and Gram matrix: given another state's, the
-/// predictor forms its own.
+/// data's rank and products of `rank² p` each). A shape is taken only where [`Shape::new`] would
+/// have been given the very same inputs (the same statistics, by a digest of their rows and Gram
+/// matrix; the same centring; the same unit variances to the bit), so the predictor is the one
+/// [`AlternateShapes::new`] would make, bit for bit, as any other replica forms it.
 pub struct FittedShapes {
     flat: Option<usize>,
+    rank: usize,
     shapes: Vec<Shape>,
     statistics: u64,
 }
@@ -210,6 +212,7 @@ impl FittedShapes {
     pub fn none() -> Self {
         Self {
             flat: None,
+            rank: 0,
             shapes: Vec::new(),
             statistics: 0,
         }
@@ -219,9 +222,10 @@ impl FittedShapes {
     pub(crate) fn new(shared: Option<SharedScale>, totals: &BatchStatistics) -> Self {
         match shared {
             Some(shared) => {
-                let (flat, shapes) = shared.into_parts();
+                let (flat, rank, shapes) = shared.into_parts();
                 Self {
                     flat,
+                    rank,
                     shapes,
                     statistics: statistics_digest(totals),
                 }
@@ -240,21 +244,21 @@ impl FittedShapes {
         self.shapes.is_empty()
     }
 
-    /// Takes the shape of `family`, `smooth` and `unit` centred on `flat`, if kept.
+    /// The data's rank, where the shapes were formed on `totals` centred on `flat`.
+    fn rank_of(&self, totals: &BatchStatistics, flat: Option<usize>) -> Option<usize> {
+        (!self.is_empty() && self.flat == flat && self.statistics == statistics_digest(totals))
+            .then_some(self.rank)
+    }
+
+    /// Takes the shape of `family`, `smooth` and exactly the unit variances `unit`, if kept.
     fn take(
         &mut self,
-        flat: Option<usize>,
         family: FittedFamily,
         smooth: Option<Smooth>,
         unit: &[f64],
     ) -> Option<Shape> {
-        if flat != self.flat {
-            return None;
-        }
         let at = self.shapes.iter().position(|shape| {
-            shape.family() == family
-                && shape.smooth() == smooth
-                && same_unit(shape.unit_variance(), unit)
+            shape.family() == family && shape.smooth() == smooth && shape.unit_variance() == unit
         })?;
         Some(self.shapes.swap_remove(at))
     }
@@ -299,7 +303,7 @@ fn statistics_digest(totals: &BatchStatistics) -> u64 {
 pub struct AlternateShapes {
     flat: Option<usize>,
     shapes: Vec<Shape>,
-    /// How many of them were formed here rather than taken from a fit's [`FittedShapes`].
+    /// How many shapes this formed (or tried to) rather than took from a fit's [`FittedShapes`].
     formed: usize,
 }
 
@@ -312,8 +316,8 @@ impl AlternateShapes {
     }
 
     /// [`Self::new`], taking the shapes `fitted` holds where it was formed on `state`'s
-    /// statistics (the fit that made `state` formed them), and forming only the rest. An own
-    /// posterior's shape the fit kept is taken whatever the data's rank: it costs nothing.
+    /// statistics (the fit that made `state` formed them) from exactly the inputs `new` would
+    /// form them from, and forming only the rest: the same shapes, bit for bit.
     pub fn with_fitted(
         state: &ModelState,
         mut fitted: FittedShapes,
@@ -344,11 +348,26 @@ impl AlternateShapes {
                 formed: 0,
             });
         }
-        if !fitted.is_empty() && fitted.statistics != statistics_digest(state.totals()) {
-            fitted = FittedShapes::none();
-        }
+        // The fit's shapes serve only where they are of these statistics and this centring.
+        let fitted_rank = fitted.rank_of(state.totals(), flat);
+        let centred_factor = || -> Result<Mat<f64>, EstimatorError> {
+            let g = state.totals().g();
+            let g_c = match flat {
+                Some(f) => centred_gram(g, f)?,
+                None => g.to_owned(),
+            };
+            data_factor(g_c.as_ref())
+        };
+        let mut z = None;
+        let rank = match fitted_rank {
+            Some(rank) => rank,
+            None => z.insert(centred_factor()?).nrows(),
+        };
+        // A shape no alternate needs costs an eigenproblem of the data's rank `r` and products of
+        // `r² p`: no more than the own posterior's dense route (about `2 p³`) while `r ≤ p/2`.
+        let extra_pays = 2 * rank <= state.basis().dim();
         let mut extra = Vec::new();
-        for primary in own {
+        for primary in own.into_iter().filter(|_| extra_pays) {
             let Some((unit, _)) = unit_and_scale(primary.prior()) else {
                 continue;
             };
@@ -365,48 +384,35 @@ impl AlternateShapes {
         let jobs: Vec<_> = wanted
             .into_iter()
             .map(|(family, smooth, unit)| {
-                let kept = fitted.take(flat, family, smooth, &unit);
+                let kept = fitted_rank.and_then(|_| fitted.take(family, smooth, &unit));
                 (kept, (family, smooth, unit))
             })
             .collect();
         drop(fitted);
-        let z = if jobs.iter().any(|(kept, _)| kept.is_none()) {
-            let g = state.totals().g();
-            let g_c = match flat {
-                Some(f) => centred_gram(g, f)?,
-                None => g.to_owned(),
-            };
-            Some(data_factor(g_c.as_ref())?)
-        } else {
-            None
-        };
-        // A shape no alternate needs costs an eigenproblem of the data's rank `r` and products of
-        // `r² p`: no more than the own posterior's dense route (about `2 p³`) while `r ≤ p/2`;
-        // one the fit kept costs nothing.
-        let extra_pays = z.as_ref().is_some_and(|z| 2 * z.nrows() <= z.ncols());
-        let forms = |i: usize| i < needed || extra_pays;
-        let formed = jobs
-            .iter()
-            .enumerate()
-            .filter(|(i, (kept, _))| kept.is_none() && forms(*i))
-            .count();
-        let shapes: Vec<Option<Result<Shape, EstimatorError>>> = jobs
+        let formed = jobs.iter().filter(|(kept, _)| kept.is_none()).count();
+        if formed > 0 && z.is_none() {
+            z = Some(centred_factor()?);
+        }
+        let shapes: Vec<Result<Shape, EstimatorError>> = jobs
             .into_par_iter()
-            .enumerate()
-            .map(|(i, (kept, (family, smooth, unit)))| match (kept, &z) {
-                (Some(shape), _) => Some(Ok(shape)),
-                (None, Some(z)) if forms(i) => Some(Shape::new(family, smooth, unit, z.as_ref())),
-                (None, _) => None,
+            .map(|(kept, (family, smooth, unit))| match (kept, &z) {
+                (Some(shape), _) => Ok(shape),
+                (None, Some(z)) => Shape::new(family, smooth, unit, z.as_ref()),
+                (None, None) => Err(EstimatorError::Dimension {
+                    what: "data factors for the prior shapes",
+                    expected: 1,
+                    found: 0,
+                }),
             })
             .collect();
         let mut kept = Vec::with_capacity(shapes.len());
         for (i, shape) in shapes.into_iter().enumerate() {
             match shape {
-                Some(Ok(shape)) => kept.push(shape),
-                Some(Err(why)) if i < needed => return Err(why),
-                // An own posterior's shape only saves work: one that does not form, or would
-                // cost more than it saves, leaves its output on the dense route.
-                _ => {}
+                Ok(shape) => kept.push(shape),
+                Err(why) if i < needed => return Err(why),
+                // An own posterior's shape only saves work: one that does not form leaves its
+                // output on the dense route.
+                Err(_) => {}
             }
         }
         Ok(Self {
@@ -416,7 +422,8 @@ impl AlternateShapes {
         })
     }
 
-    /// How many shapes were formed here rather than taken from a fit's [`FittedShapes`].
+    /// How many shapes this formed (or tried to) rather than took from a fit's
+    /// [`FittedShapes`].
     pub fn formed(&self) -> usize {
         self.formed
     }
@@ -458,7 +465,7 @@ fn add_shape(
 
 /// Output `k`'s own posterior where it is the member its prior shape makes, so that it can join
 /// the average in the shape's eigenbasis like the alternates instead of by a dense factor of its
-/// own (it does where [`AlternateShapes`] formed that shape): an output with alternates, a
+/// own (it does where [`AlternateShapes`] holds that shape): an output with alternates, a
 /// shared-scale prior (ridge or smooth), and the posterior of the model's statistics under that
 /// prior and its noise variance ([`is_of_the_statistics`]: a fit's or a refit's).
 fn own_shape(state: &ModelState, k: usize) -> Option<&OutputPosterior> {
@@ -1305,10 +1312,9 @@ pub(crate) mod tests {
     }
 
     /// A fit's shapes serve its state's predictor: none is formed again, and the predictions are
-    /// those of a predictor that formed its own, to the last bit where both take the same
-    /// routes (16 rows), to round-off where the fit's shape lets the own posterior join by its
-    /// eigenbasis instead of its factor (30 rows of 41 basis functions, where forming that
-    /// shape would not pay).
+    /// those of a predictor that formed its own, to the last bit. On 30 rows of 41 basis
+    /// functions the own posterior's shape, which no alternate shares, is not taken: a predictor
+    /// that formed its own would not have formed it (it would cost more than the factor).
     #[test]
     fn a_predictor_takes_its_fits_shapes_and_answers_as_one_that_formed_them() {
         for (seed, n) in [(5, 16), (8, 16), (5, 30)] {
@@ -1322,27 +1328,95 @@ pub(crate) mod tests {
             assert_eq!(afresh.formed(), afresh.shapes.len());
             let taken = AlternateShapes::with_fitted(&state, fitted).unwrap();
             assert_eq!(taken.formed(), 0);
+            assert_eq!(taken.shapes.len(), afresh.shapes.len());
             let primary = state.outputs()[0].posterior().unwrap();
             let (unit, _) = unit_and_scale(primary.prior()).unwrap();
-            assert!(taken.find(primary.prior(), &unit).is_ok());
+            assert_eq!(taken.find(primary.prior(), &unit).is_ok(), n == 16);
+            assert_eq!(afresh.find(primary.prior(), &unit).is_ok(), n == 16);
 
             let x_new = probe(seed + 300);
             let expected = Predictor::new(&state).predict(x_new.as_ref()).unwrap();
             let got = Predictor::with_fitted_shapes(&state, fit().1)
                 .predict(x_new.as_ref())
                 .unwrap();
-            if n == 16 {
-                assert_eq!(got.mean, expected.mean);
-                assert_eq!(got.variance, expected.variance);
-            } else {
-                assert!(afresh.find(primary.prior(), &unit).is_err());
-                for i in 0..x_new.nrows() {
-                    let (a, b) = (got.variance[(i, 0)], expected.variance[(i, 0)]);
-                    assert!((a - b).abs() <= 1e-9 * b, "row {i}: {a} against {b}");
-                    assert_eq!(got.mean[(i, 0)], expected.mean[(i, 0)]);
-                }
-            }
+            assert_eq!(got.mean, expected.mean);
+            assert_eq!(got.variance, expected.variance);
         }
+    }
+
+    /// Named features beside the spectrum: their unit variances, recovered from an alternate's
+    /// prior by a division, may differ from the fit's in the last bit, and a shape is taken only
+    /// for the very inputs a predictor of its own would form it from.
+    #[test]
+    fn a_predictor_with_named_features_beside_the_spectrum_answers_as_one_that_formed_its_shapes() {
+        let mut rng = ChaCha8Rng::seed_from_u64(31);
+        let (bands, y) = rows(&mut rng, 16);
+        let named = 3;
+        let x = Mat::from_fn(16, BANDS + named, |i, j| {
+            if j < BANDS {
+                bands[(i, j)]
+            } else {
+                0.37 * (i * j) as f64 % 1.9 + rng.random::<f64>()
+            }
+        });
+        let basis = Basis::spectral(
+            BANDS,
+            ReflectanceScale::Fraction,
+            BANDS + named,
+            true,
+            Transform::Identity,
+        );
+        let config = ModelConfig {
+            prior: PriorFamily::Smooth,
+            ..ModelConfig::new(basis, 1)
+        };
+        let stats = || {
+            let phi = basis.design(x.as_ref()).unwrap();
+            BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
+        };
+        let (state, fitted) = ModelState::fit_with_shapes(&config, stats()).unwrap();
+        assert!(!state.alternates(0).is_empty());
+        let afresh = AlternateShapes::new(&state).unwrap();
+        let taken = AlternateShapes::with_fitted(&state, fitted).unwrap();
+        assert!(taken.formed() <= afresh.formed());
+        let x_new = Mat::from_fn(5, BANDS + named, |i, j| x[(i + 3, j)] * 1.01);
+        let (_, fitted) = ModelState::fit_with_shapes(&config, stats()).unwrap();
+        let got = Predictor::with_fitted_shapes(&state, fitted)
+            .predict(x_new.as_ref())
+            .unwrap();
+        let expected = Predictor::new(&state).predict(x_new.as_ref()).unwrap();
+        assert_eq!(got.mean, expected.mean);
+        assert_eq!(got.variance, expected.variance);
+    }
+
+    /// A kept shape is taken for its own family, length scale and unit variances to the bit,
+    /// and then no more.
+    #[test]
+    fn a_kept_shape_is_taken_only_for_its_very_unit_variances() {
+        let mut rng = ChaCha8Rng::seed_from_u64(41);
+        let (x, y) = rows(&mut rng, 16);
+        let (_, mut fitted) =
+            ModelState::fit_with_shapes(&smooth_config(), statistics(&x, &y)).unwrap();
+        let (family, smooth, unit) = {
+            let shape = &fitted.shapes[1];
+            (
+                shape.family(),
+                shape.smooth(),
+                shape.unit_variance().to_vec(),
+            )
+        };
+        let mut off = unit.clone();
+        off[0] = off[0].next_up();
+        assert!(fitted.take(family, smooth, &off).is_none());
+        let other = smooth.map(|s| Smooth {
+            length: s.length * 1.1,
+            ..s
+        });
+        assert!(fitted.take(family, other, &unit).is_none());
+        let kept = fitted.len();
+        assert!(fitted.take(family, smooth, &unit).is_some());
+        assert_eq!(fitted.len(), kept - 1);
+        assert!(fitted.take(family, smooth, &unit).is_none());
     }
 
     /// Shapes formed on other statistics are never taken: the predictor forms its own.
@@ -1392,14 +1466,30 @@ pub(crate) mod tests {
                 .formed(),
             0
         );
+        let x_new = probe(8);
+        let expected = Predictor::new(&refitted).predict(x_new.as_ref()).unwrap();
+        let (_, shapes) = state
+            .update_with_shapes(&config, &statistics(&x, &y))
+            .unwrap();
+        let got = Predictor::with_fitted_shapes(&refitted, shapes)
+            .predict(x_new.as_ref())
+            .unwrap();
+        assert_eq!(got.variance, expected.variance);
+
         let (again, shapes) = refitted.refit_with_shapes(&config).unwrap();
-        assert_eq!(again, refitted.refit(&config).unwrap());
         assert_eq!(
             AlternateShapes::with_fitted(&again, shapes)
                 .unwrap()
                 .formed(),
             0
         );
+        let (_, shapes) = refitted.refit_with_shapes(&config).unwrap();
+        let got = Predictor::with_fitted_shapes(&again, shapes)
+            .predict(x_new.as_ref())
+            .unwrap();
+        let expected = Predictor::new(&again).predict(x_new.as_ref()).unwrap();
+        assert_eq!(got.mean, expected.mean);
+        assert_eq!(got.variance, expected.variance);
     }
 
     /// An alternate whose scale is 0 weights nothing but the flat intercept: it joins the
