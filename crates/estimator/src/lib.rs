@@ -122,7 +122,7 @@ pub mod transfer;
 pub use basis::{Basis, ReflectanceScale, Saunderson, Transform};
 pub use error::DecodeError;
 pub use error::EstimatorError;
-pub use mixture::FittedShapes;
+pub use evidence::FittedShapes;
 pub use model::{Forgetting, ModelConfig, ModelState, OutputState, Predictions, UpdateMethod};
 pub use options::{DEFAULT_NOISE_FLOOR, FitOptions, NoisePrior};
 pub use posterior::OutputPosterior;

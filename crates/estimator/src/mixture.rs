@@ -42,13 +42,13 @@ use rayon::prelude::*;
 
 use super::EstimatorError;
 use super::evidence::{
-    Alternate, Centred, OutputData, Shape, SharedScale, centred_gram, data_factor,
+    Alternate, Centred, FittedShapes, OutputData, Shape, centred_gram, data_factor,
     neg2_log_evidence as neg2_from_parts, sum_ln_1p,
 };
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, cholesky_lower};
 use super::prior::{FittedFamily, Prior, Smooth, matern32};
-use super::statistics::{BatchStatistics, mirror_lower};
+use super::statistics::mirror_lower;
 
 /// `−2 log p(y | θ)` of `posterior`'s hyperparameters on the statistics `data`, up to the
 /// constant every prior of the output shares ([`super::evidence::neg2_log_evidence`]): with
@@ -191,106 +191,6 @@ fn same_unit(known: &[f64], unit: &[f64]) -> bool {
             .iter()
             .zip(unit)
             .all(|(a, b)| a == b || (a - b).abs() <= SAME_SHAPE * a.abs().max(b.abs()))
-}
-
-/// The prior shapes a fit's evidence formed ([`SharedScale`]) on the statistics of the state
-/// the fit made, kept for that state's predictor: [`AlternateShapes::with_fitted`] takes the
-/// shapes its alternates need from here instead of forming them again (an eigenproblem of the
-/// data's rank and products of `rank² p` each). A shape is taken only where [`Shape::new`] would
-/// have been given the very same inputs (the same statistics, by a digest of their rows and Gram
-/// matrix; the same centring; the same unit variances to the bit), so the predictor is the one
-/// [`AlternateShapes::new`] would make, bit for bit, as any other replica forms it.
-pub struct FittedShapes {
-    flat: Option<usize>,
-    rank: usize,
-    shapes: Vec<Shape>,
-    statistics: u64,
-}
-
-impl FittedShapes {
-    /// No shapes: the predictor forms what it needs.
-    pub fn none() -> Self {
-        Self {
-            flat: None,
-            rank: 0,
-            shapes: Vec::new(),
-            statistics: 0,
-        }
-    }
-
-    /// The shapes of `shared`, prepared on `totals`.
-    pub(crate) fn new(shared: Option<SharedScale>, totals: &BatchStatistics) -> Self {
-        match shared {
-            Some(shared) => {
-                let (flat, rank, shapes) = shared.into_parts();
-                Self {
-                    flat,
-                    rank,
-                    shapes,
-                    statistics: statistics_digest(totals),
-                }
-            }
-            None => Self::none(),
-        }
-    }
-
-    /// How many shapes are kept.
-    pub fn len(&self) -> usize {
-        self.shapes.len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.shapes.is_empty()
-    }
-
-    /// The data's rank, where the shapes were formed on `totals` centred on `flat`.
-    fn rank_of(&self, totals: &BatchStatistics, flat: Option<usize>) -> Option<usize> {
-        (!self.is_empty() && self.flat == flat && self.statistics == statistics_digest(totals))
-            .then_some(self.rank)
-    }
-
-    /// Takes the shape of `family`, `smooth` and exactly the unit variances `unit`, if kept.
-    fn take(
-        &mut self,
-        family: FittedFamily,
-        smooth: Option<Smooth>,
-        unit: &[f64],
-    ) -> Option<Shape> {
-        let at = self.shapes.iter().position(|shape| {
-            shape.family() == family && shape.smooth() == smooth && shape.unit_variance() == unit
-        })?;
-        Some(self.shapes.swap_remove(at))
-    }
-}
-
-impl Default for FittedShapes {
-    fn default() -> Self {
-        Self::none()
-    }
-}
-
-impl std::fmt::Debug for FittedShapes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FittedShapes")
-            .field("flat", &self.flat)
-            .field("shapes", &self.shapes.len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// A digest of `totals`' row count and Gram matrix (every entry's bits, a multiply–rotate hash):
-/// what binds [`FittedShapes`] to the statistics they were formed on.
-fn statistics_digest(totals: &BatchStatistics) -> u64 {
-    const K: u64 = 0x517c_c1b7_2722_0a95;
-    let g = totals.g();
-    let mut h = (g.nrows() as u64).wrapping_mul(K) ^ totals.rows().to_bits();
-    for j in 0..g.ncols() {
-        for v in g.col(j).iter() {
-            h = (h.rotate_left(5) ^ v.to_bits()).wrapping_mul(K);
-        }
-    }
-    h
 }
 
 /// The prior shapes of a model's alternates (and of the own posteriors that join the average

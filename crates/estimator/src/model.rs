@@ -3,9 +3,8 @@
 use faer::Mat;
 use rayon::prelude::*;
 
-use super::evidence::{Alternate, SharedScale, evidence};
+use super::evidence::{Alternate, FittedShapes, SharedScale, evidence};
 use super::incremental::one_step;
-use super::mixture::FittedShapes;
 use super::posterior::OutputPosterior;
 use super::statistics::{BatchStatistics, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};

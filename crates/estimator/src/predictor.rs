@@ -92,7 +92,7 @@ use rayon::prelude::*;
 
 use super::EstimatorError;
 use super::basis::Basis;
-use super::mixture::FittedShapes;
+use super::evidence::FittedShapes;
 use super::model::{ModelState, OutputState, Predictions, Predictive};
 use super::options::FitOptions;
 
