@@ -243,13 +243,7 @@ mod tests {
     /// entries, about 230,000 multiply-adds a row.
     fn wide_predictor() -> Arc<Predictor> {
         let (bands, n, m) = (150, 60, 20);
-        let mut seed = 3u64;
-        let mut next = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = crate::folder::tests::uniform(3);
         let amounts: Vec<[f64; 2]> = (0..n).map(|_| [next(), next()]).collect();
         let x = Mat::from_fn(n, bands, |i, j| {
             let t = j as f64 / bands as f64;

@@ -602,6 +602,16 @@ pub(crate) mod tests {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
 
+    /// Deterministic draws in [0, 1) from `seed` (a 64-bit linear congruential generator).
+    pub(crate) fn uniform(mut seed: u64) -> impl FnMut() -> f64 {
+        move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
     /// A model of 24 features and 2 outputs, first fit on 30 rows.
     pub(crate) fn wide_spec() -> ModelSpec {
         let features: Vec<String> = (0..24).map(|i| format!("f{i}")).collect();
@@ -613,13 +623,7 @@ pub(crate) mod tests {
 
     /// Deterministic batches of `sizes` rows for [`wide_spec`]: `(rows, x, y)` row-major.
     pub(crate) fn wide_batches(sizes: &[usize]) -> Vec<(usize, Vec<f64>, Vec<f64>)> {
-        let mut seed = 7u64;
-        let mut next = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(7);
         sizes
             .iter()
             .map(|&n| {
@@ -645,13 +649,7 @@ pub(crate) mod tests {
         }))
         .expect("spec");
         let config = spec.config();
-        let mut seed = 3u64;
-        let mut next = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(3);
         let encoded = sizes
             .iter()
             .map(|&n| {

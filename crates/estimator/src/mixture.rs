@@ -1204,6 +1204,20 @@ pub(crate) mod tests {
         }
     }
 
+    /// `state`'s predictor given `fitted` predicts `x` to the bit as one that formed its own.
+    fn assert_predicts_as_one_that_formed_its_shapes(
+        state: &ModelState,
+        fitted: FittedShapes,
+        x: &Mat<f64>,
+    ) {
+        let got = Predictor::with_fitted_shapes(state, fitted)
+            .predict(x.as_ref())
+            .unwrap();
+        let expected = Predictor::new(state).predict(x.as_ref()).unwrap();
+        assert_eq!(got.mean, expected.mean);
+        assert_eq!(got.variance, expected.variance);
+    }
+
     fn smooth_config() -> ModelConfig {
         ModelConfig {
             prior: PriorFamily::Smooth,
@@ -1234,13 +1248,7 @@ pub(crate) mod tests {
             assert_eq!(taken.find(primary.prior(), &unit).is_ok(), n == 16);
             assert_eq!(afresh.find(primary.prior(), &unit).is_ok(), n == 16);
 
-            let x_new = probe(seed + 300);
-            let expected = Predictor::new(&state).predict(x_new.as_ref()).unwrap();
-            let got = Predictor::with_fitted_shapes(&state, fit().1)
-                .predict(x_new.as_ref())
-                .unwrap();
-            assert_eq!(got.mean, expected.mean);
-            assert_eq!(got.variance, expected.variance);
+            assert_predicts_as_one_that_formed_its_shapes(&state, fit().1, &probe(seed + 300));
         }
     }
 
@@ -1281,12 +1289,7 @@ pub(crate) mod tests {
         assert!(taken.formed() <= afresh.formed());
         let x_new = Mat::from_fn(5, BANDS + named, |i, j| x[(i + 3, j)] * 1.01);
         let (_, fitted) = ModelState::fit_with_shapes(&config, stats()).unwrap();
-        let got = Predictor::with_fitted_shapes(&state, fitted)
-            .predict(x_new.as_ref())
-            .unwrap();
-        let expected = Predictor::new(&state).predict(x_new.as_ref()).unwrap();
-        assert_eq!(got.mean, expected.mean);
-        assert_eq!(got.variance, expected.variance);
+        assert_predicts_as_one_that_formed_its_shapes(&state, fitted, &x_new);
     }
 
     /// A kept shape is taken for its own family, length scale and unit variances to the bit,
@@ -1330,14 +1333,8 @@ pub(crate) mod tests {
         assert!(afresh.formed() > 0);
         let given = AlternateShapes::with_fitted(&state, other).unwrap();
         assert_eq!(given.formed(), afresh.formed());
-        let x_new = probe(23);
         let (_, other) = ModelState::fit_with_shapes(&smooth_config(), statistics(&x, &y)).unwrap();
-        let got = Predictor::with_fitted_shapes(&state, other)
-            .predict(x_new.as_ref())
-            .unwrap();
-        let expected = Predictor::new(&state).predict(x_new.as_ref()).unwrap();
-        assert_eq!(got.mean, expected.mean);
-        assert_eq!(got.variance, expected.variance);
+        assert_predicts_as_one_that_formed_its_shapes(&state, other, &probe(23));
     }
 
     /// An update hands on the shapes of its refits' evidence, none where every output took one
@@ -1367,14 +1364,10 @@ pub(crate) mod tests {
             0
         );
         let x_new = probe(8);
-        let expected = Predictor::new(&refitted).predict(x_new.as_ref()).unwrap();
         let (_, shapes) = state
             .update_with_shapes(&config, &statistics(&x, &y))
             .unwrap();
-        let got = Predictor::with_fitted_shapes(&refitted, shapes)
-            .predict(x_new.as_ref())
-            .unwrap();
-        assert_eq!(got.variance, expected.variance);
+        assert_predicts_as_one_that_formed_its_shapes(&refitted, shapes, &x_new);
 
         let (again, shapes) = refitted.refit_with_shapes(&config).unwrap();
         assert_eq!(
@@ -1384,12 +1377,7 @@ pub(crate) mod tests {
             0
         );
         let (_, shapes) = refitted.refit_with_shapes(&config).unwrap();
-        let got = Predictor::with_fitted_shapes(&again, shapes)
-            .predict(x_new.as_ref())
-            .unwrap();
-        let expected = Predictor::new(&again).predict(x_new.as_ref()).unwrap();
-        assert_eq!(got.mean, expected.mean);
-        assert_eq!(got.variance, expected.variance);
+        assert_predicts_as_one_that_formed_its_shapes(&again, shapes, &x_new);
     }
 
     /// An alternate whose scale is 0 weights nothing but the flat intercept: it joins the
