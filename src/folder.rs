@@ -153,8 +153,15 @@ pub fn plan_fold(
                     succession,
                     surprise,
                 }) => {
-                    state = Some(model.map_or_else(|| base.clone(), |m| *m));
-                    shapes = FittedShapes::none();
+                    // Readings of the successor alone leave the model's state, and so its shapes, as
+                    // they were.
+                    if let Some(model) = model {
+                        let (next, formed) = *model;
+                        state = Some(next);
+                        shapes = formed;
+                    } else if state.is_none() {
+                        state = Some(base.clone());
+                    }
                     plan.succession = Some(*succession);
                     plan.folded.push(seq);
                     plan.surprise.push((seq, surprise));
@@ -205,10 +212,11 @@ pub fn plan_fold(
 
 /// What became of one batch of successor readings.
 enum SuccessorLearnt {
-    /// Learnt: the model's next state (`None` when the old instrument read nothing), the
-    /// succession's, and the batch's surprise to the model (`None` where it had no reading).
+    /// Learnt: the model's next state and the shapes its refits formed (`None` when the old
+    /// instrument read nothing), the succession's, and the batch's surprise to the model (`None`
+    /// where it had no reading).
     Folded {
-        model: Option<Box<ModelState>>,
+        model: Option<Box<(ModelState, FittedShapes)>>,
         succession: Box<Succession>,
         surprise: Vec<Option<f64>>,
     },
@@ -244,13 +252,13 @@ fn learn_successor(
     }
     let model = match stats {
         Some(stats) => {
-            let next = base
-                .update(config, &stats)
+            let (next, formed) = base
+                .update_with_shapes(config, &stats)
                 .map_err(|e| format!("update failed: {e}"))?;
             if !next.is_finite() {
                 return Err("the update would make the model state non-finite".to_owned());
             }
-            Some(Box::new(next))
+            Some(Box::new((next, formed)))
         }
         None => None,
     };
@@ -621,8 +629,11 @@ pub(crate) mod tests {
         .expect("spec")
     }
 
-    /// Deterministic batches of `sizes` rows for [`wide_spec`]: `(rows, x, y)` row-major.
-    pub(crate) fn wide_batches(sizes: &[usize]) -> Vec<(usize, Vec<f64>, Vec<f64>)> {
+    /// A batch's rows: `(rows, x, y)`, `x` and `y` row-major.
+    pub(crate) type RowBatch = (usize, Vec<f64>, Vec<f64>);
+
+    /// Deterministic batches of `sizes` rows for [`wide_spec`].
+    pub(crate) fn wide_batches(sizes: &[usize]) -> Vec<RowBatch> {
         let mut next = uniform(7);
         sizes
             .iter()
@@ -639,18 +650,17 @@ pub(crate) mod tests {
             .collect()
     }
 
-    /// A declared 31-band spectrum (default prior) and its statistics: `batches` of `sizes` rows of
-    /// smooth bumps on a baseline, and an output that is a smooth curve's product with them.
-    fn spectral_plan_inputs(sizes: &[usize]) -> (ModelConfig, Vec<Vec<u8>>) {
+    /// A declared 31-band spectrum (default prior) and batches of `sizes` rows: smooth bumps on a
+    /// baseline, and an output that is a smooth curve's product with them.
+    fn spectral_rows(sizes: &[usize]) -> (ModelConfig, Vec<RowBatch>) {
         let spec = ModelSpec::parse(&serde_json::json!({
             "name": "bands",
             "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "fraction"},
             "outputs": ["a"],
         }))
         .expect("spec");
-        let config = spec.config();
         let mut next = uniform(3);
-        let encoded = sizes
+        let batches = sizes
             .iter()
             .map(|&n| {
                 let mut x = Vec::with_capacity(n * 31);
@@ -671,8 +681,20 @@ pub(crate) mod tests {
                     y.push(1.0 + signal + 0.05 * (next() - 0.5));
                     x.extend(row);
                 }
+                (n, x, y)
+            })
+            .collect();
+        (spec.config(), batches)
+    }
+
+    /// [`spectral_rows`]' batches as the statistics a batch stores.
+    fn spectral_plan_inputs(sizes: &[usize]) -> (ModelConfig, Vec<Vec<u8>>) {
+        let (config, batches) = spectral_rows(sizes);
+        let encoded = batches
+            .iter()
+            .map(|(n, x, y)| {
                 let stats =
-                    BatchStatistics::from_row_major(&config.basis, n, &x, &y).expect("statistics");
+                    BatchStatistics::from_row_major(&config.basis, *n, x, y).expect("statistics");
                 codec::encode_statistics(&stats)
             })
             .collect();
@@ -734,6 +756,64 @@ pub(crate) mod tests {
                 .formed(),
             0
         );
+    }
+
+    /// A successor batch whose old-instrument readings refit the output hands on that refit's
+    /// shapes; one the old instrument did not read leaves the model's state, and the plan's
+    /// shapes, as they were.
+    #[test]
+    fn a_successor_batch_hands_on_its_refits_shapes_and_one_without_old_readings_keeps_them() {
+        let (config, batches) = spectral_rows(&[16, 16]);
+        let first = {
+            let (n, x, y) = &batches[0];
+            let stats =
+                BatchStatistics::from_row_major(&config.basis, *n, x, y).expect("statistics");
+            codec::encode_statistics(&stats)
+        };
+        let (n, x, y) = &batches[1];
+        let successor_batch = |old: bool| {
+            SuccessorBatch {
+                rows: *n,
+                new: x.clone(),
+                features: Vec::new(),
+                old: old.then(|| x.clone()),
+                outputs: y.clone(),
+            }
+            .encode()
+        };
+        let successor = Successor {
+            grid: Grid::new(405.0, 10.0, 31).expect("grid"),
+            old_grid: Grid::new(400.0, 10.0, 31).expect("grid"),
+            start: None,
+        };
+        for old in [true, false] {
+            let blob = successor_batch(old);
+            let pending = [
+                Pending {
+                    seq: 0,
+                    source: Source::Statistics(&first),
+                    released: false,
+                },
+                Pending {
+                    seq: 1,
+                    source: Source::Successor(&blob),
+                    released: false,
+                },
+            ];
+            let plan = plan_fold(&config, &[], None, &pending, 16.0, None, Some(successor));
+            assert_eq!(plan.folded, vec![0, 1], "old readings: {old}");
+            assert!(plan.succession.is_some());
+            let state = plan.state.expect("a state");
+            assert_eq!(state.totals().rows(), if old { 32.0 } else { 16.0 });
+            assert!(!plan.shapes.is_empty(), "old readings: {old}");
+            assert_eq!(
+                AlternateShapes::with_fitted(&state, plan.shapes)
+                    .expect("shapes")
+                    .formed(),
+                0,
+                "old readings: {old}"
+            );
+        }
     }
 
     /// A batch stored as rows folds to the very bits it folds to stored as statistics.
