@@ -32,8 +32,8 @@ use crate::tasks::{Notifications, sleep_or_stop};
 #[derive(Debug, Default)]
 pub struct FoldPlan {
     pub state: Option<ModelState>,
-    /// The prior shapes the evidence formed for `state` (its first fit's or its last batch's
-    /// refits'), for its predictor.
+    /// The prior shapes the evidence formed for `state` (its first fit's, or the refits' of the
+    /// last batch that changed it), for its predictor.
     pub shapes: FittedShapes,
     pub folded: Vec<i64>,
     pub rejected: Vec<(i64, String)>,
@@ -153,14 +153,14 @@ pub fn plan_fold(
                     succession,
                     surprise,
                 }) => {
-                    // Readings of the successor alone leave the model's state, and so its shapes, as
+                    // Readings of the successor alone leave the model's state, and its shapes, as
                     // they were.
                     if let Some(model) = model {
                         let (next, formed) = *model;
                         state = Some(next);
                         shapes = formed;
                     } else if state.is_none() {
-                        state = Some(base.clone());
+                        state = current.cloned();
                     }
                     plan.succession = Some(*succession);
                     plan.folded.push(seq);
@@ -805,6 +805,7 @@ pub(crate) mod tests {
             assert!(plan.succession.is_some());
             let state = plan.state.expect("a state");
             assert_eq!(state.totals().rows(), if old { 32.0 } else { 16.0 });
+            assert!(!state.alternates(0).is_empty(), "old readings: {old}");
             assert!(!plan.shapes.is_empty(), "old readings: {old}");
             assert_eq!(
                 AlternateShapes::with_fitted(&state, plan.shapes)
