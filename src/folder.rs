@@ -687,16 +687,18 @@ pub(crate) mod tests {
         (spec.config(), batches)
     }
 
+    /// The statistics a batch of `rows` stores, encoded.
+    fn encoded_statistics(config: &ModelConfig, (n, x, y): &RowBatch) -> Vec<u8> {
+        let stats = BatchStatistics::from_row_major(&config.basis, *n, x, y).expect("statistics");
+        codec::encode_statistics(&stats)
+    }
+
     /// [`spectral_rows`]' batches as the statistics a batch stores.
     fn spectral_plan_inputs(sizes: &[usize]) -> (ModelConfig, Vec<Vec<u8>>) {
         let (config, batches) = spectral_rows(sizes);
         let encoded = batches
             .iter()
-            .map(|(n, x, y)| {
-                let stats =
-                    BatchStatistics::from_row_major(&config.basis, *n, x, y).expect("statistics");
-                codec::encode_statistics(&stats)
-            })
+            .map(|batch| encoded_statistics(&config, batch))
             .collect();
         (config, encoded)
     }
@@ -764,12 +766,7 @@ pub(crate) mod tests {
     #[test]
     fn a_successor_batch_hands_on_its_refits_shapes_and_one_without_old_readings_keeps_them() {
         let (config, batches) = spectral_rows(&[16, 16]);
-        let first = {
-            let (n, x, y) = &batches[0];
-            let stats =
-                BatchStatistics::from_row_major(&config.basis, *n, x, y).expect("statistics");
-            codec::encode_statistics(&stats)
-        };
+        let first = encoded_statistics(&config, &batches[0]);
         let (n, x, y) = &batches[1];
         let successor_batch = |old: bool| {
             SuccessorBatch {
@@ -826,10 +823,9 @@ pub(crate) mod tests {
         let batches = wide_batches(&sizes);
         let encoded: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = batches
             .iter()
-            .map(|(n, x, y)| {
-                let stats =
-                    BatchStatistics::from_row_major(&config.basis, *n, x, y).expect("statistics");
-                (codec::encode_statistics(&stats), le_bytes(x), le_bytes(y))
+            .map(|batch| {
+                let (_, x, y) = batch;
+                (encoded_statistics(&config, batch), le_bytes(x), le_bytes(y))
             })
             .collect();
         let as_statistics: Vec<Pending<'_>> = encoded
