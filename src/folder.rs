@@ -22,7 +22,9 @@ use crate::estimator::succession::Succession;
 use crate::estimator::{BatchStatistics, FittedShapes, ModelConfig, ModelState, drift};
 use crate::history::{self, Source, decode_batch};
 use crate::metrics::Metrics;
-use crate::store::{ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic, VersionOrigin};
+use crate::store::{
+    BatchSurprise, ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic, VersionOrigin,
+};
 use crate::successor::{self, SuccessorBatch, encode_version};
 use crate::tasks::{Notifications, sleep_or_stop};
 
@@ -389,9 +391,10 @@ async fn fold_claimed(
         tracing::warn!(model = %lock.name, batch_id = batch, reason, "batch rejected");
         lock.mark_rejected(*seq, reason).await?;
     }
+    let mut surprises = Vec::with_capacity(plan.surprise.len());
     for (seq, z) in &plan.surprise {
-        let held = plan.held.contains(seq);
-        if held {
+        let hold = plan.held.contains(seq);
+        if hold {
             let batch = queued
                 .iter()
                 .find(|b| b.seq == *seq)
@@ -403,8 +406,13 @@ async fn fold_claimed(
                 "batch held for review: it is far more surprising than the model's threshold"
             );
         }
-        lock.record_surprise(*seq, z, held).await?;
+        surprises.push(BatchSurprise {
+            seq: *seq,
+            surprise: z,
+            hold,
+        });
     }
+    lock.record_surprises(&surprises).await?;
     let name = lock.name.clone();
     let version = match plan.state {
         Some(state) => {

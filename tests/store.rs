@@ -10,8 +10,8 @@ use mordant::auth::Scope;
 use mordant::config::DatabaseSettings;
 use mordant::domain::{Body, ModelName, ModelSpec, NewBatch, row_fields};
 use mordant::store::{
-    BatchStatus, ModelLock, Notification, StateBlob, Store, StoreError, Subscription, Topic,
-    VersionOrigin,
+    BatchStatus, BatchSurprise, ModelLock, Notification, StateBlob, Store, StoreError,
+    Subscription, Topic, VersionOrigin,
 };
 use serde_json::json;
 use sqlx::Connection;
@@ -83,6 +83,7 @@ conformance!(
     concurrent_requests_with_one_batch_id_store_it_once,
     a_burst_of_batches_is_answered_and_stored_batch_by_batch,
     a_fold_writes_everything_at_commit_or_nothing,
+    a_folds_surprises_are_written_together_and_hold_only_queued_batches,
     claims_skip_held_and_unready_models_and_follow_arrival_order,
     restore_locks_and_deletion_wait_for_a_held_lock,
     notifications_announce_committed_changes_only,
@@ -514,6 +515,125 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
     );
     assert_eq!(versions[1].restored_from, Some(1));
     assert!(versions[1].batches.is_empty());
+}
+
+async fn read(store: &Store, model_id: i64, batch_id: &str) -> mordant::store::BatchRecord {
+    store
+        .batch(model_id, batch_id)
+        .await
+        .unwrap()
+        .expect("stored batch")
+}
+
+async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(store: &Store) {
+    let spec = spec("drift", 1);
+    let id = create(store, &spec).await;
+    for (i, b) in ["b1", "b2", "b3", "b4"].into_iter().enumerate() {
+        ingest(store, id, &batch(&spec, b, 2, i as f64)).await;
+    }
+
+    let mut lock = store.claim_fold(&[]).await.unwrap().expect("work");
+    let queued = lock.queued_batches().await.unwrap();
+    let seq = |b: &str| {
+        queued
+            .iter()
+            .find(|q| q.batch_id.as_str() == b)
+            .unwrap()
+            .seq
+    };
+    // Each batch's own values, of different lengths, with gaps; the second held.
+    lock.record_surprises(&[
+        BatchSurprise {
+            seq: seq("b1"),
+            surprise: &[Some(0.5), None, Some(-1.25)],
+            hold: false,
+        },
+        BatchSurprise {
+            seq: seq("b2"),
+            surprise: &[Some(9.0)],
+            hold: true,
+        },
+        BatchSurprise {
+            seq: seq("b3"),
+            surprise: &[None, Some(2.0)],
+            hold: false,
+        },
+    ])
+    .await
+    .unwrap();
+    lock.record_surprises(&[]).await.unwrap();
+    let (v, _) = lock
+        .write_version(VersionOrigin::Fold, None, 4.0, &[Some(1.0)], &blob(b"s"))
+        .await
+        .unwrap();
+    lock.mark_folded(&[seq("b1"), seq("b3")], v).await.unwrap();
+    lock.commit().await.unwrap();
+
+    let b1 = read(store, id, "b1").await;
+    assert_eq!(
+        (b1.status, b1.surprise),
+        (
+            BatchStatus::Folded,
+            Some(vec![Some(0.5), None, Some(-1.25)])
+        )
+    );
+    let b2 = read(store, id, "b2").await;
+    assert_eq!(
+        (b2.status, b2.surprise),
+        (BatchStatus::Held, Some(vec![Some(9.0)]))
+    );
+    let b3 = read(store, id, "b3").await;
+    assert_eq!(
+        (b3.status, b3.surprise),
+        (BatchStatus::Folded, Some(vec![None, Some(2.0)]))
+    );
+    let b4 = read(store, id, "b4").await;
+    assert_eq!((b4.status, b4.surprise), (BatchStatus::Queued, None));
+
+    // A batch no longer queued keeps its status and its surprise; another model's is not
+    // touched.
+    let other = create(store, &self::spec("other", 1)).await;
+    ingest(store, other, &batch(&spec, "o1", 2, 5.0)).await;
+    let o1 = {
+        let mut lock = store.lock_model(&name("other")).await.unwrap().unwrap();
+        lock.queued_batches().await.unwrap()[0].seq
+    };
+    let mut lock = store.lock_model(&name("drift")).await.unwrap().unwrap();
+    lock.record_surprises(&[
+        BatchSurprise {
+            seq: o1,
+            surprise: &[Some(7.0)],
+            hold: true,
+        },
+        BatchSurprise {
+            seq: seq("b1"),
+            surprise: &[Some(3.0)],
+            hold: true,
+        },
+        BatchSurprise {
+            seq: seq("b4"),
+            surprise: &[Some(0.1)],
+            hold: false,
+        },
+    ])
+    .await
+    .unwrap();
+    lock.commit().await.unwrap();
+    let b1 = read(store, id, "b1").await;
+    assert_eq!(
+        (b1.status, b1.surprise),
+        (
+            BatchStatus::Folded,
+            Some(vec![Some(0.5), None, Some(-1.25)])
+        )
+    );
+    let b4 = read(store, id, "b4").await;
+    assert_eq!(
+        (b4.status, b4.surprise),
+        (BatchStatus::Queued, Some(vec![Some(0.1)]))
+    );
+    let o1 = read(store, other, "o1").await;
+    assert_eq!((o1.status, o1.surprise), (BatchStatus::Queued, None));
 }
 
 /// Ingests two batches and folds them into the next version, whose state is `state {v}`.

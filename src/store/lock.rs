@@ -13,6 +13,15 @@ use super::{
     VersionOrigin,
 };
 
+/// A batch's surprise per output to the posterior it met ([`crate::estimator::drift`]), and
+/// whether the batch is held for review.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchSurprise<'a> {
+    pub seq: i64,
+    pub surprise: &'a [Option<f64>],
+    pub hold: bool,
+}
+
 /// The transaction behind a [`ModelLock`]: the writes of a fold, a restore or a refit become
 /// visible together, when it commits, or not at all.
 #[async_trait]
@@ -37,13 +46,9 @@ pub trait ModelTransaction: Send {
     async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError>;
     /// Marks a queued batch as rejected with the reason.
     async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError>;
-    /// Stores a batch's surprise; with `hold`, the queued batch is also held for review.
-    async fn record_surprise(
-        &mut self,
-        seq: i64,
-        surprise: &[Option<f64>],
-        hold: bool,
-    ) -> Result<(), StoreError>;
+    /// Stores the surprise of each of the model's queued batches, and holds for review those
+    /// marked `hold`; a batch no longer queued is left as it is.
+    async fn record_surprises(&mut self, batches: &[BatchSurprise<'_>]) -> Result<(), StoreError>;
     /// Makes every write visible and releases the lock.
     async fn commit(self: Box<Self>) -> Result<(), StoreError>;
 }
@@ -180,14 +185,18 @@ impl ModelLock {
         self.tx.mark_rejected(seq, reason).await
     }
 
-    /// Stores a batch's surprise, and holds it for review when `hold`.
-    pub async fn record_surprise(
+    /// Stores the surprise of each of the model's queued batches, and holds for review those
+    /// marked `hold`; a batch no longer queued is left as it is. A fold's batches are written
+    /// together: on a busy database every statement of the fold waits for its turn on a core,
+    /// and a statement per batch made a fold that fell behind slower still.
+    pub async fn record_surprises(
         &mut self,
-        seq: i64,
-        surprise: &[Option<f64>],
-        hold: bool,
+        batches: &[BatchSurprise<'_>],
     ) -> Result<(), StoreError> {
-        self.tx.record_surprise(seq, surprise, hold).await
+        if batches.is_empty() {
+            return Ok(());
+        }
+        self.tx.record_surprises(batches).await
     }
 
     pub async fn commit(self) -> Result<(), StoreError> {

@@ -39,7 +39,7 @@ pub use backend::{Backend, Notification, Subscription, Topic};
 pub use error::StoreError;
 pub use handle::Store;
 pub use location::Location;
-pub use lock::{ModelLock, ModelTransaction};
+pub use lock::{BatchSurprise, ModelLock, ModelTransaction};
 pub use records::*;
 use records::{StoredBatch, not_held};
 use sql::{BATCH_COLUMNS, KEY_COLUMNS};

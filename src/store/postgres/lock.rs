@@ -15,7 +15,8 @@ use crate::domain::{ModelName, ModelSpec};
 use crate::store::lock::LockedModel;
 use crate::store::sql;
 use crate::store::{
-    ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState, Topic,
+    BatchSurprise, ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState,
+    Topic,
 };
 
 /// The transaction of a [`ModelLock`], holding the model's row lock.
@@ -181,21 +182,36 @@ impl ModelTransaction for PgModelTransaction {
         Ok(())
     }
 
-    async fn record_surprise(
-        &mut self,
-        seq: i64,
-        surprise: &[Option<f64>],
-        hold: bool,
-    ) -> Result<(), StoreError> {
+    async fn record_surprises(&mut self, batches: &[BatchSurprise<'_>]) -> Result<(), StoreError> {
+        // One statement for the fold's batches: each batch's surprise is its slice of one
+        // flat array (a slice's lower bound is 1, as a stored array's). The batches are found
+        // among the model's queued ones (a partial index of a few rows), never by a scan of all
+        // the model's batches, which a planner with a young model's stale statistics chooses
+        // for a join on the batches' keys.
+        let mut seqs = Vec::with_capacity(batches.len());
+        let mut firsts = Vec::with_capacity(batches.len());
+        let mut lasts = Vec::with_capacity(batches.len());
+        let mut holds = Vec::with_capacity(batches.len());
+        let mut values = Vec::new();
+        for b in batches {
+            seqs.push(b.seq);
+            firsts.push(values.len() as i64 + 1);
+            values.extend_from_slice(b.surprise);
+            lasts.push(values.len() as i64);
+            holds.push(b.hold);
+        }
         sqlx::query(
-            "UPDATE batches SET surprise = $2, \
-                    status = CASE WHEN $4 AND status = 'queued' THEN 'held' ELSE status END \
-             WHERE seq = $1 AND model_id = $3",
+            "UPDATE batches AS b SET surprise = ($2::float8[])[u.first:u.last], \
+                    status = CASE WHEN u.hold THEN 'held' ELSE b.status END \
+             FROM unnest($1::int8[], $3::int8[], $4::int8[], $5::bool[]) AS u(seq, first, last, hold) \
+             WHERE b.seq = u.seq AND b.model_id = $6 AND b.status = 'queued'",
         )
-        .bind(seq)
-        .bind(surprise)
+        .bind(&seqs)
+        .bind(&values)
+        .bind(&firsts)
+        .bind(&lasts)
+        .bind(&holds)
         .bind(self.model_id)
-        .bind(hold)
         .execute(&mut *self.tx)
         .await?;
         Ok(())

@@ -18,8 +18,8 @@ use crate::store::columns::List;
 use crate::store::lock::LockedModel;
 use crate::store::sql;
 use crate::store::{
-    ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState, Topic,
-    VersionOrigin,
+    BatchSurprise, ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState,
+    Topic, VersionOrigin,
 };
 
 /// The lock on `model_id`, already held: the model as it is now, `None` if it was deleted.
@@ -185,17 +185,12 @@ impl ModelTransaction for SqliteModelTransaction {
         Ok(())
     }
 
-    async fn record_surprise(
-        &mut self,
-        seq: i64,
-        surprise: &[Option<f64>],
-        hold: bool,
-    ) -> Result<(), StoreError> {
-        self.writes.push(Write::Surprise {
-            seq,
-            surprise: surprise.to_vec(),
-            hold,
-        });
+    async fn record_surprises(&mut self, batches: &[BatchSurprise<'_>]) -> Result<(), StoreError> {
+        self.writes.extend(batches.iter().map(|b| Write::Surprise {
+            seq: b.seq,
+            surprise: b.surprise.to_vec(),
+            hold: b.hold,
+        }));
         Ok(())
     }
 
@@ -287,9 +282,8 @@ impl ModelTransaction for SqliteModelTransaction {
                 } => {
                     sqlx::query(
                         "UPDATE batches SET surprise = ?2, \
-                                status = CASE WHEN ?4 AND status = 'queued' THEN 'held' \
-                                              ELSE status END \
-                         WHERE seq = ?1 AND model_id = ?3",
+                                status = CASE WHEN ?4 THEN 'held' ELSE status END \
+                         WHERE seq = ?1 AND model_id = ?3 AND status = 'queued'",
                     )
                     .bind(seq)
                     .bind(List(surprise))
