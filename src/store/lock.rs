@@ -30,12 +30,10 @@ pub trait ModelTransaction: Send {
     async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError>;
     /// The batches folded into `version`, in the order they were folded.
     async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError>;
-    /// Drops the state of `version` if it is a fold after the first (keeping its digest): it
-    /// is then the previous version's state with its batches folded in.
-    async fn thin_state(&mut self, version: i64) -> Result<(), StoreError>;
     /// The model's queued batches, oldest first.
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError>;
-    /// Writes `version` (the current one plus one) and makes it current; returns its time.
+    /// Writes `version` (the current one plus one) and makes it current, thinning the one it
+    /// replaces where asked ([`NewVersion::thin_previous`]); returns its time.
     async fn write_version(
         &mut self,
         version: &NewVersion<'_>,
@@ -144,6 +142,10 @@ impl ModelLock {
         state: &StateBlob,
     ) -> Result<(i64, DateTime<Utc>), StoreError> {
         let version = self.version + 1;
+        let previous = version - 1;
+        let thin_previous = previous > 1
+            && previous % i64::from(self.full_state_every) != 0
+            && self.spec.successor.is_none();
         let created_at = self
             .tx
             .write_version(&NewVersion {
@@ -153,15 +155,9 @@ impl ModelLock {
                 observations,
                 noise_variances,
                 state,
+                thin_previous,
             })
             .await?;
-        let previous = version - 1;
-        if previous > 1
-            && previous % i64::from(self.full_state_every) != 0
-            && self.spec.successor.is_none()
-        {
-            self.tx.thin_state(previous).await?;
-        }
         self.version = version;
         Ok((version, created_at))
     }

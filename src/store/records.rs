@@ -177,6 +177,9 @@ pub struct NewVersion<'a> {
     pub observations: f64,
     pub noise_variances: &'a [Option<f64>],
     pub state: &'a StateBlob,
+    /// Drop the state of the version this one replaces if that is a fold after the first
+    /// (keeping its digest): it is then the version before it with its batches folded in.
+    pub thin_previous: bool,
 }
 
 /// A batch already stored under an id, with the hash of its content.

@@ -10,7 +10,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::types::Json;
 use sqlx::{Arguments, PgPool, Postgres, Transaction};
 
-use super::notify;
+use super::{channel, notify};
 use crate::domain::{ModelName, ModelSpec};
 use crate::store::lock::LockedModel;
 use crate::store::sql;
@@ -87,18 +87,6 @@ impl ModelTransaction for PgModelTransaction {
         Ok(rows)
     }
 
-    async fn thin_state(&mut self, version: i64) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE versions SET state = ''::bytea WHERE model_id = $1 AND version = $2 \
-             AND version > 1 AND origin = 'fold' AND state_digest IS NOT NULL",
-        )
-        .bind(self.model_id)
-        .bind(version)
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
-    }
-
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query_as(&format!(
             "SELECT {} FROM batches \
@@ -115,7 +103,7 @@ impl ModelTransaction for PgModelTransaction {
         // The state is most of the message: its buffer is sized once, where binding would grow
         // it by doubling and copy a wide model's state (tens of megabytes) at every step.
         let mut args = PgArguments::default();
-        args.reserve(8, v.state.bytes.len() + v.state.digest.len() + 256);
+        args.reserve(10, v.state.bytes.len() + v.state.digest.len() + 256);
         let encode = |e| StoreError::Database(sqlx::Error::Encode(e));
         args.add(self.model_id).map_err(encode)?;
         args.add(v.version).map_err(encode)?;
@@ -125,24 +113,26 @@ impl ModelTransaction for PgModelTransaction {
         args.add(v.noise_variances).map_err(encode)?;
         args.add(&v.state.bytes).map_err(encode)?;
         args.add(&v.state.digest[..]).map_err(encode)?;
+        args.add(channel(Topic::Models)).map_err(encode)?;
+        args.add(v.thin_previous).map_err(encode)?;
+        // One round trip: the version, the model's row pointing to it, the previous version
+        // thinned where asked (a fold after the first only), and the notification sent at
+        // the commit.
         let created_at: DateTime<Utc> = sqlx::query_scalar_with(
-            "INSERT INTO versions (model_id, version, origin, restored_from, observations, \
+            "WITH model AS (UPDATE models SET version = $2, observations = $5, \
+                                              updated_at = clock_timestamp() WHERE id = $1), \
+                  thin AS (UPDATE versions SET state = ''::bytea \
+                           WHERE $10 AND model_id = $1 AND version = $2 - 1 AND version > 1 \
+                             AND origin = 'fold' AND state_digest IS NOT NULL), \
+                  notice AS MATERIALIZED (SELECT pg_notify($9, $1::text)) \
+             INSERT INTO versions (model_id, version, origin, restored_from, observations, \
                                    noise_variances, state, created_at, state_digest) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp(), $8) RETURNING created_at",
+             SELECT $1, $2, $3, $4, $5, $6, $7, clock_timestamp(), $8 FROM notice \
+             RETURNING created_at",
             args,
         )
         .fetch_one(&mut *self.tx)
         .await?;
-        sqlx::query(
-            "UPDATE models SET version = $2, observations = $3, updated_at = clock_timestamp() \
-             WHERE id = $1",
-        )
-        .bind(self.model_id)
-        .bind(v.version)
-        .bind(v.observations)
-        .execute(&mut *self.tx)
-        .await?;
-        notify(&mut self.tx, Topic::Models, self.model_id).await?;
         Ok(created_at)
     }
 

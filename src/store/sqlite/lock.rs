@@ -127,11 +127,6 @@ impl ModelTransaction for SqliteModelTransaction {
         Ok(rows)
     }
 
-    async fn thin_state(&mut self, version: i64) -> Result<(), StoreError> {
-        self.writes.push(Write::Thin { version });
-        Ok(())
-    }
-
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query_as(&format!(
             "SELECT {} FROM batches \
@@ -156,6 +151,11 @@ impl ModelTransaction for SqliteModelTransaction {
             digest: v.state.digest,
             at,
         });
+        if v.thin_previous {
+            self.writes.push(Write::Thin {
+                version: v.version - 1,
+            });
+        }
         Ok(at)
     }
 
