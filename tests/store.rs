@@ -517,12 +517,14 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
     assert!(versions[1].batches.is_empty());
 }
 
-async fn read(store: &Store, model_id: i64, batch_id: &str) -> mordant::store::BatchRecord {
-    store
-        .batch(model_id, batch_id)
-        .await
-        .unwrap()
-        .expect("stored batch")
+/// A stored batch's status and surprise.
+async fn surprise(
+    store: &Store,
+    model_id: i64,
+    batch_id: &str,
+) -> (BatchStatus, Option<Vec<Option<f64>>>) {
+    let batch = store.batch(model_id, batch_id).await.unwrap().unwrap();
+    (batch.status, batch.surprise)
 }
 
 async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(store: &Store) {
@@ -541,23 +543,16 @@ async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(sto
             .unwrap()
             .seq
     };
+    let at = |b: &str, surprise: &'static [Option<f64>], hold: bool| BatchSurprise {
+        seq: seq(b),
+        surprise,
+        hold,
+    };
     // Each batch's own values, of different lengths, with gaps; the second held.
     lock.record_surprises(&[
-        BatchSurprise {
-            seq: seq("b1"),
-            surprise: &[Some(0.5), None, Some(-1.25)],
-            hold: false,
-        },
-        BatchSurprise {
-            seq: seq("b2"),
-            surprise: &[Some(9.0)],
-            hold: true,
-        },
-        BatchSurprise {
-            seq: seq("b3"),
-            surprise: &[None, Some(2.0)],
-            hold: false,
-        },
+        at("b1", &[Some(0.5), None, Some(-1.25)], false),
+        at("b2", &[Some(9.0)], true),
+        at("b3", &[None, Some(2.0)], false),
     ])
     .await
     .unwrap();
@@ -569,26 +564,16 @@ async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(sto
     lock.mark_folded(&[seq("b1"), seq("b3")], v).await.unwrap();
     lock.commit().await.unwrap();
 
-    let b1 = read(store, id, "b1").await;
-    assert_eq!(
-        (b1.status, b1.surprise),
-        (
-            BatchStatus::Folded,
-            Some(vec![Some(0.5), None, Some(-1.25)])
-        )
+    let b1 = (
+        BatchStatus::Folded,
+        Some(vec![Some(0.5), None, Some(-1.25)]),
     );
-    let b2 = read(store, id, "b2").await;
-    assert_eq!(
-        (b2.status, b2.surprise),
-        (BatchStatus::Held, Some(vec![Some(9.0)]))
-    );
-    let b3 = read(store, id, "b3").await;
-    assert_eq!(
-        (b3.status, b3.surprise),
-        (BatchStatus::Folded, Some(vec![None, Some(2.0)]))
-    );
-    let b4 = read(store, id, "b4").await;
-    assert_eq!((b4.status, b4.surprise), (BatchStatus::Queued, None));
+    assert_eq!(surprise(store, id, "b1").await, b1);
+    let b2 = (BatchStatus::Held, Some(vec![Some(9.0)]));
+    assert_eq!(surprise(store, id, "b2").await, b2);
+    let b3 = (BatchStatus::Folded, Some(vec![None, Some(2.0)]));
+    assert_eq!(surprise(store, id, "b3").await, b3);
+    assert_eq!(surprise(store, id, "b4").await, (BatchStatus::Queued, None));
 
     // A batch no longer queued keeps its status and its surprise; another model's is not
     // touched.
@@ -605,35 +590,19 @@ async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(sto
             surprise: &[Some(7.0)],
             hold: true,
         },
-        BatchSurprise {
-            seq: seq("b1"),
-            surprise: &[Some(3.0)],
-            hold: true,
-        },
-        BatchSurprise {
-            seq: seq("b4"),
-            surprise: &[Some(0.1)],
-            hold: false,
-        },
+        at("b1", &[Some(3.0)], true),
+        at("b4", &[Some(0.1)], false),
     ])
     .await
     .unwrap();
     lock.commit().await.unwrap();
-    let b1 = read(store, id, "b1").await;
+    assert_eq!(surprise(store, id, "b1").await, b1);
+    let b4 = (BatchStatus::Queued, Some(vec![Some(0.1)]));
+    assert_eq!(surprise(store, id, "b4").await, b4);
     assert_eq!(
-        (b1.status, b1.surprise),
-        (
-            BatchStatus::Folded,
-            Some(vec![Some(0.5), None, Some(-1.25)])
-        )
+        surprise(store, other, "o1").await,
+        (BatchStatus::Queued, None)
     );
-    let b4 = read(store, id, "b4").await;
-    assert_eq!(
-        (b4.status, b4.surprise),
-        (BatchStatus::Queued, Some(vec![Some(0.1)]))
-    );
-    let o1 = read(store, other, "o1").await;
-    assert_eq!((o1.status, o1.surprise), (BatchStatus::Queued, None));
 }
 
 /// Ingests two batches and folds them into the next version, whose state is `state {v}`.
