@@ -591,13 +591,13 @@ async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(sto
             hold: true,
         },
         at("b1", &[Some(3.0)], true),
-        at("b4", &[Some(0.1)], false),
+        at("b4", &[], false),
     ])
     .await
     .unwrap();
     lock.commit().await.unwrap();
     assert_eq!(surprise(store, id, "b1").await, b1);
-    let b4 = (BatchStatus::Queued, Some(vec![Some(0.1)]));
+    let b4 = (BatchStatus::Queued, Some(vec![]));
     assert_eq!(surprise(store, id, "b4").await, b4);
     assert_eq!(
         surprise(store, other, "o1").await,

@@ -174,10 +174,10 @@ impl ModelTransaction for PgModelTransaction {
 
     async fn record_surprises(&mut self, batches: &[BatchSurprise<'_>]) -> Result<(), StoreError> {
         // One statement for the fold's batches: each batch's surprise is its slice of one
-        // flat array (a slice's lower bound is 1, as a stored array's). The batches are found
-        // among the model's queued ones (a partial index of a few rows), never by a scan of all
-        // the model's batches, which a planner with a young model's stale statistics chooses
-        // for a join on the batches' keys.
+        // flat array (a slice's lower bound is 1, as a stored array's). The condition on the
+        // queued status lets the planner find the batches through the partial index of the
+        // model's queued ones (a few rows); joined on their keys alone, a planner with a young
+        // model's stale statistics read every batch of the model instead.
         let mut seqs = Vec::with_capacity(batches.len());
         let mut firsts = Vec::with_capacity(batches.len());
         let mut lasts = Vec::with_capacity(batches.len());
