@@ -19,10 +19,10 @@
 //! k columns ([`OutputPosterior::weight_variance_sum`]): O(r |W| k + r² k) per output. What the
 //! factorisation drops is below `p ε` of `G′`'s largest diagonal: round-off. The root is formed
 //! only where the batch has fewer rows than some output's support, and then each output takes
-//! the cheaper way (the root where `k < |J|`); the outputs run in parallel.
+//! the cheaper way (the root where `k < |J|`); the outputs run in parallel
+//! where the basis is wide enough to pay for it ([`super::map_outputs`]).
 
 use faer::{Mat, MatRef, Par};
-use rayon::prelude::*;
 
 use super::incremental::residual_sum_of_squares;
 use super::model::{ModelState, OutputState};
@@ -52,25 +52,21 @@ pub fn surprise(state: &ModelState, batch: &BatchStatistics) -> Vec<Option<f64>>
     } else {
         None
     };
-    state
-        .outputs()
-        .par_iter()
-        .enumerate()
-        .map(|(k, output)| {
-            let OutputState::Trained(post) = output else {
-                return None;
-            };
-            let rss = residual_sum_of_squares(post.mean(), batch.output(k));
-            let trace = match &root {
-                Some(u) if u.ncols() < post.active().len() => post.weight_variance_sum(u.as_ref()),
-                _ => trace_by_covariance(post, batch.g()),
-            };
-            // σ² is the noise of the rows where the output is not 0 (see `FitOptions`).
-            let expected = batch.output(k).informative * post.noise_variance() + trace;
-            let z = rss / expected;
-            (expected > 0.0 && z.is_finite()).then_some(z)
-        })
-        .collect()
+    let parallel = state.basis().dim() >= super::PARALLEL_FROM;
+    super::map_outputs(state.outputs().len(), parallel, |k| {
+        let OutputState::Trained(post) = &state.outputs()[k] else {
+            return None;
+        };
+        let rss = residual_sum_of_squares(post.mean(), batch.output(k));
+        let trace = match &root {
+            Some(u) if u.ncols() < post.active().len() => post.weight_variance_sum(u.as_ref()),
+            _ => trace_by_covariance(post, batch.g()),
+        };
+        // σ² is the noise of the rows where the output is not 0 (see `FitOptions`).
+        let expected = batch.output(k).informative * post.noise_variance() + trace;
+        let z = rss / expected;
+        (expected > 0.0 && z.is_finite()).then_some(z)
+    })
 }
 
 /// `U` (p × k) with `G = U Uᵀ` up to the pivoted Cholesky's tolerance (`p ε` of the largest

@@ -134,3 +134,40 @@ pub use statistics::BatchStatistics;
 /// task each pays: below it a task costs more than its work (a 32-band model's whole predictor
 /// takes microseconds), above it one output's is a dense factorisation or solve.
 pub(crate) const PARALLEL_FROM: usize = 64;
+
+/// `f(k)` for every output `k < outputs`, in order: one rayon task each where `parallel`, else
+/// on the calling thread. A rayon call from outside its pool hands the work to the pool's
+/// threads and sleeps until they are done; for a narrow output's few microseconds of work those
+/// wake-ups cost more than the work, and on a busy machine they wait for a core.
+pub(crate) fn map_outputs<T, F>(outputs: usize, parallel: bool, f: F) -> Vec<T>
+where
+    T: Send,
+    F: Fn(usize) -> T + Sync + Send,
+{
+    use rayon::prelude::*;
+    if parallel {
+        (0..outputs).into_par_iter().map(f).collect()
+    } else {
+        (0..outputs).map(f).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::map_outputs;
+
+    /// Both ways give every output's value in order; only the parallel one enters rayon's pool,
+    /// so a narrow model's step never waits for the pool's threads.
+    #[test]
+    fn outputs_are_mapped_in_order_and_off_the_pool_unless_parallel() {
+        for parallel in [false, true] {
+            let mapped = map_outputs(9, parallel, |k| (k * k, rayon::current_thread_index()));
+            let values: Vec<usize> = mapped.iter().map(|(v, _)| *v).collect();
+            assert_eq!(values, (0..9).map(|k| k * k).collect::<Vec<_>>());
+            assert!(
+                mapped.iter().all(|(_, pool)| pool.is_some() == parallel),
+                "parallel = {parallel}: {mapped:?}"
+            );
+        }
+    }
+}

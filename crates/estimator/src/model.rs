@@ -478,21 +478,22 @@ impl ModelState {
         let refits = |k: usize, post: &OutputPosterior| {
             config.update == UpdateMethod::Refit || stale(k, post)
         };
-        let fitter = Fitter::new(config, &totals, |k| match &self.outputs[k] {
+        let fits = |k: usize| match &self.outputs[k] {
             OutputState::Untrained => Fitter::ready(config, &totals, k),
             OutputState::Trained(post) => refits(k, post),
-        })?;
+        };
+        let fitter = Fitter::new(config, &totals, fits)?;
+        // A fit iterates; one step of a narrow output is microseconds, less than a rayon task.
+        let parallel =
+            self.basis.dim() >= super::PARALLEL_FROM || (0..self.outputs.len()).any(fits);
         let refitted = |k: usize, warm: Option<&OutputPosterior>| {
             let (output, alternates) = fitter.fit_output(k, warm)?;
             let rows = Self::rows_fitted_on(&totals, k, &output);
             Ok::<_, EstimatorError>((output, (rows, alternates)))
         };
         // A one-step output keeps its alternates: their hyperparameters stay fixed, as its own do.
-        let (outputs, kept): (Vec<_>, Vec<_>) = self
-            .outputs
-            .par_iter()
-            .enumerate()
-            .map(|(k, output)| match output {
+        let (outputs, kept): (Vec<_>, Vec<_>) =
+            super::map_outputs(self.outputs.len(), parallel, |k| match &self.outputs[k] {
                 OutputState::Trained(post) if refits(k, post) => refitted(k, Some(post)),
                 OutputState::Trained(post) => {
                     let noise = noise_prior(config, &totals, k);
@@ -507,6 +508,7 @@ impl ModelState {
                 }
                 OutputState::Untrained => refitted(k, None),
             })
+            .into_iter()
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();

@@ -88,7 +88,6 @@
 
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
-use rayon::prelude::*;
 
 use super::EstimatorError;
 use super::basis::Basis;
@@ -191,15 +190,9 @@ impl Predictor {
                 && !state.alternates(k).is_empty())
             .then(|| Err(why.clone())),
         };
+        let parallel = state.basis().dim() >= super::PARALLEL_FROM;
         let attempts: Vec<Option<Result<super::mixture::Averaged, EstimatorError>>> =
-            if state.basis().dim() >= super::PARALLEL_FROM {
-                (0..state.outputs().len())
-                    .into_par_iter()
-                    .map(average)
-                    .collect()
-            } else {
-                (0..state.outputs().len()).map(average).collect()
-            };
+            super::map_outputs(state.outputs().len(), parallel, average);
         let mut unaveraged = Vec::new();
         let averaged: Vec<Option<super::mixture::Averaged>> = attempts
             .into_iter()
@@ -281,11 +274,9 @@ impl Predictor {
                 }
             }
         };
-        let outputs: Vec<Term> = if state.basis().dim() >= super::PARALLEL_FROM {
-            state.outputs().par_iter().enumerate().map(term).collect()
-        } else {
-            state.outputs().iter().enumerate().map(term).collect()
-        };
+        let outputs: Vec<Term> = super::map_outputs(state.outputs().len(), parallel, |k| {
+            term((k, &state.outputs()[k]))
+        });
         let mut weights = state.coefficients();
         for (k, averaged) in averaged.iter().enumerate() {
             if let Some(averaged) = averaged {
