@@ -19,7 +19,9 @@ use crate::config::FolderSettings;
 use crate::domain::Shape;
 use crate::estimator::grid::Grid;
 use crate::estimator::succession::Succession;
-use crate::estimator::{BatchStatistics, FittedShapes, ModelConfig, ModelState, drift};
+use crate::estimator::{
+    BatchStatistics, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM, drift,
+};
 use crate::history::{self, Source, decode_batch};
 use crate::metrics::Metrics;
 use crate::store::{
@@ -349,12 +351,16 @@ async fn fold_claimed(
     let queued = lock.queued_batches().await?;
     let first_fit_rows = lock.spec.first_fit_rows as f64;
     let hold_above = lock.spec.drift_threshold;
+    // A narrow model's step is a fraction of a millisecond: run here, it saves the hop to a
+    // blocking thread, which on a busy machine waits for a core. First fits iterate, and wide
+    // or successor models' steps are dense factorisations: those go to the blocking pool.
+    let inline = current.is_some() && grids.is_none() && config.basis.dim() < PARALLEL_FROM;
     let (plan, queued) = {
         let current = current.clone();
         let config = config.clone();
         let earlier = lock.spec.earlier.clone();
         let serving = serving.clone();
-        tokio::task::spawn_blocking(move || {
+        let work = move || {
             let successor = grids.map(|(grid, old_grid)| Successor {
                 grid,
                 old_grid,
@@ -378,9 +384,14 @@ async fn fold_claimed(
                 successor,
             );
             (plan, queued)
-        })
-        .await
-        .map_err(|e| StoreError::Corrupt(format!("fold task failed: {e}")))?
+        };
+        if inline {
+            work()
+        } else {
+            tokio::task::spawn_blocking(work)
+                .await
+                .map_err(|e| StoreError::Corrupt(format!("fold task failed: {e}")))?
+        }
     };
     let model_id = lock.model_id;
     for (seq, reason) in &plan.rejected {
@@ -425,12 +436,17 @@ async fn fold_claimed(
                 .or(serving);
             let blob = {
                 let (state, successor) = (state.clone(), successor.clone());
-                tokio::task::spawn_blocking(move || {
+                let encode = move || {
                     let succession = successor.as_ref().map(|s| &s.succession);
                     StateBlob::new(encode_version(&state, succession))
-                })
-                .await
-                .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
+                };
+                if inline {
+                    encode()
+                } else {
+                    tokio::task::spawn_blocking(encode)
+                        .await
+                        .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
+                }
             };
             let next = history::NextVersion {
                 origin: VersionOrigin::Fold,

@@ -132,8 +132,9 @@ pub use statistics::BatchStatistics;
 
 /// Basis functions from which forming the outputs' posteriors or predictor terms one rayon
 /// task each pays: below it a task costs more than its work (a 32-band model's whole predictor
-/// takes microseconds), above it one output's is a dense factorisation or solve.
-pub(crate) const PARALLEL_FROM: usize = 64;
+/// takes microseconds), above it one output's is a dense factorisation or solve. A server may
+/// use it the same way: below it, a one-step update is not worth a hop to another thread.
+pub const PARALLEL_FROM: usize = 64;
 
 /// `f(k)` for every output `k < outputs`, in order: one rayon task each where `parallel`, else
 /// on the calling thread. A rayon call from outside its pool hands the work to the pool's
