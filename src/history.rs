@@ -307,11 +307,9 @@ pub async fn commit_version(
             next.state.totals().rows(),
             &next.state.noise_variances(),
             next.blob,
+            next.folds,
         )
         .await?;
-    if !next.folds.is_empty() {
-        lock.mark_folded(next.folds, version).await?;
-    }
     // The version's predictor is ready before the commit, so that the cache serves the version
     // as soon as others can see it: the cache follower, notified by the commit, would otherwise
     // find the cache behind and decode the version from the store again, on the cores this fold

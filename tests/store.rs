@@ -135,11 +135,16 @@ async fn fold_queue(mut lock: mordant::store::ModelLock) -> usize {
         return 0;
     }
     let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
-    let (v, _) = lock
-        .write_version(VersionOrigin::Fold, None, 0.0, &[Some(1.0)], &blob(b"s"))
-        .await
-        .unwrap();
-    lock.mark_folded(&seqs, v).await.unwrap();
+    lock.write_version(
+        VersionOrigin::Fold,
+        None,
+        0.0,
+        &[Some(1.0)],
+        &blob(b"s"),
+        &seqs,
+    )
+    .await
+    .unwrap();
     lock.commit().await.unwrap();
     seqs.len()
 }
@@ -409,17 +414,16 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
         assert_eq!(ids, ["b1", "b2"]);
         assert_eq!(queued[0].statistics, b"stats of b1");
         assert!(queued[0].seq < queued[1].seq);
-        let (v, _) = lock
-            .write_version(
-                VersionOrigin::Fold,
-                None,
-                4.0,
-                &[Some(0.5)],
-                &blob(b"state 1"),
-            )
-            .await
-            .unwrap();
-        lock.mark_folded(&[queued[0].seq], v).await.unwrap();
+        lock.write_version(
+            VersionOrigin::Fold,
+            None,
+            4.0,
+            &[Some(0.5)],
+            &blob(b"state 1"),
+            &[queued[0].seq],
+        )
+        .await
+        .unwrap();
         lock.mark_rejected(queued[1].seq, "bad").await.unwrap();
     }
     let model = store.model_by_id(id).await.unwrap().unwrap();
@@ -440,11 +444,11 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
             4.0,
             &[Some(0.5), None],
             &blob(b"state 1"),
+            &[queued[0].seq],
         )
         .await
         .unwrap();
     assert_eq!((v, lock.version), (1, 1));
-    lock.mark_folded(&[queued[0].seq], v).await.unwrap();
     lock.mark_rejected(queued[1].seq, "bad").await.unwrap();
     lock.commit().await.unwrap();
 
@@ -502,6 +506,7 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
         4.0,
         &[Some(0.5), None],
         &blob(b"state 1"),
+        &[],
     )
     .await
     .unwrap();
@@ -557,11 +562,16 @@ async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(sto
     .await
     .unwrap();
     lock.record_surprises(&[]).await.unwrap();
-    let (v, _) = lock
-        .write_version(VersionOrigin::Fold, None, 4.0, &[Some(1.0)], &blob(b"s"))
-        .await
-        .unwrap();
-    lock.mark_folded(&[seq("b1"), seq("b3")], v).await.unwrap();
+    lock.write_version(
+        VersionOrigin::Fold,
+        None,
+        4.0,
+        &[Some(1.0)],
+        &blob(b"s"),
+        &[seq("b1"), seq("b3")],
+    )
+    .await
+    .unwrap();
     lock.commit().await.unwrap();
 
     let b1 = (
@@ -630,11 +640,11 @@ async fn fold_two(store: &Store, id: i64, spec: &ModelSpec, v: i64) {
             4.0 * v as f64,
             &[Some(1.0)],
             &state,
+            &seqs,
         )
         .await
         .unwrap();
     assert_eq!(written, v);
-    lock.mark_folded(&seqs, written).await.unwrap();
     lock.commit().await.unwrap();
 }
 
@@ -655,6 +665,7 @@ async fn folds_between_full_states_keep_their_digest_and_batches(store: &Store) 
         8.0,
         &[Some(1.0)],
         &blob(b"state 8"),
+        &[],
     )
     .await
     .unwrap();
@@ -717,10 +728,14 @@ async fn retention_purges_the_rows_of_settled_batches_only(store: &Store) {
     let mut lock = claim_eventually(store, &[]).await;
     let queued = lock.queued_batches().await.unwrap();
     let (v, _) = lock
-        .write_version(VersionOrigin::Fold, None, 6.0, &[Some(1.0)], &blob(b"s"))
-        .await
-        .unwrap();
-    lock.mark_folded(&[queued[0].seq, queued[1].seq, queued[3].seq], v)
+        .write_version(
+            VersionOrigin::Fold,
+            None,
+            6.0,
+            &[Some(1.0)],
+            &blob(b"s"),
+            &[queued[0].seq, queued[1].seq, queued[3].seq],
+        )
         .await
         .unwrap();
     lock.mark_rejected(queued[2].seq, "bad").await.unwrap();
@@ -835,11 +850,16 @@ async fn restore_locks_and_deletion_wait_for_a_held_lock(store: &Store) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiting.is_finished(), "a restore lock while a fold runs");
     let queued = fold.queued_batches().await.unwrap();
-    let (v, _) = fold
-        .write_version(VersionOrigin::Fold, None, 4.0, &[Some(1.0)], &blob(b"s"))
-        .await
-        .unwrap();
-    fold.mark_folded(&[queued[0].seq], v).await.unwrap();
+    fold.write_version(
+        VersionOrigin::Fold,
+        None,
+        4.0,
+        &[Some(1.0)],
+        &blob(b"s"),
+        &[queued[0].seq],
+    )
+    .await
+    .unwrap();
     fold.commit().await.unwrap();
     let version = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
@@ -911,15 +931,29 @@ async fn notifications_announce_committed_changes_only(store: &Store) {
     // A version written in a lock that is rolled back is never announced.
     {
         let mut lock = store.claim_fold(&[]).await.unwrap().unwrap();
-        lock.write_version(VersionOrigin::Fold, None, 4.0, &[Some(1.0)], &blob(b"s"))
-            .await
-            .unwrap();
+        lock.write_version(
+            VersionOrigin::Fold,
+            None,
+            4.0,
+            &[Some(1.0)],
+            &blob(b"s"),
+            &[],
+        )
+        .await
+        .unwrap();
     }
     assert_eq!(next(&mut models, short).await, None);
     let mut lock = claim_eventually(store, &[]).await;
-    lock.write_version(VersionOrigin::Fold, None, 4.0, &[Some(1.0)], &blob(b"s"))
-        .await
-        .unwrap();
+    lock.write_version(
+        VersionOrigin::Fold,
+        None,
+        4.0,
+        &[Some(1.0)],
+        &blob(b"s"),
+        &[],
+    )
+    .await
+    .unwrap();
     lock.commit().await.unwrap();
     assert_eq!(
         next(&mut models, long).await,

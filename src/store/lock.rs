@@ -33,15 +33,14 @@ pub trait ModelTransaction: Send {
     /// The model's queued batches, oldest first.
     async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError>;
     /// Writes `version` (the current one plus one) and makes it current, thinning the one it
-    /// replaces where asked ([`NewVersion::thin_previous`]); returns its time.
+    /// replaces where asked ([`NewVersion::thin_previous`]) and marking the queued batches it
+    /// folds in ([`NewVersion::folds`]) as folded into it; returns its time.
     async fn write_version(
         &mut self,
         version: &NewVersion<'_>,
     ) -> Result<DateTime<Utc>, StoreError>;
     /// Replaces the model's specification (a model only grows: see [`ModelLock::respecify`]).
     async fn set_spec(&mut self, spec: &ModelSpec) -> Result<(), StoreError>;
-    /// Marks queued batches as folded into `version`.
-    async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError>;
     /// Marks a queued batch as rejected with the reason.
     async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError>;
     /// Stores the surprise of each of the model's queued batches, and holds for review those
@@ -133,6 +132,9 @@ impl ModelLock {
     /// folds, and restoring any version replays at most `full_state_every − 1` folds. A model
     /// with a successor instrument keeps every version in full: its versions carry the
     /// succession, which a replay of the model's batches would not give back.
+    ///
+    /// The queued batches among `folds` are marked folded into the version (a fold's; none
+    /// for a restore or a refit).
     pub async fn write_version(
         &mut self,
         origin: VersionOrigin,
@@ -140,6 +142,7 @@ impl ModelLock {
         observations: f64,
         noise_variances: &[Option<f64>],
         state: &StateBlob,
+        folds: &[i64],
     ) -> Result<(i64, DateTime<Utc>), StoreError> {
         let version = self.version + 1;
         let previous = version - 1;
@@ -156,6 +159,7 @@ impl ModelLock {
                 noise_variances,
                 state,
                 thin_previous,
+                folds,
             })
             .await?;
         self.version = version;
@@ -169,11 +173,6 @@ impl ModelLock {
         self.tx.set_spec(&spec).await?;
         self.spec = spec;
         Ok(())
-    }
-
-    /// Marks batches as folded into `version`.
-    pub async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {
-        self.tx.mark_folded(seqs, version).await
     }
 
     /// Marks a batch as rejected with the reason.

@@ -180,6 +180,8 @@ pub struct NewVersion<'a> {
     /// Drop the state of the version this one replaces if that is a fold after the first
     /// (keeping its digest): it is then the version before it with its batches folded in.
     pub thin_previous: bool,
+    /// The queued batches this version folds in, marked folded into it.
+    pub folds: &'a [i64],
 }
 
 /// A batch already stored under an id, with the hash of its content.

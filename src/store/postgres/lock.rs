@@ -103,7 +103,7 @@ impl ModelTransaction for PgModelTransaction {
         // The state is most of the message: its buffer is sized once, where binding would grow
         // it by doubling and copy a wide model's state (tens of megabytes) at every step.
         let mut args = PgArguments::default();
-        args.reserve(10, v.state.bytes.len() + v.state.digest.len() + 256);
+        args.reserve(11, v.state.bytes.len() + v.state.digest.len() + 256);
         let encode = |e| StoreError::Database(sqlx::Error::Encode(e));
         args.add(self.model_id).map_err(encode)?;
         args.add(v.version).map_err(encode)?;
@@ -115,15 +115,20 @@ impl ModelTransaction for PgModelTransaction {
         args.add(&v.state.digest[..]).map_err(encode)?;
         args.add(channel(Topic::Models)).map_err(encode)?;
         args.add(v.thin_previous).map_err(encode)?;
+        args.add(v.folds).map_err(encode)?;
         // One round trip: the version, the model's row pointing to it, the previous version
-        // thinned where asked (a fold after the first only), and the notification sent at
-        // the commit.
+        // thinned where asked (a fold after the first only), the batches it folds in marked
+        // (found among the model's queued ones, as `record_surprises` finds them), and the
+        // notification sent at the commit.
         let created_at: DateTime<Utc> = sqlx::query_scalar_with(
             "WITH model AS (UPDATE models SET version = $2, observations = $5, \
                                               updated_at = clock_timestamp() WHERE id = $1), \
                   thin AS (UPDATE versions SET state = ''::bytea \
                            WHERE $10 AND model_id = $1 AND version = $2 - 1 AND version > 1 \
                              AND origin = 'fold' AND state_digest IS NOT NULL), \
+                  folded AS (UPDATE batches SET status = 'folded', version = $2, \
+                                                folded_at = clock_timestamp() \
+                             WHERE seq = ANY($11) AND model_id = $1 AND status = 'queued'), \
                   notice AS MATERIALIZED (SELECT pg_notify($9, $1::text)) \
              INSERT INTO versions (model_id, version, origin, restored_from, observations, \
                                    noise_variances, state, created_at, state_digest) \
@@ -143,19 +148,6 @@ impl ModelTransaction for PgModelTransaction {
             .execute(&mut *self.tx)
             .await?;
         notify(&mut self.tx, Topic::Models, self.model_id).await?;
-        Ok(())
-    }
-
-    async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE batches SET status = 'folded', version = $2, folded_at = clock_timestamp() \
-             WHERE seq = ANY($1) AND model_id = $3 AND status = 'queued'",
-        )
-        .bind(seqs)
-        .bind(version)
-        .bind(self.model_id)
-        .execute(&mut *self.tx)
-        .await?;
         Ok(())
     }
 

@@ -156,21 +156,19 @@ impl ModelTransaction for SqliteModelTransaction {
                 version: v.version - 1,
             });
         }
+        if !v.folds.is_empty() {
+            self.writes.push(Write::Folded {
+                seqs: v.folds.to_vec(),
+                version: v.version,
+                at,
+            });
+        }
         Ok(at)
     }
 
     async fn set_spec(&mut self, spec: &ModelSpec) -> Result<(), StoreError> {
         self.writes.push(Write::Spec {
             spec: spec.clone(),
-            at: Utc::now(),
-        });
-        Ok(())
-    }
-
-    async fn mark_folded(&mut self, seqs: &[i64], version: i64) -> Result<(), StoreError> {
-        self.writes.push(Write::Folded {
-            seqs: seqs.to_vec(),
-            version,
             at: Utc::now(),
         });
         Ok(())
