@@ -352,8 +352,9 @@ async fn fold_claimed(
     let first_fit_rows = lock.spec.first_fit_rows as f64;
     let hold_above = lock.spec.drift_threshold;
     // A narrow model's step is a fraction of a millisecond: run here, it saves the hop to a
-    // blocking thread, which on a busy machine waits for a core. First fits iterate, and wide
-    // or successor models' steps are dense factorisations: those go to the blocking pool.
+    // blocking thread, which on a busy machine waits for a core (its refits, as rows outgrow a
+    // fit, come a logarithm of the rows apart). First fits iterate, and wide or successor
+    // models' steps are dense factorisations: those go to the blocking pool.
     let inline = current.is_some() && grids.is_none() && config.basis.dim() < PARALLEL_FROM;
     let (plan, queued) = {
         let current = current.clone();
