@@ -386,13 +386,7 @@ async fn fold_claimed(
             );
             (plan, queued)
         };
-        if inline {
-            work()
-        } else {
-            tokio::task::spawn_blocking(work)
-                .await
-                .map_err(|e| StoreError::Corrupt(format!("fold task failed: {e}")))?
-        }
+        compute(inline, "fold", work).await?
     };
     let model_id = lock.model_id;
     for (seq, reason) in &plan.rejected {
@@ -441,13 +435,7 @@ async fn fold_claimed(
                     let succession = successor.as_ref().map(|s| &s.succession);
                     StateBlob::new(encode_version(&state, succession))
                 };
-                if inline {
-                    encode()
-                } else {
-                    tokio::task::spawn_blocking(encode)
-                        .await
-                        .map_err(|e| StoreError::Corrupt(format!("encoder task failed: {e}")))?
-                }
+                compute(inline, "encoder", encode).await?
             };
             let next = history::NextVersion {
                 origin: VersionOrigin::Fold,
@@ -501,6 +489,21 @@ async fn fold_claimed(
         folded: plan.folded.len(),
         rejected: plan.rejected.len(),
     })
+}
+
+/// `work` on the calling task where `inline` (work shorter than a hop to another thread), else
+/// on the blocking pool; `what` names it should that thread fail.
+async fn compute<T: Send + 'static>(
+    inline: bool,
+    what: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, StoreError> {
+    if inline {
+        return Ok(work());
+    }
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| StoreError::Corrupt(format!("{what} task failed: {e}")))
 }
 
 fn rows_of(queued: &[QueuedBatch], seqs: &[i64]) -> i64 {

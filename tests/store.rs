@@ -135,18 +135,26 @@ async fn fold_queue(mut lock: mordant::store::ModelLock) -> usize {
         return 0;
     }
     let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
-    lock.write_version(
-        VersionOrigin::Fold,
-        None,
-        0.0,
-        &[Some(1.0)],
-        &blob(b"s"),
-        &seqs,
-    )
-    .await
-    .unwrap();
+    write_fold(&mut lock, 0.0, &seqs).await;
     lock.commit().await.unwrap();
     seqs.len()
+}
+
+/// Writes the locked model's next version as a fold of `folds`, with a small placeholder state:
+/// its number.
+async fn write_fold(lock: &mut ModelLock, observations: f64, folds: &[i64]) -> i64 {
+    let (version, _) = lock
+        .write_version(
+            VersionOrigin::Fold,
+            None,
+            observations,
+            &[Some(1.0)],
+            &blob(b"s"),
+            folds,
+        )
+        .await
+        .unwrap();
+    version
 }
 
 async fn create(store: &Store, spec: &ModelSpec) -> i64 {
@@ -562,16 +570,7 @@ async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(sto
     .await
     .unwrap();
     lock.record_surprises(&[]).await.unwrap();
-    lock.write_version(
-        VersionOrigin::Fold,
-        None,
-        4.0,
-        &[Some(1.0)],
-        &blob(b"s"),
-        &[seq("b1"), seq("b3")],
-    )
-    .await
-    .unwrap();
+    write_fold(&mut lock, 4.0, &[seq("b1"), seq("b3")]).await;
     lock.commit().await.unwrap();
 
     let b1 = (
@@ -727,17 +726,12 @@ async fn retention_purges_the_rows_of_settled_batches_only(store: &Store) {
         .expect("insert");
     let mut lock = claim_eventually(store, &[]).await;
     let queued = lock.queued_batches().await.unwrap();
-    let (v, _) = lock
-        .write_version(
-            VersionOrigin::Fold,
-            None,
-            6.0,
-            &[Some(1.0)],
-            &blob(b"s"),
-            &[queued[0].seq, queued[1].seq, queued[3].seq],
-        )
-        .await
-        .unwrap();
+    let v = write_fold(
+        &mut lock,
+        6.0,
+        &[queued[0].seq, queued[1].seq, queued[3].seq],
+    )
+    .await;
     lock.mark_rejected(queued[2].seq, "bad").await.unwrap();
     lock.commit().await.unwrap();
     ingest(store, id, &batch(&spec, "b5", 2, 3.0)).await;
@@ -850,16 +844,7 @@ async fn restore_locks_and_deletion_wait_for_a_held_lock(store: &Store) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiting.is_finished(), "a restore lock while a fold runs");
     let queued = fold.queued_batches().await.unwrap();
-    fold.write_version(
-        VersionOrigin::Fold,
-        None,
-        4.0,
-        &[Some(1.0)],
-        &blob(b"s"),
-        &[queued[0].seq],
-    )
-    .await
-    .unwrap();
+    write_fold(&mut fold, 4.0, &[queued[0].seq]).await;
     fold.commit().await.unwrap();
     let version = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
@@ -931,29 +916,11 @@ async fn notifications_announce_committed_changes_only(store: &Store) {
     // A version written in a lock that is rolled back is never announced.
     {
         let mut lock = store.claim_fold(&[]).await.unwrap().unwrap();
-        lock.write_version(
-            VersionOrigin::Fold,
-            None,
-            4.0,
-            &[Some(1.0)],
-            &blob(b"s"),
-            &[],
-        )
-        .await
-        .unwrap();
+        write_fold(&mut lock, 4.0, &[]).await;
     }
     assert_eq!(next(&mut models, short).await, None);
     let mut lock = claim_eventually(store, &[]).await;
-    lock.write_version(
-        VersionOrigin::Fold,
-        None,
-        4.0,
-        &[Some(1.0)],
-        &blob(b"s"),
-        &[],
-    )
-    .await
-    .unwrap();
+    write_fold(&mut lock, 4.0, &[]).await;
     lock.commit().await.unwrap();
     assert_eq!(
         next(&mut models, long).await,
