@@ -407,7 +407,9 @@ def what_text():
         "* **mordant** (`benches/peers.rs`, release build): first fit = the statistics of the first-fit "
         "rows (design matrix, `G = ΦᵀΦ`, `B = ΦᵀY`) and Algorithm 2 on every output (`ModelState::fit`); "
         "update = the statistics of the new rows and one Bayesian step (`ModelState::update`, "
-        "the default `UpdateMethod::OneStep`). Outputs in parallel on rayon's threads.",
+        "the default `UpdateMethod::OneStep`). Outputs in parallel on rayon's threads, but for a "
+        "one-step update below 64 basis functions (the spectrum problem's), which maps its outputs "
+        "on the calling thread.",
         "* **ARDRegression**, **BayesianRidge**: one model per output (`fit(X, y[:, k])`); first fit on "
         "the first-fit rows; update = a new fit on the first-fit rows and the new rows, the "
         "only way they learn new rows.",
