@@ -6,10 +6,8 @@
 //! needs, `403`. Health, readiness, metrics and the documentation are open.
 
 use axum::body::Body;
-use axum::extract::{MatchedPath, State};
+use axum::extract::MatchedPath;
 use axum::http::{Request, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{
     ContentBuilder, OpenApi, Ref, RefOr, ResponseBuilder, path::Operation,
@@ -84,14 +82,11 @@ pub struct Guard {
     pub policy: Arc<Policy>,
 }
 
-/// The middleware: checks the request's key against the route's policy.
-pub async fn authorize(
-    State(guard): State<Guard>,
-    mut request: Request<Body>,
-    next: Next,
-) -> Response {
+/// Checks the request's key against the route's policy: the request to pass on (with the
+/// key's principal where one was presented), or the answer that refuses it.
+pub fn admit(guard: &Guard, mut request: Request<Body>) -> Result<Request<Body>, ApiError> {
     if !guard.keys.is_enforced() {
-        return next.run(request).await;
+        return Ok(request);
     }
     // A route layer always sees the matched route; without one, nothing is open (fail closed).
     let route = request
@@ -99,11 +94,11 @@ pub async fn authorize(
         .get::<MatchedPath>()
         .map_or_else(String::new, |p| p.as_str().to_owned());
     let Access::Scopes(allowed) = guard.policy.access(request.method().as_str(), &route) else {
-        return next.run(request).await;
+        return Ok(request);
     };
     let presented = match bearer(request.headers()) {
         Ok(key) => key.map(str::to_owned),
-        Err(problem) => return ApiError::Unauthorized(problem.into()).into_response(),
+        Err(problem) => return Err(ApiError::Unauthorized(problem.into())),
     };
     let presented = presented.as_deref();
     match guard.keys.check(presented, allowed) {
@@ -111,26 +106,24 @@ pub async fn authorize(
         // caller's scopes itself.
         Verdict::Allowed(Some(principal)) => {
             request.extensions_mut().insert(principal);
-            next.run(request).await
+            Ok(request)
         }
-        Verdict::Allowed(None) => next.run(request).await,
-        Verdict::Unauthenticated if presented.is_none() => ApiError::Unauthorized(
+        Verdict::Allowed(None) => Ok(request),
+        Verdict::Unauthenticated if presented.is_none() => Err(ApiError::Unauthorized(
             "this endpoint needs an API key: send `Authorization: Bearer <key>`".into(),
-        )
-        .into_response(),
-        Verdict::Unauthenticated => {
-            ApiError::Unauthorized("the API key is unknown or revoked".into()).into_response()
-        }
+        )),
+        Verdict::Unauthenticated => Err(ApiError::Unauthorized(
+            "the API key is unknown or revoked".into(),
+        )),
         Verdict::Forbidden(principal) => {
             tracing::info!(key = %principal.name, route, "API key lacks the scope");
-            ApiError::Forbidden(format!(
+            Err(ApiError::Forbidden(format!(
                 "the API key {:?} has scopes {}; {} {route} needs {}",
                 principal.name,
                 join(&principal.scopes),
                 request.method(),
                 join(allowed),
-            ))
-            .into_response()
+            )))
         }
     }
 }

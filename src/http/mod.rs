@@ -33,6 +33,7 @@ use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::get;
+use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -125,11 +126,12 @@ pub fn router(state: AppState, server: &ServerSettings) -> anyhow::Result<Router
     let router = api
         // Before the route layers, so that 405 answers carry their route like the rest.
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        // Order matters: the last route layer runs first. A request's route is noted for the
-        // metrics, then it is checked for a key, then given its time limit.
-        .route_layer(middleware::from_fn_with_state(timeout, limit_time))
-        .route_layer(middleware::from_fn_with_state(guard, auth::authorize))
-        .route_layer(middleware::from_fn(note_route))
+        // One route layer, not three: each boxes every route again, and a request clones the
+        // chain of boxes at each layer it passes.
+        .route_layer(middleware::from_fn_with_state(
+            RouteLayer { guard, timeout },
+            per_route,
+        ))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .with_state(state);
     let outer = OuterLayers {
@@ -156,6 +158,10 @@ struct OuterLayers {
 /// requests no route matched (`route="unmatched"`: unknown paths, CORS preflights, and `431`,
 /// `413` for an announced length and `503 busy`, refused before routing) and the `500` of a
 /// handler that panicked.
+///
+/// They wrap the router once, as one service, instead of each route by `Router::layer`: there
+/// every layer boxes every route's service again, and a request cloned the whole chain of boxes
+/// at each layer it passed (about ninety allocations per request).
 fn serve_layers(router: Router, outer: OuterLayers) -> Router {
     let OuterLayers {
         metrics,
@@ -164,14 +170,14 @@ fn serve_layers(router: Router, outer: OuterLayers) -> Router {
         head_limits,
         cors,
     } = outer;
-    let router = router
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(budget, reserve_body))
-        .layer(CatchPanicLayer::custom(
-            |_: Box<dyn std::any::Any + Send>| {
-                ApiError::internal(anyhow::anyhow!("a request handler panicked")).into_response()
-            },
-        ))
+    let stack = ServiceBuilder::new()
+        .layer(middleware::from_fn_with_state(metrics, track))
+        .option_layer(cors)
+        // Outside the request id, so that it counts the headers as sent (not the id added
+        // below), and refuses an announced body over the limit before any of it is read.
+        .layer(middleware::from_fn_with_state(head_limits, check_head))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(|request: &Request<_>| {
@@ -189,16 +195,15 @@ fn serve_layers(router: Router, outer: OuterLayers) -> Router {
                 })
                 .on_response(DefaultOnResponse::new().level(Level::INFO)),
         )
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-        // Outside the request id, so that it counts the headers as sent (not the id added
-        // above), and refuses an announced body over the limit before any of it is read.
-        .layer(middleware::from_fn_with_state(head_limits, check_head));
-    let router = match cors {
-        Some(cors) => router.layer(cors),
-        None => router,
-    };
-    router.layer(middleware::from_fn_with_state(metrics, track))
+        .layer(CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                ApiError::internal(anyhow::anyhow!("a request handler panicked")).into_response()
+            },
+        ))
+        .layer(middleware::from_fn_with_state(budget, reserve_body))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .service(router);
+    Router::new().fallback_service(stack)
 }
 
 /// `/metrics` alone, for `server.metrics_addr`.
@@ -384,24 +389,42 @@ async fn reserve_body(
     }
 }
 
-/// Answers `503 timeout` when a request (its body included) takes longer than the limit.
-/// A batch whose request timed out may still have been stored: its retry with the same id is
-/// answered from the stored batch.
-async fn limit_time(State(limit): State<Duration>, request: Request<Body>, next: Next) -> Response {
-    match tokio::time::timeout(limit, next.run(request)).await {
+/// What [`per_route`] needs.
+#[derive(Clone)]
+struct RouteLayer {
+    guard: Guard,
+    timeout: Duration,
+}
+
+/// Once routing has happened: notes the route for the metrics ([`note`]), checks the
+/// request's key against the route's policy ([`auth::admit`]), and answers `503 timeout` when
+/// the request (its body included) takes longer than the limit. A batch whose request timed
+/// out may still have been stored: its retry with the same id is answered from the stored
+/// batch.
+async fn per_route(
+    State(layer): State<RouteLayer>,
+    request: Request<Body>,
+    next: Next,
+) -> Response {
+    note(&request);
+    let request = match auth::admit(&layer.guard, request) {
+        Ok(request) => request,
+        Err(refused) => return refused.into_response(),
+    };
+    match tokio::time::timeout(layer.timeout, next.run(request)).await {
         Ok(response) => response,
         Err(_) => ApiError::Timeout(format!(
             "the request took longer than the limit of {} s",
-            limit.as_secs()
+            layer.timeout.as_secs()
         ))
         .into_response(),
     }
 }
 
-/// The route a request matched, noted by [`note_route`] once routing has happened, for
-/// [`track`] outside the router.
+/// The route a request matched, noted by [`per_route`] (or [`note_route`] on the metrics
+/// listener) once routing has happened, for [`track`] outside the router.
 #[derive(Clone, Default)]
-struct RouteSlot(Arc<std::sync::OnceLock<String>>);
+struct RouteSlot(Arc<std::sync::OnceLock<MatchedPath>>);
 
 /// Counts and times every request by the route it matched (`unmatched` when none did).
 async fn track(
@@ -415,7 +438,7 @@ async fn track(
     let start = Instant::now();
     let response = next.run(request).await;
     metrics.observe_request(
-        slot.0.get().map_or("unmatched", String::as_str),
+        slot.0.get().map_or("unmatched", MatchedPath::as_str),
         method.as_str(),
         response.status().as_u16(),
         start.elapsed().as_secs_f64(),
@@ -423,15 +446,21 @@ async fn track(
     response
 }
 
-/// Notes the matched route in the request's [`RouteSlot`].
+/// Notes the matched route in the request's [`RouteSlot`], as a route layer of its own (the
+/// metrics listener's router, which needs no key or time limit).
 async fn note_route(request: Request<Body>, next: Next) -> Response {
+    note(&request);
+    next.run(request).await
+}
+
+/// Notes the matched route in the request's [`RouteSlot`].
+fn note(request: &Request<Body>) {
     if let (Some(slot), Some(path)) = (
         request.extensions().get::<RouteSlot>(),
         request.extensions().get::<MatchedPath>(),
     ) {
-        let _ = slot.0.set(path.as_str().to_owned());
+        let _ = slot.0.set(path.clone());
     }
-    next.run(request).await
 }
 
 /// The OpenAPI document as committed in `openapi/openapi.json` (pretty JSON, final newline
