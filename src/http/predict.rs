@@ -78,8 +78,9 @@ pub struct Spectra {
 /// prior's own (models fitted before this rule inflate all of `σ² + φᵀΣφ` until refitted;
 /// `κ = 1` under the plug-in predictive). A dye predicted exactly 0 because every input its
 /// posterior uses is 0 gets the spread of the training rows like that instead (at most `κσ²`); a
-/// dye not yet trained, the mean square of its non-zero values, or less where every input that
-/// marked its uses is 0.
+/// dye not yet trained, the mean square of its non-zero values (for a dye no training row used,
+/// that of the dyes used, once in N + 1 rows), or less where every input that marked its uses is
+/// 0.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"mean": [1.18, 0.02, 0.33], "variance": [0.0041, 0.0009, 0.0023]}))]
 pub struct Prediction {

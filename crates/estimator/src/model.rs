@@ -631,10 +631,33 @@ impl ModelState {
 
     /// Mean square of an untrained output's non-zero values, what a prediction of 0 misses by
     /// when the dye is in fact used.
+    ///
+    /// An output 0 in every one of the `N` rows (a dye no recipe has used yet) has no scale of
+    /// its own; a recipe may still use it. Its variance is then the rule of succession over
+    /// those rows, as for a structural zero (one pseudo-row at the dose scale `v̄` of the
+    /// outputs that have been used, `Σ q_j / Σ N_nz,j`, the rows' `S = 0`):
+    ///
+    /// ```text
+    /// v_k = v̄ / (N + 1)
+    /// ```
+    ///
+    /// the second moment of "used at a dose like the others' once in `N + 1` rows", not the
+    /// noise floor's certainty that it never will be.
     pub(crate) fn untrained_variance(&self, k: usize) -> f64 {
-        self.totals
-            .nonzero_mean_square(k)
-            .max(super::DEFAULT_NOISE_FLOOR)
+        let totals = &self.totals;
+        let own = totals.nonzero_mean_square(k);
+        let variance = if own > 0.0 {
+            own
+        } else {
+            let used: f64 = totals.nonzero().iter().sum();
+            let squares: f64 = totals.q().iter().sum();
+            if used > 0.0 && squares.is_finite() {
+                squares / used / (totals.rows().max(0.0) + 1.0)
+            } else {
+                0.0
+            }
+        };
+        variance.max(super::DEFAULT_NOISE_FLOOR)
     }
 }
 

@@ -53,7 +53,10 @@
 //! carries like any other column ([`super::mixture::average`]).
 //!
 //! An untrained output predicts 0 with `v_k`, the mean square of its non-zero values: it cannot
-//! tell the rows that use it from the rest, unless an input marks them. Its markers `U_k` are
+//! tell the rows that use it from the rest, unless an input marks them. An output 0 in all `N`
+//! rows (a dye no recipe has used yet) has no scale of its own, and `v_k = v̄ / (N + 1)`, the rule
+//! of succession at the used outputs' dose scale `v̄ = Σ q_j / Σ N_nz,j`
+//! (`ModelState::untrained_variance`). Its markers `U_k` are
 //! the basis functions non-zero in a row where the output was (`B_jk ≠ 0`) and in no more rows
 //! than the output is non-zero in (`N − z_j ≤ N_nz,k`): a dye's own lab-dip dose, non-zero
 //! exactly where the dye was used, is one; a fabric class shared by other rows is not (nothing
@@ -898,8 +901,8 @@ impl ModelState {
     /// [`Predictive::StudentNoise`]), or a structural zero's variance (see [`Predictor`],
     /// which a server keeps per version). An untrained output predicts 0, or in proportion to
     /// the inputs that marked its uses where its zeros are structural, with the mean square of
-    /// its non-zero values (the noise floor if it has none), or less on a row where every input
-    /// that marked its uses is 0.
+    /// its non-zero values (for an output no row has used, the used outputs' scale once in
+    /// `N + 1` rows), or less on a row where every input that marked its uses is 0.
     pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         Predictor::new(self).predict(x)
     }
@@ -1108,6 +1111,40 @@ mod tests {
         #[inline(always)]
         fn with_simd<S: pulp::Simd>(self, simd: S) {
             dots(simd, self.a, self.xs, self.out);
+        }
+    }
+
+    /// An output that is 0 in every row (a dye no recipe has used yet) predicts 0 with the rule
+    /// of succession's second moment at the used outputs' dose scale, `v̄ / (N + 1)`, not with
+    /// the noise floor: a recipe may yet use it.
+    #[test]
+    fn an_output_never_used_answers_the_used_outputs_scale_once_in_n_plus_one_rows() {
+        let n = 40;
+        let x = Mat::from_fn(n, 2, |i, j| ((i * (j + 2)) as f64 * 0.7).sin());
+        // Output 0 is dense, output 1 used in 10 rows, output 2 never.
+        let y = Mat::from_fn(n, 3, |i, k| match k {
+            0 => 2.0 + x[(i, 0)],
+            1 if i % 4 == 0 => 0.5 + 0.1 * x[(i, 1)],
+            _ => 0.0,
+        });
+        let basis = Basis::new(2, true, Transform::Identity);
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let pooled = stats.q().iter().sum::<f64>() / stats.nonzero().iter().sum::<f64>();
+        let state = ModelState::fit(&ModelConfig::new(basis, 3), stats).unwrap();
+        assert!(
+            state.outputs()[2].posterior().is_none(),
+            "never used: untrained"
+        );
+        let probe = Mat::from_fn(2, 2, |i, j| (i + j) as f64 * 0.3);
+        let predictions = state.predict(probe.as_ref()).unwrap();
+        let expected = pooled / (n as f64 + 1.0);
+        for r in 0..2 {
+            assert_eq!(predictions.mean[(r, 2)], 0.0);
+            let v = predictions.variance[(r, 2)];
+            assert!(
+                (v - expected).abs() <= 1e-12 * expected,
+                "{v} against {expected}"
+            );
         }
     }
 
