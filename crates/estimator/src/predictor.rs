@@ -459,9 +459,9 @@ impl Predictor {
         Predictions { mean, variance }
     }
 
-    /// Row by row as [`Self::row_by_row`], [`BLOCK`] rows at a time, so that each column of
-    /// `F_kᵀ` is read once for the block, each row's products with it exactly those it has
-    /// alone ([`dots`]).
+    /// Row by row as [`Self::row_by_row`], [`BLOCK`] rows at a time, so that `T_k` is read from
+    /// memory once for the block, each row's products with it exactly those it has alone
+    /// ([`quadratic_forms`], [`dots`]).
     fn rows_together(&self, x: MatRef<'_, f64>) -> Predictions {
         let (rows, m, p) = (x.nrows(), self.outputs.len(), self.basis.dim());
         let mut mean = Mat::zeros(rows, m);
@@ -834,8 +834,15 @@ impl Packed {
 
     /// Row `i`'s leading part, `i` upwards.
     fn rows(&self) -> impl Iterator<Item = &[f64]> {
-        let mut rest = self.values.as_slice();
-        (0..self.k).map(move |i| {
+        self.rows_between(0, self.k)
+    }
+
+    /// Rows `first..end`'s leading parts (row `i` starts after `i (w − k + 1) + i (i − 1) / 2`
+    /// values).
+    fn rows_between(&self, first: usize, end: usize) -> impl Iterator<Item = &[f64]> {
+        let start = first * (self.w - self.k + 1) + first * first.saturating_sub(1) / 2;
+        let mut rest = &self.values[start..];
+        (first..end).map(move |i| {
             let (row, tail) = rest.split_at(Self::len(self.k, self.w, i));
             rest = tail;
             row
@@ -853,7 +860,11 @@ impl Packed {
 }
 
 /// `out_r = ‖T x_r‖²` for rows `x_r` of length `w`, summed in the order of a single row's:
-/// `Σᵢ (Tᵢ·x_r)²` for `i` upwards, each product over row `i`'s leading part.
+/// `Σᵢ (Tᵢ·x_r)²` for `i` upwards, each product over row `i`'s leading part. `T` is taken a
+/// panel of rows at a time ([`PANEL_VALUES`]) and the rows [`GROUP`] at a time against it, so
+/// that `T` is read from memory once for all the rows and the rows stay in the first-level
+/// cache: a 700-band factor row's products with sixteen rows of 701 inputs (90 kB) would
+/// otherwise read those rows from the second-level cache for every row of `T`.
 fn quadratic_forms(factor: &Packed, xs: &[&[f64]], out: &mut [f64]) {
     // Compiled again for the widest vectors the CPU has (AVX2 where present): the same
     // additions in the same order on wider lanes (Rust never fuses a multiply and an add), so
@@ -877,20 +888,38 @@ impl pulp::WithSimd for QuadraticForms<'_> {
     }
 }
 
+/// Values of `T` in a panel of its rows: read once from memory for all the rows at hand, then
+/// from the core's second-level cache once per [`GROUP`].
+const PANEL_VALUES: usize = 16 * 1024;
+
+/// Rows whose products with a panel are formed together: four rows of 701 inputs (22 kB) stay
+/// in the first-level cache while the panel streams past them, where sixteen would not.
+const GROUP: usize = 4;
+
 #[inline(always)]
 fn quadratic_forms_inline<S: pulp::Simd>(simd: S, factor: &Packed, xs: &[&[f64]], out: &mut [f64]) {
     out.fill(0.0);
-    let mut t = [0.0; BLOCK];
-    for chunk_start in (0..xs.len()).step_by(BLOCK) {
-        let xs = &xs[chunk_start..xs.len().min(chunk_start + BLOCK)];
-        let out = &mut out[chunk_start..chunk_start + xs.len()];
-        let t = &mut t[..xs.len()];
-        for row in factor.rows() {
-            dots(simd, row, xs, t);
-            for (o, t) in out.iter_mut().zip(t.iter()) {
-                *o += t * t;
+    let mut t = [0.0; GROUP];
+    let (k, w) = (factor.k, factor.w);
+    let mut first = 0;
+    while first < k {
+        // Row `first`, and the rows after it while the panel has room for them.
+        let mut end = first + 1;
+        let mut values = Packed::len(k, w, first);
+        while end < k && values + Packed::len(k, w, end) <= PANEL_VALUES {
+            values += Packed::len(k, w, end);
+            end += 1;
+        }
+        for (xs, out) in xs.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
+            let t = &mut t[..xs.len()];
+            for row in factor.rows_between(first, end) {
+                dots(simd, row, xs, t);
+                for (o, t) in out.iter_mut().zip(t.iter()) {
+                    *o += t * t;
+                }
             }
         }
+        first = end;
     }
 }
 
@@ -1111,6 +1140,41 @@ mod tests {
         #[inline(always)]
         fn with_simd<S: pulp::Simd>(self, simd: S) {
             dots(simd, self.a, self.xs, self.out);
+        }
+    }
+
+    /// A block's quadratic forms are each row's own, bit for bit, where the factor is split into
+    /// several panels and the rows into several groups: `Σᵢ dot(Tᵢ, x)²` with `i` upwards.
+    #[test]
+    fn quadratic_forms_are_each_rows_own_across_panels_and_groups() {
+        let mut seed = 11u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        for (k, w) in [(0, 5), (3, 3), (200, 200), (64, 701)] {
+            let dense = Mat::from_fn(k, w, |i, j| if j <= w - k + i { next() } else { 0.0 });
+            let factor = Packed::new(dense.as_ref());
+            if k >= 64 {
+                assert!(factor.values.len() > PANEL_VALUES, "{k} x {w}: one panel");
+            }
+            let xs: Vec<Vec<f64>> = (0..BLOCK)
+                .map(|_| (0..w).map(|_| next()).collect())
+                .collect();
+            for rows in 0..=BLOCK {
+                let views: Vec<&[f64]> = xs[..rows].iter().map(Vec::as_slice).collect();
+                let mut out = vec![f64::NAN; rows];
+                quadratic_forms(&factor, &views, &mut out);
+                for (o, x) in out.iter().zip(&views) {
+                    let own: f64 = factor
+                        .rows()
+                        .map(|row| dot(row, &x[..row.len()]).powi(2))
+                        .fold(0.0, |sum, t| sum + t);
+                    assert_eq!(o.to_bits(), own.to_bits(), "{k} x {w}, {rows} rows");
+                }
+            }
         }
     }
 
