@@ -1143,17 +1143,22 @@ mod tests {
         }
     }
 
-    /// A block's quadratic forms are each row's own, bit for bit, where the factor is split into
-    /// several panels and the rows into several groups: `Σᵢ dot(Tᵢ, x)²` with `i` upwards.
-    #[test]
-    fn quadratic_forms_are_each_rows_own_across_panels_and_groups() {
-        let mut seed = 11u64;
-        let mut next = || {
+    /// A reproducible stream of numbers in [−½, ½) (a linear congruential generator).
+    fn uniform(mut seed: u64) -> impl FnMut() -> f64 {
+        move || {
             seed = seed
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             (seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-        };
+        }
+    }
+
+    /// A block's quadratic forms are each row's own, bit for bit, where the factor is split into
+    /// several panels and the rows into several groups, with and without the CPU's vectors:
+    /// `Σᵢ dot(Tᵢ, x)²` with `i` upwards.
+    #[test]
+    fn quadratic_forms_are_each_rows_own_across_panels_and_groups() {
+        let mut next = uniform(11);
         for (k, w) in [(0, 5), (3, 3), (200, 200), (64, 701)] {
             let dense = Mat::from_fn(k, w, |i, j| if j <= w - k + i { next() } else { 0.0 });
             let factor = Packed::new(dense.as_ref());
@@ -1167,6 +1172,10 @@ mod tests {
                 let views: Vec<&[f64]> = xs[..rows].iter().map(Vec::as_slice).collect();
                 let mut out = vec![f64::NAN; rows];
                 quadratic_forms(&factor, &views, &mut out);
+                let mut scalar = vec![f64::NAN; rows];
+                quadratic_forms_inline(pulp::Scalar::new(), &factor, &views, &mut scalar);
+                let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&scalar), bits(&out), "{k} x {w}, {rows} rows");
                 for (o, x) in out.iter().zip(&views) {
                     let own: f64 = factor
                         .rows()
@@ -1216,13 +1225,7 @@ mod tests {
     /// any number of rows around the groups of four, with and without the CPU's vectors.
     #[test]
     fn dots_are_each_the_single_dot() {
-        let mut seed = 7u64;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-        };
+        let mut next = uniform(7);
         for len in [0, 1, 3, 4, 5, 8, 31, 32, 33, 701] {
             let a: Vec<f64> = (0..len).map(|_| next()).collect();
             let xs: Vec<Vec<f64>> = (0..BLOCK)
