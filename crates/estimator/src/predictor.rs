@@ -1179,7 +1179,10 @@ mod tests {
                 for (o, x) in out.iter().zip(&views) {
                     let own: f64 = factor
                         .rows()
-                        .map(|row| dot(row, &x[..row.len()]).powi(2))
+                        .map(|row| {
+                            let t = dot(row, &x[..row.len()]);
+                            t * t
+                        })
                         .fold(0.0, |sum, t| sum + t);
                     assert_eq!(o.to_bits(), own.to_bits(), "{k} x {w}, {rows} rows");
                 }
