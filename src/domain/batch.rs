@@ -5,7 +5,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::body::{Body, RowField, Width};
-use super::fast::{fast_csv, fast_rows_object};
+use super::fast::{FastSpectra, fast_csv, fast_rows_object, fast_spectra_object};
 use super::handover::{self, grid_of};
 use super::header::{Column, CsvError, csv_columns};
 use super::spectrum::{
@@ -110,6 +110,37 @@ pub fn row_fields(spec: &ModelSpec) -> [RowField; 4] {
             },
         },
     ]
+}
+
+/// A predict request's inputs for a model with a spectrum, read by the fast path
+/// ([`fast_spectra_object`]) and handled as [`parse_inputs`] handles them (reflectances above full
+/// scale flagged at the same paths, the spectra resampled onto the model's grid, the named
+/// features after them), with the warnings; `None` for a body the fast path does not take, or
+/// one in which [`parse_inputs`] would find a problem (a grid that is not valid or does not
+/// cover the model's, arrays of different lengths): the full parse then says what is wrong.
+pub fn fast_inputs(bytes: &[u8], spec: &ModelSpec, max_rows: usize) -> Option<(Rows, Vec<Detail>)> {
+    let spectrum = spec.spectrum.as_ref()?;
+    let FastSpectra {
+        start_nm,
+        interval_nm,
+        values,
+        x,
+    } = fast_spectra_object(bytes, spec.features.len(), MAX_REQUEST_BANDS, max_rows)?;
+    let grid = Grid::new(start_nm, interval_nm, values.width()).ok()?;
+    let model = spectrum.grid();
+    if !grid.covers(&model) {
+        return None;
+    }
+    let x = x.unwrap_or_else(|| Rows::from_row_major(values.rows(), 0, Vec::new()));
+    if x.rows() != values.rows() {
+        return None;
+    }
+    let mut warnings = Details::default();
+    flag_above_full(&values, &grid, spectrum, &mut warnings, |i, j| {
+        format!("/spectra/values/{i}/{j}")
+    });
+    let spectra = resample_rows(&values, &grid, &model);
+    Some((join_inputs(&spectra, &x), warnings.into_list()))
 }
 
 /// Reads a request's inputs: `x` (named features) and, for a model with a spectrum, `spectra`

@@ -1,5 +1,6 @@
-//! The fast paths for well-formed bodies of rows: JSON (`{"x": [[…]], "y": [[…]]}`) and plain
-//! CSV.
+//! The fast paths for well-formed bodies of rows: JSON (`{"x": [[…]], "y": [[…]]}`, and a
+//! predict request's `{"spectra": {"start_nm", "interval_nm", "values": [[…]]}, "x": [[…]]}`)
+//! and plain CSV.
 //!
 //! A 1,000-row batch of 35 columns holds 35,000 numbers. Read through a `serde_json::Value`
 //! tree, each costs a heap node, and `serde_json`'s exact float reader (needed, so that a
@@ -215,6 +216,65 @@ pub fn fast_rows_object(
     })
 }
 
+/// What [`fast_spectra_object`] read: a request's spectra, on the grid it names, and its named
+/// features.
+#[derive(Debug)]
+pub struct FastSpectra {
+    pub start_nm: f64,
+    pub interval_nm: f64,
+    /// One spectrum a row, as many bands as the first row holds.
+    pub values: Rows,
+    /// The named features' rows, read when the model has named features.
+    pub x: Option<Rows>,
+}
+
+/// Reads `body` as a predict request of a model with a spectrum: a JSON object whose members are
+/// exactly `spectra` (`{"start_nm", "interval_nm", "values"}`, each once, in any order: two
+/// finite numbers and a non-empty array of at most `max_rows` rows of the first row's width,
+/// at most `max_bands`) and, when `features` is not 0, `x` (rows of exactly `features` finite
+/// numbers). `None` for anything else, as [`fast_rows_object`]; whether the grid is valid,
+/// covers the model's and the two arrays hold as many rows is for the caller.
+pub fn fast_spectra_object(
+    body: &[u8],
+    features: usize,
+    max_bands: usize,
+    max_rows: usize,
+) -> Option<FastSpectra> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut scan = Scanner {
+        text,
+        bytes: body,
+        at: 0,
+    };
+    let (mut spectra, mut x) = (None, None);
+    scan.expect(b'{')?;
+    loop {
+        let key = scan.string()?;
+        scan.expect(b':')?;
+        match key {
+            "spectra" if spectra.is_none() => spectra = Some(scan.spectra(max_bands, max_rows)?),
+            "x" if x.is_none() && features > 0 => x = Some(scan.rows(features, max_rows)?),
+            _ => return None,
+        }
+        if scan.peek()? != b',' {
+            break;
+        }
+        scan.at += 1;
+    }
+    scan.expect(b'}')?;
+    scan.skip_whitespace();
+    if scan.at != body.len() || (features > 0 && x.is_none()) {
+        return None;
+    }
+    let (start_nm, interval_nm, values) = spectra?;
+    Some(FastSpectra {
+        start_nm,
+        interval_nm,
+        values,
+        x,
+    })
+}
+
 struct Scanner<'a> {
     text: &'a str,
     /// `text` as bytes.
@@ -274,11 +334,46 @@ impl<'a> Scanner<'a> {
         value.is_finite().then_some(value)
     }
 
+    /// A `spectra` object: `start_nm`, `interval_nm` and `values`, each exactly once.
+    fn spectra(&mut self, max_bands: usize, max_rows: usize) -> Option<(f64, f64, Rows)> {
+        let (mut start, mut interval, mut values) = (None, None, None);
+        self.expect(b'{')?;
+        loop {
+            let key = self.string()?;
+            self.expect(b':')?;
+            match key {
+                "start_nm" if start.is_none() => start = Some(self.number()?),
+                "interval_nm" if interval.is_none() => interval = Some(self.number()?),
+                "values" if values.is_none() => {
+                    values = Some(self.rows_of_first_width(max_bands, max_rows)?);
+                }
+                _ => return None,
+            }
+            if self.peek()? != b',' {
+                break;
+            }
+            self.at += 1;
+        }
+        self.expect(b'}')?;
+        Some((start?, interval?, values?))
+    }
+
     /// A non-empty array of at most `max_rows` rows of exactly `width` numbers.
     fn rows(&mut self, width: usize, max_rows: usize) -> Option<Rows> {
+        self.rows_of(Some(width), max_rows)
+    }
+
+    /// A non-empty array of at most `max_rows` rows of `width` numbers each, or, for `None`, of
+    /// as many as the first row holds (at least one, at most `max_width`).
+    fn rows_of_first_width(&mut self, max_width: usize, max_rows: usize) -> Option<Rows> {
+        let rows = self.rows_of(None, max_rows)?;
+        (rows.width() <= max_width).then_some(rows)
+    }
+
+    fn rows_of(&mut self, mut width: Option<usize>, max_rows: usize) -> Option<Rows> {
         self.expect(b'[')?;
         // One row to start with: a predict request has one.
-        let mut values = Vec::with_capacity(width);
+        let mut values = Vec::with_capacity(width.unwrap_or(0));
         let mut rows = 0;
         loop {
             if rows == max_rows {
@@ -286,12 +381,24 @@ impl<'a> Scanner<'a> {
             }
             self.expect(b'[')?;
             let start = self.at;
-            for j in 0..width {
-                if j > 0 {
-                    self.expect(b',')?;
+            match width {
+                Some(width) => {
+                    for j in 0..width {
+                        if j > 0 {
+                            self.expect(b',')?;
+                        }
+                        values.push(self.number()?);
+                    }
                 }
-                values.push(self.number()?);
+                None => loop {
+                    values.push(self.number()?);
+                    if self.peek()? != b',' {
+                        break;
+                    }
+                    self.at += 1;
+                },
             }
+            let row_width = *width.get_or_insert(values.len());
             self.expect(b']')?;
             rows += 1;
             if rows == 1 {
@@ -299,7 +406,7 @@ impl<'a> Scanner<'a> {
                 // long as this one: a batch is then read without moving its values again.
                 let length = (self.at - start).max(1);
                 let more = (self.bytes.len() - self.at) / length;
-                values.reserve(more.min(max_rows - 1) * width);
+                values.reserve(more.min(max_rows - 1) * row_width);
             }
             match self.peek()? {
                 b',' => self.at += 1,
@@ -308,7 +415,7 @@ impl<'a> Scanner<'a> {
             }
         }
         self.at += 1;
-        Some(Rows::from_row_major(rows, width, values))
+        Some(Rows::from_row_major(rows, width?, values))
     }
 }
 

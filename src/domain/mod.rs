@@ -18,14 +18,14 @@ mod scope;
 pub mod spectrum;
 
 pub use batch::{
-    BATCH_ID_PATTERN, BatchId, EncodedBatch, MAX_BATCH_ID_LEN, NewBatch, Successor, parse_inputs,
-    row_fields,
+    BATCH_ID_PATTERN, BatchId, EncodedBatch, MAX_BATCH_ID_LEN, NewBatch, Successor, fast_inputs,
+    parse_inputs, row_fields,
 };
 pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
 pub(crate) use details::describe;
 pub use details::{Detail, Details, Invalid, MAX_DETAILS, pointer_token};
 pub use extension::{Extension, Growth, extend};
-pub use fast::{FastObject, fast_rows_object};
+pub use fast::{FastObject, FastSpectra, fast_rows_object, fast_spectra_object};
 pub use handover::{scale_factor, to_model_scale};
 pub use header::CsvError;
 pub use model::{ModelName, ModelSpec, SaundersonSpec, Shape, TransformName, UpdateName};

@@ -18,8 +18,8 @@ use super::routes::Routes;
 use crate::cache::{CachedModel, Serving};
 use crate::coalesce::{self, CoalesceError};
 use crate::domain::{
-    Detail, Details, FastObject, Invalid, ModelSpec, Rows, SpectrumSpec, fast_rows_object,
-    parse_inputs, pointer_token, row_fields, scale_factor,
+    Detail, Details, FastObject, Invalid, ModelSpec, Rows, SpectrumSpec, fast_inputs,
+    fast_rows_object, parse_inputs, pointer_token, row_fields, scale_factor,
 };
 use crate::estimator::transfer::MIN_TRANSFER_ROWS;
 use crate::estimator::{Predictions, Predictor};
@@ -208,13 +208,13 @@ fn read_rows(
     spec: &ModelSpec,
     limit: usize,
 ) -> Result<(Rows, Vec<Detail>), ApiError> {
-    // Spectra are resampled and checked: the full parse reads them.
     let fast = match spec.spectrum {
-        None => fast_rows_object(bytes, &[("x", spec.features.len())], false, limit),
-        Some(_) => None,
+        None => fast_rows_object(bytes, &[("x", spec.features.len())], false, limit)
+            .map(|FastObject { mut rows, .. }| (rows.swap_remove(0), Vec::new())),
+        Some(_) => fast_inputs(bytes, spec, limit),
     };
     match fast {
-        Some(FastObject { mut rows, .. }) => Ok((rows.swap_remove(0), Vec::new())),
+        Some(read) => Ok(read),
         // Not a plain, valid request: the full parse says what is wrong.
         None => parse_request(bytes, spec, limit),
     }
@@ -530,6 +530,101 @@ mod tests {
     use faer::Mat;
 
     use super::*;
+
+    fn spectral_spec(scale: &str, features: &[&str]) -> ModelSpec {
+        ModelSpec::parse(&serde_json::json!({
+            "name": "dips",
+            "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 4, "scale": scale},
+            "features": features, "outputs": ["red"]
+        }))
+        .expect("a valid spec")
+    }
+
+    fn bits(rows: &Rows) -> (usize, usize, Vec<u64>) {
+        let values = rows.values().iter().map(|v| v.to_bits()).collect();
+        (rows.rows(), rows.width(), values)
+    }
+
+    /// A spectral request the fast path takes reads as the full parse reads it: the same bits
+    /// of every input (resampled where its grid is not the model's), the same warnings at the
+    /// same paths; a request it does not take, valid or not, is left to the full parse.
+    #[test]
+    fn spectra_read_fast_as_the_full_parse_reads_them() {
+        let taken = [
+            (
+                "fraction",
+                &[][..],
+                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
+            ),
+            (
+                "fraction",
+                &[],
+                r#" { "spectra" : { "values" : [[0.1,0.25,1e-1,4E-1],[1,0,0.5,0.30000000000000004]] , "interval_nm" : 10.0 , "start_nm" : 4e2 } } "#,
+            ),
+            (
+                "percent",
+                &[],
+                r#"{"spectra": {"start_nm": 395, "interval_nm": 5, "values": [[10, 20, 104.25, 30, 40, 50, 60, 70, 101, 80]]}}"#,
+            ),
+            (
+                "percent",
+                &["greige", "weight"],
+                r#"{"x": [[1, 0.5], [0, 2]], "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[1, 2, 3, 4], [5, 6, 7, 800]]}}"#,
+            ),
+            (
+                "absorbance",
+                &[],
+                r#"{"spectra": {"start_nm": 400, "interval_nm": 7.5, "values": [[0.5, 1.5, 2.5, 3.5, 4.5]]}}"#,
+            ),
+        ];
+        for (scale, features, body) in taken {
+            let spec = spectral_spec(scale, features);
+            let fast = fast_inputs(body.as_bytes(), &spec, 100).expect(body);
+            let full = parse_request(body.as_bytes(), &spec, 100).expect(body);
+            assert_eq!(bits(&fast.0), bits(&full.0), "{body}");
+            assert_eq!(fast.1, full.1, "{body}");
+            assert_eq!(
+                read_rows(body.as_bytes(), &spec, 100).expect(body).1,
+                full.1
+            );
+        }
+        // Valid, but more than the fast path takes.
+        let spec = spectral_spec("fraction", &[]);
+        let valid = [
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "instrument": "main"}"#,
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "x": [[]]}"#,
+        ];
+        for body in valid {
+            assert!(fast_inputs(body.as_bytes(), &spec, 100).is_none(), "{body}");
+        }
+        // Invalid: the fast path leaves them to the full parse, which says why.
+        let invalid = [
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3]]}}"#,
+            r#"{"spectra": {"start_nm": 410, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4], [0.1]]}}"#,
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
+            r#"{"spectra": {"start_nm": 400, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": []}}"#,
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 0, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
+            r#"{"spectra": {"start_nm": "400", "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1]]}"#,
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}} x"#,
+            r#"{}"#,
+        ];
+        for body in invalid {
+            assert!(fast_inputs(body.as_bytes(), &spec, 100).is_none(), "{body}");
+            assert!(read_rows(body.as_bytes(), &spec, 100).is_err(), "{body}");
+        }
+        // A model with named features needs them beside the spectra, as many rows.
+        let spec = spectral_spec("fraction", &["greige"]);
+        for body in [
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
+            r#"{"x": [[1], [2]], "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
+        ] {
+            assert!(fast_inputs(body.as_bytes(), &spec, 100).is_none(), "{body}");
+            assert!(read_rows(body.as_bytes(), &spec, 100).is_err(), "{body}");
+        }
+    }
 
     /// The direct serialisation writes exactly what the documented response types would.
     #[test]
