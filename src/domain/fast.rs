@@ -360,17 +360,23 @@ impl<'a> Scanner<'a> {
 
     /// A non-empty array of at most `max_rows` rows of exactly `width` numbers.
     fn rows(&mut self, width: usize, max_rows: usize) -> Option<Rows> {
-        self.rows_of(Some(width), max_rows)
+        self.rows_of(Some(width), width, max_rows)
     }
 
-    /// A non-empty array of at most `max_rows` rows of `width` numbers each, or, for `None`, of
-    /// as many as the first row holds (at least one, at most `max_width`).
+    /// A non-empty array of at most `max_rows` rows of the first row's width, 1 to `max_width`
+    /// numbers.
     fn rows_of_first_width(&mut self, max_width: usize, max_rows: usize) -> Option<Rows> {
-        let rows = self.rows_of(None, max_rows)?;
-        (rows.width() <= max_width).then_some(rows)
+        self.rows_of(None, max_width, max_rows)
     }
 
-    fn rows_of(&mut self, mut width: Option<usize>, max_rows: usize) -> Option<Rows> {
+    /// Rows of `width` numbers, or, for `None`, of the first row's (at most `max_width`: a row
+    /// longer than that is given up as soon as it is).
+    fn rows_of(
+        &mut self,
+        mut width: Option<usize>,
+        max_width: usize,
+        max_rows: usize,
+    ) -> Option<Rows> {
         self.expect(b'[')?;
         // One row to start with: a predict request has one.
         let mut values = Vec::with_capacity(width.unwrap_or(0));
@@ -391,6 +397,9 @@ impl<'a> Scanner<'a> {
                     }
                 }
                 None => loop {
+                    if values.len() == max_width {
+                        return None;
+                    }
                     values.push(self.number()?);
                     if self.peek()? != b',' {
                         break;
@@ -758,6 +767,38 @@ mod tests {
     }
 
     /// A model with features `a`, `b` and one output `c`.
+    /// A spectral request's arrays are read at the first row's width, up to the bands allowed,
+    /// and nothing else is taken.
+    #[test]
+    fn spectra_are_read_at_the_first_rows_width_up_to_the_bands_allowed() {
+        let body = |values: &str| {
+            format!(r#"{{"spectra": {{"start_nm": 400, "interval_nm": 10, "values": {values}}}}}"#)
+        };
+        let read = fast_spectra_object(body("[[1, 2, 3], [4, 5, 6]]").as_bytes(), 0, 3, 10)
+            .expect("three bands");
+        assert_eq!((read.start_nm, read.interval_nm), (400.0, 10.0));
+        assert_eq!((read.values.rows(), read.values.width()), (2, 3));
+        assert_eq!(read.values.values(), &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert!(read.x.is_none());
+        for refused in [
+            "[[1, 2, 3, 4]]",
+            "[[1, 2, 3], [4, 5]]",
+            "[[1, 2, 3], [4, 5, 6, 7]]",
+            "[[]]",
+            "[]",
+        ] {
+            assert!(
+                fast_spectra_object(body(refused).as_bytes(), 0, 3, 10).is_none(),
+                "{refused}"
+            );
+        }
+        assert!(fast_spectra_object(body("[[1, 2], [3, 4]]").as_bytes(), 0, 3, 1).is_none());
+        let with_x = format!(r#"{{"x": [[7]], {}"#, &body("[[1, 2]]")[1..]);
+        let read = fast_spectra_object(with_x.as_bytes(), 1, 3, 10).expect("x and spectra");
+        assert_eq!(read.x.map(|x| x.values().to_vec()), Some(vec![7.0]));
+        assert!(fast_spectra_object(with_x.as_bytes(), 0, 3, 10).is_none());
+    }
+
     fn csv_spec() -> ModelSpec {
         ModelSpec::parse(&serde_json::json!({
             "name": "lab", "features": ["a", "b"], "outputs": ["c"]
