@@ -170,13 +170,7 @@ pub fn fast_rows_object(
     accept_batch_id: bool,
     max_rows: usize,
 ) -> Option<FastObject> {
-    // Validated once here, so that every number's text below is a cheap slice of it.
-    let text = std::str::from_utf8(body).ok()?;
-    let mut scan = Scanner {
-        text,
-        bytes: body,
-        at: 0,
-    };
+    let mut scan = Scanner::new(body)?;
     let mut rows: Vec<Option<Rows>> = vec![None; fields.len()];
     let mut batch_id: Option<Option<String>> = None;
     scan.expect(b'{')?;
@@ -240,12 +234,7 @@ pub fn fast_spectra_object(
     max_bands: usize,
     max_rows: usize,
 ) -> Option<FastSpectra> {
-    let text = std::str::from_utf8(body).ok()?;
-    let mut scan = Scanner {
-        text,
-        bytes: body,
-        at: 0,
-    };
+    let mut scan = Scanner::new(body)?;
     let (mut spectra, mut x) = (None, None);
     scan.expect(b'{')?;
     loop {
@@ -283,6 +272,16 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
+    /// A scanner at the start of `body`; `None` when it is not UTF-8. Validated once here, so
+    /// that every number's text is a cheap slice of it.
+    fn new(body: &'a [u8]) -> Option<Self> {
+        Some(Self {
+            text: std::str::from_utf8(body).ok()?,
+            bytes: body,
+            at: 0,
+        })
+    }
+
     fn skip_whitespace(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.at) {
             self.at += 1;
