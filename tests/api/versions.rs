@@ -182,6 +182,107 @@ async fn refit_runs_the_evidence_approximation_on_the_accumulated_statistics() {
     assert_eq!(untrained.status(), StatusCode::CONFLICT);
 }
 
+/// Folds after a restore and after a refit are kept thin like any other: restoring one replays
+/// its folds from the restore's or the refit's full state, and serves the very predictions the
+/// fold served (with a full state every 3 versions: version 8 replays from the restore at 7,
+/// version 11 from the refit at 10).
+#[tokio::test]
+async fn folds_after_a_restore_or_a_refit_are_replayed_from_it() {
+    let app = spawn_configured(|s| s.database.full_state_every = 3).await;
+    app.create_model(&spec("lab", 3, 2)).await;
+    let (probe, _) = random_rows(7, 4, 3, 2);
+    let mut served: Vec<Value> = Vec::new();
+    let mut next = 0u64;
+    let fold = |rows: usize, seed: u64| {
+        let (app, probe) = (&app, &probe);
+        async move {
+            let (x, y) = random_rows(40 + seed, rows, 3, 2);
+            let id = format!("b{seed}");
+            let response = app
+                .post_batch("lab", &json!({"batch_id": id, "x": x, "y": y}))
+                .await;
+            assert_eq!(response.status(), StatusCode::ACCEPTED);
+            let version = app.wait_for_batch("lab", &id).await["version"]
+                .as_i64()
+                .unwrap();
+            (version, app.predict_at("lab", &json!(probe), version).await)
+        }
+    };
+    for rows in [8usize, 1, 2, 8, 1, 3] {
+        let (version, body) = fold(rows, next).await;
+        next += 1;
+        assert_eq!(version, served.len() as i64 + 1);
+        served.push(body["predictions"].clone());
+    }
+    let made = |served: &[Value], body: Value, origin: &str| {
+        assert_eq!(body["origin"], origin, "{body}");
+        let version = body["version"].as_i64().unwrap();
+        assert_eq!(version, served.len() as i64 + 1);
+        version
+    };
+    // 7: version 2 restored (itself thin), then two folds after it.
+    let response = app
+        .post("/v1/models/lab/versions/2/restore", &json!({}))
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let version = made(&served, response.json().await.unwrap(), "restore");
+    let now = app.predict_at("lab", &json!(probe), version).await;
+    assert_eq!(now["predictions"], served[1], "the restore serves version 2");
+    served.push(now["predictions"].clone());
+    for rows in [8usize, 2] {
+        let (version, body) = fold(rows, next).await;
+        next += 1;
+        assert_eq!(version, served.len() as i64 + 1);
+        served.push(body["predictions"].clone());
+    }
+    // 10: a refit, then three folds after it.
+    let response = app.post("/v1/models/lab/refit", &json!({})).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let version = made(&served, response.json().await.unwrap(), "refit");
+    served.push(
+        app.predict_at("lab", &json!(probe), version).await["predictions"].clone(),
+    );
+    for rows in [8usize, 1, 3] {
+        let (version, body) = fold(rows, next).await;
+        next += 1;
+        assert_eq!(version, served.len() as i64 + 1);
+        served.push(body["predictions"].clone());
+    }
+
+    let list = get_json(&app.client, &app.url("/v1/models/lab/versions")).await;
+    let kept: Vec<(bool, String)> = list["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let origin = v["origin"].as_str().unwrap().to_owned();
+            (v["full_state"].as_bool().unwrap(), origin)
+        })
+        .collect();
+    let thin: Vec<usize> = (1..=kept.len()).filter(|v| !kept[v - 1].0).collect();
+    assert_eq!(thin, [2, 4, 5, 8, 11], "{kept:?}");
+    assert_eq!(kept[6].1, "restore");
+    assert_eq!(kept[9].1, "refit");
+
+    for source in [8usize, 11, 7, 10] {
+        let response = app
+            .post(
+                &format!("/v1/models/lab/versions/{source}/restore"),
+                &json!({}),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED, "restore {source}");
+        let body: Value = response.json().await.unwrap();
+        let version = body["version"].as_i64().unwrap();
+        let now = app.predict_at("lab", &json!(probe), version).await;
+        assert_eq!(
+            now["predictions"],
+            served[source - 1],
+            "version {version} restores version {source}"
+        );
+    }
+}
+
 /// With a full state kept every 3 versions, the folds in between keep only their batches and a
 /// digest; restoring any version (a thin one replays up to two folds, some of batches kept as
 /// rows) serves the very predictions that version served. A thin version whose replay does not
