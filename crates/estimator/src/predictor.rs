@@ -439,13 +439,7 @@ impl Predictor {
                         match zero {
                             Some(v) if centred.iter().all(|c| *c == 0.0) => *v,
                             _ => {
-                                let quadratic: f64 = factor
-                                    .rows()
-                                    .map(|row| {
-                                        let t = dot(row, &centred[..row.len()]);
-                                        t * t
-                                    })
-                                    .sum();
+                                let quadratic = quadratic_form(factor, &centred);
                                 inflation.variance(*noise_variance, quadratic, flat_part)
                             }
                         }
@@ -923,6 +917,85 @@ fn quadratic_forms_inline<S: pulp::Simd>(simd: S, factor: &Packed, xs: &[&[f64]]
     }
 }
 
+/// `‖T x‖² = Σᵢ (Tᵢ·x)²` for one row `x`, bit for bit [`quadratic_forms`]' (each product
+/// [`dot`]'s, summed for `i` upwards): the rows of `T` four at a time share each load of `x`,
+/// and their partial sums are four independent chains of additions, where one [`dot`] after
+/// another would wait on each row's short chain in turn.
+fn quadratic_form(factor: &Packed, x: &[f64]) -> f64 {
+    pulp::Arch::new().dispatch(QuadraticForm { factor, x })
+}
+
+/// [`quadratic_form`]'s arguments, for `pulp` to compile its body once per instruction set.
+struct QuadraticForm<'a> {
+    factor: &'a Packed,
+    x: &'a [f64],
+}
+
+impl pulp::WithSimd for QuadraticForm<'_> {
+    type Output = f64;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) -> f64 {
+        quadratic_form_inline(simd, self.factor, self.x)
+    }
+}
+
+#[inline(always)]
+fn quadratic_form_inline<S: pulp::Simd>(simd: S, factor: &Packed, x: &[f64]) -> f64 {
+    let (k, w) = (factor.k, factor.w);
+    let mut values = factor.values.as_slice();
+    let mut sum = 0.0;
+    let mut i = 0;
+    // Rows `i..i + 4`, of lengths `n, n + 1, n + 2, n + 3`.
+    while i + 4 <= k {
+        let n = Packed::len(k, w, i);
+        let (a, rest) = values.split_at(n);
+        let (b, rest) = rest.split_at(n + 1);
+        let (c, rest) = rest.split_at(n + 2);
+        let (d, rest) = rest.split_at(n + 3);
+        values = rest;
+        for t in row_dots(simd, [a, b, c, d], &x[..n + 3]) {
+            sum += t * t;
+        }
+        i += 4;
+    }
+    for i in i..k {
+        let (row, rest) = values.split_at(Packed::len(k, w, i));
+        values = rest;
+        let t = dot(row, &x[..row.len()]);
+        sum += t * t;
+    }
+    sum
+}
+
+/// `dot(row_j, x[..row_j.len()])` for four rows of lengths `n + j`, each bit for bit
+/// [`dot`]'s: the chunks of four all four rows have are summed together ([`group_sums`], each
+/// chunk of `x` loaded once for the four), then each row's last chunk where it has one more,
+/// and its tail, in [`dot`]'s order.
+#[inline(always)]
+fn row_dots<S: pulp::Simd>(simd: S, rows: [&[f64]; 4], x: &[f64]) -> [f64; 4] {
+    let n = rows[0].len();
+    let shared = n - n % 4;
+    let (x4, _) = x[..shared].as_chunks::<4>();
+    let acc = group_sums(simd, x4, rows.map(|row| row[..shared].as_chunks::<4>().0));
+    let mut out = [0.0; 4];
+    for (j, (row, acc)) in rows.into_iter().zip(acc).enumerate() {
+        let full = row.len() - row.len() % 4;
+        // At most one chunk more than the first row's: lengths `n..n + 3`.
+        let acc = if full > shared {
+            let (a, b) = (&row[shared..full], &x[shared..full]);
+            add4(
+                acc,
+                mul4([a[0], a[1], a[2], a[3]], [b[0], b[1], b[2], b[3]]),
+            )
+        } else {
+            acc
+        };
+        out[j] = finish(acc, &row[full..], &x[full..row.len()]);
+    }
+    out
+}
+
 /// Prediction straight from a state (a server keeps a [`Predictor`] per version instead).
 impl ModelState {
     /// Predictions for the raw input rows `x` (rows × d): `mean_k = φᵀμ_k` and
@@ -1186,6 +1259,37 @@ mod tests {
                         .fold(0.0, |sum, t| sum + t);
                     assert_eq!(o.to_bits(), own.to_bits(), "{k} x {w}, {rows} rows");
                 }
+            }
+        }
+    }
+
+    /// One row's quadratic form, four rows of the factor at a time, is the one
+    /// [`quadratic_forms`] gives that row, bit for bit, with and without the CPU's vectors, for
+    /// factors whose rows' lengths cross the chunks of four at every offset.
+    #[test]
+    fn a_rows_quadratic_form_is_the_blocks_bit_for_bit() {
+        let mut next = uniform(13);
+        let shapes = [
+            (0, 5),
+            (1, 1),
+            (3, 3),
+            (4, 4),
+            (5, 9),
+            (7, 7),
+            (32, 33),
+            (33, 33),
+        ];
+        for (k, w) in shapes.into_iter().chain((1..12).map(|k| (k, k + 2))) {
+            let dense = Mat::from_fn(k, w, |i, j| if j <= w - k + i { next() } else { 0.0 });
+            let factor = Packed::new(dense.as_ref());
+            for _ in 0..4 {
+                let x: Vec<f64> = (0..w).map(|_| 1e3 * next()).collect();
+                let mut block = [f64::NAN];
+                quadratic_forms(&factor, &[&x], &mut block);
+                let alone = quadratic_form(&factor, &x);
+                let scalar = quadratic_form_inline(pulp::Scalar::new(), &factor, &x);
+                assert_eq!(alone.to_bits(), block[0].to_bits(), "{k} x {w}");
+                assert_eq!(scalar.to_bits(), block[0].to_bits(), "{k} x {w}");
             }
         }
     }
