@@ -62,11 +62,13 @@ impl<S: Send + Sync> FromRequest<S> for RawJson {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let mime = media_type(&req)?;
-        if !mime.eq_ignore_ascii_case("application/json") {
-            return Err(ApiError::UnsupportedMediaType(format!(
-                "expected Content-Type: application/json, found {mime:?}"
-            )));
+        match media_type(&req)? {
+            mime if mime.eq_ignore_ascii_case("application/json") => {}
+            mime => {
+                return Err(ApiError::UnsupportedMediaType(format!(
+                    "expected Content-Type: application/json, found {mime:?}"
+                )));
+            }
         }
         read_body(req, state).await.map(RawJson)
     }
@@ -82,29 +84,34 @@ impl<S: Send + Sync> FromRequest<S> for BatchBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let mime = media_type(&req)?;
-        if mime.eq_ignore_ascii_case("application/json") {
-            Ok(BatchBody::Json(read_body(req, state).await?))
-        } else if mime.eq_ignore_ascii_case("text/csv") {
-            Ok(BatchBody::Csv(read_body(req, state).await?))
+        let json = match media_type(&req)? {
+            mime if mime.eq_ignore_ascii_case("application/json") => true,
+            mime if mime.eq_ignore_ascii_case("text/csv") => false,
+            mime => {
+                return Err(ApiError::UnsupportedMediaType(format!(
+                    "expected Content-Type: application/json or text/csv, found {mime:?}"
+                )));
+            }
+        };
+        let body = read_body(req, state).await?;
+        Ok(if json {
+            BatchBody::Json(body)
         } else {
-            Err(ApiError::UnsupportedMediaType(format!(
-                "expected Content-Type: application/json or text/csv, found {mime:?}"
-            )))
-        }
+            BatchBody::Csv(body)
+        })
     }
 }
 
 /// The media type of the request, without parameters. A `charset` other than UTF-8 is
 /// refused (415): bodies are read as UTF-8, and reading UTF-16 as UTF-8 would misread them.
-fn media_type(req: &Request) -> Result<String, ApiError> {
+fn media_type(req: &Request) -> Result<&str, ApiError> {
     let value = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let mut parts = value.split(';');
-    let mime = parts.next().unwrap_or("").trim().to_owned();
+    let mime = parts.next().unwrap_or("").trim();
     for parameter in parts {
         let Some((name, charset)) = parameter.split_once('=') else {
             continue;

@@ -407,12 +407,13 @@ impl Predictor {
         let (rows, m) = (x.nrows(), self.outputs.len());
         let mut mean = Mat::zeros(rows, m);
         let mut variance = Mat::zeros(rows, m);
-        let mut phi = vec![0.0; self.basis.dim()];
-        let mut centred = Vec::with_capacity(phi.len());
+        // `φ` and its weighted part, centred where the intercept is flat, in one buffer.
+        let mut buffer = vec![0.0; 2 * self.basis.dim()];
+        let (phi, centred) = buffer.split_at_mut(self.basis.dim());
         for r in 0..rows {
-            self.basis.fill_row(x.row(r).iter().copied(), &mut phi);
+            self.basis.fill_row(x.row(r).iter().copied(), phi);
             for (k, term) in self.outputs.iter().enumerate() {
-                mean[(r, k)] = dot(&phi, self.weights.col_as_slice(k));
+                mean[(r, k)] = dot(phi, self.weights.col_as_slice(k));
                 variance[(r, k)] = match term {
                     Term::Trained {
                         noise_variance,
@@ -422,24 +423,26 @@ impl Predictor {
                         inflation,
                         zero,
                     } => {
-                        centred.clear();
+                        let centred = &mut centred[..weighted.len()];
                         let flat_part = match flat {
                             None => {
-                                centred.extend(weighted.iter().map(|&j| phi[j]));
+                                for (c, &j) in centred.iter_mut().zip(weighted) {
+                                    *c = phi[j];
+                                }
                                 0.0
                             }
                             Some((f, centre, v)) => {
                                 let pf = phi[*f];
-                                centred.extend(
-                                    weighted.iter().zip(centre).map(|(&j, m)| phi[j] - pf * m),
-                                );
+                                for ((c, &j), m) in centred.iter_mut().zip(weighted).zip(centre) {
+                                    *c = phi[j] - pf * m;
+                                }
                                 pf * pf * v
                             }
                         };
                         match zero {
                             Some(v) if centred.iter().all(|c| *c == 0.0) => *v,
                             _ => {
-                                let quadratic = quadratic_form(factor, &centred);
+                                let quadratic = quadratic_form(factor, centred);
                                 inflation.variance(*noise_variance, quadratic, flat_part)
                             }
                         }
