@@ -920,10 +920,16 @@ fn quadratic_forms_inline<S: pulp::Simd>(simd: S, factor: &Packed, xs: &[&[f64]]
     }
 }
 
+/// The longest rows of a factor whose quadratic form [`quadratic_form`] takes four at a time:
+/// four long rows read at once are four streams from memory, which a factor larger than the
+/// last-level cache reads more slowly than the one stream of a row after another.
+const GROUPED_ROW: usize = 128;
+
 /// `‖T x‖² = Σᵢ (Tᵢ·x)²` for one row `x`, bit for bit [`quadratic_forms`]' (each product
-/// [`dot`]'s, summed for `i` upwards): the rows of `T` four at a time share each load of `x`,
+/// [`dot`]'s, summed for `i` upwards): short rows of `T` four at a time share each load of `x`,
 /// and their partial sums are four independent chains of additions, where one [`dot`] after
-/// another would wait on each row's short chain in turn.
+/// another would wait on each row's short chain in turn; rows longer than [`GROUPED_ROW`] one
+/// at a time.
 fn quadratic_form(factor: &Packed, x: &[f64]) -> f64 {
     pulp::Arch::new().dispatch(QuadraticForm { factor, x })
 }
@@ -949,8 +955,8 @@ fn quadratic_form_inline<S: pulp::Simd>(simd: S, factor: &Packed, x: &[f64]) -> 
     let mut values = factor.values.as_slice();
     let mut sum = 0.0;
     let mut i = 0;
-    // Rows `i..i + 4`, of lengths `n, n + 1, n + 2, n + 3`.
-    while i + 4 <= k {
+    // Rows `i..i + 4`, of lengths `n, n + 1, n + 2, n + 3`, while they are short.
+    while i + 4 <= k && Packed::len(k, w, i + 3) <= GROUPED_ROW {
         let n = Packed::len(k, w, i);
         let (a, rest) = values.split_at(n);
         let (b, rest) = rest.split_at(n + 1);
@@ -1266,9 +1272,9 @@ mod tests {
         }
     }
 
-    /// One row's quadratic form, four rows of the factor at a time, is the one
+    /// One row's quadratic form, short rows of the factor four at a time, is the one
     /// [`quadratic_forms`] gives that row, bit for bit, with and without the CPU's vectors, for
-    /// factors whose rows' lengths cross the chunks of four at every offset.
+    /// factors whose rows' lengths cross the chunks of four at every offset and [`GROUPED_ROW`].
     #[test]
     fn a_rows_quadratic_form_is_the_blocks_bit_for_bit() {
         let mut next = uniform(13);
@@ -1281,6 +1287,8 @@ mod tests {
             (7, 7),
             (32, 33),
             (33, 33),
+            (150, 150),
+            (100, 160),
         ];
         for (k, w) in shapes.into_iter().chain((1..12).map(|k| (k, k + 2))) {
             let dense = Mat::from_fn(k, w, |i, j| if j <= w - k + i { next() } else { 0.0 });
