@@ -205,7 +205,9 @@ async fn folds_after_a_restore_or_a_refit_are_replayed_from_it() {
             let version = app.wait_for_batch("lab", &id).await["version"]
                 .as_i64()
                 .unwrap();
-            (version, app.predict_at("lab", &json!(probe), version).await)
+            let body = app.predict_at("lab", &json!(probe), version).await;
+            assert_eq!(body["version"], json!(version), "{body}");
+            (version, body)
         }
     };
     for rows in [8usize, 1, 2, 8, 1, 3] {

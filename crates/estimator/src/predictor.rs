@@ -1290,7 +1290,8 @@ mod tests {
             (150, 150),
             (100, 160),
         ];
-        for (k, w) in shapes.into_iter().chain((1..12).map(|k| (k, k + 2))) {
+        let offsets = (1..12).flat_map(|k| [(k, k + 2), (k, k + 3)]);
+        for (k, w) in shapes.into_iter().chain(offsets) {
             let dense = Mat::from_fn(k, w, |i, j| if j <= w - k + i { next() } else { 0.0 });
             let factor = Packed::new(dense.as_ref());
             for _ in 0..4 {
