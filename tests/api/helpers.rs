@@ -172,6 +172,18 @@ impl TestApp {
         .unwrap_or_else(|| panic!("predict never reached version {version}"))
     }
 
+    /// Restores version `source` of `model` as a new version (201) and returns its answer.
+    pub async fn restore(&self, model: &str, source: usize) -> Value {
+        let response = self
+            .post(
+                &format!("/v1/models/{model}/versions/{source}/restore"),
+                &json!({}),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED, "restore {source}");
+        response.json().await.unwrap()
+    }
+
     /// Graceful stop, as on SIGTERM.
     pub async fn stop(mut self) {
         self.shutdown.cancel();

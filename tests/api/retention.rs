@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::helpers::*;
 use crate::process::{ServiceProcess, free_port};
@@ -76,14 +76,7 @@ async fn purged_rows_leave_versions_refit_and_folds_working() {
     // Thin versions replay from the statistics: versions 4 (its batch purged) and 5 (kept as
     // rows) restore to what they served.
     for source in [4usize, 5] {
-        let response = app
-            .post(
-                &format!("/v1/models/lab/versions/{source}/restore"),
-                &json!({}),
-            )
-            .await;
-        assert_eq!(response.status(), StatusCode::CREATED, "restore {source}");
-        let version = response.json::<Value>().await.unwrap()["version"]
+        let version = app.restore("lab", source).await["version"]
             .as_i64()
             .unwrap();
         let now = app.predict_at("lab", &json!(probe), version).await;

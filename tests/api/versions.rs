@@ -223,11 +223,7 @@ async fn folds_after_a_restore_or_a_refit_are_replayed_from_it() {
         version
     };
     // 7: version 2 restored (itself thin), then two folds after it.
-    let response = app
-        .post("/v1/models/lab/versions/2/restore", &json!({}))
-        .await;
-    assert_eq!(response.status(), StatusCode::CREATED);
-    let version = made(&served, response.json().await.unwrap(), "restore");
+    let version = made(&served, app.restore("lab", 2).await, "restore");
     let now = app.predict_at("lab", &json!(probe), version).await;
     assert_eq!(now["predictions"], served[1], "the restore serves version 2");
     served.push(now["predictions"].clone());
@@ -267,14 +263,7 @@ async fn folds_after_a_restore_or_a_refit_are_replayed_from_it() {
     assert_eq!(kept[9].1, "refit");
 
     for source in [8usize, 11, 7, 10] {
-        let response = app
-            .post(
-                &format!("/v1/models/lab/versions/{source}/restore"),
-                &json!({}),
-            )
-            .await;
-        assert_eq!(response.status(), StatusCode::CREATED, "restore {source}");
-        let body: Value = response.json().await.unwrap();
+        let body = app.restore("lab", source).await;
         let version = body["version"].as_i64().unwrap();
         let now = app.predict_at("lab", &json!(probe), version).await;
         assert_eq!(
@@ -307,14 +296,7 @@ async fn thin_versions_restore_to_the_predictions_they_served() {
     assert_eq!(full, [true, false, true, false, false, true, true]);
 
     for source in [5, 2, 4, 1, 3, 7] {
-        let response = app
-            .post(
-                &format!("/v1/models/lab/versions/{source}/restore"),
-                &json!({}),
-            )
-            .await;
-        assert_eq!(response.status(), StatusCode::CREATED, "restore {source}");
-        let body: Value = response.json().await.unwrap();
+        let body = app.restore("lab", source).await;
         assert_eq!(body["full_state"], true);
         let version = body["version"].as_i64().unwrap();
         let now = app.predict_at("lab", &json!(probe), version).await;
