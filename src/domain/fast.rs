@@ -8,7 +8,7 @@
 //! numbers that instruments and scripts print. Read through the csv crate, each record is
 //! copied into its buffers and every cell checked for UTF-8 on its own. These readers accept
 //! only the plain shape of a valid request and read every number correctly rounded, straight
-//! into row-major values ([`decimal`]: most numbers exactly from the digits the scan reads, the
+//! into row-major values ([`decimal`]: nearly every number from the digits the scan reads, the
 //! rest by the standard library's parser). Anything else makes them give up
 //! (`None`), and the caller reads the body the full way, which names every problem with its
 //! path. Whatever they accept, the full way accepts too, with the same values (tested in
@@ -27,8 +27,8 @@ const POWERS_OF_TEN: [f64; 23] = [
 struct Decimal {
     /// Where its text ends.
     end: usize,
-    /// Its value, where Clinger's fast path gives it exactly; `None`: its text is to be read by
-    /// the standard library's parser.
+    /// Its value, correctly rounded, where Clinger's fast path or Eisel–Lemire gives it from
+    /// the digits read; `None`: its text is to be read by the standard library's parser.
     exact: Option<f64>,
 }
 
@@ -36,8 +36,9 @@ struct Decimal {
 /// starts at `bytes[at]`; `None` when none does. Its digits form the integer significand
 /// `w` with the number equal to `±w · 10^q`; where `w ≤ 2⁵³` and `|q| ≤ 22`, both `w` and `10^|q|`
 /// are exact doubles and one correctly rounded product or quotient is the correctly rounded
-/// value (Clinger 1990; the standard library's parser takes the same path for these numbers,
-/// after scanning the text a second time).
+/// value (Clinger 1990); other numbers of at most 19 digits go to [`eisel_lemire`]. The standard
+/// library's parser takes the same paths for these numbers, after scanning the text a second
+/// time.
 fn decimal(bytes: &[u8], mut at: usize) -> Option<Decimal> {
     /// The digits at `at` appended to `w` (wrapping: only read when there are at most 19), and
     /// where they end. A run longer than four (instruments print 16 and 17 digits) goes on
@@ -115,13 +116,31 @@ fn decimal(bytes: &[u8], mut at: usize) -> Option<Decimal> {
         }
         q += if sign < 0 { -exponent } else { exponent };
     }
-    let exact = (count <= 19 && w <= 1 << 53 && q.abs() <= 22).then(|| {
+    // At most 19 digits: `w` is exact (it wraps past 2⁶⁴ only with more).
+    let magnitude = match count <= 19 {
         // Exact conversions: w ≤ 2⁵³ and |q| ≤ 22.
-        let (w, power) = (w as f64, POWERS_OF_TEN[q.unsigned_abs() as usize]);
-        let magnitude = if q < 0 { w / power } else { w * power };
-        if negative { -magnitude } else { magnitude }
-    });
+        true if w <= 1 << 53 && q.abs() <= 22 => {
+            let (w, power) = (w as f64, POWERS_OF_TEN[q.unsigned_abs() as usize]);
+            Some(if q < 0 { w / power } else { w * power })
+        }
+        true => eisel_lemire(w, q),
+        false => None,
+    };
+    let exact = magnitude.map(|m| if negative { -m } else { m });
     Some(Decimal { end: at, exact })
+}
+
+/// `w · 10^q` correctly rounded, by the Eisel–Lemire algorithm (Lemire, "Number parsing at a
+/// gigabyte per second", 2021, §5–6): `w` normalised times a 128-bit truncation of `5^q`, taken
+/// where the truncation cannot move the rounding; `None` in the rare case it could (a value
+/// within the truncation's error of halfway between two doubles), left to the standard
+/// library's parser, which settles it exactly. The standard library runs the same algorithm
+/// after scanning the text again; zero and infinity come out as it gives them.
+#[inline]
+fn eisel_lemire(w: u64, q: i64) -> Option<f64> {
+    use lexical_parse_float::{float::extended_to_float, lemire::compute_float};
+    let extended = compute_float::<f64>(q, w, false);
+    (extended.exp >= 0).then(|| extended_to_float::<f64>(extended))
 }
 
 /// The value of eight ASCII digits, the first the most significant; `None` when `chunk` is not
@@ -632,6 +651,29 @@ mod tests {
             "1234567890123456789e-5",
             "1.0000000000000000000",
             "1e-99999999999999999999",
+            // Eisel–Lemire (19 digits at most, past the exact path): halfway and near-halfway
+            // cases, the subnormal range, the edges of the range of doubles, 19 and 20 digits.
+            "9007199254740993e0",
+            "9007199254740995",
+            "18014398509481985",
+            "9223372036854775807",
+            "9999999999999999999",
+            "99999999999999999999",
+            "0.1000000000000000055511151231257827",
+            "0.10000000000000000555",
+            "2.2250738585072012e-308",
+            "2.2250738585072014e-308",
+            "4.9406564584124654e-324",
+            "2.4703282292062328e-324",
+            "1.7976931348623158e308",
+            "7.2057594037927933e16",
+            "1.4e-45",
+            "5e-324",
+            "3e-324",
+            "1e308",
+            "123456789012345678e-330",
+            "0.13436424411240122",
+            "-0.84743373693723274",
         ] {
             let body = format!("{{\"x\": [[{text}]]}}");
             let fast = fast_rows_object(body.as_bytes(), &[("x", 1)], false, usize::MAX)
@@ -695,17 +737,52 @@ mod tests {
         }
     }
 
+    #[test]
+    fn numbers_of_up_to_19_digits_are_read_from_the_scan_as_the_standard_library_reads_them() {
+        // What instruments and scripts print (Python's `repr`: up to 17 digits) is read from the
+        // scan, past 2⁵³ by Eisel–Lemire, and never scanned a second time.
+        for text in [
+            "0.13436424411240122",
+            "-0.84743373693723274",
+            "7.2057594037927933e16",
+        ] {
+            let read = decimal(text.as_bytes(), 0).and_then(|d| d.exact);
+            assert_eq!(
+                read.map(f64::to_bits),
+                text.parse::<f64>().ok().map(f64::to_bits)
+            );
+        }
+        assert!(decimal(b"99999999999999999999", 0).is_some_and(|d| d.exact.is_none()));
+    }
+
+    proptest! {
+        #[test]
+        fn eisel_lemire_gives_the_standard_librarys_bits_or_leaves_the_number_to_it(
+            w in prop_oneof![any::<u64>(), 1u64..1_000_000, (1u64 << 53)..(1u64 << 60)],
+            q in -400i64..400,
+        ) {
+            let w = w % 10_000_000_000_000_000_000;
+            let text = format!("{w}e{q}");
+            let std = text.parse::<f64>().map(f64::to_bits).ok();
+            if let Some(value) = eisel_lemire(w, q) {
+                prop_assert_eq!(Some(value.to_bits()), std, "{}", text);
+            }
+            let read = decimal(text.as_bytes(), 0).and_then(|d| d.exact);
+            prop_assert!(read.is_none_or(|v| Some(v.to_bits()) == std), "{}", text);
+        }
+    }
+
     fn number_text() -> impl Strategy<Value = String> {
         let finite = any::<f64>().prop_filter("finite", |v| v.is_finite());
         // Around the edges of the exact path (`decimal`): significands near 2⁵³, powers near
-        // ±22, the point anywhere in the digits.
+        // ±22 and across the doubles' range (Eisel–Lemire), the point anywhere in the digits.
         let edge = (
             prop_oneof![
                 0u64..100_000,
                 (1u64 << 53) - 1000..(1u64 << 53) + 1000,
                 any::<u64>()
             ],
-            -26i32..26,
+            prop_oneof![-26i32..26, -360i32..330],
             0usize..20,
         )
             .prop_map(|(w, q, point)| {
