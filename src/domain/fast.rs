@@ -116,15 +116,15 @@ fn decimal(bytes: &[u8], mut at: usize) -> Option<Decimal> {
         }
         q += if sign < 0 { -exponent } else { exponent };
     }
-    // At most 19 digits: `w` is exact (it wraps past 2⁶⁴ only with more).
-    let magnitude = match count <= 19 {
+    let magnitude = if count > 19 {
+        // `w` wrapped past 2⁶⁴: only the text holds the number.
+        None
+    } else if w <= 1 << 53 && q.abs() <= 22 {
         // Exact conversions: w ≤ 2⁵³ and |q| ≤ 22.
-        true if w <= 1 << 53 && q.abs() <= 22 => {
-            let (w, power) = (w as f64, POWERS_OF_TEN[q.unsigned_abs() as usize]);
-            Some(if q < 0 { w / power } else { w * power })
-        }
-        true => eisel_lemire(w, q),
-        false => None,
+        let (w, power) = (w as f64, POWERS_OF_TEN[q.unsigned_abs() as usize]);
+        Some(if q < 0 { w / power } else { w * power })
+    } else {
+        eisel_lemire(w, q)
     };
     let exact = magnitude.map(|m| if negative { -m } else { m });
     Some(Decimal { end: at, exact })
