@@ -113,34 +113,53 @@ pub fn row_fields(spec: &ModelSpec) -> [RowField; 4] {
 }
 
 /// A predict request's inputs for a model with a spectrum, read by the fast path
-/// ([`fast_spectra_object`]) and handled as [`parse_inputs`] handles them (reflectances above full
-/// scale flagged at the same paths, the spectra resampled onto the model's grid, the named
-/// features after them), with the warnings; `None` for a body the fast path does not take, or
-/// one in which [`parse_inputs`] would find a problem (a grid that is not valid or does not
-/// cover the model's, arrays of different lengths): the full parse then says what is wrong.
+/// ([`fast_spectra_object`]), with the warnings ([`spectral_inputs`]); `None` for a body the
+/// full parse must read.
 pub fn fast_inputs(bytes: &[u8], spec: &ModelSpec, max_rows: usize) -> Option<(Rows, Vec<Detail>)> {
+    spec.spectrum.as_ref()?;
+    let read = fast_spectra_object(
+        bytes,
+        spec.features.len(),
+        None,
+        MAX_REQUEST_BANDS,
+        max_rows,
+    )?;
+    spectral_inputs(read, spec).map(|(x, warnings, _)| (x, warnings))
+}
+
+/// The model's input rows from what the fast path read, handled as [`parse_inputs`] handles
+/// them (reflectances above full scale flagged at the same paths, the spectra resampled onto
+/// the model's grid, the named features after them), with the warnings and the rest of the
+/// read (a batch's outputs and id); `None` where [`parse_inputs`] would find a problem (a grid
+/// that is not valid or does not cover the model's, arrays of different lengths): the full
+/// parse then says what is wrong.
+fn spectral_inputs(
+    read: FastSpectra,
+    spec: &ModelSpec,
+) -> Option<(Rows, Vec<Detail>, FastSpectra)> {
     let spectrum = spec.spectrum.as_ref()?;
-    let FastSpectra {
-        start_nm,
-        interval_nm,
-        values,
-        x,
-    } = fast_spectra_object(bytes, spec.features.len(), MAX_REQUEST_BANDS, max_rows)?;
-    let grid = Grid::new(start_nm, interval_nm, values.width()).ok()?;
+    let grid = Grid::new(read.start_nm, read.interval_nm, read.values.width()).ok()?;
     let model = spectrum.grid();
     if !grid.covers(&model) {
         return None;
     }
-    let x = x.unwrap_or_else(|| Rows::from_row_major(values.rows(), 0, Vec::new()));
-    if x.rows() != values.rows() {
-        return None;
-    }
+    let values = &read.values;
+    let none;
+    let x = match &read.x {
+        Some(x) if x.rows() == values.rows() => x,
+        Some(_) => return None,
+        None => {
+            none = Rows::from_row_major(values.rows(), 0, Vec::new());
+            &none
+        }
+    };
     let mut warnings = Details::default();
-    flag_above_full(&values, &grid, spectrum, &mut warnings, |i, j| {
+    flag_above_full(values, &grid, spectrum, &mut warnings, |i, j| {
         format!("/spectra/values/{i}/{j}")
     });
-    let spectra = resample_rows(&values, &grid, &model);
-    Some((join_inputs(&spectra, &x), warnings.into_list()))
+    let spectra = resample_rows(values, &grid, &model);
+    let inputs = join_inputs(&spectra, x);
+    Some((inputs, warnings.into_list(), read))
 }
 
 /// Reads a request's inputs: `x` (named features) and, for a model with a spectrum, `spectra`
@@ -318,17 +337,27 @@ impl NewBatch {
         idempotency_key: Option<&str>,
         max_rows: usize,
     ) -> Option<Self> {
-        // Spectra are resampled and checked: the full parse reads them.
-        if spec.spectrum.is_some() {
-            return None;
-        }
-        let object = fast_rows_object(
-            body,
-            &[("x", spec.features.len()), ("y", spec.outputs.len())],
-            true,
-            max_rows,
-        )?;
-        let body_id = match object.batch_id {
+        let (batch_id, x, y, warnings) = if spec.spectrum.is_some() {
+            let read = fast_spectra_object(
+                body,
+                spec.features.len(),
+                Some(spec.outputs.len()),
+                MAX_REQUEST_BANDS,
+                max_rows,
+            )?;
+            let (x, warnings, read) = spectral_inputs(read, spec)?;
+            (read.batch_id, x, read.y?, warnings)
+        } else {
+            let object = fast_rows_object(
+                body,
+                &[("x", spec.features.len()), ("y", spec.outputs.len())],
+                true,
+                max_rows,
+            )?;
+            let [x, y] = <[Rows; 2]>::try_from(object.rows).ok()?;
+            (object.batch_id, x, y, Vec::new())
+        };
+        let body_id = match batch_id {
             None => None,
             Some(id) => Some(BatchId::parse(&id).ok()?),
         };
@@ -339,13 +368,12 @@ impl NewBatch {
         if matches!((&body_id, &header_id), (Some(a), Some(b)) if a != b) {
             return None;
         }
-        let [x, y] = <[Rows; 2]>::try_from(object.rows).ok()?;
         (x.rows() == y.rows()).then(|| Self {
             batch_id: body_id.or(header_id).unwrap_or_else(BatchId::generate),
             x,
             y,
             successor: None,
-            warnings: Vec::new(),
+            warnings,
         })
     }
 
@@ -594,4 +622,223 @@ pub(super) fn read_csv(
         Rows::from_row_major(rows, p, x),
         Rows::from_row_major(rows, m, y),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn spectral_spec(scale: &str, features: &[&str]) -> ModelSpec {
+        ModelSpec::parse(&serde_json::json!({
+            "name": "dips",
+            "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 4, "scale": scale},
+            "features": features, "outputs": ["red", "blue"]
+        }))
+        .expect("a valid spec")
+    }
+
+    fn full(body: &str, spec: &ModelSpec, key: Option<&str>) -> Result<NewBatch, String> {
+        let read =
+            Body::parse(body.as_bytes(), &row_fields(spec), 100).map_err(|e| e.to_string())?;
+        NewBatch::parse(read, spec, key).map_err(|e| format!("{e:?}"))
+    }
+
+    fn bits(rows: &Rows) -> (usize, usize, Vec<u64>) {
+        let values = rows.values().iter().map(|v| v.to_bits()).collect();
+        (rows.rows(), rows.width(), values)
+    }
+
+    /// What a batch is, to the bit: its id where the body or the key names one (a generated
+    /// one differs from call to call), its inputs and outputs, its warnings.
+    fn same(fast: &NewBatch, full: &NewBatch, named: bool) -> bool {
+        (!named || fast.batch_id == full.batch_id)
+            && bits(&fast.x) == bits(&full.x)
+            && bits(&fast.y) == bits(&full.y)
+            && fast.successor.is_none()
+            && full.successor.is_none()
+            && fast.warnings == full.warnings
+    }
+
+    /// A spectral batch the fast path takes reads as the full parse reads it: the same id, the
+    /// same bits of every input (resampled where its grid is not the model's) and output, the
+    /// same warnings at the same paths; one it does not take, valid or not, is left to the full
+    /// parse.
+    #[test]
+    fn spectral_batches_read_fast_as_the_full_parse_reads_them() {
+        let taken = [
+            (
+                "fraction",
+                &[][..],
+                None,
+                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+            ),
+            (
+                "fraction",
+                &[],
+                Some("k-1"),
+                r#" { "y" : [[0.5,1e-3],[2,0]] , "batch_id" : "k-1" , "spectra" : { "values" : [[0.1,0.25,1e-1,4E-1],[1,0,0.5,0.30000000000000004]] , "interval_nm" : 10.0 , "start_nm" : 4e2 } } "#,
+            ),
+            (
+                "percent",
+                &[],
+                None,
+                r#"{"batch_id": null, "spectra": {"start_nm": 395, "interval_nm": 5, "values": [[10, 20, 104.25, 30, 40, 50, 60, 70, 101, 80]]}, "y": [[3, 4]]}"#,
+            ),
+            (
+                "percent",
+                &["greige", "weight"],
+                Some("lot-7"),
+                r#"{"x": [[1, 0.5], [0, 2]], "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[1, 2, 3, 4], [5, 6, 7, 800]]}, "y": [[1, 1], [2, 2]]}"#,
+            ),
+            (
+                "absorbance",
+                &[],
+                None,
+                r#"{"batch_id": "a.b", "spectra": {"start_nm": 400, "interval_nm": 7.5, "values": [[0.5, 1.5, 2.5, 3.5, 4.5]]}, "y": [[0, 0]]}"#,
+            ),
+        ];
+        for (scale, features, key, body) in taken {
+            let spec = spectral_spec(scale, features);
+            let fast = NewBatch::parse_fast(body.as_bytes(), &spec, key, 100).expect(body);
+            let full = full(body, &spec, key).expect(body);
+            let named = key.is_some() || body.contains("\"batch_id\": \"");
+            assert!(same(&fast, &full, named), "{body}");
+        }
+        let spec = spectral_spec("percent", &[]);
+        let batch = r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[1, 2, 3, 400]]}, "y": [[1, 2]]}"#;
+        let read = NewBatch::parse_fast(batch.as_bytes(), &spec, None, 100).expect(batch);
+        assert_eq!(read.warnings.len(), 1, "400 % is above full scale");
+        assert_eq!(read.warnings[0].path, "/spectra/values/0/3");
+
+        // Valid, but more than the fast path takes: a successor's readings, an empty x, an id
+        // with an escape.
+        let valid = [
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "x": [[]], "y": [[1, 2]]}"#,
+            r#"{"batch_id": "a\u002db", "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+        ];
+        for body in valid {
+            assert!(
+                NewBatch::parse_fast(body.as_bytes(), &spec, None, 100).is_none(),
+                "{body}"
+            );
+            assert!(full(body, &spec, None).is_ok(), "{body}");
+        }
+        // Invalid: the fast path leaves them to the full parse, which says why.
+        let invalid = [
+            (
+                None,
+                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
+            ),
+            (
+                None,
+                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1]]}"#,
+            ),
+            (
+                None,
+                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2], [3, 4]]}"#,
+            ),
+            (
+                None,
+                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3]]}, "y": [[1, 2]]}"#,
+            ),
+            (
+                None,
+                r#"{"spectra": {"start_nm": 410, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+            ),
+            (
+                None,
+                r#"{"spectra": {"start_nm": 400, "interval_nm": 0, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+            ),
+            (
+                None,
+                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": []}"#,
+            ),
+            (
+                None,
+                r#"{"batch_id": "", "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+            ),
+            (
+                None,
+                r#"{"batch_id": 7, "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+            ),
+            (
+                Some("other"),
+                r#"{"batch_id": "one", "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+            ),
+            (
+                None,
+                r#"{"x": [[1]], "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+            ),
+            (
+                None,
+                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]} x"#,
+            ),
+        ];
+        for (key, body) in invalid {
+            assert!(
+                NewBatch::parse_fast(body.as_bytes(), &spec, key, 100).is_none(),
+                "{body}"
+            );
+            assert!(full(body, &spec, key).is_err(), "{body}");
+        }
+        // A model with named features needs them beside the spectra, as many rows.
+        let spec = spectral_spec("fraction", &["greige"]);
+        for body in [
+            r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+            r#"{"x": [[1], [2]], "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+        ] {
+            assert!(
+                NewBatch::parse_fast(body.as_bytes(), &spec, None, 100).is_none(),
+                "{body}"
+            );
+            assert!(full(body, &spec, None).is_err(), "{body}");
+        }
+    }
+
+    proptest! {
+        /// Any spectral batch of the plain shape, on the model's grid or a finer one that
+        /// covers it, with or without named features and an id, reads to the bits and warnings
+        /// the full parse reads.
+        #[test]
+        fn a_spectral_batch_reads_fast_as_the_full_parse_reads_it(
+            rows in 1usize..5,
+            step in prop::sample::select(vec![(400.0, 10.0, 4usize), (395.0, 5.0, 10), (400.0, 2.5, 13)]),
+            values in prop::collection::vec(-0.5f64..1.5, 13 * 4),
+            outputs in prop::collection::vec(-1e3f64..1e3, 2 * 4),
+            features in prop::sample::select(vec![0usize, 2]),
+            id in prop::option::of("[a-z0-9]{1,8}"),
+        ) {
+            let names: Vec<&str> = ["greige", "weight"][..features].to_vec();
+            let spec = spectral_spec("fraction", &names);
+            let (start, interval, bands) = step;
+            let table = |values: &[f64], width: usize| -> String {
+                let rows: Vec<String> = (0..rows)
+                    .map(|r| {
+                        let row: Vec<String> =
+                            values[r * width..(r + 1) * width].iter().map(|v| format!("{v}")).collect();
+                        format!("[{}]", row.join(", "))
+                    })
+                    .collect();
+                format!("[{}]", rows.join(", "))
+            };
+            let mut members = vec![
+                format!(r#""spectra": {{"start_nm": {start}, "interval_nm": {interval}, "values": {}}}"#, table(&values, bands)),
+                format!(r#""y": {}"#, table(&outputs, 2)),
+            ];
+            if features > 0 {
+                members.push(format!(r#""x": {}"#, table(&outputs, 2)));
+            }
+            if let Some(id) = &id {
+                members.push(format!(r#""batch_id": "{id}""#));
+            }
+            let body = format!("{{{}}}", members.join(", "));
+            let fast = NewBatch::parse_fast(body.as_bytes(), &spec, None, 100);
+            let full = full(&body, &spec, None);
+            prop_assert!(fast.is_some(), "the fast path refused {}", body);
+            let (fast, full) = (fast.expect("checked"), full.expect("the full parse reads it"));
+            prop_assert!(same(&fast, &full, id.is_some()), "{}", body);
+        }
+    }
 }

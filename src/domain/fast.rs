@@ -198,12 +198,7 @@ pub fn fast_rows_object(
             let key = scan.string()?;
             scan.expect(b':')?;
             if accept_batch_id && key == "batch_id" && batch_id.is_none() {
-                batch_id = Some(if scan.peek()? == b'n' {
-                    scan.literal(b"null")?;
-                    None
-                } else {
-                    Some(scan.string()?.to_owned())
-                });
+                batch_id = Some(scan.batch_id()?);
             } else {
                 let i = fields.iter().position(|(name, _)| *name == key)?;
                 if rows[i].is_some() {
@@ -230,7 +225,7 @@ pub fn fast_rows_object(
 }
 
 /// What [`fast_spectra_object`] read: a request's spectra, on the grid it names, and its named
-/// features.
+/// features; for a batch, its outputs and id too.
 #[derive(Debug)]
 pub struct FastSpectra {
     pub start_nm: f64,
@@ -239,29 +234,39 @@ pub struct FastSpectra {
     pub values: Rows,
     /// The named features' rows, read when the model has named features.
     pub x: Option<Rows>,
+    /// A batch's outputs, read when outputs were asked for.
+    pub y: Option<Rows>,
+    pub batch_id: Option<String>,
 }
 
-/// Reads `body` as a predict request of a model with a spectrum: a JSON object whose members are
-/// exactly `spectra` (`{"start_nm", "interval_nm", "values"}`, each once, in any order: two
-/// finite numbers and a non-empty array of at most `max_rows` rows of the first row's width,
-/// at most `max_bands`) and, when `features` is not 0, `x` (rows of exactly `features` finite
-/// numbers). `None` for anything else, as [`fast_rows_object`]; whether the grid is valid,
-/// covers the model's and the two arrays hold as many rows is for the caller.
+/// Reads `body` as a predict request or, when `outputs` is given, a batch of a model with a
+/// spectrum: a JSON object whose members are exactly `spectra` (`{"start_nm", "interval_nm",
+/// "values"}`, each once, in any order: two finite numbers and a non-empty array of at most
+/// `max_rows` rows of the first row's width, at most `max_bands`), when `features` is not 0,
+/// `x` (rows of exactly `features` finite numbers) and, for a batch, `y` (rows of exactly
+/// `outputs` finite numbers) and an optional `batch_id` (a string or null). `None` for anything
+/// else, as [`fast_rows_object`]; whether the grid is valid, covers the model's and the arrays
+/// hold as many rows is for the caller.
 pub fn fast_spectra_object(
     body: &[u8],
     features: usize,
+    outputs: Option<usize>,
     max_bands: usize,
     max_rows: usize,
 ) -> Option<FastSpectra> {
     let mut scan = Scanner::new(body)?;
-    let (mut spectra, mut x) = (None, None);
+    let (mut spectra, mut x, mut y, mut batch_id) = (None, None, None, None);
     scan.expect(b'{')?;
     loop {
         let key = scan.string()?;
         scan.expect(b':')?;
-        match key {
-            "spectra" if spectra.is_none() => spectra = Some(scan.spectra(max_bands, max_rows)?),
-            "x" if x.is_none() && features > 0 => x = Some(scan.rows(features, max_rows)?),
+        match (key, outputs) {
+            ("spectra", _) if spectra.is_none() => {
+                spectra = Some(scan.spectra(max_bands, max_rows)?);
+            }
+            ("x", _) if x.is_none() && features > 0 => x = Some(scan.rows(features, max_rows)?),
+            ("y", Some(width)) if y.is_none() => y = Some(scan.rows(width, max_rows)?),
+            ("batch_id", Some(_)) if batch_id.is_none() => batch_id = Some(scan.batch_id()?),
             _ => return None,
         }
         if scan.peek()? != b',' {
@@ -271,7 +276,7 @@ pub fn fast_spectra_object(
     }
     scan.expect(b'}')?;
     scan.skip_whitespace();
-    if scan.at != body.len() || (features > 0 && x.is_none()) {
+    if scan.at != body.len() || (features > 0 && x.is_none()) || y.is_none() != outputs.is_none() {
         return None;
     }
     let (start_nm, interval_nm, values) = spectra?;
@@ -280,6 +285,8 @@ pub fn fast_spectra_object(
         interval_nm,
         values,
         x,
+        y,
+        batch_id: batch_id.flatten(),
     })
 }
 
@@ -336,6 +343,16 @@ impl<'a> Scanner<'a> {
         let text = self.text.get(start..self.at)?;
         self.at += 1;
         Some(text)
+    }
+
+    /// A batch id: a string, or `null` for none.
+    fn batch_id(&mut self) -> Option<Option<String>> {
+        if self.peek()? == b'n' {
+            self.literal(b"null")?;
+            Some(None)
+        } else {
+            Some(Some(self.string()?.to_owned()))
+        }
     }
 
     /// A JSON number, rounded to the nearest `f64` ([`decimal`]); `None` when it is not finite
@@ -842,7 +859,6 @@ mod tests {
         }
     }
 
-    /// A model with features `a`, `b` and one output `c`.
     /// A spectral request's arrays are read at the first row's width, up to the bands allowed,
     /// and nothing else is taken.
     #[test]
@@ -850,7 +866,7 @@ mod tests {
         let body = |values: &str| {
             format!(r#"{{"spectra": {{"start_nm": 400, "interval_nm": 10, "values": {values}}}}}"#)
         };
-        let read = fast_spectra_object(body("[[1, 2, 3], [4, 5, 6]]").as_bytes(), 0, 3, 10)
+        let read = fast_spectra_object(body("[[1, 2, 3], [4, 5, 6]]").as_bytes(), 0, None, 3, 10)
             .expect("three bands");
         assert_eq!((read.start_nm, read.interval_nm), (400.0, 10.0));
         assert_eq!((read.values.rows(), read.values.width()), (2, 3));
@@ -864,17 +880,35 @@ mod tests {
             "[]",
         ] {
             assert!(
-                fast_spectra_object(body(refused).as_bytes(), 0, 3, 10).is_none(),
+                fast_spectra_object(body(refused).as_bytes(), 0, None, 3, 10).is_none(),
                 "{refused}"
             );
         }
-        assert!(fast_spectra_object(body("[[1, 2], [3, 4]]").as_bytes(), 0, 3, 1).is_none());
+        assert!(fast_spectra_object(body("[[1, 2], [3, 4]]").as_bytes(), 0, None, 3, 1).is_none());
         let with_x = format!(r#"{{"x": [[7]], {}"#, &body("[[1, 2]]")[1..]);
-        let read = fast_spectra_object(with_x.as_bytes(), 1, 3, 10).expect("x and spectra");
+        let read = fast_spectra_object(with_x.as_bytes(), 1, None, 3, 10).expect("x and spectra");
         assert_eq!(read.x.map(|x| x.values().to_vec()), Some(vec![7.0]));
-        assert!(fast_spectra_object(with_x.as_bytes(), 0, 3, 10).is_none());
+        assert!(fast_spectra_object(with_x.as_bytes(), 0, None, 3, 10).is_none());
+        // A batch's outputs and id are read only when outputs are asked for, and then needed.
+        let batch = format!(
+            r#"{{"batch_id": "b-1", "y": [[0.5]], {}"#,
+            &body("[[1, 2]]")[1..]
+        );
+        let read = fast_spectra_object(batch.as_bytes(), 0, Some(1), 3, 10).expect("a batch");
+        assert_eq!(read.y.map(|y| y.values().to_vec()), Some(vec![0.5]));
+        assert_eq!(read.batch_id.as_deref(), Some("b-1"));
+        assert!(fast_spectra_object(batch.as_bytes(), 0, None, 3, 10).is_none());
+        assert!(fast_spectra_object(batch.as_bytes(), 0, Some(2), 3, 10).is_none());
+        let null_id = format!(
+            r#"{{"batch_id": null, "y": [[0.5]], {}"#,
+            &body("[[1, 2]]")[1..]
+        );
+        let read = fast_spectra_object(null_id.as_bytes(), 0, Some(1), 3, 10).expect("no id");
+        assert!(read.batch_id.is_none());
+        assert!(fast_spectra_object(body("[[1, 2]]").as_bytes(), 0, Some(1), 3, 10).is_none());
     }
 
+    /// A model with features `a`, `b` and one output `c`.
     fn csv_spec() -> ModelSpec {
         ModelSpec::parse(&serde_json::json!({
             "name": "lab", "features": ["a", "b"], "outputs": ["c"]
