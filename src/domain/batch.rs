@@ -116,6 +116,7 @@ pub fn row_fields(spec: &ModelSpec) -> [RowField; 4] {
 /// ([`fast_spectra_object`]), with the warnings ([`spectral_inputs`]); `None` for a body the
 /// full parse must read.
 pub fn fast_inputs(bytes: &[u8], spec: &ModelSpec, max_rows: usize) -> Option<(Rows, Vec<Detail>)> {
+    // Not scanned at all for a model without a spectrum.
     spec.spectrum.as_ref()?;
     let read = fast_spectra_object(
         bytes,
@@ -124,19 +125,15 @@ pub fn fast_inputs(bytes: &[u8], spec: &ModelSpec, max_rows: usize) -> Option<(R
         MAX_REQUEST_BANDS,
         max_rows,
     )?;
-    spectral_inputs(read, spec).map(|(x, warnings, _)| (x, warnings))
+    spectral_inputs(&read, spec)
 }
 
 /// The model's input rows from what the fast path read, handled as [`parse_inputs`] handles
 /// them (reflectances above full scale flagged at the same paths, the spectra resampled onto
-/// the model's grid, the named features after them), with the warnings and the rest of the
-/// read (a batch's outputs and id); `None` where [`parse_inputs`] would find a problem (a grid
-/// that is not valid or does not cover the model's, arrays of different lengths): the full
-/// parse then says what is wrong.
-fn spectral_inputs(
-    read: FastSpectra,
-    spec: &ModelSpec,
-) -> Option<(Rows, Vec<Detail>, FastSpectra)> {
+/// the model's grid, the named features after them), with the warnings; `None` where
+/// [`parse_inputs`] would find a problem (a grid that is not valid or does not cover the
+/// model's, arrays of different lengths): the full parse then says what is wrong.
+fn spectral_inputs(read: &FastSpectra, spec: &ModelSpec) -> Option<(Rows, Vec<Detail>)> {
     let spectrum = spec.spectrum.as_ref()?;
     let grid = Grid::new(read.start_nm, read.interval_nm, read.values.width()).ok()?;
     let model = spectrum.grid();
@@ -158,8 +155,7 @@ fn spectral_inputs(
         format!("/spectra/values/{i}/{j}")
     });
     let spectra = resample_rows(values, &grid, &model);
-    let inputs = join_inputs(&spectra, x);
-    Some((inputs, warnings.into_list(), read))
+    Some((join_inputs(&spectra, x), warnings.into_list()))
 }
 
 /// Reads a request's inputs: `x` (named features) and, for a model with a spectrum, `spectra`
@@ -345,7 +341,7 @@ impl NewBatch {
                 MAX_REQUEST_BANDS,
                 max_rows,
             )?;
-            let (x, warnings, read) = spectral_inputs(read, spec)?;
+            let (x, warnings) = spectral_inputs(&read, spec)?;
             (read.batch_id, x, read.y?, warnings)
         } else {
             let object = fast_rows_object(
@@ -726,54 +722,42 @@ mod tests {
             assert!(full(body, &spec, None).is_ok(), "{body}");
         }
         // Invalid: the fast path leaves them to the full parse, which says why.
+        let batch = |spectra: &str, rest: &str| format!(r#"{{"spectra": {{{spectra}}}{rest}}}"#);
+        let plain = r#""start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]"#;
+        let y = r#", "y": [[1, 2]]"#;
         let invalid = [
-            (
-                None,
-                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
-            ),
-            (
-                None,
-                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1]]}"#,
-            ),
-            (
-                None,
-                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2], [3, 4]]}"#,
-            ),
-            (
-                None,
-                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3]]}, "y": [[1, 2]]}"#,
-            ),
-            (
-                None,
-                r#"{"spectra": {"start_nm": 410, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
-            ),
-            (
-                None,
-                r#"{"spectra": {"start_nm": 400, "interval_nm": 0, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
-            ),
-            (
-                None,
-                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": []}"#,
-            ),
-            (
-                None,
-                r#"{"batch_id": "", "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
-            ),
-            (
-                None,
-                r#"{"batch_id": 7, "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
-            ),
+            (None, batch(plain, "")),
+            (None, batch(plain, r#", "y": [[1]]"#)),
+            (None, batch(plain, r#", "y": [[1, 2], [3, 4]]"#)),
+            (None, batch(plain, r#", "y": []"#)),
+            (None, batch(plain, &format!(r#"{y}, "batch_id": """#))),
+            (None, batch(plain, &format!(r#"{y}, "batch_id": 7"#))),
             (
                 Some("other"),
-                r#"{"batch_id": "one", "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+                batch(plain, &format!(r#"{y}, "batch_id": "one""#)),
+            ),
+            (None, batch(plain, &format!(r#"{y}, "x": [[1]]"#))),
+            (None, batch(plain, y) + " x"),
+            (
+                None,
+                batch(
+                    r#""start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3]]"#,
+                    y,
+                ),
             ),
             (
                 None,
-                r#"{"x": [[1]], "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
+                batch(
+                    r#""start_nm": 410, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]"#,
+                    y,
+                ),
             ),
             (
                 None,
-                r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]} x"#,
+                batch(
+                    r#""start_nm": 400, "interval_nm": 0, "values": [[0.1, 0.2, 0.3, 0.4]]"#,
+                    y,
+                ),
             ),
         ];
         for (key, body) in invalid {
@@ -781,7 +765,7 @@ mod tests {
                 NewBatch::parse_fast(body.as_bytes(), &spec, key, 100).is_none(),
                 "{body}"
             );
-            assert!(full(body, &spec, key).is_err(), "{body}");
+            assert!(full(&body, &spec, key).is_err(), "{body}");
         }
         // A model with named features needs them beside the spectra, as many rows.
         let spec = spectral_spec("fraction", &["greige"]);
