@@ -625,15 +625,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-
-    fn spectral_spec(scale: &str, features: &[&str]) -> ModelSpec {
-        ModelSpec::parse(&serde_json::json!({
-            "name": "dips",
-            "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 4, "scale": scale},
-            "features": features, "outputs": ["red", "blue"]
-        }))
-        .expect("a valid spec")
-    }
+    use crate::domain::spectrum::test_spec;
 
     fn full(body: &str, spec: &ModelSpec, key: Option<&str>) -> Result<NewBatch, String> {
         let read =
@@ -696,13 +688,13 @@ mod tests {
             ),
         ];
         for (scale, features, key, body) in taken {
-            let spec = spectral_spec(scale, features);
+            let spec = test_spec(scale, features);
             let fast = NewBatch::parse_fast(body.as_bytes(), &spec, key, 100).expect(body);
             let full = full(body, &spec, key).expect(body);
             let named = key.is_some() || body.contains("\"batch_id\": \"");
             assert!(same(&fast, &full, named), "{body}");
         }
-        let spec = spectral_spec("percent", &[]);
+        let spec = test_spec("percent", &[]);
         let batch = r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[1, 2, 3, 400]]}, "y": [[1, 2]]}"#;
         let read = NewBatch::parse_fast(batch.as_bytes(), &spec, None, 100).expect(batch);
         assert_eq!(read.warnings.len(), 1, "400 % is above full scale");
@@ -768,7 +760,7 @@ mod tests {
             assert!(full(&body, &spec, key).is_err(), "{body}");
         }
         // A model with named features needs them beside the spectra, as many rows.
-        let spec = spectral_spec("fraction", &["greige"]);
+        let spec = test_spec("fraction", &["greige"]);
         for body in [
             r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
             r#"{"x": [[1], [2]], "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
@@ -795,7 +787,7 @@ mod tests {
             id in prop::option::of("[a-z0-9]{1,8}"),
         ) {
             let names: Vec<&str> = ["greige", "weight"][..features].to_vec();
-            let spec = spectral_spec("fraction", &names);
+            let spec = test_spec("fraction", &names);
             let (start, interval, bands) = step;
             let table = |values: &[f64], width: usize| -> String {
                 let rows: Vec<String> = (0..rows)

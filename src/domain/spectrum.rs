@@ -373,6 +373,18 @@ pub fn join_inputs(spectra: &Rows, features: &Rows) -> Rows {
     Rows::from_row_major(spectra.rows(), width, values)
 }
 
+/// The tests' model of a spectrum: 4 bands from 400 nm, 10 nm apart, on `scale`, then the named
+/// features `features`, and two outputs.
+#[cfg(test)]
+pub(crate) fn test_spec(scale: &str, features: &[&str]) -> super::ModelSpec {
+    super::ModelSpec::parse(&serde_json::json!({
+        "name": "dips",
+        "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 4, "scale": scale},
+        "features": features, "outputs": ["red", "blue"]
+    }))
+    .expect("a valid spec")
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

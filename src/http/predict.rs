@@ -530,15 +530,7 @@ mod tests {
     use faer::Mat;
 
     use super::*;
-
-    fn spectral_spec(scale: &str, features: &[&str]) -> ModelSpec {
-        ModelSpec::parse(&serde_json::json!({
-            "name": "dips",
-            "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 4, "scale": scale},
-            "features": features, "outputs": ["red"]
-        }))
-        .expect("a valid spec")
-    }
+    use crate::domain::spectrum::test_spec;
 
     fn bits(rows: &Rows) -> (usize, usize, Vec<u64>) {
         let values = rows.values().iter().map(|v| v.to_bits()).collect();
@@ -578,7 +570,7 @@ mod tests {
             ),
         ];
         for (scale, features, body) in taken {
-            let spec = spectral_spec(scale, features);
+            let spec = test_spec(scale, features);
             let fast = fast_inputs(body.as_bytes(), &spec, 100).expect(body);
             let full = parse_request(body.as_bytes(), &spec, 100).expect(body);
             assert_eq!(bits(&fast.0), bits(&full.0), "{body}");
@@ -589,7 +581,7 @@ mod tests {
             );
         }
         // Valid, but more than the fast path takes.
-        let spec = spectral_spec("fraction", &[]);
+        let spec = test_spec("fraction", &[]);
         let valid = [
             r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "instrument": "main"}"#,
             r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "x": [[]]}"#,
@@ -616,7 +608,7 @@ mod tests {
             assert!(read_rows(body.as_bytes(), &spec, 100).is_err(), "{body}");
         }
         // A model with named features needs them beside the spectra, as many rows.
-        let spec = spectral_spec("fraction", &["greige"]);
+        let spec = test_spec("fraction", &["greige"]);
         for body in [
             r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
             r#"{"x": [[1], [2]], "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}}"#,
