@@ -141,15 +141,11 @@ fn spectral_inputs(read: &FastSpectra, spec: &ModelSpec) -> Option<(Rows, Vec<De
         return None;
     }
     let values = &read.values;
-    let none;
-    let x = match &read.x {
-        Some(x) if x.rows() == values.rows() => x,
-        Some(_) => return None,
-        None => {
-            none = Rows::from_row_major(values.rows(), 0, Vec::new());
-            &none
-        }
-    };
+    let no_features = Rows::from_row_major(values.rows(), 0, Vec::new());
+    let x = read.x.as_ref().unwrap_or(&no_features);
+    if x.rows() != values.rows() {
+        return None;
+    }
     let mut warnings = Details::default();
     flag_above_full(values, &grid, spectrum, &mut warnings, |i, j| {
         format!("/spectra/values/{i}/{j}")
@@ -324,9 +320,10 @@ impl NewBatch {
         }
     }
 
-    /// [`Self::parse`] straight from the bytes of a plain, well-formed JSON body. `None` when
-    /// the body is anything but a valid batch of at most `max_rows` rows for `spec` (or its id
-    /// disagrees with `idempotency_key`): [`Self::parse`] then says what is wrong.
+    /// [`Self::parse`] straight from the bytes of a plain, well-formed JSON body. `None` for a
+    /// body it does not take, every invalid one among them (more than `max_rows` rows for
+    /// `spec`, an id that disagrees with `idempotency_key`, …): [`Self::parse`] then reads it or
+    /// says what is wrong.
     pub fn parse_fast(
         body: &[u8],
         spec: &ModelSpec,
@@ -700,8 +697,7 @@ mod tests {
         assert_eq!(read.warnings.len(), 1, "400 % is above full scale");
         assert_eq!(read.warnings[0].path, "/spectra/values/0/3");
 
-        // Valid, but more than the fast path takes: a successor's readings, an empty x, an id
-        // with an escape.
+        // Valid, but more than the fast path takes: an empty x, an id with an escape.
         let valid = [
             r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "x": [[]], "y": [[1, 2]]}"#,
             r#"{"batch_id": "a\u002db", "spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}, "y": [[1, 2]]}"#,
@@ -730,6 +726,19 @@ mod tests {
             ),
             (None, batch(plain, &format!(r#"{y}, "x": [[1]]"#))),
             (None, batch(plain, y) + " x"),
+            (None, batch(plain, &format!(r#"{y}{y}"#))),
+            (
+                None,
+                batch(plain, &format!(r#"{y}, "batch_id": null, "batch_id": "a""#)),
+            ),
+            (None, batch(&format!(r#"{plain}, "start_nm": 400"#), y)),
+            (
+                None,
+                batch(
+                    plain,
+                    &format!(r#", "y": [{}[1, 2]]"#, "[1, 2], ".repeat(100)),
+                ),
+            ),
             (
                 None,
                 batch(
@@ -775,19 +784,22 @@ mod tests {
 
     proptest! {
         /// Any spectral batch of the plain shape, on the model's grid or a finer one that
-        /// covers it, with or without named features and an id, reads to the bits and warnings
-        /// the full parse reads.
+        /// covers it, on any scale, with or without named features and an id, its members in any
+        /// order, reads to the bits and warnings the full parse reads.
         #[test]
         fn a_spectral_batch_reads_fast_as_the_full_parse_reads_it(
             rows in 1usize..5,
             step in prop::sample::select(vec![(400.0, 10.0, 4usize), (395.0, 5.0, 10), (400.0, 2.5, 13)]),
             values in prop::collection::vec(-0.5f64..1.5, 13 * 4),
             outputs in prop::collection::vec(-1e3f64..1e3, 2 * 4),
+            named in prop::collection::vec(-1e3f64..1e3, 2 * 4),
             features in prop::sample::select(vec![0usize, 2]),
             id in prop::option::of("[a-z0-9]{1,8}"),
+            scale in prop::sample::select(vec!["fraction", "percent", "absorbance"]),
+            turn in 0usize..4,
         ) {
             let names: Vec<&str> = ["greige", "weight"][..features].to_vec();
-            let spec = test_spec("fraction", &names);
+            let spec = test_spec(scale, &names);
             let (start, interval, bands) = step;
             let table = |values: &[f64], width: usize| -> String {
                 let rows: Vec<String> = (0..rows)
@@ -804,11 +816,13 @@ mod tests {
                 format!(r#""y": {}"#, table(&outputs, 2)),
             ];
             if features > 0 {
-                members.push(format!(r#""x": {}"#, table(&outputs, 2)));
+                members.push(format!(r#""x": {}"#, table(&named, 2)));
             }
             if let Some(id) = &id {
                 members.push(format!(r#""batch_id": "{id}""#));
             }
+            let turn = turn % members.len();
+            members.rotate_left(turn);
             let body = format!("{{{}}}", members.join(", "));
             let fast = NewBatch::parse_fast(body.as_bytes(), &spec, None, 100);
             let full = full(&body, &spec, None);

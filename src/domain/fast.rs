@@ -1,6 +1,6 @@
 //! The fast paths for well-formed bodies of rows: JSON (`{"x": [[…]], "y": [[…]]}`, and a
-//! predict request's `{"spectra": {"start_nm", "interval_nm", "values": [[…]]}, "x": [[…]]}`)
-//! and plain CSV.
+//! spectral predict request's or batch's `{"spectra": {"start_nm", "interval_nm", "values":
+//! [[…]]}, "x": [[…]], "y": [[…]]}`) and plain CSV.
 //!
 //! A 1,000-row batch of 35 columns holds 35,000 numbers. Read through a `serde_json::Value`
 //! tree, each costs a heap node, and `serde_json`'s exact float reader (needed, so that a
@@ -236,6 +236,7 @@ pub struct FastSpectra {
     pub x: Option<Rows>,
     /// A batch's outputs, read when outputs were asked for.
     pub y: Option<Rows>,
+    /// A batch's `batch_id`, when it names one.
     pub batch_id: Option<String>,
 }
 
