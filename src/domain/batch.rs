@@ -630,17 +630,12 @@ mod tests {
         NewBatch::parse(read, spec, key).map_err(|e| format!("{e:?}"))
     }
 
-    fn bits(rows: &Rows) -> (usize, usize, Vec<u64>) {
-        let values = rows.values().iter().map(|v| v.to_bits()).collect();
-        (rows.rows(), rows.width(), values)
-    }
-
     /// What a batch is, to the bit: its id where the body or the key names one (a generated
     /// one differs from call to call), its inputs and outputs, its warnings.
     fn same(fast: &NewBatch, full: &NewBatch, named: bool) -> bool {
         (!named || fast.batch_id == full.batch_id)
-            && bits(&fast.x) == bits(&full.x)
-            && bits(&fast.y) == bits(&full.y)
+            && fast.x.bits() == full.x.bits()
+            && fast.y.bits() == full.y.bits()
             && fast.successor.is_none()
             && full.successor.is_none()
             && fast.warnings == full.warnings

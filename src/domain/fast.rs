@@ -604,12 +604,7 @@ mod tests {
     }
 
     fn bits(rows: &[Rows]) -> Vec<(usize, usize, Vec<u64>)> {
-        rows.iter()
-            .map(|r| {
-                let bits = r.values().iter().map(|v| v.to_bits()).collect();
-                (r.rows(), r.width(), bits)
-            })
-            .collect()
+        rows.iter().map(Rows::bits).collect()
     }
 
     #[test]

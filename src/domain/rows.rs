@@ -52,6 +52,15 @@ impl Rows {
     }
 }
 
+#[cfg(test)]
+impl Rows {
+    /// Shape and the bits of every value: what two readings of one body must agree on.
+    pub(crate) fn bits(&self) -> (usize, usize, Vec<u64>) {
+        let values = self.values.iter().map(|v| v.to_bits()).collect();
+        (self.rows, self.width, values)
+    }
+}
+
 /// The rows read at JSON pointer `path` of a body ([`super::Body::take_rows`]), each of the width
 /// its [`super::RowField`] asked for. Every problem is added to `details`; `None` when there
 /// was any.

@@ -532,11 +532,6 @@ mod tests {
     use super::*;
     use crate::domain::spectrum::test_spec;
 
-    fn bits(rows: &Rows) -> (usize, usize, Vec<u64>) {
-        let values = rows.values().iter().map(|v| v.to_bits()).collect();
-        (rows.rows(), rows.width(), values)
-    }
-
     /// A spectral request the fast path takes reads as the full parse reads it: the same bits
     /// of every input (resampled where its grid is not the model's), the same warnings at the
     /// same paths; a request it does not take, valid or not, is left to the full parse.
@@ -573,7 +568,7 @@ mod tests {
             let spec = test_spec(scale, features);
             let fast = fast_inputs(body.as_bytes(), &spec, 100).expect(body);
             let full = parse_request(body.as_bytes(), &spec, 100).expect(body);
-            assert_eq!(bits(&fast.0), bits(&full.0), "{body}");
+            assert_eq!(fast.0.bits(), full.0.bits(), "{body}");
             assert_eq!(fast.1, full.1, "{body}");
             assert_eq!(
                 read_rows(body.as_bytes(), &spec, 100).expect(body).1,
