@@ -9,8 +9,8 @@ use super::fast::{FastSpectra, fast_csv, fast_rows_object, fast_spectra_object};
 use super::handover::{self, grid_of};
 use super::header::{Column, CsvError, csv_columns};
 use super::spectrum::{
-    Grid, MAX_REQUEST_BANDS, band_wavelength, flag_above_full, join_inputs, nm_name, parse_spectra,
-    resample_rows,
+    Grid, MAX_REQUEST_BANDS, band_wavelength, covering_grid, join_inputs, nm_name, onto_spec_grid,
+    parse_spectra,
 };
 use super::{Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
 
@@ -135,22 +135,23 @@ pub fn fast_inputs(bytes: &[u8], spec: &ModelSpec, max_rows: usize) -> Option<(R
 /// model's, arrays of different lengths): the full parse then says what is wrong.
 fn spectral_inputs(read: &FastSpectra, spec: &ModelSpec) -> Option<(Rows, Vec<Detail>)> {
     let spectrum = spec.spectrum.as_ref()?;
-    let grid = Grid::new(read.start_nm, read.interval_nm, read.values.width()).ok()?;
-    let model = spectrum.grid();
-    if !grid.covers(&model) {
-        return None;
-    }
     let values = &read.values;
+    let grid = covering_grid(
+        read.start_nm,
+        read.interval_nm,
+        values.width(),
+        &spectrum.grid(),
+    )
+    .ok()?;
     let no_features = Rows::from_row_major(values.rows(), 0, Vec::new());
     let x = read.x.as_ref().unwrap_or(&no_features);
     if x.rows() != values.rows() {
         return None;
     }
     let mut warnings = Details::default();
-    flag_above_full(values, &grid, spectrum, &mut warnings, |i, j| {
+    let spectra = onto_spec_grid(values, &grid, spectrum, &mut warnings, |i, j| {
         format!("/spectra/values/{i}/{j}")
     });
-    let spectra = resample_rows(values, &grid, &model);
     Some((join_inputs(&spectra, x), warnings.into_list()))
 }
 
@@ -406,10 +407,9 @@ impl NewBatch {
         let x = match &spec.spectrum {
             Some(spectrum) => {
                 let read = read_spec.spectrum.as_ref().unwrap_or(spectrum).grid();
-                flag_above_full(&x, &read, spectrum, &mut warnings, |i, j| {
+                onto_spec_grid(&x, &read, spectrum, &mut warnings, |i, j| {
                     format!("/rows/{i}/{}", read.band_name(j))
-                });
-                resample_rows(&x, &read, &spectrum.grid())
+                })
             }
             None => x,
         };

@@ -13,7 +13,9 @@ pub use mordant_kitchen::judge::DEFAULT_TOLERANCE;
 pub use mordant_kitchen::{Colorimeter, Comparison, Seen, Tolerance, can_judge};
 use serde_json::Value;
 
-use super::spectrum::{MAX_REQUEST_BANDS, SpectrumObject, flag_above_full, spectrum_object};
+use super::spectrum::{
+    MAX_REQUEST_BANDS, SpectrumObject, Uncovered, covering_grid, flag_above_full, spectrum_object,
+};
 use super::{Details, Grid, Invalid, Rows, ScaleName, SpectrumSpec, describe, pointer_token};
 
 /// A reflectance spectrum as a fraction, on its own grid.
@@ -200,9 +202,9 @@ pub fn single_spectrum(
         }
     };
     let (start, interval, values) = (start_nm?, interval_nm?, values?);
-    match Grid::new(start, interval, values.len()) {
-        Ok(grid) if grid.covers(required) => Some((grid, values)),
-        Ok(grid) => {
+    match covering_grid(start, interval, values.len(), required) {
+        Ok(grid) => Some((grid, values)),
+        Err(Uncovered::Short(grid)) => {
             details.push(
                 path,
                 format!(
@@ -213,7 +215,7 @@ pub fn single_spectrum(
             );
             None
         }
-        Err(e) => {
+        Err(Uncovered::Invalid(e)) => {
             details.push(path, e);
             None
         }

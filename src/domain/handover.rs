@@ -6,9 +6,7 @@
 
 use super::body::Body;
 use super::header::CsvError;
-use super::spectrum::{
-    Grid, SpectrumSpec, band_wavelength, flag_above_full, parse_spectra, resample_rows,
-};
+use super::spectrum::{Grid, SpectrumSpec, band_wavelength, onto_spec_grid, parse_spectra};
 use super::{Details, Invalid, ModelSpec, Rows};
 
 /// The prefix of a CSV column holding a successor's reading.
@@ -181,11 +179,10 @@ pub(super) fn split_csv(
         .into_inner()
         .map_err(|e| CsvError::Malformed(format!("CSV: {e}")))?;
     let read = Rows::from_row_major(rows, grid.count, values);
-    flag_above_full(&read, &grid, successor, warnings, |i, j| {
-        format!("/rows/{i}/{CSV_PREFIX}{}", grid.band_name(j))
-    });
     let readings = to_model_scale(
-        resample_rows(&read, &grid, &successor.grid()),
+        onto_spec_grid(&read, &grid, successor, warnings, |i, j| {
+            format!("/rows/{i}/{CSV_PREFIX}{}", grid.band_name(j))
+        }),
         successor,
         spec,
     );

@@ -278,9 +278,9 @@ pub fn parse_spectra(
     }
     let model = spec.grid();
     let grid = match (start_nm, interval_nm) {
-        (Some(start), Some(interval)) => match Grid::new(start, interval, width) {
-            Ok(grid) if grid.covers(&model) => Some(grid),
-            Ok(grid) => {
+        (Some(start), Some(interval)) => match covering_grid(start, interval, width, &model) {
+            Ok(grid) => Some(grid),
+            Err(Uncovered::Short(grid)) => {
                 details.push(
                     path,
                     format!(
@@ -292,7 +292,7 @@ pub fn parse_spectra(
                 );
                 None
             }
-            Err(e) => {
+            Err(Uncovered::Invalid(e)) => {
                 details.push(path, e);
                 None
             }
@@ -300,10 +300,48 @@ pub fn parse_spectra(
         _ => None,
     };
     let (rows, grid) = (rows?, grid?);
-    flag_above_full(&rows, &grid, spec, warnings, |i, j| {
+    Some(onto_spec_grid(&rows, &grid, spec, warnings, |i, j| {
         format!("{values_path}/{i}/{j}")
-    });
-    Some(resample_rows(&rows, &grid, &model))
+    }))
+}
+
+/// Why a spectrum's grid as sent cannot be read onto the grid it must cover.
+#[derive(Debug)]
+pub enum Uncovered {
+    /// `start_nm`, `interval_nm` and the count form no grid (the reason).
+    Invalid(String),
+    /// A grid, but one that stops short of the required range.
+    Short(Grid),
+}
+
+/// The grid of a spectrum sent with `start_nm`, `interval_nm` and `count` bands, where it is a
+/// valid grid whose range covers `required`'s: spectra are resampled onto a model's grid,
+/// never extrapolated.
+pub fn covering_grid(
+    start_nm: f64,
+    interval_nm: f64,
+    count: usize,
+    required: &Grid,
+) -> Result<Grid, Uncovered> {
+    match Grid::new(start_nm, interval_nm, count) {
+        Ok(grid) if grid.covers(required) => Ok(grid),
+        Ok(grid) => Err(Uncovered::Short(grid)),
+        Err(e) => Err(Uncovered::Invalid(e)),
+    }
+}
+
+/// Rows that open with a spectrum on `read` (a grid that covers `spec`'s), resampled onto
+/// `spec`'s grid, with every reflectance above full scale flagged in `warnings` at
+/// `path(row, band)` ([`flag_above_full`]).
+pub fn onto_spec_grid(
+    rows: &Rows,
+    read: &Grid,
+    spec: &SpectrumSpec,
+    warnings: &mut Details,
+    path: impl Fn(usize, usize) -> String,
+) -> Rows {
+    flag_above_full(rows, read, spec, warnings, path);
+    resample_rows(rows, read, &spec.grid())
 }
 
 /// Warns of every reflectance above full scale (an optical brightener fluoresces) in the
