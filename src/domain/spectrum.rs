@@ -431,6 +431,32 @@ mod tests {
     use super::*;
     use crate::domain::{Body, RowField, Width};
 
+    #[test]
+    fn a_grid_is_read_only_where_it_is_valid_and_covers_the_required_range() {
+        let model = Grid::new(400.0, 10.0, 31).unwrap();
+        // Finer, and wider on both ends, or exactly the model's: read.
+        assert_eq!(
+            covering_grid(360.0, 5.0, 85, &model).unwrap(),
+            Grid::new(360.0, 5.0, 85).unwrap()
+        );
+        assert_eq!(covering_grid(400.0, 10.0, 31, &model).unwrap(), model);
+        // A band short at either end: the grid, to say how far it reaches.
+        for (start, count) in [(410.0, 30), (400.0, 30)] {
+            match covering_grid(start, 10.0, count, &model) {
+                Err(Uncovered::Short(grid)) => {
+                    assert_eq!(grid, Grid::new(start, 10.0, count).unwrap())
+                }
+                other => panic!("{start} nm, {count} bands: {other:?}"),
+            }
+        }
+        // No grid at all: Grid::new's reason.
+        let reason = Grid::new(400.0, 0.0, 31).unwrap_err();
+        match covering_grid(400.0, 0.0, 31, &model) {
+            Err(Uncovered::Invalid(e)) => assert_eq!(e, reason),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// The `values` of a `spectra` object, read as a request body reads them.
     fn values(spectra: &Value) -> Option<RowArray> {
         let field = RowField {
