@@ -315,8 +315,8 @@ pub enum Uncovered {
 }
 
 /// The grid of a spectrum sent with `start_nm`, `interval_nm` and `count` bands, where it is a
-/// valid grid whose range covers `required`'s: spectra are resampled onto a model's grid,
-/// never extrapolated.
+/// valid grid whose range covers `required`'s: a spectrum is read on the grid it needs by
+/// resampling, never by extrapolation.
 pub fn covering_grid(
     start_nm: f64,
     interval_nm: f64,
