@@ -379,7 +379,7 @@ pub fn flag_above_full(
 
 /// Rows that open with a spectrum on `from` (then possibly named features), with the spectrum
 /// resampled onto `to` and the rest kept.
-pub fn resample_rows(rows: &Rows, from: &Grid, to: &Grid) -> Rows {
+fn resample_rows(rows: &Rows, from: &Grid, to: &Grid) -> Rows {
     if from == to {
         return rows.clone();
     }
