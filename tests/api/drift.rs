@@ -140,3 +140,24 @@ async fn without_a_threshold_nothing_is_held_but_surprise_is_recorded() {
     assert_eq!(shifted["status"], "folded");
     assert!(largest(&shifted) > 20.0, "{shifted}");
 }
+
+/// A blank: a sample of no dye, read as 0 on outputs that are never 0 in training. Its 0s are
+/// measurements like any other and it is as surprising as its residuals say (about 4 here, two
+/// noise standard deviations), not held: counted by the batch's own zeros, a batch of blanks
+/// had no informative rows and its residuals were weighed against the posterior's uncertainty
+/// alone (a surprise of about 80).
+#[tokio::test]
+async fn a_blank_sample_is_learnt_not_held() {
+    let app = spawn_app().await;
+    let mut model = spec("lab", 3, 2);
+    model["drift_threshold"] = json!(20.0);
+    app.create_model(&model).await;
+    // Every concentration 0.058 (two noise standard deviations) where no reflectance moves.
+    post(&app, "first", rows(0, 200, -0.442)).await;
+    assert_eq!(app.wait_for_batch("lab", "first").await["status"], "folded");
+    post(&app, "blank", json!({"x": [[0.0, 0.0, 0.0]], "y": [[0.0, 0.0]]})).await;
+    let blank = app.wait_for_batch("lab", "blank").await;
+    assert_eq!(blank["status"], "folded", "{blank}");
+    let z = largest(&blank);
+    assert!((0.5..20.0).contains(&z), "{blank}");
+}

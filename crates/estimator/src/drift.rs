@@ -9,6 +9,9 @@
 //! z      = RSS / (N′·s + tr(Σ G′))
 //! ```
 //!
+//! `N′` counts the batch's rows by the output's kind in the model ([`BatchStatistics::output_as`]):
+//! every row of a dense output, the non-zero ones of a zero-inflated one.
+//!
 //! `z ≈ 1` when the batch agrees with the model; a batch from a drifted instrument, a new
 //! dye lot or a mislabelled recipe gives `z ≫ 1`.
 //!
@@ -57,13 +60,15 @@ pub fn surprise(state: &ModelState, batch: &BatchStatistics) -> Vec<Option<f64>>
         let OutputState::Trained(post) = &state.outputs()[k] else {
             return None;
         };
-        let rss = residual_sum_of_squares(post.mean(), batch.output(k));
+        // The batch's rows counted as the output's kind in the model it is compared with.
+        let data = batch.output_as(k, state.totals().zero_inflated(k));
+        let rss = residual_sum_of_squares(post.mean(), data);
         let trace = match &root {
             Some(u) if u.ncols() < post.active().len() => post.weight_variance_sum(u.as_ref()),
             _ => trace_by_covariance(post, batch.g()),
         };
         // σ² is the noise of the rows where the output is not 0 (see `FitOptions`).
-        let expected = batch.output(k).informative * post.noise_variance() + trace;
+        let expected = data.informative * post.noise_variance() + trace;
         let z = rss / expected;
         (expected > 0.0 && z.is_finite()).then_some(z)
     })
@@ -166,6 +171,29 @@ mod tests {
         assert!(shifted > 10.0, "shifted surprise {shifted}");
     }
 
+    /// An output that is never 0 in training, measured 0 in a batch of one row where the model
+    /// expects 0.3 (one noise standard deviation): as surprising as the same row measured 10⁻¹²,
+    /// about 1. Counted by the batch's own zeros, the 0 made the row say nothing of the noise
+    /// and its residual was weighed against `tr(ΣG′)` alone, about 70.
+    #[test]
+    fn a_zero_of_a_dense_output_is_a_measurement_like_any_other() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+        let config = ModelConfig::new(Basis::new(2, true, Transform::Identity), 1);
+        let state = ModelState::fit(&config, batch(&mut rng, 200, 0.0)).unwrap();
+        assert!(!state.totals().zero_inflated(0));
+        let one_row = |y: f64| {
+            let phi = Basis::new(2, true, Transform::Identity)
+                .design(Mat::from_fn(1, 2, |_, j| [-0.35, 0.0][j]).as_ref())
+                .unwrap();
+            BatchStatistics::from_design(phi.as_ref(), Mat::from_fn(1, 1, |_, _| y).as_ref())
+                .unwrap()
+        };
+        let zero = surprise(&state, &one_row(0.0))[0].unwrap();
+        let tiny = surprise(&state, &one_row(1e-12))[0].unwrap();
+        assert!((zero - tiny).abs() <= 1e-9 * tiny, "{zero} against {tiny}");
+        assert!((0.3..3.0).contains(&zero), "surprise {zero}");
+    }
+
     /// A dye used in one row in ten: σ² is the noise where it is used, and a batch from the
     /// same plant is about as surprising as a dense output's, not ten times less.
     #[test]
@@ -235,9 +263,10 @@ mod tests {
                     rows < bands,
                     "{rows} rows"
                 );
-                let rss = residual_sum_of_squares(post.mean(), new.output(k));
-                let expected = new.output(k).informative * post.noise_variance()
-                    + trace_by_covariance(post, new.g());
+                let data = new.output_as(k, state.totals().zero_inflated(k));
+                let rss = residual_sum_of_squares(post.mean(), data);
+                let expected =
+                    data.informative * post.noise_variance() + trace_by_covariance(post, new.g());
                 let reference = rss / expected;
                 let z = z[k].unwrap();
                 assert!(

@@ -54,7 +54,9 @@ pub fn condition(
 /// ```
 ///
 /// where `N` is the (weighted) number of informative rows behind the posterior and `N′` the
-/// batch's (every row, for an output that is never 0; see [`super::FitOptions`]). `s′` is a mean, not the
+/// batch's, counted as the output's kind (every row of a dense output, the non-zero ones of a
+/// zero-inflated one, whatever the batch's own share of zeros; see [`super::FitOptions`] and
+/// [`super::statistics::BatchStatistics::output_as`]). `s′` is a mean, not the
 /// residual sum the authors' code uses, which inflates σ² by orders of magnitude. The result is
 /// kept above the prior's floor.
 pub fn one_step(

@@ -497,7 +497,9 @@ impl ModelState {
                 OutputState::Trained(post) if refits(k, post) => refitted(k, Some(post)),
                 OutputState::Trained(post) => {
                     let noise = noise_prior(config, &totals, k);
-                    let data = batch.output(k);
+                    // The batch's rows counted as the output's kind before it, as
+                    // `informative_before` counts the rows behind the posterior.
+                    let data = batch.output_as(k, self.totals.zero_inflated(k));
                     let kept = weight * self.fitted_rows[k];
                     one_step(post, informative_before[k], data, weight, noise).map(|p| {
                         (
@@ -873,6 +875,29 @@ mod tests {
     fn dense_and_sparse() -> (ModelConfig, BatchStatistics) {
         let config = ModelConfig::new(Basis::new(3, true, Transform::Identity), 2);
         (config, rows(0, 40, 4))
+    }
+
+    /// A one-row batch in which the dense output 0 reads 0 moves its noise variance as the same
+    /// row reading 10⁻¹² does: the 0 is a measurement. Counted by the batch's own zeros, the
+    /// row was not informative and the step left σ² where it was.
+    #[test]
+    fn a_one_step_counts_a_zero_of_a_dense_output_as_a_measurement() {
+        let (config, stats) = dense_and_sparse();
+        let state = ModelState::fit(&config, stats).unwrap();
+        let before = state.outputs()[0].posterior().unwrap().noise_variance();
+        let after = |y: f64| {
+            let phi = Mat::from_fn(1, 4, |_, j| [0.9, -0.4, 0.7, 1.0][j]);
+            let y = Mat::from_fn(1, 2, |_, k| [y, 0.0][k]);
+            let batch = BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap();
+            let updated = state.update(&config, &batch).unwrap();
+            updated.outputs()[0].posterior().unwrap().noise_variance()
+        };
+        let (zero, tiny) = (after(0.0), after(1e-12));
+        assert!((zero - tiny).abs() <= 1e-9 * tiny, "{zero} against {tiny}");
+        assert!(
+            (zero - before).abs() > 1e-6 * before,
+            "{zero} against {before} before"
+        );
     }
 
     /// The shared shapes are prepared only when an output that may use them is fitted, and an

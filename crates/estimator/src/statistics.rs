@@ -927,6 +927,22 @@ impl BatchStatistics {
         }
     }
 
+    /// [`Self::output`], its informative rows counted as those of an output of the kind
+    /// `zero_inflated` says (the model's, from every row it has learnt): the non-zero rows of a
+    /// zero-inflated output, every row of another. A batch's own share of zeros does not decide
+    /// the kind: a dense output measured 0 in a one-row batch is a measurement, not a row that
+    /// says nothing of the noise.
+    pub fn output_as(&self, k: usize, zero_inflated: bool) -> OutputData<'_> {
+        OutputData {
+            informative: if zero_inflated {
+                self.nonzero[k]
+            } else {
+                self.n
+            },
+            ..self.output(k)
+        }
+    }
+
     /// `q_k = Σ y_k²`.
     pub fn q(&self) -> &[f64] {
         &self.q
