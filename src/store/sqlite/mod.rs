@@ -1,7 +1,8 @@
 //! The embedded backend: one SQLite file, for a single process (a lab PC, a laptop, a demo).
 //!
 //! * **Durability.** The file is in WAL mode with `synchronous = FULL`: a commit returns once
-//!   the write-ahead log is on disk, so a 2xx means the batch is on disk, as on PostgreSQL.
+//!   the write-ahead log is on disk, so a 2xx means the batch is on disk, as on PostgreSQL. The
+//!   log is copied into the file by a task of its own, never inside a commit ([`checkpoint`]).
 //! * **One process.** At open, the process takes an exclusive lock (`flock`) on `<file>.lock`
 //!   and keeps it while the store lives; a second process on the same file is refused with a
 //!   message that names the file and the process holding it. SQLite's own locks would let a
@@ -15,6 +16,7 @@
 //!   commits (see [`lock`]). Ingestion never waits for a fold's computation.
 //! * **Notifications** are in-process, sent once the change they announce is committed.
 
+mod checkpoint;
 mod copy;
 mod ingest;
 mod keys;
@@ -71,6 +73,8 @@ struct Inner {
     /// One connection: every write transaction, in turn.
     writer: SqlitePool,
     readers: SqlitePool,
+    /// One connection: the log's checkpoints ([`checkpoint`]).
+    checkpointer: SqlitePool,
     /// Commits ingested batches in groups.
     committer: ingest::Committer,
     events: broadcast::Sender<Notification>,
@@ -152,27 +156,34 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(wait);
+        // The log is checkpointed by a task of its own, not inside the commits ([`checkpoint`]).
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
             .acquire_timeout(wait)
-            .connect_with(options.clone())
+            .connect_with(options.clone().pragma("wal_autocheckpoint", "0"))
             .await
             .with_context(|| format!("cannot open the embedded database {}", path.display()))?;
         let readers = SqlitePoolOptions::new()
             .max_connections(settings.max_connections.max(1))
             .acquire_timeout(wait)
+            .connect_lazy_with(options.clone());
+        let checkpointer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(wait)
             .connect_lazy_with(options);
         tracing::info!(path = %path.display(), "embedded SQLite store opened");
         let events = broadcast::channel(NOTIFICATION_BUFFER).0;
+        checkpoint::start(checkpointer.clone(), &events);
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
                 committer: ingest::Committer::start(writer.clone(), events.clone()),
                 writer,
                 readers,
+                checkpointer,
                 events,
                 model_locks: Mutex::new(HashMap::new()),
                 _owner: owner,
@@ -234,6 +245,7 @@ impl Backend for SqliteStore {
 
     async fn close(&self) {
         self.inner.readers.close().await;
+        self.inner.checkpointer.close().await;
         self.inner.writer.close().await;
     }
 
@@ -610,6 +622,46 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(foreign_keys, 1);
+        }
+        store.close().await;
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A commit leaves the log's copy into the file to the checkpointer: the writer never
+    /// checkpoints, and 32 MB committed in one transaction reach the database file all the same.
+    #[tokio::test]
+    async fn the_log_reaches_the_file_by_the_checkpointer_not_the_commit() {
+        let dir = scratch();
+        let path = dir.join("m.db");
+        let store = SqliteStore::open(&path, &settings()).await.unwrap();
+        let autocheckpoint: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
+            .fetch_one(&store.inner.writer)
+            .await
+            .unwrap();
+        assert_eq!(autocheckpoint, 0);
+        let before = std::fs::metadata(&path).unwrap().len();
+        let mut tx = store.write().await.unwrap();
+        sqlx::query("CREATE TABLE scratch (b BLOB)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO scratch VALUES (randomblob(32 * 1024 * 1024))")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let size = std::fs::metadata(&path).unwrap().len();
+            if size >= before + 32 * 1024 * 1024 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the database file holds {size} bytes 30 s after the commit"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         store.close().await;
         drop(store);
