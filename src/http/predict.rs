@@ -1,5 +1,7 @@
 //! `POST /v1/models/{name}/predict`, served from the posterior cache.
 
+use std::sync::Arc;
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -124,6 +126,7 @@ pub async fn predict(
         check_malformed(&bytes)?;
         return Err(ApiError::not_found_model(&name));
     };
+    let model = trained_or_synced(&app, model).await?;
     let limit = app.limits.max_rows_per_request;
     // A request that names the successor as its instrument is read off the connection's
     // thread, as a long one is.
@@ -172,6 +175,24 @@ pub async fn predict(
         warnings: &warnings,
     };
     body.to_response()
+}
+
+/// `model`, or where the cache holds it untrained, the store's current version of it: a first
+/// fit committed a moment ago (by another replica, whose version this one's cache follower is
+/// still reading) is served, not answered as "not trained".
+async fn trained_or_synced(
+    app: &AppState,
+    model: Arc<CachedModel>,
+) -> Result<Arc<CachedModel>, ApiError> {
+    if model.predictor.is_some() {
+        return Ok(model);
+    }
+    app.cache.sync_model(&app.store, model.id).await?;
+    Ok(app
+        .cache
+        .get(model.spec.name.as_str())
+        .filter(|synced| synced.id == model.id)
+        .unwrap_or(model))
 }
 
 /// The predictions for a request: by the successor's path when it names the successor as its

@@ -163,6 +163,43 @@ async fn notifications_wake_the_folder_and_the_other_replicas_cache() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
 
+/// A replica whose model view shows a first version predicts from it at once: where its cache
+/// still holds the model untrained (its follower may still be reading the version another
+/// replica folded), predict reads the store's current version rather than answering "not
+/// trained".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_version_in_the_view_is_served_not_answered_untrained() {
+    let database = fresh_database().await;
+    let a = spawn_with(test_settings(&database.url)).await;
+    let mut reader = test_settings(&database.url);
+    reader.folder.enabled = false;
+    let b = spawn_with(reader).await;
+    let (d, m) = (800, 4);
+    a.create_model(&spec("wide", d, m)).await;
+    let (x, y) = random_rows(3, 20, d, m);
+    let probe = json!({"x": [x[0].clone()]});
+    let untrained = wait_until(Duration::from_secs(10), || async {
+        let r = b.post("/v1/models/wide/predict", &probe).await;
+        (r.status() == StatusCode::CONFLICT).then_some(())
+    })
+    .await;
+    assert!(untrained.is_some(), "b caches the model untrained");
+    let response = a
+        .post_batch("wide", &json!({"batch_id": "first", "x": x, "y": y}))
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let shown = wait_until(Duration::from_secs(30), || async {
+        let view: Value = b.get("/v1/models/wide").await.json().await.ok()?;
+        (view["version"].as_i64()? >= 1).then_some(())
+    })
+    .await;
+    assert!(shown.is_some(), "b's view reaches version 1");
+    let r = b.post("/v1/models/wide/predict", &probe).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["version"], 1, "{answer}");
+}
+
 /// A model deleted and created again under the same name is a new model on every replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recreated_model_never_serves_the_deleted_ones_posterior() {
