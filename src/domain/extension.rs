@@ -11,7 +11,9 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::model::{MAX_FEATURES, MAX_OUTPUTS, MAX_STATE_ENTRIES, TransformName, column_names};
+use super::model::{
+    MAX_FEATURES, MAX_OUTPUTS, MAX_STATE_ENTRIES, TransformName, column_names, reserved_column,
+};
 use super::{Details, Invalid, ModelSpec, describe, pointer_token};
 
 /// What a request adds to a model.
@@ -119,6 +121,8 @@ pub fn extend(model: &ModelSpec, growth: Growth, body: &Value) -> Result<Extensi
                     format!("{path}/{i}"),
                     format!("{name:?} is already the name of {taken}"),
                 );
+            } else if let Some(why) = reserved_column(name, model.spectrum.is_some()) {
+                details.push(format!("{path}/{i}"), format!("{name:?} {why}"));
             }
         }
     }
@@ -279,6 +283,33 @@ mod tests {
             .unwrap_err();
         assert_eq!(paths(error), ["/features"]);
         assert!(dyes().extended(Growth::Outputs, &json!([])).is_err());
+    }
+
+    /// A live model grows no column that would break its CSV batches: beside a spectrum no
+    /// `<λ>nm`, anywhere no successor's column.
+    #[test]
+    fn a_name_a_csv_header_would_read_otherwise_is_refused() {
+        let dips = spec(json!({
+            "name": "dips",
+            "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "percent"},
+            "outputs": ["red"],
+        }));
+        let error = dips
+            .extended(
+                Growth::Features,
+                &json!({"features": ["fabric", "555nm"], "past_value": 0}),
+            )
+            .unwrap_err();
+        assert_eq!(paths(error), ["/features/1"]);
+        let error = dyes()
+            .extended(Growth::Outputs, &json!({"outputs": ["successor:400nm"]}))
+            .unwrap_err();
+        assert_eq!(paths(error), ["/outputs/0"]);
+        assert!(
+            dyes()
+                .extended(Growth::Outputs, &json!({"outputs": ["555nm"]}))
+                .is_ok()
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::spectrum::{ScaleName, SpectrumSpec};
+use super::spectrum::{ScaleName, SpectrumSpec, band_wavelength};
 use super::{Details, Invalid, describe};
 use crate::estimator::{
     Basis, Forgetting, ModelConfig, PriorFamily, Saunderson, Transform, UpdateMethod,
@@ -308,6 +308,17 @@ impl ModelSpec {
                 );
             }
         }
+        for (key, names) in [("features", &features), ("outputs", &outputs)] {
+            for (j, name) in names.iter().flatten().enumerate() {
+                // A band's own name is reported as such above.
+                if band_set.contains(name.as_str()) {
+                    continue;
+                }
+                if let Some(why) = reserved_column(name, spectrum.is_some()) {
+                    details.push(format!("/{key}/{j}"), format!("{name:?} {why}"));
+                }
+            }
+        }
         let intercept = match fields.get("intercept") {
             None | Some(Value::Null) => true,
             Some(Value::Bool(b)) => *b,
@@ -603,6 +614,26 @@ pub(super) fn column_names(
     ok.then_some(names)
 }
 
+/// Why `name` cannot be a feature or an output of a model (with a spectrum where `spectral`):
+/// a CSV header would read it as another kind of column. `successor:<λ>nm` columns are a
+/// successor instrument's readings, and beside a spectrum every `<λ>nm` column (`555nm`,
+/// `400.0 nm`) is one of its bands: such a name would make every CSV batch of the model a
+/// spectrum on a grid it is not.
+pub(super) fn reserved_column(name: &str, spectral: bool) -> Option<&'static str> {
+    if name.starts_with("successor:") {
+        Some(
+            "starts with \"successor:\", which in a CSV header marks a successor instrument's band",
+        )
+    } else if spectral && band_wavelength(name).is_some() {
+        Some(
+            "reads as a wavelength (`<λ>nm`), which in a CSV header names a band of the \
+             model's spectrum: name it otherwise",
+        )
+    } else {
+        None
+    }
+}
+
 fn enum_field<T: serde::de::DeserializeOwned>(
     value: Option<&Value>,
     path: &str,
@@ -801,6 +832,33 @@ mod tests {
         let err = spectral(json!({"features": ["550nm"], "outputs": ["450nm"]})).unwrap_err();
         let paths: Vec<_> = err.details.iter().map(|d| d.path.as_str()).collect();
         assert_eq!(paths, ["/features/0", "/outputs/0"], "{err:?}");
+    }
+
+    /// Names a CSV header would read as another kind of column: beside a spectrum any `<λ>nm`
+    /// (a band of it, once the header is read), anywhere a successor instrument's column.
+    #[test]
+    fn names_a_csv_header_would_read_otherwise_are_refused() {
+        let err = spectral(json!({
+            "features": ["555nm", "400.0 nm", "fabric"],
+            "outputs": ["1000nm", "successor:400nm"]
+        }))
+        .unwrap_err();
+        let paths: Vec<_> = err.details.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["/features/0", "/features/1", "/outputs/0", "/outputs/1"],
+            "{err:?}"
+        );
+        assert!(err.details[0].message.contains("wavelength"), "{err:?}");
+        assert!(err.details[3].message.contains("successor"), "{err:?}");
+        // Without a spectrum a wavelength is a name like any other; a successor's is not.
+        let named = |features: Value| {
+            ModelSpec::parse(&json!({"name": "named", "features": features, "outputs": ["red"]}))
+        };
+        assert!(named(json!(["555nm", "600nm"])).is_ok());
+        let err = named(json!(["555nm", "successor:600nm"])).unwrap_err();
+        assert_eq!(err.details.len(), 1, "{err:?}");
+        assert_eq!(err.details[0].path, "/features/1");
     }
 
     #[test]
