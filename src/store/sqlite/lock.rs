@@ -304,7 +304,25 @@ impl ModelTransaction for SqliteModelTransaction {
                 }
             }
         }
-        tx.commit().await?;
+        // A version is written in one commit, tens of megabytes on a wide model, and SQLite
+        // checkpoints inside the `COMMIT` that takes its log past 1,000 pages, after that commit
+        // is visible: the model's view would show the version while this process's cache,
+        // which takes it once the commit returns, still served the one before, for as long as
+        // the copy into the file lasted. Such a commit leaves the checkpoint to just after it.
+        let version = self
+            .writes
+            .iter()
+            .any(|write| matches!(write, Write::Version { .. }));
+        if version {
+            sqlx::query("PRAGMA wal_autocheckpoint = 0")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let committed = tx.commit().await;
+        if version {
+            self.store.checkpoint_after_commit();
+        }
+        committed?;
         if changed {
             self.store.notify(Topic::Models, Some(self.model_id));
         }

@@ -1,8 +1,7 @@
 //! The embedded backend: one SQLite file, for a single process (a lab PC, a laptop, a demo).
 //!
 //! * **Durability.** The file is in WAL mode with `synchronous = FULL`: a commit returns once
-//!   the write-ahead log is on disk, so a 2xx means the batch is on disk, as on PostgreSQL. The
-//!   log is copied into the file by a task of its own, never inside a commit ([`checkpoint`]).
+//!   the write-ahead log is on disk, so a 2xx means the batch is on disk, as on PostgreSQL.
 //! * **One process.** At open, the process takes an exclusive lock (`flock`) on `<file>.lock`
 //!   and keeps it while the store lives; a second process on the same file is refused with a
 //!   message that names the file and the process holding it. SQLite's own locks would let a
@@ -16,7 +15,6 @@
 //!   commits (see [`lock`]). Ingestion never waits for a fold's computation.
 //! * **Notifications** are in-process, sent once the change they announce is committed.
 
-mod checkpoint;
 mod copy;
 mod ingest;
 mod keys;
@@ -59,6 +57,9 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 /// small update (a batch's status) writes a quarter of what 64 KiB pages would.
 const PAGE_SIZE: u32 = 16384;
 
+/// SQLite's own checkpoint interval, in pages of log (its default).
+const AUTOCHECKPOINT_PAGES: u32 = 1000;
+
 /// Notifications a subscriber may fall behind by before it is told to resynchronise.
 const NOTIFICATION_BUFFER: usize = 4096;
 
@@ -73,8 +74,6 @@ struct Inner {
     /// One connection: every write transaction, in turn.
     writer: SqlitePool,
     readers: SqlitePool,
-    /// One connection: the log's checkpoints ([`checkpoint`]).
-    checkpointer: SqlitePool,
     /// Commits ingested batches in groups.
     committer: ingest::Committer,
     events: broadcast::Sender<Notification>,
@@ -156,34 +155,27 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(wait);
-        // The log is checkpointed by a task of its own, not inside the commits ([`checkpoint`]).
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
             .acquire_timeout(wait)
-            .connect_with(options.clone().pragma("wal_autocheckpoint", "0"))
+            .connect_with(options.clone())
             .await
             .with_context(|| format!("cannot open the embedded database {}", path.display()))?;
         let readers = SqlitePoolOptions::new()
             .max_connections(settings.max_connections.max(1))
             .acquire_timeout(wait)
-            .connect_lazy_with(options.clone());
-        let checkpointer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(wait)
             .connect_lazy_with(options);
         tracing::info!(path = %path.display(), "embedded SQLite store opened");
         let events = broadcast::channel(NOTIFICATION_BUFFER).0;
-        checkpoint::start(checkpointer.clone(), &events);
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
                 committer: ingest::Committer::start(writer.clone(), events.clone()),
                 writer,
                 readers,
-                checkpointer,
                 events,
                 model_locks: Mutex::new(HashMap::new()),
                 _owner: owner,
@@ -194,6 +186,32 @@ impl SqliteStore {
     /// A write transaction (the only one at a time).
     async fn write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.inner.writer.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// Gives the writer back SQLite's own checkpoints (every [`AUTOCHECKPOINT_PAGES`] pages of
+    /// log) and runs the checkpoint a commit made without them, in a task of its own: the
+    /// committing fold puts its version in the cache meanwhile (see [`lock`]).
+    fn checkpoint_after_commit(&self) {
+        let writer = self.inner.writer.clone();
+        tokio::spawn(async move {
+            let checkpoint = async {
+                let mut connection = writer.acquire().await?;
+                sqlx::query(&format!(
+                    "PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}"
+                ))
+                .execute(&mut *connection)
+                .await?;
+                sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                    .execute(&mut *connection)
+                    .await
+            };
+            if let Err(e) = checkpoint.await
+                && !writer.is_closed()
+            {
+                // The next commit past the pages checkpoints as it always did.
+                tracing::warn!(error = %e, "the embedded store's log was not checkpointed after a version");
+            }
+        });
     }
 
     fn notify(&self, topic: Topic, model_id: Option<i64>) {
@@ -245,7 +263,6 @@ impl Backend for SqliteStore {
 
     async fn close(&self) {
         self.inner.readers.close().await;
-        self.inner.checkpointer.close().await;
         self.inner.writer.close().await;
     }
 
@@ -628,38 +645,42 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// A commit leaves the log's copy into the file to the checkpointer: the writer never
-    /// checkpoints, and 32 MB committed in one transaction reach the database file all the same.
+    /// A version's commit leaves SQLite's checkpoint to just after it ([`lock`]), and the
+    /// writer gets its own checkpoints back: 32 MB of version reach the database file, and the
+    /// writer checkpoints every 1,000 pages again.
     #[tokio::test]
-    async fn the_log_reaches_the_file_by_the_checkpointer_not_the_commit() {
-        let dir = scratch();
+    async fn a_version_is_checkpointed_after_its_commit_and_the_writer_as_before() {
+        let (dir, store, spec, _) = lab_store().await;
         let path = dir.join("m.db");
-        let store = SqliteStore::open(&path, &settings()).await.unwrap();
-        let autocheckpoint: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
-            .fetch_one(&store.inner.writer)
-            .await
-            .unwrap();
-        assert_eq!(autocheckpoint, 0);
         let before = std::fs::metadata(&path).unwrap().len();
-        let mut tx = store.write().await.unwrap();
-        sqlx::query("CREATE TABLE scratch (b BLOB)")
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        sqlx::query("INSERT INTO scratch VALUES (randomblob(32 * 1024 * 1024))")
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
+        let state: Vec<u8> = (0..32u32 << 20)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        let mut lock = store.lock_model(&spec.name).await.unwrap().unwrap();
+        lock.write_version(
+            crate::store::VersionOrigin::Fold,
+            None,
+            0.0,
+            &[Some(1.0)],
+            &crate::store::StateBlob::new(state),
+            &[],
+        )
+        .await
+        .unwrap();
+        lock.commit().await.unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             let size = std::fs::metadata(&path).unwrap().len();
-            if size >= before + 32 * 1024 * 1024 {
+            let pages: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
+                .fetch_one(&store.inner.writer)
+                .await
+                .unwrap();
+            if size >= before + (32 << 20) && pages == i64::from(AUTOCHECKPOINT_PAGES) {
                 break;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "the database file holds {size} bytes 30 s after the commit"
+                "30 s after the commit: a database file of {size} bytes, checkpoints every {pages} pages"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
