@@ -934,11 +934,7 @@ impl BatchStatistics {
     /// says nothing of the noise.
     pub fn output_as(&self, k: usize, zero_inflated: bool) -> OutputData<'_> {
         OutputData {
-            informative: if zero_inflated {
-                self.nonzero[k]
-            } else {
-                self.n
-            },
+            informative: self.rows_counted_as(k, zero_inflated),
             ..self.output(k)
         }
     }
@@ -983,7 +979,13 @@ impl BatchStatistics {
     /// (a 0 among mostly non-zero values is a measurement like any other). See
     /// [`super::FitOptions`].
     pub fn informative_rows(&self, k: usize) -> f64 {
-        if self.zero_inflated(k) {
+        self.rows_counted_as(k, self.zero_inflated(k))
+    }
+
+    /// Output `k`'s rows counted as those of a zero-inflated output (its non-zero ones) or of
+    /// another (every one).
+    fn rows_counted_as(&self, k: usize, zero_inflated: bool) -> f64 {
+        if zero_inflated {
             self.nonzero[k]
         } else {
             self.n
