@@ -126,7 +126,7 @@ pub async fn predict(
         check_malformed(&bytes)?;
         return Err(ApiError::not_found_model(&name));
     };
-    let model = trained_or_synced(&app, model).await?;
+    let model = trained_or_synced(&app, model).await;
     let limit = app.limits.max_rows_per_request;
     // A request that names the successor as its instrument is read off the connection's
     // thread, as a long one is.
@@ -179,20 +179,20 @@ pub async fn predict(
 
 /// `model`, or where the cache holds it untrained, the store's current version of it: a first
 /// fit committed a moment ago (by another replica, whose version this one's cache follower is
-/// still reading) is served, not answered as "not trained".
-async fn trained_or_synced(
-    app: &AppState,
-    model: Arc<CachedModel>,
-) -> Result<Arc<CachedModel>, ApiError> {
+/// still reading) is served, not answered as "not trained". Where the store cannot say, the
+/// cached model answers, as it would without the database.
+async fn trained_or_synced(app: &AppState, model: Arc<CachedModel>) -> Arc<CachedModel> {
     if model.predictor.is_some() {
-        return Ok(model);
+        return model;
     }
-    app.cache.sync_model(&app.store, model.id).await?;
-    Ok(app
-        .cache
+    if let Err(e) = app.cache.sync_model(&app.store, model.id).await {
+        tracing::debug!(error = %e, model = %model.spec.name, "an untrained model's version not read");
+        return model;
+    }
+    app.cache
         .get(model.spec.name.as_str())
         .filter(|synced| synced.id == model.id)
-        .unwrap_or(model))
+        .unwrap_or(model)
 }
 
 /// The predictions for a request: by the successor's path when it names the successor as its
