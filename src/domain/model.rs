@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::handover::CSV_PREFIX;
 use super::spectrum::{ScaleName, SpectrumSpec, band_wavelength};
 use super::{Details, Invalid, describe};
 use crate::estimator::{
@@ -620,7 +621,7 @@ pub(super) fn column_names(
 /// `400.0 nm`) is one of its bands: such a name would make every CSV batch of the model a
 /// spectrum on a grid it is not.
 pub(super) fn reserved_column(name: &str, spectral: bool) -> Option<&'static str> {
-    if name.starts_with("successor:") {
+    if name.starts_with(CSV_PREFIX) {
         Some(
             "starts with \"successor:\", which in a CSV header marks a successor instrument's band",
         )
