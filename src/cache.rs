@@ -1,10 +1,11 @@
 //! The in-memory posterior cache predictions are served from.
 //!
-//! It holds every model (also untrained ones, so predict can tell "unknown" from "not trained"
-//! without the database; predict asks the database whether an untrained one has been trained
-//! since, and answers from the cache where it cannot tell) at its current version. It follows new versions written by this
-//! process directly, and those written by other replicas through notifications on
-//! [`Topic::Models`] with a periodic check of every model's version as a fallback.
+//! It holds every model at its current version, also untrained ones, so that predict can tell
+//! "unknown" from "not trained" without the database (it asks the database whether an untrained
+//! one has been trained since, and answers from the cache where the database cannot say). It
+//! follows new versions written by this process directly, and those written by other replicas
+//! through notifications on [`Topic::Models`] with a periodic check of every model's version as
+//! a fallback.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock, RwLock};
