@@ -208,7 +208,7 @@ impl SqliteStore {
             if let Err(e) = checkpoint.await
                 && !writer.is_closed()
             {
-                // The next commit past the pages checkpoints as it always did.
+                // Checkpoints left off (the writer not reached) come back with the next version's.
                 tracing::warn!(error = %e, "the embedded store's log was not checkpointed after a version");
             }
         });
