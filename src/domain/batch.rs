@@ -503,7 +503,13 @@ fn csv_spectrum_grid(body: &[u8], spec: &ModelSpec) -> Result<Option<Grid>, Inva
     let Ok(header) = reader.headers() else {
         return Ok(None);
     };
-    let mut wavelengths: Vec<f64> = header.iter().filter_map(band_wavelength).collect();
+    // A column named exactly as a feature or an output is that (a model stored before such
+    // names were refused may have a feature `555nm` beside its spectrum).
+    let mut wavelengths: Vec<f64> = header
+        .iter()
+        .filter(|name| !spec.features.iter().chain(&spec.outputs).any(|n| n == name))
+        .filter_map(band_wavelength)
+        .collect();
     wavelengths.sort_by(f64::total_cmp);
     let model = spectrum.grid();
     if wavelengths.len() < 2
@@ -623,6 +629,28 @@ mod tests {
 
     use super::*;
     use crate::domain::spectrum::test_spec;
+
+    /// A model stored before names like `555nm` were refused beside a spectrum keeps taking CSV
+    /// batches: the column named as its feature is the feature, on the model's grid and on a
+    /// finer one.
+    #[test]
+    fn a_stored_feature_named_like_a_band_is_read_as_the_feature() {
+        let mut spec = test_spec("fraction", &["fabric"]);
+        spec.features = vec!["555nm".to_owned()];
+        for (header, spectrum) in [
+            ("400nm,410nm,420nm,430nm", "0.1,0.2,0.3,0.4"),
+            (
+                "400nm,405nm,410nm,415nm,420nm,425nm,430nm",
+                "0.1,0.15,0.2,0.25,0.3,0.35,0.4",
+            ),
+        ] {
+            let body = format!("{header},555nm,red,blue\n{spectrum},1,0.5,0.6\n");
+            let batch = NewBatch::parse_csv(body.as_bytes(), &spec, None, 10).unwrap();
+            assert_eq!(batch.x.values().len(), 5, "{header}");
+            assert_eq!(batch.x.values()[4], 1.0, "{header}");
+            assert_eq!(batch.y.values(), [0.5, 0.6], "{header}");
+        }
+    }
 
     fn full(body: &str, spec: &ModelSpec, key: Option<&str>) -> Result<NewBatch, String> {
         let read =
