@@ -240,6 +240,21 @@ async fn a_batch_is_stored_once_and_its_id_never_reused_for_other_content(store:
         "{missing:?}"
     );
 
+    // Looked up without storing (a retry in a shape the model had before it grew).
+    let looked = store
+        .replay_batch(id, "b1", &batch(&spec, "b1", 4, 1.0).encode().content_hash)
+        .await
+        .unwrap()
+        .expect("stored");
+    assert!(looked.replayed);
+    assert_eq!(looked.batch, first.batch);
+    let looked = store
+        .replay_batch(id, "b1", &other.encode().content_hash)
+        .await;
+    assert!(matches!(looked, Err(StoreError::Conflict(_))), "{looked:?}");
+    let hash = other.encode().content_hash;
+    assert!(store.replay_batch(id, "b2", &hash).await.unwrap().is_none());
+
     assert_eq!(store.batch(id, "b1").await.unwrap(), Some(first.batch));
     assert_eq!(store.batch(id, "b2").await.unwrap(), None);
     ingest(store, id, &batch(&spec, "b2", 2, 3.0)).await;

@@ -532,6 +532,22 @@ impl ModelSpec {
         }
     }
 
+    /// The specification when the model had `shape` (one of [`Self::earlier`]): the first of
+    /// its named features and outputs, as a model grows only by appending them. `None` when
+    /// `shape` is not a prefix of the model's shape now.
+    pub fn in_shape(&self, shape: Shape) -> Option<ModelSpec> {
+        let bands = self.spectrum.map_or(0, |s| s.count);
+        let features = shape.inputs.checked_sub(bands)?;
+        if features > self.features.len() || shape.outputs > self.outputs.len() {
+            return None;
+        }
+        Some(ModelSpec {
+            features: self.features[..features].to_vec(),
+            outputs: self.outputs[..shape.outputs].to_vec(),
+            ..self.clone()
+        })
+    }
+
     /// Names of the raw inputs: the spectrum's bands (`400nm`, …), then the named features.
     pub fn input_names(&self) -> Vec<String> {
         let mut names = self.spectrum.map(|s| s.band_names()).unwrap_or_default();
@@ -736,6 +752,28 @@ mod tests {
             body.extend(extra);
         }
         ModelSpec::parse(&body)
+    }
+
+    #[test]
+    fn a_spec_in_an_earlier_shape_keeps_the_first_features_and_outputs() {
+        let mut spec =
+            spectral(json!({"features": ["cotton", "wool"], "outputs": ["red", "blue"]}))
+                .expect("valid");
+        spec.earlier = vec![Shape {
+            inputs: 32,
+            outputs: 1,
+        }];
+        let then = spec.in_shape(spec.earlier[0]).expect("a prefix");
+        assert_eq!(
+            (then.features, then.outputs),
+            (vec!["cotton".to_owned()], vec!["red".to_owned()])
+        );
+        assert_eq!(then.spectrum, spec.spectrum);
+        assert_eq!(spec.in_shape(spec.shape()).as_ref(), Some(&spec));
+        for shape in [(30, 1), (34, 1), (32, 3)] {
+            let (inputs, outputs) = shape;
+            assert_eq!(spec.in_shape(Shape { inputs, outputs }), None, "{shape:?}");
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::extract::{BatchBody, parse_body};
 use super::predict::Spectra;
 use super::routes::Routes;
 use crate::domain::{
-    CsvError, Detail, Invalid, ModelName, ModelSpec, NewBatch, Successor, row_fields,
+    CsvError, Detail, EncodedBatch, Invalid, ModelName, ModelSpec, NewBatch, Successor, row_fields,
 };
 use crate::estimator::{BatchStatistics, codec};
 use crate::store::{BatchRecord, BatchStatus, ModelRecord, Review, StoreError};
@@ -146,7 +146,8 @@ impl From<BatchRecord> for BatchView {
 /// A successor instrument's readings are columns `successor:<λ>nm`, beside the model's own
 /// bands (the overlap) or in their place. The same rows sent as JSON or CSV are the same batch. The answer leaves only once the batch (raw rows and statistics) is committed. Posting the
 /// same `batch_id` (or `Idempotency-Key`) again with the same content answers with the stored
-/// batch and adds nothing; with different content, 409.
+/// batch and adds nothing, also after the model grew, in the shape it had when the batch was
+/// stored; with different content, 409.
 #[utoipa::path(post, operation_id = "ingest_batch", path = "/v1/models/{name}/batches", tag = "batches",
     params(
         ("name" = String, Path, description = "Model name"),
@@ -234,55 +235,27 @@ pub(super) async fn accept(
     };
     let limit = app.limits.max_rows_per_request;
     let parse_spec = spec.clone();
-    let (batch, encoded, statistics) = app
+    let (read, body, key) = app
         .cpu_bound(move || {
-            let spec = parse_spec;
-            let batch = match body {
-                BatchBody::Json(bytes) => {
-                    match NewBatch::parse_fast(&bytes, &spec, key.as_deref(), limit) {
-                        Some(batch) => batch,
-                        // Not a plain, valid batch: the full parse says what is wrong.
-                        None => {
-                            let body = parse_body(&bytes, &row_fields(&spec), limit)?;
-                            NewBatch::parse(body, &spec, key.as_deref())?
-                        }
-                    }
-                }
-                BatchBody::Csv(bytes) => NewBatch::parse_csv(&bytes, &spec, key.as_deref(), limit)
-                    .map_err(|e| match e {
-                        CsvError::Malformed(message) => ApiError::MalformedCsv(message),
-                        CsvError::Invalid(invalid) => ApiError::Invalid(invalid),
-                        too_many @ CsvError::TooManyRows(_) => {
-                            ApiError::PayloadTooLarge(too_many.to_string())
-                        }
-                    })?,
-            };
-            let encoded = batch.encode();
-            if let Some(successor) = &batch.successor {
-                // Kept whole for the folder, which learns it with the model's state then.
-                let statistics = successor_blob(&batch, successor, &spec);
-                return Ok::<_, ApiError>((batch, encoded, statistics));
-            }
-            let config = spec.config();
-            let stats = BatchStatistics::from_row_major(
-                &config.basis,
-                batch.rows(),
-                batch.x.values(),
-                batch.y.values(),
-            )
-            .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
-            // Statistics have p² entries whatever the rows: a batch of fewer rows than that
-            // keeps only its rows, and the folder forms its statistics from them (the same
-            // bits: `from_row_major` on the same values).
-            let statistics = codec::encode_statistics(&stats);
-            let statistics = if statistics.len() <= encoded.x.len() + encoded.y.len() {
-                statistics
-            } else {
-                Vec::new()
-            };
-            Ok::<_, ApiError>((batch, encoded, statistics))
+            let read = read_batch(&body, &parse_spec, key.as_deref(), limit);
+            (read, body, key)
         })
-        .await??;
+        .await?;
+    let (batch, encoded, statistics) = match read {
+        Ok(read) => {
+            // The body's share of the memory budget goes back before the store is waited on.
+            drop(body);
+            read
+        }
+        // A retry of a batch stored before the model grew is in the shape of then.
+        Err(ApiError::Invalid(invalid)) if !spec.earlier.is_empty() => {
+            return match replay_earlier_shape(app, model_id, spec, body, key).await? {
+                Some(replayed) => Ok((replayed, true)),
+                None => Err(ApiError::Invalid(invalid)),
+            };
+        }
+        Err(e) => return Err(e),
+    };
     let ingested = match app
         .store
         .insert_batch(model_id, &batch, &encoded, &statistics)
@@ -316,6 +289,95 @@ pub(super) async fn accept(
         },
         ingested.replayed,
     ))
+}
+
+/// Reads a batch `body` for a model of `spec`: the batch, its encoding, and the statistics
+/// to store with it (empty when its rows are smaller, and are kept instead).
+fn read_batch(
+    body: &BatchBody,
+    spec: &ModelSpec,
+    key: Option<&str>,
+    limit: usize,
+) -> Result<(NewBatch, EncodedBatch, Vec<u8>), ApiError> {
+    let batch = match body {
+        BatchBody::Json(bytes) => match NewBatch::parse_fast(bytes, spec, key, limit) {
+            Some(batch) => batch,
+            // Not a plain, valid batch: the full parse says what is wrong.
+            None => {
+                let body = parse_body(bytes, &row_fields(spec), limit)?;
+                NewBatch::parse(body, spec, key)?
+            }
+        },
+        BatchBody::Csv(bytes) => {
+            NewBatch::parse_csv(bytes, spec, key, limit).map_err(|e| match e {
+                CsvError::Malformed(message) => ApiError::MalformedCsv(message),
+                CsvError::Invalid(invalid) => ApiError::Invalid(invalid),
+                too_many @ CsvError::TooManyRows(_) => {
+                    ApiError::PayloadTooLarge(too_many.to_string())
+                }
+            })?
+        }
+    };
+    let encoded = batch.encode();
+    if let Some(successor) = &batch.successor {
+        // Kept whole for the folder, which learns it with the model's state then.
+        let statistics = successor_blob(&batch, successor, spec);
+        return Ok((batch, encoded, statistics));
+    }
+    let config = spec.config();
+    let stats = BatchStatistics::from_row_major(
+        &config.basis,
+        batch.rows(),
+        batch.x.values(),
+        batch.y.values(),
+    )
+    .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
+    // Statistics have p² entries whatever the rows: a batch of fewer rows than that keeps
+    // only its rows, and the folder forms its statistics from them (the same bits:
+    // `from_row_major` on the same values).
+    let statistics = codec::encode_statistics(&stats);
+    let statistics = if statistics.len() <= encoded.x.len() + encoded.y.len() {
+        statistics
+    } else {
+        Vec::new()
+    };
+    Ok((batch, encoded, statistics))
+}
+
+/// A batch `body` that does not fit the model's shape now, read in the shapes the model had
+/// before it grew (newest first): the stored batch when one of them reads it and a batch of
+/// that id and content was stored (a retry from a client that has not heard of the new
+/// columns), a conflict when one of that id holds other content, `None` when none was stored.
+async fn replay_earlier_shape(
+    app: &AppState,
+    model_id: i64,
+    spec: ModelSpec,
+    body: BatchBody,
+    key: Option<String>,
+) -> Result<Option<BatchAccepted>, ApiError> {
+    let limit = app.limits.max_rows_per_request;
+    let earlier = app
+        .cpu_bound(move || {
+            spec.earlier.iter().rev().find_map(|&shape| {
+                let then = spec.in_shape(shape)?;
+                let (batch, encoded, _) = read_batch(&body, &then, key.as_deref(), limit).ok()?;
+                Some((batch, encoded.content_hash))
+            })
+        })
+        .await?;
+    let Some((batch, hash)) = earlier else {
+        return Ok(None);
+    };
+    let stored = app
+        .store
+        .replay_batch(model_id, batch.batch_id.as_str(), &hash)
+        .await?;
+    Ok(stored.map(|ingested| BatchAccepted {
+        batch_id: ingested.batch.batch_id,
+        status: ingested.batch.status,
+        rows: ingested.batch.rows,
+        warnings: batch.warnings,
+    }))
 }
 
 async fn current_model(app: &AppState, name: &ModelName) -> Result<(i64, ModelSpec), ApiError> {

@@ -77,6 +77,15 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         encoded: &EncodedBatch,
         statistics: &[u8],
     ) -> Result<Ingested, StoreError>;
+    /// The batch stored under `batch_id`, as a retry of it whose content hashes to `hash` is
+    /// answered by [`Backend::insert_batch`] (the stored batch when the content is the same, a
+    /// conflict when it differs); `None` when the model has no such batch. Stores nothing.
+    async fn replay_batch(
+        &self,
+        model_id: i64,
+        batch_id: &str,
+        hash: &[u8; 32],
+    ) -> Result<Option<Ingested>, StoreError>;
     async fn batch(&self, model_id: i64, batch_id: &str)
     -> Result<Option<BatchRecord>, StoreError>;
     /// A model's batches, newest first, only those with `status` if given.

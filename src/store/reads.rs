@@ -4,7 +4,10 @@
 use sqlx::types::Json;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::{BatchRecord, BatchStatus, KeyRecord, ModelHead, ModelRecord, StoreError, sql};
+use super::{
+    BatchRecord, BatchStatus, Ingested, KeyRecord, ModelHead, ModelRecord, StoreError, StoredBatch,
+    sql,
+};
 use crate::domain::{ModelName, ModelSpec};
 
 /// A backend's pool of readers.
@@ -24,6 +27,7 @@ where
     usize: ColumnIndex<DB::Row>,
     for<'r> ModelRecord: FromRow<'r, DB::Row>,
     for<'r> BatchRecord: FromRow<'r, DB::Row>,
+    for<'r> StoredBatch: FromRow<'r, DB::Row>,
     for<'r> KeyRecord: FromRow<'r, DB::Row>,
     for<'r> ModelHead: FromRow<'r, DB::Row>,
 {
@@ -55,6 +59,22 @@ where
             .bind(batch_id)
             .fetch_optional(self.0)
             .await?)
+    }
+
+    /// The batch stored under `batch_id`, as a retry of it with content `hash` is answered
+    /// ([`StoredBatch::replay_or_conflict`]); `None` when there is none.
+    pub(super) async fn replay(
+        &self,
+        model_id: i64,
+        batch_id: &str,
+        hash: &[u8; 32],
+    ) -> Result<Option<Ingested>, StoreError> {
+        let stored: Option<StoredBatch> = sqlx::query_as(sql::STORED_BATCH)
+            .bind(model_id)
+            .bind(batch_id)
+            .fetch_optional(self.0)
+            .await?;
+        stored.map(|s| s.replay_or_conflict(hash)).transpose()
     }
 
     pub(super) async fn batches(

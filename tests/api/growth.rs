@@ -273,3 +273,83 @@ async fn an_untrained_model_grows_and_its_queued_rows_join_the_first_fit() {
         &app.predict_at("declared", &json!(probe), 1).await,
     );
 }
+
+/// A client that has not heard of the new columns retries batches it sent before the model
+/// grew (twice: a dye, then a fabric): each is answered as the batch it stored, JSON and CSV
+/// alike, and nothing is added. Other content under a stored id is a conflict; a new batch in
+/// the old shape is refused as before.
+#[tokio::test]
+async fn a_batch_retried_after_the_model_grew_is_a_replay() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 3, 2)).await;
+    let (x, y) = random_rows(0, 12, 3, 2);
+    let json_body = json!({"batch_id": "b0", "x": x, "y": y});
+    let mut csv = String::from("R400,R410,R420,dye_0,dye_1\n");
+    for (xs, ys) in x.iter().zip(&y).take(4) {
+        let cells: Vec<String> = xs.iter().chain(ys).map(f64::to_string).collect();
+        csv.push_str(&(cells.join(",") + "\n"));
+    }
+    let post_csv = |body: String| {
+        app.client
+            .post(app.url("/v1/models/lab/batches"))
+            .header("content-type", "text/csv")
+            .header("idempotency-key", "c0")
+            .body(body)
+            .send()
+    };
+    assert_eq!(
+        app.post_batch("lab", &json_body).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        post_csv(csv.clone()).await.expect("POST").status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(app.wait_for_batch("lab", "b0").await["version"], 1);
+    app.wait_for_batch("lab", "c0").await;
+
+    for (path, body) in [
+        ("outputs", json!({"outputs": ["dye_2"]})),
+        ("features", json!({"features": ["fabric_wool"], "past_value": 0.0})),
+    ] {
+        let response = app.post(&format!("/v1/models/lab/{path}"), &body).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    let before = get_json(&app.client, &app.url("/v1/models/lab")).await;
+
+    let replayed = app.post_batch("lab", &json_body).await;
+    assert_eq!(replayed.status(), StatusCode::ACCEPTED);
+    assert_eq!(replayed.headers()["idempotent-replayed"], "true");
+    let replayed: Value = replayed.json().await.unwrap();
+    assert_eq!(
+        (&replayed["batch_id"], &replayed["status"], &replayed["rows"]),
+        (&json!("b0"), &json!("folded"), &json!(12))
+    );
+    let replayed = post_csv(csv.clone()).await.expect("POST");
+    assert_eq!(replayed.status(), StatusCode::ACCEPTED);
+    assert_eq!(replayed.headers()["idempotent-replayed"], "true");
+    assert_eq!(replayed.json::<Value>().await.unwrap()["rows"], 4);
+
+    // Other rows under a stored id: a conflict, as in the shape of now.
+    let mut changed = y.clone();
+    changed[0][0] += 1.0;
+    let conflict = app
+        .post_batch("lab", &json!({"batch_id": "b0", "x": x, "y": changed}))
+        .await;
+    assert_eq!(conflict.status(), StatusCode::CONFLICT);
+    // A batch never stored, in the old shape: refused, naming what the model reads now.
+    let new = app
+        .post_batch("lab", &json!({"batch_id": "b9", "x": x, "y": y}))
+        .await;
+    assert_eq!(new.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let paths = error_paths(&new.json::<Value>().await.unwrap()["error"]);
+    assert!(paths.contains(&"/x/0".to_owned()), "{paths:?}");
+    assert_eq!(
+        app.get("/v1/models/lab/batches/b9").await.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    let after = get_json(&app.client, &app.url("/v1/models/lab")).await;
+    assert_eq!(after["version"], before["version"], "nothing was added");
+    assert_eq!(after["pending_batches"], 0);
+}

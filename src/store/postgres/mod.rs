@@ -224,6 +224,15 @@ impl Backend for PgStore {
         Reads(&self.pool).batch(model_id, batch_id).await
     }
 
+    async fn replay_batch(
+        &self,
+        model_id: i64,
+        batch_id: &str,
+        hash: &[u8; 32],
+    ) -> Result<Option<Ingested>, StoreError> {
+        Reads(&self.pool).replay(model_id, batch_id, hash).await
+    }
+
     async fn list_batches(
         &self,
         model_id: i64,

@@ -353,6 +353,17 @@ impl Backend for SqliteStore {
         Reads(&self.inner.readers).batch(model_id, batch_id).await
     }
 
+    async fn replay_batch(
+        &self,
+        model_id: i64,
+        batch_id: &str,
+        hash: &[u8; 32],
+    ) -> Result<Option<Ingested>, StoreError> {
+        Reads(&self.inner.readers)
+            .replay(model_id, batch_id, hash)
+            .await
+    }
+
     async fn list_batches(
         &self,
         model_id: i64,
