@@ -166,7 +166,7 @@ pub fn parse_inputs(
 ) -> Option<Rows> {
     let x = body.take_rows("/x");
     let Some(spectrum) = &spec.spectrum else {
-        if body.value().get("spectra").is_some() {
+        if body.value().get("spectra").is_some_and(|v| !v.is_null()) {
             details.push(
                 "/spectra",
                 "the model declares no spectrum: send its inputs in x",
@@ -231,10 +231,9 @@ impl NewBatch {
                 details.push(format!("/{}", pointer_token(key)), "unknown field");
             }
         }
-        let (has_spectra, has_successor) = (
-            fields.contains_key("spectra"),
-            fields.contains_key("successor"),
-        );
+        // A field sent as `null` is a field left out.
+        let given = |key: &str| fields.get(key).is_some_and(|v| !v.is_null());
+        let (has_spectra, has_successor) = (given("spectra"), given("successor"));
         let body_id = match fields.get("batch_id") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => BatchId::parse(s)
@@ -650,6 +649,43 @@ mod tests {
             assert_eq!(batch.x.values()[4], 1.0, "{header}");
             assert_eq!(batch.y.values(), [0.5, 0.6], "{header}");
         }
+    }
+
+    /// The fields the API document marks nullable: `null` is the field left out, at the top
+    /// of the body; inside a row it is still no number.
+    #[test]
+    fn an_optional_field_sent_as_null_is_left_out() {
+        let spectral = test_spec("fraction", &[]);
+        let named = ModelSpec {
+            spectrum: None,
+            features: vec!["a".to_owned(), "b".to_owned()],
+            ..spectral.clone()
+        };
+        let spectra =
+            r#""spectra": {"start_nm": 400, "interval_nm": 10, "values": [[0.1, 0.2, 0.3, 0.4]]}"#;
+        for (spec, with, without) in [
+            (
+                &spectral,
+                format!(r#"{{"x": null, "successor": null, {spectra}, "y": [[1, 2]]}}"#),
+                format!(r#"{{{spectra}, "y": [[1, 2]]}}"#),
+            ),
+            (
+                &named,
+                r#"{"spectra": null, "successor": null, "x": [[3, 4]], "y": [[1, 2]]}"#.to_owned(),
+                r#"{"x": [[3, 4]], "y": [[1, 2]]}"#.to_owned(),
+            ),
+        ] {
+            let (a, b) = (
+                full(&with, spec, Some("k")),
+                full(&without, spec, Some("k")),
+            );
+            let (a, b) = (a.expect(&with), b.expect(&without));
+            assert!(same(&a, &b, true), "{with}");
+        }
+        let missing = full(r#"{"spectra": null, "y": [[1, 2]]}"#, &spectral, None).unwrap_err();
+        assert!(missing.contains("is required"), "{missing}");
+        let in_row = full(r#"{"x": [[3, null]], "y": [[1, 2]]}"#, &named, None).unwrap_err();
+        assert!(in_row.contains("/x/0/1"), "{in_row}");
     }
 
     fn full(body: &str, spec: &ModelSpec, key: Option<&str>) -> Result<NewBatch, String> {

@@ -290,7 +290,9 @@ impl<'de> Visitor<'de> for NodeSeed<'_, '_> {
                         context: self.context,
                         field,
                     })?;
-                    self.context.rows.borrow_mut().push((field.pointer, rows));
+                    if let Some(rows) = rows {
+                        self.context.rows.borrow_mut().push((field.pointer, rows));
+                    }
                 }
                 None => {
                     let value = map.next_value_seed(NodeSeed {
@@ -312,12 +314,13 @@ struct RowsSeed<'c, 'f> {
 }
 
 impl<'de> DeserializeSeed<'de> for RowsSeed<'_, '_> {
-    type Value = RowArray;
+    /// `None` for `null`: an optional field sent as `null` is a field left out.
+    type Value = Option<RowArray>;
 
     fn deserialize<D: serde::Deserializer<'de>>(
         self,
         deserializer: D,
-    ) -> Result<RowArray, D::Error> {
+    ) -> Result<Option<RowArray>, D::Error> {
         let field = self.field;
         let reader = RowsReader {
             context: self.context,
@@ -338,9 +341,10 @@ impl<'de> DeserializeSeed<'de> for RowsSeed<'_, '_> {
             },
         };
         Ok(match deserializer.deserialize_any(Shape(reader))? {
-            Shaped::Seq(rows) => RowArray::Rows(rows),
-            Shaped::Number(n) => RowArray::NotArray(describe_number(&n)),
-            Shaped::Other(what) => RowArray::NotArray(what),
+            Shaped::Seq(rows) => Some(RowArray::Rows(rows)),
+            Shaped::Number(n) => Some(RowArray::NotArray(describe_number(&n))),
+            Shaped::Other(what) => Some(RowArray::NotArray(what)),
+            Shaped::Null => None,
         })
     }
 }
@@ -355,6 +359,7 @@ fn describe_number(n: &Number) -> String {
 enum Shaped<T> {
     Seq(T),
     Number(Number),
+    Null,
     Other(String),
 }
 
@@ -409,7 +414,7 @@ impl<'de, R: SeqReader<'de>> Visitor<'de> for Shape<R> {
     }
 
     fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(Shaped::Other("null".into()))
+        Ok(Shaped::Null)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
@@ -491,6 +496,7 @@ impl<'de> SeqReader<'de> for RowsReader<'_, '_> {
             let found = match row {
                 Shaped::Seq(()) => None,
                 Shaped::Number(n) => Some(describe_number(&n)),
+                Shaped::Null => Some("null".to_owned()),
                 Shaped::Other(what) => Some(what),
             };
             if let Some(found) = found {
@@ -536,6 +542,7 @@ impl<'de> SeqReader<'de> for RowReader<'_> {
                     None
                 }
                 Shaped::Seq(()) => Some("an array".to_owned()),
+                Shaped::Null => Some("null".to_owned()),
                 Shaped::Other(what) => Some(what),
             };
             if let Some(found) = found {

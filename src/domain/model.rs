@@ -261,7 +261,7 @@ impl ModelSpec {
         let bands = spectrum.map(|s| s.band_names()).unwrap_or_default();
         // With a spectrum, named features are optional.
         let features = match fields.get("features") {
-            None if spectrum.is_some() => Some(Vec::new()),
+            None | Some(Value::Null) if spectrum.is_some() => Some(Vec::new()),
             value => column_names(value, "/features", MAX_FEATURES, &mut details),
         };
         let band_set: HashSet<&str> = bands.iter().map(String::as_str).collect();
@@ -780,6 +780,7 @@ mod tests {
     fn a_spectrum_comes_first_and_named_features_are_optional() {
         let spec = spectral(json!({})).unwrap();
         assert_eq!(spec.input_width(), 31);
+        assert_eq!(spectral(json!({"features": null})).unwrap(), spec);
         assert_eq!(spec.first_fit_rows, DEFAULT_FIRST_FIT_ROWS);
         let spec = spectral(json!({"features": ["fabric"]})).unwrap();
         let names = spec.basis_names();

@@ -253,7 +253,7 @@ pub fn parse_spectra(
     details: &mut Details,
     warnings: &mut Details,
 ) -> Option<Rows> {
-    let Some(value) = value else {
+    let Some(value) = value.filter(|v| !v.is_null()) else {
         details.push(path, "is required: the model reads a reflectance spectrum");
         return None;
     };
