@@ -12,7 +12,8 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use super::model::{
-    MAX_FEATURES, MAX_OUTPUTS, MAX_STATE_ENTRIES, TransformName, column_names, reserved_column,
+    MAX_FEATURES, MAX_OUTPUTS, MAX_STATE_ENTRIES, TransformName, column_names, intercept_name,
+    reserved_column,
 };
 use super::{Details, Invalid, ModelSpec, describe, pointer_token};
 
@@ -121,7 +122,13 @@ pub fn extend(model: &ModelSpec, growth: Growth, body: &Value) -> Result<Extensi
                     format!("{path}/{i}"),
                     format!("{name:?} is already the name of {taken}"),
                 );
-            } else if let Some(why) = reserved_column(name, model.spectrum.is_some()) {
+            } else if let Some(why) =
+                reserved_column(name, model.spectrum.is_some()).or_else(|| {
+                    (growth == Growth::Features)
+                        .then(|| intercept_name(name, model.intercept))
+                        .flatten()
+                })
+            {
                 details.push(format!("{path}/{i}"), format!("{name:?} {why}"));
             }
         }
@@ -310,6 +317,18 @@ mod tests {
                 .extended(Growth::Outputs, &json!({"outputs": ["555nm"]}))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_feature_named_as_the_intercept_is_refused_beside_it() {
+        let body = json!({"features": ["wool", "intercept"], "past_value": 0});
+        let error = dyes().extended(Growth::Features, &body).unwrap_err();
+        assert_eq!(paths(error), ["/features/1"]);
+        let mut own = dyes();
+        own.intercept = false;
+        assert!(own.extended(Growth::Features, &body).is_ok());
+        let outputs = json!({"outputs": ["intercept"]});
+        assert!(dyes().extended(Growth::Outputs, &outputs).is_ok());
     }
 
     #[test]

@@ -331,6 +331,11 @@ impl ModelSpec {
                 true
             }
         };
+        for (j, name) in features.iter().flatten().enumerate() {
+            if let Some(why) = intercept_name(name, intercept) {
+                details.push(format!("/features/{j}"), format!("{name:?} {why}"));
+            }
+        }
         let transform = enum_field(
             fields.get("transform"),
             "/transform",
@@ -559,7 +564,7 @@ impl ModelSpec {
     pub fn basis_names(&self) -> Vec<String> {
         let mut names = self.input_names();
         if self.intercept {
-            names.push("intercept".to_owned());
+            names.push(INTERCEPT.to_owned());
         }
         names
     }
@@ -649,6 +654,20 @@ pub(super) fn reserved_column(name: &str, spectral: bool) -> Option<&'static str
     } else {
         None
     }
+}
+
+/// The name of the intercept among the basis functions (the posterior's coefficients, the
+/// relevance of inputs).
+const INTERCEPT: &str = "intercept";
+
+/// Why a named feature may not be called `name` in a model with an intercept (or `None`): the
+/// intercept is named so among the basis functions, and two of one name could not be told
+/// apart. Without one, a feature may be the client's own column of ones by that name.
+pub(super) fn intercept_name(name: &str, intercept: bool) -> Option<&'static str> {
+    (intercept && name == INTERCEPT).then_some(
+        "is the name of the model's intercept (`\"intercept\": true`): name the feature \
+         otherwise, or leave the intercept out",
+    )
 }
 
 fn enum_field<T: serde::de::DeserializeOwned>(
@@ -899,6 +918,26 @@ mod tests {
         let err = named(json!(["555nm", "successor:600nm"])).unwrap_err();
         assert_eq!(err.details.len(), 1, "{err:?}");
         assert_eq!(err.details[0].path, "/features/1");
+    }
+
+    #[test]
+    fn a_feature_is_not_named_as_the_intercept_beside_it() {
+        let spec = |features: Value, intercept: bool| {
+            ModelSpec::parse(&json!({
+                "name": "lab", "features": features, "outputs": ["red", "dye"],
+                "intercept": intercept
+            }))
+        };
+        let err = spec(json!(["a", "intercept"]), true).unwrap_err();
+        assert_eq!(err.details.len(), 1, "{err:?}");
+        assert_eq!(err.details[0].path, "/features/1");
+        assert!(err.details[0].message.contains("intercept"), "{err:?}");
+        // The client's own column of ones, and an output of that name, are theirs to name.
+        let own = spec(json!(["a", "intercept"]), false).expect("no intercept of the model's");
+        assert_eq!(own.basis_names(), ["a", "intercept"]);
+        let output =
+            ModelSpec::parse(&json!({"name": "lab", "features": ["a"], "outputs": ["intercept"]}));
+        assert!(output.is_ok(), "{output:?}");
     }
 
     #[test]

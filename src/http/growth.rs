@@ -51,7 +51,8 @@ pub struct AddOutputs {
 #[schema(example = json!({"features": ["fabric_wool"], "past_value": 0}))]
 pub struct AddFeatures {
     /// New named features, appended after the model's named features (before the intercept):
-    /// distinct, not yet the name of an output, feature or band, each 1 to 200 characters.
+    /// distinct, not yet the name of an output, feature or band (nor `intercept` beside the
+    /// model's intercept), each 1 to 200 characters.
     /// Sending the model's last features again (a retry) changes nothing.
     #[schema(min_items = 1, max_items = 2048)]
     pub features: Vec<String>,

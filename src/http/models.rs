@@ -52,8 +52,8 @@ pub struct CreateModel {
     /// inputs. Requests may send spectra on any regular grid that covers this one.
     #[serde(default)]
     pub spectrum: Option<SpectrumSpec>,
-    /// Named input features (lab results, fabric codes), distinct, each 1 to 200 characters.
-    /// Optional with a spectrum; without one, empty only with an intercept (the model then
+    /// Named input features (lab results, fabric codes), distinct, each 1 to 200 characters,
+    /// none named `intercept` beside the model's intercept. Optional with a spectrum; without one, empty only with an intercept (the model then
     /// learns each output's mean). With `p` basis functions (the spectrum's bands, the
     /// features, the intercept) and `m` outputs, `p² · m` may be at most 33,554,432 (2²⁵).
     #[serde(default)]
