@@ -287,6 +287,33 @@ impl PosteriorCache {
         Ok(self.get(name.as_str()))
     }
 
+    /// The model named `name` to answer from ([`Self::get_or_load`]); where the cache holds it
+    /// untrained, the store's current version of it: a first fit committed a moment ago (by
+    /// another replica, whose version this one's follower is still reading) is served, not
+    /// answered as "not trained". Where the store cannot say, the cached model answers, as it
+    /// would without the database.
+    pub async fn serving(
+        &self,
+        store: &Store,
+        name: &str,
+    ) -> Result<Option<Arc<CachedModel>>, StoreError> {
+        let Some(model) = self.get_or_load(store, name).await? else {
+            return Ok(None);
+        };
+        if model.state.is_some() {
+            return Ok(Some(model));
+        }
+        if let Err(e) = self.sync_model(store, model.id).await {
+            tracing::debug!(error = %e, model = %model.spec.name, "an untrained model's version not read");
+            return Ok(Some(model));
+        }
+        Ok(Some(
+            self.get(model.spec.name.as_str())
+                .filter(|synced| synced.id == model.id)
+                .unwrap_or(model),
+        ))
+    }
+
     pub async fn sync_model(&self, store: &Store, id: i64) -> Result<(), StoreError> {
         // The version first: a fold in this process has usually put it in the cache already,
         // and a wide model's state is tens of megabytes to read and throw away.

@@ -157,7 +157,7 @@ pub async fn correct_recipe(
     principal: Option<Extension<Principal>>,
     RawJson(bytes): RawJson,
 ) -> Result<Json<CorrectResponse>, ApiError> {
-    let Some(model) = app.cache.get_or_load(&app.store, &name).await? else {
+    let Some(model) = app.cache.serving(&app.store, &name).await? else {
         check_malformed(&bytes)?;
         return Err(ApiError::not_found_model(&name));
     };

@@ -215,7 +215,7 @@ pub async fn match_recipes(
     Path(name): Path<String>,
     RawJson(bytes): RawJson,
 ) -> Result<Json<MatchResponse>, ApiError> {
-    let Some(model) = app.cache.get_or_load(&app.store, &name).await? else {
+    let Some(model) = app.cache.serving(&app.store, &name).await? else {
         check_malformed(&bytes)?;
         return Err(ApiError::not_found_model(&name));
     };

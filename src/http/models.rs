@@ -463,7 +463,8 @@ pub async fn posterior(
 ) -> Result<Json<PosteriorView>, ApiError> {
     let model = app
         .cache
-        .get(&name)
+        .serving(&app.store, &name)
+        .await?
         .ok_or_else(|| ApiError::not_found_model(&name))?;
     let state = model.state.as_ref().ok_or_else(|| not_trained(&name))?;
     let basis = model.spec.basis_names();
@@ -582,7 +583,8 @@ pub async fn relevance(
 ) -> Result<Json<RelevanceView>, ApiError> {
     let model = app
         .cache
-        .get(&name)
+        .serving(&app.store, &name)
+        .await?
         .ok_or_else(|| ApiError::not_found_model(&name))?;
     let state = model.state.as_ref().ok_or_else(|| not_trained(&name))?;
     let trained: Vec<&[f64]> = state

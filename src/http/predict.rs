@@ -1,7 +1,5 @@
 //! `POST /v1/models/{name}/predict`, served from the posterior cache.
 
-use std::sync::Arc;
-
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -121,12 +119,11 @@ pub async fn predict(
     Path(name): Path<String>,
     RawJson(bytes): RawJson,
 ) -> Result<Response, ApiError> {
-    let Some(model) = app.cache.get_or_load(&app.store, &name).await? else {
+    let Some(model) = app.cache.serving(&app.store, &name).await? else {
         // A malformed body is reported as such whatever the model.
         check_malformed(&bytes)?;
         return Err(ApiError::not_found_model(&name));
     };
-    let model = trained_or_synced(&app, model).await;
     let limit = app.limits.max_rows_per_request;
     // A request that names the successor as its instrument is read off the connection's
     // thread, as a long one is.
@@ -175,24 +172,6 @@ pub async fn predict(
         warnings: &warnings,
     };
     body.to_response()
-}
-
-/// `model`, or where the cache holds it untrained, the store's current version of it: a first
-/// fit committed a moment ago (by another replica, whose version this one's cache follower is
-/// still reading) is served, not answered as "not trained". Where the store cannot say, the
-/// cached model answers, as it would without the database.
-async fn trained_or_synced(app: &AppState, model: Arc<CachedModel>) -> Arc<CachedModel> {
-    if model.predictor.is_some() {
-        return model;
-    }
-    if let Err(e) = app.cache.sync_model(&app.store, model.id).await {
-        tracing::debug!(error = %e, model = %model.spec.name, "an untrained model's version not read");
-        return model;
-    }
-    app.cache
-        .get(model.spec.name.as_str())
-        .filter(|synced| synced.id == model.id)
-        .unwrap_or(model)
 }
 
 /// The predictions for a request: by the successor's path when it names the successor as its

@@ -163,10 +163,10 @@ async fn notifications_wake_the_folder_and_the_other_replicas_cache() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
 
-/// A replica whose model view shows a first version predicts from it at once: where its cache
+/// A replica whose model view shows a first version answers from it at once: where its cache
 /// still holds the model untrained (its follower may still be reading the version another
-/// replica folded), predict reads the store's current version rather than answering "not
-/// trained".
+/// replica folded), predict, the posterior and the relevance of inputs read the store's
+/// current version rather than answering "not trained".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_version_in_the_view_is_served_not_answered_untrained() {
     let database = fresh_database().await;
@@ -175,29 +175,38 @@ async fn a_first_version_in_the_view_is_served_not_answered_untrained() {
     reader.folder.enabled = false;
     let b = spawn_with(reader).await;
     let (d, m) = (800, 4);
-    a.create_model(&spec("wide", d, m)).await;
     let (x, y) = random_rows(3, 20, d, m);
     let probe = json!({"x": [x[0].clone()]});
-    let untrained = wait_until(Duration::from_secs(10), || async {
-        let r = b.post("/v1/models/wide/predict", &probe).await;
-        (r.status() == StatusCode::CONFLICT).then_some(())
-    })
-    .await;
-    assert!(untrained.is_some(), "b caches the model untrained");
-    let response = a
-        .post_batch("wide", &json!({"batch_id": "first", "x": x, "y": y}))
+    for endpoint in ["predict", "posterior", "relevance"] {
+        let model = format!("wide_{endpoint}");
+        let path = format!("/v1/models/{model}/{endpoint}");
+        let ask = || async {
+            match endpoint {
+                "predict" => b.post(&path, &probe).await,
+                _ => b.get(&path).await,
+            }
+        };
+        a.create_model(&spec(&model, d, m)).await;
+        let untrained = wait_until(Duration::from_secs(10), || async {
+            (ask().await.status() == StatusCode::CONFLICT).then_some(())
+        })
         .await;
-    assert_eq!(response.status(), StatusCode::ACCEPTED);
-    let shown = wait_until(Duration::from_secs(30), || async {
-        let view: Value = b.get("/v1/models/wide").await.json().await.ok()?;
-        (view["version"].as_i64()? >= 1).then_some(())
-    })
-    .await;
-    assert!(shown.is_some(), "b's view reaches version 1");
-    let r = b.post("/v1/models/wide/predict", &probe).await;
-    assert_eq!(r.status(), StatusCode::OK);
-    let answer: Value = r.json().await.unwrap();
-    assert_eq!(answer["version"], 1, "{answer}");
+        assert!(untrained.is_some(), "b caches {model} untrained");
+        let response = a
+            .post_batch(&model, &json!({"batch_id": "first", "x": x, "y": y}))
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let shown = wait_until(Duration::from_secs(30), || async {
+            let view: Value = b.get(&format!("/v1/models/{model}")).await.json().await.ok()?;
+            (view["version"].as_i64()? >= 1).then_some(())
+        })
+        .await;
+        assert!(shown.is_some(), "b's view of {model} reaches version 1");
+        let r = ask().await;
+        assert_eq!(r.status(), StatusCode::OK, "{endpoint}");
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!(answer["version"], 1, "{endpoint}: {answer}");
+    }
 }
 
 /// A model deleted and created again under the same name is a new model on every replica.
