@@ -2,13 +2,13 @@
 //!
 //! It holds every model at its current version, also untrained ones, so that predict can tell
 //! "unknown" from "not trained" without the database (it asks the database whether an untrained
-//! one has been trained since, and answers from the cache where the database cannot say). It
-//! follows new versions written by this process directly, and those written by other replicas
-//! through notifications on [`Topic::Models`] with a periodic check of every model's version as
-//! a fallback.
+//! one has been trained since, and answers from the cache where the database cannot say at
+//! once). It follows new versions written by this process directly, and those written by other
+//! replicas through notifications on [`Topic::Models`] with a periodic check of every model's
+//! version as a fallback.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -152,6 +152,11 @@ impl Serving {
     }
 }
 
+/// How long a request on a model the cache holds untrained waits for the store to say whether
+/// it has been trained since: a lookup of one row by key, which a reachable store answers in
+/// milliseconds.
+const UNTRAINED_CHECK: Duration = Duration::from_millis(500);
+
 /// Model ids only grow (an identity column), and so do a model's versions and its specification,
 /// so `(id, version, growth)` orders every state a name has ever had: a put that is not newer than what the cache holds is stale and ignored, and a
 /// deleted id is remembered so a late put (a fold that committed just before the delete)
@@ -161,6 +166,9 @@ pub struct PosteriorCache {
     inner: RwLock<Inner>,
     /// What the cached models' coalescers answered, over every version.
     coalesced: Arc<Tally>,
+    /// Per model, held while its state is read and decoded: requests and the follower that
+    /// find the same version missing decode it once.
+    loading: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 #[derive(Debug, Default)]
@@ -218,6 +226,24 @@ impl PosteriorCache {
         let mut inner = self.write();
         inner.deleted.insert(id);
         inner.models.retain(|_, m| m.id != id);
+        drop(inner);
+        self.loaders().remove(&id);
+    }
+
+    /// Model `id`'s loading lock.
+    fn loader(&self, id: i64) -> Arc<tokio::sync::Mutex<()>> {
+        self.loaders().entry(id).or_default().clone()
+    }
+
+    fn loaders(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Arc<tokio::sync::Mutex<()>>>> {
+        // The map is changed by single inserts and removes: consistent after a panic elsewhere.
+        self.loading.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the cache holds model `id` at `version` of `spec`, or a later state.
+    fn holds(&self, id: i64, spec: &ModelSpec, version: i64) -> bool {
+        self.get(spec.name.as_str())
+            .is_some_and(|m| m.order() >= (id, version, growth(spec)))
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
@@ -303,7 +329,19 @@ impl PosteriorCache {
         if model.state.is_some() {
             return Ok(Some(model));
         }
-        if let Err(e) = self.sync_model(store, model.id).await {
+        // A store that does not answer at once (down, or its pool taken) is not waited for:
+        // the cached model answers, as it would without the database.
+        let head = tokio::time::timeout(UNTRAINED_CHECK, store.model_head(model.id)).await;
+        let synced = match head {
+            Err(_) => Err("the store did not answer in time".to_owned()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Ok(Some((spec, version)))) => self
+                .catch_up(store, model.id, &spec, version)
+                .await
+                .map_err(|e| e.to_string()),
+        };
+        if let Err(e) = synced {
             tracing::debug!(error = %e, model = %model.spec.name, "an untrained model's version not read");
             return Ok(Some(model));
         }
@@ -317,23 +355,38 @@ impl PosteriorCache {
     pub async fn sync_model(&self, store: &Store, id: i64) -> Result<(), StoreError> {
         // The version first: a fold in this process has usually put it in the cache already,
         // and a wide model's state is tens of megabytes to read and throw away.
-        let current = |spec: &ModelSpec, version: i64| {
-            self.get(spec.name.as_str())
-                .is_some_and(|m| m.order() >= (id, version, growth(spec)))
-        };
         match store.model_head(id).await? {
             None => {
                 self.remove(id);
-                return Ok(());
+                Ok(())
             }
-            Some((spec, version)) if current(&spec, version) => return Ok(()),
-            Some(_) => {}
+            Some((spec, version)) => self.catch_up(store, id, &spec, version).await,
+        }
+    }
+
+    /// Reads and decodes model `id`'s current state unless the cache holds `version` of `spec`
+    /// (its head, just read) or later, one reader at a time per model.
+    async fn catch_up(
+        &self,
+        store: &Store,
+        id: i64,
+        spec: &ModelSpec,
+        version: i64,
+    ) -> Result<(), StoreError> {
+        if self.holds(id, spec, version) {
+            return Ok(());
+        }
+        let loader = self.loader(id);
+        let _one_at_a_time = loader.lock().await;
+        // Read meanwhile by the one this waited for.
+        if self.holds(id, spec, version) {
+            return Ok(());
         }
         let Some((spec, version, blob)) = store.current_state(id).await? else {
             self.remove(id);
             return Ok(());
         };
-        if current(&spec, version) {
+        if self.holds(id, &spec, version) {
             return Ok(());
         }
         let model = match blob {

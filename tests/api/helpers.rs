@@ -224,6 +224,8 @@ pub struct DbProxy {
     up: Arc<AtomicBool>,
     refused: Arc<AtomicUsize>,
     connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    /// Connections accepted while stalled: held open, never answered.
+    held: Arc<Mutex<Option<Vec<TcpStream>>>>,
 }
 
 impl DbProxy {
@@ -235,11 +237,20 @@ impl DbProxy {
         let up = Arc::new(AtomicBool::new(true));
         let refused = Arc::new(AtomicUsize::new(0));
         let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let held: Arc<Mutex<Option<Vec<TcpStream>>>> = Arc::default();
         let (up2, conns2, refused2) = (up.clone(), connections.clone(), refused.clone());
+        let held2 = held.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((mut client, _)) = listener.accept().await else {
+                let Ok((client, _)) = listener.accept().await else {
                     return;
+                };
+                let mut client = match held2.lock().expect("lock").as_mut() {
+                    Some(held) => {
+                        held.push(client);
+                        continue;
+                    }
+                    None => client,
                 };
                 if !up2.load(Ordering::SeqCst) {
                     refused2.fetch_add(1, Ordering::SeqCst);
@@ -260,6 +271,16 @@ impl DbProxy {
             up,
             refused,
             connections,
+            held,
+        }
+    }
+
+    /// Drops every connection, and holds new ones open without answering them: a database
+    /// that hangs (a network that drops packets) rather than refuses.
+    pub fn stall(&self) {
+        *self.held.lock().expect("lock") = Some(Vec::new());
+        for task in self.connections.lock().expect("lock").drain(..) {
+            task.abort();
         }
     }
 
@@ -278,6 +299,7 @@ impl DbProxy {
 
     pub fn restore(&self) {
         self.up.store(true, Ordering::SeqCst);
+        self.held.lock().expect("lock").take();
     }
 }
 

@@ -273,3 +273,45 @@ async fn the_service_rides_out_a_database_restart() {
     assert_ne!(after["predictions"], before["predictions"]);
     assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
 }
+
+/// While the database hangs (connections accepted, never answered), a request on a model the
+/// cache holds untrained is answered from the cache at once (409), not after the pool's
+/// acquire timeout; the trained model's predict answers as ever.
+#[tokio::test]
+async fn a_model_held_untrained_is_answered_at_once_while_the_database_hangs() {
+    let database = fresh_database().await;
+    let proxy = DbProxy::start(&database.url).await;
+    let mut settings = test_settings(&proxy.url);
+    settings.database.acquire_timeout_secs = 20;
+    let app = spawn_with(settings).await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    app.create_model(&spec("untrained", 2, 1)).await;
+    let (x, y) = random_rows(1, 10, 2, 1);
+    app.post_batch("lab", &json!({"batch_id": "b", "x": x, "y": y}))
+        .await;
+    app.wait_for_batch("lab", "b").await;
+    let probe = json!({"x": [[0.2, 0.7]]});
+    assert_eq!(
+        app.post("/v1/models/untrained/predict", &probe)
+            .await
+            .status(),
+        StatusCode::CONFLICT
+    );
+
+    proxy.stall();
+    for (model, status) in [("untrained", StatusCode::CONFLICT), ("lab", StatusCode::OK)] {
+        let asked = std::time::Instant::now();
+        let response = app
+            .post(&format!("/v1/models/{model}/predict"), &probe)
+            .await;
+        assert_eq!(response.status(), status, "{model}");
+        // The acquire timeout is 20 s: an answer within a quarter of it did not wait for it.
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{model} answered after {:?}",
+            asked.elapsed()
+        );
+    }
+    proxy.restore();
+    app.stop().await;
+}
