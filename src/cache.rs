@@ -335,7 +335,10 @@ impl PosteriorCache {
         let synced = match head {
             Err(_) => Err("the store did not answer in time".to_owned()),
             Ok(Err(e)) => Err(e.to_string()),
-            Ok(Ok(None)) => return Ok(None),
+            Ok(Ok(None)) => {
+                self.remove(model.id);
+                return Ok(None);
+            }
             Ok(Ok(Some((spec, version)))) => self
                 .catch_up(store, model.id, &spec, version)
                 .await

@@ -299,25 +299,7 @@ fn read_batch(
     key: Option<&str>,
     limit: usize,
 ) -> Result<(NewBatch, EncodedBatch, Vec<u8>), ApiError> {
-    let batch = match body {
-        BatchBody::Json(bytes) => match NewBatch::parse_fast(bytes, spec, key, limit) {
-            Some(batch) => batch,
-            // Not a plain, valid batch: the full parse says what is wrong.
-            None => {
-                let body = parse_body(bytes, &row_fields(spec), limit)?;
-                NewBatch::parse(body, spec, key)?
-            }
-        },
-        BatchBody::Csv(bytes) => {
-            NewBatch::parse_csv(bytes, spec, key, limit).map_err(|e| match e {
-                CsvError::Malformed(message) => ApiError::MalformedCsv(message),
-                CsvError::Invalid(invalid) => ApiError::Invalid(invalid),
-                too_many @ CsvError::TooManyRows(_) => {
-                    ApiError::PayloadTooLarge(too_many.to_string())
-                }
-            })?
-        }
-    };
+    let batch = parse_batch(body, spec, key, limit)?;
     let encoded = batch.encode();
     if let Some(successor) = &batch.successor {
         // Kept whole for the folder, which learns it with the model's state then.
@@ -344,6 +326,34 @@ fn read_batch(
     Ok((batch, encoded, statistics))
 }
 
+/// Parses a batch `body`, JSON or CSV, for a model of `spec`.
+fn parse_batch(
+    body: &BatchBody,
+    spec: &ModelSpec,
+    key: Option<&str>,
+    limit: usize,
+) -> Result<NewBatch, ApiError> {
+    Ok(match body {
+        BatchBody::Json(bytes) => match NewBatch::parse_fast(bytes, spec, key, limit) {
+            Some(batch) => batch,
+            // Not a plain, valid batch: the full parse says what is wrong.
+            None => {
+                let body = parse_body(bytes, &row_fields(spec), limit)?;
+                NewBatch::parse(body, spec, key)?
+            }
+        },
+        BatchBody::Csv(bytes) => {
+            NewBatch::parse_csv(bytes, spec, key, limit).map_err(|e| match e {
+                CsvError::Malformed(message) => ApiError::MalformedCsv(message),
+                CsvError::Invalid(invalid) => ApiError::Invalid(invalid),
+                too_many @ CsvError::TooManyRows(_) => {
+                    ApiError::PayloadTooLarge(too_many.to_string())
+                }
+            })?
+        }
+    })
+}
+
 /// A batch `body` that does not fit the model's shape now, read in the shapes the model had
 /// before it grew (newest first): the stored batch when one of them reads it and a batch of
 /// that id and content was stored (a retry from a client that has not heard of the new
@@ -360,8 +370,9 @@ async fn replay_earlier_shape(
         .cpu_bound(move || {
             spec.earlier.iter().rev().find_map(|&shape| {
                 let then = spec.in_shape(shape)?;
-                let (batch, encoded, _) = read_batch(&body, &then, key.as_deref(), limit).ok()?;
-                Some((batch, encoded.content_hash))
+                let batch = parse_batch(&body, &then, key.as_deref(), limit).ok()?;
+                let hash = batch.encode().content_hash;
+                Some((batch, hash))
             })
         })
         .await?;

@@ -53,9 +53,10 @@ pub struct CreateModel {
     #[serde(default)]
     pub spectrum: Option<SpectrumSpec>,
     /// Named input features (lab results, fabric codes), distinct, each 1 to 200 characters,
-    /// none named `intercept` beside the model's intercept. Optional with a spectrum; without one, empty only with an intercept (the model then
-    /// learns each output's mean). With `p` basis functions (the spectrum's bands, the
-    /// features, the intercept) and `m` outputs, `p² · m` may be at most 33,554,432 (2²⁵).
+    /// none named `intercept` beside the model's intercept. Optional with a spectrum; without
+    /// one, empty only with an intercept (the model then learns each output's mean). With `p`
+    /// basis functions (the spectrum's bands, the features, the intercept) and `m` outputs,
+    /// `p² · m` may be at most 33,554,432 (2²⁵).
     #[serde(default)]
     #[schema(max_items = 2048)]
     pub features: Option<Vec<String>>,
