@@ -108,6 +108,19 @@ pub fn neg2_log_evidence(informative: f64, s: f64, log_det: f64, misfit: f64) ->
     informative * s.ln() + log_det + misfit / s
 }
 
+/// `−2 log` of the noise prior [`NoisePrior`] at `s`, as a density over `log s`, up to a
+/// constant:
+///
+/// ```text
+/// ν₀ log s + ν₀ s_p / s
+/// ```
+///
+/// Added to [`neg2_log_evidence`], its minimum over `s` is `(E + ν₀ s_p) / (N + ν₀)`, the
+/// noise prior's mode given the misfit `E` on `N` rows.
+pub(crate) fn noise_prior_neg2(noise: NoisePrior, s: f64) -> f64 {
+    noise.rows * (s.ln() + noise.scale / s)
+}
+
 /// One output's statistics with the flat basis function `f` (if any) integrated out:
 ///
 /// ```text
@@ -906,15 +919,18 @@ const RANK_TOLERANCE: f64 = 1e-12;
 /// E(α) = q_c − Σ_i t_i² / (λ_i + α)            (= RSS + α‖μ‖²/… : the data misfit plus penalty)
 /// ŝ(α) = (E(α) + ν₀ s_p) / (N_c + ν₀)           (with the noise prior of [`NoisePrior`])
 /// −2 log evidence(α) = N_c log ŝ(α) + Σ_i log(1 + λ_i/α) + E(α)/ŝ(α) + const
+///                      + ν₀ log ŝ(α) + ν₀ s_p/ŝ(α)   (the noise prior, [`noise_prior_neg2`])
 /// ```
 ///
 /// where `N_c` counts the informative rows less the flat intercept's one (the likelihood
 /// tempered by `N_inf / N`, see [`super::FitOptions`]), and `ν₀ = 0` unless the output is
 /// zero-inflated; it is minimised over `log α` (a grid, then golden-section search). At its
-/// minimum the fixed point of Algorithm 2 holds: `v = ‖μ‖²_R̃ / γ` and `s = RSS / (N_c − γ)`
-/// with `γ = Σ λ_i/(λ_i + α)` (without noise prior), so this is Algorithm 2 for a prior with one
-/// scale, found without iterating. The shape (ridge, or smooth at each candidate length scale)
-/// with the largest evidence wins.
+/// minimum the fixed point of Algorithm 2 holds: `v = ‖μ‖²_R̃ / γ` and
+/// `s = (RSS + ν₀ s_p) / (N_c − γ + ν₀)` with `γ = Σ λ_i/(λ_i + α)` (ARD's update with the
+/// noise prior), so this is Algorithm 2 for a prior with one scale, found without iterating.
+/// The shape (ridge, or smooth at each candidate length scale) with the largest evidence at
+/// its optimum wins, the noise prior's term left out: the predictor weighs a model average's
+/// shapes by that evidence again ([`super::mixture`]), from the state alone.
 #[derive(Clone, Debug)]
 pub struct SharedScale {
     shapes: Vec<Shape>,
@@ -1238,7 +1254,8 @@ impl Shape {
         }
     }
 
-    /// `(−2 log evidence, v, ŝ, γ)` at the best `α` for the centred statistics of one output.
+    /// `(−2 log evidence, v, ŝ, γ)` at the `α` that maximises the evidence times the noise
+    /// prior for the centred statistics of one output.
     fn maximise(&self, data: &Centred, noise: NoisePrior) -> (f64, f64, f64, f64) {
         let lambda = &self.eigenvalues;
         let t2: Vec<f64> = (0..lambda.len())
@@ -1250,19 +1267,29 @@ impl Shape {
             })
             .collect();
         let dof = data.informative + noise.rows;
-        let profile = |log_alpha: f64| -> (f64, f64) {
+        // (−2 log of evidence × noise prior, ŝ, −2 log evidence) at `α`: the search minimises
+        // the first, the shape is weighed by the last (as the predictor weighs it again).
+        let profile = |log_alpha: f64| -> (f64, f64, f64) {
             let alpha = log_alpha.exp();
             let fitted: f64 = lambda.iter().zip(&t2).map(|(l, t)| t / (l + alpha)).sum();
             let misfit = (data.q - fitted).max(0.0);
             // Fewer than one residual degree of freedom says nothing about the noise: as one.
             let s = ((misfit + noise.rows * noise.scale) / dof.max(1.0)).max(noise.floor);
             let log_det = sum_ln_1p(lambda.iter().map(|l| l / alpha));
-            (neg2_log_evidence(data.informative, s, log_det, misfit), s)
+            let neg2 = neg2_log_evidence(data.informative, s, log_det, misfit);
+            // The noise prior's own term, so that `ŝ` and `α` maximise evidence × prior
+            // together; left out at `ν₀ = 0`, where it is 0.
+            let joint = if noise.rows > 0.0 {
+                neg2 + noise_prior_neg2(noise, s)
+            } else {
+                neg2
+            };
+            (joint, s, neg2)
         };
         let largest = lambda.iter().fold(0.0_f64, |a, l| a.max(*l));
         if largest <= 0.0 || largest.is_nan() || dof <= 0.0 {
-            let (objective, s) = profile(0.0);
-            return (objective, 0.0, s, 0.0);
+            let (_, s, neg2) = profile(0.0);
+            return (neg2, 0.0, s, 0.0);
         }
         // A coarse grid over 52 e-folds around the data's scale, then golden-section search in
         // the bracket around the best grid point.
@@ -1309,14 +1336,14 @@ impl Shape {
         } else {
             grid[best]
         };
-        let (objective, s) = profile(log_alpha);
+        let (_, s, neg2) = profile(log_alpha);
         let alpha = log_alpha.exp();
         let gamma = lambda.iter().map(|l| l / (l + alpha)).sum();
         let scale = s / alpha;
         if !scale.is_finite() {
-            return (objective, 0.0, s, 0.0);
+            return (neg2, 0.0, s, 0.0);
         }
-        (objective, scale, s, gamma)
+        (neg2, scale, s, gamma)
     }
 }
 
@@ -1582,6 +1609,102 @@ mod tests {
             let nu = rows as f64 - 1.0 - gamma;
             assert!((inflation - nu / (nu - 2.0)).abs() < 1e-9, "ν {nu}");
             assert!(s > 1e-12, "ŝ {s} ({:?})", shape.smooth);
+        }
+    }
+
+    /// The fixed point [`SharedScale`]'s optimum satisfies for one noise prior and the noise
+    /// of `seed`: `s = (RSS + ν₀ s_p) / (N_c − γ + ν₀)` and `v = ‖μ‖² / γ`, as ARD's update
+    /// has it with the prior's pseudo-rows (Algorithm 2's at `ν₀ = 0`). `false` when the
+    /// optimum is not inside the search's range (a prior noise so large that the evidence
+    /// prefers no signal: `α` at the top), where no fixed point holds.
+    fn assert_shared_scale_fixed_point(seed: u64, nu0: f64, s_p: f64) -> bool {
+        let (rows, d) = (30, 6);
+        let x = design(rows, d);
+        let mut state = seed | 1;
+        let y: Vec<f64> = (0..rows)
+            .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let e = (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
+                1.0 + 2.0 * x[(i, 1)] - x[(i, 4)] + 0.1 * e
+            })
+            .collect();
+        let statistics = WithIntercept::new(&x, &y);
+        let data = statistics.data();
+        let shared = SharedScale::prepare(
+            super::super::PriorFamily::Ridge,
+            0,
+            data.g,
+            rows as f64,
+            Some(d),
+        )
+        .unwrap();
+        let centred = Centred::new(data, Some(d)).unwrap();
+        let noise = NoisePrior {
+            rows: nu0,
+            scale: s_p,
+            floor: 1e-300,
+        };
+        let shape = &shared.shapes[0];
+        let (_, v, s, gamma) = shape.maximise(&centred, noise);
+        let top = shape
+            .eigenvalues
+            .iter()
+            .fold(0.0_f64, |a, l| a.max(*l))
+            .ln()
+            + 12.0;
+        if (s / v).ln() > top - 1.0 {
+            return false;
+        }
+        // The posterior mean of the centred problem: (G_c + (s/v) I) μ = b_c over the features
+        // (the intercept's row and column of G_c are 0).
+        let mut a = Mat::from_fn(d, d, |i, j| centred.g[(i, j)]);
+        for j in 0..d {
+            a[(j, j)] += s / v;
+        }
+        let b_c = Mat::from_fn(d, 1, |j, _| centred.b[j]);
+        let mu = a.as_ref().llt(Side::Lower).unwrap().inverse() * &b_c;
+        let fitted: f64 = (0..d).map(|j| mu[(j, 0)] * centred.b[j]).sum();
+        let quadratic: f64 = (0..d)
+            .map(|i| {
+                (0..d)
+                    .map(|j| mu[(i, 0)] * centred.g[(i, j)] * mu[(j, 0)])
+                    .sum::<f64>()
+            })
+            .sum();
+        let rss = centred.q - 2.0 * fitted + quadratic;
+        let norm: f64 = (0..d).map(|j| mu[(j, 0)] * mu[(j, 0)]).sum();
+        let expected_s = (rss + nu0 * s_p) / (centred.informative - gamma + nu0);
+        assert!(
+            (s - expected_s).abs() <= 1e-7 * expected_s,
+            "ν₀ {nu0}, s_p {s_p}: ŝ {s} against {expected_s}"
+        );
+        assert!(
+            (v * gamma - norm).abs() <= 1e-6 * norm,
+            "ν₀ {nu0}, s_p {s_p}: vγ {} against ‖μ‖² {norm}",
+            v * gamma
+        );
+        true
+    }
+
+    #[test]
+    fn without_a_noise_prior_a_shared_scale_is_algorithm_2s_fixed_point() {
+        assert!(assert_shared_scale_fixed_point(7, 0.0, 0.0));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// With a noise prior, a shared scale's optimum is the joint maximum of the evidence
+        /// and the prior on the noise variance, whose fixed point is ARD's update with the
+        /// prior's pseudo-rows: from a prior far below the residuals to far above them.
+        #[test]
+        fn with_a_noise_prior_a_shared_scale_is_algorithm_2s_fixed_point(
+            seed in proptest::prelude::any::<u64>(),
+            nu0 in 0.5_f64..20.0,
+            log_s_p in -12.0_f64..1.0,
+        ) {
+            proptest::prop_assume!(assert_shared_scale_fixed_point(seed, nu0, log_s_p.exp()));
         }
     }
 
