@@ -1471,17 +1471,19 @@ mod tests {
         }
     }
 
+    /// The next of a deterministic sequence uniform on [−0.5, 0.5) (xorshift; `state` ≠ 0).
+    fn uniform(state: &mut u64) -> f64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        (*state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+    }
+
     /// Rows of a smooth curve plus noise, deterministic.
     fn design(rows: usize, p: usize) -> Mat<f64> {
         let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut noise = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-        };
         Mat::from_fn(rows, p, |i, j| {
-            (0.1 * (i + 1) as f64 * j as f64 / p as f64).sin() + 0.05 * noise()
+            (0.1 * (i + 1) as f64 * j as f64 / p as f64).sin() + 0.05 * uniform(&mut state)
         })
     }
 
@@ -1622,13 +1624,7 @@ mod tests {
         let x = design(rows, d);
         let mut state = seed | 1;
         let y: Vec<f64> = (0..rows)
-            .map(|i| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let e = (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
-                1.0 + 2.0 * x[(i, 1)] - x[(i, 4)] + 0.1 * e
-            })
+            .map(|i| 1.0 + 2.0 * x[(i, 1)] - x[(i, 4)] + 0.1 * uniform(&mut state))
             .collect();
         let statistics = WithIntercept::new(&x, &y);
         let data = statistics.data();
@@ -1715,13 +1711,7 @@ mod tests {
         let x = design(rows, d);
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
         let y: Vec<f64> = (0..rows)
-            .map(|i| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let e = (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
-                2.0 + x[(i, 0)] - 1.5 * x[(i, 2)] + 0.3 * e
-            })
+            .map(|i| 2.0 + x[(i, 0)] - 1.5 * x[(i, 2)] + 0.3 * uniform(&mut state))
             .collect();
         let statistics = WithIntercept::new(&x, &y);
         let data = statistics.data();
