@@ -21,7 +21,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-use super::{Details, pointer_token};
+use super::{Details, Invalid, pointer_token};
 
 /// Most values a body may hold outside its arrays of rows (a model specification with the
 /// largest number of features and outputs holds about 3,100).
@@ -52,6 +52,9 @@ pub enum BodyError {
     /// More rows, or more other values, than the limits allow.
     #[error("{0}")]
     TooLarge(String),
+    /// Valid JSON that no value can hold: a number in a row beyond the range of a double.
+    #[error("{0}")]
+    Invalid(Invalid),
 }
 
 /// What was read at a [`RowField`]'s place.
@@ -490,7 +493,12 @@ impl<'de> SeqReader<'de> for RowsReader<'_, '_> {
                 continue;
             }
             let i = rows.rows;
-            let Some(row) = seq.next_element_seed(Shape(RowReader { rows: &mut rows, i }))? else {
+            let reader = RowReader {
+                context,
+                rows: &mut rows,
+                i,
+            };
+            let Some(row) = seq.next_element_seed(Shape(reader))? else {
                 break;
             };
             let found = match row {
@@ -518,22 +526,41 @@ impl<'de> SeqReader<'de> for RowsReader<'_, '_> {
     }
 }
 
+/// How serde_json's message for a number beyond a double's range begins.
+const OUT_OF_RANGE: &str = "number out of range";
+
 /// One row of an array of rows.
-struct RowReader<'a> {
+struct RowReader<'a, 'c, 'f> {
+    context: &'c Context<'f>,
     rows: &'a mut Accumulator,
     i: usize,
 }
 
-impl<'de> SeqReader<'de> for RowReader<'_> {
+impl<'de> SeqReader<'de> for RowReader<'_, '_, '_> {
     type Output = ();
 
     fn read<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let Self { rows, i } = self;
+        let Self { context, rows, i } = self;
         let start = rows.values.len();
         let keep = rows.problems.is_empty();
         let mut entry_problems = Details::default();
         let mut n = 0;
-        while let Some(entry) = seq.next_element_seed(Shape(Skip))? {
+        loop {
+            let entry = match seq.next_element_seed(Shape(Skip)) {
+                Ok(Some(entry)) => entry,
+                Ok(None) => break,
+                // The parser stops at a number no double holds (`1e309`): the body is JSON,
+                // and its cell is named as a CSV's would be.
+                Err(e) if e.to_string().starts_with(OUT_OF_RANGE) => {
+                    let path = format!("{}/{i}/{n}", rows.pointer);
+                    return Err(context.refuse(BodyError::Invalid(Invalid::one(
+                        path,
+                        "must be a finite number, found a number beyond the range of a double \
+                         (±1.8e308)",
+                    ))));
+                }
+                Err(e) => return Err(e),
+            };
             let found = match entry {
                 Shaped::Number(v) => {
                     if keep && n < rows.max_width {
@@ -684,8 +711,14 @@ mod tests {
             );
             assert!(check_json(body.as_bytes()).is_err(), "{body:?}");
         }
-        // A number no `f64` holds is refused where the parser reads it as a number.
-        let huge = parse(r#"{"x": [[1e999, 2]]}"#, 100);
+        // A number no `f64` holds: in a row, the cell is named; elsewhere the parser stops.
+        let Err(BodyError::Invalid(huge)) = parse(r#"{"x": [[1, 2], [3, -1e999]]}"#, 100) else {
+            panic!("a row's number beyond a double is invalid, with its path");
+        };
+        assert_eq!(huge.details.len(), 1, "{huge:?}");
+        assert_eq!(huge.details[0].path, "/x/1/1");
+        assert!(huge.details[0].message.contains("range"), "{huge:?}");
+        let huge = parse(r#"{"junk": 1e999, "x": [[1, 2]]}"#, 100);
         assert!(matches!(huge, Err(BodyError::Malformed(_))), "{huge:?}");
         assert!(
             check_json(br#"{"x": [[1, 2]], "x": 1}"#).is_ok(),

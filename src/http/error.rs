@@ -144,6 +144,7 @@ impl From<BodyError> for ApiError {
         match e {
             BodyError::Malformed(message) => Self::Malformed(message),
             BodyError::TooLarge(message) => Self::PayloadTooLarge(message),
+            BodyError::Invalid(invalid) => Self::Invalid(invalid),
         }
     }
 }

@@ -37,18 +37,36 @@ async fn malformed_json_is_400() {
         .await;
     let error = error_of(response, StatusCode::BAD_REQUEST).await;
     assert_eq!(error["code"], "malformed_json");
-    // JSON has no NaN literal, and 1e999 is out of range.
-    for body in [
-        r#"{"x": [[NaN, 1]], "y": [[1]]}"#,
-        r#"{"x": [[1e999, 1]], "y": [[1]]}"#,
+    // JSON has no NaN literal.
+    let response = app
+        .post_raw(
+            "/v1/models/lab/batches",
+            "application/json",
+            r#"{"x": [[NaN, 1]], "y": [[1]]}"#,
+        )
+        .await;
+    assert_eq!(
+        error_of(response, StatusCode::BAD_REQUEST).await["code"],
+        "malformed_json"
+    );
+    // 1e999 is JSON no double holds: in a row its cell is named, as a CSV's is.
+    for (path, body, at) in [
+        (
+            "/v1/models/lab/batches",
+            r#"{"x": [[1, 2], [1e999, 1]], "y": [[1], [2]]}"#,
+            "/x/1/0",
+        ),
+        (
+            "/v1/models/lab/batches",
+            r#"{"x": [[1, 2]], "y": [[-1e999]]}"#,
+            "/y/0/0",
+        ),
+        ("/v1/models/lab/predict", r#"{"x": [[0.5, 1e309]]}"#, "/x/0/1"),
     ] {
-        let response = app
-            .post_raw("/v1/models/lab/batches", "application/json", body)
-            .await;
-        assert_eq!(
-            error_of(response, StatusCode::BAD_REQUEST).await["code"],
-            "malformed_json"
-        );
+        let response = app.post_raw(path, "application/json", body).await;
+        let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert_eq!(error["code"], "invalid_input", "{body}");
+        assert_eq!(error_paths(&error), [at], "{body}");
     }
     let response = app
         .post_raw("/v1/models/lab/batches", "text/plain", "x=1")
