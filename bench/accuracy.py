@@ -770,8 +770,9 @@ def run_scheme(ds, scheme, splits, services, args, progress):
             name = f"acc-{ds.name}-{variant}-{scheme}-{i}"
             start = time.perf_counter()
             try:
+                extra = {"prior": args.prior} if args.prior else None
                 mean, sd, info = run_mordant(services[label], ds, variant, split, name, args.workaround,
-                                             args.fold_timeout)
+                                             args.fold_timeout, extra)
             except MordantFailure as failure:
                 record.update(status=failure.kind, failure=f"split {i}: {failure}")
                 progress(f"  {method} {failure.kind}: {str(failure)[:300]}")
@@ -1088,6 +1089,10 @@ def parse_args(argv):
     run.add_argument("--trials", type=int, help="dyeing trials (20; --quick 3)")
     run.add_argument("--ard-trials", type=int, help="dyeing trials for ARD (default: all; 82 fits each)")
     run.add_argument("--fold-timeout", type=float, default=60.0, help="seconds a batch may take to fold")
+    run.add_argument("--prior", choices=["ard", "ridge", "smooth", "auto"],
+                     help="every mordant model created with this prior family (default: the default "
+                          "spec, which leaves it out); smooth needs a declared spectrum, so its named "
+                          "variants are refused")
     run.add_argument("--out", default=os.path.join(ROOT, "target/bench/accuracy.md"))
     args = parser.parse_args(argv)
     args.argv = argv[1:]
