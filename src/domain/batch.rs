@@ -81,7 +81,8 @@ pub struct NewBatch {
     /// The successor instrument's readings of the same samples, on its grid and the model's
     /// scale; whether the model's own instrument read them too (`x` then opens with its bands).
     pub successor: Option<Successor>,
-    /// What was accepted but looks wrong (reflectance above full scale).
+    /// What was accepted but looks wrong (reflectance above full scale or below 0, a column that
+    /// varies too little beside its size: [`NewBatch::flag_narrow_columns`]).
     pub warnings: Vec<Detail>,
 }
 
@@ -488,6 +489,59 @@ impl NewBatch {
     }
 }
 
+/// A column whose values in a batch differ by less than this fraction of their largest
+/// magnitude is flagged ([`NewBatch::flag_narrow_columns`]).
+const NARROW_SPREAD: f64 = 1e-5;
+
+impl NewBatch {
+    /// Flags the named features and outputs whose values in this batch lie within
+    /// [`NARROW_SPREAD`] of their size of one another (`c + δ`, `δ ≪ |c|`), as warnings at `/x`
+    /// and `/y`. The model keeps sums of squares of the raw values and centres them only when it
+    /// forms a posterior, so of such a column's variation about `16 − 2 log₁₀(|c|/δ)` of a
+    /// double's digits survive: at `|c|/δ = 10⁵` the noise variance comes out visibly wrong, at
+    /// `10⁶` the column is indistinguishable from a constant and pruned. A column the batch
+    /// holds constant is not flagged (other batches may move it), nor are a spectrum's bands,
+    /// which a reflectance scale bounds.
+    pub fn flag_narrow_columns(&mut self, spec: &ModelSpec) {
+        let features = spec.features.len();
+        let Some(first_feature) = self.x.width().checked_sub(features) else {
+            return;
+        };
+        let columns = spec
+            .features
+            .iter()
+            .enumerate()
+            .map(|(j, name)| ("/x", name, &self.x, first_feature + j))
+            .chain(
+                spec.outputs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, name)| ("/y", name, &self.y, k)),
+            );
+        let mut flagged = Vec::new();
+        for (path, name, rows, column) in columns {
+            let values = rows.values().iter().skip(column).step_by(rows.width());
+            let (low, high) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+                (lo.min(v), hi.max(v))
+            });
+            let size = low.abs().max(high.abs());
+            let spread = high - low;
+            if spread > 0.0 && spread < NARROW_SPREAD * size {
+                flagged.push(Detail::new(
+                    path,
+                    format!(
+                        "{name:?} varies over {low} to {high} in this batch, less than 1e-5 of \
+                         its size: were all its values this close, double precision would keep \
+                         too few digits of their differences to learn from; send it as an offset \
+                         from a reference value"
+                    ),
+                ));
+            }
+        }
+        self.warnings.extend(flagged);
+    }
+}
+
 /// For a model with a spectrum: the grid of a CSV's band columns (named `<λ>nm`, e.g. `400nm`)
 /// when they form a regular grid other than the model's and cover its range; `None` when they
 /// are the model's own bands (or there are none: the header check then names what is missing).
@@ -755,6 +809,15 @@ mod tests {
         let read = NewBatch::parse_fast(batch.as_bytes(), &spec, None, 100).expect(batch);
         assert_eq!(read.warnings.len(), 1, "400 % is above full scale");
         assert_eq!(read.warnings[0].path, "/spectra/values/0/3");
+        let batch = r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[1, -2, 3, 4]]}, "y": [[1, 2]]}"#;
+        let read = NewBatch::parse_fast(batch.as_bytes(), &spec, None, 100).expect(batch);
+        assert_eq!(read.warnings.len(), 1, "-2 % is below 0");
+        assert_eq!(read.warnings[0].path, "/spectra/values/0/1");
+        assert!(read.warnings[0].message.contains("below 0"), "{read:?}");
+        assert_eq!(
+            full(batch, &spec, None).expect(batch).warnings,
+            read.warnings
+        );
 
         // Valid, but more than the fast path takes: an empty x, an id with an escape.
         let valid = [
@@ -889,5 +952,61 @@ mod tests {
             let (fast, full) = (fast.expect("checked"), full.expect("the full parse reads it"));
             prop_assert!(same(&fast, &full, id.is_some()), "{}", body);
         }
+    }
+    /// A feature or output whose values in the batch differ by less than 1e-5 of their size
+    /// is flagged, by name, at `/x` or `/y`; one the batch holds constant, one that varies
+    /// enough, a spectrum's bands and a zero-inflated output are not.
+    #[test]
+    fn columns_that_vary_too_little_for_double_precision_are_flagged() {
+        let spec = test_spec("fraction", &["temperature", "serial"]);
+        let rows = 6;
+        let mut x = Vec::new();
+        let mut y = Vec::new();
+        for i in 0..rows {
+            let i = i as f64;
+            // Four bands; 350 K ± 3 (fine), 1e6 + a fraction (flagged).
+            x.extend([0.2 + 0.01 * i, 0.3, 0.4, 0.5, 350.0 + i, 1e6 + i / 7.0]);
+            // An output on a large offset (flagged) and a zero-inflated one (not).
+            y.extend([1e7 + 0.01 * i, if i < 3.0 { 0.0 } else { 1e7 + i }]);
+        }
+        let mut batch = NewBatch {
+            batch_id: BatchId::generate(),
+            x: Rows::from_row_major(rows, 6, x.clone()),
+            y: Rows::from_row_major(rows, 2, y),
+            successor: None,
+            warnings: Vec::new(),
+        };
+        batch.flag_narrow_columns(&spec);
+        let flagged: Vec<(&str, bool)> = batch
+            .warnings
+            .iter()
+            .map(|w| (w.path.as_str(), w.message.starts_with("\"serial\"")))
+            .collect();
+        assert_eq!(
+            flagged,
+            [("/x", true), ("/y", false)],
+            "{:?}",
+            batch.warnings
+        );
+        assert!(
+            batch.warnings[1].message.starts_with("\"red\""),
+            "{:?}",
+            batch.warnings
+        );
+
+        // The same columns, held constant by the batch: nothing to say.
+        let constant: Vec<f64> = x
+            .chunks_exact(6)
+            .flat_map(|row| [row[0], row[1], row[2], row[3], 350.0, 1e6])
+            .collect();
+        let mut batch = NewBatch {
+            batch_id: BatchId::generate(),
+            x: Rows::from_row_major(rows, 6, constant),
+            y: Rows::from_row_major(rows, 2, vec![1.0; 2 * rows]),
+            successor: None,
+            warnings: Vec::new(),
+        };
+        batch.flag_narrow_columns(&spec);
+        assert!(batch.warnings.is_empty(), "{:?}", batch.warnings);
     }
 }

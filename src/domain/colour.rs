@@ -14,7 +14,7 @@ pub use mordant_kitchen::{Colorimeter, Comparison, Seen, Tolerance, can_judge};
 use serde_json::Value;
 
 use super::spectrum::{
-    MAX_REQUEST_BANDS, SpectrumObject, Uncovered, covering_grid, flag_above_full, spectrum_object,
+    MAX_REQUEST_BANDS, SpectrumObject, Uncovered, covering_grid, flag_out_of_scale, spectrum_object,
 };
 use super::{Details, Grid, Invalid, Rows, ScaleName, SpectrumSpec, describe, pointer_token};
 
@@ -103,7 +103,7 @@ impl CompareRequest {
                 scale: scale_name,
             };
             let rows = Rows::from_row_major(1, values.len(), values);
-            flag_above_full(&rows, &grid, &spec, warnings, |_, j| {
+            flag_out_of_scale(&rows, &grid, &spec, warnings, |_, j| {
                 format!("{path}/values/{j}")
             });
             let fraction = scale.to_fraction();

@@ -331,8 +331,8 @@ pub fn covering_grid(
 }
 
 /// Rows that open with a spectrum on `read` (a grid that covers `spec`'s), resampled onto
-/// `spec`'s grid, with every reflectance above full scale flagged in `warnings` at
-/// `path(row, band)` ([`flag_above_full`]).
+/// `spec`'s grid, with every reflectance above full scale or below 0 flagged in `warnings` at
+/// `path(row, band)` ([`flag_out_of_scale`]).
 pub fn onto_spec_grid(
     rows: &Rows,
     read: &Grid,
@@ -340,14 +340,14 @@ pub fn onto_spec_grid(
     warnings: &mut Details,
     path: impl Fn(usize, usize) -> String,
 ) -> Rows {
-    flag_above_full(rows, read, spec, warnings, path);
+    flag_out_of_scale(rows, read, spec, warnings, path);
     resample_rows(rows, read, &spec.grid())
 }
 
-/// Warns of every reflectance above full scale (an optical brightener fluoresces) in the
-/// spectrum that opens each row of `rows`, a spectrum on `grid` read on `spec`'s scale; the
+/// Warns of every reflectance above full scale (an optical brightener fluoresces) or below 0
+/// (no surface reflects less than nothing) in the spectrum that opens each row of `rows`, a spectrum on `grid` read on `spec`'s scale; the
 /// warning for row `i`, band `j` is at `path(i, j)`.
-pub fn flag_above_full(
+pub fn flag_out_of_scale(
     rows: &Rows,
     grid: &Grid,
     spec: &SpectrumSpec,
@@ -369,6 +369,15 @@ pub fn flag_above_full(
                     format!(
                         "reflectance {r}{unit} at {} is above full scale ({full}{unit}): an \
                          optical brightener? kept as sent",
+                        grid.band_name(j)
+                    ),
+                );
+            } else if r < 0.0 {
+                warnings.push(
+                    path(i, j),
+                    format!(
+                        "reflectance {r}{unit} at {} is below 0, which no surface reflects: a \
+                         dark reading subtracted, or a wrong scale? kept as sent",
                         grid.band_name(j)
                     ),
                 );

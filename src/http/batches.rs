@@ -70,7 +70,8 @@ pub struct BatchAccepted {
     pub status: BatchStatus,
     #[schema(example = 2)]
     pub rows: i32,
-    /// What was accepted but looks wrong (reflectance above full scale); left out when empty.
+    /// What was accepted but looks wrong (reflectance above full scale or below 0; a feature or
+    /// output that varies too little beside its size for double precision); left out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Detail>,
 }
@@ -333,7 +334,7 @@ fn parse_batch(
     key: Option<&str>,
     limit: usize,
 ) -> Result<NewBatch, ApiError> {
-    Ok(match body {
+    let mut batch = match body {
         BatchBody::Json(bytes) => match NewBatch::parse_fast(bytes, spec, key, limit) {
             Some(batch) => batch,
             // Not a plain, valid batch: the full parse says what is wrong.
@@ -351,7 +352,9 @@ fn parse_batch(
                 }
             })?
         }
-    })
+    };
+    batch.flag_narrow_columns(spec);
+    Ok(batch)
 }
 
 /// A batch `body` that does not fit the model's shape now, read in the shapes the model had

@@ -174,8 +174,8 @@ pub struct CompareResponse {
     /// D65, then A and F11: a sample that passes under D65 and not under A or F11 is a
     /// metameric match.
     pub illuminants: Vec<ColourDifference>,
-    /// What was accepted but looks wrong (reflectance above full scale, read as full); left out
-    /// when empty.
+    /// What was accepted but looks wrong (reflectance above full scale, read as full, or below 0,
+    /// read as 0); left out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Detail>,
 }

@@ -117,7 +117,7 @@ pub struct CorrectResponse {
     /// The batch the dip was learnt in, when `learn` was true.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub learnt: Option<LearntDip>,
-    /// What was accepted but looks wrong (reflectance above full scale); left out when empty.
+    /// What was accepted but looks wrong (reflectance above full scale or below 0); left out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Detail>,
 }

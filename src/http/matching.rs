@@ -174,7 +174,7 @@ pub struct MatchResponse {
     pub version: i64,
     /// One recipe per target row.
     pub recipes: Vec<Recipe>,
-    /// What was accepted but looks wrong (reflectance above full scale); left out when empty.
+    /// What was accepted but looks wrong (reflectance above full scale or below 0); left out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Detail>,
 }

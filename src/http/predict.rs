@@ -96,7 +96,7 @@ pub struct PredictResponse {
     #[schema(example = 13)]
     pub version: i64,
     pub predictions: Vec<Prediction>,
-    /// What was accepted but looks wrong (reflectance above full scale); left out when empty.
+    /// What was accepted but looks wrong (reflectance above full scale or below 0); left out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Detail>,
 }

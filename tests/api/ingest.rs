@@ -222,3 +222,69 @@ async fn a_batch_that_cannot_be_folded_is_rejected_and_the_model_keeps_its_last_
         .unwrap();
     assert_same_predictions(&api, &expected);
 }
+
+/// A feature on a large offset (a serial number, a timestamp) whose values in the batch differ
+/// by less than 1e-5 of their size is accepted and flagged by name at `/x`, whether the batch
+/// comes as JSON or as CSV, and again when it is replayed; a feature that varies enough is not.
+#[tokio::test]
+async fn a_feature_that_varies_too_little_for_double_precision_is_flagged() {
+    let app = spawn_app().await;
+    app.create_model(&json!({"name": "offset", "features": ["temperature", "serial"], "outputs": ["dye"]}))
+        .await;
+    let rows: Vec<(f64, f64, f64)> = (0..12)
+        .map(|i| {
+            let (a, b) = (f64::from(i % 7) / 7.0, f64::from((i * 3) % 5) / 5.0);
+            (350.0 + b, 1e6 + a, 2.0 * a + b)
+        })
+        .collect();
+    let x: Vec<[f64; 2]> = rows.iter().map(|&(t, s, _)| [t, s]).collect();
+    let y: Vec<[f64; 1]> = rows.iter().map(|&(_, _, c)| [c]).collect();
+    let flagged = |body: &Value| -> Vec<(String, bool)> {
+        body["warnings"]
+            .as_array()
+            .map(|list| {
+                list.iter()
+                    .map(|w| {
+                        let message = w["message"].as_str().unwrap_or_default();
+                        (w["path"].as_str().unwrap_or_default().to_owned(), message.contains("\"serial\""))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let batch = json!({"batch_id": "json", "x": x, "y": y});
+    for replay in [false, true] {
+        let response = app.post_batch("offset", &batch).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let replayed = response.headers().get("idempotent-replayed");
+        assert_eq!(replayed.is_some_and(|v| v == "true"), replay, "{replayed:?}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(flagged(&body), [("/x".to_owned(), true)], "{body}");
+    }
+
+    let mut csv = String::from("temperature,serial,dye\n");
+    for (t, s, c) in &rows {
+        csv.push_str(&format!("{t},{s},{c}\n"));
+    }
+    let response = app
+        .client
+        .post(app.url("/v1/models/offset/batches"))
+        .header("content-type", "text/csv")
+        .header("Idempotency-Key", "csv")
+        .body(csv)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(flagged(&body), [("/x".to_owned(), true)], "{body}");
+
+    // The serial number sent as an offset from a reference value: nothing to say.
+    let shifted: Vec<[f64; 2]> = x.iter().map(|&[t, s]| [t, s - 1e6]).collect();
+    let response = app
+        .post_batch("offset", &json!({"batch_id": "shifted", "x": shifted, "y": y}))
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let body: Value = response.json().await.unwrap();
+    assert!(body.get("warnings").is_none(), "{body}");
+}

@@ -11,7 +11,13 @@ pub enum EstimatorError {
     },
     #[error("{0} would not be finite")]
     NonFinite(&'static str),
-    #[error("the scaled posterior precision is not positive definite (non-finite input?)")]
+    /// Inputs are finite by the time they reach the estimator: what breaks the factorisation is
+    /// the rows' sums of squares running out of a double's digits.
+    #[error(
+        "the scaled posterior precision is not positive definite: the rows' sums of squares \
+         exceed double precision (values far from zero that vary very little, or of very \
+         different sizes?)"
+    )]
     NotPositiveDefinite,
     #[error("the model has no posterior yet")]
     Untrained,
