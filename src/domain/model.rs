@@ -395,7 +395,19 @@ impl ModelSpec {
         };
         let prior_variance = match fields.get("prior_variance") {
             None | Some(Value::Null) => Some(1.0),
-            value => positive(value, "/prior_variance", &mut details),
+            value => positive(value, "/prior_variance", &mut details).filter(|v| {
+                let usable = (MIN_PRIOR_VARIANCE..=MAX_PRIOR_VARIANCE).contains(v);
+                if !usable {
+                    details.push(
+                        "/prior_variance",
+                        format!(
+                            "must be between {MIN_PRIOR_VARIANCE:e} and {MAX_PRIOR_VARIANCE:e} \
+                             (the first fit's starting point, which it moves from), found {v:e}"
+                        ),
+                    );
+                }
+                usable
+            }),
         };
         let prior = enum_field(
             fields.get("prior"),
@@ -743,6 +755,11 @@ fn saunderson_field(
     }
 }
 
+/// The range of a starting prior variance: beyond it, its products with the rows' sums of
+/// squares in the first fit's first iteration are no longer finite doubles.
+const MIN_PRIOR_VARIANCE: f64 = 1e-100;
+const MAX_PRIOR_VARIANCE: f64 = 1e100;
+
 fn positive(value: Option<&Value>, path: &str, details: &mut Details) -> Option<f64> {
     match value.and_then(Value::as_f64) {
         Some(v) if v.is_finite() && v > 0.0 => Some(v),
@@ -938,6 +955,31 @@ mod tests {
         let output =
             ModelSpec::parse(&json!({"name": "lab", "features": ["a"], "outputs": ["intercept"]}));
         assert!(output.is_ok(), "{output:?}");
+    }
+
+    /// A starting prior variance whose products with the rows' squares could overflow (or
+    /// underflow) is refused at creation, where it used to reject the model's first batch.
+    #[test]
+    fn a_prior_variance_is_refused_beyond_what_a_double_can_start_from() {
+        let spec = |value: Value| {
+            ModelSpec::parse(&json!({
+                "name": "lab", "features": ["a"], "outputs": ["dye"], "prior_variance": value
+            }))
+        };
+        for usable in [1e-100, 1e-6, 1.0, 1e100] {
+            let parsed = spec(json!(usable)).expect("usable");
+            assert_eq!(parsed.prior_variance, usable);
+        }
+        for refused in [1e308, 1e101, 1e-101, 5e-324] {
+            let err = spec(json!(refused)).unwrap_err();
+            assert_eq!(err.details.len(), 1, "{err:?}");
+            assert_eq!(err.details[0].path, "/prior_variance");
+            assert!(err.details[0].message.contains("between"), "{err:?}");
+        }
+        for not_positive in [json!(0.0), json!(-1.0), json!("1")] {
+            let err = spec(not_positive).unwrap_err();
+            assert!(err.details[0].message.contains("positive"), "{err:?}");
+        }
     }
 
     #[test]

@@ -86,9 +86,10 @@ pub struct CreateModel {
     /// Exponential forgetting (default none).
     #[serde(default)]
     pub forgetting: Option<ForgettingSpec>,
-    /// Starting prior variance of every basis function under ARD (default 1).
+    /// Starting prior variance of every basis function under ARD (default 1), from 1e-100 to
+    /// 1e100.
     #[serde(default)]
-    #[schema(exclusive_minimum = 0.0)]
+    #[schema(minimum = 1e-100, maximum = 1e100)]
     pub prior_variance: Option<f64>,
     /// Prior family of the weights (default `auto`): `ard` (one variance per basis function),
     /// `ridge` (one shared variance of the basis functions, in their units), `smooth` (a
