@@ -178,6 +178,7 @@ pub async fn correct_recipe(
                 &bytes,
                 &model.spec,
                 limit,
+                "correction",
                 &fields,
                 |fields, details, warnings| {
                     let judgement = read_judgement(fields, details);

@@ -228,8 +228,13 @@ pub async fn match_recipes(
             fields.extend(kitchen::FIELDS);
             let read = SuccessorRead::of(&bytes, &model.spec, &name)?;
             let spec = read.as_ref().map_or(&model.spec, |r| &r.spec);
-            let (x, warnings, options) =
-                parse_request_with(&bytes, spec, limit, &fields, |fields, details, warnings| {
+            let (x, warnings, options) = parse_request_with(
+                &bytes,
+                spec,
+                limit,
+                "match",
+                &fields,
+                |fields, details, warnings| {
                     if read.is_none() {
                         own_instrument(fields, details, warnings);
                     }
@@ -237,7 +242,8 @@ pub async fn match_recipes(
                     let judgement = read_judgement(fields, details);
                     let search = read_search(fields, outputs, None, judgement, details);
                     Some((listing?, search?))
-                })?;
+                },
+            )?;
             let (listing, search) =
                 options.ok_or_else(|| Invalid::one("", "invalid match request"))?;
             let (x, matching) = match &read {

@@ -353,8 +353,14 @@ fn predict_successor(
     limit: usize,
     name: &str,
 ) -> Result<(Predictions, Vec<Detail>), ApiError> {
-    let (x, warnings, _) =
-        parse_request_with(bytes, &read.spec, limit, &["instrument"], |_, _, _| ())?;
+    let (x, warnings, _) = parse_request_with(
+        bytes,
+        &read.spec,
+        limit,
+        "predict",
+        &["instrument"],
+        |_, _, _| (),
+    )?;
     let (new, features) = read.split(&x);
     let predictor = model
         .predictor
@@ -485,16 +491,25 @@ pub(super) fn parse_request(
     spec: &ModelSpec,
     limit: usize,
 ) -> Result<(Rows, Vec<Detail>), ApiError> {
-    parse_request_with(bytes, spec, limit, &["instrument"], own_instrument)
-        .map(|(x, warnings, ())| (x, warnings))
+    parse_request_with(
+        bytes,
+        spec,
+        limit,
+        "predict",
+        &["instrument"],
+        own_instrument,
+    )
+    .map(|(x, warnings, ())| (x, warnings))
 }
 
 /// [`parse_request`] for a body that may also hold the fields `extra`, which `read` parses
-/// (reporting its problems beside those of the rows).
+/// (reporting its problems beside those of the rows); a refusal says "invalid `request`
+/// request".
 pub(super) fn parse_request_with<T>(
     bytes: &[u8],
     spec: &ModelSpec,
     limit: usize,
+    request: &str,
     extra: &[&str],
     read: impl FnOnce(&serde_json::Map<String, serde_json::Value>, &mut Details, &mut Details) -> T,
 ) -> Result<(Rows, Vec<Detail>, T), ApiError> {
@@ -520,7 +535,7 @@ pub(super) fn parse_request_with<T>(
         details.push("/x", "needs at least one row");
     }
     let x = parse_inputs(&mut body, spec, &mut details, &mut warnings);
-    details.finish("invalid predict request")?;
+    details.finish(&format!("invalid {request} request"))?;
     let x = x.ok_or_else(|| Invalid::one("/x", "invalid rows"))?;
     Ok((x, warnings.into_list(), extras))
 }

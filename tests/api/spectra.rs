@@ -496,6 +496,8 @@ async fn candidate_recipes_are_listed_priced_bounded_and_sorted_as_asked() {
     let mut paths = error_paths(&refused["error"]);
     paths.sort_unstable();
     assert_eq!(paths, ["/bounds/red", "/dyes/0", "/max_dyes"], "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("invalid match request"), "{refused}");
     let mut unpriced = body.clone();
     unpriced["sort"] = json!("cost");
     let refused: Value = app.post("/v1/models/kitchen/match", &unpriced).await.json().await.unwrap();
@@ -611,6 +613,8 @@ async fn an_off_shade_dip_is_corrected_and_learnt_once() {
         ["/batch_id", "/measured", "/recipe/blue", "/recipe/green"],
         "{refused}"
     );
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("invalid correction request"), "{refused}");
     let mut nothing = request.clone();
     nothing["recipe"] = json!({});
     nothing["learn"] = json!(false);
