@@ -705,6 +705,29 @@ mod tests {
         }
     }
 
+    /// A band named twice in a CSV header is said to be, not taken for an irregular grid.
+    #[test]
+    fn a_band_named_twice_in_a_csv_header_is_said_to_be() {
+        let spec = test_spec("fraction", &[]);
+        for header in [
+            "400nm,410nm,410nm,420nm,430nm",
+            "400nm,410nm,420nm,430nm,430.0nm",
+        ] {
+            let cells = vec!["0.5"; header.split(',').count()].join(",");
+            let body = format!("{header},red,blue\n{cells},1,2\n");
+            let Err(CsvError::Invalid(invalid)) =
+                NewBatch::parse_csv(body.as_bytes(), &spec, None, 10)
+            else {
+                panic!("{header}: a band twice was read");
+            };
+            assert_eq!(invalid.details[0].path, "/header", "{header}");
+            assert!(
+                invalid.details[0].message.contains("appears twice"),
+                "{invalid:?}"
+            );
+        }
+    }
+
     /// The fields the API document marks nullable: `null` is the field left out, at the top
     /// of the body; inside a row it is still no number.
     #[test]

@@ -6,7 +6,9 @@
 
 use super::body::Body;
 use super::header::CsvError;
-use super::spectrum::{Grid, SpectrumSpec, band_wavelength, onto_spec_grid, parse_spectra};
+use super::spectrum::{
+    Grid, SpectrumSpec, band_wavelength, nm_name, onto_spec_grid, parse_spectra,
+};
 use super::{Details, Invalid, ModelSpec, Rows};
 
 /// The prefix of a CSV column holding a successor's reading.
@@ -193,13 +195,17 @@ pub(super) fn split_csv(
     })
 }
 
-/// The regular grid of sorted `wavelengths`, its step as a request would state it.
+/// The regular grid of sorted `wavelengths`, its step as a request would state it; a band named
+/// twice (`400nm`, `400.0nm`) is said to be.
 pub(super) fn grid_of(wavelengths: &[f64]) -> Result<Grid, String> {
     let (Some(&first), Some(&last)) = (wavelengths.first(), wavelengths.last()) else {
         return Err("no band".to_owned());
     };
     if wavelengths.len() < 2 {
         return Err("a spectrum needs at least 2 bands".to_owned());
+    }
+    if let Some(twice) = wavelengths.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("the band {} appears twice", nm_name(twice[0])));
     }
     let interval = (last - first) / (wavelengths.len() - 1) as f64;
     let interval = (interval * 1e6).round() / 1e6;
