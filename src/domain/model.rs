@@ -259,9 +259,11 @@ impl ModelSpec {
             Some(value) => SpectrumSpec::parse(value, "/spectrum", MAX_FEATURES, &mut details),
         };
         let bands = spectrum.map(|s| s.band_names()).unwrap_or_default();
-        // With a spectrum, named features are optional.
+        // With a spectrum, named features are optional (also beside one that is invalid, which
+        // is reported at its own path).
+        let spectrum_sent = fields.get("spectrum").is_some_and(|v| !v.is_null());
         let features = match fields.get("features") {
-            None | Some(Value::Null) if spectrum.is_some() => Some(Vec::new()),
+            None | Some(Value::Null) if spectrum_sent => Some(Vec::new()),
             value => column_names(value, "/features", MAX_FEATURES, &mut details),
         };
         let band_set: HashSet<&str> = bands.iter().map(String::as_str).collect();
@@ -825,6 +827,19 @@ mod tests {
         let basis = spec.config().basis;
         assert_eq!((basis.spectral, basis.features), (31, 32));
         assert_eq!(basis.scale, crate::estimator::ReflectanceScale::Percent);
+        // An invalid spectrum is reported at its path alone: the features it spares stay
+        // optional.
+        let err = ModelSpec::parse(&json!({
+            "name": "dips", "outputs": ["red"],
+            "spectrum": {"start_nm": 400, "interval_nm": -10, "count": 31, "scale": "percent"}
+        }))
+        .unwrap_err();
+        let paths: Vec<&str> = err.details.iter().map(|d| d.path.as_str()).collect();
+        assert!(!paths.is_empty(), "{err:?}");
+        assert!(paths.iter().all(|p| p.starts_with("/spectrum")), "{err:?}");
+        // Without one, features are required.
+        let err = ModelSpec::parse(&json!({"name": "lab", "outputs": ["red"]})).unwrap_err();
+        assert_eq!(err.details[0].path, "/features", "{err:?}");
     }
 
     #[test]
