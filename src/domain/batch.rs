@@ -976,6 +976,7 @@ mod tests {
             prop_assert!(same(&fast, &full, id.is_some()), "{}", body);
         }
     }
+
     /// A feature or output whose values in the batch differ by less than 1e-5 of their size
     /// is flagged, by name, at `/x` or `/y`; one the batch holds constant, one that varies
     /// enough, a spectrum's bands and a zero-inflated output are not.

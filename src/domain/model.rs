@@ -758,7 +758,7 @@ fn saunderson_field(
 }
 
 /// The range of a starting prior variance: beyond it, its products with the rows' sums of
-/// squares in the first fit's first iteration are no longer finite doubles.
+/// squares in the first fit's first iteration can overflow or underflow a double.
 const MIN_PRIOR_VARIANCE: f64 = 1e-100;
 const MAX_PRIOR_VARIANCE: f64 = 1e100;
 
