@@ -392,15 +392,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     )
     .await;
     let odd = scaled_concentrations(&simulate(&dir, &["--rows", "20", "--seed", "5"]).await, 4.0);
-    let posted = app
-        .client
-        .post(app.url("/v1/models/dips/batches"))
-        .header("content-type", "text/csv")
-        .header("idempotency-key", "odd-lot")
-        .body(odd)
-        .send()
-        .await
-        .unwrap();
+    let posted = app.post_csv("dips", Some("odd-lot"), odd).await;
     assert_eq!(posted.status(), StatusCode::ACCEPTED);
     assert_eq!(app.wait_for_batch("dips", "odd-lot").await["status"], "held");
     let model: Value = app.get("/v1/models/dips").await.json().await.unwrap();

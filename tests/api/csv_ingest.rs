@@ -24,27 +24,13 @@ fn to_csv(columns: &[&str], (x, y): &RowsXY) -> String {
     out
 }
 
-async fn post_csv(app: &TestApp, key: Option<&str>, body: String) -> reqwest::Response {
-    let mut request = app
-        .client
-        .post(app.url("/v1/models/lab/batches"))
-        .header("content-type", "text/csv; charset=utf-8")
-        .body(body);
-    if let Some(key) = key {
-        request = request.header("Idempotency-Key", key);
-    }
-    request.send().await.unwrap()
-}
-
 #[tokio::test]
 async fn a_csv_batch_in_any_column_order_trains_the_model_like_json() {
     let app = spawn_app().await;
     app.create_model(&spec("lab", 2, 1)).await;
     let first = random_rows(1, 12, 2, 1);
     let second = random_rows(2, 6, 2, 1);
-    let r = post_csv(
-        &app,
-        Some("csv-1"),
+    let r = app.post_csv("lab", Some("csv-1"),
         to_csv(&["dye_0", "R410", "R400"], &first),
     )
     .await;
@@ -60,9 +46,7 @@ async fn a_csv_batch_in_any_column_order_trains_the_model_like_json() {
         )
         .await;
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
-    let r = post_csv(
-        &app,
-        Some("csv-2"),
+    let r = app.post_csv("lab", Some("csv-2"),
         to_csv(&["R400", "dye_0", "R410"], &second),
     )
     .await;
@@ -94,7 +78,7 @@ async fn csv_errors_name_the_column_or_cell() {
         ("R400,R410,dye_0\n", "/rows"),
     ];
     for (body, path) in cases {
-        let r = post_csv(&app, None, body.to_owned()).await;
+        let r = app.post_csv("lab", None, body.to_owned()).await;
         assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body:?}");
         let error: Value = r.json().await.unwrap();
         let paths: Vec<&str> = error["error"]["details"]
@@ -118,7 +102,7 @@ async fn csv_errors_name_the_column_or_cell() {
     let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
     assert_eq!(model["pending_batches"], 0, "nothing was queued");
     // Lines of empty cells, as spreadsheets write them, are not rows.
-    let r = post_csv(&app, None, "R400,R410,dye_0\n1,2,3\n,,\n\n".to_owned()).await;
+    let r = app.post_csv("lab", None, "R400,R410,dye_0\n1,2,3\n,,\n\n".to_owned()).await;
     assert_eq!(r.status(), StatusCode::ACCEPTED);
     assert_eq!(r.json::<Value>().await.unwrap()["rows"], 1);
     let r = app
@@ -134,16 +118,12 @@ async fn a_csv_batch_over_the_row_limit_is_413() {
     settings.limits.max_rows_per_request = 5;
     let app = spawn_with(settings).await;
     app.create_model(&spec("lab", 2, 1)).await;
-    let r = post_csv(
-        &app,
-        None,
+    let r = app.post_csv("lab", None,
         to_csv(&["R400", "R410", "dye_0"], &random_rows(1, 6, 2, 1)),
     )
     .await;
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
-    let r = post_csv(
-        &app,
-        None,
+    let r = app.post_csv("lab", None,
         to_csv(&["R400", "R410", "dye_0"], &random_rows(1, 5, 2, 1)),
     )
     .await;

@@ -289,20 +289,12 @@ async fn a_batch_retried_after_the_model_grew_is_a_replay() {
         let cells: Vec<String> = xs.iter().chain(ys).map(f64::to_string).collect();
         csv.push_str(&(cells.join(",") + "\n"));
     }
-    let post_csv = |body: String| {
-        app.client
-            .post(app.url("/v1/models/lab/batches"))
-            .header("content-type", "text/csv")
-            .header("idempotency-key", "c0")
-            .body(body)
-            .send()
-    };
     assert_eq!(
         app.post_batch("lab", &json_body).await.status(),
         StatusCode::ACCEPTED
     );
     assert_eq!(
-        post_csv(csv.clone()).await.expect("POST").status(),
+        app.post_csv("lab", Some("c0"), csv.clone()).await.status(),
         StatusCode::ACCEPTED
     );
     assert_eq!(app.wait_for_batch("lab", "b0").await["version"], 1);
@@ -325,7 +317,7 @@ async fn a_batch_retried_after_the_model_grew_is_a_replay() {
         (&replayed["batch_id"], &replayed["status"], &replayed["rows"]),
         (&json!("b0"), &json!("folded"), &json!(12))
     );
-    let replayed = post_csv(csv.clone()).await.expect("POST");
+    let replayed = app.post_csv("lab", Some("c0"), csv.clone()).await;
     assert_eq!(replayed.status(), StatusCode::ACCEPTED);
     assert_eq!(replayed.headers()["idempotent-replayed"], "true");
     assert_eq!(replayed.json::<Value>().await.unwrap()["rows"], 4);

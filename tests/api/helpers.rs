@@ -133,6 +133,24 @@ impl TestApp {
             .expect("POST")
     }
 
+    /// POSTs a CSV batch to `model`, under an idempotency key where one is given.
+    pub async fn post_csv(
+        &self,
+        model: &str,
+        key: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> Response {
+        let mut request = self
+            .client
+            .post(self.url(&format!("/v1/models/{model}/batches")))
+            .header("content-type", "text/csv; charset=utf-8")
+            .body(body);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send().await.expect("POST")
+    }
+
     pub async fn create_model(&self, spec: &Value) -> Value {
         let response = self.post("/v1/models", spec).await;
         assert_eq!(response.status(), StatusCode::CREATED, "create model");

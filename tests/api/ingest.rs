@@ -266,15 +266,7 @@ async fn a_feature_that_varies_too_little_for_double_precision_is_flagged() {
     for (t, s, c) in &rows {
         csv.push_str(&format!("{t},{s},{c}\n"));
     }
-    let response = app
-        .client
-        .post(app.url("/v1/models/offset/batches"))
-        .header("content-type", "text/csv")
-        .header("Idempotency-Key", "csv")
-        .body(csv)
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_csv("offset", Some("csv"), csv).await;
     assert_eq!(response.status(), StatusCode::ACCEPTED);
     let body: Value = response.json().await.unwrap();
     assert_eq!(flagged(&body), [("/x".to_owned(), true)], "{body}");

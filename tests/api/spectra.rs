@@ -189,15 +189,7 @@ async fn a_csv_batch_on_another_grid_is_the_json_batch() {
         csv.push('\n');
     }
     let path = "/v1/models/dips/batches";
-    let replay = app
-        .client
-        .post(app.url(path))
-        .header("content-type", "text/csv")
-        .header("idempotency-key", "same")
-        .body(csv.clone())
-        .send()
-        .await
-        .unwrap();
+    let replay = app.post_csv("dips", Some("same"), csv.clone()).await;
     assert_eq!(replay.status(), StatusCode::ACCEPTED);
     assert_eq!(
         replay

@@ -78,17 +78,6 @@ fn csv(c: &[Vec<f64>], old: Option<&Value>, successor: &Value) -> String {
     text
 }
 
-async fn post_csv(app: &TestApp, key: &str, body: String) -> reqwest::Response {
-    app.client
-        .post(app.url("/v1/models/swap/batches"))
-        .header("content-type", "text/csv")
-        .header("Idempotency-Key", key)
-        .body(body)
-        .send()
-        .await
-        .expect("POST")
-}
-
 /// Creates the model "swap" on the old instrument's grid (with `extra` fields in its spec).
 async fn create_swap(app: &TestApp, extra: Value) {
     let mut spec = json!({
@@ -237,10 +226,10 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
     )
     .await;
     // The same rows as CSV are the same batch; other readings under its id are refused.
-    let same = post_csv(&app, "overlap", csv(&overlap, Some(&old_overlap), &new_overlap)).await;
+    let same = app.post_csv("swap", Some("overlap"), csv(&overlap, Some(&old_overlap), &new_overlap)).await;
     assert_eq!(same.headers()["idempotent-replayed"], "true");
     let other = successor_readings(&overlap, 7);
-    let differs = post_csv(&app, "overlap", csv(&overlap, Some(&old_overlap), &other)).await;
+    let differs = app.post_csv("swap", Some("overlap"), csv(&overlap, Some(&old_overlap), &other)).await;
     assert_eq!(differs.status(), StatusCode::CONFLICT);
     let view = model(&app, "swap").await;
     assert_eq!(view["version"], 3);
@@ -276,10 +265,10 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
     // The successor alone from now on: its own model learns, the map does not. One batch
     // comes as CSV.
     let c = samples(25, 23);
-    let response = post_csv(&app, "new-3", csv(&c, None, &successor_readings(&c, 33))).await;
+    let response = app.post_csv("swap", Some("new-3"), csv(&c, None, &successor_readings(&c, 33))).await;
     assert_eq!(response.status(), StatusCode::ACCEPTED);
     let bad = csv(&c[..1], None, &successor_readings(&c[..1], 1)).replacen(",0.", ",x", 1);
-    let refused = post_csv(&app, "bad", bad).await;
+    let refused = app.post_csv("swap", Some("bad"), bad).await;
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let refused: Value = refused.json().await.unwrap();
     assert_eq!(error_paths(&refused["error"]), ["/rows/0/successor:405nm"]);
