@@ -1033,4 +1033,31 @@ mod tests {
         batch.flag_narrow_columns(&spec);
         assert!(batch.warnings.is_empty(), "{:?}", batch.warnings);
     }
+
+    /// `-0` is stored and hashed as `0` (a retry that prints the other is the same batch),
+    /// while any other change of a value, however small, is a different batch.
+    #[test]
+    fn minus_zero_is_stored_and_hashed_as_zero() {
+        let batch = |x: [f64; 2], y: f64| NewBatch {
+            batch_id: BatchId::generate(),
+            x: Rows::from_row_major(1, 2, x.to_vec()),
+            y: Rows::from_row_major(1, 1, vec![y]),
+            successor: None,
+            warnings: Vec::new(),
+        };
+        let plus = batch([0.0, 1.5], 0.0).encode();
+        let minus = batch([-0.0, 1.5], -0.0).encode();
+        assert_eq!(minus.x, plus.x);
+        assert_eq!(minus.y, plus.y);
+        assert_eq!(minus.content_hash, plus.content_hash);
+        assert_eq!(
+            f64::from_le_bytes(minus.x[..8].try_into().unwrap()).to_bits(),
+            0
+        );
+        let tiny = batch([f64::from_bits(1), 1.5], 0.0).encode();
+        assert_ne!(tiny.content_hash, plus.content_hash);
+        let negative = batch([-f64::from_bits(1), 1.5], 0.0).encode();
+        assert_ne!(negative.content_hash, plus.content_hash);
+        assert_ne!(negative.content_hash, tiny.content_hash);
+    }
 }

@@ -42,11 +42,14 @@ impl Rows {
         MatRef::from_row_major_slice(&self.values, self.rows, self.width)
     }
 
-    /// Little-endian bytes of the row-major values, for storage.
+    /// Little-endian bytes of the row-major values, for storage, with `-0` written as `0`:
+    /// the two are one value to every later step, and a client that prints one where its
+    /// first attempt printed the other is retrying the same batch.
     pub fn to_le_bytes(&self) -> Vec<u8> {
         let mut bytes = Vec::with_capacity(self.values.len() * 8);
         for v in &self.values {
-            bytes.extend_from_slice(&v.to_le_bytes());
+            // Under round-to-nearest `-0 + 0 = +0`, and every other value is unchanged.
+            bytes.extend_from_slice(&(v + 0.0).to_le_bytes());
         }
         bytes
     }

@@ -140,6 +140,48 @@ async fn reposting_a_batch_adds_nothing_and_different_content_is_a_conflict() {
     assert_eq!(versions["versions"].as_array().unwrap().len(), 1);
 }
 
+/// A retry that writes a zero as `-0` (or the first attempt did) is the same batch, as JSON and
+/// as CSV; a value that differs from zero, however little, is not.
+#[tokio::test]
+async fn a_retry_that_writes_zero_as_minus_zero_is_a_replay() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let (mut x, y) = random_rows(3, 10, 2, 1);
+    x[0][1] = -0.0;
+    let first = app
+        .post_batch("lab", &json!({"batch_id": "zeros", "x": x, "y": y}))
+        .await;
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+
+    x[0][1] = 0.0;
+    let again = app
+        .post_batch("lab", &json!({"batch_id": "zeros", "x": x, "y": y}))
+        .await;
+    assert_eq!(again.status(), StatusCode::ACCEPTED);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+
+    let mut csv = String::from("R400,R410,dye_0\n");
+    for (row, (xs, ys)) in x.iter().zip(&y).enumerate() {
+        let first = if row == 0 { "-0".to_owned() } else { xs[0].to_string() };
+        let rest = if row == 0 { "-0.0".to_owned() } else { xs[1].to_string() };
+        csv.push_str(&format!("{first},{rest},{}\n", ys[0]));
+    }
+    let mut x_csv = x.clone();
+    x_csv[0][0] = 0.0;
+    let csv_first = app.post_csv("lab", Some("csv-zeros"), csv).await;
+    assert_eq!(csv_first.status(), StatusCode::ACCEPTED);
+    let as_json = app
+        .post_batch("lab", &json!({"batch_id": "csv-zeros", "x": x_csv, "y": y}))
+        .await;
+    assert_eq!(as_json.headers()["idempotent-replayed"], "true");
+
+    x[0][1] = 1e-300;
+    let other = app
+        .post_batch("lab", &json!({"batch_id": "zeros", "x": x, "y": y}))
+        .await;
+    assert_eq!(other.status(), StatusCode::CONFLICT);
+}
+
 #[tokio::test]
 async fn the_idempotency_key_header_names_the_batch() {
     let app = spawn_app().await;
