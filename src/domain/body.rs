@@ -113,6 +113,7 @@ impl Body {
         let read = NodeSeed {
             context: &context,
             pointer: Some(String::new()),
+            place: Place::Root,
         }
         .deserialize(&mut deserializer)
         .and_then(|value| deserializer.end().map(|()| value));
@@ -192,14 +193,53 @@ impl Context<'_> {
     }
 }
 
-/// A value anywhere but in an array of rows. `pointer` is its JSON pointer while it is short
-/// enough to lead to an array of rows (`None` below that).
-struct NodeSeed<'c, 'f> {
-    context: &'c Context<'f>,
-    pointer: Option<String>,
+/// Where a value sits: the chain of members and elements from the body's root, spelt out as a
+/// JSON pointer only when a problem is reported there.
+#[derive(Clone, Copy)]
+enum Place<'p> {
+    Root,
+    Member(&'p Place<'p>, &'p str),
+    Element(&'p Place<'p>, usize),
 }
 
-impl NodeSeed<'_, '_> {
+impl Place<'_> {
+    fn pointer(&self) -> String {
+        match self {
+            Place::Root => String::new(),
+            Place::Member(parent, key) => format!("{}/{}", parent.pointer(), pointer_token(key)),
+            Place::Element(parent, i) => format!("{}/{i}", parent.pointer()),
+        }
+    }
+}
+
+/// The message for a number no double holds (`1e309`), wherever it is.
+const BEYOND_DOUBLE: &str =
+    "must be a finite number, found a number beyond the range of a double (±1.8e308)";
+
+impl Context<'_> {
+    /// `e` as it is, or, where it is the parser stopping at a number no double holds (which
+    /// JSON itself allows), the body refused as invalid at `place`.
+    fn name_out_of_range<E: serde::de::Error>(&self, place: Place<'_>, e: E) -> E {
+        if self.refused.borrow().is_none() && e.to_string().starts_with(OUT_OF_RANGE) {
+            self.refuse(BodyError::Invalid(Invalid::one(
+                place.pointer(),
+                BEYOND_DOUBLE,
+            )))
+        } else {
+            e
+        }
+    }
+}
+
+/// A value anywhere but in an array of rows, at `place`. `pointer` is its JSON pointer while it
+/// is short enough to lead to an array of rows (`None` below that).
+struct NodeSeed<'c, 'f, 'p> {
+    context: &'c Context<'f>,
+    pointer: Option<String>,
+    place: Place<'p>,
+}
+
+impl NodeSeed<'_, '_, '_> {
     /// The seed for the member or element `token` of this value.
     fn child(&self, token: &str) -> Option<String> {
         let pointer = format!("{}/{}", self.pointer.as_deref()?, pointer_token(token));
@@ -211,7 +251,7 @@ impl NodeSeed<'_, '_> {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for NodeSeed<'_, '_> {
+impl<'de> DeserializeSeed<'de> for NodeSeed<'_, '_, '_> {
     type Value = Value;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
@@ -220,7 +260,7 @@ impl<'de> DeserializeSeed<'de> for NodeSeed<'_, '_> {
     }
 }
 
-impl<'de> Visitor<'de> for NodeSeed<'_, '_> {
+impl<'de> Visitor<'de> for NodeSeed<'_, '_, '_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -259,10 +299,13 @@ impl<'de> Visitor<'de> for NodeSeed<'_, '_> {
         let mut items = Vec::new();
         loop {
             let pointer = self.child(&items.len().to_string());
-            match seq.next_element_seed(NodeSeed {
+            let place = Place::Element(&self.place, items.len());
+            let item = seq.next_element_seed(NodeSeed {
                 context: self.context,
                 pointer,
-            })? {
+                place,
+            });
+            match item.map_err(|e| self.context.name_out_of_range(place, e))? {
                 Some(item) => items.push(item),
                 None => return Ok(Value::Array(items)),
             }
@@ -289,19 +332,28 @@ impl<'de> Visitor<'de> for NodeSeed<'_, '_> {
                 .and_then(|p| self.context.fields.iter().find(|f| f.pointer == p).copied());
             match field {
                 Some(field) => {
-                    let rows = map.next_value_seed(RowsSeed {
-                        context: self.context,
-                        field,
-                    })?;
+                    let rows = map
+                        .next_value_seed(RowsSeed {
+                            context: self.context,
+                            field,
+                        })
+                        .map_err(|e| {
+                            let place = Place::Member(&self.place, &key);
+                            self.context.name_out_of_range(place, e)
+                        })?;
                     if let Some(rows) = rows {
                         self.context.rows.borrow_mut().push((field.pointer, rows));
                     }
                 }
                 None => {
-                    let value = map.next_value_seed(NodeSeed {
-                        context: self.context,
-                        pointer,
-                    })?;
+                    let place = Place::Member(&self.place, &key);
+                    let value = map
+                        .next_value_seed(NodeSeed {
+                            context: self.context,
+                            pointer,
+                            place,
+                        })
+                        .map_err(|e| self.context.name_out_of_range(place, e))?;
                     members.insert(key, value);
                 }
             }
@@ -553,11 +605,9 @@ impl<'de> SeqReader<'de> for RowReader<'_, '_, '_> {
                 // and its cell is named as a CSV's would be.
                 Err(e) if e.to_string().starts_with(OUT_OF_RANGE) => {
                     let path = format!("{}/{i}/{n}", rows.pointer);
-                    return Err(context.refuse(BodyError::Invalid(Invalid::one(
-                        path,
-                        "must be a finite number, found a number beyond the range of a double \
-                         (±1.8e308)",
-                    ))));
+                    return Err(
+                        context.refuse(BodyError::Invalid(Invalid::one(path, BEYOND_DOUBLE)))
+                    );
                 }
                 Err(e) => return Err(e),
             };
@@ -711,15 +761,29 @@ mod tests {
             );
             assert!(check_json(body.as_bytes()).is_err(), "{body:?}");
         }
-        // A number no `f64` holds: in a row, the cell is named; elsewhere the parser stops.
+        // A number no `f64` holds: in a row, the cell is named.
         let Err(BodyError::Invalid(huge)) = parse(r#"{"x": [[1, 2], [3, -1e999]]}"#, 100) else {
             panic!("a row's number beyond a double is invalid, with its path");
         };
         assert_eq!(huge.details.len(), 1, "{huge:?}");
         assert_eq!(huge.details[0].path, "/x/1/1");
         assert!(huge.details[0].message.contains("range"), "{huge:?}");
-        let huge = parse(r#"{"junk": 1e999, "x": [[1, 2]]}"#, 100);
-        assert!(matches!(huge, Err(BodyError::Malformed(_))), "{huge:?}");
+        // Elsewhere the value is named too: JSON allows such a number; a double does not.
+        for (body, path) in [
+            (r#"{"junk": 1e999, "x": [[1, 2]]}"#, "/junk"),
+            (r#"{"x": -1e999}"#, "/x"),
+            (r#"{"a": {"b/c": [0, 1, {"d": 2e400}]}}"#, "/a/b~1c/2/d"),
+            (r#"{"a": [[1], [2, -3e999]]}"#, "/a/1/1"),
+        ] {
+            let Err(BodyError::Invalid(huge)) = parse(body, 100) else {
+                panic!("{body}: a number beyond a double is invalid, with its path");
+            };
+            assert_eq!(huge.details.len(), 1, "{body}: {huge:?}");
+            assert_eq!(huge.details[0].path, path, "{body}");
+            assert!(huge.details[0].message.contains("range"), "{huge:?}");
+        }
+        let root = parse("1e999", 100);
+        assert!(matches!(root, Err(BodyError::Malformed(_))), "{root:?}");
         assert!(
             check_json(br#"{"x": [[1, 2]], "x": 1}"#).is_ok(),
             "syntax only"

@@ -49,7 +49,8 @@ async fn malformed_json_is_400() {
         error_of(response, StatusCode::BAD_REQUEST).await["code"],
         "malformed_json"
     );
-    // 1e999 is JSON no double holds: in a row its cell is named, as a CSV's is.
+    // 1e999 is JSON no double holds: in a row its cell is named, as a CSV's is, and so is the
+    // member that holds it anywhere else.
     for (path, body, at) in [
         (
             "/v1/models/lab/batches",
@@ -62,6 +63,16 @@ async fn malformed_json_is_400() {
             "/y/0/0",
         ),
         ("/v1/models/lab/predict", r#"{"x": [[0.5, 1e309]]}"#, "/x/0/1"),
+        (
+            "/v1/models",
+            r#"{"name": "huge", "features": ["a"], "outputs": ["b"], "prior_variance": 1e999}"#,
+            "/prior_variance",
+        ),
+        (
+            "/v1/models/lab/batches",
+            r#"{"x": [[1, 2]], "y": [[1]], "batch_id": -1e400}"#,
+            "/batch_id",
+        ),
     ] {
         let response = app.post_raw(path, "application/json", body).await;
         let error = error_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
