@@ -14,7 +14,8 @@ pub use mordant_kitchen::{Colorimeter, Comparison, Seen, Tolerance, can_judge};
 use serde_json::Value;
 
 use super::spectrum::{
-    MAX_REQUEST_BANDS, SpectrumObject, Uncovered, covering_grid, flag_out_of_scale, spectrum_object,
+    MAX_REQUEST_BANDS, OutOfScale, SpectrumObject, Uncovered, covering_grid, flag_out_of_scale,
+    spectrum_object,
 };
 use super::{Details, Grid, Invalid, Rows, ScaleName, SpectrumSpec, describe, pointer_token};
 
@@ -51,7 +52,8 @@ const FIELDS: [&str; 5] = ["reference", "sample", "scale", "tolerance", "cmc"];
 
 impl CompareRequest {
     /// Parses the body, reporting every invalid field with its path; reflectances above full
-    /// scale (a brightener) are kept and reported in `warnings`.
+    /// scale (a brightener) or below 0 are reported in `warnings`, and colour reads them as
+    /// full scale or 0.
     pub fn parse(body: &Value, warnings: &mut Details) -> Result<Self, Invalid> {
         let Value::Object(fields) = body else {
             return Err(Invalid::one(
@@ -103,9 +105,14 @@ impl CompareRequest {
                 scale: scale_name,
             };
             let rows = Rows::from_row_major(1, values.len(), values);
-            flag_out_of_scale(&rows, &grid, &spec, warnings, |_, j| {
-                format!("{path}/values/{j}")
-            });
+            flag_out_of_scale(
+                &rows,
+                &grid,
+                &spec,
+                OutOfScale::Clamped,
+                warnings,
+                |_, j| format!("{path}/values/{j}"),
+            );
             let fraction = scale.to_fraction();
             Reflectance::new(grid, rows.values().iter().map(|r| r * fraction).collect())
         };
@@ -207,10 +214,12 @@ pub fn single_spectrum(
         Err(Uncovered::Short(grid)) => {
             details.push(
                 path,
+                // Any interval serves (the spectrum is resampled): only the range is needed.
                 format!(
-                    "the spectrum covers {} but {why} {}",
+                    "the spectrum covers {} but {why} {}–{} nm",
                     grid.describe(),
-                    required.describe()
+                    required.start_nm,
+                    required.end_nm()
                 ),
             );
             None
@@ -395,27 +404,37 @@ mod tests {
             "{err:?}"
         );
         let reference = err.details.iter().find(|d| d.path == "/reference").unwrap();
-        assert!(reference.message.contains("400–700 nm"), "{reference:?}");
+        assert!(
+            reference
+                .message
+                .ends_with("colour needs at least 400–700 nm"),
+            "{reference:?}"
+        );
     }
 
+    /// A brightener's reading above full scale is read as full scale, a reading below 0 as 0,
+    /// and each warning says so.
     #[test]
-    fn a_brightener_is_read_as_full_reflectance_and_flagged() {
-        let mut bright = on_grid(400.0, 10.0, 31, orange);
-        bright["values"][2] = json!(104.0);
-        let body = json!({"reference": on_grid(400.0, 10.0, 31, orange), "sample": bright, "scale": "percent"});
-        let mut warnings = Details::default();
-        let request = CompareRequest::parse(&body, &mut warnings).unwrap();
-        let warnings = warnings.into_list();
-        assert_eq!(warnings.len(), 1);
-        assert_eq!(warnings[0].path, "/sample/values/2");
-        // The same as a sample that read exactly full scale there.
-        let mut full = body.clone();
-        full["sample"]["values"][2] = json!(100.0);
-        let full = CompareRequest::parse(&full, &mut Details::default()).unwrap();
-        let (bright, full) = (request.compare().unwrap(), full.compare().unwrap());
-        for (b, f) in bright.seen.iter().zip(&full.seen) {
-            assert!(b.difference.de00 > 0.0);
-            assert_eq!(b.difference, f.difference);
+    fn a_reading_beyond_the_scale_is_read_as_its_end_and_flagged() {
+        for (sent, read, says) in [(104.0, 100.0, "read as 100 %"), (-3.0, 0.0, "read as 0")] {
+            let mut odd = on_grid(400.0, 10.0, 31, orange);
+            odd["values"][2] = json!(sent);
+            let body = json!({"reference": on_grid(400.0, 10.0, 31, orange), "sample": odd, "scale": "percent"});
+            let mut warnings = Details::default();
+            let request = CompareRequest::parse(&body, &mut warnings).unwrap();
+            let warnings = warnings.into_list();
+            assert_eq!(warnings.len(), 1, "{sent}");
+            assert_eq!(warnings[0].path, "/sample/values/2");
+            assert!(warnings[0].message.ends_with(says), "{warnings:?}");
+            // The same as a sample that read exactly that end of the scale there.
+            let mut end = body.clone();
+            end["sample"]["values"][2] = json!(read);
+            let end = CompareRequest::parse(&end, &mut Details::default()).unwrap();
+            let (odd, end) = (request.compare().unwrap(), end.compare().unwrap());
+            for (o, e) in odd.seen.iter().zip(&end.seen) {
+                assert!(o.difference.de00 > 0.0);
+                assert_eq!(o.difference, e.difference, "{sent}");
+            }
         }
     }
 }

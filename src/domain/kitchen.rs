@@ -8,7 +8,7 @@ use mordant_kitchen::{Ranking, Search, Tolerance};
 use serde_json::{Map, Value};
 
 use super::colour::single_spectrum;
-use super::spectrum::flag_out_of_scale;
+use super::spectrum::{OutOfScale, flag_out_of_scale};
 use super::{BatchId, Details, Rows, SpectrumSpec, describe, pointer_token};
 use crate::estimator::grid::resample;
 use crate::estimator::recipe::{DyeBounds, MAX_BOUNDED_DYES};
@@ -251,9 +251,14 @@ fn measured(
     let model = spectrum.grid();
     let (grid, values) = single_spectrum(value, "/measured", &model, "the model reads", details)?;
     let rows = Rows::from_row_major(1, values.len(), values);
-    flag_out_of_scale(&rows, &grid, spectrum, warnings, |_, j| {
-        format!("/measured/values/{j}")
-    });
+    flag_out_of_scale(
+        &rows,
+        &grid,
+        spectrum,
+        OutOfScale::Kept,
+        warnings,
+        |_, j| format!("/measured/values/{j}"),
+    );
     let mut on_model = vec![0.0; model.count];
     resample(&grid, rows.values(), &model, &mut on_model);
     Some(on_model)

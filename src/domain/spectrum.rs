@@ -340,17 +340,29 @@ pub fn onto_spec_grid(
     warnings: &mut Details,
     path: impl Fn(usize, usize) -> String,
 ) -> Rows {
-    flag_out_of_scale(rows, read, spec, warnings, path);
+    flag_out_of_scale(rows, read, spec, OutOfScale::Kept, warnings, path);
     resample_rows(rows, read, &spec.grid())
 }
 
+/// What becomes of a reflectance above full scale or below 0, for its warning to say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutOfScale {
+    /// Kept as sent: a model's inputs, which its transform reads as it reads any other.
+    Kept,
+    /// Read as full scale or as 0: colour, for which a surface reflects between none and all
+    /// of the light.
+    Clamped,
+}
+
 /// Warns of every reflectance above full scale (an optical brightener fluoresces) or below 0
-/// (no surface reflects less than nothing) in the spectrum that opens each row of `rows`, a spectrum on `grid` read on `spec`'s scale; the
-/// warning for row `i`, band `j` is at `path(i, j)`.
+/// (no surface reflects less than nothing) in the spectrum that opens each row of `rows`, a
+/// spectrum on `grid` read on `spec`'s scale, saying what becomes of it (`fate`); the warning
+/// for row `i`, band `j` is at `path(i, j)`.
 pub fn flag_out_of_scale(
     rows: &Rows,
     grid: &Grid,
     spec: &SpectrumSpec,
+    fate: OutOfScale,
     warnings: &mut Details,
     path: impl Fn(usize, usize) -> String,
 ) {
@@ -361,6 +373,10 @@ pub fn flag_out_of_scale(
         ScaleName::Percent => " %",
         ScaleName::Fraction | ScaleName::Absorbance => "",
     };
+    let (above, below) = match fate {
+        OutOfScale::Kept => ("kept as sent".to_owned(), "kept as sent"),
+        OutOfScale::Clamped => (format!("read as {full}{unit}"), "read as 0"),
+    };
     for (i, row) in rows.values().chunks_exact(rows.width().max(1)).enumerate() {
         for (j, &r) in row[..grid.count].iter().enumerate() {
             if r > full {
@@ -368,7 +384,7 @@ pub fn flag_out_of_scale(
                     path(i, j),
                     format!(
                         "reflectance {r}{unit} at {} is above full scale ({full}{unit}): an \
-                         optical brightener? kept as sent",
+                         optical brightener? {above}",
                         grid.band_name(j)
                     ),
                 );
@@ -377,7 +393,7 @@ pub fn flag_out_of_scale(
                     path(i, j),
                     format!(
                         "reflectance {r}{unit} at {} is below 0, which no surface reflects: a \
-                         dark reading subtracted, or a wrong scale? kept as sent",
+                         dark reading subtracted, or a wrong scale? {below}",
                         grid.band_name(j)
                     ),
                 );
