@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use mordant::auth::Scope;
 use mordant::config::DatabaseSettings;
-use mordant::domain::{Body, ModelName, ModelSpec, NewBatch, row_fields};
+use mordant::domain::{
+    Body, ContentHash, EncodedBatch, ModelName, ModelSpec, NewBatch, row_fields,
+};
 use mordant::store::{
     BatchStatus, BatchSurprise, ModelLock, Notification, StateBlob, Store, StoreError,
     Subscription, Topic, VersionOrigin,
@@ -80,6 +82,7 @@ macro_rules! conformance {
 conformance!(
     models_are_created_read_listed_and_deleted,
     a_batch_is_stored_once_and_its_id_never_reused_for_other_content,
+    a_batch_stored_with_the_sign_of_zero_is_replayed_by_its_retry,
     concurrent_requests_with_one_batch_id_store_it_once,
     a_burst_of_batches_is_answered_and_stored_batch_by_batch,
     a_fold_writes_everything_at_commit_or_nothing,
@@ -275,6 +278,49 @@ async fn a_batch_is_stored_once_and_its_id_never_reused_for_other_content(store:
 /// Clients retry while their first request is still running: of concurrent requests with one
 /// batch id, one stores the batch and the others answer with it (same content) or conflict
 /// (other content).
+/// A batch holding a `-0` as a release that kept the sign of zero stored it (its bytes and their
+/// hash) is replayed by a retry, which now reads `-0` as `0`, whether the insert or the lookup
+/// answers it; other content under its id is still a conflict.
+async fn a_batch_stored_with_the_sign_of_zero_is_replayed_by_its_retry(store: &Store) {
+    let spec = spec("lab", 3);
+    let id = create(store, &spec).await;
+    let sent = batch(&spec, "z", 3, -0.0);
+    let now = sent.encode();
+    let signed = now.content_hash.signed_zero.expect("the batch holds -0");
+    assert_ne!(signed, now.content_hash.stored);
+    let earlier = EncodedBatch {
+        x: sent.x.to_signed_le_bytes().into(),
+        y: sent.y.to_signed_le_bytes().into(),
+        content_hash: ContentHash {
+            stored: signed,
+            signed_zero: None,
+        },
+    };
+    let first = store
+        .insert_batch(id, &sent, &earlier, b"stats")
+        .await
+        .unwrap();
+    assert!(!first.replayed);
+
+    let again = ingest(store, id, &sent).await;
+    assert!(again.replayed);
+    assert_eq!(again.batch, first.batch);
+    let looked = store
+        .replay_batch(id, "z", &now.content_hash)
+        .await
+        .unwrap()
+        .expect("stored");
+    assert!(looked.replayed);
+    let other = batch(&spec, "z", 3, 0.5);
+    let conflict = store
+        .insert_batch(id, &other, &other.encode(), b"stats")
+        .await;
+    assert!(
+        matches!(conflict, Err(StoreError::Conflict(_))),
+        "{conflict:?}"
+    );
+}
+
 async fn concurrent_requests_with_one_batch_id_store_it_once(store: &Store) {
     const REQUESTS: usize = 8;
     let spec = Arc::new(spec("lab", 3));
@@ -1243,7 +1289,7 @@ async fn sqlite_batches_stored_before_the_rows_moved_keep_their_rows() {
             )
             .bind(model)
             .bind(b.batch_id.as_str())
-            .bind(&encoded.content_hash[..])
+            .bind(&encoded.content_hash.stored[..])
             .bind(b.rows() as i64)
             .bind(statistics)
             .bind(&encoded.x[..])

@@ -67,7 +67,25 @@ impl BatchId {
 pub struct EncodedBatch {
     pub x: Bytes,
     pub y: Bytes,
-    pub content_hash: [u8; 32],
+    pub content_hash: ContentHash,
+}
+
+/// The SHA-256 of a batch's content, which tells a retry of a stored batch from a different
+/// batch under the same id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContentHash {
+    /// What is stored: the content with `-0` read as `0`.
+    pub stored: [u8; 32],
+    /// For a batch that holds a `-0`, the hash of its content with the sign kept, as releases
+    /// before `-0` was read as `0` stored it: a retry of a batch they stored is a replay too.
+    pub signed_zero: Option<[u8; 32]>,
+}
+
+impl ContentHash {
+    /// Whether a batch stored with hash `stored` has this content.
+    pub fn matches(&self, stored: &[u8]) -> bool {
+        stored == self.stored || self.signed_zero.is_some_and(|h| stored == h)
+    }
 }
 
 /// A validated batch: rows of the model's width, all finite, at least one row. `x` holds the
@@ -469,23 +487,50 @@ impl NewBatch {
     pub fn encode(&self) -> EncodedBatch {
         let x = self.x.to_le_bytes();
         let y = self.y.to_le_bytes();
+        let readings = self.successor.as_ref().map(|s| s.readings.to_le_bytes());
+        let stored = self.hash(&x, &y, readings.as_deref());
+        let holds_minus_zero = [Some(&self.x), Some(&self.y)]
+            .into_iter()
+            .chain([self.successor.as_ref().map(|s| &s.readings)])
+            .flatten()
+            .any(Rows::holds_minus_zero);
+        let signed_zero = holds_minus_zero.then(|| {
+            let readings = self
+                .successor
+                .as_ref()
+                .map(|s| s.readings.to_signed_le_bytes());
+            self.hash(
+                &self.x.to_signed_le_bytes(),
+                &self.y.to_signed_le_bytes(),
+                readings.as_deref(),
+            )
+        });
+        EncodedBatch {
+            x: x.into(),
+            y: y.into(),
+            content_hash: ContentHash {
+                stored,
+                signed_zero,
+            },
+        }
+    }
+
+    /// The SHA-256 of the batch's shape and of its values' bytes `x`, `y` and the successor's
+    /// `readings`.
+    fn hash(&self, x: &[u8], y: &[u8], readings: Option<&[u8]>) -> [u8; 32] {
         let mut hash = Sha256::new();
         for n in [self.x.rows(), self.x.width(), self.y.width()] {
             hash.update((n as u64).to_le_bytes());
         }
-        hash.update(&x);
-        hash.update(&y);
+        hash.update(x);
+        hash.update(y);
         // A plain batch hashes as it always has.
-        if let Some(successor) = &self.successor {
+        if let (Some(successor), Some(readings)) = (&self.successor, readings) {
             hash.update([u8::from(successor.old_read)]);
             hash.update((successor.readings.width() as u64).to_le_bytes());
-            hash.update(successor.readings.to_le_bytes());
+            hash.update(readings);
         }
-        EncodedBatch {
-            x: x.into(),
-            y: y.into(),
-            content_hash: hash.finalize().into(),
-        }
+        hash.finalize().into()
     }
 }
 
@@ -1049,11 +1094,29 @@ mod tests {
         let minus = batch([-0.0, 1.5], -0.0).encode();
         assert_eq!(minus.x, plus.x);
         assert_eq!(minus.y, plus.y);
-        assert_eq!(minus.content_hash, plus.content_hash);
+        assert_eq!(minus.content_hash.stored, plus.content_hash.stored);
         assert_eq!(
             f64::from_le_bytes(minus.x[..8].try_into().unwrap()).to_bits(),
             0
         );
+        // The sign kept, the hash is what releases before this one stored for such a batch:
+        // the shape, then the bits of every value.
+        let mut legacy = Sha256::new();
+        for n in [1u64, 2, 1] {
+            legacy.update(n.to_le_bytes());
+        }
+        for v in [-0.0f64, 1.5, -0.0] {
+            legacy.update(v.to_le_bytes());
+        }
+        let legacy: [u8; 32] = legacy.finalize().into();
+        assert_eq!(minus.content_hash.signed_zero, Some(legacy));
+        assert!(minus.content_hash.matches(&legacy));
+        assert!(plus.content_hash.matches(&minus.content_hash.stored));
+        assert!(
+            !plus.content_hash.matches(&legacy),
+            "a batch without -0 is not that one"
+        );
+        assert_eq!(plus.content_hash.signed_zero, None);
         let tiny = batch([f64::from_bits(1), 1.5], 0.0).encode();
         assert_ne!(tiny.content_hash, plus.content_hash);
         let negative = batch([-f64::from_bits(1), 1.5], 0.0).encode();

@@ -18,8 +18,8 @@ mod scope;
 pub mod spectrum;
 
 pub use batch::{
-    BATCH_ID_PATTERN, BatchId, EncodedBatch, MAX_BATCH_ID_LEN, NewBatch, Successor, fast_inputs,
-    parse_inputs, row_fields,
+    BATCH_ID_PATTERN, BatchId, ContentHash, EncodedBatch, MAX_BATCH_ID_LEN, NewBatch, Successor,
+    fast_inputs, parse_inputs, row_fields,
 };
 pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
 pub(crate) use details::describe;

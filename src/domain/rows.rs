@@ -53,6 +53,19 @@ impl Rows {
         }
         bytes
     }
+
+    /// Whether any value is `-0`.
+    pub fn holds_minus_zero(&self) -> bool {
+        self.values
+            .iter()
+            .any(|v| v.to_bits() == (-0.0f64).to_bits())
+    }
+
+    /// Little-endian bytes of the row-major values, `-0` kept: what releases that kept the sign
+    /// of zero stored.
+    pub fn to_signed_le_bytes(&self) -> Vec<u8> {
+        self.values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::domain::Scope;
-use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
+use crate::domain::{ContentHash, EncodedBatch, ModelName, ModelSpec, NewBatch};
 
 use super::{
     BatchRecord, BatchStatus, Ingested, KeyRecord, ModelHead, ModelLock, ModelRecord, QueueDepth,
@@ -84,7 +84,7 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         &self,
         model_id: i64,
         batch_id: &str,
-        hash: &[u8; 32],
+        hash: &ContentHash,
     ) -> Result<Option<Ingested>, StoreError>;
     async fn batch(&self, model_id: i64, batch_id: &str)
     -> Result<Option<BatchRecord>, StoreError>;

@@ -8,7 +8,7 @@ use super::{
     BatchRecord, BatchStatus, Ingested, KeyRecord, ModelHead, ModelRecord, StoreError, StoredBatch,
     sql,
 };
-use crate::domain::{ModelName, ModelSpec};
+use crate::domain::{ContentHash, ModelName, ModelSpec};
 
 /// A backend's pool of readers.
 pub(super) struct Reads<'a, DB: Database>(pub &'a Pool<DB>);
@@ -67,7 +67,7 @@ where
         &self,
         model_id: i64,
         batch_id: &str,
-        hash: &[u8; 32],
+        hash: &ContentHash,
     ) -> Result<Option<Ingested>, StoreError> {
         let stored: Option<StoredBatch> = sqlx::query_as(sql::STORED_BATCH)
             .bind(model_id)

@@ -3,8 +3,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::ModelSpec;
 use crate::domain::Scope;
+use crate::domain::{ContentHash, ModelSpec};
 
 use super::columns::{List, Sha256Digest};
 use super::{BatchStatus, StoreError, VersionOrigin};
@@ -195,8 +195,8 @@ pub(super) struct StoredBatch {
 impl StoredBatch {
     /// The same batch again (a replay) when the batch posted now has the stored content
     /// `hash`, a conflict when it has not.
-    pub(super) fn replay_or_conflict(self, hash: &[u8; 32]) -> Result<Ingested, StoreError> {
-        if self.content_hash != hash {
+    pub(super) fn replay_or_conflict(self, hash: &ContentHash) -> Result<Ingested, StoreError> {
+        if !hash.matches(&self.content_hash) {
             return Err(StoreError::Conflict(format!(
                 "batch {:?} was already accepted with different content",
                 self.batch.batch_id

@@ -22,7 +22,7 @@ use super::{
     VersionRecord, check_migrations, not_held, sql,
 };
 use crate::domain::Scope;
-use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
+use crate::domain::{ContentHash, EncodedBatch, ModelName, ModelSpec, NewBatch};
 use crate::store::DatabaseSettings;
 use crate::store::reads::Reads;
 use crate::successor::BATCH_MAGIC as SUCCESSOR_BATCH_MAGIC;
@@ -174,7 +174,7 @@ impl Backend for PgStore {
         )
         .bind(model_id)
         .bind(batch.batch_id.as_str())
-        .bind(&hash[..])
+        .bind(&hash.stored[..])
         .bind(batch.rows() as i32)
         .bind(&encoded.x[..])
         .bind(&encoded.y[..])
@@ -228,7 +228,7 @@ impl Backend for PgStore {
         &self,
         model_id: i64,
         batch_id: &str,
-        hash: &[u8; 32],
+        hash: &ContentHash,
     ) -> Result<Option<Ingested>, StoreError> {
         Reads(&self.pool).replay(model_id, batch_id, hash).await
     }
@@ -449,7 +449,7 @@ async fn stored_batch(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     model_id: i64,
     batch: &NewBatch,
-    hash: &[u8; 32],
+    hash: &ContentHash,
 ) -> Result<Option<Ingested>, StoreError> {
     let existing: Option<StoredBatch> = sqlx::query_as(sql::STORED_BATCH)
         .bind(model_id)

@@ -273,7 +273,7 @@ async fn insert(
     ))
     .bind(pending.model_id)
     .bind(&pending.batch_id)
-    .bind(&pending.encoded.content_hash[..])
+    .bind(&pending.encoded.content_hash.stored[..])
     .bind(pending.rows)
     .bind(&pending.statistics)
     .bind(Utc::now())

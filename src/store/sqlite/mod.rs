@@ -44,7 +44,7 @@ use super::{
     check_migrations, not_held,
 };
 use crate::domain::Scope;
-use crate::domain::{EncodedBatch, ModelName, ModelSpec, NewBatch};
+use crate::domain::{ContentHash, EncodedBatch, ModelName, ModelSpec, NewBatch};
 use crate::store::DatabaseSettings;
 use crate::store::reads::Reads;
 use crate::successor::BATCH_MAGIC as SUCCESSOR_BATCH_MAGIC;
@@ -357,7 +357,7 @@ impl Backend for SqliteStore {
         &self,
         model_id: i64,
         batch_id: &str,
-        hash: &[u8; 32],
+        hash: &ContentHash,
     ) -> Result<Option<Ingested>, StoreError> {
         Reads(&self.inner.readers)
             .replay(model_id, batch_id, hash)
