@@ -31,6 +31,15 @@ pub enum ScaleName {
 }
 
 impl ScaleName {
+    /// The name as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScaleName::Fraction => "fraction",
+            ScaleName::Percent => "percent",
+            ScaleName::Absorbance => "absorbance",
+        }
+    }
+
     /// The reflectance scale, `None` for absorbance.
     pub fn reflectance(self) -> Option<ReflectanceScale> {
         match self {

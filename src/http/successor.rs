@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -16,6 +16,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::ADMIN;
 use super::error::{ApiError, ErrorBody};
+use super::extract::Path;
 use super::extract::{JsonBody, model_name};
 use super::models::{ModelView, not_trained};
 use super::routes::Routes;
@@ -179,7 +180,7 @@ fn parse(body: &Value, old: &SpectrumSpec, model: &ModelSpec) -> Result<Spectrum
             format!(
                 "the model reads {:?}: its successor must read reflectance where it does, and \
                  absorbance where it does",
-                old.scale
+                old.scale.as_str()
             ),
         );
     }

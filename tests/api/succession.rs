@@ -180,9 +180,12 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
         )
         .await;
     assert_eq!(absorbance.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(
-        error_paths(&absorbance.json::<Value>().await.unwrap()["error"]),
-        ["/spectrum/scale"]
+    let error = absorbance.json::<Value>().await.unwrap()["error"].clone();
+    assert_eq!(error_paths(&error), ["/spectrum/scale"]);
+    let message = error["details"][0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("the model reads \"percent\""),
+        "the scale as the API spells it: {message}"
     );
     let early = app
         .post_batch(
