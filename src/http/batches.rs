@@ -1,7 +1,7 @@
 //! `/v1/models/{name}/batches`: durable, idempotent ingestion and batch status.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
@@ -12,6 +12,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::{ADMIN, INGEST};
 use super::error::{ApiError, ErrorBody};
+use super::extract::Path;
 use super::extract::model_name;
 use super::extract::{BatchBody, parse_body};
 use super::predict::Spectra;

@@ -5,13 +5,13 @@
 //! framework and no third-party code, so the console works on an air-gapped plant network; the
 //! page's `Content-Security-Policy` lets the browser load and ask nothing from anywhere else.
 
-use axum::extract::Path;
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use utoipa_axum::routes;
 
 use super::auth::Access;
 use super::error::ApiError;
+use super::extract::Path;
 use super::routes::Routes;
 
 const INDEX_HTML: &str = include_str!("console/index.html");

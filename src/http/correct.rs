@@ -2,7 +2,7 @@
 //! from the learnt forward map and the dip's measured deviation (see
 //! `mordant_kitchen::correction`), and, when asked, the dip learnt as an observation.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -14,6 +14,7 @@ use super::auth::PREDICT;
 use super::batches::{BatchAccepted, accept};
 use super::colour::{CmcSpec, ToleranceSpec};
 use super::error::{ApiError, ErrorBody};
+use super::extract::Path;
 use super::extract::{BatchBody, BodyBytes, RawJson, check_malformed};
 use super::matching::{
     CandidateRecipe, DyeBoundsSpec, NonNegative, RecipeColour, candidate, matching, recipe_colour,

@@ -7,7 +7,6 @@
 
 use std::sync::{Arc, LazyLock};
 
-use axum::extract::Path;
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use utoipa_axum::routes;
@@ -15,6 +14,7 @@ use utoipa_swagger_ui::Config;
 
 use super::auth::Access;
 use super::error::ApiError;
+use super::extract::Path;
 use super::routes::Routes;
 
 const INDEX_HTML: &str = include_str!("docs/index.html");

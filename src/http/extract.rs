@@ -4,12 +4,25 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{StatusCode, header};
 use serde_json::Value;
 
 use super::error::ApiError;
 use crate::domain::{Body, ModelName, RowField, check_json};
+
+/// Path parameters, where one the URL cannot give (not UTF-8, say) is answered as every refusal
+/// is, in the error shape: such a URL names nothing, `404`.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct Path<T>(pub T);
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::NotFound(format!("this URL names nothing: {}", rejection.body_text()))
+    }
+}
 
 /// A JSON request body, parsed but not yet validated.
 pub struct JsonBody(pub Value);

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::routes;
@@ -18,6 +18,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::ADMIN;
 use super::error::{ApiError, ErrorBody};
+use super::extract::Path;
 use super::extract::{JsonBody, model_name};
 use super::models::ModelView;
 use super::routes::Routes;

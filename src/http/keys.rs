@@ -2,7 +2,7 @@
 //! `/v1/keys/self`, open: what the caller's own key may do.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
@@ -15,6 +15,7 @@ use super::AppState;
 use super::auth::{ADMIN, bearer};
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
+use super::extract::Path;
 use super::routes::Routes;
 use crate::auth::{self, Principal, Scope, Verdict};
 use crate::domain::{Details, Invalid, describe};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::routes;
@@ -13,6 +13,7 @@ use super::AppState;
 use super::auth::PREDICT;
 use super::colour::{CmcSpec, ColourDifference, ToleranceSpec, Verdict};
 use super::error::{ApiError, ErrorBody};
+use super::extract::Path;
 use super::extract::{RawJson, check_malformed};
 use super::models::not_trained;
 use super::predict::{Instrument, Spectra, SuccessorRead, own_instrument, parse_request_with};

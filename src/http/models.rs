@@ -1,7 +1,7 @@
 //! `/v1/models`: create, list, read, delete, and the posterior of a model.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
@@ -13,6 +13,7 @@ use super::AppState;
 use super::auth::{ADMIN, ANY};
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
+use super::extract::Path;
 use super::extract::model_name;
 use super::routes::Routes;
 use crate::cache::{CachedModel, PosteriorCache};

@@ -1,6 +1,6 @@
 //! `POST /v1/models/{name}/predict`, served from the posterior cache.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use faer::{Mat, RowRef};
@@ -12,6 +12,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::PREDICT;
 use super::error::{ApiError, ErrorBody};
+use super::extract::Path;
 use super::extract::{RawJson, check_malformed, parse_body};
 use super::models::not_trained;
 use super::routes::Routes;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -14,6 +14,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::{ADMIN, ANY};
 use super::error::{ApiError, ErrorBody};
+use super::extract::Path;
 use super::extract::model_name;
 use super::models::not_trained;
 use super::routes::Routes;

@@ -120,6 +120,31 @@ async fn malformed_json_is_400() {
     assert_untouched(&app).await;
 }
 
+/// A path segment that is not UTF-8 names nothing: a `404` in the error shape, on every kind of
+/// route.
+#[tokio::test]
+async fn path_segments_that_name_nothing_are_404_in_the_error_shape() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    for (method, path) in [
+        ("GET", "/v1/models/lab/batches/%FF%FE"),
+        ("GET", "/v1/models/%FF"),
+        ("DELETE", "/v1/keys/%FF"),
+        ("POST", "/v1/models/lab/versions/%FF/restore"),
+        ("GET", "/console/%FF"),
+    ] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let response = app.client.request(method, app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+        let error = error_of(response, StatusCode::NOT_FOUND).await;
+        assert_eq!(error["code"], "not_found", "{path}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().contains("names nothing"),
+            "{path}: {error}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn bad_query_parameters_are_invalid_query() {
     let app = spawn_app().await;
