@@ -212,6 +212,17 @@ async fn models_are_created_read_listed_and_deleted(store: &Store) {
     assert_ne!(again.id, a.id, "a deleted model's id is never reused");
 }
 
+/// Asserts that storing `batch` is refused as a conflict with the batch of its id.
+async fn assert_conflict(store: &Store, model_id: i64, batch: &NewBatch) {
+    let conflict = store
+        .insert_batch(model_id, batch, &batch.encode(), b"stats")
+        .await;
+    assert!(
+        matches!(conflict, Err(StoreError::Conflict(_))),
+        "{conflict:?}"
+    );
+}
+
 async fn a_batch_is_stored_once_and_its_id_never_reused_for_other_content(store: &Store) {
     let spec = spec("lab", 3);
     let id = create(store, &spec).await;
@@ -228,13 +239,7 @@ async fn a_batch_is_stored_once_and_its_id_never_reused_for_other_content(store:
     assert!(again.replayed);
     assert_eq!(again.batch, first.batch);
     let other = batch(&spec, "b1", 4, 2.0);
-    let conflict = store
-        .insert_batch(id, &other, &other.encode(), b"stats")
-        .await;
-    assert!(
-        matches!(conflict, Err(StoreError::Conflict(_))),
-        "{conflict:?}"
-    );
+    assert_conflict(store, id, &other).await;
     let missing = store
         .insert_batch(id + 1000, &other, &other.encode(), b"stats")
         .await;
@@ -312,13 +317,7 @@ async fn a_batch_stored_with_the_sign_of_zero_is_replayed_by_its_retry(store: &S
         .expect("stored");
     assert!(looked.replayed);
     let other = batch(&spec, "z", 3, 0.5);
-    let conflict = store
-        .insert_batch(id, &other, &other.encode(), b"stats")
-        .await;
-    assert!(
-        matches!(conflict, Err(StoreError::Conflict(_))),
-        "{conflict:?}"
-    );
+    assert_conflict(store, id, &other).await;
 }
 
 async fn concurrent_requests_with_one_batch_id_store_it_once(store: &Store) {
