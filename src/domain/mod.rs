@@ -13,6 +13,7 @@ mod handover;
 mod header;
 pub mod kitchen;
 pub mod model;
+pub mod reach;
 mod rows;
 mod scope;
 pub mod spectrum;

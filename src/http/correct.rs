@@ -24,6 +24,7 @@ use super::routes::Routes;
 use crate::auth::Principal;
 use crate::domain::colour::read_judgement;
 use crate::domain::kitchen::{CORRECTION_FIELDS, CorrectionRequest, read_correction};
+use crate::domain::reach;
 use crate::domain::{BatchId, Detail, Invalid, ModelSpec, Scope};
 use crate::estimator::EstimatorError;
 use mordant_kitchen::candidates::KitchenError;
@@ -203,6 +204,16 @@ pub async fn correct_recipe(
                 .reflectance()
                 .map_or(1.0, |s| s.to_fraction());
             let measured: Vec<f64> = request.measured.iter().map(|v| v * fraction).collect();
+            reach::check_target(&matching.map, &target, others, 0)?;
+            let outputs = &model.spec.outputs;
+            reach::check_dip(
+                &matching.map,
+                &target,
+                others,
+                &request.dyed,
+                &measured,
+                outputs,
+            )?;
             let problem = matching
                 .map
                 .correction(&target, others, &request.dyed, &measured)

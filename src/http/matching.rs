@@ -21,6 +21,7 @@ use super::routes::Routes;
 use crate::cache::{CachedModel, Matching};
 use crate::domain::colour::{self, Comparison, read_judgement};
 use crate::domain::kitchen::{self, read_listing, read_search};
+use crate::domain::reach;
 use crate::domain::{Detail, Invalid, Rows};
 use crate::estimator::grid::Grid;
 use crate::estimator::recipe::RecipeMatch;
@@ -286,6 +287,7 @@ pub async fn match_recipes(
                 .map(|i| {
                     let row: Vec<f64> = x.row(i).iter().copied().collect();
                     let (target, others) = matching.map.split_inputs(&row);
+                    reach::check_target(&matching.map, &target, others, i)?;
                     let problem = matching
                         .map
                         .problem(&target, others)

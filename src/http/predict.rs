@@ -144,7 +144,15 @@ pub async fn predict(
                         }
                         CoalesceError::Lost => ApiError::internal(e),
                     })?;
-                check_finite(&predictions, &model.spec)?;
+                check_finite(&predictions, &model.spec, |row| {
+                    let (predictor, read) = (
+                        model.predictor.as_deref(),
+                        read_rows(&bytes, &model.spec, limit),
+                    );
+                    predictor
+                        .zip(read.ok())
+                        .is_some_and(|(p, (x, _))| named_features_overflow(p, &model.spec, &x, row))
+                })?;
                 predictions
             } else {
                 let (model, name) = (model.clone(), name.clone());
@@ -223,16 +231,21 @@ fn read_rows(
 
 /// Refuses predictions that overflowed: inputs far outside any the model was trained on can
 /// overflow `φᵀμ` or `φᵀΣφ`, JSON has no infinity, and a null where a number is promised would
-/// break clients.
-fn check_finite(predictions: &Predictions, spec: &ModelSpec) -> Result<(), ApiError> {
+/// break clients. The error points at the row's named features when `named_at_fault` says
+/// the row's spectrum alone predicts finite, else at its spectrum.
+fn check_finite(
+    predictions: &Predictions,
+    spec: &ModelSpec,
+    named_at_fault: impl FnOnce(usize) -> bool,
+) -> Result<(), ApiError> {
     let (mean, variance) = (&predictions.mean, &predictions.variance);
     if let Some(row) = (0..mean.nrows()).find(|&r| {
         (0..mean.ncols()).any(|k| !mean[(r, k)].is_finite() || !variance[(r, k)].is_finite())
     }) {
-        let path = if spec.spectrum.is_some() {
-            format!("/spectra/values/{row}")
-        } else {
+        let path = if spec.spectrum.is_none() || named_at_fault(row) {
             format!("/x/{row}")
+        } else {
+            format!("/spectra/values/{row}")
         };
         return Err(Invalid::one(
             path,
@@ -242,6 +255,25 @@ fn check_finite(predictions: &Predictions, spec: &ModelSpec) -> Result<(), ApiEr
         .into());
     }
     Ok(())
+}
+
+/// Whether row `row` of `x` predicts finite once its named features (after the spectrum's
+/// bands) are set to 0: its overflow is then theirs. Run only to word an error.
+fn named_features_overflow(predictor: &Predictor, spec: &ModelSpec, x: &Rows, row: usize) -> bool {
+    let bands = spec.spectrum.map_or(0, |s| s.count);
+    let width = x.width();
+    if width <= bands {
+        return false;
+    }
+    let mut values = x.values()[row * width..(row + 1) * width].to_vec();
+    values[bands..].fill(0.0);
+    let alone = Rows::from_row_major(1, width, values);
+    predictor.predict(alone.as_mat()).is_ok_and(|p| {
+        p.mean
+            .col_iter()
+            .chain(p.variance.col_iter())
+            .all(|c| c.iter().all(|v| v.is_finite()))
+    })
 }
 
 /// Reads `instrument` of a request read as the model's own instrument's: only `model` (or
@@ -396,7 +428,9 @@ fn predict_successor(
         mean: Mat::from_fn(answers.len(), outputs, |i, k| at(i, k).0),
         variance: Mat::from_fn(answers.len(), outputs, |i, k| at(i, k).1),
     };
-    check_finite(&predictions, &model.spec)?;
+    // The transfer answers from the reading and the features together: its overflow is the
+    // reading's.
+    check_finite(&predictions, &model.spec, |_| false)?;
     Ok((predictions, warnings))
 }
 
@@ -409,7 +443,9 @@ fn predict_checked(
     let predictions = predictor
         .predict(x.as_mat())
         .map_err(|e| ApiError::Invalid(Invalid::one("/x", e.to_string())))?;
-    check_finite(&predictions, spec)?;
+    check_finite(&predictions, spec, |row| {
+        named_features_overflow(predictor, spec, &x, row)
+    })?;
     Ok(predictions)
 }
 

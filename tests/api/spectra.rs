@@ -617,6 +617,76 @@ async fn an_off_shade_dip_is_corrected_and_learnt_once() {
     assert_eq!(paths, ["/batch_id", "/recipe"], "{refused}");
 }
 
+/// Inputs no recipe can be read from are the client's to fix: each is a `422` at its path, as
+/// predict answers it, never a conflict blamed on the model nor a recipe computed from them.
+#[tokio::test]
+async fn absurd_targets_fabrics_and_doses_are_422_at_their_paths() {
+    let app = spawn_app().await;
+    let version = trained_kitchen(&app, [61u64, 62, 63]).await;
+    let target: Vec<f64> = (0..85)
+        .map(|i| reflectance(360.0 + 5.0 * i as f64, &[0.5, 0.0, 1.2]))
+        .collect();
+    let body = json!({
+        "spectra": {"start_nm": 360, "interval_nm": 5, "values": [target]},
+        "x": [[0.0]],
+    });
+    matched_at(&app, "kitchen", &body, version).await;
+    let refused = |path: &'static str, body: Value| {
+        let app = &app;
+        async move {
+            let response = app.post(&format!("/v1/models/kitchen/{path}"), &body).await;
+            assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{path}: {body}");
+            let answer: Value = response.json().await.unwrap();
+            assert_eq!(answer["error"]["code"], "invalid_input", "{answer}");
+            error_paths(&answer["error"])
+        }
+    };
+
+    // A fabric far outside the range the model learnt, in any row.
+    let mut fabric = body.clone();
+    fabric["spectra"]["values"] = json!([target, target]);
+    fabric["x"] = json!([[0.0], [1e200]]);
+    assert_eq!(refused("match", fabric.clone()).await, ["/x/1"]);
+    fabric["candidates"] = json!(false);
+    assert_eq!(refused("match", fabric).await, ["/x/1"]);
+    // Predict points at the named features too, not at the spectrum.
+    let mut overflowing = body.clone();
+    overflowing["x"] = json!([[0.0], [1e300]]);
+    overflowing["spectra"]["values"] = json!([target, target]);
+    assert_eq!(refused("predict", overflowing).await, ["/x/1"]);
+
+    // A target at or above full scale in every band has no absorption to match.
+    let mut white = body.clone();
+    white["spectra"]["values"] = json!([target, vec![100.0; 85]]);
+    white["x"] = json!([[0.0], [0.0]]);
+    assert_eq!(refused("match", white).await, ["/spectra/values/1"]);
+
+    // Correct: the same fabric and target, a dose far past anything dyed, a dip that reads
+    // full scale everywhere.
+    let dip: Vec<f64> = (0..85)
+        .map(|i| reflectance(360.0 + 5.0 * i as f64, &[0.5, 0.0, 1.4]))
+        .collect();
+    let mut correct = body.clone();
+    correct["recipe"] = json!({"yellow": 0.5, "blue": 1.2});
+    correct["measured"] = json!({"start_nm": 360, "interval_nm": 5, "values": dip});
+    let fine = app.post("/v1/models/kitchen/correct", &correct).await;
+    assert_eq!(fine.status(), StatusCode::OK);
+    let mut fabric = correct.clone();
+    fabric["x"] = json!([[1e200]]);
+    assert_eq!(refused("correct", fabric).await, ["/x/0"]);
+    let mut white = correct.clone();
+    white["spectra"]["values"] = json!([vec![100.0; 85]]);
+    assert_eq!(refused("correct", white).await, ["/spectra/values/0"]);
+    for dose in [1e308, 1e12] {
+        let mut dosed = correct.clone();
+        dosed["recipe"]["blue"] = json!(dose);
+        assert_eq!(refused("correct", dosed).await, ["/recipe/blue"], "{dose}");
+    }
+    let mut undyed = correct.clone();
+    undyed["measured"]["values"] = json!(vec![100.0; 85]);
+    assert_eq!(refused("correct", undyed).await, ["/measured"]);
+}
+
 #[tokio::test]
 async fn learning_a_corrected_dip_needs_a_key_that_may_ingest() {
     use crate::auth::{ADMIN_KEY, call, new_key};
