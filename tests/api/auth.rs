@@ -444,3 +444,57 @@ async fn a_key_name_with_control_characters_is_refused() {
     .await;
     assert_eq!(made.status(), StatusCode::CREATED);
 }
+
+/// `mordant simulate --post` with a key that may ingest and nothing else posts to a model an
+/// admin made, and says so; with no model to post to, it says the key may not create one.
+#[tokio::test]
+async fn simulate_posts_to_an_existing_model_with_an_ingest_key() {
+    let app = spawn_configured(|s| s.auth.admin_key = ADMIN_KEY.into()).await;
+    let (_, mes) = new_key(&app, "mes-line-3", &["ingest"]).await;
+    let simulate = |model: &'static str| {
+        let (address, key) = (app.address.clone(), mes.clone());
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+                .args(["simulate", "--rows", "40", "--batch-rows", "20", "--seed", "3"])
+                .args(["--post", &address, "--model", model, "--key", &key])
+                .output()
+                .await
+                .expect("mordant simulate runs")
+        }
+    };
+    let missing = simulate("nowhere").await;
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("403"), "{stderr}");
+
+    let created = call(
+        &app.client,
+        &app.address,
+        "POST",
+        "/v1/models",
+        Some(&json!({
+            "name": "dips",
+            "spectrum": {"start_nm": 400, "interval_nm": 10, "count": 31, "scale": "percent"},
+            "features": ["greige_cotton", "polyester_cotton"],
+            "outputs": crate::console::DYES,
+            "transform": "saunderson",
+        })),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let posted = simulate("dips").await;
+    let stdout = String::from_utf8_lossy(&posted.stdout);
+    assert!(
+        posted.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&posted.stderr)
+    );
+    assert!(stdout.contains("posted 40 rows in 2 batches") && stdout.contains("(existing)"), "{stdout}");
+    let batches: Value = call(&app.client, &app.address, "GET", "/v1/models/dips/batches", None, Some(&mes))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(batches["batches"].as_array().map(Vec::len), Some(2), "{batches}");
+}

@@ -16,7 +16,7 @@ use crate::auth::ADMIN_KEY;
 use crate::browser::Browser;
 use crate::helpers::*;
 
-const DYES: [&str; 10] = [
+pub(crate) const DYES: [&str; 10] = [
     "yellow_1",
     "yellow_2",
     "orange_1",

@@ -1,10 +1,12 @@
 //! Posting simulated lab dips to a running mordant service: a demo and a load generator.
 //!
-//! The model is created if it does not exist (`POST /v1/models`, 201, or 409 when it already
-//! does), then the rows go in batches to `POST /v1/models/{name}/batches` (202) with the
-//! spectrum on the instrument's grid (the service resamples it to the model's), the fabric code
-//! as the one named feature, and the recipe. Every batch has an id fixed by the seed, the
-//! scenario and the batch index, so a retry after a dropped connection or a 503 is idempotent.
+//! The model is created if it does not exist (`GET /v1/models/{name}` is 404; then `POST
+//! /v1/models`, 201, or 409 when another client made it meanwhile), so a key that may ingest
+//! but not create models posts to one an admin made. Then the rows go in batches to `POST
+//! /v1/models/{name}/batches` (202) with the spectrum on the instrument's grid (the service
+//! resamples it to the model's), the fabric code as the one named feature, and the recipe.
+//! Every batch has an id fixed by the seed, the scenario and the batch index, so a retry after
+//! a dropped connection or a 503 is idempotent.
 
 use std::time::{Duration, Instant};
 
@@ -110,13 +112,27 @@ struct Client {
 }
 
 impl Client {
-    /// POSTs `body` to `url`, retrying connection errors, timeouts and 503 with back-off
-    /// 0.25 s, 0.5 s, 1 s, …; answers the final status and body text.
+    /// POSTs `body` to `url`, as [`Self::send`] does.
     async fn post(&mut self, url: &str, body: &Value) -> anyhow::Result<(StatusCode, String)> {
+        self.send(reqwest::Method::POST, url, Some(body)).await
+    }
+
+    /// Sends `method` to `url` (with `body` as JSON when given), retrying connection errors,
+    /// timeouts and 503 with back-off 0.25 s, 0.5 s, 1 s, …; answers the final status and body
+    /// text.
+    async fn send(
+        &mut self,
+        method: reqwest::Method,
+        url: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(StatusCode, String)> {
         let mut delay = Duration::from_millis(250);
         let mut attempt = 1;
         loop {
-            let mut request = self.http.post(url).json(body);
+            let mut request = self.http.request(method.clone(), url);
+            if let Some(body) = body {
+                request = request.json(body);
+            }
             if let Some(key) = &self.key {
                 request = request.bearer_auth(key);
             }
@@ -129,16 +145,16 @@ impl Client {
                     let text = response
                         .text()
                         .await
-                        .with_context(|| format!("reading the answer of POST {url}"))?;
+                        .with_context(|| format!("reading the answer of {method} {url}"))?;
                     return Ok((status, text));
                 }
                 Err(err) if err.is_connect() || err.is_timeout() || err.is_request() => {
                     format!("{err}")
                 }
-                Err(err) => return Err(err).with_context(|| format!("POST {url}")),
+                Err(err) => return Err(err).with_context(|| format!("{method} {url}")),
             };
             if attempt >= self.attempts {
-                bail!("POST {url}: {retry_reason} after {attempt} attempts");
+                bail!("{method} {url}: {retry_reason} after {attempt} attempts");
             }
             tracing::warn!(url, attempt, "{retry_reason}; retrying in {delay:?}");
             tokio::time::sleep(delay).await;
@@ -164,22 +180,26 @@ pub async fn post(sim: &Simulator, options: &PostOptions) -> anyhow::Result<Post
         retries: 0,
     };
     let models_url = format!("{base}/v1/models");
-    let (status, text) = client
-        .post(
-            &models_url,
-            &model_body(
+    let model_url = format!("{models_url}/{}", options.model);
+    let (status, text) = client.send(reqwest::Method::GET, &model_url, None).await?;
+    let created = match status {
+        StatusCode::OK => false,
+        StatusCode::NOT_FOUND => {
+            let body = model_body(
                 &options.model,
                 &super::fabric_names(sim),
                 &options.model_grid,
                 &sim.dye_names(),
                 sim.config().world,
-            ),
-        )
-        .await?;
-    let created = match status {
-        StatusCode::CREATED => true,
-        StatusCode::CONFLICT => false,
-        other => bail!("creating model {:?}: {other}: {text}", options.model),
+            );
+            let (status, text) = client.post(&models_url, &body).await?;
+            match status {
+                StatusCode::CREATED => true,
+                StatusCode::CONFLICT => false,
+                other => bail!("creating model {:?}: {other}: {text}", options.model),
+            }
+        }
+        other => bail!("looking up model {:?}: {other}: {text}", options.model),
     };
     let batches_url = format!("{base}/v1/models/{}/batches", options.model);
     let mut batches = 0;
