@@ -83,7 +83,8 @@ pub struct CandidateRecipe {
     /// for a dye the model has never seen used.
     pub variance: Vec<Option<f64>>,
     /// Root mean square of the difference between the target's reflectance and the recipe's, as
-    /// the forward map predicts it (a fraction; 0.001 is 0.1 percentage points).
+    /// the forward map predicts it, over the bands below full scale (a fraction; 0.001 is 0.1
+    /// percentage points).
     pub reflectance_rms: f64,
     /// `Σ price × concentration` over its dyes, when the request gives prices.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -51,6 +51,12 @@
 //! `s² = Σ_λ w_λ r_λ² / max(bands − |F|, 1)` the weighted residual variance (reflectance², the
 //! instrument's noise plus what the map misses). A dye at 0 reports `s² / (JᵀWJ)_ii`: how much of
 //! it the fit could take before the residual grows by one `s²`.
+//!
+//! **Residual.** A recipe's `residual_rms` is the reflectance residual itself,
+//! `√(Σ_λ (R_λ − R̂_λ(ĉ))² / n)` over the `n` bands with `w_λ > 0`, not its first-order image
+//! `√(Σ_λ w_λ r_λ² / n)`: that overstates a poor fit wherever the weight is large (a pale
+//! target, whose weight is capped at 0.95, can read more than 1), and a reflectance residual
+//! never does.
 
 use faer::linalg::triangular_solve::{
     solve_lower_triangular_in_place, solve_upper_triangular_in_place,
@@ -136,8 +142,8 @@ pub struct RecipeMatch {
     pub concentration: Vec<f64>,
     /// Variance of each `ĉ_i` (see the module documentation).
     pub variance: Vec<f64>,
-    /// Root mean square of the reflectance residual `R_λ − R̂_λ(ĉ)` (fraction) over the bands,
-    /// to first order.
+    /// Root mean square of the reflectance residual `R_λ − R̂_λ(ĉ)` (fraction) over the bands
+    /// that count (`w_λ > 0`): between 0 and 1.
     pub residual_rms: f64,
 }
 
@@ -313,9 +319,11 @@ impl ForwardMap {
             }
         }
         let mut t = vec![0.0; bands];
+        let mut target = vec![0.0; bands];
         let mut weight = vec![0.0; bands];
         for l in 0..bands {
             let rl = r[l].clamp(R_MIN, 1.0);
+            target[l] = rl;
             t[l] = self.transform.apply(rl) - substrate[l];
             // A band at or above full scale (an optical brightener fluoresces) says nothing
             // about absorption: it does not count.
@@ -337,6 +345,7 @@ impl ForwardMap {
             map: self,
             substrate,
             t,
+            target,
             weight,
             h,
             g,
@@ -359,6 +368,9 @@ pub struct MatchProblem<'m> {
     substrate: Vec<f64>,
     /// `t_λ`: the target's K/S less the fabric's.
     t: Vec<f64>,
+    /// `R_λ`: the target's reflectance (fraction) as the transform reads it, within
+    /// `[R_MIN, 1]`.
+    target: Vec<f64>,
     /// `w_λ`.
     weight: Vec<f64>,
     h: Mat<f64>,
@@ -614,7 +626,12 @@ impl MatchProblem<'_> {
                 variance[i] = s2 * inverse[(a, a)];
             }
         }
-        let residual_rms = (wrss / bands.max(1) as f64).sqrt();
+        let (mut rss, mut counted) = (0.0, 0_usize);
+        for l in (0..bands).filter(|&l| self.weight[l] > 0.0) {
+            rss += (self.target[l] - self.map.transform.reflectance(fitted[l])).powi(2);
+            counted += 1;
+        }
+        let residual_rms = (rss / counted.max(1) as f64).sqrt();
         let c: Vec<f64> = u
             .iter()
             .zip(&self.map.curves)
@@ -1387,6 +1404,37 @@ mod tests {
         let (we, ue) = (error(&weighted), error(&unweighted));
         assert!(w < 0.05 && u > 3.0 * w, "weighted {w}, unweighted {u}");
         assert!(we < 0.02 && ue > 3.0 * we, "weighted {we}, unweighted {ue}");
+    }
+
+    /// The residual is the reflectance residual itself, over the bands that count: at most 1
+    /// for a pale target the dyes cannot reach (the undyed fabric is darker), and equal to the
+    /// RMS of the difference the map predicts for any target.
+    #[test]
+    fn the_residual_is_the_rms_of_the_reflectance_difference() {
+        let map = exact_state(200, 7).forward_map().unwrap();
+        let mut brightened = reflectance(&[0.3, 0.0, 0.8], false);
+        brightened[4] = 1.02;
+        for target in [
+            vec![0.99; BANDS],
+            reflectance(&[0.3, 0.0, 0.8], false),
+            brightened,
+        ] {
+            let matched = map.match_recipe(&target, &[0.0]).unwrap();
+            let predicted = map.reflectance(&matched.concentration, &[0.0]);
+            let counted: Vec<f64> = target
+                .iter()
+                .zip(&predicted)
+                .filter(|(r, _)| **r < 1.0)
+                .map(|(r, p)| (r - p).powi(2))
+                .collect();
+            let rms = (counted.iter().sum::<f64>() / counted.len() as f64).sqrt();
+            assert!((0.0..=1.0).contains(&matched.residual_rms), "{matched:?}");
+            assert!(
+                (matched.residual_rms - rms).abs() <= 1e-12 + 1e-9 * rms,
+                "{} vs {rms}",
+                matched.residual_rms
+            );
+        }
     }
 
     #[test]
