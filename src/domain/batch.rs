@@ -886,6 +886,15 @@ mod tests {
             full(batch, &spec, None).expect(batch).warnings,
             read.warnings
         );
+        // A far-out number is quoted as written, not in its 301 digits.
+        let batch = r#"{"spectra": {"start_nm": 400, "interval_nm": 10, "values": [[1, 2, 3, 1e300]]}, "y": [[1, 2]]}"#;
+        let read = NewBatch::parse_fast(batch.as_bytes(), &spec, None, 100).expect(batch);
+        let message = &read.warnings[0].message;
+        assert!(
+            message.starts_with("reflectance 1e300 % at 430nm is above"),
+            "{message}"
+        );
+        assert!(message.len() < 160, "{message}");
 
         // Valid, but more than the fast path takes: an empty x, an id with an escape.
         let valid = [

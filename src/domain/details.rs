@@ -108,6 +108,16 @@ pub fn pointer_token(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
+/// `v` as a message quotes a number a client sent: the shortest decimal that reads back as `v`,
+/// in exponent form beyond `[10⁻⁶, 10¹⁶)` (`1e300`, not the 301 digits of Rust's `Display`).
+pub(crate) fn quote(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() || (1e-6..1e16).contains(&v.abs()) {
+        v.to_string()
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// A short description of a JSON value's type, for error messages.
 pub(crate) fn describe(value: &serde_json::Value) -> String {
     use serde_json::Value;
@@ -119,5 +129,20 @@ pub(crate) fn describe(value: &serde_json::Value) -> String {
         Value::String(_) => "a string".into(),
         Value::Array(_) => "an array".into(),
         Value::Object(_) => "an object".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quote;
+
+    #[test]
+    fn numbers_are_quoted_as_json_writes_them() {
+        assert_eq!(quote(1e300), "1e300");
+        assert_eq!(quote(-2.5e-300), "-2.5e-300");
+        assert_eq!(quote(104.2), "104.2");
+        assert_eq!(quote(120.0), "120");
+        assert_eq!(quote(-0.0), "-0");
+        assert_eq!(quote(f64::INFINITY), "inf");
     }
 }

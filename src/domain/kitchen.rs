@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::colour::single_spectrum;
 use super::spectrum::{OutOfScale, flag_out_of_scale};
-use super::{BatchId, Details, Rows, SpectrumSpec, describe, pointer_token};
+use super::{BatchId, Details, Rows, SpectrumSpec, describe, pointer_token, quote};
 use crate::estimator::grid::resample;
 use crate::estimator::recipe::{DyeBounds, MAX_BOUNDED_DYES};
 
@@ -435,7 +435,10 @@ fn bounds(
             };
             let (min, max) = (min?, max?);
             if min > max {
-                details.push(at, format!("min {min} is above max {max}"));
+                details.push(
+                    at,
+                    format!("min {} is above max {}", quote(min), quote(max)),
+                );
                 return None;
             }
             Some(DyeBounds { min, max })

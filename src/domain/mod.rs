@@ -23,8 +23,8 @@ pub use batch::{
     fast_inputs, parse_inputs, row_fields,
 };
 pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
-pub(crate) use details::describe;
 pub use details::{Detail, Details, Invalid, MAX_DETAILS, pointer_token};
+pub(crate) use details::{describe, quote};
 pub use extension::{Extension, Growth, extend};
 pub use fast::{FastObject, FastSpectra, fast_rows_object, fast_spectra_object};
 pub use handover::{scale_factor, to_model_scale};

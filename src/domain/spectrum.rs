@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::body::RowArray;
-use super::{Details, Rows, describe, parse_rows, pointer_token};
+use super::{Details, Rows, describe, parse_rows, pointer_token, quote};
 use crate::estimator::ReflectanceScale;
 pub use crate::estimator::grid::{Grid, MIN_INTERVAL_NM, band_wavelength, nm_name, resample};
 
@@ -392,8 +392,9 @@ pub fn flag_out_of_scale(
                 warnings.push(
                     path(i, j),
                     format!(
-                        "reflectance {r}{unit} at {} is above full scale ({full}{unit}): an \
+                        "reflectance {}{unit} at {} is above full scale ({full}{unit}): an \
                          optical brightener? {above}",
+                        quote(r),
                         grid.band_name(j)
                     ),
                 );
@@ -401,8 +402,9 @@ pub fn flag_out_of_scale(
                 warnings.push(
                     path(i, j),
                     format!(
-                        "reflectance {r}{unit} at {} is below 0, which no surface reflects: a \
+                        "reflectance {}{unit} at {} is below 0, which no surface reflects: a \
                          dark reading subtracted, or a wrong scale? {below}",
+                        quote(r),
                         grid.band_name(j)
                     ),
                 );
