@@ -137,7 +137,7 @@ mod tests {
     use super::quote;
 
     #[test]
-    fn numbers_are_quoted_as_json_writes_them() {
+    fn numbers_are_quoted_shortest_and_far_out_ones_in_exponent_form() {
         assert_eq!(quote(1e300), "1e300");
         assert_eq!(quote(-2.5e-300), "-2.5e-300");
         assert_eq!(quote(104.2), "104.2");

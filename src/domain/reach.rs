@@ -7,8 +7,8 @@
 //! recipe. Each such input is the client's to fix, so it is refused at its path before anything
 //! is solved.
 
-use super::{Detail, Invalid, pointer_token};
-use crate::estimator::recipe::ForwardMap;
+use super::{Details, Invalid, pointer_token, quote};
+use crate::estimator::recipe::{ForwardMap, MAX_CONCENTRATION};
 
 /// How many times the darkest reading's K/S the map's K/S may reach before an input is read as
 /// absurd: a linear map extrapolates past the darkest reading for the deepest shades, not by an
@@ -29,9 +29,15 @@ fn darkest(map: &ForwardMap) -> f64 {
     map.transform().apply(0.0)
 }
 
+/// How a message says that the map reads something as K/S `ks`, past any reading's.
+fn past(ks: f64, darkest: f64) -> String {
+    format!("K/S {ks:.3e}, past any reading's (at most {darkest:.0})")
+}
+
 /// Checks target row `row` of a match or correction: its reflectance `target` (fractions, one
 /// per band) has a band below full scale, and its other features `others` give the undyed
-/// fabric a K/S within reach.
+/// fabric a K/S within reach. Run on a row whose widths the map has checked (it has formed the
+/// row's problem).
 pub fn check_target(
     map: &ForwardMap,
     target: &[f64],
@@ -51,9 +57,9 @@ pub fn check_target(
         return Err(Invalid::one(
             format!("/x/{row}"),
             format!(
-                "the forward map reads the undyed fabric with these features as K/S {ks:.3e}, \
-                 past any reading's (at most {darkest:.0}): the features are far outside the \
-                 range the model was trained on"
+                "the forward map reads the undyed fabric with these features as {}: the \
+                 features are far outside the range the model was trained on",
+                past(ks, darkest)
             ),
         ));
     }
@@ -61,9 +67,11 @@ pub fn check_target(
 }
 
 /// Checks a correction's dip: the recipe dyed (`dyed`, one amount per output, named by
-/// `outputs`) gives a K/S within reach on fabric `others`, and its measurement (`measured`,
-/// fractions) reads below full scale in a band where the target (`target`) does too, since a
-/// correction fits only where both say what absorbs.
+/// `outputs`) gives a K/S within reach on fabric `others`, no dye whose colour builds up along a
+/// curve at more than [`MAX_CONCENTRATION`] (the curve is flat there, so K/S cannot say the
+/// amount is absurd), and its measurement (`measured`, fractions) reads below full scale in a
+/// band where the target (`target`) does too, since a correction fits only where both say what
+/// absorbs. Run, like [`check_target`], on widths the map has checked.
 pub fn check_dip(
     map: &ForwardMap,
     target: &[f64],
@@ -73,32 +81,45 @@ pub fn check_dip(
     outputs: &[String],
 ) -> Result<(), Invalid> {
     let darkest = darkest(map);
-    if out_of_reach(&map.ks(dyed, others), darkest).is_some() {
-        let mut alone = vec![0.0; dyed.len()];
-        let mut details = Vec::new();
-        for (i, &amount) in dyed.iter().enumerate().filter(|(_, a)| **a > 0.0) {
-            alone[i] = amount;
-            if let Some(ks) = out_of_reach(&map.ks(&alone, others), darkest) {
-                details.push(Detail::new(
-                    format!("/recipe/{}", pointer_token(&outputs[i])),
-                    format!(
-                        "the forward map reads {amount:e} of it as K/S {ks:.3e}, past any \
-                         reading's (at most {darkest:.0}): far more than the model ever saw dyed"
-                    ),
-                ));
-            }
-            alone[i] = 0.0;
-        }
-        if details.is_empty() {
-            return Err(Invalid::one(
-                "/recipe",
+    let mut alone = vec![0.0; dyed.len()];
+    let mut details = Details::default();
+    for (i, &amount) in dyed.iter().enumerate().filter(|(_, a)| **a > 0.0) {
+        let at = format!("/recipe/{}", pointer_token(&outputs[i]));
+        let saturates = map.curves().get(i).is_some_and(|h| !h.is_linear());
+        if saturates && amount > MAX_CONCENTRATION {
+            details.push(
+                at,
                 format!(
-                    "the forward map reads this recipe as a K/S past any reading's (at most \
-                     {darkest:.0}): its amounts are far more than the model ever saw dyed"
+                    "{} is more than the most of a dye whose colour builds up along a curve \
+                     that a recipe uses ({MAX_CONCENTRATION})",
+                    quote(amount)
                 ),
-            ));
+            );
+            continue;
         }
-        return Err(Invalid::new("invalid correction request", details));
+        alone[i] = amount;
+        if let Some(ks) = out_of_reach(&map.ks(&alone, others), darkest) {
+            details.push(
+                at,
+                format!(
+                    "the forward map reads {} of it as {}: far more than the model ever saw dyed",
+                    quote(amount),
+                    past(ks, darkest)
+                ),
+            );
+        }
+        alone[i] = 0.0;
+    }
+    details.finish("invalid correction request")?;
+    if let Some(ks) = out_of_reach(&map.ks(dyed, others), darkest) {
+        return Err(Invalid::one(
+            "/recipe",
+            format!(
+                "the forward map reads this recipe as {}: its amounts are far more than the \
+                 model ever saw dyed",
+                past(ks, darkest)
+            ),
+        ));
     }
     if target
         .iter()
@@ -117,6 +138,77 @@ pub fn check_dip(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::{
+        Basis, BatchStatistics, ModelConfig, ModelState, ReflectanceScale, Transform,
+    };
+    use faer::Mat;
+    use rand::{Rng, SeedableRng};
+
+    const BANDS: usize = 31;
+    const DYES: [&str; 2] = ["yellow", "blue"];
+
+    /// K/S of recipe `shown` (the dyes' amounts as their colour shows them) on fabric `fabric`
+    /// at band `l` of 400–700 nm.
+    fn ks(shown: [f64; 2], fabric: f64, l: usize) -> f64 {
+        let nm = 400.0 + 10.0 * l as f64;
+        let band = |centre: f64| 6.0 * (-0.5 * ((nm - centre) / 35.0).powi(2)).exp();
+        0.02 + 0.03 * fabric + shown[0] * band(450.0) + shown[1] * band(600.0)
+    }
+
+    fn reading(c: [f64; 2], fabric: f64) -> Vec<f64> {
+        (0..BANDS)
+            .map(|l| Transform::KubelkaMunk.reflectance(ks(c, fabric, l)))
+            .collect()
+    }
+
+    /// The forward map of 300 exact dips of two dyes on two fabrics, whose colour builds up as
+    /// `s c / (s + c)` (`s = saturation`; linear when infinite).
+    fn map(saturation: f64) -> ForwardMap {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let rows: Vec<([f64; 2], f64)> = (0..300)
+            .map(|_| {
+                let c = [rng.random_range(0.0..4.0), rng.random_range(0.0..4.0)];
+                (c, f64::from(rng.random_range(0..2u8)))
+            })
+            .collect();
+        let shown = |c: f64| {
+            if saturation.is_finite() {
+                saturation * c / (saturation + c)
+            } else {
+                c
+            }
+        };
+        let x = Mat::from_fn(rows.len(), BANDS + 1, |i, j| {
+            let (c, fabric) = rows[i];
+            if j < BANDS {
+                Transform::KubelkaMunk.reflectance(ks([shown(c[0]), shown(c[1])], fabric, j))
+            } else {
+                fabric
+            }
+        });
+        let y = Mat::from_fn(rows.len(), 2, |i, k| rows[i].0[k]);
+        let basis = Basis::spectral(
+            BANDS,
+            ReflectanceScale::Fraction,
+            BANDS + 1,
+            true,
+            Transform::KubelkaMunk,
+        );
+        let statistics = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        ModelState::fit(&ModelConfig::new(basis, 2), statistics)
+            .unwrap()
+            .forward_map()
+            .unwrap()
+    }
+
+    fn paths(refused: Result<(), Invalid>) -> Vec<String> {
+        refused
+            .unwrap_err()
+            .details
+            .into_iter()
+            .map(|d| d.path)
+            .collect()
+    }
 
     #[test]
     fn ks_past_ten_darkest_readings_or_not_finite_is_out_of_reach() {
@@ -125,5 +217,72 @@ mod tests {
         assert_eq!(out_of_reach(&[-4991.0], 499.0), Some(-4991.0));
         assert!(out_of_reach(&[1.0, f64::NAN], 499.0).is_some_and(f64::is_nan));
         assert_eq!(out_of_reach(&[f64::INFINITY], 499.0), Some(f64::INFINITY));
+    }
+
+    #[test]
+    fn targets_without_absorption_and_absurd_fabrics_are_refused_at_their_row() {
+        let map = map(f64::INFINITY);
+        let target = reading([1.0, 0.5], 1.0);
+        assert!(check_target(&map, &target, &[1.0], 2).is_ok());
+        // A deep shade, past anything dyed, is still a colour.
+        assert!(check_target(&map, &reading([40.0, 40.0], 1.0), &[1.0], 2).is_ok());
+        assert_eq!(
+            paths(check_target(&map, &[1.0; BANDS], &[1.0], 2)),
+            ["/spectra/values/2"]
+        );
+        let mut bright = vec![1.04; BANDS];
+        bright[7] = 0.98;
+        assert!(check_target(&map, &bright, &[0.0], 2).is_ok());
+        assert_eq!(paths(check_target(&map, &target, &[1e200], 2)), ["/x/2"]);
+        assert_eq!(paths(check_target(&map, &target, &[-1e6], 0)), ["/x/0"]);
+    }
+
+    #[test]
+    fn a_dip_of_absurd_amounts_or_without_absorption_is_refused_at_its_path() {
+        let linear = map(f64::INFINITY);
+        let outputs = DYES.map(String::from);
+        let target = reading([1.0, 0.5], 0.0);
+        let dip = reading([1.1, 0.5], 0.0);
+        let check = |map: &ForwardMap, dyed: [f64; 2], measured: &[f64]| {
+            check_dip(map, &target, &[0.0], &dyed, measured, &outputs)
+        };
+        assert!(check(&linear, [1.0, 0.5], &dip).is_ok());
+        assert_eq!(paths(check(&linear, [1e12, 0.5], &dip)), ["/recipe/yellow"]);
+        assert_eq!(
+            paths(check(&linear, [1e308, 1e308], &dip)),
+            ["/recipe/yellow", "/recipe/blue"]
+        );
+        // Full scale wherever the target is not: nothing is left to correct by.
+        let mut blank: Vec<f64> = target
+            .iter()
+            .map(|&r| if r < 0.5 { 1.0 } else { 0.9 })
+            .collect();
+        assert!(check(&linear, [1.0, 0.5], &blank).is_ok());
+        blank.iter_mut().for_each(|r| *r = 1.0);
+        assert_eq!(paths(check(&linear, [1.0, 0.5], &blank)), ["/measured"]);
+
+        // A dye whose colour saturates reads any amount within reach: past the most a recipe
+        // uses of it, the amount itself is refused.
+        let saturating = map(5.0);
+        assert!(
+            saturating.curves().iter().any(|h| !h.is_linear()),
+            "{:?}",
+            saturating.curves()
+        );
+        let dyed = |amount: f64| {
+            let mut dyed = [1.0, 0.5];
+            for (i, h) in saturating.curves().iter().enumerate() {
+                if !h.is_linear() {
+                    dyed[i] = amount;
+                }
+            }
+            dyed
+        };
+        assert!(check(&saturating, dyed(3.0), &dip).is_ok());
+        let refused = paths(check(&saturating, dyed(1e12), &dip));
+        assert!(
+            !refused.is_empty() && refused.iter().all(|p| p.starts_with("/recipe/")),
+            "{refused:?}"
+        );
     }
 }

@@ -204,6 +204,10 @@ pub async fn correct_recipe(
                 .reflectance()
                 .map_or(1.0, |s| s.to_fraction());
             let measured: Vec<f64> = request.measured.iter().map(|v| v * fraction).collect();
+            let problem = matching
+                .map
+                .correction(&target, others, &request.dyed, &measured)
+                .map_err(|e| correct_error(&name, e))?;
             reach::check_target(&matching.map, &target, others, 0)?;
             let outputs = &model.spec.outputs;
             reach::check_dip(
@@ -214,10 +218,6 @@ pub async fn correct_recipe(
                 &measured,
                 outputs,
             )?;
-            let problem = matching
-                .map
-                .correction(&target, others, &request.dyed, &measured)
-                .map_err(|e| correct_error(&name, e))?;
             let colorimeter = matching.colorimeter.as_ref();
             let colour = colorimeter
                 .map(|c| c.labs(&target).map(|labs| (c, labs)))

@@ -83,8 +83,8 @@ pub struct CandidateRecipe {
     /// for a dye the model has never seen used.
     pub variance: Vec<Option<f64>>,
     /// Root mean square of the difference between the target's reflectance and the recipe's, as
-    /// the forward map predicts it, over the bands below full scale (a fraction; 0.001 is 0.1
-    /// percentage points).
+    /// the forward map predicts it, over the bands below full scale (in a correction, in the dip
+    /// too) (a fraction; 0.001 is 0.1 percentage points).
     pub reflectance_rms: f64,
     /// `Σ price × concentration` over its dyes, when the request gives prices.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -288,11 +288,11 @@ pub async fn match_recipes(
                 .map(|i| {
                     let row: Vec<f64> = x.row(i).iter().copied().collect();
                     let (target, others) = matching.map.split_inputs(&row);
-                    reach::check_target(&matching.map, &target, others, i)?;
                     let problem = matching
                         .map
                         .problem(&target, others)
                         .map_err(|e| match_error(&name, i, e))?;
+                    reach::check_target(&matching.map, &target, others, i)?;
                     let colour = colorimeter
                         .map(|c| c.labs(&target).map(|labs| (c, labs)))
                         .transpose()
