@@ -54,9 +54,8 @@
 //!
 //! **Residual.** A recipe's `residual_rms` is the reflectance residual itself,
 //! `√(Σ_λ (R_λ − R̂_λ(ĉ))² / n)` over the `n` bands with `w_λ > 0`, not its first-order image
-//! `√(Σ_λ w_λ r_λ² / n)`: that overstates a poor fit wherever the weight is large (a pale
-//! target, whose weight is capped at 0.95, can read more than 1), and a reflectance residual
-//! never does.
+//! `√(Σ_λ w_λ r_λ² / n)`, which misjudges a poor fit: it overstates one darker than the target
+//! (a pale target's, where the weight is large, can read above 1) and understates one paler.
 
 use faer::linalg::triangular_solve::{
     solve_lower_triangular_in_place, solve_upper_triangular_in_place,
@@ -640,7 +639,10 @@ impl MatchProblem<'_> {
         for ((v, c), h) in variance.iter_mut().zip(&c).zip(&self.map.curves) {
             *v /= h.slope(*c).powi(2);
         }
-        if !residual_rms.is_finite()
+        // A reflectance residual is finite whatever K/S it reads; the K/S residual says whether
+        // the fit overflowed.
+        if !wrss.is_finite()
+            || !residual_rms.is_finite()
             || variance.iter().any(|v| v.is_nan())
             || !c.iter().all(|v| v.is_finite())
         {
@@ -1435,6 +1437,26 @@ mod tests {
                 matched.residual_rms
             );
         }
+        // A correction's: against the map shifted by the dip, over the bands where neither the
+        // target nor the dip reads full scale.
+        let target = reflectance(&[0.3, 0.0, 0.8], false);
+        let mut dip = reflectance(&[0.3, 0.0, 0.95], false);
+        dip[9] = 1.03;
+        let problem = map
+            .correction(&target, &[0.0], &[0.3, 0.0, 0.8], &dip)
+            .unwrap();
+        let corrected = problem.nonnegative(&[0, 1, 2]).unwrap();
+        let predicted = problem.reflectance(&corrected.concentration);
+        let counted: Vec<f64> = (0..BANDS)
+            .filter(|&l| l != 9)
+            .map(|l| (target[l] - predicted[l]).powi(2))
+            .collect();
+        let rms = (counted.iter().sum::<f64>() / counted.len() as f64).sqrt();
+        assert!(
+            (corrected.residual_rms - rms).abs() <= 1e-12 + 1e-9 * rms,
+            "{} vs {rms}",
+            corrected.residual_rms
+        );
     }
 
     #[test]
