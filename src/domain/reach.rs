@@ -90,8 +90,8 @@ pub fn check_dip(
             details.push(
                 at,
                 format!(
-                    "{} is more than the most of a dye whose colour builds up along a curve \
-                     that a recipe uses ({MAX_CONCENTRATION})",
+                    "{} is more than a recipe uses of a dye whose colour builds up along a \
+                     curve (at most {MAX_CONCENTRATION})",
                     quote(amount)
                 ),
             );
