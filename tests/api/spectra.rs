@@ -376,10 +376,9 @@ fn numbers(value: &Value) -> Vec<f64> {
         .collect()
 }
 
-#[tokio::test]
-async fn candidate_recipes_are_listed_priced_bounded_and_sorted_as_asked() {
-    let app = spawn_app().await;
-    let version = trained_kitchen(&app, [31u64, 32, 33]).await;
+/// A target dyed with yellow and blue on 360–780 nm every 5 nm, and a match body of it on the
+/// first fabric.
+fn yellow_and_blue_target() -> (Vec<f64>, Value) {
     let target: Vec<f64> = (0..85)
         .map(|i| reflectance(360.0 + 5.0 * i as f64, &[0.5, 0.0, 1.2]))
         .collect();
@@ -387,6 +386,14 @@ async fn candidate_recipes_are_listed_priced_bounded_and_sorted_as_asked() {
         "spectra": {"start_nm": 360, "interval_nm": 5, "values": [target]},
         "x": [[0.0]],
     });
+    (target, body)
+}
+
+#[tokio::test]
+async fn candidate_recipes_are_listed_priced_bounded_and_sorted_as_asked() {
+    let app = spawn_app().await;
+    let version = trained_kitchen(&app, [31u64, 32, 33]).await;
+    let (_, body) = yellow_and_blue_target();
     let ask = |options: Value| {
         let mut request = body.clone();
         for (k, v) in options.as_object().unwrap() {
@@ -623,13 +630,7 @@ async fn an_off_shade_dip_is_corrected_and_learnt_once() {
 async fn absurd_targets_fabrics_and_doses_are_422_at_their_paths() {
     let app = spawn_app().await;
     let version = trained_kitchen(&app, [61u64, 62, 63]).await;
-    let target: Vec<f64> = (0..85)
-        .map(|i| reflectance(360.0 + 5.0 * i as f64, &[0.5, 0.0, 1.2]))
-        .collect();
-    let body = json!({
-        "spectra": {"start_nm": 360, "interval_nm": 5, "values": [target]},
-        "x": [[0.0]],
-    });
+    let (target, body) = yellow_and_blue_target();
     matched_at(&app, "kitchen", &body, version).await;
     let refused = |path: &'static str, body: Value| {
         let app = &app;
