@@ -12,9 +12,9 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::{ADMIN, INGEST};
 use super::error::{ApiError, ErrorBody};
-use super::extract::Path;
 use super::extract::model_name;
 use super::extract::{BatchBody, parse_body};
+use super::extract::{Path, once_each};
 use super::predict::Spectra;
 use super::routes::Routes;
 use crate::domain::{
@@ -480,7 +480,7 @@ pub struct BatchList {
     params(("name" = String, Path, description = "Model name"), BatchFilter),
     responses(
         (status = 200, description = "The batches, newest first", body = BatchList),
-        (status = 400, description = "Unknown status or limit out of range", body = ErrorBody),
+        (status = 400, description = "Unknown status, limit out of range, or either given twice", body = ErrorBody),
         (status = 404, description = "No such model", body = ErrorBody),
     ))]
 pub async fn list(
@@ -494,6 +494,7 @@ pub async fn list(
     let name = model_name(&name)?;
     let axum::extract::Query(query) =
         query.map_err(|e| ApiError::InvalidQuery(format!("the query is not readable: {e}")))?;
+    once_each(&query, &["status", "limit"])?;
     let mut filter = BatchFilter {
         status: None,
         limit: None,

@@ -24,6 +24,20 @@ impl From<PathRejection> for ApiError {
     }
 }
 
+/// Refuses a query that gives one of the parameters in `known` more than once: which value
+/// counts would be a guess.
+pub fn once_each(query: &[(String, String)], known: &[&str]) -> Result<(), ApiError> {
+    for key in known {
+        let times = query.iter().filter(|(k, _)| k == key).count();
+        if times > 1 {
+            return Err(ApiError::InvalidQuery(format!(
+                "{key} is given {times} times: send it once"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A JSON request body, parsed but not yet validated.
 pub struct JsonBody(pub Value);
 

@@ -14,8 +14,8 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::{ADMIN, ANY};
 use super::error::{ApiError, ErrorBody};
-use super::extract::Path;
 use super::extract::model_name;
+use super::extract::{Path, once_each};
 use super::models::not_trained;
 use super::routes::Routes;
 use crate::cache::Serving;
@@ -95,8 +95,9 @@ pub struct VersionPage {
 }
 
 impl VersionPage {
-    /// Reads `after` and `limit`; other keys are ignored.
+    /// Reads `after` and `limit`, each at most once; other keys are ignored.
     fn parse(query: Vec<(String, String)>) -> Result<Self, ApiError> {
+        once_each(&query, &["after", "limit"])?;
         let mut page = Self::default();
         for (key, value) in query {
             match key.as_str() {
@@ -131,7 +132,7 @@ const MAX_PAGE: u32 = 1000;
     params(("name" = String, Path, description = "Model name"), VersionPage),
     responses(
         (status = 200, description = "Every version, or the page asked for", body = VersionList),
-        (status = 400, description = "after or limit out of range", body = ErrorBody),
+        (status = 400, description = "after or limit out of range, or either given twice", body = ErrorBody),
         (status = 404, description = "No such model", body = ErrorBody),
     ))]
 pub async fn list(

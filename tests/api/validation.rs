@@ -149,7 +149,14 @@ async fn path_segments_that_name_nothing_are_404_in_the_error_shape() {
 async fn bad_query_parameters_are_invalid_query() {
     let app = spawn_app().await;
     app.create_model(&spec("lab", 2, 1)).await;
-    for query in ["status=melted", "limit=0", "limit=ten", "limit=1001"] {
+    for query in [
+        "status=melted",
+        "limit=0",
+        "limit=ten",
+        "limit=1001",
+        "limit=5&limit=10",
+        "status=held&limit=5&status=folded",
+    ] {
         let response = app.get(&format!("/v1/models/lab/batches?{query}")).await;
         let error = error_of(response, StatusCode::BAD_REQUEST).await;
         assert_eq!(error["code"], "invalid_query", "{query}: {error}");

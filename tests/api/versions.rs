@@ -108,7 +108,7 @@ async fn versions_are_listed_a_page_at_a_time() {
         .collect();
     assert_eq!(every.len(), 7);
     assert_eq!(seen, every);
-    for query in ["limit=0", "limit=1001", "limit=x", "after=-1", "after=y"] {
+    for query in ["limit=0", "limit=1001", "limit=x", "after=-1", "after=y", "after=1&after=2"] {
         let response = app.get(&format!("/v1/models/lab/versions?{query}")).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{query}");
         let body: Value = response.json().await.unwrap();
