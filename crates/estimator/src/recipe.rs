@@ -469,7 +469,7 @@ impl MatchProblem<'_> {
         check_len("bounds of the dyes", k, bounds.len())?;
         // The problem is linear in u = h_i(c), which is increasing: c's bounds are u's through
         // h, and a dye with a build-up curve is held below MAX_CONCENTRATION.
-        let bounds: Vec<DyeBounds> = dyes
+        let held: Vec<DyeBounds> = dyes
             .iter()
             .zip(bounds)
             .map(|(&i, b)| {
@@ -482,8 +482,19 @@ impl MatchProblem<'_> {
                     }
                 };
                 DyeBounds {
-                    min: h.value(cap(b.min)),
-                    max: h.value(cap(b.max)),
+                    min: cap(b.min),
+                    max: cap(b.max),
+                }
+            })
+            .collect();
+        let bounds: Vec<DyeBounds> = dyes
+            .iter()
+            .zip(&held)
+            .map(|(&i, b)| {
+                let h = self.map.curves.get(i).copied().unwrap_or(Curve::LINEAR);
+                DyeBounds {
+                    min: h.value(b.min),
+                    max: h.value(b.max),
                 }
             })
             .collect();
@@ -561,8 +572,19 @@ impl MatchProblem<'_> {
                     continue 'states;
                 }
             }
-            let free: Vec<usize> = free.into_iter().map(|a| dyes[a]).collect();
-            return self.recipe(c, &free).map(Some);
+            let free_dyes: Vec<usize> = free.iter().map(|&a| dyes[a]).collect();
+            let mut found = self.recipe(c, &free_dyes)?;
+            // `h⁻¹(h(c))` may round a hair past a bound: a dye at a bound gets the bound as
+            // asked, and a free one stays within it.
+            for (a, (&i, b)) in dyes.iter().zip(&held).enumerate() {
+                let amount = &mut found.concentration[i];
+                *amount = match state[a] {
+                    1 => b.min,
+                    2 => b.max,
+                    _ => amount.clamp(b.min, b.max),
+                };
+            }
+            return Ok(Some(found));
         }
         Ok(None)
     }
@@ -1601,6 +1623,51 @@ mod tests {
             problem.within(&[0, 1, 2, 0, 1], &[DyeBounds::default(); 5]),
             Err(EstimatorError::Dimension { .. })
         ));
+    }
+
+    /// Through a build-up curve, `h⁻¹(h(c))` rounds: a bounded match still answers every amount
+    /// within its bounds, and a dye held at a bound at exactly that bound.
+    #[test]
+    fn amounts_through_a_build_up_curve_keep_exactly_to_their_bounds() {
+        let state = ModelState::fit(
+            &ModelConfig::new(spectral_basis(), 3),
+            saturating_statistics(200, 8, 5.0),
+        )
+        .unwrap();
+        let map = state.forward_map().unwrap();
+        assert!(map.curves().iter().all(|h| !h.is_linear()));
+        let shown: Vec<f64> = [0.4, 3.5, 1.2].iter().map(|c| build_up(*c, 5.0)).collect();
+        let problem = map.problem(&reflectance(&shown, false), &[0.0]).unwrap();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
+        let mut held = 0;
+        for _ in 0..200 {
+            let bounds: Vec<DyeBounds> = (0..3)
+                .map(|_| {
+                    let min = if rng.random_bool(0.5) {
+                        rng.random_range(0.0..2.0)
+                    } else {
+                        0.0
+                    };
+                    let width = if rng.random_bool(0.2) {
+                        0.0
+                    } else {
+                        rng.random_range(0.0..3.0)
+                    };
+                    DyeBounds {
+                        min,
+                        max: min + width,
+                    }
+                })
+                .collect();
+            let Some(found) = problem.within(&[0, 1, 2], &bounds).unwrap() else {
+                continue;
+            };
+            for (c, b) in found.concentration.iter().zip(&bounds) {
+                assert!((b.min..=b.max).contains(c), "{c} outside {b:?}");
+                held += usize::from(*c == b.min || *c == b.max);
+            }
+        }
+        assert!(held > 100, "{held} amounts at a bound");
     }
 
     #[test]
