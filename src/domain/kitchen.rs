@@ -320,7 +320,8 @@ fn allowed(value: Option<&Value>, outputs: &[String], details: &mut Details) -> 
     ok.then(|| (0..outputs.len()).filter(|&i| chosen[i]).collect())
 }
 
-/// A whole number in `1..=max`, `default` when left out.
+/// A whole number in `1..=max`, `default` when left out; written as an integer or, as JSON
+/// Schema counts it, a number without a fraction (`3.0`).
 fn count(
     value: Option<&Value>,
     path: &str,
@@ -328,9 +329,16 @@ fn count(
     max: usize,
     details: &mut Details,
 ) -> Option<usize> {
+    let whole = |v: &Value| {
+        v.as_u64().or_else(|| {
+            v.as_f64()
+                .filter(|f| f.fract() == 0.0 && (1.0..=max as f64).contains(f))
+                .map(|f| f as u64)
+        })
+    };
     match value {
         None | Some(Value::Null) => Some(default),
-        Some(v) => match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
+        Some(v) => match whole(v).and_then(|n| usize::try_from(n).ok()) {
             Some(n) if (1..=max).contains(&n) => Some(n),
             _ => {
                 details.push(
@@ -550,6 +558,18 @@ mod tests {
         );
         assert_eq!(search.prices, Some(vec![3.2, 4.0, 9.0, 0.0]));
         assert_eq!(search.ranking, Ranking::Cost);
+        // A count without a fraction is a whole number however it is written; with one, or
+        // out of range, it is not.
+        let search = read(json!({"max_dyes": 2.0, "max_candidates": 5e0})).unwrap();
+        assert_eq!((search.max_dyes, search.max_candidates), (2, 5));
+        for (dyes, answers) in [(2.5, 5.5), (0.0, 101.0), (-1.0, 1e300)] {
+            let refused = read(json!({"max_dyes": dyes, "max_candidates": answers}));
+            assert_eq!(
+                refused.unwrap_err(),
+                ["/max_candidates", "/max_dyes"],
+                "{dyes} {answers}"
+            );
+        }
     }
 
     #[test]
