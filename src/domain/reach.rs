@@ -8,7 +8,7 @@
 //! is solved.
 
 use super::{Details, Invalid, pointer_token, quote};
-use crate::estimator::recipe::{ForwardMap, MAX_CONCENTRATION};
+use crate::estimator::recipe::{DyeBounds, ForwardMap, MAX_CONCENTRATION};
 
 /// How many times the darkest reading's K/S the map's K/S may reach before an input is read as
 /// absurd: a linear map extrapolates past the darkest reading for the deepest shades, not by an
@@ -64,6 +64,36 @@ pub fn check_target(
         ));
     }
     Ok(())
+}
+
+/// Checks the bounds (`bounds`, one per output, named by `outputs`) of the dyes a recipe may
+/// use (`dyes`): a dye whose colour builds up along a curve is used at most at
+/// [`MAX_CONCENTRATION`], so a lower bound above that is one no recipe meets, and is refused
+/// rather than answered below it.
+pub fn check_bounds(
+    map: &ForwardMap,
+    bounds: &[DyeBounds],
+    dyes: &[usize],
+    outputs: &[String],
+) -> Result<(), Invalid> {
+    let mut details = Details::default();
+    for &i in dyes {
+        let saturates = map.curves().get(i).is_some_and(|h| !h.is_linear());
+        if let Some(b) = bounds
+            .get(i)
+            .filter(|b| saturates && b.min > MAX_CONCENTRATION)
+        {
+            details.push(
+                format!("/bounds/{}/min", pointer_token(&outputs[i])),
+                format!(
+                    "{} is more than a recipe uses of a dye whose colour builds up along a \
+                     curve (at most {MAX_CONCENTRATION})",
+                    quote(b.min)
+                ),
+            );
+        }
+    }
+    details.finish("invalid bounds")
 }
 
 /// Checks a correction's dip: the recipe dyed (`dyed`, one amount per output, named by
@@ -284,5 +314,24 @@ mod tests {
             !refused.is_empty() && refused.iter().all(|p| p.starts_with("/recipe/")),
             "{refused:?}"
         );
+
+        // So is a lower bound past it; a linear dye's is the client's to ask.
+        let deep = [DyeBounds {
+            min: 150.0,
+            max: f64::INFINITY,
+        }; 2];
+        let refused = paths(check_bounds(&saturating, &deep, &[0, 1], &outputs));
+        let saturated: Vec<String> = (0..2)
+            .filter(|&i| !saturating.curves()[i].is_linear())
+            .map(|i| format!("/bounds/{}/min", DYES[i]))
+            .collect();
+        assert_eq!(refused, saturated);
+        assert!(check_bounds(&saturating, &deep, &[], &outputs).is_ok());
+        assert!(check_bounds(&linear, &deep, &[0, 1], &outputs).is_ok());
+        let shallow = [DyeBounds {
+            min: 100.0,
+            max: f64::INFINITY,
+        }; 2];
+        assert!(check_bounds(&saturating, &shallow, &[0, 1], &outputs).is_ok());
     }
 }

@@ -17,7 +17,8 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::Path;
 use super::extract::{BatchBody, BodyBytes, RawJson, check_malformed};
 use super::matching::{
-    CandidateRecipe, DyeBoundsSpec, NonNegative, RecipeColour, candidate, matching, recipe_colour,
+    CandidateRecipe, DyeBoundsSpec, NonNegative, RecipeColour, candidate, check_finite, matching,
+    recipe_colour,
 };
 use super::predict::{Spectra, parse_request_with};
 use super::routes::Routes;
@@ -210,6 +211,8 @@ pub async fn correct_recipe(
                 .map_err(|e| correct_error(&name, e))?;
             reach::check_target(&matching.map, &target, others, 0)?;
             let outputs = &model.spec.outputs;
+            let bounds = &request.search.bounds;
+            reach::check_bounds(&matching.map, bounds, &request.dyes, outputs)?;
             reach::check_dip(
                 &matching.map,
                 &target,
@@ -246,6 +249,9 @@ pub async fn correct_recipe(
              their bounds (a dye the model has never seen used, or bounds no recipe meets)"
         )));
     };
+    let recipe = candidate(corrected, &spec.outputs);
+    let dip = correction.dip.as_ref().map(recipe_colour);
+    check_finite(recipe.cost, recipe.colour.iter().chain(&dip))?;
     let learnt = if request.learn {
         // Keys enforced, the middleware names the caller; a request without one never gets here.
         let allowed =
@@ -262,8 +268,8 @@ pub async fn correct_recipe(
     Ok(Json(CorrectResponse {
         model: name,
         version,
-        dip: correction.dip.as_ref().map(recipe_colour),
-        recipe: candidate(corrected, &spec.outputs),
+        dip,
+        recipe,
         learnt,
         warnings,
     }))

@@ -253,6 +253,7 @@ pub async fn match_recipes(
                 None => (x, matching(&model, &name)?),
                 Some(read) => successor_targets(&model, read, &x, &name)?,
             };
+            reach::check_bounds(&matching.map, &search.bounds, &search.allowed, outputs)?;
             let colorimeter = matching.colorimeter.as_ref();
             if colorimeter.is_none() && search.ranking != Ranking::ColourDifference {
                 return Err(Invalid::one(
@@ -431,6 +432,9 @@ fn recipe(
 ) -> Result<Recipe, ApiError> {
     let mut candidates: Vec<CandidateRecipe> =
         found.into_iter().map(|c| candidate(c, outputs)).collect();
+    for c in &candidates {
+        check_finite(c.cost, c.colour.as_ref())?;
+    }
     let best = candidates.first().cloned();
     if !listing {
         candidates.clear();
@@ -442,6 +446,29 @@ fn recipe(
         )));
     };
     Ok(Recipe { best, candidates })
+}
+
+/// Refuses an answer whose cost or CMC difference overflowed: JSON has no infinity, and what
+/// made it so (far-out prices or CMC weights) is the client's to fix.
+pub(super) fn check_finite<'c>(
+    cost: Option<f64>,
+    colours: impl IntoIterator<Item = &'c RecipeColour>,
+) -> Result<(), Invalid> {
+    if cost.is_some_and(|c| !c.is_finite()) {
+        return Err(Invalid::one(
+            "/prices",
+            "a recipe's cost at these prices overflows: they are far outside any price",
+        ));
+    }
+    let mut differences = colours.into_iter().flat_map(|c| &c.illuminants);
+    if differences.any(|d| !d.cmc.is_finite()) {
+        return Err(Invalid::one(
+            "/cmc",
+            "the CMC difference with these weights overflows: they are far outside any \
+             CMC(l:c) in use (2:1 and 1:1)",
+        ));
+    }
+    Ok(())
 }
 
 pub(super) fn candidate(c: Candidate, outputs: &[String]) -> CandidateRecipe {

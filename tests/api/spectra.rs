@@ -552,14 +552,18 @@ async fn an_off_shade_dip_is_corrected_and_learnt_once() {
     assert_eq!(recipe["colour"]["verdict"], "pass", "{answer}");
     assert!(recipe["colour"]["illuminants"][0]["de00"].as_f64().unwrap() <= off, "{answer}");
     assert!(answer.get("learnt").is_none());
-    // A lower bound past the most a match uses of a dye that builds up (100 % owf) is answered
-    // at that most, not with a server error.
+    // A lower bound past the most a match uses of a dye that builds up (100 % owf) is one no
+    // recipe meets: refused at its path, neither a server error nor a recipe below it.
     let mut deep = request.clone();
     deep["bounds"] = json!({"blue": {"min": 150.0}});
-    let held = app.post("/v1/models/kitchen/correct", &deep).await;
-    assert_eq!(held.status(), StatusCode::OK);
-    let held: Value = held.json().await.unwrap();
-    assert!(numbers(&held["recipe"]["concentration"])[2] >= 100.0 - 1e-9, "{held}");
+    let refused = app.post("/v1/models/kitchen/correct", &deep).await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let refused: Value = refused.json().await.unwrap();
+    assert_eq!(error_paths(&refused["error"]), ["/bounds/blue/min"], "{refused}");
+    let mut deep = body.clone();
+    deep["bounds"] = json!({"blue": {"min": 150.0}});
+    let refused: Value = app.post("/v1/models/kitchen/match", &deep).await.json().await.unwrap();
+    assert_eq!(error_paths(&refused["error"]), ["/bounds/blue/min"], "{refused}");
     // Dyed again in the same dye house, the corrected recipe passes.
     let judged: Value = app
         .post(
@@ -662,8 +666,16 @@ async fn absurd_targets_fabrics_and_doses_are_422_at_their_paths() {
     white["x"] = json!([[0.0], [0.0]]);
     assert_eq!(refused("match", white).await, ["/spectra/values/1"]);
 
+    // Options that make the answer's numbers overflow: far-out CMC weights and prices.
+    let mut weights = body.clone();
+    weights["cmc"] = json!({"l": 1e-308, "c": 1e-308});
+    assert_eq!(refused("match", weights).await, ["/cmc"]);
+    let mut priced = body.clone();
+    priced["prices"] = json!({"yellow": 1.7e308, "red": 1.7e308, "blue": 1.7e308});
+    assert_eq!(refused("match", priced).await, ["/prices"]);
+
     // Correct: the same fabric and target, a dose far past anything dyed, a dip that reads
-    // full scale everywhere.
+    // full scale everywhere, far-out CMC weights.
     let dip: Vec<f64> = (0..85)
         .map(|i| reflectance(360.0 + 5.0 * i as f64, &[0.5, 0.0, 1.4]))
         .collect();
@@ -686,6 +698,9 @@ async fn absurd_targets_fabrics_and_doses_are_422_at_their_paths() {
     let mut undyed = correct.clone();
     undyed["measured"]["values"] = json!(vec![100.0; 85]);
     assert_eq!(refused("correct", undyed).await, ["/measured"]);
+    let mut weights = correct.clone();
+    weights["cmc"] = json!({"l": 1e-308, "c": 1e-308});
+    assert_eq!(refused("correct", weights).await, ["/cmc"]);
 }
 
 #[tokio::test]
