@@ -318,11 +318,7 @@ impl<'de> Visitor<'de> for NodeSeed<'_, '_, '_> {
         while let Some(key) = map.next_key::<String>()? {
             let pointer = self.child(&key);
             if !seen.insert(key.clone()) {
-                let at = format!(
-                    "{}/{}",
-                    self.pointer.as_deref().unwrap_or(""),
-                    pointer_token(&key)
-                );
+                let at = Place::Member(&self.place, &key).pointer();
                 return Err(self.context.refuse(BodyError::Malformed(format!(
                     "the key {key:?} appears more than once in an object (at {at:?})"
                 ))));
@@ -742,6 +738,17 @@ mod tests {
         }
         let refused = parse(r#"{"spectra": {"a": 1, "a": 2}}"#, 100).unwrap_err();
         assert!(refused.to_string().contains("/spectra/a"), "{refused}");
+        // Wherever the object is, the place is spelt out in full.
+        let refused = parse(r#"{"bounds": {"red/1": {"max": 1, "max": 2}}}"#, 100).unwrap_err();
+        assert!(
+            refused.to_string().contains(r#"(at "/bounds/red~11/max")"#),
+            "{refused}"
+        );
+        let refused = parse(r#"{"a": [0, {"k": 1, "k": 1}]}"#, 100).unwrap_err();
+        assert!(
+            refused.to_string().contains(r#"(at "/a/1/k")"#),
+            "{refused}"
+        );
     }
 
     #[test]
