@@ -581,7 +581,8 @@ impl MatchProblem<'_> {
                 *amount = match state[a] {
                     1 => b.min,
                     2 => b.max,
-                    _ => amount.clamp(b.min, b.max),
+                    // Not `clamp`, which panics on a caller's inverted bounds.
+                    _ => amount.max(b.min).min(b.max),
                 };
             }
             return Ok(Some(found));
