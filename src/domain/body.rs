@@ -556,11 +556,13 @@ impl<'de> SeqReader<'de> for RowsReader<'_, '_> {
                 Shaped::Other(what) => Some(what),
             };
             if let Some(found) = found {
-                let width = *rows.width.get_or_insert(0);
-                rows.problem(
-                    format!("{}/{i}", rows.pointer),
-                    format!("must be an array of {width} numbers, found {found}"),
-                );
+                // Before any row has set the width, a row's length is not yet known.
+                let message = match rows.width {
+                    Some(width) => format!("must be an array of {width} numbers, found {found}"),
+                    None => format!("must be an array of numbers (a row), found {found}"),
+                };
+                rows.width.get_or_insert(0);
+                rows.problem(format!("{}/{i}", rows.pointer), message);
             }
             rows.rows += 1;
         }
@@ -721,6 +723,17 @@ mod tests {
         let refused =
             parse(r#"{"spectra": {"values": [[1, 2, 3, 4], [1], [1], oops"#, 2).unwrap_err();
         assert!(matches!(refused, BodyError::TooLarge(_)), "{refused:?}");
+    }
+
+    /// A row that is not an array is named as such, also before any row has set the width.
+    #[test]
+    fn a_flat_array_of_rows_says_it_wants_rows() {
+        let found = problems(r#"{"spectra": {"values": [50, 60]}}"#, "/spectra/values");
+        assert_eq!(found[0].path, "/spectra/values/0");
+        assert_eq!(
+            found[0].message,
+            "must be an array of numbers (a row), found the number 50"
+        );
     }
 
     #[test]

@@ -237,6 +237,16 @@ fn tolerance(value: Option<&Value>, details: &mut Details) -> Option<Tolerance> 
         None | Some(Value::Null) => return Some(DEFAULT_TOLERANCE),
         Some(Value::Object(fields)) if fields.is_empty() => return Some(DEFAULT_TOLERANCE),
         Some(Value::Object(fields)) if fields.len() == 1 => fields,
+        Some(Value::Object(fields)) => {
+            details.push(
+                "/tolerance",
+                format!(
+                    "must give one limit, {{\"de00\": limit}} or {{\"cmc\": limit}}, found {}",
+                    fields.len()
+                ),
+            );
+            return None;
+        }
         Some(other) => {
             details.push(
                 "/tolerance",
@@ -264,7 +274,10 @@ fn tolerance(value: Option<&Value>, details: &mut Details) -> Option<Tolerance> 
         "de00" => Some(Tolerance::De00(limit)),
         "cmc" => Some(Tolerance::Cmc(limit)),
         _ => {
-            details.push(&path, "unknown metric: \"de00\" or \"cmc\"");
+            details.push(
+                &path,
+                format!("unknown metric {metric:?}: \"de00\" or \"cmc\""),
+            );
             None
         }
     }
@@ -410,6 +423,18 @@ mod tests {
                 .ends_with("colour needs at least 400–700 nm"),
             "{reference:?}"
         );
+        let metric = err
+            .details
+            .iter()
+            .find(|d| d.path == "/tolerance/de76")
+            .unwrap();
+        assert_eq!(metric.message, r#"unknown metric "de76": "de00" or "cmc""#);
+        // Two limits at once: which one judges would be a guess.
+        let mut both = body.clone();
+        both["tolerance"] = json!({"de00": 1, "cmc": 1});
+        let err = CompareRequest::parse(&both, &mut Details::default()).unwrap_err();
+        let tolerance = err.details.iter().find(|d| d.path == "/tolerance").unwrap();
+        assert!(tolerance.message.ends_with("found 2"), "{tolerance:?}");
     }
 
     /// A brightener's reading above full scale is read as full scale, a reading below 0 as 0,

@@ -554,7 +554,12 @@ pub(super) fn parse_request_with<T>(
     // whose size is bounded like the rest.
     let mut body = parse_body(bytes, &row_fields(spec), limit)?;
     let serde_json::Value::Object(fields) = body.value() else {
-        return Err(Invalid::one("", "the body must be a JSON object with \"x\"").into());
+        let rows = if spec.spectrum.is_some() {
+            "\"spectra\""
+        } else {
+            "\"x\""
+        };
+        return Err(Invalid::one("", format!("the body must be a JSON object with {rows}")).into());
     };
     let mut details = Details::default();
     for key in fields

@@ -647,6 +647,16 @@ async fn absurd_targets_fabrics_and_doses_are_422_at_their_paths() {
         }
     };
 
+    // A body that is no object is told what a spectral model's body holds.
+    let response = app.post("/v1/models/kitchen/match", &json!([])).await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(
+        answer["error"]["message"],
+        "the body must be a JSON object with \"spectra\"",
+        "{answer}"
+    );
+
     // A fabric far outside the range the model learnt, in any row.
     let mut fabric = body.clone();
     fabric["spectra"]["values"] = json!([target, target]);
