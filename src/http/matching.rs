@@ -79,8 +79,11 @@ pub struct CandidateRecipe {
     /// dyes used, 0 for the others.
     pub concentration: Vec<f64>,
     /// `s² (J_FᵀWJ_F)⁻¹` on the dyes the fit set (strictly between their bounds); `s² /
-    /// (JᵀWJ)_ii` for a dye at a bound or not used (how much of it the fit could take); `null`
-    /// for a dye the model has never seen used.
+    /// (JᵀWJ)_ii` for a dye at a bound or not used (how much of it the fit could take), with
+    /// `s²` the residual over the bands below full scale less the dyes the fit set; `null` for a
+    /// dye the model has never seen used, and for every dye when those bands are no more than
+    /// the dyes the fit set (it reproduces them exactly, so its residual says nothing of the
+    /// noise).
     pub variance: Vec<Option<f64>>,
     /// Root mean square of the difference between the target's reflectance and the recipe's, as
     /// the forward map predicts it, over the bands below full scale (in a correction, in the dip

@@ -713,6 +713,57 @@ async fn absurd_targets_fabrics_and_doses_are_422_at_their_paths() {
     assert_eq!(refused("correct", weights).await, ["/cmc"]);
 }
 
+/// A target that reads below full scale in as few bands as a recipe has dyes can be matched
+/// exactly, so its residual says nothing of the noise: match and correct answer a recipe whose
+/// variances are unknown (`null`), not the 0 of an exact fit, nor a conflict.
+#[tokio::test]
+async fn a_target_with_no_band_to_spare_is_matched_with_unknown_variances() {
+    let app = spawn_app().await;
+    let version = trained_kitchen(&app, [71u64, 72, 73]).await;
+    let (target, body) = yellow_and_blue_target();
+    // Full scale (an optical brightener) but at 450 and 600 nm.
+    let brightened: Vec<f64> = target
+        .iter()
+        .enumerate()
+        .map(|(i, r)| if [18, 48].contains(&i) { *r } else { 100.0 })
+        .collect();
+    let mut sparse = body.clone();
+    sparse["spectra"]["values"] = json!([brightened]);
+    // A recipe of as many dyes as bands has no residual degree of freedom.
+    let variances_follow_the_dyes = |recipe: &Value| {
+        let used = recipe["dyes"].as_array().unwrap().len();
+        let variance = recipe["variance"].as_array().unwrap();
+        if used >= 2 {
+            assert!(variance.iter().all(Value::is_null), "{recipe}");
+        } else {
+            assert!(variance.iter().all(Value::is_number), "{recipe}");
+        }
+    };
+    let answer = matched_at(&app, "kitchen", &sparse, version).await;
+    let candidates = answer["recipes"][0]["candidates"].as_array().unwrap();
+    candidates.iter().for_each(variances_follow_the_dyes);
+    // The target's own two dyes reproduce its two bands.
+    let own = candidates
+        .iter()
+        .find(|c| c["dyes"] == json!(["yellow", "blue"]))
+        .unwrap();
+    let amounts = numbers(&own["concentration"]);
+    assert!((amounts[0] - 0.5).abs() < 0.01 && (amounts[2] - 1.2).abs() < 0.02, "{own}");
+    assert!(own["reflectance_rms"].as_f64().unwrap() < 1e-6, "{own}");
+
+    let dip: Vec<f64> = (0..85)
+        .map(|i| reflectance(360.0 + 5.0 * i as f64, &[0.5, 0.0, 1.4]))
+        .collect();
+    let mut correct = sparse.clone();
+    correct["recipe"] = json!({"yellow": 0.5, "blue": 1.2});
+    correct["measured"] = json!({"start_nm": 360, "interval_nm": 5, "values": dip});
+    let response = app.post("/v1/models/kitchen/correct", &correct).await;
+    let status = response.status();
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    variances_follow_the_dyes(&answer["recipe"]);
+}
+
 #[tokio::test]
 async fn learning_a_corrected_dip_needs_a_key_that_may_ingest() {
     use crate::auth::{ADMIN_KEY, call, new_key};

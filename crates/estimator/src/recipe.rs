@@ -48,9 +48,11 @@
 //!
 //! **Uncertainty.** With `J` the columns `k_λi` of the dyes the match uses (the free set `F`)
 //! and `W = diag(w)`, the covariance of `ĉ_F` is `s² (J_FᵀWJ_F)⁻¹` with
-//! `s² = Σ_λ w_λ r_λ² / max(bands − |F|, 1)` the weighted residual variance (reflectance², the
-//! instrument's noise plus what the map misses). A dye at 0 reports `s² / (JᵀWJ)_ii`: how much of
-//! it the fit could take before the residual grows by one `s²`.
+//! `s² = Σ_λ w_λ r_λ² / (n − |F|)` the weighted residual variance (reflectance², the
+//! instrument's noise plus what the map misses) over the `n` bands that count (`w_λ > 0`). A dye
+//! at 0 reports `s² / (JᵀWJ)_ii`: how much of it the fit could take before the residual grows by
+//! one `s²`. Where `n ≤ |F|` the fit can reproduce every band that counts, its residual says
+//! nothing of the noise, and every variance is `∞` (unknown), never the `0` of an exact fit.
 //!
 //! **Residual.** A recipe's `residual_rms` is the reflectance residual itself,
 //! `√(Σ_λ (R_λ − R̂_λ(ĉ))² / n)` over the `n` bands with `w_λ > 0`, not its first-order image
@@ -630,7 +632,11 @@ impl MatchProblem<'_> {
         let wrss: f64 = (0..bands)
             .map(|l| self.weight[l] * (self.t[l] + self.substrate[l] - fitted[l]).powi(2))
             .sum();
-        let s2 = wrss / (bands.saturating_sub(free.len()).max(1)) as f64;
+        let counted = self.weight.iter().filter(|&&w| w > 0.0).count();
+        let s2 = match counted.checked_sub(free.len()) {
+            Some(dof @ 1..) => wrss / dof as f64,
+            _ => f64::INFINITY,
+        };
         let mut variance: Vec<f64> = (0..m)
             .map(|i| {
                 if h[(i, i)] > 0.0 {
@@ -640,7 +646,8 @@ impl MatchProblem<'_> {
                 }
             })
             .collect();
-        if !free.is_empty() {
+        // With s² unknown every variance already is; the free dyes' block may then be singular.
+        if !free.is_empty() && s2.is_finite() {
             let inverse = inverse_spd(Mat::from_fn(free.len(), free.len(), |a, b| {
                 h[(free[a], free[b])]
             }))?;
@@ -648,11 +655,10 @@ impl MatchProblem<'_> {
                 variance[i] = s2 * inverse[(a, a)];
             }
         }
-        let (mut rss, mut counted) = (0.0, 0_usize);
-        for l in (0..bands).filter(|&l| self.weight[l] > 0.0) {
-            rss += (self.target[l] - self.map.transform.reflectance(fitted[l])).powi(2);
-            counted += 1;
-        }
+        let rss: f64 = (0..bands)
+            .filter(|&l| self.weight[l] > 0.0)
+            .map(|l| (self.target[l] - self.map.transform.reflectance(fitted[l])).powi(2))
+            .sum();
         let residual_rms = (rss / counted.max(1) as f64).sqrt();
         let c: Vec<f64> = u
             .iter()
@@ -1047,6 +1053,72 @@ mod tests {
         // Standardised squared errors average about 1 per dye when the variance is right.
         let mean = z2 / (3 * trials) as f64;
         assert!((0.6..1.6).contains(&mean), "mean z² {mean}");
+    }
+
+    /// `s²` is estimated from the bands that count only: with most of the target at full scale,
+    /// dividing by every band would shrink it by the share of bands that say nothing.
+    #[test]
+    fn the_residual_variance_counts_only_the_bands_that_count() {
+        let map = exact_state(200, 2).forward_map().unwrap();
+        let truth = [0.8, 0.3, 0.5];
+        let kept = [2, 5, 8, 11, 14, 17, 20, 23];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let trials = 400;
+        let mut z2 = 0.0;
+        for _ in 0..trials {
+            let r: Vec<f64> = reflectance(&truth, false)
+                .iter()
+                .enumerate()
+                .map(|(l, r)| {
+                    let noisy = r + 0.001 * (rng.random::<f64>() - 0.5) * 12f64.sqrt();
+                    if kept.contains(&l) { noisy } else { 1.05 }
+                })
+                .collect();
+            let m = map.match_recipe(&r, &[0.0]).unwrap();
+            z2 += (0..3)
+                .map(|i| (m.concentration[i] - truth[i]).powi(2) / m.variance[i])
+                .sum::<f64>();
+        }
+        // With s² on ν = 8 − 3 residual degrees of freedom, a standardised squared error is
+        // F(1, ν), of mean ν / (ν − 2) = 5/3; over all 31 bands it would be about 9.
+        let mean = z2 / (3 * trials) as f64;
+        assert!((1.0..2.6).contains(&mean), "mean z² {mean}");
+    }
+
+    /// A fit that can reproduce every band that counts has a residual that says nothing of the
+    /// noise: its variances are unknown, not the 0 of an exact fit.
+    #[test]
+    fn a_fit_with_no_band_to_spare_has_unknown_variances() {
+        let map = exact_state(200, 2).forward_map().unwrap();
+        let truth = [0.8, 0.3, 0.5];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
+        for kept in [&[3, 12, 21][..], &[6, 15]] {
+            let r: Vec<f64> = reflectance(&truth, false)
+                .iter()
+                .enumerate()
+                .map(|(l, r)| {
+                    if kept.contains(&l) {
+                        r + 0.002 * (rng.random::<f64>() - 0.5)
+                    } else {
+                        1.0
+                    }
+                })
+                .collect();
+            let problem = map.problem(&r, &[0.0]).unwrap();
+            let matched = problem.nonnegative(&[0, 1, 2]).unwrap();
+            let used = matched.concentration.iter().filter(|c| **c > 0.0).count();
+            assert_eq!(used, kept.len(), "{matched:?}");
+            assert!(
+                matched.variance.iter().all(|v| *v == f64::INFINITY),
+                "{kept:?}: {matched:?}"
+            );
+            assert!(matched.residual_rms < 1e-6, "{matched:?}");
+            // One dye fewer than the bands leaves a residual degree of freedom and finite
+            // variances.
+            let dyes: Vec<usize> = (1..kept.len()).collect();
+            let fewer = problem.nonnegative(&dyes).unwrap();
+            assert!(fewer.variance.iter().all(|v| v.is_finite()), "{fewer:?}");
+        }
     }
 
     #[test]
