@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use faer::{Mat, RowRef};
+use faer::{Mat, MatRef, RowRef};
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 use utoipa::ToSchema;
@@ -401,15 +401,12 @@ fn predict_successor(
         .ok_or_else(|| not_trained(name))?;
     let serving = SuccessorRead::serving(model, name)?;
     let map = serving.map(&read.own.grid()).map_err(ApiError::Conflict)?;
-    let answers = serving
-        .succession
-        .predict_with(
-            predictor,
-            serving.own_predictor(),
-            map,
-            new.as_ref(),
-            features.as_ref(),
-        )
+    let predict = |new: MatRef<'_, f64>, features: MatRef<'_, f64>| {
+        serving
+            .succession
+            .predict_with(predictor, serving.own_predictor(), map, new, features)
+    };
+    let answers = predict(new.as_ref(), features.as_ref())
         .map_err(|e| ApiError::Invalid(Invalid::one("/spectra", e.to_string())))?
         .ok_or_else(|| {
             ApiError::Conflict(format!(
@@ -428,9 +425,13 @@ fn predict_successor(
         mean: Mat::from_fn(answers.len(), outputs, |i, k| at(i, k).0),
         variance: Mat::from_fn(answers.len(), outputs, |i, k| at(i, k).1),
     };
-    // The transfer answers from the reading and the features together: its overflow is the
-    // reading's.
-    check_finite(&predictions, &model.spec, |_| false)?;
+    // As on the model's own instrument: the named features are at fault when the row's reading
+    // alone, with them at 0, answers finite.
+    check_finite(&predictions, &model.spec, |row| {
+        let alone = Mat::<f64>::zeros(1, features.ncols());
+        matches!(predict(new.subrows(row, 1), alone.as_ref()), Ok(Some(answers))
+            if answers.iter().flatten().all(|a| a.mean.is_finite() && a.variance.is_finite()))
+    })?;
     Ok((predictions, warnings))
 }
 

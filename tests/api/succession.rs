@@ -597,6 +597,26 @@ async fn named_features_go_with_the_successor_s_readings() {
     .await;
     assert!(through < 0.1, "through the transfer {through}");
     assert!(through < 0.5 * ignored, "{through} against the wrong fabric's {ignored}");
+
+    // A prediction that overflows is refused at what made it overflow: the named feature, or
+    // the reading.
+    let two = samples(2, 11);
+    let spectra = successor_readings(&two, 12);
+    let refused_at = |body: Value| {
+        let app = &app;
+        async move {
+            let response = predict(app, &body).await;
+            assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+            let answer: Value = response.json().await.unwrap();
+            answer["error"]["details"][0]["path"].clone()
+        }
+    };
+    let body = json!({"instrument": "successor", "x": [[0.0], [1e300]], "spectra": spectra});
+    assert_eq!(refused_at(body).await, "/x/1");
+    let mut far = spectra.clone();
+    far["values"][1] = json!(vec![1e300; far["values"][1].as_array().unwrap().len()]);
+    let body = json!({"instrument": "successor", "x": [[0.0], [1.0]], "spectra": far});
+    assert_eq!(refused_at(body).await, "/spectra/values/1");
     app.stop().await;
 }
 
