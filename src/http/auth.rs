@@ -45,6 +45,8 @@ pub struct Rule {
     /// The route as axum matches it (`/v1/models/{name}`), which is also its OpenAPI path.
     pub path: String,
     pub access: Access,
+    /// The query parameters its OpenAPI entry documents.
+    pub query: Vec<String>,
 }
 
 /// What every route needs.
@@ -62,6 +64,10 @@ impl Policy {
 
     /// What `method route` needs; a route without a rule needs `admin` (fail closed).
     pub fn access(&self, method: &str, route: &str) -> Access {
+        self.rule(method, route).map_or(ADMIN, |rule| rule.access)
+    }
+
+    fn rule(&self, method: &str, route: &str) -> Option<&Rule> {
         // Axum answers HEAD with the GET handler: the same rule applies.
         let method = if method.eq_ignore_ascii_case("HEAD") {
             "GET"
@@ -71,7 +77,30 @@ impl Policy {
         self.0
             .iter()
             .find(|rule| rule.method.as_str().eq_ignore_ascii_case(method) && rule.path == route)
-            .map_or(ADMIN, |rule| rule.access)
+    }
+
+    /// Refuses a query (`query`, the URI's, undecoded) to API route `method route` that names a
+    /// parameter its entry does not document: a misspelt filter or a parameter of another
+    /// endpoint would otherwise be ignored, and the answer look like the one asked for. Pages,
+    /// assets and the operational endpoints outside `/v1/` take what a browser or scraper adds.
+    pub fn check_query(&self, method: &str, route: &str, query: &str) -> Result<(), ApiError> {
+        if !route.starts_with("/v1/") {
+            return Ok(());
+        }
+        let documented: &[String] = self.rule(method, route).map_or(&[], |r| &r.query);
+        let unknown = form_urlencoded::parse(query.as_bytes())
+            .map(|(key, _)| key)
+            .find(|key| !documented.iter().any(|d| d == key));
+        match unknown {
+            None => Ok(()),
+            Some(key) if documented.is_empty() => Err(ApiError::InvalidQuery(format!(
+                "unknown query parameter {key:?}: {method} {route} takes none"
+            ))),
+            Some(key) => Err(ApiError::InvalidQuery(format!(
+                "unknown query parameter {key:?}: {method} {route} takes {}",
+                documented.join(", ")
+            ))),
+        }
     }
 }
 

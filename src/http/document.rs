@@ -1,6 +1,6 @@
 //! What every operation of the OpenAPI document shares, written once: the answers any request
-//! may get from the layers in front of the handlers (`413`, `415`, `431`, `503`), and the
-//! headers on every answer.
+//! may get from the layers in front of the handlers (`413`, `415`, `431`, `503`, and `400` for
+//! an undocumented query parameter of the API), and the headers on every answer.
 
 use utoipa::openapi::header::{Header, HeaderBuilder};
 use utoipa::openapi::path::{Operation, ParameterIn};
@@ -14,7 +14,7 @@ pub struct ProtocolAddon;
 
 impl utoipa::Modify for ProtocolAddon {
     fn modify(&self, openapi: &mut OpenApi) {
-        for item in openapi.paths.paths.values_mut() {
+        for (path, item) in openapi.paths.paths.iter_mut() {
             for operation in [
                 item.get.as_mut(),
                 item.post.as_mut(),
@@ -25,6 +25,9 @@ impl utoipa::Modify for ProtocolAddon {
             .flatten()
             {
                 shared_answers(operation);
+                if path.starts_with("/v1/") {
+                    undocumented_query(operation);
+                }
                 parameters(operation);
                 csv_is_bytes(operation);
             }
@@ -103,6 +106,25 @@ fn shared_answers(operation: &mut Operation) {
             let mut retry = string_header("Seconds to wait before retrying");
             retry.schema = RefOr::T(Schema::Object(Object::with_type(Type::Integer)));
             response.headers.insert("retry-after".into(), retry);
+        }
+    }
+}
+
+/// The route layer refuses a query parameter an API operation does not document
+/// (`Policy::check_query`): said in the operation's `400`, which it adds where there is none.
+fn undocumented_query(operation: &mut Operation) {
+    const UNDOCUMENTED: &str = "`invalid_query`: a query parameter the operation does not \
+        document";
+    match operation.responses.responses.get_mut("400") {
+        Some(RefOr::T(response)) => {
+            response.description = format!("{}; or {UNDOCUMENTED}", response.description);
+        }
+        Some(RefOr::Ref(_)) => {}
+        None => {
+            operation
+                .responses
+                .responses
+                .insert("400".to_owned(), error_answer(UNDOCUMENTED));
         }
     }
 }

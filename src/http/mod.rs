@@ -411,6 +411,17 @@ async fn per_route(
         Ok(request) => request,
         Err(refused) => return refused.into_response(),
     };
+    if let (Some(query), Some(route)) = (
+        request.uri().query(),
+        request.extensions().get::<MatchedPath>(),
+    ) && let Err(refused) =
+        layer
+            .guard
+            .policy
+            .check_query(request.method().as_str(), route.as_str(), query)
+    {
+        return refused.into_response();
+    }
     match tokio::time::timeout(layer.timeout, next.run(request)).await {
         Ok(response) => response,
         Err(_) => ApiError::Timeout(format!(

@@ -5,7 +5,7 @@
 
 use axum::http::Method;
 use utoipa::openapi::OpenApi;
-use utoipa::openapi::path::{PathItem, Paths};
+use utoipa::openapi::path::{Operation, ParameterIn, PathItem, Paths};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 
 use super::AppState;
@@ -58,11 +58,19 @@ impl Routes {
 
     fn note(&mut self, access: Access, paths: &Paths) {
         for (path, item) in &paths.paths {
-            for method in methods(item) {
+            for (method, operation) in operations(item) {
+                let query = operation
+                    .parameters
+                    .iter()
+                    .flatten()
+                    .filter(|p| matches!(p.parameter_in, ParameterIn::Query))
+                    .map(|p| p.name.clone())
+                    .collect();
                 self.policy.push(Rule {
                     method,
                     path: path.clone(),
                     access,
+                    query,
                 });
             }
         }
@@ -76,20 +84,20 @@ impl Routes {
     }
 }
 
-/// The methods `item` has an operation for.
-fn methods(item: &PathItem) -> impl Iterator<Item = Method> + '_ {
+/// The operations of `item`, by method.
+fn operations(item: &PathItem) -> impl Iterator<Item = (Method, &Operation)> + '_ {
     [
-        (Method::GET, item.get.is_some()),
-        (Method::POST, item.post.is_some()),
-        (Method::PUT, item.put.is_some()),
-        (Method::DELETE, item.delete.is_some()),
-        (Method::PATCH, item.patch.is_some()),
-        (Method::HEAD, item.head.is_some()),
-        (Method::OPTIONS, item.options.is_some()),
-        (Method::TRACE, item.trace.is_some()),
+        (Method::GET, &item.get),
+        (Method::POST, &item.post),
+        (Method::PUT, &item.put),
+        (Method::DELETE, &item.delete),
+        (Method::PATCH, &item.patch),
+        (Method::HEAD, &item.head),
+        (Method::OPTIONS, &item.options),
+        (Method::TRACE, &item.trace),
     ]
     .into_iter()
-    .filter_map(|(method, present)| present.then_some(method))
+    .filter_map(|(method, operation)| operation.as_ref().map(|o| (method, o)))
 }
 
 #[cfg(test)]

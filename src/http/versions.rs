@@ -95,7 +95,7 @@ pub struct VersionPage {
 }
 
 impl VersionPage {
-    /// Reads `after` and `limit`, each at most once; other keys are ignored.
+    /// Reads `after` and `limit`, each at most once (the route layer refuses other keys).
     fn parse(query: Vec<(String, String)>) -> Result<Self, ApiError> {
         once_each(&query, &["after", "limit"])?;
         let mut page = Self::default();

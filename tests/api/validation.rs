@@ -163,6 +163,31 @@ async fn bad_query_parameters_are_invalid_query() {
     }
     let response = app.get("/v1/models/lab/batches?status=held&limit=5").await;
     assert_eq!(response.status(), StatusCode::OK);
+
+    // A parameter the endpoint does not document is refused by name, not ignored: a misspelt
+    // filter would answer every batch, another endpoint's `after` the first page forever, a
+    // posterior's `version` the current one.
+    for (uri, named, takes) in [
+        ("/v1/models/lab/batches?staus=held", "\"staus\"", "takes status, limit"),
+        ("/v1/models/lab/batches?limit=5&after=3", "\"after\"", "takes status, limit"),
+        ("/v1/models/lab/posterior?version=3", "\"version\"", "takes none"),
+        ("/v1/models?limit=1", "\"limit\"", "takes none"),
+        ("/v1/models/lab/versions?page=2", "\"page\"", "takes after, limit"),
+    ] {
+        let error = error_of(app.get(uri).await, StatusCode::BAD_REQUEST).await;
+        assert_eq!(error["code"], "invalid_query", "{uri}: {error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(named) && message.ends_with(takes), "{uri}: {message}");
+    }
+    let response = app
+        .post("/v1/models/lab/predict?verbose=1", &json!({"x": [[1.0, 2.0]]}))
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    // Documented parameters pass; outside the API (health, pages) a query is not the API's.
+    let response = app.get("/v1/models/lab/versions?after=0&limit=5").await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let response = app.get("/healthz?probe=1").await;
+    assert_eq!(response.status(), StatusCode::OK);
 }
 
 #[tokio::test]
