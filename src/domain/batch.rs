@@ -12,7 +12,9 @@ use super::spectrum::{
     Grid, MAX_REQUEST_BANDS, band_wavelength, covering_grid, join_inputs, nm_name, onto_spec_grid,
     parse_spectra,
 };
-use super::{Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token};
+use super::{
+    Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token, quote,
+};
 
 /// Longest batch id.
 pub const MAX_BATCH_ID_LEN: usize = 128;
@@ -584,6 +586,47 @@ impl NewBatch {
             }
         }
         self.warnings.extend(flagged);
+    }
+}
+
+impl NewBatch {
+    /// Says where a batch whose statistics overflow is at fault: its value of largest magnitude
+    /// (the model keeps sums of squares of the raw values, and one above about `10¹⁵⁴` squares
+    /// past the largest double). At the column's path (`/spectra/values`, `/x`, `/y`, as the
+    /// batch's warnings, for JSON and CSV alike), naming the column and the row.
+    pub fn overflow(&self, spec: &ModelSpec) -> Invalid {
+        let bands = spec.spectrum.map_or(0, |s| s.count);
+        let (mut at, mut largest) = (None, -1.0);
+        for (rows, is_x) in [(&self.x, true), (&self.y, false)] {
+            let width = rows.width().max(1);
+            for (i, v) in rows.values().iter().enumerate() {
+                // NaN compares false: the batch's parse has refused it anyway.
+                if v.abs() > largest {
+                    largest = v.abs();
+                    at = Some((is_x, i / width, i % width, *v));
+                }
+            }
+        }
+        let Some((is_x, row, column, value)) = at else {
+            return Invalid::one(
+                "",
+                "the batch cannot be learnt: its statistics would not be finite",
+            );
+        };
+        let (path, name) = match (is_x, column.checked_sub(bands)) {
+            (true, None) => ("/spectra/values", format!("the band at column {column}")),
+            (true, Some(j)) => ("/x", format!("{:?}", spec.features[j])),
+            (false, _) => ("/y", format!("{:?}", spec.outputs[column])),
+        };
+        Invalid::one(
+            path,
+            format!(
+                "the batch cannot be learnt: its sums of squares would overflow. Its largest \
+                 value is {} of {name} in row {row}; a value past about 1e154 squares past the \
+                 largest number double precision holds: send it in other units",
+                quote(value)
+            ),
+        )
     }
 }
 

@@ -20,7 +20,7 @@ use super::routes::Routes;
 use crate::domain::{
     CsvError, Detail, EncodedBatch, Invalid, ModelName, ModelSpec, NewBatch, Successor, row_fields,
 };
-use crate::estimator::{BatchStatistics, codec};
+use crate::estimator::{BatchStatistics, EstimatorError, codec};
 use crate::store::{BatchRecord, BatchStatus, ModelRecord, Review, StoreError};
 use crate::successor::SuccessorBatch;
 use strum::VariantArray;
@@ -315,7 +315,10 @@ fn read_batch(
         batch.x.values(),
         batch.y.values(),
     )
-    .map_err(|e| Invalid::one("", format!("the batch cannot be learnt: {e}")))?;
+    .map_err(|e| match e {
+        EstimatorError::NonFinite(_) => batch.overflow(spec),
+        e => Invalid::one("", format!("the batch cannot be learnt: {e}")),
+    })?;
     // Statistics have p² entries whatever the rows: a batch of fewer rows than that keeps
     // only its rows, and the folder forms its statistics from them (the same bits:
     // `from_row_major` on the same values).

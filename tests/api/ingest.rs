@@ -265,6 +265,32 @@ async fn a_batch_that_cannot_be_folded_is_rejected_and_the_model_keeps_its_last_
     assert_same_predictions(&api, &expected);
 }
 
+/// A batch whose own sums of squares overflow is refused at the column of its largest value,
+/// named with its row, as JSON and as CSV: among thousands of rows the client can find it.
+#[tokio::test]
+async fn a_batch_whose_statistics_overflow_names_its_largest_value() {
+    let app = spawn_app().await;
+    app.create_model(&json!({"name": "units", "features": ["temperature", "mass"], "outputs": ["dye"]}))
+        .await;
+    let refused = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body: Value = response.json().await.unwrap();
+        let detail = body["error"]["details"][0].clone();
+        (detail["path"].as_str().unwrap().to_owned(), detail["message"].as_str().unwrap().to_owned())
+    };
+    let batch = json!({"batch_id": "grams", "x": [[20.0, 1.0], [21.0, 2e154], [22.0, 3.0]],
+                       "y": [[0.1], [0.2], [0.3]]});
+    let (path, message) = refused(app.post_batch("units", &batch).await).await;
+    assert_eq!(path, "/x");
+    assert!(message.contains("2e154 of \"mass\" in row 1"), "{message}");
+    let csv = "temperature,mass,dye\n20,1,0.1\n21,2,0.2\n22,3,-3e200\n".to_owned();
+    let (path, message) = refused(app.post_csv("units", Some("csv"), csv).await).await;
+    assert_eq!(path, "/y");
+    assert!(message.contains("-3e200 of \"dye\" in row 2"), "{message}");
+    let listed: Value = app.get("/v1/models/units/batches").await.json().await.unwrap();
+    assert_eq!(listed["batches"], json!([]), "{listed}");
+}
+
 /// A feature on a large offset (a serial number, a timestamp) whose values in the batch differ
 /// by less than 1e-5 of their size is accepted and flagged by name at `/x`, whether the batch
 /// comes as JSON or as CSV, and again when it is replayed; a feature that varies enough is not.
