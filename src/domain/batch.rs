@@ -295,9 +295,10 @@ impl NewBatch {
         let x = if has_successor && !has_spectra {
             // The successor's readings alone: the named features are the rest of the inputs.
             match (body.take_rows("/x"), &successor) {
-                (None, Some(new)) if spec.features.is_empty() => {
-                    Some(Rows::from_row_major(new.rows(), 0, Vec::new()))
-                }
+                // Readings that could not be read have said why; x is not missing.
+                (None, new) if spec.features.is_empty() => new
+                    .as_ref()
+                    .map(|new| Rows::from_row_major(new.rows(), 0, Vec::new())),
                 (x, _) => parse_rows(x, "/x", &mut details),
             }
         } else {

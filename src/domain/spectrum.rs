@@ -290,11 +290,20 @@ pub fn parse_spectra(
         (Some(start), Some(interval)) => match covering_grid(start, interval, width, &model) {
             Ok(grid) => Some(grid),
             Err(Uncovered::Short(grid)) => {
+                // A successor's readings are held to the grid its declaration gave.
+                let (reads, range) = if path == "/successor" {
+                    (
+                        "the successor instrument is declared on",
+                        "its declared range",
+                    )
+                } else {
+                    ("the model reads", "the model's range")
+                };
                 details.push(
                     path,
                     format!(
-                        "the spectra cover {} but the model reads {}: mordant never \
-                         extrapolates, send a spectrum that covers the model's range",
+                        "the spectra cover {} but {reads} {}: mordant never extrapolates, \
+                         send a spectrum that covers {range}",
                         grid.describe(),
                         model.describe()
                     ),

@@ -620,6 +620,34 @@ async fn named_features_go_with_the_successor_s_readings() {
     app.stop().await;
 }
 
+/// A batch of the successor's readings alone on a grid short of its declared range is refused
+/// at `/successor`, held to its declared grid, and nowhere else: a model without named features
+/// needs no `x`.
+#[tokio::test]
+async fn successor_readings_short_of_the_declared_grid_are_refused_there_alone() {
+    let app = spawn_app().await;
+    create_swap(&app, json!({})).await;
+    let c = samples(60, 1);
+    learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
+    let declared = app.post("/v1/models/swap/successor", &declaration()).await;
+    assert_eq!(declared.status(), StatusCode::OK);
+    let short = json!({"batch_id": "short",
+        "successor": {"start_nm": 400, "interval_nm": 50, "values": [[0.8, 0.8, 0.8, 0.8, 0.8, 0.8]]},
+        "y": [[0.1, 0.1, 0.1]]});
+    let response = app.post_batch("swap", &short).await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let answer: Value = response.json().await.unwrap();
+    let details = answer["error"]["details"].as_array().unwrap();
+    assert_eq!(details.len(), 1, "{answer}");
+    assert_eq!(details[0]["path"], "/successor", "{answer}");
+    let message = details[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("50 nm but the successor instrument is declared on 400–700 nm"),
+        "{message}"
+    );
+    app.stop().await;
+}
+
 /// The successor's readings alone are held for review as any batch is: their surprise is to
 /// the successor's own model.
 #[tokio::test]
