@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::handover::CSV_PREFIX;
 use super::spectrum::{ScaleName, SpectrumSpec, band_wavelength};
-use super::{Details, Invalid, describe};
+use super::{Details, Invalid, describe, quote};
 use crate::estimator::{
     Basis, Forgetting, ModelConfig, PriorFamily, Saunderson, Transform, UpdateMethod,
 };
@@ -154,7 +154,7 @@ impl PriorName {
 /// Forgetting by half-life, as the API names it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ForgettingSpec {
-    /// A row's weight halves after this many further rows (> 0).
+    /// A row's weight halves after this many further rows (at least 1).
     #[schema(example = 5000.0)]
     pub half_life_rows: f64,
 }
@@ -377,12 +377,22 @@ impl ModelSpec {
                         "unknown field",
                     );
                 }
-                positive(
-                    f.get("half_life_rows"),
-                    "/forgetting/half_life_rows",
-                    &mut details,
-                )
-                .map(|half_life_rows| ForgettingSpec { half_life_rows })
+                let path = "/forgetting/half_life_rows";
+                match positive(f.get("half_life_rows"), path, &mut details) {
+                    Some(h) if h < 1.0 => {
+                        details.push(
+                            path,
+                            format!(
+                                "must be at least 1 row, found {}: a shorter half-life forgets \
+                                 each row before the next arrives, so the model could never \
+                                 learn",
+                                quote(h)
+                            ),
+                        );
+                        None
+                    }
+                    h => h.map(|half_life_rows| ForgettingSpec { half_life_rows }),
+                }
             }
             Some(other) => {
                 details.push(
@@ -790,6 +800,28 @@ mod tests {
             body.extend(extra);
         }
         ModelSpec::parse(&body)
+    }
+
+    /// A half-life under one row would forget every row before the next: refused at its path.
+    #[test]
+    fn a_half_life_is_at_least_one_row() {
+        for h in [1e-300, 0.5, 0.999] {
+            let refused = spectral(json!({"forgetting": {"half_life_rows": h}})).unwrap_err();
+            assert_eq!(refused.details[0].path, "/forgetting/half_life_rows");
+            assert!(
+                refused.details[0]
+                    .message
+                    .starts_with("must be at least 1 row"),
+                "{refused:?}"
+            );
+        }
+        let kept = spectral(json!({"forgetting": {"half_life_rows": 1}})).unwrap();
+        assert_eq!(
+            kept.forgetting,
+            Some(ForgettingSpec {
+                half_life_rows: 1.0
+            })
+        );
     }
 
     #[test]
