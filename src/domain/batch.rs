@@ -13,7 +13,8 @@ use super::spectrum::{
     parse_spectra,
 };
 use super::{
-    Detail, Details, Invalid, ModelSpec, Rows, describe, parse_rows, pointer_token, quote,
+    Detail, Details, Invalid, ModelSpec, Rows, TransformName, describe, parse_rows, pointer_token,
+    quote,
 };
 
 /// Longest batch id.
@@ -591,6 +592,33 @@ impl NewBatch {
 }
 
 impl NewBatch {
+    /// Flags the outputs of a colour model (a spectrum under `kubelka_munk` or `saunderson`,
+    /// whose outputs recipe matching reads as the dyes' amounts) that are below 0 in some row,
+    /// as warnings at `/y`: a dose below 0 is a data error the forward map would learn from.
+    /// Accepted, as a reflectance above full scale is: the inverse map has no such constraint.
+    pub fn flag_negative_doses(&mut self, spec: &ModelSpec) {
+        if spec.spectrum.is_none() || spec.transform == TransformName::None {
+            return;
+        }
+        let width = self.y.width().max(1);
+        for (k, name) in spec.outputs.iter().enumerate() {
+            let column = self.y.values().iter().skip(k).step_by(width);
+            let mut negative = column.enumerate().filter(|(_, v)| **v < 0.0);
+            let Some((row, first)) = negative.next() else {
+                continue;
+            };
+            let rows = 1 + negative.count();
+            self.warnings.push(Detail::new(
+                "/y",
+                format!(
+                    "{name:?} is below 0 in {rows} row(s), first in row {row} ({}): a colour \
+                     model's outputs are the dyes' amounts, which are at least 0",
+                    quote(*first)
+                ),
+            ));
+        }
+    }
+
     /// Says where a batch whose statistics overflow is at fault: its value of largest magnitude
     /// (the model keeps sums of squares of the raw values, and one above about `10¹⁵⁴` squares
     /// past the largest double). At the column's path (`/spectra/values`, `/x`, `/y`, as the
@@ -1130,6 +1158,42 @@ mod tests {
         };
         batch.flag_narrow_columns(&spec);
         assert!(batch.warnings.is_empty(), "{:?}", batch.warnings);
+    }
+
+    /// A colour model's output below 0 is flagged by name at `/y`, with its rows; a model
+    /// without a Kubelka–Munk transform reads outputs of any sign.
+    #[test]
+    fn negative_doses_of_a_colour_model_are_flagged() {
+        let batch = |y: Vec<f64>| NewBatch {
+            batch_id: BatchId::generate(),
+            x: Rows::from_row_major(3, 4, vec![0.5; 12]),
+            y: Rows::from_row_major(3, 2, y),
+            successor: None,
+            warnings: Vec::new(),
+        };
+        let mut colour = test_spec("fraction", &[]);
+        colour.transform = TransformName::KubelkaMunk;
+        let mut doses = batch(vec![0.1, 0.0, -1.25, 0.2, -0.5, 0.3]);
+        doses.flag_negative_doses(&colour);
+        let flagged: Vec<(&str, &str)> = doses
+            .warnings
+            .iter()
+            .map(|w| (w.path.as_str(), w.message.as_str()))
+            .collect();
+        assert_eq!(flagged.len(), 1, "{flagged:?}");
+        assert_eq!(flagged[0].0, "/y");
+        assert!(
+            flagged[0]
+                .1
+                .starts_with("\"red\" is below 0 in 2 row(s), first in row 1 (-1.25)"),
+            "{flagged:?}"
+        );
+        let mut fine = batch(vec![0.1, 0.0, 1.25, 0.2, 0.3, 0.5]);
+        fine.flag_negative_doses(&colour);
+        assert!(fine.warnings.is_empty());
+        let mut plain = batch(vec![0.1, 0.0, -1.25, 0.2, 0.3, -0.5]);
+        plain.flag_negative_doses(&test_spec("fraction", &[]));
+        assert!(plain.warnings.is_empty());
     }
 
     /// `-0` is stored and hashed as `0` (a retry that prints the other is the same batch),

@@ -358,6 +358,7 @@ fn parse_batch(
         }
     };
     batch.flag_narrow_columns(spec);
+    batch.flag_negative_doses(spec);
     Ok(batch)
 }
 
