@@ -80,6 +80,9 @@ pub struct NewKey {
     /// The key to send as `Authorization: Bearer <key>`. Store it now: it cannot be shown again.
     #[schema(example = "mdk_5f1c09ab3e…")]
     pub key: String,
+    /// Whether the service checks keys: false where no admin key is configured (development),
+    /// where every request is let in and this key, though stored, guards nothing yet.
+    pub enforced: bool,
     #[serde(flatten)]
     pub view: KeyView,
 }
@@ -178,6 +181,7 @@ pub async fn create(
         StatusCode::CREATED,
         Json(NewKey {
             key,
+            enforced: app.keys.is_enforced(),
             view: record.into(),
         }),
     ))

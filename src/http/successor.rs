@@ -18,7 +18,7 @@ use super::auth::ADMIN;
 use super::error::{ApiError, ErrorBody};
 use super::extract::Path;
 use super::extract::{JsonBody, model_name};
-use super::models::{ModelView, not_trained};
+use super::models::ModelView;
 use super::routes::Routes;
 use crate::cache::Serving;
 use crate::domain::model::{MAX_FEATURES, MAX_STATE_ENTRIES};
@@ -51,8 +51,8 @@ pub struct DeclareSuccessor {
 /// (`"instrument": "successor"`): through the map to the old instrument's bands learnt from the
 /// overlap, and by the successor's own model, mixed by how well each predicted the rows it had
 /// not yet learnt, until the own model stands on its own and the old instrument retires
-/// (`successor` in the model's view says how far it has come). A trained model gets a new
-/// version (origin `extend`). Declaring the same successor again changes nothing; the model's
+/// (`successor` in the model's view says how far it has come). The model must be trained (its
+/// first fit is the old instrument's), and gets a new version (origin `extend`). Declaring the same successor again changes nothing; the model's
 /// outputs and features are fixed from then on.
 #[utoipa::path(post, operation_id = "declare_successor", path = "/v1/models/{name}/successor", tag = "models",
     params(("name" = String, Path, description = "Model name")),
@@ -95,7 +95,11 @@ pub async fn declare(
         }
         None => {
             let Some(Current { state, .. }) = current_state(&mut lock, &app.cache).await? else {
-                return Err(not_trained(name.as_str()));
+                return Err(ApiError::NotTrained(format!(
+                    "model {name:?} has no posterior yet: a successor is declared on a trained \
+                     model, whose first fit the old instrument's readings make (the transfer \
+                     is learnt from samples read by both)"
+                )));
             };
             let succession = Succession::new(spectrum.grid(), old.count);
             let (state, successor, blob) = app

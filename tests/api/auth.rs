@@ -400,6 +400,26 @@ async fn a_caller_learns_what_its_key_may_do() {
         seen,
         json!({"name": null, "scopes": ["admin"], "enforced": false})
     );
+    // A key made there says that it guards nothing yet; one made where keys are checked, that
+    // it does.
+    let made: Value = open
+        .post("/v1/keys", &json!({"name": "line-3", "scopes": ["predict"]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(made["enforced"], false, "{made}");
+    let response = call(
+        &app.client,
+        &app.address,
+        "POST",
+        "/v1/keys",
+        Some(&json!({"name": "line-4", "scopes": ["predict"]})),
+        Some(ADMIN_KEY),
+    )
+    .await;
+    let made: Value = response.json().await.unwrap();
+    assert_eq!(made["enforced"], true, "{made}");
 }
 
 /// A key name with a control character (a NUL, which PostgreSQL's text cannot store, a newline,

@@ -151,6 +151,10 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
     let declare = declaration();
     let untrained = app.post("/v1/models/swap/successor", &declare).await;
     assert_eq!(untrained.status(), StatusCode::CONFLICT);
+    let refused: Value = untrained.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], "model_not_trained", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("a successor is declared on a trained model"), "{message}");
 
     let c = samples(60, 1);
     learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
