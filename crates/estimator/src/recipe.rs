@@ -1037,22 +1037,38 @@ mod tests {
     fn a_noisy_target_gets_an_uncertainty_that_covers_its_error() {
         let map = exact_state(200, 2).forward_map().unwrap();
         let truth = [0.8, 0.3, 0.5];
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let mean = mean_standardised_error(&map, truth, 9, 200, |_| true);
+        // Standardised squared errors average about 1 per dye when the variance is right.
+        assert!((0.6..1.6).contains(&mean), "mean z² {mean}");
+    }
+
+    /// The mean over `trials` matches and the three dyes of `(ĉ_i − c_i)² / var ĉ_i`, each
+    /// target the reflectance of `truth` with uniform noise of standard deviation 0.001 on the
+    /// bands `counted` keeps, and above full scale (not counted) on the others.
+    fn mean_standardised_error(
+        map: &ForwardMap,
+        truth: [f64; 3],
+        seed: u64,
+        trials: usize,
+        counted: impl Fn(usize) -> bool,
+    ) -> f64 {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut z2 = 0.0;
-        let trials = 200;
         for _ in 0..trials {
             let r: Vec<f64> = reflectance(&truth, false)
                 .iter()
-                .map(|r| r + 0.001 * (rng.random::<f64>() - 0.5) * 12f64.sqrt())
+                .enumerate()
+                .map(|(l, r)| {
+                    let noisy = r + 0.001 * (rng.random::<f64>() - 0.5) * 12f64.sqrt();
+                    if counted(l) { noisy } else { 1.05 }
+                })
                 .collect();
             let m = map.match_recipe(&r, &[0.0]).unwrap();
             z2 += (0..3)
                 .map(|i| (m.concentration[i] - truth[i]).powi(2) / m.variance[i])
                 .sum::<f64>();
         }
-        // Standardised squared errors average about 1 per dye when the variance is right.
-        let mean = z2 / (3 * trials) as f64;
-        assert!((0.6..1.6).contains(&mean), "mean z² {mean}");
+        z2 / (3 * trials) as f64
     }
 
     /// `s²` is estimated from the bands that count only: with most of the target at full scale,
@@ -1062,26 +1078,9 @@ mod tests {
         let map = exact_state(200, 2).forward_map().unwrap();
         let truth = [0.8, 0.3, 0.5];
         let kept = [2, 5, 8, 11, 14, 17, 20, 23];
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-        let trials = 400;
-        let mut z2 = 0.0;
-        for _ in 0..trials {
-            let r: Vec<f64> = reflectance(&truth, false)
-                .iter()
-                .enumerate()
-                .map(|(l, r)| {
-                    let noisy = r + 0.001 * (rng.random::<f64>() - 0.5) * 12f64.sqrt();
-                    if kept.contains(&l) { noisy } else { 1.05 }
-                })
-                .collect();
-            let m = map.match_recipe(&r, &[0.0]).unwrap();
-            z2 += (0..3)
-                .map(|i| (m.concentration[i] - truth[i]).powi(2) / m.variance[i])
-                .sum::<f64>();
-        }
+        let mean = mean_standardised_error(&map, truth, 11, 400, |l| kept.contains(&l));
         // With s² on ν = 8 − 3 residual degrees of freedom, a standardised squared error is
         // F(1, ν), of mean ν / (ν − 2) = 5/3; over all 31 bands it would be about 9.
-        let mean = z2 / (3 * trials) as f64;
         assert!((1.0..2.6).contains(&mean), "mean z² {mean}");
     }
 
