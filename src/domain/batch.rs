@@ -611,8 +611,8 @@ impl NewBatch {
             self.warnings.push(Detail::new(
                 "/y",
                 format!(
-                    "{name:?} is below 0 in {rows} row(s), first in row {row} ({}): a colour \
-                     model's outputs are the dyes' amounts, which are at least 0",
+                    "{name:?} is below 0 in {rows} row(s), first in row {row} (counting from \
+                     0; {}): a colour model's outputs are the dyes' amounts, which are at least 0",
                     quote(*first)
                 ),
             ));
@@ -625,7 +625,7 @@ impl NewBatch {
     /// batch's warnings, for JSON and CSV alike), naming the column and the row.
     pub fn overflow(&self, spec: &ModelSpec) -> Invalid {
         let bands = spec.spectrum.map_or(0, |s| s.count);
-        let (mut at, mut largest) = (None, -1.0);
+        let (mut at, mut largest) = (None, -1.0_f64);
         for (rows, is_x) in [(&self.x, true), (&self.y, false)] {
             let width = rows.width().max(1);
             for (i, v) in rows.values().iter().enumerate() {
@@ -643,16 +643,25 @@ impl NewBatch {
             );
         };
         let (path, name) = match (is_x, column.checked_sub(bands)) {
-            (true, None) => ("/spectra/values", format!("the band at column {column}")),
-            (true, Some(j)) => ("/x", format!("{:?}", spec.features[j])),
             (false, _) => ("/y", format!("{:?}", spec.outputs[column])),
+            (true, Some(j)) => ("/x", format!("{:?}", spec.features[j])),
+            // Below `bands`, so the model has a spectrum.
+            (true, None) => (
+                "/spectra/values",
+                spec.spectrum.map_or_else(String::new, |s| {
+                    format!(
+                        "the band at {}",
+                        nm_name(s.start_nm + s.interval_nm * column as f64)
+                    )
+                }),
+            ),
         };
         Invalid::one(
             path,
             format!(
                 "the batch cannot be learnt: its sums of squares would overflow. Its largest \
-                 value is {} of {name} in row {row}; a value past about 1e154 squares past the \
-                 largest number double precision holds: send it in other units",
+                 value is {} of {name} in row {row} (counting from 0); a value past about 1e154 \
+                 squares past the largest number double precision holds: send it in other units",
                 quote(value)
             ),
         )
@@ -1183,9 +1192,9 @@ mod tests {
         assert_eq!(flagged.len(), 1, "{flagged:?}");
         assert_eq!(flagged[0].0, "/y");
         assert!(
-            flagged[0]
-                .1
-                .starts_with("\"red\" is below 0 in 2 row(s), first in row 1 (-1.25)"),
+            flagged[0].1.starts_with(
+                "\"red\" is below 0 in 2 row(s), first in row 1 (counting from 0; -1.25)"
+            ),
             "{flagged:?}"
         );
         let mut fine = batch(vec![0.1, 0.0, 1.25, 0.2, 0.3, 0.5]);

@@ -282,11 +282,11 @@ async fn a_batch_whose_statistics_overflow_names_its_largest_value() {
                        "y": [[0.1], [0.2], [0.3]]});
     let (path, message) = refused(app.post_batch("units", &batch).await).await;
     assert_eq!(path, "/x");
-    assert!(message.contains("2e154 of \"mass\" in row 1"), "{message}");
+    assert!(message.contains("2e154 of \"mass\" in row 1 (counting from 0)"), "{message}");
     let csv = "temperature,mass,dye\n20,1,0.1\n21,2,0.2\n22,3,-3e200\n".to_owned();
     let (path, message) = refused(app.post_csv("units", Some("csv"), csv).await).await;
     assert_eq!(path, "/y");
-    assert!(message.contains("-3e200 of \"dye\" in row 2"), "{message}");
+    assert!(message.contains("-3e200 of \"dye\" in row 2 (counting from 0)"), "{message}");
     let listed: Value = app.get("/v1/models/units/batches").await.json().await.unwrap();
     assert_eq!(listed["batches"], json!([]), "{listed}");
 }
