@@ -82,12 +82,16 @@ impl Policy {
     /// Refuses a query (`query`, the URI's, undecoded) to API route `method route` that names a
     /// parameter its entry does not document: a misspelt filter or a parameter of another
     /// endpoint would otherwise be ignored, and the answer look like the one asked for. Pages,
-    /// assets and the operational endpoints outside `/v1/` take what a browser or scraper adds.
+    /// assets and the operational endpoints outside `/v1/` take what a browser or scraper adds;
+    /// a method the route does not have is left to its `405`.
     pub fn check_query(&self, method: &str, route: &str, query: &str) -> Result<(), ApiError> {
-        if !route.starts_with("/v1/") {
+        let Some(rule) = self
+            .rule(method, route)
+            .filter(|_| route.starts_with("/v1/"))
+        else {
             return Ok(());
-        }
-        let documented: &[String] = self.rule(method, route).map_or(&[], |r| &r.query);
+        };
+        let documented = &rule.query;
         let unknown = form_urlencoded::parse(query.as_bytes())
             .map(|(key, _)| key)
             .find(|key| !documented.iter().any(|d| d == key));

@@ -183,6 +183,14 @@ async fn bad_query_parameters_are_invalid_query() {
         .post("/v1/models/lab/predict?verbose=1", &json!({"x": [[1.0, 2.0]]}))
         .await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    // A method the route does not have is still a 405.
+    let response = app
+        .client
+        .put(app.url("/v1/models?limit=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
     // Documented parameters pass; outside the API (health, pages) a query is not the API's.
     let response = app.get("/v1/models/lab/versions?after=0&limit=5").await;
     assert_eq!(response.status(), StatusCode::OK);
