@@ -620,15 +620,20 @@ impl NewBatch {
     }
 
     /// Says where a batch whose statistics overflow is at fault: its value of largest magnitude
-    /// (the model keeps sums of squares of the raw values, and one above about `10¹⁵⁴` squares
-    /// past the largest double). At the column's path (`/spectra/values`, `/x`, `/y`, as the
-    /// batch's warnings, for JSON and CSV alike), naming the column and the row.
+    /// (the model keeps sums of squares of the raw values: one past about `10¹⁵⁴`, or many near
+    /// it, overflow). At the column's path (`/spectra/values`, `/x`, `/y`, as the batch's
+    /// warnings, for JSON and CSV alike), naming the column and the row. A colour model's bands
+    /// are left out: its transform reads a reflectance past full scale as full scale.
     pub fn overflow(&self, spec: &ModelSpec) -> Invalid {
         let bands = spec.spectrum.map_or(0, |s| s.count);
+        let clamped = spec.transform != TransformName::None;
         let (mut at, mut largest) = (None, -1.0_f64);
         for (rows, is_x) in [(&self.x, true), (&self.y, false)] {
             let width = rows.width().max(1);
             for (i, v) in rows.values().iter().enumerate() {
+                if is_x && clamped && i % width < bands {
+                    continue;
+                }
                 // NaN compares false: the batch's parse has refused it anyway.
                 if v.abs() > largest {
                     largest = v.abs();
@@ -660,8 +665,9 @@ impl NewBatch {
             path,
             format!(
                 "the batch cannot be learnt: its sums of squares would overflow. Its largest \
-                 value is {} of {name} in row {row} (counting from 0); a value past about 1e154 \
-                 squares past the largest number double precision holds: send it in other units",
+                 value is {} of {name} in row {row} (counting from 0); squares of values past \
+                 about 1e154, or sums of many near it, pass the largest number double \
+                 precision holds: send them in other units",
                 quote(value)
             ),
         )

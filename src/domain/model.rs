@@ -155,7 +155,7 @@ impl PriorName {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ForgettingSpec {
     /// A row's weight halves after this many further rows (at least 1).
-    #[schema(example = 5000.0)]
+    #[schema(example = 5000.0, minimum = 1)]
     pub half_life_rows: f64,
 }
 

@@ -397,7 +397,8 @@ struct RouteLayer {
 }
 
 /// Once routing has happened: notes the route for the metrics ([`note`]), checks the
-/// request's key against the route's policy ([`auth::admit`]), and answers `503 timeout` when
+/// request's key against the route's policy ([`auth::admit`]) and its query against the
+/// parameters the route documents ([`auth::Policy::check_query`]), and answers `503 timeout` when
 /// the request (its body included) takes longer than the limit. A batch whose request timed
 /// out may still have been stored: its retry with the same id is answered from the stored
 /// batch.

@@ -430,7 +430,8 @@ fn predict_successor(
     check_finite(&predictions, &model.spec, |row| {
         let alone = Mat::<f64>::zeros(1, features.ncols());
         matches!(predict(new.subrows(row, 1), alone.as_ref()), Ok(Some(answers))
-            if answers.iter().flatten().all(|a| a.mean.is_finite() && a.variance.is_finite()))
+            if answers.len() == 1 && answers[0].len() == outputs
+                && answers[0].iter().all(|a| a.mean.is_finite() && a.variance.is_finite()))
     })?;
     Ok((predictions, warnings))
 }

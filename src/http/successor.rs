@@ -52,8 +52,9 @@ pub struct DeclareSuccessor {
 /// overlap, and by the successor's own model, mixed by how well each predicted the rows it had
 /// not yet learnt, until the own model stands on its own and the old instrument retires
 /// (`successor` in the model's view says how far it has come). The model must be trained (its
-/// first fit is the old instrument's), and gets a new version (origin `extend`). Declaring the same successor again changes nothing; the model's
-/// outputs and features are fixed from then on.
+/// first fit is the old instrument's), and gets a new version (origin `extend`). Declaring the
+/// same successor again changes nothing; the model's outputs and features are fixed from then
+/// on.
 #[utoipa::path(post, operation_id = "declare_successor", path = "/v1/models/{name}/successor", tag = "models",
     params(("name" = String, Path, description = "Model name")),
     request_body = DeclareSuccessor,

@@ -289,6 +289,18 @@ async fn a_batch_whose_statistics_overflow_names_its_largest_value() {
     assert!(message.contains("-3e200 of \"dye\" in row 2 (counting from 0)"), "{message}");
     let listed: Value = app.get("/v1/models/units/batches").await.json().await.unwrap();
     assert_eq!(listed["batches"], json!([]), "{listed}");
+
+    // A colour model reads a reflectance past full scale as full scale: the output it blames.
+    app.create_model(&json!({"name": "dips", "outputs": ["red"], "transform": "kubelka_munk",
+        "spectrum": {"start_nm": 400, "interval_nm": 100, "count": 4, "scale": "percent"}}))
+        .await;
+    let batch = json!({"batch_id": "typo",
+        "spectra": {"start_nm": 400, "interval_nm": 100,
+                    "values": [[50.0, 40.0, 30.0, 20.0], [50.0, 1e200, 30.0, 20.0]]},
+        "y": [[0.5], [1e160]]});
+    let (path, message) = refused(app.post_batch("dips", &batch).await).await;
+    assert_eq!(path, "/y", "{message}");
+    assert!(message.contains("1e160 of \"red\" in row 1"), "{message}");
 }
 
 /// A feature on a large offset (a serial number, a timestamp) whose values in the batch differ
