@@ -9,8 +9,8 @@ use super::fast::{FastSpectra, fast_csv, fast_rows_object, fast_spectra_object};
 use super::handover::{self, grid_of};
 use super::header::{Column, CsvError, csv_columns};
 use super::spectrum::{
-    Grid, MAX_REQUEST_BANDS, band_wavelength, covering_grid, join_inputs, nm_name, onto_spec_grid,
-    parse_spectra,
+    Grid, Instrument, MAX_REQUEST_BANDS, band_wavelength, covering_grid, join_inputs, nm_name,
+    onto_spec_grid, parse_spectra,
 };
 use super::{
     Detail, Details, Invalid, ModelSpec, Rows, TransformName, describe, parse_rows, pointer_token,
@@ -183,6 +183,7 @@ fn spectral_inputs(read: &FastSpectra, spec: &ModelSpec) -> Option<(Rows, Vec<De
 pub fn parse_inputs(
     body: &mut Body,
     spec: &ModelSpec,
+    instrument: Instrument,
     details: &mut Details,
     warnings: &mut Details,
 ) -> Option<Rows> {
@@ -202,6 +203,7 @@ pub fn parse_inputs(
         values,
         "/spectra",
         spectrum,
+        instrument,
         details,
         warnings,
     );
@@ -303,7 +305,13 @@ impl NewBatch {
                 (x, _) => parse_rows(x, "/x", &mut details),
             }
         } else {
-            parse_inputs(&mut body, spec, &mut details, &mut warnings)
+            parse_inputs(
+                &mut body,
+                spec,
+                Instrument::Model,
+                &mut details,
+                &mut warnings,
+            )
         };
         if let (Some(x), Some(new)) = (&x, &successor)
             && x.rows() != new.rows()

@@ -7,7 +7,7 @@
 use super::body::Body;
 use super::header::CsvError;
 use super::spectrum::{
-    Grid, SpectrumSpec, band_wavelength, nm_name, onto_spec_grid, parse_spectra,
+    Grid, Instrument, SpectrumSpec, band_wavelength, nm_name, onto_spec_grid, parse_spectra,
 };
 use super::{Details, Invalid, ModelSpec, Rows};
 
@@ -34,6 +34,7 @@ pub(super) fn parse_json(
         values,
         "/successor",
         successor,
+        Instrument::Successor,
         details,
         warnings,
     )?;

@@ -32,4 +32,4 @@ pub use header::CsvError;
 pub use model::{ModelName, ModelSpec, SaundersonSpec, Shape, TransformName, UpdateName};
 pub use rows::{Rows, parse_rows};
 pub use scope::Scope;
-pub use spectrum::{Grid, ScaleName, SpectrumSpec};
+pub use spectrum::{Grid, Instrument, ScaleName, SpectrumSpec};

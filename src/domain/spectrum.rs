@@ -250,6 +250,15 @@ fn number(value: Option<&Value>, path: &str, details: &mut Details) -> Option<f6
     }
 }
 
+/// The instrument that read a request's spectra: the model's own (`model`), or the successor
+/// declared by `POST /v1/models/{name}/successor`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Instrument {
+    Model,
+    Successor,
+}
+
 /// Parses a request's `spectra` (`{"start_nm", "interval_nm", "values": [[…], …]}`, every row
 /// one spectrum on that grid, on the model's scale; `values` read apart, as [`RowArray`]) and
 /// resamples every row onto `spec`'s grid. Problems go to `details`; reflectances above full
@@ -259,6 +268,7 @@ pub fn parse_spectra(
     values: Option<RowArray>,
     path: &str,
     spec: &SpectrumSpec,
+    instrument: Instrument,
     details: &mut Details,
     warnings: &mut Details,
 ) -> Option<Rows> {
@@ -291,13 +301,12 @@ pub fn parse_spectra(
             Ok(grid) => Some(grid),
             Err(Uncovered::Short(grid)) => {
                 // A successor's readings are held to the grid its declaration gave.
-                let (reads, range) = if path == "/successor" {
-                    (
+                let (reads, range) = match instrument {
+                    Instrument::Successor => (
                         "the successor instrument is declared on",
                         "its declared range",
-                    )
-                } else {
-                    ("the model reads", "the model's range")
+                    ),
+                    Instrument::Model => ("the model reads", "the model's range"),
                 };
                 details.push(
                     path,
@@ -570,6 +579,7 @@ mod tests {
             values(&body),
             "/spectra",
             &percent_model(),
+            Instrument::Model,
             &mut details,
             &mut warnings,
         );
@@ -593,6 +603,7 @@ mod tests {
             values(&body),
             "/spectra",
             &percent_model(),
+            Instrument::Model,
             &mut details,
             &mut warnings,
         )
@@ -618,6 +629,7 @@ mod tests {
             values(&body),
             "/spectra",
             &absorbance,
+            Instrument::Model,
             &mut details,
             &mut warnings,
         )
@@ -635,6 +647,7 @@ mod tests {
             values(&body),
             "/spectra",
             &fraction,
+            Instrument::Model,
             &mut details,
             &mut warnings,
         )
@@ -653,6 +666,7 @@ mod tests {
                 values(&body),
                 "/spectra",
                 &percent_model(),
+                Instrument::Model,
                 &mut details,
                 &mut warnings
             )

@@ -26,7 +26,7 @@ use crate::auth::Principal;
 use crate::domain::colour::read_judgement;
 use crate::domain::kitchen::{CORRECTION_FIELDS, CorrectionRequest, read_correction};
 use crate::domain::reach;
-use crate::domain::{BatchId, Detail, Invalid, ModelSpec, Scope};
+use crate::domain::{BatchId, Detail, Instrument, Invalid, ModelSpec, Scope};
 use crate::estimator::EstimatorError;
 use mordant_kitchen::candidates::KitchenError;
 use sha2::{Digest, Sha256};
@@ -180,6 +180,7 @@ pub async fn correct_recipe(
             let (x, warnings, request) = parse_request_with(
                 &bytes,
                 &model.spec,
+                Instrument::Model,
                 limit,
                 "correction",
                 &fields,

@@ -16,13 +16,13 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::Path;
 use super::extract::{RawJson, check_malformed};
 use super::models::not_trained;
-use super::predict::{Instrument, Spectra, SuccessorRead, own_instrument, parse_request_with};
+use super::predict::{Spectra, SuccessorRead, own_instrument, parse_request_with};
 use super::routes::Routes;
 use crate::cache::{CachedModel, Matching};
 use crate::domain::colour::{self, Comparison, read_judgement};
 use crate::domain::kitchen::{self, read_listing, read_search};
 use crate::domain::reach;
-use crate::domain::{Detail, Invalid, Rows};
+use crate::domain::{Detail, Instrument, Invalid, Rows};
 use crate::estimator::grid::Grid;
 use crate::estimator::recipe::RecipeMatch;
 use crate::estimator::transfer::MIN_TRANSFER_ROWS;
@@ -233,10 +233,13 @@ pub async fn match_recipes(
             let mut fields = vec!["tolerance", "cmc", "instrument"];
             fields.extend(kitchen::FIELDS);
             let read = SuccessorRead::of(&bytes, &model.spec, &name)?;
-            let spec = read.as_ref().map_or(&model.spec, |r| &r.spec);
+            let (spec, instrument) = read.as_ref().map_or((&model.spec, Instrument::Model), |r| {
+                (&r.spec, Instrument::Successor)
+            });
             let (x, warnings, options) = parse_request_with(
                 &bytes,
                 spec,
+                instrument,
                 limit,
                 "match",
                 &fields,

@@ -19,7 +19,7 @@ use super::routes::Routes;
 use crate::cache::{CachedModel, Serving};
 use crate::coalesce::{self, CoalesceError};
 use crate::domain::{
-    Detail, Details, FastObject, Invalid, ModelSpec, Rows, SpectrumSpec, fast_inputs,
+    Detail, Details, FastObject, Instrument, Invalid, ModelSpec, Rows, SpectrumSpec, fast_inputs,
     fast_rows_object, parse_inputs, pointer_token, row_fields, scale_factor,
 };
 use crate::estimator::transfer::MIN_TRANSFER_ROWS;
@@ -48,14 +48,6 @@ pub struct PredictRequest {
     /// map to the model's instrument and by the successor's own model, mixed as the model's
     /// `successor` status says).
     pub instrument: Option<Instrument>,
-}
-
-/// The instrument that read a request's spectra.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Instrument {
-    Model,
-    Successor,
 }
 
 /// Reflectance spectra on any regular grid that covers the model's range, on the model's scale;
@@ -389,6 +381,7 @@ fn predict_successor(
     let (x, warnings, _) = parse_request_with(
         bytes,
         &read.spec,
+        Instrument::Successor,
         limit,
         "predict",
         &["instrument"],
@@ -533,6 +526,7 @@ pub(super) fn parse_request(
     parse_request_with(
         bytes,
         spec,
+        Instrument::Model,
         limit,
         "predict",
         &["instrument"],
@@ -547,6 +541,7 @@ pub(super) fn parse_request(
 pub(super) fn parse_request_with<T>(
     bytes: &[u8],
     spec: &ModelSpec,
+    instrument: Instrument,
     limit: usize,
     request: &str,
     extra: &[&str],
@@ -578,7 +573,7 @@ pub(super) fn parse_request_with<T>(
     if body.has_no_rows("/x") {
         details.push("/x", "needs at least one row");
     }
-    let x = parse_inputs(&mut body, spec, &mut details, &mut warnings);
+    let x = parse_inputs(&mut body, spec, instrument, &mut details, &mut warnings);
     details.finish(&format!("invalid {request} request"))?;
     let x = x.ok_or_else(|| Invalid::one("/x", "invalid rows"))?;
     Ok((x, warnings.into_list(), extras))

@@ -626,7 +626,7 @@ async fn named_features_go_with_the_successor_s_readings() {
 
 /// A batch of the successor's readings alone on a grid short of its declared range is refused
 /// at `/successor`, held to its declared grid, and nowhere else: a model without named features
-/// needs no `x`.
+/// needs no `x`. Predict and match, asked to read the successor's spectra, say the same.
 #[tokio::test]
 async fn successor_readings_short_of_the_declared_grid_are_refused_there_alone() {
     let app = spawn_app().await;
@@ -649,6 +649,24 @@ async fn successor_readings_short_of_the_declared_grid_are_refused_there_alone()
         message.contains("50 nm but the successor instrument is declared on 400–700 nm"),
         "{message}"
     );
+    // A request read by the successor is held to the same grid, and told so.
+    for endpoint in ["predict", "match"] {
+        let request = json!({"instrument": "successor",
+            "spectra": {"start_nm": 400, "interval_nm": 50, "values": [[0.8, 0.8, 0.8, 0.8, 0.8, 0.8]]}});
+        let response = app
+            .post(&format!("/v1/models/swap/{endpoint}"), &request)
+            .await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{endpoint}");
+        let answer: Value = response.json().await.unwrap();
+        let details = answer["error"]["details"].as_array().unwrap();
+        assert_eq!(details.len(), 1, "{answer}");
+        assert_eq!(details[0]["path"], "/spectra", "{answer}");
+        let message = details[0]["message"].as_str().unwrap();
+        assert!(
+            message.contains("50 nm but the successor instrument is declared on 400–700 nm"),
+            "{endpoint}: {message}"
+        );
+    }
     app.stop().await;
 }
 
