@@ -160,7 +160,9 @@ pub struct ForgettingSpec {
 }
 
 /// A validated model specification, stored as JSON with the model. Once created it only grows:
-/// outputs and named features may be appended (`POST /v1/models/{name}/outputs` and `/features`).
+/// outputs and named features may be appended (`POST /v1/models/{name}/outputs` and `/features`);
+/// of its settings, `drift_threshold` and `first_fit_rows` may change (`PATCH
+/// /v1/models/{name}`, [`ModelSpec::amend`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelSpec {
     pub name: ModelName,
@@ -206,6 +208,9 @@ pub struct Shape {
     pub inputs: usize,
     pub outputs: usize,
 }
+
+/// The settings of a model that `PATCH /v1/models/{name}` may change ([`ModelSpec::amend`]).
+pub const AMENDABLE: [&str; 2] = ["drift_threshold", "first_fit_rows"];
 
 const SPEC_FIELDS: [&str; 13] = [
     "saunderson",
@@ -435,27 +440,12 @@ impl ModelSpec {
                  declared \"spectrum\" (use \"ridge\", \"ard\" or \"auto\" for named features)",
             );
         }
-        let drift_threshold = match fields.get("drift_threshold") {
-            None | Some(Value::Null) => Some(None),
-            value => positive(value, "/drift_threshold", &mut details).map(Some),
-        };
+        let drift_threshold = drift_threshold(fields.get("drift_threshold"), &mut details);
         let inputs = bands.len() + features.as_ref().map_or(0, |f| f.len());
         let p = inputs + usize::from(intercept);
         let first_fit_rows = match fields.get("first_fit_rows") {
             None | Some(Value::Null) => Some((p.max(1) as u64).min(DEFAULT_FIRST_FIT_ROWS)),
-            Some(value) => match value.as_u64() {
-                Some(n) if n > 0 && n <= MAX_FIRST_FIT_ROWS => Some(n),
-                _ => {
-                    details.push(
-                        "/first_fit_rows",
-                        format!(
-                            "must be an integer from 1 to {MAX_FIRST_FIT_ROWS}, found {}",
-                            describe(value)
-                        ),
-                    );
-                    None
-                }
-            },
+            Some(value) => first_fit_rows(value, &mut details),
         };
         if let (Some(_), Some(outputs)) = (&features, &outputs) {
             let entries = p.saturating_mul(p).saturating_mul(outputs.len());
@@ -510,6 +500,50 @@ impl ModelSpec {
             }),
             _ => Err(Invalid::one("", "invalid model specification")),
         }
+    }
+
+    /// This specification with the settings of a `PATCH /v1/models/{name}` body changed: a JSON
+    /// object holding any of [`AMENDABLE`] (validated as [`Self::parse`] validates them; a
+    /// `drift_threshold` of `null` turns holding off). Every other field of the specification is
+    /// fixed once the model exists, and said to be; any other key is unknown.
+    pub fn amend(&self, body: &Value) -> Result<Self, Invalid> {
+        let Value::Object(fields) = body else {
+            return Err(Invalid::one(
+                "",
+                format!("the body must be a JSON object, found {}", describe(body)),
+            ));
+        };
+        let mut details = Details::default();
+        for key in fields.keys().filter(|k| !AMENDABLE.contains(&k.as_str())) {
+            let path = format!("/{}", super::pointer_token(key));
+            if SPEC_FIELDS.contains(&key.as_str()) {
+                details.push(
+                    path,
+                    format!(
+                        "is fixed once the model exists: only {} may change (outputs and \
+                         features grow with POST …/outputs and …/features)",
+                        AMENDABLE.join(" and ")
+                    ),
+                );
+            } else {
+                details.push(path, "unknown field");
+            }
+        }
+        let mut amended = self.clone();
+        if fields.contains_key("drift_threshold")
+            && let Some(threshold) = drift_threshold(fields.get("drift_threshold"), &mut details)
+        {
+            amended.drift_threshold = threshold;
+        }
+        // `null` is no number of rows: refused as any other value that is not one.
+        if let Some(rows) = fields
+            .get("first_fit_rows")
+            .and_then(|value| first_fit_rows(value, &mut details))
+        {
+            amended.first_fit_rows = rows;
+        }
+        details.finish("invalid model settings")?;
+        Ok(amended)
     }
 
     /// The estimator's configuration for this model.
@@ -772,6 +806,31 @@ fn saunderson_field(
 const MIN_PRIOR_VARIANCE: f64 = 1e-100;
 const MAX_PRIOR_VARIANCE: f64 = 1e100;
 
+/// `drift_threshold` as sent: a positive number, or nothing (`None` or `null`) for no holding.
+fn drift_threshold(value: Option<&Value>, details: &mut Details) -> Option<Option<f64>> {
+    match value {
+        None | Some(Value::Null) => Some(None),
+        value => positive(value, "/drift_threshold", details).map(Some),
+    }
+}
+
+/// `first_fit_rows` as sent: an integer from 1 to [`MAX_FIRST_FIT_ROWS`].
+fn first_fit_rows(value: &Value, details: &mut Details) -> Option<u64> {
+    match value.as_u64() {
+        Some(n) if n > 0 && n <= MAX_FIRST_FIT_ROWS => Some(n),
+        _ => {
+            details.push(
+                "/first_fit_rows",
+                format!(
+                    "must be an integer from 1 to {MAX_FIRST_FIT_ROWS}, found {}",
+                    describe(value)
+                ),
+            );
+            None
+        }
+    }
+}
+
 fn positive(value: Option<&Value>, path: &str, details: &mut Details) -> Option<f64> {
     match value.and_then(Value::as_f64) {
         Some(v) if v.is_finite() && v > 0.0 => Some(v),
@@ -822,6 +881,31 @@ mod tests {
                 half_life_rows: 1.0
             })
         );
+    }
+
+    /// A change of settings changes those it names and nothing else; a field fixed at creation
+    /// is refused at its path, whatever its value.
+    #[test]
+    fn settings_change_alone() {
+        let spec = spectral(json!({"drift_threshold": 25, "first_fit_rows": 40})).unwrap();
+        let lowered = spec.amend(&json!({"first_fit_rows": 12})).unwrap();
+        assert_eq!(lowered.first_fit_rows, 12);
+        assert_eq!(lowered.drift_threshold, Some(25.0));
+        let off = spec.amend(&json!({"drift_threshold": null})).unwrap();
+        assert_eq!(off.drift_threshold, None);
+        assert_eq!(
+            ModelSpec {
+                drift_threshold: spec.drift_threshold,
+                ..off
+            },
+            spec
+        );
+        assert_eq!(spec.amend(&json!({})).unwrap(), spec);
+        let refused = spec
+            .amend(&json!({"transform": spec.transform, "drift_threshold": -1}))
+            .unwrap_err();
+        let paths: Vec<&str> = refused.details.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["/transform", "/drift_threshold"], "{refused:?}");
     }
 
     #[test]

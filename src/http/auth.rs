@@ -201,14 +201,8 @@ pub fn secure(openapi: &mut OpenApi, policy: &Policy) {
     );
     components.add_security_scheme(SECURITY_SCHEME, SecurityScheme::Http(scheme));
     for (path, item) in openapi.paths.paths.iter_mut() {
-        for (method, operation) in [
-            ("GET", item.get.as_mut()),
-            ("POST", item.post.as_mut()),
-            ("PUT", item.put.as_mut()),
-            ("DELETE", item.delete.as_mut()),
-        ] {
-            let Some(operation) = operation else { continue };
-            if let Access::Scopes(scopes) = policy.access(method, path) {
+        for (method, operation) in super::routes::operations_mut(item) {
+            if let Access::Scopes(scopes) = policy.access(method.as_str(), path) {
                 protect(operation, scopes);
             }
         }

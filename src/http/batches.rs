@@ -456,8 +456,8 @@ fn waiting_for(batch: &BatchView, model: &ModelRecord) -> Option<String> {
         .then(|| {
             format!(
                 "the model's first fit, which runs once {first} rows are queued ({} are); \
-                 post more rows, or create the model with a smaller \"first_fit_rows\"",
-                model.pending_rows
+                 post more rows, or lower its \"first_fit_rows\" (PATCH /v1/models/{})",
+                model.pending_rows, model.spec.name
             )
         })
 }

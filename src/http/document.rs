@@ -15,15 +15,7 @@ pub struct ProtocolAddon;
 impl utoipa::Modify for ProtocolAddon {
     fn modify(&self, openapi: &mut OpenApi) {
         for (path, item) in openapi.paths.paths.iter_mut() {
-            for operation in [
-                item.get.as_mut(),
-                item.post.as_mut(),
-                item.put.as_mut(),
-                item.delete.as_mut(),
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for (_, operation) in super::routes::operations_mut(item) {
                 shared_answers(operation);
                 if path.starts_with("/v1/") {
                     undocumented_query(operation);

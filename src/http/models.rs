@@ -1,4 +1,5 @@
-//! `/v1/models`: create, list, read, delete, and the posterior of a model.
+//! `/v1/models`: create, list, read, change the settings of, delete, and the posterior of a
+//! model.
 
 use axum::Json;
 use axum::extract::State;
@@ -29,6 +30,7 @@ pub fn routes(routes: Routes) -> Routes {
         .add(ADMIN, routes!(create))
         .add(ANY, routes!(read))
         .add(ADMIN, routes!(delete))
+        .add(ADMIN, routes!(update))
         .add(ANY, routes!(posterior))
         .add(ANY, routes!(relevance))
 }
@@ -111,6 +113,23 @@ pub struct CreateModel {
     #[serde(default)]
     #[schema(exclusive_minimum = 0.0, example = 25.0)]
     pub drift_threshold: Option<f64>,
+}
+
+/// Body of `PATCH /v1/models/{name}`: the settings to change; a field left out stays as it is.
+/// Every other field of the specification is fixed once the model exists.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[schema(example = json!({"drift_threshold": 40}))]
+pub struct ModelSettings {
+    /// Hold a batch for review when its surprise exceeds this; `null` holds none. Batches
+    /// already held stay held until released or rejected, and folded ones stay folded: the
+    /// threshold judges the batches folded from then on.
+    #[schema(exclusive_minimum = 0.0, nullable, example = 40.0)]
+    pub drift_threshold: Option<f64>,
+    /// Rows queued before the first fit runs, on a model not trained yet (a trained model's
+    /// first fit has run: `409`). The rows queued already count: a number they reach is fitted
+    /// at once.
+    #[schema(minimum = 1, nullable = false)]
+    pub first_fit_rows: Option<u64>,
 }
 
 /// A model: its specification and where it stands.
@@ -376,6 +395,62 @@ pub async fn delete(
     app.cache.remove(id);
     app.metrics.forget_model(name.as_str());
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Change a model's settings: its `drift_threshold`, and, before its first fit, its
+/// `first_fit_rows`.
+///
+/// A plant whose batches are held too often (or too seldom) moves its threshold; a model whose
+/// first fit waits for more rows than will come gets a smaller `first_fit_rows`, and the rows
+/// queued are fitted once they reach it. Sending a model's current settings again changes
+/// nothing.
+#[utoipa::path(patch, operation_id = "update_model", path = "/v1/models/{name}", tag = "models",
+    params(("name" = String, Path, description = "Model name")),
+    request_body = ModelSettings,
+    responses(
+        (status = 200, description = "The model with its settings", body = ModelView),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 404, description = "No such model", body = ErrorBody),
+        (status = 409, description = "A new first_fit_rows for a model that is trained", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
+        (status = 422, description = "An invalid value, or a field that cannot change", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip(app, body))]
+pub async fn update(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<ModelView>, ApiError> {
+    let name = model_name(&name)?;
+    let mut lock = app
+        .store
+        .lock_model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    let amended = lock.spec.amend(&body)?;
+    if amended.first_fit_rows != lock.spec.first_fit_rows && lock.version > 0 {
+        return Err(ApiError::Conflict(format!(
+            "model {name} is trained: first_fit_rows says when the first fit runs, and it has \
+             run (it stays {})",
+            lock.spec.first_fit_rows
+        )));
+    }
+    if amended == lock.spec {
+        drop(lock);
+    } else {
+        let (threshold, rows) = (amended.drift_threshold, amended.first_fit_rows);
+        // The cache's copy of the specification keeps the old settings: neither is read from
+        // it (the folder reads them under the model's lock, the views from the store).
+        lock.respecify(amended).await?;
+        lock.commit().await?;
+        tracing::info!(model = %name, drift_threshold = ?threshold, first_fit_rows = rows, "model settings changed");
+    }
+    let record = app
+        .store
+        .model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    Ok(Json(ModelView::of(record, &app.cache, &app.store).await))
 }
 
 /// The posterior of one output.

@@ -100,6 +100,25 @@ fn operations(item: &PathItem) -> impl Iterator<Item = (Method, &Operation)> + '
     .filter_map(|(method, operation)| operation.as_ref().map(|o| (method, o)))
 }
 
+/// The operations of `item`, by method, to be written to: every method, so that what is
+/// written to every operation (the shared answers, the security) misses none.
+pub(super) fn operations_mut(
+    item: &mut PathItem,
+) -> impl Iterator<Item = (Method, &mut Operation)> {
+    [
+        (Method::GET, item.get.as_mut()),
+        (Method::POST, item.post.as_mut()),
+        (Method::PUT, item.put.as_mut()),
+        (Method::DELETE, item.delete.as_mut()),
+        (Method::PATCH, item.patch.as_mut()),
+        (Method::HEAD, item.head.as_mut()),
+        (Method::OPTIONS, item.options.as_mut()),
+        (Method::TRACE, item.trace.as_mut()),
+    ]
+    .into_iter()
+    .filter_map(|(method, operation)| operation.map(|o| (method, o)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

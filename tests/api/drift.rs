@@ -130,6 +130,46 @@ async fn a_surprising_batch_is_held_until_an_admin_releases_or_rejects_it() {
     );
 }
 
+/// A threshold set after the model was created judges the batches folded from then on; taken
+/// off, it holds nothing new and leaves what it held for review.
+#[tokio::test]
+async fn a_threshold_changed_on_a_live_model_judges_the_batches_that_follow() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 3, 2)).await;
+    post(&app, "first", rows(0, 40, 0.0)).await;
+    assert_eq!(app.wait_for_batch("lab", "first").await["status"], "folded");
+    post(&app, "unjudged", rows(40, 60, -30.0)).await;
+    let unjudged = app.wait_for_batch("lab", "unjudged").await;
+    assert_eq!(unjudged["status"], "folded", "no threshold: {unjudged}");
+    assert!(largest(&unjudged) > 20.0, "{unjudged}");
+
+    let set = app
+        .patch("/v1/models/lab", &json!({"drift_threshold": 20}))
+        .await;
+    assert_eq!(set.status(), StatusCode::OK);
+    let set: Value = set.json().await.unwrap();
+    assert_eq!(set["drift_threshold"], 20.0, "{set}");
+    let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
+    assert_eq!(model["drift_threshold"], 20.0);
+    post(&app, "judged", rows(60, 80, 60.0)).await;
+    let judged = app.wait_for_batch("lab", "judged").await;
+    assert_eq!(judged["status"], "held", "{judged}");
+
+    let off = app
+        .patch("/v1/models/lab", &json!({"drift_threshold": null}))
+        .await;
+    assert_eq!(off.status(), StatusCode::OK);
+    let off: Value = off.json().await.unwrap();
+    assert_eq!(off["drift_threshold"], Value::Null, "{off}");
+    post(&app, "after", rows(80, 100, 60.0)).await;
+    let after = app.wait_for_batch("lab", "after").await;
+    assert_eq!(after["status"], "folded", "{after}");
+    assert!(largest(&after) > 20.0, "{after}");
+    let held = app.get("/v1/models/lab/batches/judged").await;
+    let held: Value = held.json().await.unwrap();
+    assert_eq!(held["status"], "held", "still for a person to decide: {held}");
+}
+
 #[tokio::test]
 async fn without_a_threshold_nothing_is_held_but_surprise_is_recorded() {
     let app = spawn_app().await;

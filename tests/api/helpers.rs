@@ -117,6 +117,15 @@ impl TestApp {
             .expect("POST")
     }
 
+    pub async fn patch(&self, path: &str, body: &Value) -> Response {
+        self.client
+            .patch(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .expect("PATCH")
+    }
+
     /// POST with a raw body and content type.
     pub async fn post_raw(
         &self,

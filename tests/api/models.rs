@@ -103,6 +103,61 @@ async fn an_invalid_specification_names_every_bad_field() {
     assert_eq!(list["models"], json!([]), "nothing was created");
 }
 
+/// A change of settings names every bad field, changes nothing when one is bad, and refuses the
+/// fields fixed at creation.
+#[tokio::test]
+async fn invalid_settings_name_every_bad_field_and_change_nothing() {
+    let app = spawn_app().await;
+    let mut model = spec("lab", 3, 2);
+    model["drift_threshold"] = json!(25);
+    app.create_model(&model).await;
+    let response = app
+        .patch(
+            "/v1/models/lab",
+            &json!({"drift_threshold": 40, "first_fit_rows": 0, "outputs": ["blue"], "colour": 1}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_input");
+    let details = body["error"]["details"].as_array().unwrap();
+    let message = |path: &str| {
+        details
+            .iter()
+            .find(|d| d["path"] == path)
+            .and_then(|d| d["message"].as_str())
+            .unwrap_or_else(|| panic!("{path} missing from {body}"))
+            .to_owned()
+    };
+    assert!(message("/first_fit_rows").contains("from 1"), "{body}");
+    assert!(message("/outputs").contains("fixed"), "{body}");
+    assert_eq!(message("/colour"), "unknown field");
+    assert_eq!(details.len(), 3, "{body}");
+    for bad in [
+        json!({"drift_threshold": 0}),
+        json!({"drift_threshold": "high"}),
+        json!({"first_fit_rows": null}),
+        json!({"first_fit_rows": 2.5}),
+    ] {
+        let response = app.patch("/v1/models/lab", &bad).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    }
+    let not_object = app.patch("/v1/models/lab", &json!([1])).await;
+    assert_eq!(not_object.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
+    assert_eq!(
+        (&model["drift_threshold"], &model["first_fit_rows"]),
+        (&json!(25.0), &json!(4)),
+        "nothing changed: {model}"
+    );
+    let nothing = app.patch("/v1/models/lab", &json!({})).await;
+    assert_eq!(nothing.status(), StatusCode::OK);
+    let missing = app
+        .patch("/v1/models/nothing", &json!({"drift_threshold": 3}))
+        .await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
 #[tokio::test]
 async fn unknown_models_and_endpoints_are_404_in_the_error_format() {
     let app = spawn_app().await;

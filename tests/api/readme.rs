@@ -53,6 +53,8 @@ async fn readme_walkthrough_works_against_a_fresh_service() {
     assert_eq!(csv["rows"], 1);
     let restored = json(answer("/versions/1/restore"));
     assert_eq!(restored["restored_from"], 1);
+    let settings = json(answer("-X PATCH"));
+    assert_eq!(settings["drift_threshold"], 40.0);
     assert!(answer("/metrics").contains("mordant_build_info"));
     assert!(answer("/openapi.json").contains("\"openapi\""));
     // After the final delete, the model is gone.

@@ -1264,10 +1264,12 @@ async fn one_step_folds_refit_hyperparameters_once_the_rows_have_doubled() {
     assert_eq!(fitted, [10.0, 10.0, 20.0]);
 }
 
-/// A batch that cannot be folded yet says what it waits for.
+/// A batch that cannot be folded yet says what it waits for; a smaller `first_fit_rows` lets
+/// the rows queued be fitted at once (the folder polls once an hour here: the change wakes it),
+/// and a trained model's cannot change.
 #[tokio::test]
 async fn a_batch_waiting_for_the_first_fit_says_so() {
-    let app = spawn_app().await;
+    let app = spawn_configured(|settings| settings.folder.poll_interval_ms = 3_600_000).await;
     app.create_model(&json!({
         "name": "waits", "features": ["a", "b"], "outputs": ["y"], "first_fit_rows": 5,
     }))
@@ -1288,9 +1290,36 @@ async fn a_batch_waiting_for_the_first_fit_says_so() {
     assert_eq!(status["status"], "queued");
     let waiting = status["waiting_for"].as_str().expect("waiting_for");
     assert!(
-        waiting.contains("5 rows") && waiting.contains("(3 are)"),
+        waiting.contains("5 rows")
+            && waiting.contains("(3 are)")
+            && waiting.contains("PATCH /v1/models/waits"),
         "{waiting}"
     );
     let model: Value = app.get("/v1/models/waits").await.json().await.unwrap();
     assert_eq!(model["pending_rows"], 3);
+
+    let lowered = app
+        .patch("/v1/models/waits", &json!({"first_fit_rows": 3}))
+        .await;
+    assert_eq!(lowered.status(), StatusCode::OK);
+    let lowered: Value = lowered.json().await.unwrap();
+    assert_eq!(lowered["first_fit_rows"], 3, "{lowered}");
+    let folded = app.wait_for_batch("waits", "first").await;
+    assert_eq!(folded["status"], "folded", "{folded}");
+    assert_eq!(folded["version"], 1, "{folded}");
+
+    let trained = app
+        .patch("/v1/models/waits", &json!({"first_fit_rows": 2}))
+        .await;
+    assert_eq!(trained.status(), StatusCode::CONFLICT);
+    let trained: Value = trained.json().await.unwrap();
+    let message = trained["error"]["message"].as_str().unwrap();
+    assert!(message.contains("is trained"), "{message}");
+    // Its own value again (a retry) changes nothing.
+    let again = app
+        .patch("/v1/models/waits", &json!({"first_fit_rows": 3}))
+        .await;
+    assert_eq!(again.status(), StatusCode::OK);
+    let model: Value = app.get("/v1/models/waits").await.json().await.unwrap();
+    assert_eq!((&model["first_fit_rows"], &model["version"]), (&json!(3), &json!(1)));
 }

@@ -142,12 +142,18 @@ impl ModelTransaction for PgModelTransaction {
     }
 
     async fn set_spec(&mut self, spec: &ModelSpec) -> Result<(), StoreError> {
-        sqlx::query("UPDATE models SET spec = $2, updated_at = clock_timestamp() WHERE id = $1")
-            .bind(self.model_id)
-            .bind(Json(spec))
-            .execute(&mut *self.tx)
-            .await?;
+        sqlx::query(
+            "UPDATE models SET spec = $2, first_fit_rows = $3, updated_at = clock_timestamp() \
+             WHERE id = $1",
+        )
+        .bind(self.model_id)
+        .bind(Json(spec))
+        .bind(i64::try_from(spec.first_fit_rows).unwrap_or(i64::MAX))
+        .execute(&mut *self.tx)
+        .await?;
         notify(&mut self.tx, Topic::Models, self.model_id).await?;
+        // A smaller `first_fit_rows` may let the rows already queued be fitted.
+        notify(&mut self.tx, Topic::Batches, self.model_id).await?;
         Ok(())
     }
 

@@ -199,6 +199,8 @@ impl ModelTransaction for SqliteModelTransaction {
         let mut tx = self.store.write().await?;
         // A new version or specification: the cache of this process follows it.
         let mut changed = false;
+        // A new specification: a smaller `first_fit_rows` may let the queued rows be fitted.
+        let mut respecified = false;
         for write in &self.writes {
             match write {
                 Write::Version {
@@ -241,13 +243,18 @@ impl ModelTransaction for SqliteModelTransaction {
                     changed = true;
                 }
                 Write::Spec { spec, at } => {
-                    sqlx::query("UPDATE models SET spec = ?2, updated_at = ?3 WHERE id = ?1")
-                        .bind(self.model_id)
-                        .bind(Json(spec))
-                        .bind(at)
-                        .execute(&mut *tx)
-                        .await?;
+                    sqlx::query(
+                        "UPDATE models SET spec = ?2, first_fit_rows = ?3, updated_at = ?4 \
+                         WHERE id = ?1",
+                    )
+                    .bind(self.model_id)
+                    .bind(Json(spec))
+                    .bind(i64::try_from(spec.first_fit_rows).unwrap_or(i64::MAX))
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?;
                     changed = true;
+                    respecified = true;
                 }
                 Write::Thin { version } => {
                     sqlx::query(
@@ -325,6 +332,9 @@ impl ModelTransaction for SqliteModelTransaction {
         committed?;
         if changed {
             self.store.notify(Topic::Models, Some(self.model_id));
+        }
+        if respecified {
+            self.store.notify(Topic::Batches, Some(self.model_id));
         }
         Ok(())
     }
