@@ -128,11 +128,7 @@ async fn grow(
     growth: Growth,
     body: &serde_json::Value,
 ) -> Result<Json<ModelView>, ApiError> {
-    let mut lock = app
-        .store
-        .lock_model(name)
-        .await?
-        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    let mut lock = super::models::lock(app, name).await?;
     if lock.spec.successor.is_some() {
         return Err(ApiError::Conflict(format!(
             "model {name} has a successor instrument: its outputs and features are fixed until \
@@ -168,12 +164,7 @@ async fn grow(
     if !extension.added.is_empty() {
         tracing::info!(model = %name, added = ?extension.added, ?growth, "model grown");
     }
-    let record = app
-        .store
-        .model(name)
-        .await?
-        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    Ok(Json(ModelView::of(record, &app.cache, &app.store).await))
+    super::models::view(app, name).await
 }
 
 /// `state` widened to `config`'s outputs and features with their exact zero statistics, and

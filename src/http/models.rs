@@ -19,10 +19,12 @@ use super::extract::model_name;
 use super::routes::Routes;
 use crate::cache::{CachedModel, PosteriorCache};
 use crate::domain::model::{ForgettingSpec, PriorName};
-use crate::domain::{ModelSpec, SaundersonSpec, SpectrumSpec, TransformName, UpdateName};
+use crate::domain::{
+    ModelName, ModelSpec, SaundersonSpec, SpectrumSpec, TransformName, UpdateName,
+};
 use crate::estimator::succession::Succession;
 use crate::estimator::transfer::MIN_TRANSFER_ROWS;
-use crate::store::{ModelRecord, Store};
+use crate::store::{ModelLock, ModelRecord, Store};
 /// The routes of models, with the access each needs.
 pub fn routes(routes: Routes) -> Routes {
     routes
@@ -366,9 +368,22 @@ pub async fn read(
     Path(name): Path<String>,
 ) -> Result<Json<ModelView>, ApiError> {
     let name = model_name(&name)?;
+    view(&app, &name).await
+}
+
+/// Model `name` locked for a write (see [`ModelLock`]), or `404`.
+pub(super) async fn lock(app: &AppState, name: &ModelName) -> Result<ModelLock, ApiError> {
+    app.store
+        .lock_model(name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))
+}
+
+/// The view of model `name` as the store holds it now, or `404`.
+pub(super) async fn view(app: &AppState, name: &ModelName) -> Result<Json<ModelView>, ApiError> {
     let record = app
         .store
-        .model(&name)
+        .model(name)
         .await?
         .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
     Ok(Json(ModelView::of(record, &app.cache, &app.store).await))
@@ -422,11 +437,7 @@ pub async fn update(
     JsonBody(body): JsonBody,
 ) -> Result<Json<ModelView>, ApiError> {
     let name = model_name(&name)?;
-    let mut lock = app
-        .store
-        .lock_model(&name)
-        .await?
-        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    let mut lock = lock(&app, &name).await?;
     let amended = lock.spec.amend(&body)?;
     if amended.first_fit_rows != lock.spec.first_fit_rows && lock.version > 0 {
         return Err(ApiError::Conflict(format!(
@@ -445,12 +456,7 @@ pub async fn update(
         lock.commit().await?;
         tracing::info!(model = %name, drift_threshold = ?threshold, first_fit_rows = rows, "model settings changed");
     }
-    let record = app
-        .store
-        .model(&name)
-        .await?
-        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    Ok(Json(ModelView::of(record, &app.cache, &app.store).await))
+    view(&app, &name).await
 }
 
 /// The posterior of one output.

@@ -73,11 +73,7 @@ pub async fn declare(
     JsonBody(body): JsonBody,
 ) -> Result<Json<ModelView>, ApiError> {
     let name = model_name(&name)?;
-    let mut lock = app
-        .store
-        .lock_model(&name)
-        .await?
-        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    let mut lock = super::models::lock(&app, &name).await?;
     let Some(old) = lock.spec.spectrum else {
         return Err(ApiError::Conflict(format!(
             "model {name} reads no spectrum: a successor replaces a model's spectrophotometer"
@@ -125,12 +121,7 @@ pub async fn declare(
             tracing::info!(model = %name, grid = %spectrum.grid().describe(), "successor declared");
         }
     }
-    let record = app
-        .store
-        .model(&name)
-        .await?
-        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
-    Ok(Json(ModelView::of(record, &app.cache, &app.store).await))
+    super::models::view(&app, &name).await
 }
 
 /// The body's spectrum, checked against the model's own (`old`): the scales must be both

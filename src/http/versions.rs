@@ -193,11 +193,7 @@ pub async fn restore(
     let source: i64 = version.parse().ok().filter(|v| *v > 0).ok_or_else(|| {
         Invalid::one("", format!("{version:?} is not a version number (1, 2, …)"))
     })?;
-    let mut lock = app
-        .store
-        .lock_model(&name)
-        .await?
-        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    let mut lock = super::models::lock(&app, &name).await?;
     let read = history::version_state(&mut lock, source)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("model {name} has no version {source}")))?;
@@ -271,11 +267,7 @@ pub async fn refit(
     Path(name): Path<String>,
 ) -> Result<(StatusCode, Json<VersionView>), ApiError> {
     let name = model_name(&name)?;
-    let mut lock = app
-        .store
-        .lock_model(&name)
-        .await?
-        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
+    let mut lock = super::models::lock(&app, &name).await?;
     if lock.version == 0 {
         return Err(not_trained(name.as_str()));
     }

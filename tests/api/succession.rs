@@ -635,24 +635,18 @@ async fn successor_readings_short_of_the_declared_grid_are_refused_there_alone()
     learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
     let declared = app.post("/v1/models/swap/successor", &declaration()).await;
     assert_eq!(declared.status(), StatusCode::OK);
-    let short = json!({"batch_id": "short",
-        "successor": {"start_nm": 400, "interval_nm": 50, "values": [[0.8, 0.8, 0.8, 0.8, 0.8, 0.8]]},
-        "y": [[0.1, 0.1, 0.1]]});
-    let response = app.post_batch("swap", &short).await;
-    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let answer: Value = response.json().await.unwrap();
-    let details = answer["error"]["details"].as_array().unwrap();
-    assert_eq!(details.len(), 1, "{answer}");
-    assert_eq!(details[0]["path"], "/successor", "{answer}");
-    let message = details[0]["message"].as_str().unwrap();
-    assert!(
-        message.contains("50 nm but the successor instrument is declared on 400–700 nm"),
-        "{message}"
-    );
-    // A request read by the successor is held to the same grid, and told so.
-    for endpoint in ["predict", "match"] {
-        let request = json!({"instrument": "successor",
-            "spectra": {"start_nm": 400, "interval_nm": 50, "values": [[0.8, 0.8, 0.8, 0.8, 0.8, 0.8]]}});
+    // A batch of the successor's readings, and requests asking the successor's reading be
+    // answered: all held to its declared grid, and told so where they sent it.
+    let short = json!({"start_nm": 400, "interval_nm": 50, "values": [[0.8, 0.8, 0.8, 0.8, 0.8, 0.8]]});
+    for (endpoint, request, path) in [
+        (
+            "batches",
+            json!({"batch_id": "short", "successor": short, "y": [[0.1, 0.1, 0.1]]}),
+            "/successor",
+        ),
+        ("predict", json!({"instrument": "successor", "spectra": short}), "/spectra"),
+        ("match", json!({"instrument": "successor", "spectra": short}), "/spectra"),
+    ] {
         let response = app
             .post(&format!("/v1/models/swap/{endpoint}"), &request)
             .await;
@@ -660,7 +654,7 @@ async fn successor_readings_short_of_the_declared_grid_are_refused_there_alone()
         let answer: Value = response.json().await.unwrap();
         let details = answer["error"]["details"].as_array().unwrap();
         assert_eq!(details.len(), 1, "{answer}");
-        assert_eq!(details[0]["path"], "/spectra", "{answer}");
+        assert_eq!(details[0]["path"], path, "{answer}");
         let message = details[0]["message"].as_str().unwrap();
         assert!(
             message.contains("50 nm but the successor instrument is declared on 400–700 nm"),
