@@ -19,6 +19,7 @@
 //! Reading a stored batch back into statistics ([`decode_batch`]) lives here too: the folder
 //! and a replay read batches the same way.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -29,8 +30,34 @@ use crate::estimator::succession::Succession;
 use crate::estimator::{
     Basis, BatchStatistics, FittedShapes, ModelConfig, ModelState, Predictor, codec,
 };
-use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin};
+use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin, VersionRecord};
 use crate::successor::{SuccessorBatch, decode_version};
+
+/// The ids of the batches whose rows version `version`'s state holds, in the order they were
+/// folded: those folded into it and into every version its state was made from (`versions`,
+/// the model's history in any order). A version is made from the one before it, but a restore,
+/// which copies the version it names: a restore leaves out what was folded after that version,
+/// and a later restore of a version from before it brings those batches back.
+pub fn batches_learnt(versions: &[VersionRecord], version: i64) -> Vec<&str> {
+    let by_number: HashMap<i64, &VersionRecord> = versions.iter().map(|v| (v.version, v)).collect();
+    let mut chain = Vec::new();
+    let mut at = version;
+    // `at` falls at every step (a restore copies an earlier version), so the walk ends.
+    while let Some(record) = by_number.get(&at) {
+        match (record.origin, record.restored_from) {
+            (VersionOrigin::Restore, Some(from)) if from < at => at = from,
+            _ => {
+                chain.push(*record);
+                at -= 1;
+            }
+        }
+    }
+    chain
+        .iter()
+        .rev()
+        .flat_map(|v| v.batches.iter().map(String::as_str))
+        .collect()
+}
 
 /// What a queued batch was stored as.
 #[derive(Clone, Copy, Debug)]
@@ -431,6 +458,49 @@ mod tests {
     use super::*;
     use crate::folder::tests::{le_bytes, wide_batches, wide_spec};
     use crate::folder::{Pending, plan_fold};
+
+    /// A history's version records: `(origin, restored_from, batches)` for versions 1, 2, ….
+    fn records(versions: &[(VersionOrigin, Option<i64>, &[&str])]) -> Vec<VersionRecord> {
+        versions
+            .iter()
+            .enumerate()
+            .map(|(i, (origin, restored_from, batches))| VersionRecord {
+                version: i as i64 + 1,
+                created_at: Utc::now(),
+                origin: *origin,
+                restored_from: *restored_from,
+                observations: 0.0,
+                noise_variances: Vec::new(),
+                batches: batches.iter().map(|b| (*b).to_owned()).collect(),
+                full_state: true,
+            })
+            .collect()
+    }
+
+    /// A restore's state holds what the version it copies held; what was folded after that
+    /// comes back only with a restore of a version that held it.
+    #[test]
+    fn a_version_learnt_the_batches_of_the_versions_its_state_was_made_from() {
+        use VersionOrigin::{Extend, Fold, Refit, Restore};
+        let versions = records(&[
+            (Fold, None, &["a", "b"]),
+            (Fold, None, &["c"]),
+            (Refit, None, &[]),
+            (Fold, None, &["d"]),
+            (Restore, Some(2), &[]),
+            (Fold, None, &["e"]),
+            (Extend, None, &[]),
+            (Restore, Some(4), &[]),
+            (Restore, Some(7), &[]),
+        ]);
+        let learnt = |v| batches_learnt(&versions, v);
+        assert_eq!(learnt(4), ["a", "b", "c", "d"]);
+        assert_eq!(learnt(5), ["a", "b", "c"]);
+        assert_eq!(learnt(7), ["a", "b", "c", "e"]);
+        assert_eq!(learnt(8), ["a", "b", "c", "d"]);
+        assert_eq!(learnt(9), ["a", "b", "c", "e"]);
+        assert!(learnt(0).is_empty() && learnt(10).is_empty());
+    }
 
     /// A batch as the store lists it: with its statistics, or (`as_rows`) with its rows only.
     fn stored(

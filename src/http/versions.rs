@@ -1,5 +1,6 @@
 //! `/v1/models/{name}/versions`, restore and refit.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::Json;
@@ -53,6 +54,48 @@ pub struct VersionView {
     /// Whether the version keeps its full state. A fold between two full states keeps only
     /// its batches and a digest: restoring it replays them (`database.full_state_every`).
     pub full_state: bool,
+}
+
+/// Most batch ids a restore's answer lists of each kind.
+const MAX_LISTED: usize = 1000;
+
+/// Batches whose learning a restore changes, in the order they were folded.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RestoredBatches {
+    /// How many there are.
+    #[schema(example = 2)]
+    pub count: usize,
+    /// Their ids, the first 1,000.
+    #[schema(example = json!(["lot-0107", "lot-0108"]))]
+    pub batch_ids: Vec<String>,
+}
+
+impl RestoredBatches {
+    fn of(ids: Vec<&str>) -> Self {
+        Self {
+            count: ids.len(),
+            batch_ids: ids
+                .into_iter()
+                .take(MAX_LISTED)
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+}
+
+/// A restore's new version, and what it changed of the batches learnt.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RestoreView {
+    #[serde(flatten)]
+    pub version: VersionView,
+    /// Batches the version current before the restore had learnt and the restored one had not
+    /// (folded after it): the new version does not hold them. Their records stay `folded`, and
+    /// a replay of their id is answered from the record: to learn one again, post its rows
+    /// under a new id.
+    pub left_out: RestoredBatches,
+    /// Batches the restored version had learnt and the version current before had not (an
+    /// earlier restore left them out): the new version holds them again.
+    pub brought_back: RestoredBatches,
 }
 
 impl From<VersionRecord> for VersionView {
@@ -179,7 +222,7 @@ pub async fn list(
         ("version" = i64, Path, description = "The version to restore", minimum = 1),
     ),
     responses(
-        (status = 201, description = "The new version", body = VersionView),
+        (status = 201, description = "The new version, with the batches it leaves out and brings back", body = RestoreView),
         (status = 404, description = "No such model or version", body = ErrorBody),
         (status = 409, description = "The version's state cannot be made current in the model's shape", body = ErrorBody),
         (status = 422, description = "Not a version number", body = ErrorBody),
@@ -188,7 +231,7 @@ pub async fn list(
 pub async fn restore(
     State(app): State<AppState>,
     Path((name, version)): Path<(String, String)>,
-) -> Result<(StatusCode, Json<VersionView>), ApiError> {
+) -> Result<(StatusCode, Json<RestoreView>), ApiError> {
     let name = model_name(&name)?;
     let source: i64 = version.parse().ok().filter(|v| *v > 0).ok_or_else(|| {
         Invalid::one("", format!("{version:?} is not a version number (1, 2, …)"))
@@ -237,6 +280,7 @@ pub async fn restore(
         }
         None => (state, restored, blob),
     };
+    let model_id = lock.model_id;
     let view = write(
         &app,
         lock,
@@ -247,7 +291,25 @@ pub async fn restore(
         FittedShapes::none(),
     )
     .await?;
-    Ok((StatusCode::CREATED, Json(view)))
+    // The versions up to the new one do not change once written: read after the commit, the
+    // history says what each held.
+    let versions = app.store.versions(model_id).await?;
+    let before = history::batches_learnt(&versions, view.version - 1);
+    let after = history::batches_learnt(&versions, view.version);
+    let (had, has): (HashSet<&str>, HashSet<&str>) = (
+        before.iter().copied().collect(),
+        after.iter().copied().collect(),
+    );
+    let left_out = before.into_iter().filter(|b| !has.contains(b)).collect();
+    let brought_back = after.into_iter().filter(|b| !had.contains(b)).collect();
+    Ok((
+        StatusCode::CREATED,
+        Json(RestoreView {
+            version: view,
+            left_out: RestoredBatches::of(left_out),
+            brought_back: RestoredBatches::of(brought_back),
+        }),
+    ))
 }
 
 /// Run Algorithm 2 on the accumulated statistics, from the current hyperparameters (and, where

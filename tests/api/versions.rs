@@ -133,6 +133,8 @@ async fn restore_makes_a_new_version_equal_to_an_old_one() {
     assert_eq!(body["version"], 4);
     assert_eq!(body["restored_from"], 1);
     assert_eq!(body["origin"], "restore");
+    assert_eq!(body["left_out"], json!({"count": 2, "batch_ids": ["b1", "b2"]}));
+    assert_eq!(body["brought_back"], json!({"count": 0, "batch_ids": []}));
 
     let (probe, _) = random_rows(7, 4, 3, 2);
     let api = app.predict_at("lab", &json!(probe), 4).await;
@@ -159,6 +161,31 @@ async fn restore_makes_a_new_version_equal_to_an_old_one() {
         .post("/v1/models/lab/versions/first/restore", &json!({}))
         .await;
     assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+/// A restore says which batches it leaves out and which it brings back, over restores before
+/// it: restoring a version from before a restore brings back what that restore left out.
+#[tokio::test]
+async fn a_restore_names_the_batches_it_leaves_out_and_brings_back() {
+    let app = spawn_app().await;
+    train_three_versions(&app).await;
+    let first = app.restore("lab", 1).await;
+    assert_eq!(first["left_out"]["batch_ids"], json!(["b1", "b2"]));
+    let (x, y) = random_rows(20, 8, 3, 2);
+    let response = app
+        .post_batch("lab", &json!({"batch_id": "b3", "x": x, "y": y}))
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.wait_for_batch("lab", "b3").await["version"], 5);
+    // Version 3 held b0–b2; version 5, the current one, held b0 and b3.
+    let back = app.restore("lab", 3).await;
+    assert_eq!((&back["version"], &back["restored_from"]), (&json!(6), &json!(3)));
+    assert_eq!(back["left_out"], json!({"count": 1, "batch_ids": ["b3"]}));
+    assert_eq!(back["brought_back"], json!({"count": 2, "batch_ids": ["b1", "b2"]}));
+    // The same version again changes nothing.
+    let again = app.restore("lab", 3).await;
+    assert_eq!(again["left_out"]["count"], 0, "{again}");
+    assert_eq!(again["brought_back"]["count"], 0, "{again}");
 }
 
 #[tokio::test]
