@@ -201,7 +201,7 @@ pub fn secure(openapi: &mut OpenApi, policy: &Policy) {
     );
     components.add_security_scheme(SECURITY_SCHEME, SecurityScheme::Http(scheme));
     for (path, item) in openapi.paths.paths.iter_mut() {
-        for (method, operation) in super::routes::operations_mut(item) {
+        for (method, operation) in super::document::operations_mut(item) {
             if let Access::Scopes(scopes) = policy.access(method.as_str(), path) {
                 protect(operation, scopes);
             }

@@ -2,8 +2,9 @@
 //! may get from the layers in front of the handlers (`413`, `415`, `431`, `503`, and `400` for
 //! an undocumented query parameter of the API), and the headers on every answer.
 
+use axum::http::Method;
 use utoipa::openapi::header::{Header, HeaderBuilder};
-use utoipa::openapi::path::{Operation, ParameterIn};
+use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
 use utoipa::openapi::{
     ContentBuilder, KnownFormat, Object, ObjectBuilder, OpenApi, Ref, RefOr, ResponseBuilder,
     Schema, SchemaFormat, Type,
@@ -15,7 +16,7 @@ pub struct ProtocolAddon;
 impl utoipa::Modify for ProtocolAddon {
     fn modify(&self, openapi: &mut OpenApi) {
         for (path, item) in openapi.paths.paths.iter_mut() {
-            for (_, operation) in super::routes::operations_mut(item) {
+            for (_, operation) in operations_mut(item) {
                 shared_answers(operation);
                 if path.starts_with("/v1/") {
                     undocumented_query(operation);
@@ -157,4 +158,39 @@ fn csv_is_bytes(operation: &mut Operation) {
                 .build(),
         )));
     }
+}
+
+/// The operations of `item`, by method.
+pub(super) fn operations(item: &PathItem) -> impl Iterator<Item = (Method, &Operation)> + '_ {
+    [
+        (Method::GET, &item.get),
+        (Method::POST, &item.post),
+        (Method::PUT, &item.put),
+        (Method::DELETE, &item.delete),
+        (Method::PATCH, &item.patch),
+        (Method::HEAD, &item.head),
+        (Method::OPTIONS, &item.options),
+        (Method::TRACE, &item.trace),
+    ]
+    .into_iter()
+    .filter_map(|(method, operation)| operation.as_ref().map(|o| (method, o)))
+}
+
+/// The operations of `item`, by method, to be written to: every method, so that what is
+/// written to every operation (the shared answers, the security) misses none.
+pub(super) fn operations_mut(
+    item: &mut PathItem,
+) -> impl Iterator<Item = (Method, &mut Operation)> {
+    [
+        (Method::GET, item.get.as_mut()),
+        (Method::POST, item.post.as_mut()),
+        (Method::PUT, item.put.as_mut()),
+        (Method::DELETE, item.delete.as_mut()),
+        (Method::PATCH, item.patch.as_mut()),
+        (Method::HEAD, item.head.as_mut()),
+        (Method::OPTIONS, item.options.as_mut()),
+        (Method::TRACE, item.trace.as_mut()),
+    ]
+    .into_iter()
+    .filter_map(|(method, operation)| operation.map(|o| (method, o)))
 }

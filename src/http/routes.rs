@@ -3,13 +3,13 @@
 //! OpenAPI document and the [`Policy`] that the auth middleware enforces are all read off the
 //! same declarations, so none of them can miss a route the others have.
 
-use axum::http::Method;
 use utoipa::openapi::OpenApi;
-use utoipa::openapi::path::{Operation, ParameterIn, PathItem, Paths};
+use utoipa::openapi::path::{ParameterIn, Paths};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 
 use super::AppState;
 use super::auth::{Access, Policy, Rule};
+use super::document::operations;
 
 /// The routes declared so far: the router with its document, and the policy.
 pub struct Routes {
@@ -82,41 +82,6 @@ impl Routes {
         let (router, document) = self.router.split_for_parts();
         (router, document, self.policy)
     }
-}
-
-/// The operations of `item`, by method.
-fn operations(item: &PathItem) -> impl Iterator<Item = (Method, &Operation)> + '_ {
-    [
-        (Method::GET, &item.get),
-        (Method::POST, &item.post),
-        (Method::PUT, &item.put),
-        (Method::DELETE, &item.delete),
-        (Method::PATCH, &item.patch),
-        (Method::HEAD, &item.head),
-        (Method::OPTIONS, &item.options),
-        (Method::TRACE, &item.trace),
-    ]
-    .into_iter()
-    .filter_map(|(method, operation)| operation.as_ref().map(|o| (method, o)))
-}
-
-/// The operations of `item`, by method, to be written to: every method, so that what is
-/// written to every operation (the shared answers, the security) misses none.
-pub(super) fn operations_mut(
-    item: &mut PathItem,
-) -> impl Iterator<Item = (Method, &mut Operation)> {
-    [
-        (Method::GET, item.get.as_mut()),
-        (Method::POST, item.post.as_mut()),
-        (Method::PUT, item.put.as_mut()),
-        (Method::DELETE, item.delete.as_mut()),
-        (Method::PATCH, item.patch.as_mut()),
-        (Method::HEAD, item.head.as_mut()),
-        (Method::OPTIONS, item.options.as_mut()),
-        (Method::TRACE, item.trace.as_mut()),
-    ]
-    .into_iter()
-    .filter_map(|(method, operation)| operation.map(|o| (method, o)))
 }
 
 #[cfg(test)]
