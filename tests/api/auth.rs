@@ -290,6 +290,38 @@ async fn cors_allows_the_configured_origins_only() {
     let other = preflight("https://elsewhere.example").await.unwrap();
     assert!(other.headers().get("access-control-allow-origin").is_none());
 
+    // A browser may call every operation the document lists, so every method in it is allowed.
+    let document: Value = serde_json::from_str(&mordant::http::openapi_json().unwrap()).unwrap();
+    let mut used: Vec<String> = document["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|item| item.as_object().unwrap().keys())
+        .filter(|key| !matches!(key.as_str(), "parameters" | "summary" | "description"))
+        .map(|method| method.to_ascii_uppercase())
+        .collect();
+    used.sort();
+    used.dedup();
+    assert!(used.contains(&"PATCH".to_owned()), "{used:?}");
+    for method in used {
+        let response = app
+            .client
+            .request(Method::OPTIONS, app.url("/v1/models/cotton"))
+            .header("origin", "https://colour.plant.example")
+            .header("access-control-request-method", &method)
+            .send()
+            .await
+            .unwrap();
+        let allowed = response.headers()["access-control-allow-methods"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            allowed.split(',').any(|m| m.trim() == method),
+            "{method} is not in {allowed}"
+        );
+    }
+
     // A real request from the allowed origin carries the header (and still needs a key).
     let response = app
         .client
