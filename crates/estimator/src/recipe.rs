@@ -660,10 +660,19 @@ impl MatchProblem<'_> {
             .map(|l| (self.target[l] - self.map.transform.reflectance(fitted[l])).powi(2))
             .sum();
         let residual_rms = (rss / counted.max(1) as f64).sqrt();
+        // A blend's inverse is found by Newton's steps, which may round `h(MAX_CONCENTRATION)`
+        // back to a hair above it: the answer keeps to the cap it was held at.
         let c: Vec<f64> = u
             .iter()
             .zip(&self.map.curves)
-            .map(|(&u, h)| h.inverse(u))
+            .map(|(&u, h)| {
+                let c = h.inverse(u);
+                if h.is_linear() {
+                    c
+                } else {
+                    c.min(MAX_CONCENTRATION)
+                }
+            })
             .collect();
         for ((v, c), h) in variance.iter_mut().zip(&c).zip(&self.map.curves) {
             *v /= h.slope(*c).powi(2);
@@ -1415,6 +1424,28 @@ mod tests {
             .unwrap();
         for (c, t) in matched.concentration.iter().zip(&truth) {
             assert!((c - t).abs() < 0.01 * t, "{matched:?}");
+        }
+        // A target deeper than the dye gives at MAX_CONCENTRATION is answered at that amount,
+        // not at a rounding of the blended curve's inverse above it.
+        for deep in [1e3, 1e6, 1e12] {
+            let shown = [build_up(0.4, 7.0), build_up(deep, 7.0), build_up(1.2, 7.0)];
+            let matched = map
+                .match_recipe(&reflectance(&shown, false), &[0.0])
+                .unwrap();
+            let c = matched.concentration[1];
+            assert!(c <= MAX_CONCENTRATION && c > 50.0, "{deep}: {matched:?}");
+        }
+        // So is a recipe given at that amount, whatever the blend's inverse rounds it to.
+        let problem = map.problem(&reflectance(&[0.1; 3], false), &[0.0]).unwrap();
+        for dye in 0..3 {
+            let mut at_most = [0.4, 0.4, 0.4];
+            at_most[dye] = MAX_CONCENTRATION;
+            let answered = problem.answer(&at_most, &[0, 1, 2]).unwrap().concentration;
+            assert!(
+                answered[dye] <= MAX_CONCENTRATION && answered[dye] > 0.999 * MAX_CONCENTRATION,
+                "{:?}: {answered:?}",
+                map.curves()
+            );
         }
     }
 
