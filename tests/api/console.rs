@@ -1,7 +1,7 @@
 //! The lab console at `/console/` in a real browser (headless Chromium over WebDriver), against
 //! the real service on the binary's store: it asks for a key, shows a model learning, lets an
-//! admin release a held batch and refit, matches a target to the numbers the API gives, and
-//! shows a key without admin scope no admin action. No page logs an error or asks another host.
+//! admin release a held batch, change the drift threshold and refit, matches a target to the
+//! numbers the API gives, and shows a key without admin scope no admin action. No page logs an error or asks another host.
 //! Screenshots of every page are left in `target/tmp/console-<store>/` for a person to look at.
 
 use std::path::PathBuf;
@@ -254,6 +254,34 @@ async fn forget_key(browser: &Browser) {
         .unwrap();
 }
 
+/// Waits until the page, shown again after a change, shows the drift threshold `value`.
+async fn threshold_shown(browser: &Browser, value: &str) {
+    crate::helpers::wait_until(WAIT, || async {
+        let input = browser
+            .client
+            .find(Locator::Css("#threshold-form input[name=threshold]"))
+            .await
+            .ok()?;
+        (input.attr("value").await.ok()?.as_deref() == Some(value)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the page shows the threshold {value}"));
+}
+
+/// Types `value` into the drift threshold's field (emptied first) and sends the form.
+async fn set_threshold(browser: &Browser, value: &str) {
+    let input = browser
+        .client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#threshold-form input[name=threshold]"))
+        .await
+        .expect("the threshold's field");
+    input.clear().await.unwrap();
+    input.send_keys(value).await.unwrap();
+    click(browser, "#threshold-form button[type=submit]").await;
+}
+
 async fn sign_in(browser: &Browser, key: &str) {
     let input = browser
         .client
@@ -434,7 +462,10 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     click(&browser, "#models tr[data-model=dips] a").await;
     text_of(&browser, "#held tr[data-batch=odd-lot]").await;
     assert_eq!(count(&browser, "button.release, button.reject").await, 0);
-    assert_eq!(count(&browser, "#refit, button[data-restore]").await, 0);
+    assert_eq!(
+        count(&browser, "#refit, button[data-restore], #threshold-form").await,
+        0
+    );
     browser.screenshot(&shots.join("model-ingest-key.png")).await;
     forget_key(&browser).await;
 
@@ -483,7 +514,44 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     .await
     .expect("the page, shown again, holds no batch");
 
-    // 5. A refit, after the confirmation the console asks for.
+    // 5. The admin changes the drift threshold on the page: a value the service refuses is shown
+    //    at its path and changes nothing; a good one is the model's; "turn off" asks first.
+    let threshold = || async {
+        let model: Value = app.get("/v1/models/dips").await.json().await.unwrap();
+        model["drift_threshold"].clone()
+    };
+    set_threshold(&browser, "-2").await;
+    let refused = text_of(&browser, "main .error").await;
+    assert!(refused.contains("/drift_threshold"), "{refused}");
+    assert_eq!(threshold().await, json!(30.0));
+    set_threshold(&browser, "12.5").await;
+    let changed = crate::helpers::wait_until(WAIT, || async {
+        (threshold().await == json!(12.5)).then_some(())
+    })
+    .await;
+    assert!(changed.is_some(), "the threshold set on the page is the model's");
+    threshold_shown(&browser, "12.5").await;
+    click(&browser, "#threshold-off").await;
+    client.accept_alert().await.expect("a confirmation");
+    let off = crate::helpers::wait_until(WAIT, || async {
+        threshold().await.is_null().then_some(())
+    })
+    .await;
+    assert!(off.is_some(), "turned off on the page");
+    crate::helpers::wait_until(WAIT, || async {
+        (count(&browser, "#threshold-off").await == 0).then_some(())
+    })
+    .await
+    .expect("the page, shown again, has nothing to turn off");
+    set_threshold(&browser, "30").await;
+    let back = crate::helpers::wait_until(WAIT, || async {
+        (threshold().await == json!(30.0)).then_some(())
+    })
+    .await;
+    assert!(back.is_some(), "the threshold is back at 30");
+    threshold_shown(&browser, "30").await;
+
+    // 6. A refit, after the confirmation the console asks for.
     click(&browser, "#refit").await;
     client.accept_alert().await.expect("a confirmation");
     let refit = crate::helpers::wait_until(WAIT, || async {
@@ -502,7 +570,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     .await;
     assert!(refit.is_some(), "the refit made a version");
 
-    // 6. Match: a target dyed on greige cotton, pasted as the instrument's CSV, gives the
+    // 7. Match: a target dyed on greige cotton, pasted as the instrument's CSV, gives the
     //    candidates the API gives for the same body, with swatches under D65 and A.
     let target = simulate(
         &dir,
@@ -567,7 +635,7 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     );
     browser.screenshot(&shots.join("match.png")).await;
 
-    // 7. Correct: the first candidate dyed on a production lot comes out off; its dip pasted
+    // 8. Correct: the first candidate dyed on a production lot comes out off; its dip pasted
     //    beside the recipe gives the correction the API gives for the same body.
     let dyed_it = client
         .find(Locator::Css("#match-result tr.candidate button[data-recipe-text]"))
@@ -652,19 +720,21 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     assert_eq!(stored.status(), StatusCode::OK, "{learnt}");
     browser.screenshot(&shots.join("correct.png")).await;
 
-    // Nothing went to another host, and nothing was logged as an error.
+    // Nothing went to another host, and nothing was logged as an error but the browser's own
+    // line for the one refusal asked for (the threshold of -2).
     for url in browser.requests().await {
         assert!(url.starts_with(&app.address), "the console loaded {url}");
     }
-    let errors: Vec<_> = browser
+    let (refusals, errors): (Vec<_>, Vec<_>) = browser
         .console_log()
         .await
         .into_iter()
         .filter(|(level, _)| level == "SEVERE")
-        .collect();
+        .partition(|(_, message)| message.contains("/v1/models/dips ") && message.contains("422"));
     assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
 
-    // 8. A key that may only predict sees the model but no admin action and no batches.
+    // 9. A key that may only predict sees the model but no admin action and no batches.
     client.goto(&console).await.unwrap();
     forget_key(&browser).await;
     sign_in(&browser, &colourist).await;
@@ -672,7 +742,10 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
     click(&browser, "#models tr[data-model=dips] a").await;
     text_of(&browser, "#versions").await;
     assert_eq!(count(&browser, "button.release, button.reject").await, 0);
-    assert_eq!(count(&browser, "#refit, button[data-restore]").await, 0);
+    assert_eq!(
+        count(&browser, "#refit, button[data-restore], #threshold-form").await,
+        0
+    );
     assert_eq!(count(&browser, "#batches-section").await, 0);
     browser.screenshot(&shots.join("model-predict-key.png")).await;
     let errors: Vec<_> = browser

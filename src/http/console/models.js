@@ -133,6 +133,7 @@ function batchesSection(model, batches, held) {
     chart({ series: byStatus, width: 1000, xLabel: `batch (the last ${batches.length})`,
       yLabel: "surprise (log)", log: true, rule, id: "chart-surprise" }),
     legend(byStatus),
+    admin ? thresholdForm(model) : null,
     h("h2", {}, `Held for review (${held.length})`),
     held.length === 0 ? h("p", { class: "quiet" }, "No batch is held.") :
       h("table", { id: "held" },
@@ -149,6 +150,25 @@ function batchesSection(model, batches, held) {
               "never be learnt.", "POST",
               `models/${encodeURIComponent(model.name)}/batches/${encodeURIComponent(b.batch_id)}/reject`) },
             "reject")) : null)))));
+}
+
+/** The admin's control of the drift threshold: a new one judges the batches folded from then on
+ * (held batches stay held); the service checks the value and names what is wrong with it. */
+function thresholdForm(model) {
+  const path = `models/${encodeURIComponent(model.name)}`;
+  const input = h("input", { name: "threshold", type: "number", step: "any", required: true,
+    "aria-label": "drift threshold", value: model.drift_threshold === null ? "" : model.drift_threshold });
+  const form = h("form", { id: "threshold-form" },
+    h("label", {}, "drift threshold ", input), " ",
+    h("button", { type: "submit", class: "secondary" }, "set"), " ",
+    model.drift_threshold === null ? null : h("button", { type: "button", id: "threshold-off", class: "secondary",
+      onclick: () => act(`Turn drift alarms off for ${model.name}? No batch will be held for review.`,
+        "PATCH", path, { drift_threshold: null }) }, "turn off"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    act(null, "PATCH", path, { drift_threshold: Number(input.value) });
+  });
+  return form;
 }
 
 function relevanceSection(model, posterior) {

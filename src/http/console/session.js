@@ -60,11 +60,12 @@ export function failure(error) {
       h("ul", {}, details.map((d) => h("li", {}, d.path ? `${d.path}: ${d.message}` : d.message))) : null);
 }
 
-/** Confirms (when `question` is given), calls the API, then shows the page again. */
-export async function act(question, method, path) {
+/** Confirms (when `question` is given), calls the API (with `body`, when given), then shows the
+ * page again. */
+export async function act(question, method, path, body) {
   if (question && !window.confirm(question)) return;
   try {
-    await api(method, path);
+    await api(method, path, body);
     await session.render();
   } catch (error) {
     document.getElementById("main").prepend(failure(error));
