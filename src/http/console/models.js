@@ -166,7 +166,10 @@ function thresholdForm(model) {
         "PATCH", path, { drift_threshold: null }) }, "turn off"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    act(null, "PATCH", path, { drift_threshold: Number(input.value) });
+    // A number JSON cannot carry (it would go as null, turning alarms off) goes as typed, for
+    // the service to refuse.
+    const value = Number(input.value);
+    act(null, "PATCH", path, { drift_threshold: Number.isFinite(value) ? value : input.value });
   });
   return form;
 }
