@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::helpers::spawn_app;
-use crate::readme_walkthrough::{CARGO_RUN, run_curl, walkthrough};
+use crate::readme_walkthrough::{CARGO_RUN, README, run_curl, walkthrough};
 
 const SECTION: &str = "## The service, step by step";
 const COLOUR_EXAMPLE: &str = "### A worked example: a colour-matching front end";
@@ -172,6 +172,22 @@ async fn readme_colour_matching_example_works_against_a_fresh_service() {
         assert!(c["dyes"].as_array().unwrap().len() <= 3, "{c}");
         assert!(c["cost"].as_f64().unwrap() > 0.0, "{c}");
     }
+    // The figures the prose quotes of the candidates are the answer's, to the digits quoted
+    // (the forward map is the statistics', whichever batches a fold took together).
+    let prose = section_prose(COLOUR_EXAMPLE);
+    let (best, next) = (&candidates[0], &candidates[1]);
+    let de00 = |c: &serde_json::Value, light: usize| {
+        c["colour"]["illuminants"][light]["de00"].as_f64().unwrap()
+    };
+    for quoted in [
+        format!("ΔE00 {:.2} from the target under D65", de00(best, 0)),
+        format!("({:.2} under A, {:.2} under F11", de00(best, 1), de00(best, 2)),
+        format!("`reflectance_rms` {:.4}", best["reflectance_rms"].as_f64().unwrap()),
+        format!("a cost of {:.2}", best["cost"].as_f64().unwrap()),
+        format!("(ΔE00 {:.2}, {:.2})", de00(next, 0), next["cost"].as_f64().unwrap()),
+    ] {
+        assert!(prose.contains(&quoted), "the README does not say {quoted:?}");
+    }
     // The recipe the example dyes is the best candidate, to the four decimals it quotes, and
     // the correction starts from that recipe.
     let dyed = commands.iter().find(|c| c.contains("--dye")).unwrap();
@@ -209,6 +225,14 @@ async fn readme_colour_matching_example_works_against_a_fresh_service() {
     assert_eq!(recipe["colour"]["verdict"], "pass", "{corrected}");
     assert_eq!(corrected["learnt"]["rows"], 1, "{corrected}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The text of the README's section under `heading`, up to the next heading, its line breaks
+/// read as spaces.
+fn section_prose(heading: &str) -> String {
+    let section = &README[README.find(heading).expect("the section") + heading.len()..];
+    let end = section.find("\n### ").unwrap_or(section.len());
+    section[..end].split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[tokio::test]
