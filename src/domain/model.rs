@@ -618,11 +618,18 @@ impl ModelSpec {
         names
     }
 
-    /// Names of the basis functions: the inputs, then `"intercept"` if there is one.
+    /// Names of the basis functions: the inputs, then `"intercept"` if there is one. A model
+    /// stored before a feature could no longer be named so beside the intercept
+    /// ([`intercept_name`]) calls its own `"(intercept)"`, so that no two share a name.
     pub fn basis_names(&self) -> Vec<String> {
         let mut names = self.input_names();
         if self.intercept {
-            names.push(INTERCEPT.to_owned());
+            let own = if self.features.iter().any(|f| f == INTERCEPT) {
+                LEGACY_INTERCEPT
+            } else {
+                INTERCEPT
+            };
+            names.push(own.to_owned());
         }
         names
     }
@@ -717,6 +724,9 @@ pub(super) fn reserved_column(name: &str, spectral: bool) -> Option<&'static str
 /// The name of the intercept among the basis functions (the posterior's coefficients, the
 /// relevance of inputs).
 const INTERCEPT: &str = "intercept";
+
+/// The intercept's name in a stored model that has a feature named [`INTERCEPT`].
+const LEGACY_INTERCEPT: &str = "(intercept)";
 
 /// Why a named feature may not be called `name` in a model with an intercept (or `None`): the
 /// intercept is named so among the basis functions, and two of one name could not be told
@@ -1086,6 +1096,12 @@ mod tests {
         let output =
             ModelSpec::parse(&json!({"name": "lab", "features": ["a"], "outputs": ["intercept"]}));
         assert!(output.is_ok(), "{output:?}");
+        // A model stored before the rule keeps its feature's name; its own intercept is told
+        // apart.
+        let mut stored = serde_json::to_value(&own).unwrap();
+        stored["intercept"] = json!(true);
+        let legacy: ModelSpec = serde_json::from_value(stored).unwrap();
+        assert_eq!(legacy.basis_names(), ["a", "intercept", "(intercept)"]);
     }
 
     /// A starting prior variance whose products with the rows' squares could overflow (or
