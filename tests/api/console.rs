@@ -254,6 +254,16 @@ async fn forget_key(browser: &Browser) {
         .unwrap();
 }
 
+/// Waits until the model's drift threshold, as the API reads it, is `want`.
+async fn threshold_becomes(app: &crate::helpers::TestApp, want: Value) {
+    crate::helpers::wait_until(WAIT, || async {
+        let model: Value = app.get("/v1/models/dips").await.json().await.ok()?;
+        (model["drift_threshold"] == want).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the model's drift threshold is not {want}"));
+}
+
 /// Waits until the page, shown again after a change, shows the drift threshold `value`.
 async fn threshold_shown(browser: &Browser, value: &str) {
     crate::helpers::wait_until(WAIT, || async {
@@ -516,39 +526,23 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
 
     // 5. The admin changes the drift threshold on the page: a value the service refuses is shown
     //    at its path and changes nothing; a good one is the model's; "turn off" asks first.
-    let threshold = || async {
-        let model: Value = app.get("/v1/models/dips").await.json().await.unwrap();
-        model["drift_threshold"].clone()
-    };
     set_threshold(&browser, "-2").await;
     let refused = text_of(&browser, "main .error").await;
     assert!(refused.contains("/drift_threshold"), "{refused}");
-    assert_eq!(threshold().await, json!(30.0));
+    threshold_becomes(&app, json!(30.0)).await;
     set_threshold(&browser, "12.5").await;
-    let changed = crate::helpers::wait_until(WAIT, || async {
-        (threshold().await == json!(12.5)).then_some(())
-    })
-    .await;
-    assert!(changed.is_some(), "the threshold set on the page is the model's");
+    threshold_becomes(&app, json!(12.5)).await;
     threshold_shown(&browser, "12.5").await;
     click(&browser, "#threshold-off").await;
     client.accept_alert().await.expect("a confirmation");
-    let off = crate::helpers::wait_until(WAIT, || async {
-        threshold().await.is_null().then_some(())
-    })
-    .await;
-    assert!(off.is_some(), "turned off on the page");
+    threshold_becomes(&app, Value::Null).await;
     crate::helpers::wait_until(WAIT, || async {
         (count(&browser, "#threshold-off").await == 0).then_some(())
     })
     .await
     .expect("the page, shown again, has nothing to turn off");
     set_threshold(&browser, "30").await;
-    let back = crate::helpers::wait_until(WAIT, || async {
-        (threshold().await == json!(30.0)).then_some(())
-    })
-    .await;
-    assert!(back.is_some(), "the threshold is back at 30");
+    threshold_becomes(&app, json!(30.0)).await;
     threshold_shown(&browser, "30").await;
 
     // 6. A refit, after the confirmation the console asks for.
