@@ -278,29 +278,27 @@ async fn threshold_shown(browser: &Browser, value: &str) {
     .unwrap_or_else(|| panic!("the page shows the threshold {value}"));
 }
 
-/// Types `value` into the drift threshold's field (emptied first) and sends the form.
-async fn set_threshold(browser: &Browser, value: &str) {
+/// Types `value` into the field `css` names once the page shows it (emptied first).
+async fn type_into(browser: &Browser, css: &str, value: &str) {
     let input = browser
         .client
         .wait()
         .at_most(WAIT)
-        .for_element(Locator::Css("#threshold-form input[name=threshold]"))
+        .for_element(Locator::Css(css))
         .await
-        .expect("the threshold's field");
+        .unwrap_or_else(|e| panic!("the page shows no {css}: {e}"));
     input.clear().await.unwrap();
     input.send_keys(value).await.unwrap();
+}
+
+/// Types `value` into the drift threshold's field and sends the form.
+async fn set_threshold(browser: &Browser, value: &str) {
+    type_into(browser, "#threshold-form input[name=threshold]", value).await;
     click(browser, "#threshold-form button[type=submit]").await;
 }
 
 async fn sign_in(browser: &Browser, key: &str) {
-    let input = browser
-        .client
-        .wait()
-        .at_most(WAIT)
-        .for_element(Locator::Css("#key-form input[name=key]"))
-        .await
-        .expect("the console asks for a key");
-    input.send_keys(key).await.unwrap();
+    type_into(browser, "#key-form input[name=key]", key).await;
     click(browser, "#key-form button[type=submit]").await;
     text_of(browser, "#models").await;
 }
