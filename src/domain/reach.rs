@@ -7,7 +7,7 @@
 //! recipe. Each such input is the client's to fix, so it is refused at its path before anything
 //! is solved.
 
-use super::{Details, Invalid, pointer_token, quote};
+use super::{Detail, Details, Invalid, pointer_token, quote};
 use crate::estimator::recipe::{DyeBounds, ForwardMap, MAX_CONCENTRATION};
 
 /// How many times the darkest reading's K/S the map's K/S may reach before an input is read as
@@ -94,6 +94,35 @@ pub fn check_bounds(
         }
     }
     details.finish("invalid bounds")
+}
+
+/// A warning for target row `row` whose recipe (`concentration`, one amount per output, named
+/// by `outputs`) holds a dye whose colour builds up along a curve at [`MAX_CONCENTRATION`]: the
+/// match gives no more of it, so the target is deeper than the dyes reach and the recipe is the
+/// nearest they come (its colour difference says how near). `None` for any other recipe.
+pub fn at_the_most(
+    map: &ForwardMap,
+    concentration: &[f64],
+    outputs: &[String],
+    row: usize,
+) -> Option<Detail> {
+    // The cap is answered exactly, or within the rounding of a blended curve's inverse.
+    let held: Vec<&str> = concentration
+        .iter()
+        .zip(map.curves())
+        .zip(outputs)
+        .filter(|((c, h), _)| !h.is_linear() && **c >= MAX_CONCENTRATION * (1.0 - 1e-9))
+        .map(|(_, name)| name.as_str())
+        .collect();
+    (!held.is_empty()).then(|| {
+        Detail::new(
+            format!("/spectra/values/{row}"),
+            format!(
+                "the recipe holds {} at {MAX_CONCENTRATION} % owf, the most a match uses of a                  dye whose colour builds up along a curve: the target is deeper than these dyes                  reach, and the recipe is the nearest they come (see its colour difference)",
+                held.join(", ")
+            ),
+        )
+    })
 }
 
 /// Checks a correction's dip: the recipe dyed (`dyed`, one amount per output, named by
@@ -238,6 +267,39 @@ mod tests {
             .into_iter()
             .map(|d| d.path)
             .collect()
+    }
+
+    #[test]
+    fn a_recipe_at_the_most_of_a_dye_that_builds_up_is_flagged_at_its_row() {
+        let outputs = ["yellow".to_owned(), "blue".to_owned()];
+        let saturating = map(5.0);
+        assert!(saturating.curves().iter().all(|h| !h.is_linear()));
+        // A target deeper than the dyes give: the nearest recipe is at the cap.
+        let deep = reading([5.0, 5.0], 1.0)
+            .iter()
+            .map(|r| r * 0.2)
+            .collect::<Vec<_>>();
+        let matched = saturating.match_recipe(&deep, &[1.0]).unwrap();
+        let warned = at_the_most(&saturating, &matched.concentration, &outputs, 3)
+            .unwrap_or_else(|| panic!("no warning for {matched:?}"));
+        assert_eq!(warned.path, "/spectra/values/3");
+        assert!(
+            warned.message.contains("yellow, blue"),
+            "{}",
+            warned.message
+        );
+        // A target within reach, and any amount on a linear map, are not flagged.
+        let within = saturating
+            .match_recipe(&reading([1.0, 0.5], 1.0), &[1.0])
+            .unwrap();
+        assert_eq!(
+            at_the_most(&saturating, &within.concentration, &outputs, 3),
+            None
+        );
+        assert_eq!(
+            at_the_most(&map(f64::INFINITY), &[100.0, 100.0], &outputs, 0),
+            None
+        );
     }
 
     #[test]

@@ -180,7 +180,9 @@ pub struct MatchResponse {
     pub version: i64,
     /// One recipe per target row.
     pub recipes: Vec<Recipe>,
-    /// What was accepted but looks wrong (reflectance above full scale or below 0); left out when empty.
+    /// What was accepted but looks wrong (reflectance above full scale or below 0), and targets
+    /// deeper than the dyes reach (a recipe holding a dye at the most a match uses); left out
+    /// when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Detail>,
 }
@@ -323,6 +325,10 @@ pub async fn match_recipes(
                     recipe(found, listing, outputs, &name, i)
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
+            let mut warnings = warnings;
+            warnings.extend(recipes.iter().enumerate().filter_map(|(i, r)| {
+                reach::at_the_most(&matching.map, &r.best.concentration, outputs, i)
+            }));
             Ok::<_, ApiError>((recipes, warnings, model.version))
         })
         .await??

@@ -224,6 +224,31 @@ async fn readme_colour_matching_example_works_against_a_fresh_service() {
     );
     assert_eq!(recipe["colour"]["verdict"], "pass", "{corrected}");
     assert_eq!(corrected["learnt"]["rows"], 1, "{corrected}");
+    // The example's target is within the dyes' reach; a near-black one is not, and its
+    // nearest recipe, holding dyes at the most a match uses, says so.
+    assert!(matched.get("warnings").is_none(), "{matched}");
+    let black = serde_json::json!({
+        "spectra": {"start_nm": 360, "interval_nm": 10, "values": [vec![0.5; 43]]},
+        "x": [[1, 0]],
+    });
+    let deep: serde_json::Value = app
+        .post("/v1/models/cotton-dips/match", &black)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let warnings = deep["warnings"].as_array().unwrap_or_else(|| panic!("{deep}"));
+    assert_eq!(warnings.len(), 1, "{deep}");
+    assert_eq!(warnings[0]["path"], "/spectra/values/0", "{deep}");
+    assert!(
+        deep["recipes"][0]["concentration"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_f64() == Some(100.0)),
+        "{deep}"
+    );
+    assert_eq!(deep["recipes"][0]["colour"]["verdict"], "fail", "{deep}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
