@@ -118,7 +118,9 @@ pub fn at_the_most(
         Detail::new(
             format!("/spectra/values/{row}"),
             format!(
-                "the recipe holds {} at {MAX_CONCENTRATION} % owf, the most a match uses of a                  dye whose colour builds up along a curve: the target is deeper than these dyes                  reach, and the recipe is the nearest they come (see its colour difference)",
+                "the recipe holds {} at {MAX_CONCENTRATION} % owf, the most a match uses of a \
+                 dye whose colour builds up along a curve: the target is deeper than these dyes \
+                 reach, and the recipe is the nearest they come (see its colour difference)",
                 held.join(", ")
             ),
         )
@@ -284,7 +286,10 @@ mod tests {
             .unwrap_or_else(|| panic!("no warning for {matched:?}"));
         assert_eq!(warned.path, "/spectra/values/3");
         assert!(
-            warned.message.contains("yellow, blue"),
+            warned.message.contains("yellow, blue")
+                && warned
+                    .message
+                    .contains("the target is deeper than these dyes reach,"),
             "{}",
             warned.message
         );
