@@ -238,7 +238,7 @@ pub async fn match_recipes(
             let (spec, instrument) = read.as_ref().map_or((&model.spec, Instrument::Model), |r| {
                 (&r.spec, Instrument::Successor)
             });
-            let (x, warnings, options) = parse_request_with(
+            let (x, mut warnings, options) = parse_request_with(
                 &bytes,
                 spec,
                 instrument,
@@ -325,7 +325,6 @@ pub async fn match_recipes(
                     recipe(found, listing, outputs, &name, i)
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
-            let mut warnings = warnings;
             warnings.extend(recipes.iter().enumerate().filter_map(|(i, r)| {
                 reach::at_the_most(&matching.map, &r.best.concentration, outputs, i)
             }));
