@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::helpers::spawn_app;
-use crate::readme_walkthrough::{CARGO_RUN, README, run_curl, walkthrough};
+use crate::readme_walkthrough::{CARGO_RUN, run_curl, section, walkthrough};
 
 const SECTION: &str = "## The service, step by step";
 const COLOUR_EXAMPLE: &str = "### A worked example: a colour-matching front end";
@@ -252,12 +252,12 @@ async fn readme_colour_matching_example_works_against_a_fresh_service() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The text of the README's section under `heading`, up to the next heading, its line breaks
-/// read as spaces.
+/// The text of the README's section under `heading`, its line breaks read as spaces.
 fn section_prose(heading: &str) -> String {
-    let section = &README[README.find(heading).expect("the section") + heading.len()..];
-    let end = section.find("\n### ").unwrap_or(section.len());
-    section[..end].split_whitespace().collect::<Vec<_>>().join(" ")
+    section(heading)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[tokio::test]

@@ -8,20 +8,25 @@ pub const README: &str = include_str!("../../README.md");
 /// How the README runs the command line; the tests run the binary they were built with.
 pub const CARGO_RUN: &str = "cargo run --release -- ";
 
-/// The shell commands of the section under `heading`'s `sh` blocks, one per `curl` or `cargo
-/// run` (continuation lines and multi-line quoted arguments joined back).
-pub fn walkthrough(heading: &str) -> Vec<String> {
+/// The README's text under `heading`, up to the next heading of level 2 or 3 (`# …` lines
+/// inside the blocks are comments).
+pub fn section(heading: &str) -> &'static str {
     let start = README
         .find(heading)
         .unwrap_or_else(|| panic!("the README has the section {heading:?}"));
     let section = &README[start + heading.len()..];
-    // Up to the next heading of level 2 or 3 (`# …` lines inside the blocks are comments).
     let end = section
         .match_indices("\n#")
         .map(|(i, _)| i)
         .find(|&i| section[i + 1..].starts_with("## ") || section[i + 1..].starts_with("### "))
         .unwrap_or(section.len());
-    let section = &section[..end];
+    &section[..end]
+}
+
+/// The shell commands of the section under `heading`'s `sh` blocks, one per `curl` or `cargo
+/// run` (continuation lines and multi-line quoted arguments joined back).
+pub fn walkthrough(heading: &str) -> Vec<String> {
+    let section = section(heading);
     let mut commands: Vec<String> = Vec::new();
     let mut in_block = false;
     for line in section.lines() {
