@@ -330,11 +330,20 @@ impl ModelTransaction for SqliteModelTransaction {
             self.store.checkpoint_after_commit();
         }
         committed?;
+        // The model's lock goes before the word does: a folder woken by it skips a model it
+        // cannot lock, and would otherwise wait for its next poll.
+        let Self {
+            store,
+            model_id,
+            _guard,
+            ..
+        } = *self;
+        drop(_guard);
         if changed {
-            self.store.notify(Topic::Models, Some(self.model_id));
+            store.notify(Topic::Models, Some(model_id));
         }
         if respecified {
-            self.store.notify(Topic::Batches, Some(self.model_id));
+            store.notify(Topic::Batches, Some(model_id));
         }
         Ok(())
     }
