@@ -21,6 +21,10 @@ Data (exported once, cached as CSV under target/bench/accuracy-data/):
 * fermentation-sg: the same rows preprocessed row by row as in chemotools' PLS tutorial
   (950–1500 cm⁻¹, linear baseline, Savitzky–Golay first derivative, window 15, order 2): raw,
   the synthetic training spectra do not transfer to the on-line ones for any method.
+* tecator-moisture, tecator-fat, tecator-protein: 215 NIR transmission spectra of chopped meat
+  (absorbance, 100 channels on 850–1050 nm; taken as 850–1048 nm every 2 nm) and their
+  moisture, fat and protein (%), Debian's r-cran-caret (`data(tecator)`). One data set per
+  content, each learnt by its own model, so that each is scored on its own scale.
 * dyeing: tests/data/dyeing/data.csv, features by prefix 小缸面料大类, 小缸光谱, 小缸配方组合
   (125: fabric, 43 bands of lab-dip reflectance in percent on 360–780 nm every 10 nm, 81 lab
   recipe concentrations), outputs 大缸物料代码 (82 dyes of the bulk recipe).
@@ -28,8 +32,9 @@ Data (exported once, cached as CSV under target/bench/accuracy-data/):
 Splits, identical for every method (their row indices are written to the JSON):
 
 * canonical: gasoline rows 1–50 train, 51–60 test (the pls vignette); yarn its `train` flag
-  (21/7); fermentation(-sg) the given train/test sets (21/34).
-* random (gasoline and yarn): REPEATS splits (default 100: with 7 to 15 test rows a split, 20
+  (21/7); fermentation(-sg) the given train/test sets (21/34); tecator rows 1–172 train (the
+  original training and monitoring sets), 173–215 test (the original test set).
+* random (gasoline, yarn and tecator): REPEATS splits (default 100: with 7 to 15 test rows a split, 20
   splits left the ratio to the best peer uncertain by ±10 %), seeds 0…, 25 % test:
   test = sorted(default_rng(seed).permutation(n)[:round(n/4)]), the rest train.
 * paper (dyeing, the paper's protocol): TRIALS trials (default 20), seeds 0…:
@@ -59,7 +64,7 @@ Methods:
   mean and variance (already the predictive variance σ² + φᵀΣφ) of each prediction; DELETE.
 * mordant spectrum: the same with the spectral columns declared as "spectrum"
   ({"start_nm", "interval_nm", "count", "scale"}, named features then only the rest, none
-  for gasoline and yarn) and sent as "spectra". Gasoline and yarn: scale "absorbance"
+  for gasoline, yarn and tecator) and sent as "spectra". Gasoline, yarn and tecator: scale "absorbance"
   (log 1/R; a release that predates that scale is given "fraction", which under the default
   transform "none" changes nothing but its warnings of values above 1); dyeing:
   "percent" with fabric and recipe as named features; fermentation: not applicable.
@@ -128,7 +133,10 @@ DYEING_FEATURE_PREFIXES = ("小缸面料大类", "小缸光谱", "小缸配方�
 DYEING_SPECTRUM_PREFIX = "小缸光谱"
 DYEING_OUTPUT_PREFIX = "大缸物料代码"
 FERMENTATION_MINUTES_PER_SPECTRUM = 1.25
-DATASETS = ["gasoline", "yarn", "fermentation", "fermentation-sg", "dyeing"]
+TECATOR_CONTENTS = ["moisture", "fat", "protein"]  # the order of caret's `endpoints` columns
+TECATOR_DATASETS = [f"tecator-{content}" for content in TECATOR_CONTENTS]
+DATASETS = ["gasoline", "yarn", "fermentation", "fermentation-sg", *TECATOR_DATASETS, "dyeing"]
+RANDOM_SPLIT_DATASETS = ("gasoline", "yarn", *TECATOR_DATASETS)
 Z95 = 1.959964
 ALPHA = 0.05
 BOOTSTRAP_RESAMPLES = 2000
@@ -175,6 +183,31 @@ write.csv(y, file.path(out, "yarn.csv"), row.names = FALSE)
 cat(as.character(packageVersion("pls")), R.version$major, R.version$minor, "\n",
     file = file.path(out, "r-versions.txt"))
 """
+
+
+R_EXPORT_TECATOR = r"""
+out <- commandArgs(trailingOnly = TRUE)[1]
+data(tecator, package = "caret")
+t <- data.frame(endpoints, absorp)
+names(t) <- c("moisture", "fat", "protein", seq(850, by = 2, length.out = ncol(absorp)))
+write.csv(t, file.path(out, "tecator.csv"), row.names = FALSE)
+cat(as.character(packageVersion("caret")), "\n", file = file.path(out, "caret-version.txt"))
+"""
+
+
+def export_tecator(directory):
+    """tecator.csv (moisture, fat, protein, then the 100 channels) from R's caret package
+    (Debian: r-base-core r-cran-caret)."""
+    if os.path.exists(os.path.join(directory, "tecator.csv")):
+        return
+    hint = "install R's caret package: apt-get install -y r-base-core r-cran-caret"
+    if shutil.which("Rscript") is None:
+        sys.exit(f"bench/accuracy needs R for the tecator set: {hint}")
+    os.makedirs(directory, exist_ok=True)
+    done = subprocess.run(["Rscript", "-e", R_EXPORT_TECATOR, directory], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"exporting tecator with Rscript failed:\n{done.stderr}\n{hint}")
+    print(f"accuracy: exported tecator to {directory}", file=sys.stderr)
 
 
 def export_r(directory):
@@ -239,6 +272,8 @@ def export_all(directory, names):
         export_r(directory)
     if {"fermentation", "fermentation-sg"} & set(names):
         export_fermentation(directory)
+    if set(TECATOR_DATASETS) & set(names):
+        export_tecator(directory)
 
 
 def regular_grid(wavelengths):
@@ -337,6 +372,28 @@ def load_fermentation_sg(directory):
     return ds
 
 
+def tecator_loader(content):
+    def load(directory):
+        import pandas as pd
+
+        frame = pd.read_csv(os.path.join(directory, "tecator.csv"))
+        channels = frame.columns[len(TECATOR_CONTENTS):]
+        nm = channels.astype(float).to_numpy()
+        start, interval = regular_grid(nm)
+        x = frame[channels].to_numpy(float)
+        n = len(frame)
+        return Dataset(
+            name=f"tecator-{content}", target=content, x=x, y=frame[[content]].to_numpy(float),
+            outputs=[content], spectrum_cols=list(range(x.shape[1])),
+            grid={"start_nm": start, "interval_nm": interval, "count": x.shape[1], "scale": "absorbance"},
+            grid_note=(f"{x.shape[1]} channels of absorbance on 850–1050 nm (caret names no wavelengths: "
+                       f"declared as {nm[0]:g}–{nm[-1]:g} nm every {interval:g} nm); {content} in %"),
+            canonical=(list(range(172)), list(range(172, n))),
+        )
+
+    return load
+
+
 def load_dyeing(_directory):
     import pandas as pd
 
@@ -355,7 +412,8 @@ def load_dyeing(_directory):
 
 
 LOADERS = {"gasoline": load_gasoline, "yarn": load_yarn, "fermentation": load_fermentation,
-           "fermentation-sg": load_fermentation_sg, "dyeing": load_dyeing}
+           "fermentation-sg": load_fermentation_sg, "dyeing": load_dyeing,
+           **{f"tecator-{content}": tecator_loader(content) for content in TECATOR_CONTENTS}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,7 +451,7 @@ def schemes_for(ds, args):
     if ds.name == "dyeing":
         return {"paper": paper_splits(len(ds.x), args.trials)}
     schemes = {"canonical": canonical_splits(ds)}
-    if ds.name in ("gasoline", "yarn"):
+    if ds.name in RANDOM_SPLIT_DATASETS:
         schemes["random"] = random_splits(len(ds.x), args.repeats)
     return schemes
 
@@ -798,6 +856,9 @@ def versions_text(services):
     if os.path.exists(path):
         pls, major, minor = open(path).read().split()[:3]
         r_versions = f"R {major}.{minor}, pls {pls}"
+    caret = os.path.join(DATA_DIR, "caret-version.txt")
+    if os.path.exists(caret):
+        r_versions += f", caret {open(caret).read().strip()}"
     binaries = "; ".join(f"{label}: {s.binary} ({s.version()}, built {binary_time(s.binary)})"
                          for label, s in services.items())
     return (f"Python {platform.python_version()}, numpy {version('numpy')}, scikit-learn {version('scikit-learn')}, "
@@ -1085,7 +1146,7 @@ def parse_args(argv):
     run = sub.add_parser("run", help="the benchmark")
     run.add_argument("--quick", action="store_true", help="5 random repeats, 3 dyeing trials")
     run.add_argument("--only", default=",".join(DATASETS), help="comma-separated data sets")
-    run.add_argument("--repeats", type=int, help="random splits of gasoline and yarn (100; --quick 5)")
+    run.add_argument("--repeats", type=int, help="random splits of gasoline, yarn and tecator (100; --quick 5)")
     run.add_argument("--trials", type=int, help="dyeing trials (20; --quick 3)")
     run.add_argument("--ard-trials", type=int, help="dyeing trials for ARD (default: all; 82 fits each)")
     run.add_argument("--fold-timeout", type=float, default=60.0, help="seconds a batch may take to fold")
