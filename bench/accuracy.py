@@ -34,8 +34,8 @@ Splits, identical for every method (their row indices are written to the JSON):
 * canonical: gasoline rows 1–50 train, 51–60 test (the pls vignette); yarn its `train` flag
   (21/7); fermentation(-sg) the given train/test sets (21/34); tecator rows 1–172 train (the
   original training and monitoring sets), 173–215 test (the original test set).
-* random (gasoline, yarn and tecator): REPEATS splits (default 100: with 7 to 15 test rows a split, 20
-  splits left the ratio to the best peer uncertain by ±10 %), seeds 0…, 25 % test:
+* random (gasoline, yarn and tecator): REPEATS splits (default 100: with 7 to 15 test rows a
+  split, 20 splits left the ratio to the best peer uncertain by ±10 %), seeds 0…, 25 % test:
   test = sorted(default_rng(seed).permutation(n)[:round(n/4)]), the rest train.
 * paper (dyeing, the paper's protocol): TRIALS trials (default 20), seeds 0…:
   perm = default_rng(seed).permutation(n); test = perm[:int(0.2 n)], of the rest the first
@@ -64,9 +64,9 @@ Methods:
   mean and variance (already the predictive variance σ² + φᵀΣφ) of each prediction; DELETE.
 * mordant spectrum: the same with the spectral columns declared as "spectrum"
   ({"start_nm", "interval_nm", "count", "scale"}, named features then only the rest, none
-  for gasoline, yarn and tecator) and sent as "spectra". Gasoline, yarn and tecator: scale "absorbance"
-  (log 1/R; a release that predates that scale is given "fraction", which under the default
-  transform "none" changes nothing but its warnings of values above 1); dyeing:
+  for gasoline, yarn and tecator) and sent as "spectra". Gasoline, yarn and tecator: scale
+  "absorbance" (log 1/R; a release that predates that scale is given "fraction", which under
+  the default transform "none" changes nothing but its warnings of values above 1); dyeing:
   "percent" with fabric and recipe as named features; fermentation: not applicable.
 * mordant prev / prev spectrum: the same against ACCURACY_PREV_BIN, if set.
 
