@@ -24,7 +24,12 @@ evidence shrinks less than cross-validation"):
 * ridge, LOO: α minimising the exact leave-one-out squared error (PRESS, as RidgeCV), which
   needs every row's leverage: a first fit has its rows, a refit from the statistics does not.
 
-Both cross-validated variants take σ² = RSS/(N − 1 − γ) at their α.
+Both cross-validated variants take σ² = RSS/(N − 1 − γ) at their α. And the remedy the
+literature gives a misspecified Bayesian ridge, a learning rate (Grünwald and van Ommen's
+SafeBayes): the η-posterior `I/a + η G/s` (a and s the evidence's), η ∈ {1, ½, …, 2⁻⁸} chosen by
+the loss of each row predicted from the rows before it (three orders of the rows), either the
+posterior-expected log-loss ("SafeBayes, log-loss") or the squared error of the posterior mean
+("SafeBayes, squared"); like leave-one-out it needs the rows.
 
 Flat intercept, σ² by the evidence, at least three residual degrees of freedom (as the service);
 splits are bench/accuracy.py's (canonical, then REPEATS random ones, default 30).
@@ -130,6 +135,46 @@ def ridge_cross_validated(x, y, x_test, rule):
     return ym + proj @ beta, (s + proj ** 2 @ (s / (lam + alpha)) + s / n) * nu / (nu - 2)
 
 
+SAFE_ETAS = [2.0 ** -k for k in range(9)]
+
+
+def safe_bayes(x, y, x_test, loss):
+    """Ridge's η-posterior at the η whose rows, each predicted from those before it, lose least;
+    posterior mean and Student-t variance at x_test."""
+    n = len(y)
+    xm, u, d, vt = svd_centred(x)
+    ym = y.mean()
+    z = u.T @ (y - ym)
+    _, alpha, s = shared_scale(d ** 2, z ** 2, (y - ym) @ (y - ym) - z @ z, n - 1)
+    a = s / alpha
+    # The rows in the centred data's coordinates and an intercept with a nearly flat prior.
+    phi = np.hstack([np.ones((n, 1)), (x - xm) @ vt.T])
+    yc = y - ym
+    orders = [np.random.default_rng(seed).permutation(n) for seed in range(3)]
+
+    def sequential(eta):
+        total = 0.0
+        for order in orders:
+            cov = np.diag(np.r_[1e6 * (np.var(yc) + 1.0), np.full(len(d), a)])
+            scaled_b = np.zeros(len(d) + 1)  # η Σ φ_i y_i / s over the rows seen
+            for i in order:
+                f = phi[i]
+                cf = cov @ f
+                error = (yc[i] - f @ (cov @ scaled_b)) ** 2
+                total += error if loss == "squared" else (error + f @ cf) / (2 * s)
+                cov -= np.outer(cf, cf) * (eta / s) / (1 + (eta / s) * (f @ cf))
+                scaled_b += eta * f * yc[i] / s
+        return total
+
+    eta = SAFE_ETAS[int(np.argmin([sequential(e) for e in SAFE_ETAS]))]
+    lam = d ** 2
+    precision = 1 / a + eta * lam / s
+    beta = eta * d * z / s / precision
+    proj = (x_test - xm) @ vt.T
+    nu = max(n - 1 - np.sum(eta * lam / s / precision), 3.0)
+    return ym + proj @ beta, (s + proj ** 2 @ (1 / precision) + s / n) * nu / (nu - 2)
+
+
 def pc_ard(x, y, x_test, iterations=500):
     """Posterior mean and Student-t variance at x_test with one prior variance per component."""
     n = len(y)
@@ -163,7 +208,9 @@ VARIANTS = {"ridge": lambda x, y, t: power(x, y, t, [0.0]),
             "PC-ARD": pc_ard,
             "power, κ ≤ 0": lambda x, y, t: power(x, y, t, NEGATIVE_KAPPAS),
             "ridge, GCV": lambda x, y, t: ridge_cross_validated(x, y, t, "gcv"),
-            "ridge, LOO": lambda x, y, t: ridge_cross_validated(x, y, t, "loo")}
+            "ridge, LOO": lambda x, y, t: ridge_cross_validated(x, y, t, "loo"),
+            "SafeBayes, log-loss": lambda x, y, t: safe_bayes(x, y, t, "log"),
+            "SafeBayes, squared": lambda x, y, t: safe_bayes(x, y, t, "squared")}
 
 
 def main(argv):
