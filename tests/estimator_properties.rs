@@ -199,6 +199,39 @@ fn assert_state_finite(state: &ModelState, x: &Mat<f64>) {
     }
 }
 
+/// The published Algorithm 2 (no noise prior) refits an output that two rows fit to
+/// round-off: its noise floor, a fraction of the output's variance, is then 10⁻¹⁷, and
+/// `I + D^½ G D^½ / s` has no Cholesky factor in double precision. The noise variance rises to
+/// the round-off floor instead of the refit failing (`degenerate_inputs_stay_finite` found it).
+#[test]
+fn plain_ard_refits_an_output_the_rows_fit_to_round_off() {
+    let (n, d) = (2, 5);
+    let (mut x, mut y) = random_problem(18013142584490541015, n, d, 3);
+    for i in 0..n {
+        x[(i, 1)] = x[(i, 0)];
+        x[(i, 2)] = 5.0;
+        y[(i, 2)] = 0.0;
+    }
+    let basis = identity_basis(d);
+    let config = ModelConfig {
+        options: FitOptions::plain(),
+        ..ModelConfig::new(basis, 3)
+    };
+    let state = ModelState::fit(&config, stats(&basis, &x, &y)).unwrap();
+    let one_row = stats(&basis, &rows(&x, 0..1), &rows(&y, 0..1));
+    let stepped = state.update(&config, &one_row).unwrap();
+    let refit = stepped.refit(&config).expect("refit");
+    assert_state_finite(&refit, &x);
+    let pred = refit.predict(x.as_ref()).unwrap();
+    for i in 0..n {
+        assert_eq!(
+            pred.mean[(i, 2)],
+            0.0,
+            "the output that is always 0, row {i}"
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(48) })]
 

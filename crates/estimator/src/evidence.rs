@@ -253,13 +253,28 @@ pub fn evidence(
             candidates += 1;
         }
     }
+    let mut noise = noise;
     let mut s = start_s.max(noise.floor);
     let mut workspace = ArdWorkspace::new(p);
     let mut iterations = 0;
     let mut converged = false;
     while iterations < options.max_iter {
         iterations += 1;
-        let mut step = iterate(work, &v, s, options, &mut workspace)?;
+        let mut step = match iterate(work, &v, s, options, &mut workspace) {
+            // Rows that fit an output to round-off drive s below what `I + D^½ G_c D^½ / s`
+            // can carry beside its identity in double precision: from here on s stays at the
+            // round-off floor, where the factor exists.
+            Err(EstimatorError::NotPositiveDefinite) => {
+                let floor = round_off_floor(work, &v);
+                if s >= floor {
+                    return Err(EstimatorError::NotPositiveDefinite);
+                }
+                noise.floor = floor;
+                s = floor;
+                iterate(work, &v, s, options, &mut workspace)?
+            }
+            step => step?,
+        };
         let s_new = noise_update(step.rss, work.informative - step.gamma_sum, s, noise);
         // Pruning is for good, and every S_j, Q_j scales with 1/s: settle a variance to 0 only
         // once s has stopped moving.
@@ -465,6 +480,27 @@ fn ard_neg2_log_evidence(
         gammas,
     ))
 }
+
+/// The smallest noise variance at which `M = I + D^½ G_c D^½ / s` keeps its identity in double
+/// precision: its largest eigenvalue is at most `tr(D^½ G_c D^½) / s = Σ_j v_j G_c,jj / s`, so at
+///
+/// ```text
+/// s_round-off = 10⁻¹² Σ_j v_j G_c,jj
+/// ```
+///
+/// `M`'s condition number is at most 10¹², and the round-off of its entries (10⁻¹⁶ of 10¹²)
+/// moves its eigenvalues, all at least 1, by far less than 1 for any basis of a few thousand
+/// functions.
+fn round_off_floor(data: OutputData<'_>, v: &[f64]) -> f64 {
+    ROUND_OFF_FLOOR
+        * v.iter()
+            .enumerate()
+            .map(|(j, vj)| vj * data.g[(j, j)])
+            .sum::<f64>()
+}
+
+/// [`round_off_floor`]'s fraction of `tr(D^½ G_c D^½)`.
+const ROUND_OFF_FLOOR: f64 = 1e-12;
 
 /// `s = max(s_floor, (RSS + ν₀ s_p) / (dof + ν₀))`: MacKay's update `RSS / (N − Σγ)` with
 /// `ν₀` pseudo-rows of mean squared error `s_p` from [`NoisePrior`] added. When fewer than one
