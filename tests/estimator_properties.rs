@@ -199,6 +199,18 @@ fn assert_state_finite(state: &ModelState, x: &Mat<f64>) {
     }
 }
 
+/// A random problem of three outputs with a duplicated feature (1 = 0), a constant one (2) and an
+/// output that is always 0 (2).
+fn degenerate_problem(seed: u64, n: usize, d: usize) -> (Mat<f64>, Mat<f64>) {
+    let (mut x, mut y) = random_problem(seed, n, d, 3);
+    for i in 0..n {
+        x[(i, 1)] = x[(i, 0)];
+        x[(i, 2)] = 5.0;
+        y[(i, 2)] = 0.0;
+    }
+    (x, y)
+}
+
 /// The published Algorithm 2 (no noise prior) refits an output that two rows fit to
 /// round-off: its noise floor, a fraction of the output's variance, is then 10⁻¹⁷, and
 /// `I + D^½ G D^½ / s` has no Cholesky factor in double precision. The noise variance rises to
@@ -206,12 +218,7 @@ fn assert_state_finite(state: &ModelState, x: &Mat<f64>) {
 #[test]
 fn plain_ard_refits_an_output_the_rows_fit_to_round_off() {
     let (n, d) = (2, 5);
-    let (mut x, mut y) = random_problem(18013142584490541015, n, d, 3);
-    for i in 0..n {
-        x[(i, 1)] = x[(i, 0)];
-        x[(i, 2)] = 5.0;
-        y[(i, 2)] = 0.0;
-    }
+    let (x, y) = degenerate_problem(18013142584490541015, n, d);
     let basis = identity_basis(d);
     let config = ModelConfig {
         options: FitOptions::plain(),
@@ -552,12 +559,7 @@ proptest! {
     /// states and predictions.
     #[test]
     fn degenerate_inputs_stay_finite(seed in any::<u64>(), n in 1usize..30, d in 3usize..7) {
-        let (mut x, mut y) = random_problem(seed, n, d, 3);
-        for i in 0..n {
-            x[(i, 1)] = x[(i, 0)]; // duplicate feature
-            x[(i, 2)] = 5.0; // constant feature
-            y[(i, 2)] = 0.0; // an output that is always 0
-        }
+        let (x, y) = degenerate_problem(seed, n, d);
         let basis = identity_basis(d);
         for options in [FitOptions::default(), FitOptions::plain()] {
             let config = ModelConfig { options, ..ModelConfig::new(basis, 3) };
