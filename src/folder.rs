@@ -43,7 +43,7 @@ pub struct FoldPlan {
     pub rejected: Vec<(i64, String)>,
     /// Batches whose surprise exceeded the model's threshold: not folded, kept for review.
     pub held: Vec<i64>,
-    /// Each folded or held batch's surprise per output (see [`drift::surprise`]) to the
+    /// Each folded or held batch's surprise per output (see [`ModelState::surprise`]) to the
     /// posterior it met; batches of the first fit have none.
     pub surprise: Vec<(i64, Vec<Option<f64>>)>,
     /// The successor instrument's state after the batches of its readings; `None` when none
@@ -179,7 +179,7 @@ pub fn plan_fold(
             continue;
         }
         let next = decode_batch(batch.source, config, earlier).and_then(|stats| {
-            let z = drift::surprise(base, &stats);
+            let z = base.surprise(&stats);
             let over = hold_above
                 .zip(drift::largest(&z))
                 .is_some_and(|(t, z)| z > t);
@@ -187,7 +187,7 @@ pub fn plan_fold(
                 return Ok(Learnt::Held(z));
             }
             let (next, formed) = base
-                .update_with_shapes(config, &stats)
+                .update_with_shapes(config, &stats, &z)
                 .map_err(|e| format!("update failed: {e}"))?;
             if next.is_finite() {
                 Ok(Learnt::Folded(Box::new(next), formed, z))
@@ -244,8 +244,8 @@ fn learn_successor(
     // The model judges the old instrument's readings; without them, the successor's own model
     // (once it has one) judges the successor's: its rows are held for review as any are.
     let surprise = match (&stats, start.and_then(Succession::own)) {
-        (Some(stats), _) => drift::surprise(base, stats),
-        (None, Some(own)) => drift::surprise(own, &batch.own_statistics(config)?),
+        (Some(stats), _) => base.surprise(stats),
+        (None, Some(own)) => own.surprise(&batch.own_statistics(config)?),
         (None, None) => vec![None; config.outputs],
     };
     let over = hold_above
@@ -256,8 +256,9 @@ fn learn_successor(
     }
     let model = match stats {
         Some(stats) => {
+            // `surprise` is the model's own here: the old instrument read the batch.
             let (next, formed) = base
-                .update_with_shapes(config, &stats)
+                .update_with_shapes(config, &stats, &surprise)
                 .map_err(|e| format!("update failed: {e}"))?;
             if !next.is_finite() {
                 return Err("the update would make the model state non-finite".to_owned());

@@ -22,56 +22,76 @@
 //! k columns ([`OutputPosterior::weight_variance_sum`]): O(r |W| k + r² k) per output. What the
 //! factorisation drops is below `p ε` of `G′`'s largest diagonal: round-off. The root is formed
 //! only where the batch has fewer rows than some output's support, and then each output takes
-//! the cheaper way (the root where `k < |J|`); the outputs run in parallel
-//! where the basis is wide enough to pay for it ([`super::map_outputs`]).
+//! the cheaper way (the root where `k < |J|`); [`crate::ModelState::surprise`] runs the outputs
+//! in parallel where the basis is wide enough to pay for it ([`super::map_outputs`]).
+//!
+//! A batch whose `z` lies three standard deviations or more above what the model expects
+//! ([`surprise_deviate`]) contradicts the hyperparameters as well as the weights: a one-step
+//! update fits that output's hyperparameters again ([`crate::FitOptions::refit_surprise`]).
 
 use faer::{Mat, MatRef, Par};
 
 use super::incremental::residual_sum_of_squares;
-use super::model::{ModelState, OutputState};
 use super::posterior::OutputPosterior;
-use super::statistics::BatchStatistics;
+use super::statistics::{BatchStatistics, OutputData};
 
-/// Per output, the surprise `z` of `batch` to `state`'s posterior; `None` for an output that
-/// is not trained yet, or when the expected residual is 0 (an empty batch).
-pub fn surprise(state: &ModelState, batch: &BatchStatistics) -> Vec<Option<f64>> {
-    // The root's rank is at most the batch's rows and p; it pays only for a support wider than
-    // that (a wide spectrum and a batch of fewer rows), and each output takes whichever of the
-    // two ways is narrower.
-    let widest = state
-        .outputs()
-        .iter()
-        .filter_map(|output| output.posterior().map(|post| post.active().len()))
-        .max()
-        .unwrap_or(0);
+/// Whether a batch as wide as `rows` rows pays for the Gram's root on some output: its rank is
+/// at most the rows and p, and it pays only for a support wider than that (a wide spectrum and
+/// a batch of fewer rows); each output then takes whichever of the two ways is narrower
+/// ([`output_surprise`]).
+pub fn needs_root(batch: &BatchStatistics, widest_support: usize) -> bool {
     let rows = batch.rows();
     let bound = if rows.is_finite() && rows >= 0.0 {
         (rows.ceil() as usize).min(batch.dim())
     } else {
         batch.dim()
     };
-    let root = if bound < widest {
-        gram_root(batch.g())
-    } else {
-        None
+    bound < widest_support
+}
+
+/// The surprise `z` of one output's batch statistics `data` (and, where formed, the root of the
+/// batch's Gram, [`gram_root`]) to the posterior `post`; `None` when the expected residual is 0
+/// (an empty batch) or `z` is not finite.
+pub fn output_surprise(
+    post: &OutputPosterior,
+    data: OutputData<'_>,
+    root: Option<MatRef<'_, f64>>,
+) -> Option<f64> {
+    let rss = residual_sum_of_squares(post.mean(), data);
+    let trace = match root {
+        Some(u) if u.ncols() < post.active().len() => post.weight_variance_sum(u),
+        _ => trace_by_covariance(post, data.g),
     };
-    let parallel = state.basis().dim() >= super::PARALLEL_FROM;
-    super::map_outputs(state.outputs().len(), parallel, |k| {
-        let OutputState::Trained(post) = &state.outputs()[k] else {
-            return None;
-        };
-        // The batch's rows counted as the output's kind in the model it is compared with.
-        let data = batch.output_as(k, state.totals().zero_inflated(k));
-        let rss = residual_sum_of_squares(post.mean(), data);
-        let trace = match &root {
-            Some(u) if u.ncols() < post.active().len() => post.weight_variance_sum(u.as_ref()),
-            _ => trace_by_covariance(post, batch.g()),
-        };
-        // σ² is the noise of the rows where the output is not 0 (see `FitOptions`).
-        let expected = data.informative * post.noise_variance() + trace;
-        let z = rss / expected;
-        (expected > 0.0 && z.is_finite()).then_some(z)
-    })
+    // σ² is the noise of the rows where the output is not 0 (see `FitOptions`).
+    let expected = data.informative * post.noise_variance() + trace;
+    let z = rss / expected;
+    (expected > 0.0 && z.is_finite()).then_some(z)
+}
+
+/// How many standard deviations a batch's surprise `z` lies above what the model expects, for
+/// a batch of `rows` informative rows and a posterior whose σ² rests on `dof` residual degrees
+/// of freedom (∞ for σ² taken as known).
+///
+/// Where the batch's residuals are mostly noise (`tr(Σ G′)` small beside `N′s`), `N′ z` is
+/// `s_true/s · χ²_{N′}` and `s` is itself `s_true · χ²_ν/ν`, so `z` is about `F(N′, ν)`. Paulson's
+/// normal approximation of that F (Wilson and Hilferty's cube root on both χ²) reads it as
+///
+/// ```text
+/// w = [(1 − 2/(9ν)) z^⅓ − (1 − 2/(9N′))] / √(2/(9N′) + z^⅔ · 2/(9ν))
+/// ```
+///
+/// standard normal under the model; with `ν = ∞` it is Wilson–Hilferty's for `χ²_{N′}/N′`, and
+/// `w` then bounds the finite-ν value from above (σ² known makes any `z` more surprising).
+/// `NaN` for no rows.
+pub fn surprise_deviate(z: f64, rows: f64, dof: f64) -> f64 {
+    let a = 2.0 / (9.0 * rows);
+    let b = if dof.is_finite() {
+        2.0 / (9.0 * dof)
+    } else {
+        0.0
+    };
+    let cube = z.max(0.0).cbrt();
+    ((1.0 - b) * cube - (1.0 - a)) / (a + cube * cube * b).sqrt()
 }
 
 /// `U` (p × k) with `G = U Uᵀ` up to the pivoted Cholesky's tolerance (`p ε` of the largest
@@ -135,7 +155,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
-    use crate::{Basis, ModelConfig, Transform};
+    use crate::{Basis, ModelConfig, ModelState, Transform};
 
     /// `y = 1 + 2x₁ − x₂ + ε`, ε ~ N(0, 0.3²) (above the estimator's noise floor, 1 % of the
     /// mean square of y), plus `shift` on every y.
@@ -162,12 +182,12 @@ mod tests {
         let config = ModelConfig::new(Basis::new(2, true, Transform::Identity), 1);
         let state = ModelState::fit(&config, batch(&mut rng, 200, 0.0)).unwrap();
         let agreeing: Vec<f64> = (0..200)
-            .map(|_| surprise(&state, &batch(&mut rng, 20, 0.0))[0].unwrap())
+            .map(|_| state.surprise(&batch(&mut rng, 20, 0.0))[0].unwrap())
             .collect();
         let mean = agreeing.iter().sum::<f64>() / agreeing.len() as f64;
         assert!((0.85..1.15).contains(&mean), "mean surprise {mean}");
         // A 1.5 offset is 5 noise standard deviations: z ≈ 1 + 1.5² / 0.3² = 26.
-        let shifted = surprise(&state, &batch(&mut rng, 20, 1.5))[0].unwrap();
+        let shifted = state.surprise(&batch(&mut rng, 20, 1.5))[0].unwrap();
         assert!(shifted > 10.0, "shifted surprise {shifted}");
     }
 
@@ -188,8 +208,8 @@ mod tests {
             BatchStatistics::from_design(phi.as_ref(), Mat::from_fn(1, 1, |_, _| y).as_ref())
                 .unwrap()
         };
-        let zero = surprise(&state, &one_row(0.0))[0].unwrap();
-        let tiny = surprise(&state, &one_row(1e-12))[0].unwrap();
+        let zero = state.surprise(&one_row(0.0))[0].unwrap();
+        let tiny = state.surprise(&one_row(1e-12))[0].unwrap();
         assert!((zero - tiny).abs() <= 1e-9 * tiny, "{zero} against {tiny}");
         assert!((0.3..3.0).contains(&zero), "surprise {zero}");
     }
@@ -223,7 +243,7 @@ mod tests {
         let config = ModelConfig::new(Basis::new(2, true, Transform::Identity), 1);
         let state = ModelState::fit(&config, sparse_batch(2000)).unwrap();
         let z: Vec<f64> = (0..100)
-            .filter_map(|_| surprise(&state, &sparse_batch(200))[0])
+            .filter_map(|_| state.surprise(&sparse_batch(200))[0])
             .collect();
         let mean = z.iter().sum::<f64>() / z.len() as f64;
         assert!((0.5..2.0).contains(&mean), "mean surprise {mean}");
@@ -255,7 +275,7 @@ mod tests {
         for rows in [1, 5, 12, 200] {
             let new = batch(rows);
             let root = gram_root(new.g()).unwrap();
-            let z = surprise(&state, &new);
+            let z = state.surprise(&new);
             for (k, output) in state.outputs().iter().enumerate() {
                 let post = output.posterior().unwrap();
                 assert_eq!(
@@ -275,6 +295,78 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `z` drawn as the model says it falls where the batch's residuals are noise, `F(N′, ν)`
+    /// (a batch's χ²_{N′} over `N′`, over σ²'s estimate `χ²_ν/ν`): the deviate passes 2 about
+    /// as often as a standard normal does (2.28 %), for σ² known and estimated.
+    #[test]
+    fn the_deviate_of_a_batch_that_agrees_is_standard_normal_in_its_tail() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(23);
+        let mut chi2 = |dof: usize| (0..dof).map(|_| normal(&mut rng).powi(2)).sum::<f64>();
+        for (rows, dof) in [(30, None), (30, Some(12)), (5, Some(40)), (200, Some(8))] {
+            let trials = 20_000;
+            let beyond = (0..trials)
+                .filter(|_| {
+                    let s = dof.map_or(1.0, |nu| chi2(nu) / nu as f64);
+                    let z = chi2(rows) / rows as f64 / s;
+                    let nu = dof.map_or(f64::INFINITY, |nu| nu as f64);
+                    surprise_deviate(z, rows as f64, nu) >= 2.0
+                })
+                .count();
+            let share = beyond as f64 / trials as f64;
+            assert!(
+                (0.0178..0.0278).contains(&share),
+                "{rows} rows, ν {dof:?}: {share}"
+            );
+        }
+        // χ²₃₀'s 0.999 quantile is 59.703: 3.09 standard deviations.
+        let w = surprise_deviate(59.703 / 30.0, 30.0, f64::INFINITY);
+        assert!((w - 3.090).abs() < 0.01, "{w}");
+        // A σ² known makes the same z more surprising than one estimated on 10 residuals.
+        assert!(surprise_deviate(2.0, 30.0, 10.0) < surprise_deviate(2.0, 30.0, f64::INFINITY));
+    }
+
+    /// A batch shifted by 1.5 (5 noise deviations) contradicts the posterior: the update fits
+    /// the output's hyperparameters again, as a refit update would, where a batch that agrees
+    /// takes one step; with `refit_surprise` 0 the shifted batch takes one step too.
+    #[test]
+    fn a_batch_that_contradicts_the_posterior_refits_its_output() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(29);
+        let config = ModelConfig::new(Basis::new(2, true, Transform::Identity), 1);
+        let state = ModelState::fit(&config, batch(&mut rng, 200, 0.0)).unwrap();
+        assert_eq!(state.fitted_rows(), &[200.0]);
+
+        let agreeing = batch(&mut rng, 30, 0.0);
+        let z = state.surprise(&agreeing)[0].unwrap();
+        assert!(surprise_deviate(z, 30.0, f64::INFINITY) < 3.0, "{z}");
+        assert_eq!(
+            state.update(&config, &agreeing).unwrap().fitted_rows(),
+            &[200.0]
+        );
+
+        let shifted = batch(&mut rng, 30, 1.5);
+        let refitted = state.update(&config, &shifted).unwrap();
+        assert_eq!(refitted.fitted_rows(), &[230.0]);
+        let refit_config = ModelConfig {
+            update: crate::UpdateMethod::Refit,
+            ..config.clone()
+        };
+        assert_eq!(
+            refitted.outputs(),
+            state.update(&refit_config, &shifted).unwrap().outputs()
+        );
+
+        let never = ModelConfig {
+            options: crate::FitOptions {
+                refit_surprise: 0.0,
+                ..config.options
+            },
+            ..config.clone()
+        };
+        let stepped = state.update(&never, &shifted).unwrap();
+        assert_eq!(stepped.fitted_rows(), &[200.0]);
+        assert_ne!(stepped.outputs(), refitted.outputs());
     }
 
     #[test]

@@ -1344,17 +1344,18 @@ pub(crate) mod tests {
         let config = smooth_config();
         let state = averaged_state_of(5, 16);
         let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(6), 4);
-        let (stepped, shapes) = state
-            .update_with_shapes(&config, &statistics(&x, &y))
-            .unwrap();
+        let update = |stats: BatchStatistics| {
+            state
+                .update_with_shapes(&config, &stats, &state.surprise(&stats))
+                .unwrap()
+        };
+        let (stepped, shapes) = update(statistics(&x, &y));
         assert!(shapes.is_empty());
         assert!(own_shape(&stepped, 0).is_none());
 
         // Twice the rows: the output is fitted again.
         let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(7), 16);
-        let (refitted, shapes) = state
-            .update_with_shapes(&config, &statistics(&x, &y))
-            .unwrap();
+        let (refitted, shapes) = update(statistics(&x, &y));
         assert!(own_shape(&refitted, 0).is_some());
         assert!(!shapes.is_empty());
         assert_eq!(
@@ -1364,9 +1365,7 @@ pub(crate) mod tests {
             0
         );
         let x_new = probe(8);
-        let (_, shapes) = state
-            .update_with_shapes(&config, &statistics(&x, &y))
-            .unwrap();
+        let (_, shapes) = update(statistics(&x, &y));
         assert_predicts_as_one_that_formed_its_shapes(&refitted, shapes, &x_new);
 
         let (again, shapes) = refitted.refit_with_shapes(&config).unwrap();

@@ -3,6 +3,7 @@
 use faer::Mat;
 use rayon::prelude::*;
 
+use super::drift;
 use super::evidence::{Alternate, FittedShapes, SharedScale, evidence};
 use super::incremental::one_step;
 use super::posterior::OutputPosterior;
@@ -431,23 +432,28 @@ impl ModelState {
     /// fitted: a model that learnt its prior from a first batch of 10 spectra otherwise keeps
     /// that prior for good, however many rows follow, and answers with intervals too narrow for
     /// the prior's errors. Growth by a factor keeps the refits to a logarithm of the rows a
-    /// model sees; between them every batch is one Bayesian step. States stored before the
-    /// prior families are never refitted here.
+    /// model sees; between them every batch is one Bayesian step. It is fitted again too when
+    /// the batch contradicts its posterior predictive ([`super::FitOptions::refit_surprise`];
+    /// the batch's surprise, [`Self::surprise`]): rows from a new instrument or a new dye lot,
+    /// which the one step would weigh under hyperparameters chosen for the rows before them.
+    /// States stored before the prior families are never refitted here.
     pub fn update(
         &self,
         config: &ModelConfig,
         batch: &BatchStatistics,
     ) -> Result<Self, EstimatorError> {
-        self.update_with_shapes(config, batch)
+        self.update_with_shapes(config, batch, &self.surprise(batch))
             .map(|(state, _)| state)
     }
 
-    /// [`Self::update`], with the prior shapes its refits' evidence formed (none where every
-    /// output took one step), for the state's predictor.
+    /// [`Self::update`] given the batch's surprise to this state (`self.surprise(batch)`, which
+    /// a caller that has judged the batch already holds), with the prior shapes its refits'
+    /// evidence formed (none where every output took one step), for the state's predictor.
     pub fn update_with_shapes(
         &self,
         config: &ModelConfig,
         batch: &BatchStatistics,
+        surprise: &[Option<f64>],
     ) -> Result<(Self, FittedShapes), EstimatorError> {
         check_config(config, batch)?;
         let weight = config.forgetting_weight(batch.rows());
@@ -474,9 +480,35 @@ impl ModelState {
                 && totals.informative_rows(k) >= growth * (weight * self.fitted_rows[k]).max(1.0);
             current && (kind_changed || outgrown)
         };
-        // A trained output is fitted again under refit updates, or once stale; else one step.
+        // A batch the output's posterior predictive does not expect, at `refit_surprise`
+        // standard deviations: first as if σ² were known (no γ needed), then on the posterior's
+        // residual degrees of freedom, whose γ costs a factor's inverse.
+        let sigmas = config.options.refit_surprise;
+        let contradicted: Vec<bool> = (0..self.outputs.len())
+            .map(|k| {
+                let (OutputState::Trained(post), Some(z)) =
+                    (&self.outputs[k], surprise.get(k).copied().flatten())
+                else {
+                    return false;
+                };
+                let rows = batch.output_as(k, self.totals.zero_inflated(k)).informative;
+                let beyond = |dof: f64| drift::surprise_deviate(z, rows, dof) >= sigmas;
+                current
+                    && sigmas > 0.0
+                    && rows > 0.0
+                    && beyond(f64::INFINITY)
+                    && beyond(
+                        (informative_before[k]
+                            - usize::from(post.flat().is_some()) as f64
+                            - post.effective_parameters())
+                        .max(3.0),
+                    )
+            })
+            .collect();
+        // A trained output is fitted again under refit updates, once stale, or once a batch
+        // contradicts it; else one step.
         let refits = |k: usize, post: &OutputPosterior| {
-            config.update == UpdateMethod::Refit || stale(k, post)
+            config.update == UpdateMethod::Refit || stale(k, post) || contradicted[k]
         };
         let fits = |k: usize| match &self.outputs[k] {
             OutputState::Untrained => Fitter::ready(config, &totals, k),
@@ -571,6 +603,29 @@ impl ModelState {
         )?;
         let shapes = FittedShapes::new(shared, state.totals());
         Ok((state, shapes))
+    }
+
+    /// Per output, the surprise `z` of `batch` to this state's posterior ([`drift`]); `None` for
+    /// an output that is not trained yet, or when the expected residual is 0 (an empty batch).
+    pub fn surprise(&self, batch: &BatchStatistics) -> Vec<Option<f64>> {
+        let widest = self
+            .outputs
+            .iter()
+            .filter_map(|output| output.posterior().map(|post| post.active().len()))
+            .max()
+            .unwrap_or(0);
+        let root = drift::needs_root(batch, widest)
+            .then(|| drift::gram_root(batch.g()))
+            .flatten();
+        let parallel = self.basis.dim() >= super::PARALLEL_FROM;
+        super::map_outputs(self.outputs.len(), parallel, |k| {
+            let OutputState::Trained(post) = &self.outputs[k] else {
+                return None;
+            };
+            // The batch's rows counted as the output's kind in the model it is compared with.
+            let data = batch.output_as(k, self.totals.zero_inflated(k));
+            drift::output_surprise(post, data, root.as_ref().map(|u| u.as_ref()))
+        })
     }
 
     pub fn basis(&self) -> &Basis {
@@ -883,6 +938,15 @@ mod tests {
     #[test]
     fn a_one_step_counts_a_zero_of_a_dense_output_as_a_measurement() {
         let (config, stats) = dense_and_sparse();
+        // A 0 where the nearly noiseless output reads about 1 contradicts its posterior: without
+        // this, the update would fit the output again rather than take the step under test.
+        let config = ModelConfig {
+            options: FitOptions {
+                refit_surprise: 0.0,
+                ..config.options
+            },
+            ..config
+        };
         let state = ModelState::fit(&config, stats).unwrap();
         let before = state.outputs()[0].posterior().unwrap().noise_variance();
         let after = |y: f64| {

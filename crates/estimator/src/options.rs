@@ -103,6 +103,13 @@ pub struct FitOptions {
     /// prior families, or made with `student: false`) are never refitted so. See
     /// [`crate::model::ModelState::update`].
     pub refit_growth: f64,
+    /// Under one-step updates, an output's hyperparameters are fitted again as well when a
+    /// batch's surprise lies this many standard deviations or more above what the output's
+    /// posterior predictive expects ([`crate::drift::surprise_deviate`]); 0 never. Such a batch
+    /// (a new instrument, a new dye lot) says the rows have moved from those the
+    /// hyperparameters were chosen for; one batch in about 740 that agrees with the model
+    /// passes three. States with a plug-in predictive are never refitted so.
+    pub refit_surprise: f64,
 }
 
 impl Default for FitOptions {
@@ -121,6 +128,7 @@ impl Default for FitOptions {
             flat_intercept: true,
             student: true,
             refit_growth: 2.0,
+            refit_surprise: 3.0,
         }
     }
 }
@@ -139,6 +147,7 @@ impl FitOptions {
             flat_intercept: false,
             student: false,
             refit_growth: 0.0,
+            refit_surprise: 0.0,
             settle_slow_weights: false,
             ..Self::default()
         }
