@@ -35,10 +35,10 @@ use super::incremental::residual_sum_of_squares;
 use super::posterior::OutputPosterior;
 use super::statistics::{BatchStatistics, OutputData};
 
-/// Whether a batch as wide as `rows` rows pays for the Gram's root on some output: its rank is
-/// at most the rows and p, and it pays only for a support wider than that (a wide spectrum and
-/// a batch of fewer rows); each output then takes whichever of the two ways is narrower
-/// ([`output_surprise`]).
+/// Whether `batch`'s Gram root ([`gram_root`]) pays for some output whose support is
+/// `widest_support` wide: the root's rank is at most the batch's rows and p, so it pays only for
+/// a wider support (a wide spectrum and a batch of fewer rows); each output then takes whichever
+/// of the two ways is narrower ([`output_surprise`]).
 pub fn needs_root(batch: &BatchStatistics, widest_support: usize) -> bool {
     let rows = batch.rows();
     let bound = if rows.is_finite() && rows >= 0.0 {
@@ -81,7 +81,8 @@ pub fn output_surprise(
 /// ```
 ///
 /// standard normal under the model; with `ν = ∞` it is Wilson–Hilferty's for `χ²_{N′}/N′`, and
-/// `w` then bounds the finite-ν value from above (σ² known makes any `z` more surprising).
+/// for a `z` above 1 it then bounds the finite-ν value from above (σ² known makes such a `z`
+/// more surprising).
 /// `NaN` for no rows.
 pub fn surprise_deviate(z: f64, rows: f64, dof: f64) -> f64 {
     let a = 2.0 / (9.0 * rows);
