@@ -83,7 +83,11 @@ Metrics per target (one data set, one output, one split scheme), on the test row
 * R²: sklearn's r2_score per split, mean over splits (dyeing: uniform over the 82 outputs, and
   over the dyes present, i.e. non-constant, in the test split; also the median, as the paper);
 * 95 % coverage: the share of test values within mean ± 1.959964·sd, sd = √variance, pooled over
-  every test prediction of every split (dyeing: every cell, and the non-zero cells);
+  every test prediction of every split (dyeing: every cell, and the non-zero cells); the
+  calibration table adds the central 50 % and 80 % intervals (± 0.674490·sd, ± 1.281552·sd),
+  which tell intervals that are too wide from well calibrated ones on a few test values where
+  the 95 % interval cannot (10 calibrated values all fall inside it 60 % of the time), and a
+  single split's binomial p-values;
 * CRPS of the Gaussian predictive, closed form sd·(z(2Φ(z) − 1) + 2φ(z) − 1/√π),
   z = (y − mean)/sd (|y − mean| when sd = 0), mean over every test prediction;
 * interval score of the central 95 % interval (Gneiting & Raftery 2007, α = 0.05):
@@ -138,6 +142,8 @@ TECATOR_DATASETS = [f"tecator-{content}" for content in TECATOR_CONTENTS]
 DATASETS = ["gasoline", "yarn", "fermentation", "fermentation-sg", *TECATOR_DATASETS, "dyeing"]
 RANDOM_SPLIT_DATASETS = ("gasoline", "yarn", *TECATOR_DATASETS)
 Z95 = 1.959964
+# The central 50 % and 80 % intervals' half-widths in standard deviations, for the calibration table.
+CENTRAL_Z = {50: 0.674490, 80: 1.281552}
 ALPHA = 0.05
 BOOTSTRAP_RESAMPLES = 2000
 PREDICT_CHUNK = 10_000
@@ -767,6 +773,10 @@ def split_metrics(y, mean, sd):
         out.update(covered=int(inside.sum()), crps_sum=float(gaussian_crps(y, mean, sd).sum()),
                    is_sum=float(interval_score(y, mean, sd).sum()), n_nonzero=int(nonzero.sum()),
                    covered_nonzero=int((inside & nonzero).sum()))
+        for level, z in CENTRAL_Z.items():
+            narrower = np.abs(y - mean) <= z * sd
+            out[f"covered{level}"] = int(narrower.sum())
+            out[f"covered{level}_nonzero"] = int((narrower & nonzero).sum())
     return out
 
 
@@ -784,7 +794,12 @@ def aggregate(per_split):
         nz = sum(s["n_nonzero"] for s in ok)
         out.update(n=n, covered=sum(s["covered"] for s in ok), coverage=sum(s["covered"] for s in ok) / n,
                    crps=sum(s["crps_sum"] for s in ok) / n, interval_score=sum(s["is_sum"] for s in ok) / n,
-                   coverage_nonzero=sum(s["covered_nonzero"] for s in ok) / nz if nz else None)
+                   coverage_nonzero=sum(s["covered_nonzero"] for s in ok) / nz if nz else None,
+                   covered_nonzero=sum(s["covered_nonzero"] for s in ok), n_nonzero=nz)
+        for level in CENTRAL_Z:
+            if all(f"covered{level}" in s for s in ok):
+                out[f"coverage{level}"] = sum(s[f"covered{level}"] for s in ok) / n
+                out[f"coverage{level}_nonzero"] = sum(s[f"covered{level}_nonzero"] for s in ok) / nz if nz else None
     return out
 
 
@@ -974,6 +989,7 @@ def report(results, datasets, services, args, seconds, versions):
     lines += dyeing_lines(results, services)
     lines += ratio_lines(rows_of(results, keys=True), services)
     lines += coverage_lines(rows_of(results, keys=True), services)
+    lines += calibration_lines(rows_of(results, keys=True), services)
     lines += timing_lines(rows_of(results, keys=True), columns)
     lines += notes_lines(results, datasets)
     return "\n".join(lines) + "\n"
@@ -1068,6 +1084,43 @@ def coverage_lines(keyed_rows, services):
             text += f"; {sum(a['covered'] for a in spectral) / ns:.3f} over the {ns} of the spectral targets"
         text += f"; mean of the per-target coverages {np.mean([a['coverage'] for a in aggs.values()]):.3f}"
         lines.append(text)
+    return lines + [""]
+
+
+def calibration_lines(keyed_rows, services):
+    """Coverage of the central 50, 80 and 95 % intervals per target (dyeing: its non-zero cells,
+    since an exact zero lies inside any interval around a prediction near it), and where the
+    target has a single split, how surprising its 95 % count would be for calibrated intervals:
+    the two-sided exact binomial p-values of its 50 % and 95 % counts among that many
+    independent test values.
+    Random splits reuse the same rows across splits, so their pooled counts are not independent
+    trials and get no p-value."""
+    from scipy.stats import binomtest
+
+    methods = [m for m, _, _ in mordant_methods(services)] + ["BayesianRidge"]
+    lines = ["### Calibration: coverage of the central 50, 80 and 95 % intervals", "",
+             "Nominal 0.50 / 0.80 / 0.95; dyeing: the non-zero cells. p: the two-sided binomial p-values "
+             "of the 50 % and the 95 % counts for calibrated intervals (single-split targets only).", "",
+             "| data set | split | test values | " + " | ".join(methods) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in methods) + " |"]
+    for (d, s), records in keyed_rows:
+        cells, count = [], None
+        for method in methods:
+            a = records.get(method, {}).get("aggregate", {})
+            suffix = "_nonzero" if d == "dyeing" else ""
+            if a.get(f"coverage50{suffix}") is None:
+                cells.append("—" if method not in records else records[method]["status"])
+                continue
+            n = a["n_nonzero"] if d == "dyeing" else a["n"]
+            covered = a["covered_nonzero"] if d == "dyeing" else a["covered"]
+            count = n
+            text = f"{a[f'coverage50{suffix}']:.3f} / {a[f'coverage80{suffix}']:.3f} / {covered / n:.3f}"
+            if a["splits"] == 1:
+                half = round(a[f"coverage50{suffix}"] * n)
+                text += (f" (p {binomtest(half, n, 0.5).pvalue:.2g} at 50 %, "
+                         f"{binomtest(covered, n, 1 - ALPHA).pvalue:.2g} at 95 %)")
+            cells.append(text)
+        lines.append(f"| {d} | {s} | {count if count is not None else '—'} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
