@@ -49,38 +49,47 @@ def kernel(kind, p, length):
     return k
 
 
-def hyperparameters(x, y, k):
-    """The amplitude a and noise s that maximise the evidence of the prior a·k on the centred
-    rows, with the log evidence."""
+def spectrum_of(x, y, k):
+    """The eigenvalues of X K Xᵀ on the centred rows and y's coordinates in their eigenvectors,
+    the centring direction left out: what the evidence of the prior a·k reads."""
     xc, yc = x - x.mean(0), y - y.mean()
     n = len(y)
     lam, u = np.linalg.eigh(xc @ k @ xc.T)
     lam = np.clip(lam, 0, None)
     z = u.T @ yc
     keep = np.abs(u.T @ (np.ones(n) / np.sqrt(n))) < 0.5
-    lam_k, z_k = lam[keep], z[keep]
+    return lam[keep], z[keep]
 
-    def negative_log_evidence(theta):
-        a, s = np.exp(theta)
-        v = s + a * lam_k
-        return 0.5 * np.sum(np.log(v)) + 0.5 * np.sum(z_k ** 2 / v)
 
+def negative_log_evidence(theta, lam, z):
+    """−log p(y) (up to a constant) at (a, s) = exp(theta), from `spectrum_of`'s (lam, z)."""
+    a, s = np.exp(theta)
+    v = s + a * lam
+    return 0.5 * np.sum(np.log(v)) + 0.5 * np.sum(z ** 2 / v)
+
+
+def hyperparameters(x, y, k):
+    """The amplitude a and noise s that maximise the evidence of the prior a·k on the centred
+    rows, with the log evidence."""
+    lam_k, z_k = spectrum_of(x, y, k)
     best = None
     for a0 in (1e-4, 1e-2, 1, 1e2, 1e4):
-        start = np.log([a0 / max(np.mean(lam_k), 1e-30), max(np.var(yc) * 1e-2, 1e-12)])
-        r = minimize(negative_log_evidence, start, method="L-BFGS-B")
+        start = np.log([a0 / max(np.mean(lam_k), 1e-30), max(np.var(y) * 1e-2, 1e-12)])
+        r = minimize(negative_log_evidence, start, args=(lam_k, z_k), method="L-BFGS-B")
         if best is None or r.fun < best.fun:
             best = r
     a, s = np.exp(best.x)
     return a, s, -best.fun
 
 
-def fit(x, y, k, x_test):
-    """Posterior mean and predictive variance at x_test, and the log evidence."""
+def fit(x, y, k, x_test, held=None):
+    """Posterior mean and predictive variance at x_test, and the log evidence; at the
+    hyperparameters `held` = (a, s) where given (the evidence is then None), else at the
+    evidence's."""
     xm, ym = x.mean(0), y.mean()
     xc, yc = x - xm, y - ym
     n = len(y)
-    a, s, evidence = hyperparameters(x, y, k)
+    a, s, evidence = hyperparameters(x, y, k) if held is None else (*held, None)
     gram = xc @ k @ xc.T
     solve = np.linalg.solve(s * np.eye(n) + a * gram, np.column_stack([yc, a * xc @ k @ (x_test - xm).T]))
     w = a * k @ xc.T @ solve[:, 0]
