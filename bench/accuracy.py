@@ -798,8 +798,10 @@ def aggregate(per_split):
                    covered_nonzero=sum(s["covered_nonzero"] for s in ok), n_nonzero=nz)
         for level in CENTRAL_Z:
             if all(f"covered{level}" in s for s in ok):
-                out[f"coverage{level}"] = sum(s[f"covered{level}"] for s in ok) / n
-                out[f"coverage{level}_nonzero"] = sum(s[f"covered{level}_nonzero"] for s in ok) / nz if nz else None
+                for suffix, total in (("", n), ("_nonzero", nz)):
+                    count = sum(s[f"covered{level}{suffix}"] for s in ok)
+                    out[f"covered{level}{suffix}"] = count
+                    out[f"coverage{level}{suffix}"] = count / total if total else None
     return out
 
 
@@ -1090,9 +1092,8 @@ def coverage_lines(keyed_rows, services):
 def calibration_lines(keyed_rows, services):
     """Coverage of the central 50, 80 and 95 % intervals per target (dyeing: its non-zero cells,
     since an exact zero lies inside any interval around a prediction near it), and where the
-    target has a single split, how surprising its 95 % count would be for calibrated intervals:
-    the two-sided exact binomial p-values of its 50 % and 95 % counts among that many
-    independent test values.
+    target has a single split, how surprising its 50 % and 95 % counts would be for calibrated
+    intervals: their two-sided exact binomial p-values among that many independent test values.
     Random splits reuse the same rows across splits, so their pooled counts are not independent
     trials and get no p-value."""
     from scipy.stats import binomtest
@@ -1111,13 +1112,12 @@ def calibration_lines(keyed_rows, services):
             if a.get(f"coverage50{suffix}") is None:
                 cells.append("—" if method not in records else records[method]["status"])
                 continue
-            n = a["n_nonzero"] if d == "dyeing" else a["n"]
-            covered = a["covered_nonzero"] if d == "dyeing" else a["covered"]
+            n = a[f"n{suffix}"] if suffix else a["n"]
+            covered = a[f"covered{suffix}"]
             count = n
             text = f"{a[f'coverage50{suffix}']:.3f} / {a[f'coverage80{suffix}']:.3f} / {covered / n:.3f}"
             if a["splits"] == 1:
-                half = round(a[f"coverage50{suffix}"] * n)
-                text += (f" (p {binomtest(half, n, 0.5).pvalue:.2g} at 50 %, "
+                text += (f" (p {binomtest(a[f'covered50{suffix}'], n, 0.5).pvalue:.2g} at 50 %, "
                          f"{binomtest(covered, n, 1 - ALPHA).pvalue:.2g} at 95 %)")
             cells.append(text)
         lines.append(f"| {d} | {s} | {count if count is not None else '—'} | " + " | ".join(cells) + " |")
