@@ -1,0 +1,109 @@
+"""How much of the over-wide intervals is the predictive's shape, in numpy (ACCURACY.md,
+"Coverage at 50, 80 and 95 %").
+
+    python3 bench/interval_shape.py yarn|gasoline|fermentation|fermentation-sg|... [REPEATS] [uncapped]
+
+The service's ridge on a data set's random splits (REPEATS, default 100; 0: the canonical
+split): flat intercept, a and σ² by the evidence with at least three residual degrees of freedom
+(γ ≤ N − 4, `evidence::residual_cap`), and its predictive, the mean with
+`variance = κ(s + φᵀΣAΣφ) + φᵀΣA₀Σφ`, κ = ν/(ν − 2), ν = N − 1 − γ. Coverage of the central 50,
+80 and 95 % intervals read two ways: mean ± z·√variance (what a client of the API can draw, and
+`bench/accuracy` does), and the predictive's own quantiles, `√(s + φᵀΣAΣφ)·t_ν` (what σ² drives)
+plus an independent `N(0, φᵀΣA₀Σφ)` (the prior's part). `uncapped`: a and σ² at the evidence's
+unconstrained maximum instead (ν then still clamped at 3 in κ, as the service would).
+
+Reads the data that `bench/accuracy export` writes (target/bench/accuracy-data/).
+"""
+import os
+import sys
+import warnings
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.stats import norm
+from scipy.stats import t as student
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import smooth_variants as S  # noqa: E402
+
+LEVELS = {50: 0.674490, 80: 1.281552, 95: 1.959964}
+NODES = (np.arange(4000) + 0.5) / 4000
+
+
+def central_mass(t_scale, g_scale, nu):
+    """q ↦ P(|t_scale·T_ν + g_scale·Z| ≤ q), averaged over the quantiles of the smaller part so
+    that the larger part's distribution function is smooth in q."""
+    if g_scale >= t_scale:
+        t = student.ppf(NODES, nu)
+        return lambda q: np.mean(norm.cdf((q - t_scale * t) / g_scale) - norm.cdf((-q - t_scale * t) / g_scale))
+    z = norm.ppf(NODES)
+    return lambda q: np.mean(student.cdf((q - g_scale * z) / t_scale, nu) - student.cdf((-q - g_scale * z) / t_scale, nu))
+
+
+def half_width(t_scale, g_scale, nu, mass):
+    """The half-width of the central interval holding `mass`, by bisection."""
+    f = central_mass(t_scale, g_scale, nu)
+    low, high = 0.0, 60 * (t_scale + g_scale)
+    for _ in range(50):
+        q = (low + high) / 2
+        low, high = (q, high) if f(q) < mass else (low, q)
+    return (low + high) / 2
+
+
+def capped_hyperparameters(x, y):
+    """(a, s) maximising the evidence with γ ≤ N − 4."""
+    lam, z = S.spectrum_of(x, y, np.eye(x.shape[1]))
+    cap = max(len(y) - 4, 1)
+
+    def gamma(theta):
+        a, s = np.exp(theta)
+        return np.sum(a * lam / (s + a * lam))
+
+    best = None
+    for a0 in (1e-4, 1e-2, 1, 1e2, 1e4):
+        start = np.log([a0 / max(np.mean(lam), 1e-30), max(np.var(y) * 1e-1, 1e-12)])
+        r = minimize(S.negative_log_evidence, start, args=(lam, z), method="SLSQP",
+                     constraints=[{"type": "ineq", "fun": lambda th: cap - gamma(th)}])
+        if r.success and (best is None or r.fun < best.fun):
+            best = r
+    return np.exp(best.x)
+
+
+def main(argv):
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
+    name = argv[1] if len(argv) > 1 else "yarn"
+    repeats = int(argv[2]) if len(argv) > 2 else 100
+    uncapped = len(argv) > 3 and argv[3] == "uncapped"
+    ds = S.A.LOADERS[name](S.DATA)
+    splits = S.A.canonical_splits(ds) if repeats == 0 else S.A.random_splits(len(ds.x), 100)[:repeats]
+    drawn, exact = ({level: [] for level in LEVELS} for _ in range(2))
+    squares, dofs = [], []
+    for split in splits:
+        train, test = S.A.train_rows(split), split["test"]
+        x, y = ds.x[train], ds.y[train, 0]
+        a, s = S.hyperparameters(x, y, np.eye(x.shape[1]))[:2] if uncapped else capped_hyperparameters(x, y)
+        xm, ym = x.mean(0), y.mean()
+        xc = x - xm
+        data, prior = xc.T @ xc / s, np.eye(x.shape[1]) / a
+        sigma = np.linalg.inv(prior + data)
+        weights = sigma @ xc.T @ (y - ym) / s
+        nu = max(len(y) - 1 - np.trace(sigma @ data), 3.0)
+        d = ds.x[test] - xm
+        noise_part = np.clip(np.einsum("ij,jk,ik->i", d, sigma @ data @ sigma, d), 0, None) + s / len(y)
+        prior_part = np.clip(np.einsum("ij,jk,ik->i", d, sigma @ prior @ sigma, d), 0, None)
+        variance = nu / (nu - 2) * (s + noise_part) + prior_part
+        error = np.abs(ds.y[test, 0] - (ym + d @ weights))
+        squares.extend(error ** 2)
+        dofs.append(nu)
+        for level, z in LEVELS.items():
+            drawn[level].extend(error <= z * np.sqrt(variance))
+            widths = [half_width(np.sqrt(s + n), np.sqrt(p), nu, level / 100) for n, p in zip(noise_part, prior_part)]
+            exact[level].extend(error <= np.array(widths))
+    print(f"{name}, {len(splits)} split(s): RMSEP {np.sqrt(np.mean(squares)):.4g}, ν median {np.median(dofs):.3g}; "
+          "coverage at 50 / 80 / 95 %: mean ± z·sd "
+          + " / ".join(f"{np.mean(drawn[level]):.3f}" for level in LEVELS)
+          + ", the predictive's quantiles " + " / ".join(f"{np.mean(exact[level]):.3f}" for level in LEVELS))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
