@@ -1,7 +1,7 @@
 """How much of the over-wide intervals is the predictive's shape, in numpy (ACCURACY.md,
 "Coverage at 50, 80 and 95 %").
 
-    python3 bench/interval_shape.py yarn|gasoline|fermentation|fermentation-sg|... [REPEATS] [uncapped]
+    python3 bench/interval_shape.py yarn|gasoline|fermentation|fermentation-sg|... [REPEATS] [uncapped|noise=F]
 
 The service's ridge on a data set's random splits (REPEATS, default 100; 0: the canonical
 split): flat intercept, a and σ² by the evidence with at least three residual degrees of freedom
@@ -10,7 +10,9 @@ split): flat intercept, a and σ² by the evidence with at least three residual 
 80 and 95 % intervals read two ways: mean ± z·√variance (what a client of the API can draw, and
 `bench/accuracy` does), and the predictive's own quantiles, `√(s + φᵀΣAΣφ)·t_ν` (what σ² drives)
 plus an independent `N(0, φᵀΣA₀Σφ)` (the prior's part). `uncapped`: a and σ² at the evidence's
-unconstrained maximum instead (ν then still clamped at 3 in κ, as the service would).
+unconstrained maximum instead (ν then still clamped at 3 in κ, as the service would). `noise=F`:
+no cap, but an inverse-gamma hyperprior on σ² (shape 1, mode at F·var(y)) times the evidence, a
+soft floor in place of the cap.
 
 Reads the data that `bench/accuracy export` writes (target/bench/accuracy-data/).
 """
@@ -69,11 +71,29 @@ def capped_hyperparameters(x, y):
     return np.exp(best.x)
 
 
+def noise_prior_hyperparameters(x, y, fraction):
+    """(a, s) maximising the evidence times an inverse-gamma density of s, shape 1 and mode
+    `fraction`·var(y): log p(s) = −2 log s − b/s, b = 2·fraction·var(y)."""
+    lam, z = S.spectrum_of(x, y, np.eye(x.shape[1]))
+    b = 2 * fraction * np.var(y)
+
+    def objective(theta):
+        return S.negative_log_evidence(theta, lam, z) + 2 * theta[1] + b / np.exp(theta[1])
+
+    best = None
+    for a0 in (1e-4, 1e-2, 1, 1e2, 1e4):
+        start = np.log([a0 / max(np.mean(lam), 1e-30), max(np.var(y) * 1e-1, 1e-12)])
+        r = minimize(objective, start, method="L-BFGS-B")
+        if best is None or r.fun < best.fun:
+            best = r
+    return np.exp(best.x)
+
+
 def main(argv):
     warnings.filterwarnings("ignore", category=RuntimeWarning)
     name = argv[1] if len(argv) > 1 else "yarn"
     repeats = int(argv[2]) if len(argv) > 2 else 100
-    uncapped = len(argv) > 3 and argv[3] == "uncapped"
+    variant = argv[3] if len(argv) > 3 else "capped"
     ds = S.A.LOADERS[name](S.DATA)
     splits = S.A.canonical_splits(ds) if repeats == 0 else S.A.random_splits(len(ds.x), 100)[:repeats]
     drawn, exact = ({level: [] for level in LEVELS} for _ in range(2))
@@ -81,7 +101,12 @@ def main(argv):
     for split in splits:
         train, test = S.A.train_rows(split), split["test"]
         x, y = ds.x[train], ds.y[train, 0]
-        a, s = S.hyperparameters(x, y, np.eye(x.shape[1]))[:2] if uncapped else capped_hyperparameters(x, y)
+        if variant == "uncapped":
+            a, s = S.hyperparameters(x, y, np.eye(x.shape[1]))[:2]
+        elif variant.startswith("noise="):
+            a, s = noise_prior_hyperparameters(x, y, float(variant.removeprefix("noise=")))
+        else:
+            a, s = capped_hyperparameters(x, y)
         xm, ym = x.mean(0), y.mean()
         xc = x - xm
         data, prior = xc.T @ xc / s, np.eye(x.shape[1]) / a
@@ -99,7 +124,7 @@ def main(argv):
             drawn[level].extend(error <= z * np.sqrt(variance))
             widths = [half_width(np.sqrt(s + n), np.sqrt(p), nu, level / 100) for n, p in zip(noise_part, prior_part)]
             exact[level].extend(error <= np.array(widths))
-    print(f"{name}, {len(splits)} split(s): RMSEP {np.sqrt(np.mean(squares)):.4g}, ν median {np.median(dofs):.3g}; "
+    print(f"{name}, {len(splits)} split(s), {variant}: RMSEP {np.sqrt(np.mean(squares)):.4g}, ν median {np.median(dofs):.3g}; "
           "coverage at 50 / 80 / 95 %: mean ± z·sd "
           + " / ".join(f"{np.mean(drawn[level]):.3f}" for level in LEVELS)
           + ", the predictive's quantiles " + " / ".join(f"{np.mean(exact[level]):.3f}" for level in LEVELS))
