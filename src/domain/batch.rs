@@ -40,10 +40,7 @@ impl BatchId {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
         if !ok {
-            return Err(format!(
-                "must be 1 to {MAX_BATCH_ID_LEN} characters from A-Z, a-z, 0-9, '.', '_', ':' \
-                 and '-', found {id:?}"
-            ));
+            return Err(format!("{}, found {id:?}", Self::rule()));
         }
         if id == "." || id == ".." {
             return Err(format!(
@@ -52,6 +49,13 @@ impl BatchId {
             ));
         }
         Ok(Self(id.to_owned()))
+    }
+
+    /// What an id must be, as an error message says it.
+    pub fn rule() -> String {
+        format!(
+            "must be 1 to {MAX_BATCH_ID_LEN} characters from A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+        )
     }
 
     /// A fresh random id for a batch posted without one.

@@ -18,7 +18,8 @@ use super::extract::{Path, once_each};
 use super::predict::Spectra;
 use super::routes::Routes;
 use crate::domain::{
-    CsvError, Detail, EncodedBatch, Invalid, ModelName, ModelSpec, NewBatch, Successor, row_fields,
+    BatchId, CsvError, Detail, EncodedBatch, Invalid, ModelName, ModelSpec, NewBatch, Successor,
+    row_fields,
 };
 use crate::estimator::{BatchStatistics, EstimatorError, codec};
 use crate::store::{BatchRecord, BatchStatus, ModelRecord, Review, StoreError};
@@ -431,7 +432,7 @@ pub async fn status(
         .store
         .batch(model.id, &batch_id)
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("model {name} has no batch {batch_id:?}")))?;
+        .ok_or_else(|| no_batch(&name, &batch_id))?;
     // The folder commits before it updates the cache: a client that reads "folded" here must
     // then get predictions of that version (or a later one) from this replica.
     if let Some(version) = batch.version
@@ -588,7 +589,19 @@ async fn review(
         .store
         .review_batch(model_id, batch_id, review)
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("model {name} has no batch {batch_id:?}")))?;
+        .ok_or_else(|| no_batch(&name, batch_id))?;
     tracing::info!(model = %name, batch_id, ?review, "held batch reviewed");
     Ok(Json(batch.into()))
+}
+
+/// The answer to a request for a batch the model does not have; where no batch could have the
+/// id (a client's typo or a truncated link), it says why.
+fn no_batch(name: &ModelName, batch_id: &str) -> ApiError {
+    match BatchId::parse(batch_id) {
+        Ok(_) => ApiError::NotFound(format!("model {name} has no batch {batch_id:?}")),
+        Err(_) => ApiError::NotFound(format!(
+            "model {name} has no batch {batch_id:?}: a batch id {}",
+            BatchId::rule()
+        )),
+    }
 }

@@ -145,6 +145,37 @@ async fn path_segments_that_name_nothing_are_404_in_the_error_shape() {
     }
 }
 
+/// A batch id no batch can have (too long, or with a character ids never hold) is a `404` that
+/// says why, on every route that names a batch; an id that could exist only says it does not.
+#[tokio::test]
+async fn batch_ids_that_cannot_exist_say_why() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let long = "a".repeat(129);
+    for id in [long.as_str(), "a%20b", "lot%2F7"] {
+        for (method, suffix) in [("GET", ""), ("POST", "/release"), ("POST", "/reject")] {
+            let path = format!("/v1/models/lab/batches/{id}{suffix}");
+            let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+            let response = app.client.request(method, app.url(&path)).send().await.unwrap();
+            let error = error_of(response, StatusCode::NOT_FOUND).await;
+            assert_eq!(error["code"], "not_found", "{path}: {error}");
+            assert!(
+                error["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("a batch id must be 1 to 128 characters"),
+                "{path}: {error}"
+            );
+        }
+    }
+    let response = app.get(&format!("/v1/models/lab/batches/{}", &long[1..])).await;
+    let error = error_of(response, StatusCode::NOT_FOUND).await;
+    assert!(
+        !error["message"].as_str().unwrap().contains("must be"),
+        "{error}"
+    );
+}
+
 #[tokio::test]
 async fn bad_query_parameters_are_invalid_query() {
     let app = spawn_app().await;
