@@ -10,7 +10,9 @@ split): flat intercept, a and σ² by the evidence with at least three residual 
 80 and 95 % intervals read two ways: mean ± z·√variance (what a client of the API can draw, and
 `bench/accuracy` does), and the predictive's own quantiles, `√(s + φᵀΣAΣφ)·t_ν` (what σ² drives)
 plus an independent `N(0, φᵀΣA₀Σφ)` (the prior's part). `uncapped`: a and σ² at the evidence's
-unconstrained maximum instead (ν then still clamped at 3 in κ, as the service would). `noise=F`:
+unconstrained maximum instead (ν then still clamped at 3 in κ, as the service would). `interior`:
+the evidence's best local maximum inside the cap (a mode, not the cap's edge), the cap's edge only
+where the profile has none. `noise=F`:
 no cap, but an inverse-gamma hyperprior on σ² (shape 1, mode at F·var(y)) times the evidence, a
 soft floor in place of the cap.
 
@@ -52,6 +54,23 @@ def half_width(t_scale, g_scale, nu, mass):
     return (low + high) / 2
 
 
+def posterior(xc, yc, d, a, s):
+    """The posterior mean's weights, the parts `φᵀΣAΣφ` (the data's, A = XᵀX/s) and `φᵀΣA₀Σφ`
+    (the prior's, A₀ = I/a) at the rows of `d`, and γ, for the prior a·I and noise s on the
+    centred rows `xc`, `yc`. Formed in the rows' space, `M = sI + a XXᵀ`, so that a noise
+    variance near the interpolation corner (s → 0) loses nothing: `XΣ = a s M⁻¹X` and
+    `Σφ = aφ − a² XᵀM⁻¹Xφ` (inverting the p × p precision `I/a + XᵀX/s` there does).
+    """
+    m = s * np.eye(len(yc)) + a * xc @ xc.T
+    solved = np.linalg.solve(m, np.column_stack([yc, xc @ d.T]))
+    weights = a * xc.T @ solved[:, 0]
+    noise_part = a * a * s * np.sum(solved[:, 1:] ** 2, axis=0)
+    sigma_phi = a * d.T - a * a * xc.T @ solved[:, 1:]
+    prior_part = np.sum(sigma_phi ** 2, axis=0) / a
+    gamma = a * np.trace(np.linalg.solve(m, xc @ xc.T))
+    return weights, noise_part, prior_part, gamma
+
+
 def capped_hyperparameters(x, y):
     """(a, s) maximising the evidence with γ ≤ N − 4."""
     lam, z = S.spectrum_of(x, y, np.eye(x.shape[1]))
@@ -69,6 +88,37 @@ def capped_hyperparameters(x, y):
         if r.success and (best is None or r.fun < best.fun):
             best = r
     return np.exp(best.x)
+
+
+def interior_hyperparameters(x, y):
+    """(a, s) at the evidence's best interior mode with γ ≤ N − 4, or the capped maximum.
+
+    The profile over α = s/a (s at its optimum for each α) on a grid of log α in steps of 0.05:
+    a mode is a grid point lower than both neighbours, none of which breaks the cap.
+    """
+    lam, z = S.spectrum_of(x, y, np.eye(x.shape[1]))
+    lam = np.clip(lam, 0, None)
+    dof = len(y) - 1
+    cap = max(dof - 3.0, min(dof - 1.0, 1.0))
+    z2 = z ** 2
+    q = float(np.sum((y - y.mean()) ** 2))
+    grid = np.log(max(lam.max(), 1e-300)) + np.arange(-40, 12.0, 0.05)
+    values, feasible = [], []
+    for g in grid:
+        alpha = np.exp(g)
+        misfit = max(q - np.sum(z2 * lam / (lam + alpha)), 1e-300)
+        s = misfit / dof
+        values.append(dof * np.log(s) + np.sum(np.log1p(lam / alpha)) + misfit / s)
+        feasible.append(np.sum(lam / (lam + alpha)) <= cap)
+    modes = [i for i in range(1, len(grid) - 1)
+             if feasible[i - 1] and feasible[i] and values[i] < values[i - 1] and values[i] < values[i + 1]]
+    if not modes:
+        return capped_hyperparameters(x, y)
+    i = min(modes, key=lambda j: values[j])
+    alpha = np.exp(grid[i])
+    misfit = q - np.sum(z2 * lam / (lam + alpha))
+    s = misfit / dof
+    return s / alpha, s
 
 
 def noise_prior_hyperparameters(x, y, fraction):
@@ -103,19 +153,17 @@ def main(argv):
         x, y = ds.x[train], ds.y[train, 0]
         if variant == "uncapped":
             a, s = S.hyperparameters(x, y, np.eye(x.shape[1]))[:2]
+        elif variant == "interior":
+            a, s = interior_hyperparameters(x, y)
         elif variant.startswith("noise="):
             a, s = noise_prior_hyperparameters(x, y, float(variant.removeprefix("noise=")))
         else:
             a, s = capped_hyperparameters(x, y)
         xm, ym = x.mean(0), y.mean()
-        xc = x - xm
-        data, prior = xc.T @ xc / s, np.eye(x.shape[1]) / a
-        sigma = np.linalg.inv(prior + data)
-        weights = sigma @ xc.T @ (y - ym) / s
-        nu = max(len(y) - 1 - np.trace(sigma @ data), 3.0)
-        d = ds.x[test] - xm
-        noise_part = np.clip(np.einsum("ij,jk,ik->i", d, sigma @ data @ sigma, d), 0, None) + s / len(y)
-        prior_part = np.clip(np.einsum("ij,jk,ik->i", d, sigma @ prior @ sigma, d), 0, None)
+        xc, d = x - xm, ds.x[test] - xm
+        weights, noise_part, prior_part, gamma = posterior(xc, y - ym, d, a, s)
+        nu = max(len(y) - 1 - gamma, 3.0)
+        noise_part += s / len(y)
         variance = nu / (nu - 2) * (s + noise_part) + prior_part
         error = np.abs(ds.y[test, 0] - (ym + d @ weights))
         squares.extend(error ** 2)
