@@ -1,7 +1,7 @@
 """How much of the over-wide intervals is the predictive's shape, in numpy (ACCURACY.md,
 "Coverage at 50, 80 and 95 %").
 
-    python3 bench/interval_shape.py yarn|gasoline|fermentation|fermentation-sg|... [REPEATS] [uncapped|noise=F]
+    python3 bench/interval_shape.py yarn|gasoline|fermentation|fermentation-sg|... [REPEATS] [uncapped|interior|noise=F]
 
 The service's ridge on a data set's random splits (REPEATS, default 100; 0: the canonical
 split): flat intercept, a and σ² by the evidence with at least three residual degrees of freedom
@@ -12,7 +12,7 @@ split): flat intercept, a and σ² by the evidence with at least three residual 
 plus an independent `N(0, φᵀΣA₀Σφ)` (the prior's part). `uncapped`: a and σ² at the evidence's
 unconstrained maximum instead (ν then still clamped at 3 in κ, as the service would). `interior`:
 the evidence's best local maximum inside the cap (a mode, not the cap's edge), the cap's edge only
-where the profile has none. `noise=F`:
+where the profile has none (it says on how many splits it found one). `noise=F`:
 no cap, but an inverse-gamma hyperprior on σ² (shape 1, mode at F·var(y)) times the evidence, a
 soft floor in place of the cap.
 
@@ -91,7 +91,8 @@ def capped_hyperparameters(x, y):
 
 
 def interior_hyperparameters(x, y):
-    """(a, s) at the evidence's best interior mode with γ ≤ N − 4, or the capped maximum.
+    """(a, s, found) at the evidence's best interior mode with γ ≤ N − 4 (found), or the capped
+    maximum (not found).
 
     The profile over α = s/a (s at its optimum for each α) on a grid of log α in steps of 0.05:
     a mode is a grid point lower than both neighbours, none of which breaks the cap.
@@ -113,12 +114,12 @@ def interior_hyperparameters(x, y):
     modes = [i for i in range(1, len(grid) - 1)
              if feasible[i - 1] and feasible[i] and values[i] < values[i - 1] and values[i] < values[i + 1]]
     if not modes:
-        return capped_hyperparameters(x, y)
+        return (*capped_hyperparameters(x, y), False)
     i = min(modes, key=lambda j: values[j])
     alpha = np.exp(grid[i])
     misfit = q - np.sum(z2 * lam / (lam + alpha))
     s = misfit / dof
-    return s / alpha, s
+    return s / alpha, s, True
 
 
 def noise_prior_hyperparameters(x, y, fraction):
@@ -147,14 +148,15 @@ def main(argv):
     ds = S.A.LOADERS[name](S.DATA)
     splits = S.A.canonical_splits(ds) if repeats == 0 else S.A.random_splits(len(ds.x), 100)[:repeats]
     drawn, exact = ({level: [] for level in LEVELS} for _ in range(2))
-    squares, dofs = [], []
+    squares, dofs, modes = [], [], 0
     for split in splits:
         train, test = S.A.train_rows(split), split["test"]
         x, y = ds.x[train], ds.y[train, 0]
         if variant == "uncapped":
             a, s = S.hyperparameters(x, y, np.eye(x.shape[1]))[:2]
         elif variant == "interior":
-            a, s = interior_hyperparameters(x, y)
+            a, s, found = interior_hyperparameters(x, y)
+            modes += found
         elif variant.startswith("noise="):
             a, s = noise_prior_hyperparameters(x, y, float(variant.removeprefix("noise=")))
         else:
@@ -172,7 +174,8 @@ def main(argv):
             drawn[level].extend(error <= z * np.sqrt(variance))
             widths = [half_width(np.sqrt(s + n), np.sqrt(p), nu, level / 100) for n, p in zip(noise_part, prior_part)]
             exact[level].extend(error <= np.array(widths))
-    print(f"{name}, {len(splits)} split(s), {variant}: RMSEP {np.sqrt(np.mean(squares)):.4g}, ν median {np.median(dofs):.3g}; "
+    found = f" (a mode inside the cap on {modes} of them)" if variant == "interior" else ""
+    print(f"{name}, {len(splits)} split(s){found}, {variant}: RMSEP {np.sqrt(np.mean(squares)):.4g}, ν median {np.median(dofs):.3g}; "
           "coverage at 50 / 80 / 95 %: mean ± z·sd "
           + " / ".join(f"{np.mean(drawn[level]):.3f}" for level in LEVELS)
           + ", the predictive's quantiles " + " / ".join(f"{np.mean(exact[level]):.3f}" for level in LEVELS))

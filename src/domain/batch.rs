@@ -51,10 +51,12 @@ impl BatchId {
         Ok(Self(id.to_owned()))
     }
 
-    /// What an id must be, as an error message says it.
+    /// What an id must be, as an error message says it (`.` and `..` are refused with their
+    /// own reason by [`Self::parse`]).
     pub fn rule() -> String {
         format!(
-            "must be 1 to {MAX_BATCH_ID_LEN} characters from A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+            "must be 1 to {MAX_BATCH_ID_LEN} characters from A-Z, a-z, 0-9, '.', '_', ':' and \
+             '-', other than \".\" and \"..\""
         )
     }
 

@@ -168,12 +168,18 @@ async fn batch_ids_that_cannot_exist_say_why() {
             );
         }
     }
-    let response = app.get(&format!("/v1/models/lab/batches/{}", &long[1..])).await;
-    let error = error_of(response, StatusCode::NOT_FOUND).await;
-    assert!(
-        !error["message"].as_str().unwrap().contains("must be"),
-        "{error}"
-    );
+    for suffix in ["", "/release", "/reject"] {
+        let path = format!("/v1/models/lab/batches/{}{suffix}", &long[1..]);
+        let method = if suffix.is_empty() { "GET" } else { "POST" };
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let response = app.client.request(method, app.url(&path)).send().await.unwrap();
+        let error = error_of(response, StatusCode::NOT_FOUND).await;
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("has no batch") && !message.contains("must be"),
+            "{path}: {error}"
+        );
+    }
 }
 
 #[tokio::test]
