@@ -597,11 +597,9 @@ async fn review(
 /// The answer to a request for a batch the model does not have; where no batch could have the
 /// id (a client's typo or a truncated link), it says why.
 fn no_batch(name: &ModelName, batch_id: &str) -> ApiError {
-    match BatchId::parse(batch_id) {
-        Ok(_) => ApiError::NotFound(format!("model {name} has no batch {batch_id:?}")),
-        Err(_) => ApiError::NotFound(format!(
-            "model {name} has no batch {batch_id:?}: a batch id {}",
-            BatchId::rule()
-        )),
+    let mut message = format!("model {name} has no batch {batch_id:?}");
+    if BatchId::parse(batch_id).is_err() {
+        message = format!("{message}: a batch id {}", BatchId::rule());
     }
+    ApiError::NotFound(message)
 }

@@ -151,33 +151,32 @@ async fn path_segments_that_name_nothing_are_404_in_the_error_shape() {
 async fn batch_ids_that_cannot_exist_say_why() {
     let app = spawn_app().await;
     app.create_model(&spec("lab", 2, 1)).await;
-    let long = "a".repeat(129);
-    for id in [long.as_str(), "a%20b", "lot%2F7"] {
+    // The message of the 404 each route that names batch `id` answers, with the path asked.
+    let answers = async |id: &str| {
+        let mut messages = Vec::new();
         for (method, suffix) in [("GET", ""), ("POST", "/release"), ("POST", "/reject")] {
             let path = format!("/v1/models/lab/batches/{id}{suffix}");
             let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
             let response = app.client.request(method, app.url(&path)).send().await.unwrap();
             let error = error_of(response, StatusCode::NOT_FOUND).await;
             assert_eq!(error["code"], "not_found", "{path}: {error}");
+            messages.push((path, error["message"].as_str().unwrap().to_owned()));
+        }
+        messages
+    };
+    let long = "a".repeat(129);
+    for id in [long.as_str(), "a%20b", "lot%2F7"] {
+        for (path, message) in answers(id).await {
             assert!(
-                error["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("a batch id must be 1 to 128 characters"),
-                "{path}: {error}"
+                message.contains("a batch id must be 1 to 128 characters"),
+                "{path}: {message}"
             );
         }
     }
-    for suffix in ["", "/release", "/reject"] {
-        let path = format!("/v1/models/lab/batches/{}{suffix}", &long[1..]);
-        let method = if suffix.is_empty() { "GET" } else { "POST" };
-        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let response = app.client.request(method, app.url(&path)).send().await.unwrap();
-        let error = error_of(response, StatusCode::NOT_FOUND).await;
-        let message = error["message"].as_str().unwrap();
+    for (path, message) in answers(&long[1..]).await {
         assert!(
             message.contains("has no batch") && !message.contains("must be"),
-            "{path}: {error}"
+            "{path}: {message}"
         );
     }
 }
