@@ -770,7 +770,8 @@ pub(crate) mod tests {
         assert_eq!(got.mean, expected.mean);
         assert_eq!(got.variance, expected.variance);
 
-        // Two rows take one step; sixteen more double the rows and refit the output.
+        // Two rows take one step; sixteen more grow the rows by more than a quarter and refit the
+        // output.
         let stepped = plan(Some(&state), &pending[1..2]);
         assert_eq!(stepped.folded, vec![1]);
         assert!(stepped.shapes.is_empty());

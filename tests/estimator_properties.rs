@@ -1818,12 +1818,12 @@ fn a_precise_dense_outputs_noise_variance_comes_from_its_residuals() {
     }
 }
 
-/// One-step updates refit an output's hyperparameters once its informative rows have doubled
-/// since they were last fitted (the result is an explicit refit on all rows, warm-started from
-/// the current hyperparameters; under ridge, the first fit on all rows), and keep them below
-/// that, or always with `refit_growth = 0`.
+/// One-step updates refit an output's hyperparameters once its informative rows have grown by a
+/// quarter since they were last fitted (the result is an explicit refit on all rows,
+/// warm-started from the current hyperparameters; under ridge, the first fit on all rows), and
+/// keep them below that, or always with `refit_growth = 0`.
 #[test]
-fn one_step_refits_hyperparameters_once_the_rows_have_doubled() {
+fn one_step_refits_hyperparameters_once_the_rows_have_grown_by_a_quarter() {
     let (n, d) = (12, 6);
     let mut rng = ChaCha8Rng::seed_from_u64(31);
     let x = Mat::from_fn(4 * n, d, |_, _| rng.random_range(-1.0..1.0));
@@ -1845,8 +1845,9 @@ fn one_step_refits_hyperparameters_once_the_rows_have_doubled() {
         };
         assert_eq!(first.fitted_rows(), &[n as f64]);
 
-        // Half as many rows again: one Bayesian step, the prior kept.
-        let stepped = first.update(&config, &part(n, n + n / 2)).unwrap();
+        assert_eq!(config.options.refit_growth, 1.25);
+        // A sixth as many rows again: one Bayesian step, the prior kept.
+        let stepped = first.update(&config, &part(n, n + n / 6)).unwrap();
         assert_eq!(hyper(&stepped), hyper(&first), "{prior:?}");
         assert_eq!(stepped.fitted_rows(), &[n as f64]);
 
@@ -1859,18 +1860,20 @@ fn one_step_refits_hyperparameters_once_the_rows_have_doubled() {
             ..config
         };
 
-        // Twice the rows the prior was fitted on: Algorithm 2 on all of them, from the current
-        // hyperparameters. ARD keeps what it pruned from a warm start (a second start runs only
+        // A quarter more rows than the prior was fitted on: Algorithm 2 on all of them, from the
+        // current hyperparameters. ARD keeps what it pruned from a warm start (a second start runs only
         // where a revival pays its Occam factor), so only ridge, which fits afresh, is bound to
         // the first fit on all rows too.
-        let grown = stepped.update(&config, &part(n + n / 2, 2 * n)).unwrap();
-        assert_eq!(grown.fitted_rows(), &[2.0 * n as f64]);
+        let grown = stepped
+            .update(&config, &part(n + n / 6, n + n / 4))
+            .unwrap();
+        assert_eq!(grown.fitted_rows(), &[(n + n / 4) as f64]);
         let refitted = stepped
-            .update(&never, &part(n + n / 2, 2 * n))
+            .update(&never, &part(n + n / 6, n + n / 4))
             .unwrap()
             .refit(&config)
             .unwrap();
-        let fresh = ModelState::fit(&config, part(0, 2 * n)).unwrap();
+        let fresh = ModelState::fit(&config, part(0, n + n / 4)).unwrap();
         let mut references = vec![("refit", refitted)];
         if prior == PriorFamily::Ridge {
             references.push(("first fit", fresh));
@@ -1894,7 +1897,7 @@ fn one_step_refits_hyperparameters_once_the_rows_have_doubled() {
 
         // An explicit refit records the rows it was fitted on.
         let refit = stepped.refit(&config).unwrap();
-        assert_eq!(refit.fitted_rows(), &[(n + n / 2) as f64]);
+        assert_eq!(refit.fitted_rows(), &[(n + n / 6) as f64]);
 
         // Never, when asked so.
         let kept = first.update(&never, &part(n, 4 * n)).unwrap();
@@ -1968,8 +1971,8 @@ fn a_refit_revives_a_feature_the_first_fit_pruned() {
 }
 
 /// With forgetting, the rows behind the last fit fade with the statistics: an output is refitted
-/// once its forgetting-weighted informative rows reach twice the faded count, and an output that
-/// has never been non-zero is never refitted for it.
+/// once its forgetting-weighted informative rows reach `refit_growth` times the faded count, and
+/// an output that has never been non-zero is never refitted for it.
 #[test]
 fn with_forgetting_the_rows_behind_a_fit_fade_with_the_statistics() {
     let (n, d, half_life) = (40, 4, 40.0);
@@ -2006,7 +2009,7 @@ fn with_forgetting_the_rows_behind_a_fit_fade_with_the_statistics() {
         let weight = (-10.0 / half_life).exp2();
         let next = state.update(&config, &part(i)).unwrap();
         let rows = next.totals().informative_rows(0);
-        if rows >= 2.0 * weight * before {
+        if rows >= config.options.refit_growth * weight * before {
             refits += 1;
             assert_eq!(next.fitted_rows()[0], rows, "batch {i}");
         } else {
@@ -2023,9 +2026,10 @@ fn with_forgetting_the_rows_behind_a_fit_fade_with_the_statistics() {
         assert_eq!(next.fitted_rows()[1], 0.0);
         state = next;
     }
-    // The weighted rows level off near 10 / (1 − 2^(−10/40)) ≈ 63: a refit about once per
-    // half-life, not on every batch.
-    assert!((4..=12).contains(&refits), "{refits} refits");
+    // The weighted rows level off near 10 / (1 − 2^(−10/40)) ≈ 63, and the rows behind a fit
+    // fade by a fifth (to 1/1.25) in log₂ 1.25 / (10/40) ≈ 1.3 batches: a refit about every
+    // other batch once the rows have levelled off, not on every one.
+    assert!((10..=22).contains(&refits), "{refits} refits of 31 batches");
 }
 
 /// An explicit shared prior keeps the free intercept for every output, zero-inflated or not.
@@ -2139,9 +2143,18 @@ fn one_step_refits_an_output_whose_intercept_kind_changed() {
         assert!((a - b).abs() < 1e-7, "row {i}: {a} against {b}");
     }
 
-    // The same dense rows again change nothing about the kind: a plain one-step update, equal
-    // to conditioning the posterior on them.
-    let again = state.update(&config, &later).unwrap();
+    // Forty of the same dense rows again change nothing about the kind, and grow the rows by
+    // less than a quarter: a plain one-step update, equal to conditioning the posterior on them.
+    let again = state
+        .update(
+            &config,
+            &stats(
+                &basis,
+                &x.subrows(n, 40).to_owned(),
+                &y.subrows(n, 40).to_owned(),
+            ),
+        )
+        .unwrap();
     let (a, b) = (
         again.outputs()[0].posterior().unwrap(),
         state.outputs()[0].posterior().unwrap(),

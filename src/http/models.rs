@@ -84,8 +84,8 @@ pub struct CreateModel {
     #[serde(default)]
     pub saunderson: Option<SaundersonSpec>,
     /// Update method after the first fit (default `one_step`: one Bayesian step per batch, the
-    /// hyperparameters fitted again once an output's rows have doubled since their last fit;
-    /// `refit`: Algorithm 2 on every batch).
+    /// hyperparameters fitted again once an output's rows have grown by a quarter since their
+    /// last fit; `refit`: Algorithm 2 on every batch).
     #[serde(default)]
     pub update: Option<UpdateName>,
     /// Exponential forgetting (default none).
@@ -473,7 +473,7 @@ pub struct OutputPosteriorView {
     pub noise_variance: Option<f64>,
     /// The informative rows the output's prior hyperparameters were last fitted on (weighted by
     /// forgetting), null while untrained. A `one_step` fold fits them again once the output's
-    /// informative rows have doubled.
+    /// informative rows have grown by a quarter.
     #[schema(example = 400.0)]
     pub fitted_rows: Option<f64>,
     /// Posterior mean of each basis function's weight (same order as `basis`); zeros while

@@ -1190,7 +1190,8 @@ pub(crate) mod tests {
             let shapes = AlternateShapes::new(&denser).unwrap();
             assert!(shapes.find(dense_primary.prior(), &unit).is_err());
 
-            let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(seed + 50), 6);
+            // Three rows on 16: fewer than a quarter more, one step.
+            let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(seed + 50), 3);
             let config = ModelConfig {
                 prior: PriorFamily::Smooth,
                 ..ModelConfig::new(basis(), 1)
@@ -1343,7 +1344,8 @@ pub(crate) mod tests {
     fn updates_and_refits_hand_on_the_shapes_their_evidence_formed() {
         let config = smooth_config();
         let state = averaged_state_of(5, 16);
-        let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(6), 4);
+        // Three rows on 16: fewer than a quarter more, one step.
+        let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(6), 3);
         let update = |stats: BatchStatistics| {
             state
                 .update_with_shapes(&config, &stats, &state.surprise(&stats))

@@ -18,7 +18,7 @@ const TIE_RELATIVE: f64 = 1e-9;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum UpdateMethod {
     /// Algorithm 3: one Bayesian step with the hyperparameters held fixed, until an output's
-    /// rows have outgrown them ([`super::FitOptions::refit_growth`]).
+    /// rows have outgrown them ([`super::FitOptions::refit_growth`], a quarter more rows).
     #[default]
     OneStep,
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)` (and
@@ -1004,28 +1004,28 @@ mod tests {
     }
 
     /// Through the callers (whose predicates `fit_output` checks in debug builds): a batch of
-    /// 10 rows, each non-zero in output 1, doubles that output's informative rows and not the
-    /// dense output's, so one step refits the sparse output alone; a refit update, and a refit
-    /// after it, fit both.
+    /// 8 rows, each non-zero in output 1, grows that output's informative rows by 80 % and the
+    /// dense output's by 20 %, less than [`FitOptions::refit_growth`], so one step refits the
+    /// sparse output alone; a refit update, and a refit after it, fit both.
     #[test]
     fn a_batch_that_outgrows_only_a_sparse_output_refits_it_alone() {
         let (config, first) = dense_and_sparse();
         let state = ModelState::fit(&config, first).unwrap();
         assert_eq!(state.fitted_rows(), &[40.0, 10.0]);
-        let batch = rows(40, 10, 1);
+        let batch = rows(40, 8, 1);
         let stepped = state.update(&config, &batch).unwrap();
         assert!(stepped.totals().zero_inflated(1));
-        assert_eq!(stepped.fitted_rows(), &[40.0, 20.0]);
+        assert_eq!(stepped.fitted_rows(), &[40.0, 18.0]);
         assert_ne!(stepped.outputs()[1], state.outputs()[1]);
         let refit = ModelConfig {
             update: UpdateMethod::Refit,
             ..config.clone()
         };
         let updated = state.update(&refit, &batch).unwrap();
-        assert_eq!(updated.fitted_rows(), &[50.0, 20.0]);
+        assert_eq!(updated.fitted_rows(), &[48.0, 18.0]);
         // The dense output's ridge fit depends on the statistics alone.
         let again = updated.refit(&config).unwrap();
-        assert_eq!(again.fitted_rows(), &[50.0, 20.0]);
+        assert_eq!(again.fitted_rows(), &[48.0, 18.0]);
         assert_eq!(again.outputs()[0], updated.outputs()[0]);
     }
 }
