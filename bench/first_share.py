@@ -4,10 +4,11 @@
                                  [--bin PATH ...]
 
 A plant's model rarely gets its rows in one batch. On `bench/accuracy`'s splits (the first N
-random splits, or the canonical split of a set without random ones), mordant is trained through
-its HTTP API with the default model spec twice: on the training rows in one batch, and on the
-same rows in two, the first `share` of them (in the split's order) and then the rest, folded by
-the default update. Both predict the split's test rows. Per share, the two-batch model's RMSEP
+random splits, or the canonical split of a set without random ones; single-output sets learnt
+in one batch, so not the dyeing data), mordant is trained through its HTTP API with the default
+model spec twice: on the training rows in one batch, and on the same rows in two, the first
+`share` of them (in row-index order, as the splits list them) and then the rest, folded by the
+default update. Both predict the split's test rows. Per share, the two-batch model's RMSEP
 (root of the mean over the splits of each split's mean squared error) and CRPS as ratios to the
 one-batch model's, and its 95 % coverage, pooled. A one-batch model is what an explicit refit
 after the second batch answers (Algorithm 2 on the same statistics). Every binary given with
@@ -62,6 +63,8 @@ def main(argv):
     args = parser.parse_args(argv[1:])
     binaries = args.bin or [os.path.join(A.ROOT, "target/release/mordant")]
     shares = [float(s) for s in args.shares.split(",")]
+    if not all(0 < share < 1 for share in shares):
+        sys.exit("--shares: each share must lie strictly between 0 and 1")
     print(f"{args.variant} inputs; per share of the rows in the first batch: two-batch RMSEP / one-batch RMSEP, "
           "95 % coverage, CRPS / one-batch CRPS")
     print()
@@ -73,6 +76,8 @@ def main(argv):
         try:
             for name in args.sets.split(","):
                 ds = A.LOADERS[name](A.DATA_DIR)
+                if ds.y.shape[1] != 1:
+                    sys.exit(f"{name}: first_share.py scores single-output sets only")
                 if args.variant == "spectrum" and not ds.spectrum_cols:
                     continue
                 splits = (A.random_splits(len(ds.x), args.repeats) if name in A.RANDOM_SPLIT_DATASETS
@@ -83,7 +88,7 @@ def main(argv):
                     truth = ds.y[test][:, 0]
                     one.append((truth, *train_and_predict(service, ds, args.variant, [rows], test)))
                     for share in shares:
-                        cut = int(round(share * len(rows)))
+                        cut = min(max(int(round(share * len(rows))), 1), len(rows) - 1)
                         stages = [rows[:cut], rows[cut:]]
                         two[share].append((truth, *train_and_predict(service, ds, args.variant, stages, test)))
                 rmsep, coverage, crps = pooled(one)
@@ -91,7 +96,7 @@ def main(argv):
                 for share in shares:
                     r, c, k = pooled(two[share])
                     cells.append(f"{r / rmsep:.3f}, {c:.3f}, {k / crps:.3f}")
-                print(f"| {os.path.basename(binary)} | {name} | {len(splits)} | {rmsep:.4g}, {coverage:.3f} | "
+                print(f"| {binary} | {name} | {len(splits)} | {rmsep:.4g}, {coverage:.3f} | "
                       + " | ".join(cells) + " |", flush=True)
         finally:
             service.stop()

@@ -15,7 +15,8 @@ The what-if reshapes only the noise part, with one shape per output chosen on tr
 
 `μ(x)` is mordant's mean, `c` a twentieth of the root mean square of the output's training
 values (a zero prediction keeps some noise), and `m_θ = mean(r²/(c+|μ|)^{2θ}) / mean(r²)` over the
-residuals `r` of the rows that set the shape, so that `s · w_θ` averages to `s` over them. θ is
+residuals `r` of the rows that set the shape, so that those residuals keep, in units of the
+reshaped noise, the mean square they had in units of `s`. θ is
 chosen by the Gaussian likelihood of those residuals, profiled over the level and charged BIC's
 `½ log n` for any θ ≠ 0:
 
@@ -53,23 +54,26 @@ def train_and_predict(service, ds, split, prequential, name="shape"):
     stages = split["stages"]
     if prequential and len(stages) == 1:
         rows = stages[0]
-        stages = [rows[:int(0.6 * len(rows))], rows[int(0.6 * len(rows)):]]
+        cut = int(round(0.6 * len(rows)))
+        stages = [rows[:cut], rows[cut:]]
     service.call("DELETE", f"/v1/models/{name}")
     A.create_model(service, A.model_spec(ds, "named", name, len(stages[0]), False))
-    posted, version, shape_mean = 0, None, None
-    for b, rows in enumerate(stages):
-        if prequential and b == len(stages) - 1:
-            shape_mean = A.predict(service, ds, "named", name, rows, version, 600)[0]
-        body = dict(A.input_body(ds, "named", rows), batch_id=f"stage-{b}", y=ds.y[rows].tolist())
-        A.expect(service.call("POST", f"/v1/models/{name}/batches", body), 202, f"batch stage-{b}")
-        posted += len(rows)
-        version = A.wait_folded(service, name, f"stage-{b}", posted, 600)
-    shape_rows = stages[-1] if prequential else [i for stage in stages for i in stage]
-    if not prequential:
-        shape_mean = A.predict(service, ds, "named", name, shape_rows, version, 600)[0]
-    mean_test, var_test, _ = A.predict(service, ds, "named", name, split["test"], version, 600)
-    posterior = A.expect(service.call("GET", f"/v1/models/{name}/posterior"), 200, "posterior")
-    service.call("DELETE", f"/v1/models/{name}")
+    try:
+        posted, version, shape_mean = 0, None, None
+        for b, rows in enumerate(stages):
+            if prequential and b == len(stages) - 1:
+                shape_mean = A.predict(service, ds, "named", name, rows, version, 600)[0]
+            body = dict(A.input_body(ds, "named", rows), batch_id=f"stage-{b}", y=ds.y[rows].tolist())
+            A.expect(service.call("POST", f"/v1/models/{name}/batches", body), 202, f"batch stage-{b}")
+            posted += len(rows)
+            version = A.wait_folded(service, name, f"stage-{b}", posted, 600)
+        shape_rows = stages[-1] if prequential else [i for stage in stages for i in stage]
+        if not prequential:
+            shape_mean = A.predict(service, ds, "named", name, shape_rows, version, 600)[0]
+        mean_test, var_test, _ = A.predict(service, ds, "named", name, split["test"], version, 600)
+        posterior = A.expect(service.call("GET", f"/v1/models/{name}/posterior"), 200, "posterior")
+    finally:
+        service.call("DELETE", f"/v1/models/{name}")
     noise = np.array([o.get("noise_variance") or 0.0 for o in posterior["outputs"]])
     return shape_rows, shape_mean, mean_test, var_test, noise
 
@@ -178,9 +182,10 @@ def main(argv):
 def quintiles(y, mean, sd_before, sd_after):
     """Table rows of the cells by quintile of the truth."""
     edges = np.quantile(y, np.linspace(0, 1, 6))
+    bins = np.clip(np.searchsorted(edges, y, side="right") - 1, 0, 4)
     lines = []
-    for low, high in zip(edges[:-1], edges[1:]):
-        cells = (y >= low) & (y <= high)
+    for k, (low, high) in enumerate(zip(edges[:-1], edges[1:])):
+        cells = bins == k
         error = y[cells] - mean[cells]
         inside = [np.mean(np.abs(error) <= Z[0.5] * sd[cells]) for sd in (sd_before, sd_after)]
         lines.append(f"| {low:.3g}–{high:.3g} | {cells.sum()} | {np.sqrt(np.mean(error ** 2)):.4f} | "

@@ -469,7 +469,7 @@ def limits_text():
         "answer. The exact check with River holds there; the held-out errors below show how "
         "each model does.",
         "* After the update mordant has taken one Bayesian step with its hyperparameters fixed "
-        "(refitting only the outputs whose informative rows the update doubled) while "
+        "(refitting only the outputs whose informative rows the update grew by a quarter) while "
         "ARDRegression re-estimated them on all rows: different estimates, reported only.",
     ]
 

@@ -1851,7 +1851,7 @@ fn one_step_refits_hyperparameters_once_the_rows_have_grown_by_a_quarter() {
         assert_eq!(hyper(&stepped), hyper(&first), "{prior:?}");
         assert_eq!(stepped.fitted_rows(), &[n as f64]);
 
-        // The same model with refits at row doublings turned off.
+        // The same model with refits at row growth turned off.
         let never = ModelConfig {
             options: FitOptions {
                 refit_growth: 0.0,
@@ -1861,9 +1861,9 @@ fn one_step_refits_hyperparameters_once_the_rows_have_grown_by_a_quarter() {
         };
 
         // A quarter more rows than the prior was fitted on: Algorithm 2 on all of them, from the
-        // current hyperparameters. ARD keeps what it pruned from a warm start (a second start runs only
-        // where a revival pays its Occam factor), so only ridge, which fits afresh, is bound to
-        // the first fit on all rows too.
+        // current hyperparameters. ARD keeps what it pruned from a warm start (a second start
+        // runs only where a revival pays its Occam factor), so only ridge, which fits afresh, is
+        // bound to the first fit on all rows too.
         let grown = stepped
             .update(&config, &part(n + n / 6, n + n / 4))
             .unwrap();
@@ -2144,7 +2144,7 @@ fn one_step_refits_an_output_whose_intercept_kind_changed() {
     }
 
     // Forty of the same dense rows again change nothing about the kind, and grow the rows by
-    // less than a quarter: a plain one-step update, equal to conditioning the posterior on them.
+    // less than a quarter: a plain one-step update, the prior kept.
     let again = state
         .update(
             &config,

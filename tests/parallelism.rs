@@ -152,8 +152,8 @@ fn a_spectral_state_is_the_same_to_the_bit_on_any_number_of_threads() {
 }
 
 /// The dyeing data, split as `benches/estimator.rs` splits it: 82 outputs, most with structural
-/// zeros (fitted by ARD), and a batch that doubles the informative rows of some dyes, so that
-/// the one-step update fits their hyperparameters again.
+/// zeros (fitted by ARD), and a batch that grows the informative rows of some dyes by a quarter
+/// or more, so that the one-step update fits their hyperparameters again.
 #[test]
 fn a_dyeing_state_is_the_same_to_the_bit_on_any_number_of_threads() {
     let data = dyeing();

@@ -1355,7 +1355,7 @@ pub(crate) mod tests {
         assert!(shapes.is_empty());
         assert!(own_shape(&stepped, 0).is_none());
 
-        // Twice the rows: the output is fitted again.
+        // Sixteen more rows, past a quarter: the output is fitted again.
         let (x, y) = rows(&mut ChaCha8Rng::seed_from_u64(7), 16);
         let (refitted, shapes) = update(statistics(&x, &y));
         assert!(own_shape(&refitted, 0).is_some());

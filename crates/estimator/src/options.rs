@@ -105,8 +105,9 @@ pub struct FitOptions {
     ///
     /// Why 1.25: the evidence's optimum on `N` rows scatters about the optimum on `gN` with
     /// variance `(1/N − 1/(gN))·c`, which is `g − 1` times the `c/(gN)` of the latter, so
-    /// hyperparameters kept from `N` rows sit about `√(g − 1)` of their own posterior standard
-    /// deviations from where all `gN` rows put them: one at a doubling, half at `g = 1.25`.
+    /// hyperparameters kept from `N` rows sit, typically, `√(g − 1)` standard deviations of the
+    /// posterior on all `gN` rows from where those rows put them: one at a doubling, half at
+    /// `g = 1.25`.
     pub refit_growth: f64,
     /// Under one-step updates, an output's hyperparameters are fitted again as well when a
     /// batch's surprise lies this many standard deviations or more above what the output's
