@@ -27,21 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import accuracy as A  # noqa: E402
 
 
-def train_and_predict(service, ds, variant, stages, test, name="share"):
-    """Mean and sd of output 0 on `test` after the `stages` batches."""
-    service.call("DELETE", f"/v1/models/{name}")
-    A.create_model(service, A.model_spec(ds, variant, name, len(stages[0]), False))
-    try:
-        posted, version = 0, None
-        for b, rows in enumerate(stages):
-            body = dict(A.input_body(ds, variant, rows), batch_id=f"b{b}", y=ds.y[rows].tolist())
-            A.expect(service.call("POST", f"/v1/models/{name}/batches", body), 202, f"batch b{b}")
-            posted += len(rows)
-            version = A.wait_folded(service, name, f"b{b}", posted, 600)
-        mean, variance, _ = A.predict(service, ds, variant, name, test, version, 600)
-    finally:
-        service.call("DELETE", f"/v1/models/{name}")
-    return mean[:, 0], np.sqrt(variance[:, 0])
+def train_and_predict(service, ds, variant, stages, test):
+    """Mean and sd of output 0 on `test` after the `stages` batches (`bench/accuracy`'s client)."""
+    mean, sd, _ = A.run_mordant(service, ds, variant, {"stages": stages, "test": test}, "share", False, 600)
+    return mean[:, 0], sd[:, 0]
 
 
 def pooled(parts):
