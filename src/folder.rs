@@ -462,7 +462,9 @@ async fn fold_claimed(
         .filter(|b| plan.folded.contains(&b.seq))
         .map(|b| (committed - b.received_at).as_seconds_f64())
         .collect();
-    for (_, z) in &plan.surprise {
+    // A released batch was counted when it was held: each batch once.
+    let released = |seq: &i64| queued.iter().any(|b| b.seq == *seq && b.released);
+    for (_, z) in plan.surprise.iter().filter(|(seq, _)| !released(seq)) {
         metrics.batch_surprise(&name, z);
     }
     metrics.batches_held(&name, plan.held.len());

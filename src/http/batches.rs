@@ -180,7 +180,8 @@ pub async fn ingest(
     body: BatchBody,
 ) -> Result<impl IntoResponse, ApiError> {
     let name = model_name(&name)?;
-    let key = match headers.get("idempotency-key") {
+    let mut keys = headers.get_all("idempotency-key").iter();
+    let key = match keys.next() {
         None => None,
         Some(v) => Some(
             v.to_str()
@@ -188,6 +189,16 @@ pub async fn ingest(
                 .to_owned(),
         ),
     };
+    // Which of two ids names the batch would be a guess, and a retry of either must not store it
+    // again.
+    let times = 1 + keys.count();
+    if key.is_some() && times > 1 {
+        return Err(Invalid::one(
+            "",
+            format!("the Idempotency-Key header is given {times} times: send it once"),
+        )
+        .into());
+    }
     let (accepted, replayed) = accept(&app, &name, body, key).await?;
     let mut response = (StatusCode::ACCEPTED, Json(accepted)).into_response();
     if replayed {

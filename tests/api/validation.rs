@@ -398,6 +398,39 @@ async fn dot_segments_are_refused_as_batch_ids() {
     }
 }
 
+/// Two `Idempotency-Key` headers, even equal ones, name no one batch: which counts would be a
+/// guess, and a retry that sent the other first would store the rows again. Refused, JSON and
+/// CSV alike, and nothing stored.
+#[tokio::test]
+async fn a_repeated_idempotency_key_is_refused() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    for keys in [["key-1", "key-2"], ["key-1", "key-1"]] {
+        let json = app
+            .client
+            .post(app.url("/v1/models/lab/batches"))
+            .header("Idempotency-Key", keys[0])
+            .header("Idempotency-Key", keys[1])
+            .json(&json!({"x": [[1.0, 2.0]], "y": [[1.0]]}));
+        let csv = app
+            .client
+            .post(app.url("/v1/models/lab/batches"))
+            .header("Idempotency-Key", keys[0])
+            .header("Idempotency-Key", keys[1])
+            .header("content-type", "text/csv")
+            .body("R400,R410,dye_0\n1.0,2.0,1.0\n");
+        for request in [json, csv] {
+            let error = error_of(
+                request.send().await.unwrap(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            )
+            .await;
+            assert!(error.to_string().contains("given 2 times"), "{keys:?}: {error}");
+        }
+    }
+    assert_untouched(&app).await;
+}
+
 #[tokio::test]
 async fn a_batch_id_that_differs_from_the_idempotency_key_is_refused() {
     let app = spawn_app().await;

@@ -9,8 +9,22 @@
 //! z      = RSS / (N′·s + tr(Σ G′))
 //! ```
 //!
-//! `N′` counts the batch's rows by the output's kind in the model ([`BatchStatistics::output_as`]):
-//! every row of a dense output, the non-zero ones of a zero-inflated one.
+//! `N′` counts the batch's rows that carry the output's noise as the posterior counts them
+//! ([`noise_rows`]): every row of a dense output. A zero-inflated output's σ² is the noise of
+//! its `N_inf` non-zero rows, fitted on the residuals of every row the posterior does not
+//! predict exactly 0 (`s = RSS / (N_inf − γ)`), so each of those `N_ns` rows carries
+//! `N_inf / N_ns` of a noise variance, zero or not:
+//!
+//! ```text
+//! N′ = N′_ns · N_inf / N_ns      (N_ns, N′_ns: the model's rows and the batch's, but those
+//!                                  in which every basis function the posterior uses is 0
+//!                                  where its intercept is pruned: structural zeros)
+//! ```
+//!
+//! Where the dye's use is marked by an input (its lab-dip dose), its structural zeros are the
+//! rows without it and `N′` is about the batch's non-zero rows; where nothing marks it, the
+//! posterior predicts its mean level in every row and a batch without the dye is compared with
+//! what the model's own rows left, not with `tr(Σ G′)` alone.
 //!
 //! `z ≈ 1` when the batch agrees with the model; a batch from a drifted instrument, a new
 //! dye lot or a mislabelled recipe gives `z ≫ 1`.
@@ -49,9 +63,10 @@ pub fn needs_root(batch: &BatchStatistics, widest_support: usize) -> bool {
     bound < widest_support
 }
 
-/// The surprise `z` of one output's batch statistics `data` (and, where formed, the root of the
-/// batch's Gram, [`gram_root`]) to the posterior `post`; `None` when the expected residual is 0
-/// (an empty batch) or `z` is not finite.
+/// The surprise `z` of one output's batch statistics `data`, its `informative` rows the
+/// batch's `N′` ([`noise_rows`]), (and, where formed, the root of the batch's Gram,
+/// [`gram_root`]) to the posterior `post`; `None` when the expected residual is 0 (an empty
+/// batch) or `z` is not finite.
 pub fn output_surprise(
     post: &OutputPosterior,
     data: OutputData<'_>,
@@ -66,6 +81,34 @@ pub fn output_surprise(
     let expected = data.informative * post.noise_variance() + trace;
     let z = rss / expected;
     (expected > 0.0 && z.is_finite()).then_some(z)
+}
+
+/// `N′` of output `k` (the module's doc): the rows of `batch` that carry its noise, as the
+/// posterior fitted on `totals` counts them. `structural` is the posterior's support where its
+/// intercept is pruned (a row in which all of it is 0 is predicted exactly 0), `None` where
+/// every row is predicted from a level. Statistics without zero rows (stored before them)
+/// count a zero-inflated output's non-zero rows of the batch.
+pub fn noise_rows(
+    totals: &BatchStatistics,
+    batch: &BatchStatistics,
+    k: usize,
+    structural: Option<&[usize]>,
+) -> f64 {
+    if !totals.zero_inflated(k) {
+        return batch.rows();
+    }
+    let predicted = |stats: &BatchStatistics| match structural {
+        None => Some(stats.rows()),
+        Some(support) => stats
+            .zero_regime(k, support)
+            .map(|(_, zeros)| stats.rows() - zeros),
+    };
+    match (predicted(totals), predicted(batch)) {
+        (Some(rows), Some(batch_rows)) if rows > 0.0 => {
+            batch_rows * totals.informative_rows(k) / rows
+        }
+        _ => batch.output_as(k, true).informative,
+    }
 }
 
 /// How many standard deviations a batch's surprise `z` lies above what the model expects, for
@@ -248,6 +291,100 @@ mod tests {
             .collect();
         let mean = z.iter().sum::<f64>() / z.len() as f64;
         assert!((0.5..2.0).contains(&mean), "mean surprise {mean}");
+    }
+
+    /// A dye used in three rows in ten whatever the inputs say: no input marks its use, so its
+    /// posterior predicts about its mean level, 0.15 to 0.75, in every row.
+    /// σ² is the noise where it is used, and the fit counts the residuals of the rows without it
+    /// in that too (`s = RSS / (N_inf − γ)`, the rows' mean square at three in ten of them). A
+    /// batch in which it is 0 in every row is then about as surprising as the model's rows
+    /// were, not `tr(Σ G′)` apart (about 20 counted by the batch's non-zero rows alone), and a
+    /// batch of the same plant is about 1 whatever its mix.
+    #[test]
+    fn a_batch_without_a_dye_its_inputs_do_not_mark_is_not_surprising() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(47);
+        let basis = Basis::new(3, true, Transform::Identity);
+        let mut plant = |rows: usize, used: f64| {
+            let x = Mat::from_fn(rows, 3, |_, _| rng.random_range(0.0..1.0));
+            let y = Mat::from_fn(rows, 2, |i, k| match k {
+                0 => 1.0 + x[(i, 0)] - x[(i, 1)] + 0.05 * normal(&mut rng),
+                _ if rng.random_bool(used) => 0.5 + 2.0 * x[(i, 0)] + 0.05 * normal(&mut rng),
+                _ => 0.0,
+            });
+            let phi = basis.design(x.as_ref()).unwrap();
+            BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
+        };
+        let config = ModelConfig::new(basis, 2);
+        let state = ModelState::fit(&config, plant(300, 0.3)).unwrap();
+        assert!(state.totals().zero_inflated(1));
+        let post = state.outputs()[1].posterior().unwrap();
+        let (_, structural) = state.totals().zero_regime(1, post.weighted()).unwrap();
+        assert_eq!(structural, 0.0, "no row's zero is structural");
+        let mean = |z: Vec<f64>| z.iter().sum::<f64>() / z.len() as f64;
+        let without = mean(
+            (0..50)
+                .map(|_| state.surprise(&plant(5, 0.0))[1].unwrap())
+                .collect(),
+        );
+        assert!(
+            without < 2.0,
+            "mean surprise of batches without the dye {without}"
+        );
+        let mixed = mean(
+            (0..50)
+                .map(|_| state.surprise(&plant(50, 0.3))[1].unwrap())
+                .collect(),
+        );
+        assert!(
+            (0.7..1.4).contains(&mixed),
+            "mean surprise of the plant's batches {mixed}"
+        );
+    }
+
+    /// A dye whose zeros are structural (its lab-dip dose marks its use): a batch of recipes that
+    /// do not use it says nothing of its noise, and a recipe whose lab dip doses it but whose bulk
+    /// leaves it out (0 where the model expects about 1.8, eighteen noise standard deviations) is
+    /// as surprising as that.
+    #[test]
+    fn a_structural_zero_says_nothing_and_a_missing_dose_is_surprising() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(48);
+        let basis = Basis::new(2, true, Transform::Identity);
+        let mut recipes = |rows: usize, used: f64| {
+            let used: Vec<bool> = (0..rows).map(|_| rng.random_bool(used)).collect();
+            let x = Mat::from_fn(rows, 2, |i, j| match j {
+                1 if used[i] => 2.0 + rng.random_range(-1.0..1.0),
+                1 => 0.0,
+                _ => rng.random_range(-1.0..1.0),
+            });
+            let y = Mat::from_fn(rows, 1, |i, _| {
+                if used[i] {
+                    0.9 * x[(i, 1)] + 0.1 * normal(&mut rng)
+                } else {
+                    0.0
+                }
+            });
+            (x, y)
+        };
+        let stats = |(x, y): (Mat<f64>, Mat<f64>)| {
+            let phi = basis.design(x.as_ref()).unwrap();
+            BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
+        };
+        let config = ModelConfig::new(basis, 1);
+        let state = ModelState::fit(&config, stats(recipes(2000, 0.1))).unwrap();
+        let post = state.outputs()[0].posterior().unwrap();
+        assert_eq!(
+            post.prior_variance()[basis.features],
+            0.0,
+            "the intercept is pruned"
+        );
+        let unused = state.surprise(&stats(recipes(20, 0.0)))[0];
+        assert!(
+            unused.is_none_or(|z| z < 1e-6),
+            "recipes without the dye: {unused:?}"
+        );
+        let (x, _) = recipes(1, 1.0);
+        let left_out = state.surprise(&stats((x, Mat::zeros(1, 1))))[0].unwrap();
+        assert!(left_out > 100.0, "a dosed dye left out: {left_out}");
     }
 
     /// A 40-band spectrum under the default prior: a batch of fewer rows than the support

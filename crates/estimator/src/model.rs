@@ -7,7 +7,7 @@ use super::drift;
 use super::evidence::{Alternate, FittedShapes, SharedScale, evidence};
 use super::incremental::one_step;
 use super::posterior::OutputPosterior;
-use super::statistics::{BatchStatistics, check_shape};
+use super::statistics::{BatchStatistics, OutputData, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
 
 /// How much lower (in `−2 log`, relative) the fresh start's score must be to win over the warm
@@ -491,7 +491,7 @@ impl ModelState {
                 else {
                     return false;
                 };
-                let rows = batch.output_as(k, self.totals.zero_inflated(k)).informative;
+                let rows = self.noise_rows(batch, k, post);
                 let beyond = |dof: f64| drift::surprise_deviate(z, rows, dof) >= sigmas;
                 current
                     && sigmas > 0.0
@@ -622,10 +622,28 @@ impl ModelState {
             let OutputState::Trained(post) = &self.outputs[k] else {
                 return None;
             };
-            // The batch's rows counted as the output's kind in the model it is compared with.
-            let data = batch.output_as(k, self.totals.zero_inflated(k));
+            let data = OutputData {
+                informative: self.noise_rows(batch, k, post),
+                ..batch.output(k)
+            };
             drift::output_surprise(post, data, root.as_ref().map(|u| u.as_ref()))
         })
+    }
+
+    /// `N′` of output `k`, trained with posterior `post`: the rows of `batch` that carry its
+    /// noise ([`drift::noise_rows`]).
+    fn noise_rows(&self, batch: &BatchStatistics, k: usize, post: &OutputPosterior) -> f64 {
+        let structural = self.pruned_intercept(post).then(|| post.weighted());
+        drift::noise_rows(&self.totals, batch, k, structural)
+    }
+
+    /// Whether `post`, an output's posterior in this state, has pruned its intercept, so that it
+    /// predicts exactly 0 on a row in which every basis function it uses is 0 (a structural
+    /// zero: a dye whose lab-dip dose is 0).
+    pub fn pruned_intercept(&self, post: &OutputPosterior) -> bool {
+        post.flat().is_none()
+            && self.basis.intercept
+            && post.prior_variance()[self.basis.features] == 0.0
     }
 
     pub fn basis(&self) -> &Basis {

@@ -246,11 +246,8 @@ impl Predictor {
                     }
                     .as_ref(),
                 );
-                let basis = state.basis();
-                let pruned_intercept = flat.is_none()
-                    && basis.intercept
-                    && post.prior_variance()[basis.features] == 0.0;
-                let zero = pruned_intercept
+                let zero = state
+                    .pruned_intercept(post)
                     .then(|| zero_variance(state, k, post.weighted(), post.noise_variance()))
                     .flatten()
                     .map(|v| v.min(inflation * post.noise_variance()));
