@@ -154,7 +154,7 @@ impl From<BatchRecord> for BatchView {
 #[utoipa::path(post, operation_id = "ingest_batch", path = "/v1/models/{name}/batches", tag = "batches",
     params(
         ("name" = String, Path, description = "Model name"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Batch id, if not in the body"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Batch id, if not in the body; given once"),
     ),
     request_body(content(
         (BatchRequest = "application/json"),
@@ -191,8 +191,9 @@ pub async fn ingest(
     };
     // Which of two ids names the batch would be a guess, and a retry of either must not store it
     // again.
-    let times = 1 + keys.count();
-    if key.is_some() && times > 1 {
+    let others = keys.count();
+    if others > 0 {
+        let times = others + 1;
         return Err(Invalid::one(
             "",
             format!("the Idempotency-Key header is given {times} times: send it once"),
