@@ -5,7 +5,8 @@
 On `bench/accuracy`'s paper splits of the dyeing data, mordant (through its HTTP API, the
 default model spec, no drift threshold) learns a trial's training rows in one batch; then its
 first `--singles` test rows arrive one per batch, as a plant's single dips and `/correct`'s
-learnt dips do, and then the rest of the first 100 test rows as four batches of 15. Each batch
+learnt dips do, and then the rest of the first 100 test rows as batches of 15 (a shorter tail
+left out; four of them after the default 40 singles). Each batch
 is folded; its status's `surprise` (one `z` per output, README "Drift and bad batches") is read.
 These rows come from the same plant as the training rows: a model that counts its noise as it
 was fitted reads `z` about 1 and seldom far above it, and a drift threshold of 25 (the README's
@@ -13,7 +14,7 @@ example) should hold none of them. Per binary: the largest `z` of each batch (me
 percentile, maximum) and how many batches a threshold of 25 would have held, single rows and
 15-row batches apart. Every binary given with --bin runs the same trials, one after the other.
 
-Reads the dyeing data as `bench/accuracy` does (../shared/data).
+Reads the dyeing data as `bench/accuracy` does.
 """
 import argparse
 import os
@@ -47,7 +48,7 @@ def trial(service, ds, split, singles):
         A.wait_folded(service, name, "train", len(train), 600)
         test = split["test"][:100]
         batches = [[i] for i in test[:singles]]
-        batches += [test[s:s + 15] for s in range(singles, len(test), 15)]
+        batches += [test[s:s + 15] for s in range(singles, len(test) - 14, 15)]
         found = {"single": [], "batch": []}
         for b, rows in enumerate(batches):
             body = dict(A.input_body(ds, "named", rows), batch_id=f"b{b}", y=ds.y[rows].tolist())

@@ -128,8 +128,9 @@ impl Metrics {
         let batch_surprise = HistogramVec::new(
             HistogramOpts::new(
                 "batch_surprise",
-                "Each folded or held batch's surprise to the posterior it met (the largest over \
-                 the outputs of RSS / (N·σ² + tr(ΣG)); about 1 when the batch agrees).",
+                "Each batch's surprise to the posterior it met, once, when it is folded or held \
+                 (the largest over the outputs of RSS / (N·σ² + tr(ΣG)); about 1 when the batch \
+                 agrees).",
             )
             .buckets(prometheus::exponential_buckets(0.125, 2.0, 16).unwrap_or_default()),
             &["model"],

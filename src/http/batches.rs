@@ -154,7 +154,7 @@ impl From<BatchRecord> for BatchView {
 #[utoipa::path(post, operation_id = "ingest_batch", path = "/v1/models/{name}/batches", tag = "batches",
     params(
         ("name" = String, Path, description = "Model name"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Batch id, if not in the body; given once"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Batch id, if not in the body (two headers must name the same id)"),
     ),
     request_body(content(
         (BatchRequest = "application/json"),
@@ -169,7 +169,7 @@ impl From<BatchRecord> for BatchView {
         (status = 409, description = "Batch id reused with different content", body = ErrorBody),
         (status = 413, description = "Body or row count over the limit", body = ErrorBody),
         (status = 415, description = "Neither JSON nor CSV", body = ErrorBody),
-        (status = 422, description = "Invalid rows", body = ErrorBody),
+        (status = 422, description = "Invalid rows, or Idempotency-Key headers naming different ids", body = ErrorBody),
         (status = 503, description = "Database unavailable", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all, fields(model = %name))]
@@ -189,14 +189,17 @@ pub async fn ingest(
                 .to_owned(),
         ),
     };
-    // Which of two ids names the batch would be a guess, and a retry of either must not store it
-    // again.
-    let others = keys.count();
-    if others > 0 {
-        let times = others + 1;
+    // Which of two ids names the batch would be a guess, and a retry that sent the other first
+    // would store the rows again; the same id twice names one batch.
+    if let Some(other) = keys.find(|v| Some(v.as_bytes()) != key.as_deref().map(str::as_bytes)) {
         return Err(Invalid::one(
             "",
-            format!("the Idempotency-Key header is given {times} times: send it once"),
+            format!(
+                "the Idempotency-Key header is given twice with different ids ({:?} and {:?}): \
+                 send one",
+                key.unwrap_or_default(),
+                String::from_utf8_lossy(other.as_bytes())
+            ),
         )
         .into());
     }

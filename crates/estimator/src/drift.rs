@@ -11,25 +11,28 @@
 //!
 //! `N′` counts the batch's rows whose predictive variance holds the noise ([`noise_rows`]):
 //! every row of a dense output. A zero-inflated output's σ² is the noise where it is used,
-//! and its posterior predictive answers `s + φᵀΣφ` on every row it does not predict exactly 0
-//! (where its intercept is pruned, a row in which every basis function it uses is 0: a
-//! structural zero, whose residual is its value and whose predictive holds no `s`). So `N′` is
-//! the batch's rows that are not structural zeros, or its non-zero rows where those are more:
+//! and its posterior predicts `s + φᵀΣφ` on every row but its structural zeros: where its
+//! intercept is pruned, the rows in which every basis function it uses is 0, predicted exactly
+//! 0 with no weight uncertainty. So `N′` is the batch's rows less those, or its non-zero rows
+//! where those are more (`N_b` the batch's rows):
 //!
 //! ```text
-//! N′ = max(N′_inf, N′ − C′)      (C′: the batch's rows where every φ_j, j ∈ W, is 0, bounded
-//!                                  from the zero rows' marginals, BatchStatistics::zero_regime)
+//! N′ = max(N′_inf, N_b − C′)     (C′: the batch's rows where every φ_j, j ∈ W, is 0, from
+//!                                  the batch's zero rows, BatchStatistics::zero_regime)
 //! ```
 //!
-//! Where a dye's use is marked by an input (its lab-dip dose), `N′` is about the batch's rows
-//! that use it; where nothing marks it, the posterior predicts about its mean level in every
-//! row, and a batch without the dye is weighed against those rows' predictive variances, not
-//! against `tr(Σ G′)` alone. Such a dye's agreeing batches then read `z` below 1: its σ² is fitted
-//! on every row's residual over its non-zero rows alone (`s = RSS / (N_inf − γ)`), so its
-//! predictive is wider than the rows without it scatter.
+//! `C′` is exact for a support of one input and a lower bound where the inputs' non-zero rows
+//! overlap (a lab recipe that doses several rare dyes at once), so `N′` may count too many rows
+//! and read `z` low. Where a dye's use is marked by an input (its lab-dip dose), `N′` is about
+//! the batch's rows that use it; where nothing marks it, the posterior predicts about its mean
+//! level in every row, and a batch without the dye is weighed against those rows' predictive
+//! variances, not against `tr(Σ G′)` alone.
 //!
 //! `z ≈ 1` when the batch agrees with the model; a batch from a drifted instrument, a new
-//! dye lot or a mislabelled recipe gives `z ≫ 1`.
+//! dye lot or a mislabelled recipe gives `z ≫ 1`. The exception is such an unmarked dye: its σ²
+//! is fitted on every row's residual over its non-zero rows alone (`s = RSS / (N_inf − γ)`), so
+//! its predictive is wider than its rows scatter and an agreeing batch reads `z` about the share
+//! of rows that use it; the 3σ refit below then needs a larger error to fire for it.
 //!
 //! `tr(Σ G′)` costs O(|J|³) per output read off `Σ_JJ`. A batch of fewer rows than an output's
 //! support (a wide spectrum) has a Gram of low rank: it is factored once, `G′ = U Uᵀ` by pivoted
@@ -338,49 +341,57 @@ mod tests {
         );
     }
 
-    /// A dye whose zeros are structural (its lab-dip dose marks its use): a batch of recipes that
-    /// do not use it says nothing of its noise, and a recipe whose lab dip doses it but whose bulk
-    /// leaves it out (0 where the model expects about 1.8, eighteen noise standard deviations) is
-    /// as surprising as that.
+    /// A dye whose zeros are structural (its lab-dip dose marks its use): recipes that do not
+    /// use it say nothing of its noise, so a batch of 20 such recipes and 2 that use it is as
+    /// surprising as its 2 rows, about 1 on average (counting all 22 rows would read about 0.1),
+    /// and a recipe whose lab dip doses it at 2 but whose bulk leaves it out (0 where the model
+    /// expects 1.8, eighteen noise standard deviations) reads about 18².
     #[test]
     fn a_structural_zero_says_nothing_and_a_missing_dose_is_surprising() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(48);
         let basis = Basis::new(2, true, Transform::Identity);
-        let mut recipes = |rows: usize, used: f64| {
-            let used: Vec<bool> = (0..rows).map(|_| rng.random_bool(used)).collect();
-            let x = Mat::from_fn(rows, 2, |i, j| match j {
+        let mut recipes = |used: &[bool]| {
+            let x = Mat::from_fn(used.len(), 2, |i, j| match j {
                 1 if used[i] => 2.0 + rng.random_range(-1.0..1.0),
                 1 => 0.0,
                 _ => rng.random_range(-1.0..1.0),
             });
-            let y = Mat::from_fn(rows, 1, |i, _| {
+            let y = Mat::from_fn(used.len(), 1, |i, _| {
                 if used[i] {
                     0.9 * x[(i, 1)] + 0.1 * normal(&mut rng)
                 } else {
                     0.0
                 }
             });
-            (x, y)
-        };
-        let stats = |(x, y): (Mat<f64>, Mat<f64>)| {
             let phi = basis.design(x.as_ref()).unwrap();
             BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
         };
+        let training: Vec<bool> = (0..2000).map(|i| i % 10 == 0).collect();
         let config = ModelConfig::new(basis, 1);
-        let state = ModelState::fit(&config, stats(recipes(2000, 0.1))).unwrap();
+        let state = ModelState::fit(&config, recipes(&training)).unwrap();
         let post = state.outputs()[0].posterior().unwrap();
         assert_eq!(
             post.prior_variance()[basis.features],
             0.0,
             "the intercept is pruned"
         );
-        let unused = state.surprise(&stats(recipes(20, 0.0)))[0];
+        let unused = state.surprise(&recipes(&[false; 20]))[0];
         assert!(
             unused.is_none_or(|z| z < 1e-6),
             "recipes without the dye: {unused:?}"
         );
-        let (x, _) = recipes(1, 1.0);
-        let left_out = state.surprise(&stats((x, Mat::zeros(1, 1))))[0].unwrap();
+        let mixed: Vec<bool> = (0..22).map(|i| i < 2).collect();
+        let z: Vec<f64> = (0..100)
+            .map(|_| state.surprise(&recipes(&mixed))[0].unwrap())
+            .collect();
+        let mean = z.iter().sum::<f64>() / z.len() as f64;
+        assert!((0.6..1.6).contains(&mean), "2 used among 22: {mean}");
+        let phi = basis
+            .design(Mat::from_fn(1, 2, |_, j| [0.0, 2.0][j]).as_ref())
+            .unwrap();
+        let left_out =
+            BatchStatistics::from_design(phi.as_ref(), Mat::zeros(1, 1).as_ref()).unwrap();
+        let left_out = state.surprise(&left_out)[0].unwrap();
         assert!(left_out > 100.0, "a dosed dye left out: {left_out}");
     }
 
