@@ -633,12 +633,93 @@ impl NewBatch {
         }
     }
 
+    /// Flags the named features of a model under `kubelka_munk` that declares no spectrum, where
+    /// the transform reads every feature as a reflectance fraction: a column above 1 in some
+    /// row (a percentage sent as a fraction reads as a different K/S, `(1 − R)²/2R` being 0.25
+    /// at both R = 0.5 and R = 2) or below 0 (read as the transform's smallest reflectance), as
+    /// one warning per column at `/x`. Accepted, as a declared spectrum's are.
+    pub fn flag_named_reflectances(&mut self, spec: &ModelSpec) {
+        if spec.spectrum.is_some() || spec.transform != TransformName::KubelkaMunk {
+            return;
+        }
+        let width = self.x.width().max(1);
+        for (j, name) in spec.features.iter().enumerate() {
+            let column = || self.x.values().iter().skip(j).step_by(width).enumerate();
+            for (what, out) in [
+                ("above 1", &(|v: f64| v > 1.0) as &dyn Fn(f64) -> bool),
+                ("below 0", &|v: f64| v < 0.0),
+            ] {
+                let mut outside = column().filter(|(_, v)| out(**v));
+                let Some((row, first)) = outside.next() else {
+                    continue;
+                };
+                let rows = 1 + outside.count();
+                self.warnings.push(Detail::new(
+                    "/x",
+                    format!(
+                        "{name:?} is {what} in {rows} row(s), first in row {row} (counting from \
+                         0; {}): under \"kubelka_munk\" without a declared spectrum every \
+                         feature is read as a reflectance fraction, from 0 to 1 (a percentage? \
+                         send fractions, or declare a \"spectrum\" with \"scale\": \"percent\")",
+                        quote(*first)
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// Flags, under Saunderson's correction, the rows whose every band reads at or below `k₁`,
+    /// the share of light the surface alone reflects: the correction leaves such a row's body
+    /// no reflectance at any band ([`mordant_estimator::Saunderson::internal`]), so the model
+    /// reads it as black whatever its colour. A real black can read so under the textbook
+    /// `k₁` of 0.04; a whole batch of them says that `k₁` or the scale is wrong. One warning
+    /// with the count, at the first such row (`/spectra/values/{i}`, or `/rows/{i}` in CSV).
+    pub fn flag_black_rows(&mut self, spec: &ModelSpec, csv: bool) {
+        let (Some(spectrum), Some(saunderson)) = (&spec.spectrum, &spec.saunderson) else {
+            return;
+        };
+        if spec.transform != TransformName::Saunderson {
+            return;
+        }
+        let Some(full) = spectrum.full_scale() else {
+            return;
+        };
+        let k1 = saunderson.k1;
+        let bands = spectrum.count.min(self.x.width());
+        let mut black = self
+            .x
+            .values()
+            .chunks_exact(self.x.width().max(1))
+            .enumerate()
+            .filter(|(_, row)| bands > 0 && row[..bands].iter().all(|&r| r / full <= k1));
+        let Some((first, _)) = black.next() else {
+            return;
+        };
+        let rows = 1 + black.count();
+        let path = if csv {
+            format!("/rows/{first}")
+        } else {
+            format!("/spectra/values/{first}")
+        };
+        self.warnings.push(Detail::new(
+            path,
+            format!(
+                "{rows} row(s) read at or below Saunderson's k1 = {} at every band (the first \
+                 is row {first}, counting from 0): k1 is the share of light the surface alone \
+                 reflects, so the model reads these rows as black at every band; k1 is about \
+                 0.04 for fibres (refractive index 1.5): a wrong \"saunderson\" or \"scale\"?",
+                quote(k1)
+            ),
+        ));
+    }
+
     /// Says where a batch whose statistics overflow is at fault: its value of largest magnitude
     /// (the model keeps sums of squares of the raw values: one past about `10¹⁵⁴`, or many near
-    /// it, overflow). At the column's path (`/spectra/values`, `/x`, `/y`, as the batch's
-    /// warnings, for JSON and CSV alike), naming the column and the row. A colour model's bands
-    /// are left out: its transform reads a reflectance past full scale as full scale.
-    pub fn overflow(&self, spec: &ModelSpec) -> Invalid {
+    /// it, overflow). At the column's path in a JSON body (`/spectra/values`, `/x`, `/y`, as the
+    /// batch's warnings), at the cell's in a CSV one (`/rows/{i}/{column}`, as its other cells'
+    /// errors), naming the column and the row. A colour model's bands are left out: its
+    /// transform reads a reflectance past full scale as full scale.
+    pub fn overflow(&self, spec: &ModelSpec, csv: bool) -> Invalid {
         let bands = spec.spectrum.map_or(0, |s| s.count);
         let clamped = spec.transform != TransformName::None;
         let (mut at, mut largest) = (None, -1.0_f64);
@@ -661,19 +742,31 @@ impl NewBatch {
                 "the batch cannot be learnt: its statistics would not be finite",
             );
         };
-        let (path, name) = match (is_x, column.checked_sub(bands)) {
-            (false, _) => ("/y", format!("{:?}", spec.outputs[column])),
-            (true, Some(j)) => ("/x", format!("{:?}", spec.features[j])),
+        let (path, header, name) = match (is_x, column.checked_sub(bands)) {
+            (false, _) => {
+                let output = &spec.outputs[column];
+                ("/y", output.clone(), format!("{output:?}"))
+            }
+            (true, Some(j)) => {
+                let feature = &spec.features[j];
+                ("/x", feature.clone(), format!("{feature:?}"))
+            }
             // Below `bands`, so the model has a spectrum.
-            (true, None) => (
-                "/spectra/values",
-                spec.spectrum.map_or_else(String::new, |s| {
-                    format!(
-                        "the band at {}",
-                        nm_name(s.start_nm + s.interval_nm * column as f64)
-                    )
-                }),
-            ),
+            (true, None) => {
+                let band = spec.spectrum.map_or_else(String::new, |s| {
+                    nm_name(s.start_nm + s.interval_nm * column as f64)
+                });
+                (
+                    "/spectra/values",
+                    band.clone(),
+                    format!("the band at {band}"),
+                )
+            }
+        };
+        let path = if csv {
+            format!("/rows/{row}/{}", pointer_token(&header))
+        } else {
+            path.to_owned()
         };
         Invalid::one(
             path,
@@ -827,6 +920,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::domain::SaundersonSpec;
     use crate::domain::spectrum::test_spec;
 
     /// A model stored before names like `555nm` were refused beside a spectrum keeps taking CSV
@@ -1223,6 +1317,96 @@ mod tests {
         let mut plain = batch(vec![0.1, 0.0, -1.25, 0.2, 0.3, -0.5]);
         plain.flag_negative_doses(&test_spec("fraction", &[]));
         assert!(plain.warnings.is_empty());
+    }
+
+    /// Under `kubelka_munk` without a declared spectrum every named feature is a reflectance
+    /// fraction: a column above 1 (a percentage?) or below 0 is flagged once, by name, at `/x`,
+    /// with its rows; fractions, and the same values under no transform, are not.
+    #[test]
+    fn named_reflectances_out_of_a_fraction_s_range_are_flagged() {
+        let batch = |x: Vec<f64>| NewBatch {
+            batch_id: BatchId::generate(),
+            x: Rows::from_row_major(3, 2, x),
+            y: Rows::from_row_major(3, 1, vec![0.5; 3]),
+            successor: None,
+            warnings: Vec::new(),
+        };
+        let mut named = test_spec("fraction", &["r450", "r550"]);
+        named.spectrum = None;
+        named.outputs = vec!["red".to_owned()];
+        named.transform = TransformName::KubelkaMunk;
+        let mut percent = batch(vec![45.5, 0.2, 0.3, -0.01, 62.0, 0.4]);
+        percent.flag_named_reflectances(&named);
+        let flagged: Vec<(&str, &str)> = percent
+            .warnings
+            .iter()
+            .map(|w| (w.path.as_str(), w.message.as_str()))
+            .collect();
+        assert_eq!(flagged.len(), 2, "{flagged:?}");
+        assert!(flagged.iter().all(|(path, _)| *path == "/x"), "{flagged:?}");
+        assert!(
+            flagged[0].1.starts_with(
+                "\"r450\" is above 1 in 2 row(s), first in row 0 (counting from 0; 45.5)"
+            ),
+            "{flagged:?}"
+        );
+        assert!(
+            flagged[1].1.starts_with(
+                "\"r550\" is below 0 in 1 row(s), first in row 1 (counting from 0; -0.01)"
+            ),
+            "{flagged:?}"
+        );
+        let mut fractions = batch(vec![0.45, 0.2, 1.0, 0.0, 0.62, 0.4]);
+        fractions.flag_named_reflectances(&named);
+        assert!(fractions.warnings.is_empty(), "{:?}", fractions.warnings);
+        let mut plain = batch(vec![45.5, 0.2, 0.3, -0.01, 62.0, 0.4]);
+        named.transform = TransformName::None;
+        plain.flag_named_reflectances(&named);
+        assert!(plain.warnings.is_empty(), "{:?}", plain.warnings);
+    }
+
+    /// A row whose every band reads at or below Saunderson's `k₁` leaves the fabric's body no
+    /// reflectance anywhere (every band reads as black): flagged once, with the rows, at the
+    /// first such row's path in the body's format; a row with one band above `k₁` is not.
+    #[test]
+    fn rows_black_at_every_band_under_saunderson_are_flagged() {
+        let batch = |x: Vec<f64>| NewBatch {
+            batch_id: BatchId::generate(),
+            x: Rows::from_row_major(3, 4, x),
+            y: Rows::from_row_major(3, 2, vec![0.5; 6]),
+            successor: None,
+            warnings: Vec::new(),
+        };
+        let mut surface = test_spec("percent", &[]);
+        surface.transform = TransformName::Saunderson;
+        surface.saunderson = Some(SaundersonSpec { k1: 0.9, k2: 0.6 });
+        let readings = vec![
+            50.0, 60.0, 70.0, 95.0, // one band above k1 = 90 %
+            20.0, 30.0, 40.0, 50.0, //
+            90.0, 10.0, 30.0, 40.0,
+        ];
+        for (csv, path) in [(false, "/spectra/values/1"), (true, "/rows/1")] {
+            let mut flagged = batch(readings.clone());
+            flagged.flag_black_rows(&surface, csv);
+            assert_eq!(flagged.warnings.len(), 1, "{:?}", flagged.warnings);
+            assert_eq!(flagged.warnings[0].path, path);
+            assert!(
+                flagged.warnings[0]
+                    .message
+                    .starts_with("2 row(s) read at or below Saunderson's k1 = 0.9 at every band"),
+                "{:?}",
+                flagged.warnings
+            );
+        }
+        // The textbook k1 = 0.04: the same rows have colour.
+        surface.saunderson = Some(SaundersonSpec { k1: 0.04, k2: 0.6 });
+        let mut fine = batch(readings.clone());
+        fine.flag_black_rows(&surface, false);
+        assert!(fine.warnings.is_empty(), "{:?}", fine.warnings);
+        // Without Saunderson's correction nothing is read below a surface.
+        let mut plain = batch(readings);
+        plain.flag_black_rows(&test_spec("percent", &[]), false);
+        assert!(plain.warnings.is_empty(), "{:?}", plain.warnings);
     }
 
     /// `-0` is stored and hashed as `0` (a retry that prints the other is the same batch),

@@ -332,7 +332,7 @@ fn read_batch(
         batch.y.values(),
     )
     .map_err(|e| match e {
-        EstimatorError::NonFinite(_) => batch.overflow(spec),
+        EstimatorError::NonFinite(_) => batch.overflow(spec, matches!(body, BatchBody::Csv(_))),
         e => Invalid::one("", format!("the batch cannot be learnt: {e}")),
     })?;
     // Statistics have p² entries whatever the rows: a batch of fewer rows than that keeps
@@ -375,6 +375,8 @@ fn parse_batch(
     };
     batch.flag_narrow_columns(spec);
     batch.flag_negative_doses(spec);
+    batch.flag_named_reflectances(spec);
+    batch.flag_black_rows(spec, matches!(body, BatchBody::Csv(_)));
     Ok(batch)
 }
 
@@ -543,13 +545,24 @@ pub async fn list(
             _ => {}
         }
     }
-    let (model_id, _) = current_model(&app, &name).await?;
+    let model = app
+        .store
+        .model(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found_model(name.as_str()))?;
     let batches = app
         .store
-        .list_batches(model_id, filter.status, filter.limit.unwrap_or(100))
+        .list_batches(model.id, filter.status, filter.limit.unwrap_or(100))
         .await?;
     Ok(Json(BatchList {
-        batches: batches.into_iter().map(BatchView::from).collect(),
+        batches: batches
+            .into_iter()
+            .map(|batch| {
+                let mut view = BatchView::from(batch);
+                view.waiting_for = waiting_for(&view, &model);
+                view
+            })
+            .collect(),
     }))
 }
 

@@ -11,7 +11,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use super::routes::Routes;
 use crate::domain::colour::{CompareRequest, Seen};
-use crate::domain::{Detail, Details};
+use crate::domain::{Detail, Details, Invalid};
 
 /// The route of compare, with the access it needs.
 pub fn routes(routes: Routes) -> Routes {
@@ -211,6 +211,12 @@ pub async fn compare(JsonBody(body): JsonBody) -> Result<Json<CompareResponse>, 
     let found = request.compare().map_err(|e| {
         ApiError::Internal(anyhow::Error::new(e).context("colour of a validated spectrum"))
     })?;
+    if found.seen.iter().any(|d| !d.difference.cmc.is_finite()) {
+        return Err(ApiError::Invalid(Invalid::one(
+            "/cmc",
+            super::matching::CMC_OVERFLOW,
+        )));
+    }
     let (metric, limit) = request.tolerance.parts();
     Ok(Json(CompareResponse {
         verdict: Verdict::of(found.pass),

@@ -149,3 +149,33 @@ async fn a_tolerance_in_cmc_judges_by_cmc_and_bad_input_is_named() {
         .await;
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
 }
+
+/// CMC weights far outside any in use make the CMC difference overflow: refused at `/cmc`, as
+/// match refuses them, never a `200` whose differences are `null` (JSON has no infinity).
+#[tokio::test]
+async fn cmc_weights_whose_difference_overflows_are_refused_at_cmc() {
+    let app = spawn_app().await;
+    let darker = |nm: f64| 0.9 * standard(nm);
+    for tolerance in [json!({"cmc": 1.0}), json!({"de00": 1.0})] {
+        let body = json!({
+            "reference": spectrum(400.0, 10.0, 31, standard),
+            "sample": spectrum(400.0, 10.0, 31, darker),
+            "scale": "percent",
+            "tolerance": tolerance,
+            "cmc": {"l": 1e-200, "c": 1},
+        });
+        let response = app.post("/v1/colour/compare", &body).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{tolerance}"
+        );
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error_paths(&error["error"]), ["/cmc"], "{error}");
+        // Weights in use answer with finite differences.
+        let mut usual = body.clone();
+        usual["cmc"] = json!({"l": 2, "c": 1});
+        let found = compare(&app, &usual).await;
+        assert!(found["illuminants"][0]["cmc"].as_f64().unwrap() > 0.0, "{found}");
+    }
+}

@@ -266,7 +266,8 @@ async fn a_batch_that_cannot_be_folded_is_rejected_and_the_model_keeps_its_last_
 }
 
 /// A batch whose own sums of squares overflow is refused at the column of its largest value,
-/// named with its row, as JSON and as CSV: among thousands of rows the client can find it.
+/// named with its row, as JSON and as CSV (there at the cell): among thousands of rows the
+/// client can find it.
 #[tokio::test]
 async fn a_batch_whose_statistics_overflow_names_its_largest_value() {
     let app = spawn_app().await;
@@ -285,7 +286,8 @@ async fn a_batch_whose_statistics_overflow_names_its_largest_value() {
     assert!(message.contains("2e154 of \"mass\" in row 1 (counting from 0)"), "{message}");
     let csv = "temperature,mass,dye\n20,1,0.1\n21,2,0.2\n22,3,-3e200\n".to_owned();
     let (path, message) = refused(app.post_csv("units", Some("csv"), csv).await).await;
-    assert_eq!(path, "/y");
+    // In a CSV body, at the cell, as its other cells' errors are.
+    assert_eq!(path, "/rows/2/dye");
     assert!(message.contains("-3e200 of \"dye\" in row 2 (counting from 0)"), "{message}");
     let listed: Value = app.get("/v1/models/units/batches").await.json().await.unwrap();
     assert_eq!(listed["batches"], json!([]), "{listed}");
@@ -359,4 +361,61 @@ async fn a_feature_that_varies_too_little_for_double_precision_is_flagged() {
     assert_eq!(response.status(), StatusCode::ACCEPTED);
     let body: Value = response.json().await.unwrap();
     assert!(body.get("warnings").is_none(), "{body}");
+}
+
+/// Readings a reflectance transform cannot read as meant are accepted and flagged, as JSON and
+/// as CSV: a named feature above 1 under `kubelka_munk` without a declared spectrum (a
+/// percentage), and rows at or below Saunderson's `k1` at every band (a `k1` of 0.9, which
+/// leaves every band of these dips black).
+#[tokio::test]
+async fn reflectances_the_transform_cannot_read_as_meant_are_flagged() {
+    let app = spawn_app().await;
+    let paths = |body: &Value| -> Vec<String> {
+        body["warnings"]
+            .as_array()
+            .map(|list| list.iter().map(|w| w["path"].as_str().unwrap_or_default().to_owned()).collect())
+            .unwrap_or_default()
+    };
+    app.create_model(&json!({"name": "named-km", "features": ["r450", "r550"], "outputs": ["red"],
+        "transform": "kubelka_munk"}))
+        .await;
+    let response = app
+        .post_batch("named-km", &json!({"batch_id": "percent", "x": [[45.5, 30.0], [0.4, 0.3]], "y": [[0.1], [0.2]]}))
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(paths(&body), ["/x", "/x"], "{body}");
+    assert!(body["warnings"][0]["message"].as_str().unwrap().starts_with("\"r450\" is above 1"), "{body}");
+    let response = app
+        .post_csv("named-km", Some("percent-csv"), "r550,r450,red\n30,45.5,0.1\n".to_owned())
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(paths(&body), ["/x", "/x"], "{body}");
+    let response = app
+        .post_batch("named-km", &json!({"batch_id": "fractions", "x": [[0.455, 0.3], [0.4, 0.3]], "y": [[0.1], [0.2]]}))
+        .await;
+    let body: Value = response.json().await.unwrap();
+    assert!(body.get("warnings").is_none(), "{body}");
+
+    for (name, k1, flagged) in [("surface-wrong", 0.9, true), ("surface-textbook", 0.04, false)] {
+        app.create_model(&json!({"name": name, "outputs": ["red"], "transform": "saunderson",
+            "saunderson": {"k1": k1, "k2": 0.6},
+            "spectrum": {"start_nm": 400, "interval_nm": 100, "count": 3, "scale": "percent"}}))
+            .await;
+        let batch = json!({"batch_id": "dips",
+            "spectra": {"start_nm": 400, "interval_nm": 100, "values": [[50.0, 95.0, 30.0], [20.0, 40.0, 60.0]]},
+            "y": [[0.1], [0.2]]});
+        let response = app.post_batch(name, &batch).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let body: Value = response.json().await.unwrap();
+        let expected: &[&str] = if flagged { &["/spectra/values/1"] } else { &[] };
+        assert_eq!(paths(&body), expected, "{body}");
+        let csv = "400nm,500nm,600nm,red\n20,40,60,0.2\n".to_owned();
+        let response = app.post_csv(name, Some("dips-csv"), csv).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let body: Value = response.json().await.unwrap();
+        let expected: &[&str] = if flagged { &["/rows/0"] } else { &[] };
+        assert_eq!(paths(&body), expected, "{body}");
+    }
 }

@@ -1296,6 +1296,14 @@ async fn a_batch_waiting_for_the_first_fit_says_so() {
             && waiting.contains("PATCH /v1/models/waits"),
         "{waiting}"
     );
+    // The list of batches says it too, for every batch that waits.
+    let listed: Value = app
+        .get("/v1/models/waits/batches")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["batches"][0]["waiting_for"], waiting, "{listed}");
     let model: Value = app.get("/v1/models/waits").await.json().await.unwrap();
     assert_eq!(model["pending_rows"], 3);
 
