@@ -220,6 +220,17 @@ fn bench_problem(c: &mut Criterion, problem: Problem) {
     group.bench_function(format!("prepared_predict_{}_rows", many.nrows()), |b| {
         b.iter(|| predictor.predict(many.as_ref()).expect("predict"))
     });
+    // The same rows through faer's blocked products (another order of additions): what
+    // answering each row in its own order costs a large request.
+    group.bench_function(
+        format!("prepared_predict_design_{}_rows", many.nrows()),
+        |b| {
+            b.iter(|| {
+                let design = predictor.basis().design(many.as_ref()).expect("design");
+                predictor.predict_design(design.as_ref())
+            })
+        },
+    );
     group.finish();
 }
 

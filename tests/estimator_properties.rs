@@ -2393,10 +2393,11 @@ fn an_untrained_dense_output_does_not_follow_markers() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
-    /// Rows predicted together by `predict_each_row` (as a server answers concurrent requests
-    /// of a few rows at once) get, bit for bit, what `predict` answers for each row alone:
-    /// under every prior family, with a spectrum, an output whose zeros are structural (some
-    /// probe rows hit its zero regime) and an untrained one.
+    /// Rows predicted together, by `predict_each_row` (as a server answers concurrent requests
+    /// of a few rows at once) or as one request of any size by `predict`, get, bit for bit,
+    /// what `predict` answers for each row alone: under every prior family, with a spectrum,
+    /// an output whose zeros are structural (some probe rows hit its zero regime) and an
+    /// untrained one.
     #[test]
     fn rows_predicted_together_are_each_the_row_alone(
         seed in any::<u64>(),
@@ -2430,15 +2431,18 @@ proptest! {
             _ => rng.random_range(0.0..1.0),
         });
         let together = predictor.predict_each_row(probe.as_ref()).unwrap();
+        let at_once = predictor.predict(probe.as_ref()).unwrap();
         for i in 0..rows {
             let alone = predictor.predict(probe.subrows(i, 1)).unwrap();
             for k in 0..3 {
-                prop_assert_eq!(together.mean[(i, k)].to_bits(), alone.mean[(0, k)].to_bits());
-                prop_assert_eq!(
-                    together.variance[(i, k)].to_bits(),
-                    alone.variance[(0, k)].to_bits(),
-                    "row {} output {}", i, k
-                );
+                for answer in [&together, &at_once] {
+                    prop_assert_eq!(answer.mean[(i, k)].to_bits(), alone.mean[(0, k)].to_bits());
+                    prop_assert_eq!(
+                        answer.variance[(i, k)].to_bits(),
+                        alone.variance[(0, k)].to_bits(),
+                        "row {} output {}", i, k
+                    );
+                }
             }
         }
         prop_assert!(predictor.work_per_row() >= basis.dim() * 3);

@@ -35,6 +35,13 @@ async fn a_model_trained_through_the_api_predicts_what_the_estimator_computes() 
         .predict(mat(&probe).as_ref())
         .unwrap();
     assert_same_predictions(&api, &expected);
+    // A row's answer is the same bits however many rows come with it: the probe four times
+    // over (20 rows, past the few that are computed one by one) answers each copy as above.
+    let many: Vec<_> = probe.iter().cycle().take(4 * probe.len()).cloned().collect();
+    let answered = app.predict_at("lab", &json!(many), version).await;
+    for (i, row) in answered["predictions"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(row, &api["predictions"][i % probe.len()], "row {i}");
+    }
 
     let model: Value = app.get("/v1/models/lab").await.json().await.unwrap();
     assert_eq!(model["observations"], 50.0);

@@ -83,11 +83,12 @@
 //! proportion holds.
 //!
 //! A handful of rows (a colour-matching front end asks for one) are computed row by row with
-//! plain loops; more rows go through `faer`'s blocked products. The two differ only in the
-//! order of their additions, and a given request always takes the same one. Rows predicted
-//! together ([`Predictor::predict_each_row`]) go up to sixteen side by side, each row's sums
-//! in the order it has alone, so that a server can answer several requests' rows at once, each
-//! with its own answer.
+//! plain loops; more rows go sixteen side by side, each row's sums in the order it has alone,
+//! so that a row's answer is the same bits however many rows come with it: a client that asks
+//! for a row alone and among a thousand gets one answer, and a server can answer several
+//! requests' rows at once ([`Predictor::predict_each_row`]), each with its own. A design
+//! matrix ([`Predictor::predict_design`]) goes through `faer`'s blocked products instead,
+//! whose order of additions differs.
 
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
@@ -353,20 +354,21 @@ impl Predictor {
         }
     }
 
-    /// Predictions for the raw input rows `x` (rows × d).
+    /// Predictions for the raw input rows `x` (rows × d), each row's bit for bit what it gets
+    /// alone: a few rows one after the other, more [`BLOCK`] at a time ([`Self::rows_together`]).
     pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         self.check_columns(x)?;
         if x.nrows() <= ROW_BY_ROW {
             Ok(self.row_by_row(x))
         } else {
-            Ok(self.predict_design(self.basis.design(x)?.as_ref()))
+            Ok(self.rows_together(x))
         }
     }
 
     /// Predictions for the raw input rows `x`, each row's bit for bit what [`Self::predict`]
     /// answers for that row alone, however many rows there are: requests of a few rows can be
     /// answered together (every factor read once for all of them) and each still gets its own
-    /// answer. Slower than [`Self::predict`] for many rows of a narrow model.
+    /// answer. [`Self::predict`] of the same rows, without its lean path for a few rows.
     pub fn predict_each_row(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         self.check_columns(x)?;
         Ok(self.rows_together(x))
@@ -469,9 +471,16 @@ impl Predictor {
             for (b, row) in phi.chunks_exact_mut(p).enumerate() {
                 self.basis.fill_row(x.row(start + b).iter().copied(), row);
             }
+            let mut rows_phi: [&[f64]; BLOCK] = [&[]; BLOCK];
+            for (slot, row) in rows_phi.iter_mut().zip(phi.chunks_exact(p)) {
+                *slot = row;
+            }
+            let rows_phi = &rows_phi[..block];
             for (k, term) in self.outputs.iter().enumerate() {
-                for (b, row) in phi.chunks_exact(p).enumerate() {
-                    mean[(start + b, k)] = dot(row, self.weights.col_as_slice(k));
+                let mut means = [0.0; BLOCK];
+                dots_dispatched(self.weights.col_as_slice(k), rows_phi, &mut means[..block]);
+                for (b, m) in means[..block].iter().enumerate() {
+                    mean[(start + b, k)] = *m;
                 }
                 match term {
                     Term::Trained {
@@ -757,6 +766,28 @@ fn dots<S: pulp::Simd>(simd: S, a: &[f64], xs: &[&[f64]], out: &mut [f64]) {
     }
     for (o, x) in out[done..].iter_mut().zip(&xs[done..]) {
         *o = dot(a, &x[..n]);
+    }
+}
+
+/// [`dots`] compiled for the widest vectors the CPU has: `out_r = dot(a, xs_r)`, each bit for
+/// bit [`dot`]'s.
+fn dots_dispatched(a: &[f64], xs: &[&[f64]], out: &mut [f64]) {
+    pulp::Arch::new().dispatch(Dots { a, xs, out });
+}
+
+/// [`dots_dispatched`]' arguments, for `pulp` to compile its body once per instruction set.
+struct Dots<'a> {
+    a: &'a [f64],
+    xs: &'a [&'a [f64]],
+    out: &'a mut [f64],
+}
+
+impl pulp::WithSimd for Dots<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        dots(simd, self.a, self.xs, self.out);
     }
 }
 
