@@ -350,9 +350,10 @@ proptest! {
         prop_assert!(rel_diff(&sigma, &post.covariance()) < 1e-8);
     }
 
-    /// Predictions (row by row for a few rows, blocked products for many) are the textbook
-    /// `φᵀμ` and `κ (s + φᵀΣAΣφ) + φᵀΣA₀Σφ` with the full covariance `Σ` (see
-    /// `textbook_variance`), and a row predicts the same alone as among many others.
+    /// Predictions (row by row for a few rows, sixteen at a time for more, and through faer's
+    /// blocked products for a design matrix) are the textbook `φᵀμ` and
+    /// `κ (s + φᵀΣAΣφ) + φᵀΣA₀Σφ` with the full covariance `Σ` (see `textbook_variance`), and a
+    /// row predicts the same alone as among many others.
     #[test]
     fn predictions_match_the_textbook_formula(
         seed in any::<u64>(), n in 10usize..60, d in 1usize..8, m in 1usize..4, probe_rows in 1usize..20,
@@ -364,10 +365,13 @@ proptest! {
         let (probe, _) = random_problem(seed ^ 9, probe_rows, d, 1);
         let pred = state.predict(probe.as_ref()).unwrap();
         let phi = basis.design(probe.as_ref()).unwrap();
+        let design = state.predict_design(phi.as_ref());
         for (k, output) in state.outputs().iter().enumerate() {
             let Some(post) = output.posterior() else { continue };
             prop_assert_eq!(state.predictive(), Predictive::StudentNoise);
             for r in 0..probe_rows {
+                prop_assert!((design.mean[(r, k)] - pred.mean[(r, k)]).abs() <= 1e-12 * (1.0 + pred.mean[(r, k)].abs()));
+                prop_assert!((design.variance[(r, k)] - pred.variance[(r, k)]).abs() <= 1e-12 * pred.variance[(r, k)]);
                 let f: Vec<f64> = (0..basis.dim()).map(|j| phi[(r, j)]).collect();
                 let mean: f64 = f.iter().zip(post.mean()).map(|(a, b)| a * b).sum();
                 let scale = f.iter().map(|v| v.abs()).sum::<f64>().max(1.0);
@@ -1718,7 +1722,7 @@ fn a_zero_inflated_output_predicts_exact_zeros_where_its_dose_is_zero() {
         }
         // Without the dye the rows were exactly 0: the variance is the mean square there, with
         // one pseudo-row at s (exact for one used basis function, an upper bound for several),
-        // row by row and through the blocked products alike.
+        // row by row, sixteen rows at a time and through the blocked products alike.
         let phi = basis.design(x.as_ref()).unwrap();
         let used = sparse.weighted();
         let (sum, count) = zero_rows_brute_force(&phi, &y, 0, used);
@@ -1730,9 +1734,11 @@ fn a_zero_inflated_output_predicts_exact_zeros_where_its_dose_is_zero() {
             d,
             |i, j| if j == 0 { 0.0 } else { 0.1 * i as f64 - 1.0 },
         );
-        let blocked = state.predict(many.as_ref()).unwrap();
+        let together = state.predict(many.as_ref()).unwrap();
+        let blocked = state.predict_design(basis.design(many.as_ref()).unwrap().as_ref());
         for v in (0..5)
             .map(|i| pred.variance[(i, 0)])
+            .chain((0..20).map(|i| together.variance[(i, 0)]))
             .chain((0..20).map(|i| blocked.variance[(i, 0)]))
         {
             assert!(
@@ -2211,7 +2217,8 @@ fn a_posterior_forms_on_spectra_that_barely_leave_their_baseline() {
 /// Its mean is 0: equal in the one row they marked, with no trained dye to say which dose a
 /// dye follows, the two markers cannot be told apart. Dye 1 was used once, in row 30, whose
 /// only mostly-zero input is a fabric class shared with 19 other rows: no marker, 0 with `v`
-/// everywhere. Row by row and through the blocked products alike; a state without zero rows
+/// everywhere. Row by row, sixteen rows at a time and through the blocked products alike; a
+/// state without zero rows
 /// answers `v` everywhere, as before.
 #[test]
 fn an_untrained_output_is_sure_of_its_zeros_only_where_its_markers_are_zero() {
@@ -2257,8 +2264,10 @@ fn an_untrained_output_is_sure_of_its_zeros_only_where_its_markers_are_zero() {
         let without = state.predict(probe(rows, 0.0).as_ref()).unwrap();
         let with = state.predict(probe(rows, 2.0).as_ref()).unwrap();
         let before = legacy.predict(probe(rows, 0.0).as_ref()).unwrap();
+        let blocked =
+            state.predict_design(basis.design(probe(rows, 0.0).as_ref()).unwrap().as_ref());
         for r in 0..rows {
-            for pred in [&without, &with, &before] {
+            for pred in [&without, &with, &before, &blocked] {
                 assert_eq!(
                     pred.mean[(r, 0)],
                     0.0,
@@ -2266,11 +2275,13 @@ fn an_untrained_output_is_sure_of_its_zeros_only_where_its_markers_are_zero() {
                 );
                 assert_eq!(pred.mean[(r, 1)], 0.0, "dye 1 has no marker");
             }
-            assert!(
-                (without.variance[(r, 0)] - unlike).abs() <= 1e-12 * unlike,
-                "{rows} rows: {} against {unlike}",
-                without.variance[(r, 0)]
-            );
+            for pred in [&without, &blocked] {
+                assert!(
+                    (pred.variance[(r, 0)] - unlike).abs() <= 1e-12 * unlike,
+                    "{rows} rows: {} against {unlike}",
+                    pred.variance[(r, 0)]
+                );
+            }
             assert_eq!(with.variance[(r, 0)], v0, "a row with the dose");
             assert_eq!(before.variance[(r, 0)], v0, "no zero rows");
             for pred in [&without, &with, &before] {

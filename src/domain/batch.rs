@@ -637,7 +637,7 @@ impl NewBatch {
     /// the transform reads every feature as a reflectance fraction: a column above 1 in some
     /// row (a percentage sent as a fraction reads as a different K/S, `(1 − R)²/2R` being 0.25
     /// at both R = 0.5 and R = 2) or below 0 (read as the transform's smallest reflectance), as
-    /// one warning per column at `/x`. Accepted, as a declared spectrum's are.
+    /// one warning per column and side at `/x`. Accepted, as a declared spectrum's are.
     pub fn flag_named_reflectances(&mut self, spec: &ModelSpec) {
         if spec.spectrum.is_some() || spec.transform != TransformName::KubelkaMunk {
             return;
@@ -654,13 +654,19 @@ impl NewBatch {
                     continue;
                 };
                 let rows = 1 + outside.count();
+                let hint = if what == "above 1" {
+                    "a percentage? send fractions, or a model that declares a \"spectrum\" \
+                     with \"scale\": \"percent\""
+                } else {
+                    "no surface reflects less than nothing: a dark reading subtracted? it is \
+                     read as the transform's smallest reflectance"
+                };
                 self.warnings.push(Detail::new(
                     "/x",
                     format!(
                         "{name:?} is {what} in {rows} row(s), first in row {row} (counting from \
                          0; {}): under \"kubelka_munk\" without a declared spectrum every \
-                         feature is read as a reflectance fraction, from 0 to 1 (a percentage? \
-                         send fractions, or declare a \"spectrum\" with \"scale\": \"percent\")",
+                         feature is read as a reflectance fraction, from 0 to 1 ({hint})",
                         quote(*first)
                     ),
                 ));
@@ -681,17 +687,23 @@ impl NewBatch {
         if spec.transform != TransformName::Saunderson {
             return;
         }
-        let Some(full) = spectrum.full_scale() else {
+        let Some(scale) = spectrum.scale.reflectance() else {
             return;
         };
-        let k1 = saunderson.k1;
-        let bands = spectrum.count.min(self.x.width());
+        // A successor's readings alone (no bands of the model's own instrument): nothing of
+        // the model's grid to read.
+        if self.x.width() != spectrum.count + spec.features.len() || spectrum.count == 0 {
+            return;
+        }
+        let (k1, fraction, bands) = (saunderson.k1, scale.to_fraction(), spectrum.count);
+        // As the basis reads a band (`x · to_fraction`), so that a reading at k1 is judged as
+        // the model reads it.
         let mut black = self
             .x
             .values()
-            .chunks_exact(self.x.width().max(1))
+            .chunks_exact(self.x.width())
             .enumerate()
-            .filter(|(_, row)| bands > 0 && row[..bands].iter().all(|&r| r / full <= k1));
+            .filter(|(_, row)| row[..bands].iter().all(|&r| r * fraction <= k1));
         let Some((first, _)) = black.next() else {
             return;
         };
@@ -763,10 +775,11 @@ impl NewBatch {
                 )
             }
         };
-        let path = if csv {
-            format!("/rows/{row}/{}", pointer_token(&header))
-        } else {
-            path.to_owned()
+        let path = match (csv, is_x && column < bands) {
+            // A band read from another grid is not a column of the body: its row.
+            (true, true) => format!("/rows/{row}"),
+            (true, false) => format!("/rows/{row}/{}", pointer_token(&header)),
+            (false, _) => path.to_owned(),
         };
         Invalid::one(
             path,
@@ -1407,6 +1420,53 @@ mod tests {
         let mut plain = batch(readings);
         plain.flag_black_rows(&test_spec("percent", &[]), false);
         assert!(plain.warnings.is_empty(), "{:?}", plain.warnings);
+        // A successor's readings alone: its rows hold only the named features (a fabric class
+        // of 0), which are no bands of the model's instrument.
+        let mut with_class = test_spec("percent", &["class"]);
+        with_class.transform = TransformName::Saunderson;
+        with_class.saunderson = Some(SaundersonSpec { k1: 0.9, k2: 0.6 });
+        let mut successor = NewBatch {
+            batch_id: BatchId::generate(),
+            x: Rows::from_row_major(2, 1, vec![0.0, 0.0]),
+            y: Rows::from_row_major(2, 2, vec![0.5; 4]),
+            successor: None,
+            warnings: Vec::new(),
+        };
+        successor.flag_black_rows(&with_class, false);
+        assert!(successor.warnings.is_empty(), "{:?}", successor.warnings);
+    }
+
+    /// A batch whose statistics overflow is refused at the column in JSON and at the cell in
+    /// CSV; a band, which a CSV on another grid does not hold as a column, at its row.
+    #[test]
+    fn an_overflow_is_refused_where_the_body_holds_the_value() {
+        let spec = test_spec("fraction", &["mass"]);
+        let batch = |x: Vec<f64>| NewBatch {
+            batch_id: BatchId::generate(),
+            x: Rows::from_row_major(2, 5, x),
+            y: Rows::from_row_major(2, 2, vec![0.5; 4]),
+            successor: None,
+            warnings: Vec::new(),
+        };
+        let feature = batch(vec![0.1, 0.2, 0.3, 0.4, 1.0, 0.1, 0.2, 0.3, 0.4, 2e200]);
+        let band = batch(vec![0.1, 0.2, 0.3, 0.4, 1.0, 0.1, 0.2, 3e200, 0.4, 2.0]);
+        for (overflowing, csv, path) in [
+            (&feature, false, "/x"),
+            (&feature, true, "/rows/1/mass"),
+            (&band, false, "/spectra/values"),
+            (&band, true, "/rows/1"),
+        ] {
+            let invalid = overflowing.overflow(&spec, csv);
+            assert_eq!(invalid.details[0].path, path, "{:?}", invalid.details);
+        }
+        let invalid = band.overflow(&spec, true);
+        assert!(
+            invalid.details[0]
+                .message
+                .contains("3e200 of the band at 420nm in row 1"),
+            "{:?}",
+            invalid.details
+        );
     }
 
     /// `-0` is stored and hashed as `0` (a retry that prints the other is the same batch),

@@ -640,7 +640,7 @@ impl ModelState {
     /// Whether `post`, an output's posterior in this state, has pruned its intercept, so that it
     /// predicts exactly 0 on a row in which every basis function it uses is 0 (a structural
     /// zero: a dye whose lab-dip dose is 0).
-    pub fn pruned_intercept(&self, post: &OutputPosterior) -> bool {
+    pub(crate) fn pruned_intercept(&self, post: &OutputPosterior) -> bool {
         post.flat().is_none()
             && self.basis.intercept
             && post.prior_variance()[self.basis.features] == 0.0
