@@ -189,6 +189,10 @@ pub struct CmcWeightsUsed {
     pub c: f64,
 }
 
+/// Why an answer's CMC difference is refused when it overflows (compare and match alike).
+pub(super) const CMC_OVERFLOW: &str = "the CMC difference with these weights overflows: they \
+                                       are far outside any CMC(l:c) in use (2:1 and 1:1)";
+
 /// Compare two reflectance spectra.
 ///
 /// CIELAB of each under D65, A and F11 (CIE 1964 10° observer, integrated every 1 nm over
@@ -212,10 +216,7 @@ pub async fn compare(JsonBody(body): JsonBody) -> Result<Json<CompareResponse>, 
         ApiError::Internal(anyhow::Error::new(e).context("colour of a validated spectrum"))
     })?;
     if found.seen.iter().any(|d| !d.difference.cmc.is_finite()) {
-        return Err(ApiError::Invalid(Invalid::one(
-            "/cmc",
-            super::matching::CMC_OVERFLOW,
-        )));
+        return Err(ApiError::Invalid(Invalid::one("/cmc", CMC_OVERFLOW)));
     }
     let (metric, limit) = request.tolerance.parts();
     Ok(Json(CompareResponse {

@@ -459,10 +459,6 @@ fn recipe(
     Ok(Recipe { best, candidates })
 }
 
-/// Why an answer's CMC difference is refused when it overflows (match and compare alike).
-pub(super) const CMC_OVERFLOW: &str = "the CMC difference with these weights overflows: they \
-                                       are far outside any CMC(l:c) in use (2:1 and 1:1)";
-
 /// Refuses an answer whose cost or CMC difference overflowed: JSON has no infinity, and what
 /// made it so (far-out prices or CMC weights) is the client's to fix.
 pub(super) fn check_finite<'c>(
@@ -477,7 +473,7 @@ pub(super) fn check_finite<'c>(
     }
     let mut differences = colours.into_iter().flat_map(|c| &c.illuminants);
     if differences.any(|d| !d.cmc.is_finite()) {
-        return Err(Invalid::one("/cmc", CMC_OVERFLOW));
+        return Err(Invalid::one("/cmc", super::colour::CMC_OVERFLOW));
     }
     Ok(())
 }

@@ -1239,22 +1239,6 @@ mod tests {
         }
     }
 
-    /// [`dots`] under the widest instruction set the CPU has.
-    struct Dots<'a> {
-        a: &'a [f64],
-        xs: &'a [&'a [f64]],
-        out: &'a mut [f64],
-    }
-
-    impl pulp::WithSimd for Dots<'_> {
-        type Output = ();
-
-        #[inline(always)]
-        fn with_simd<S: pulp::Simd>(self, simd: S) {
-            dots(simd, self.a, self.xs, self.out);
-        }
-    }
-
     /// A reproducible stream of numbers in [−½, ½) (a linear congruential generator).
     fn uniform(mut seed: u64) -> impl FnMut() -> f64 {
         move || {
@@ -1385,11 +1369,7 @@ mod tests {
                 let mut out = vec![f64::NAN; rows];
                 dots(pulp::Scalar::new(), &a, &views, &mut out);
                 let mut simd = vec![f64::NAN; rows];
-                pulp::Arch::new().dispatch(Dots {
-                    a: &a,
-                    xs: &views,
-                    out: &mut simd,
-                });
+                dots_dispatched(&a, &views, &mut simd);
                 assert_eq!(
                     simd.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
