@@ -188,16 +188,31 @@ fn plain_admin_key() -> anyhow::Result<Option<String>> {
     Ok(plain)
 }
 
+/// The shortest poll of the folder and the cache follower, in milliseconds.
+const MIN_POLL_MS: u64 = 10;
+
+/// The configuration directory: `MORDANT_CONFIG_DIR`, default `./config`.
+fn config_dir() -> PathBuf {
+    std::env::var_os("MORDANT_CONFIG_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("config"))
+}
+
 impl Settings {
     /// Loads the settings for `MORDANT_ENV` from the configuration directory (`MORDANT_CONFIG_DIR`,
     /// default `./config`; a missing directory leaves the compiled-in defaults).
     pub fn load() -> anyhow::Result<(Environment, Self)> {
         let environment = Environment::from_env()?;
-        let dir = std::env::var_os("MORDANT_CONFIG_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("config"));
-        let settings = Self::load_from(&dir, environment)?;
+        let settings = Self::load_from(&config_dir(), environment)?;
         Ok((environment, settings))
+    }
+
+    /// The overlay `environment` names when it is not found (other than development's, which
+    /// the compiled-in defaults are): a service started away from its `config` directory runs
+    /// on the defaults, which an operator should hear of.
+    pub fn missing_overlay(environment: Environment) -> Option<PathBuf> {
+        let overlay = config_dir().join(format!("{}.toml", environment.as_str()));
+        (environment != Environment::Development && !overlay.is_file()).then_some(overlay)
     }
 
     pub fn load_from(dir: &Path, environment: Environment) -> anyhow::Result<Self> {
@@ -272,6 +287,13 @@ impl Settings {
         anyhow::ensure!(
             self.retention.raw_rows_days <= 36_500,
             "retention.raw_rows_days must be at most 36500 (a century); 0 keeps rows forever"
+        );
+        anyhow::ensure!(
+            self.folder.poll_interval_ms >= MIN_POLL_MS
+                && self.cache.poll_interval_ms >= MIN_POLL_MS,
+            "folder.poll_interval_ms and cache.poll_interval_ms must be at least {MIN_POLL_MS}: \
+             a poll every few milliseconds spins a core while the service is idle (notifications \
+             wake the folder and the cache at once; the polls are their fallback)"
         );
         anyhow::ensure!(
             self.database.full_state_every >= 1,

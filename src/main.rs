@@ -311,6 +311,13 @@ async fn serve() -> anyhow::Result<()> {
         "starting mordant {}",
         env!("CARGO_PKG_VERSION")
     );
+    if let Some(overlay) = Settings::missing_overlay(environment) {
+        tracing::warn!(
+            overlay = %overlay.display(),
+            "no configuration overlay for this environment: running on the compiled-in \
+             defaults and MORDANT__ variables (MORDANT_CONFIG_DIR names the directory)"
+        );
+    }
     let app = Application::build(settings).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_on_signal(shutdown.clone()));

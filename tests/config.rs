@@ -126,6 +126,23 @@ fn layers_apply_in_order() {
         format!("{error:#}").contains("max_rows_per_request"),
         "{error:#}"
     );
+    unsafe { std::env::remove_var("MORDANT__LIMITS__MAX_ROWS_PER_REQUEST") };
+
+    // A poll every few milliseconds would spin a core while the service is idle.
+    for (variable, setting) in [
+        (
+            "MORDANT__FOLDER__POLL_INTERVAL_MS",
+            "folder.poll_interval_ms",
+        ),
+        ("MORDANT__CACHE__POLL_INTERVAL_MS", "cache.poll_interval_ms"),
+    ] {
+        unsafe { std::env::set_var(variable, "0") };
+        let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
+        assert!(format!("{error:#}").contains(setting), "{error:#}");
+        unsafe { std::env::set_var(variable, "10") };
+        Settings::load_from(&dir, Environment::Production).unwrap();
+        unsafe { std::env::remove_var(variable) };
+    }
 
     // The binary itself refuses to serve in production without a key, before touching the
     // database, and names the setting.

@@ -24,16 +24,20 @@
 //! opened by a request here and used later by a folder, so the serving runtimes are kept
 //! alive, idle, until [`HttpServer::release`]: after the store is closed.
 
+use std::convert::Infallible;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context as TaskContext, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
 use axum::body::Body;
-use hyper::body::Incoming;
+use bytes::Bytes;
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
@@ -287,6 +291,49 @@ impl Drop for OpenConnection {
     }
 }
 
+/// A request of a connection in service, from the handler's call until hyper has written its
+/// response's body (or dropped it): a connection with none at shutdown has nothing to finish.
+struct Serving(Arc<AtomicUsize>);
+
+impl Serving {
+    fn enter(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(count))
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response's body that keeps its request [`Serving`] until it has been written.
+struct Counted {
+    body: Body,
+    _serving: Serving,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// Accepts connections on `listener` and serves each with `app` until `stop` is cancelled; then
 /// stops accepting, closes idle connections, and returns once every connection's in-flight
 /// requests are answered.
@@ -361,10 +408,22 @@ async fn serve_among(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let service = TowerToHyperService::new(
-            app.clone()
-                .map_request(|request: hyper::Request<Incoming>| request.map(Body::new)),
-        );
+        let in_service = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&in_service);
+        let router = app.clone();
+        let service = TowerToHyperService::new(tower::service_fn(
+            move |request: hyper::Request<Incoming>| {
+                let serving = Serving::enter(&counted);
+                let router = router.clone();
+                async move {
+                    let response = router.oneshot(request.map(Body::new)).await?;
+                    Ok::<_, Infallible>(response.map(|body| Counted {
+                        body,
+                        _serving: serving,
+                    }))
+                }
+            },
+        ));
         let stop = stop.clone();
         connections.spawn(async move {
             let _open = open;
@@ -380,7 +439,22 @@ async fn serve_among(
                 result = connection.as_mut() => result,
                 () = stop.cancelled() => {
                     connection.as_mut().graceful_shutdown();
-                    connection.await
+                    // hyper closes an idle connection and answers a request in service first;
+                    // one with nothing in service is still reading a head it may never finish
+                    // (until `header_read_timeout`), and is closed unanswered, as a request
+                    // arriving after the shutdown would be.
+                    let mut tick = tokio::time::interval(Duration::from_millis(20));
+                    loop {
+                        tokio::select! {
+                            biased;
+                            result = connection.as_mut() => break result,
+                            _ = tick.tick() => {
+                                if in_service.load(Ordering::Acquire) == 0 {
+                                    break Ok(());
+                                }
+                            }
+                        }
+                    }
                 }
             };
             if let Err(e) = result {
@@ -388,6 +462,10 @@ async fn serve_among(
             }
         });
     }
+    // The socket stops taking connections now (once every thread has let go of it), not after
+    // the in-flight requests below: a client that connects meanwhile is refused, not left
+    // waiting in the backlog.
+    drop(listener);
     // Connections handed over but not yet taken close now, unanswered, like any that arrive
     // after the shutdown, rather than wait for the in-flight requests below.
     this.inbox.close();
@@ -538,6 +616,47 @@ mod tests {
         assert!(
             refused.is_err(),
             "still serving after shutdown: {refused:?}"
+        );
+        server.release().await;
+    }
+
+    /// A client that has sent part of a request's head, and may never send the rest, does not
+    /// hold the shutdown for the header-read timeout (30 s here): nothing of it is in service,
+    /// so its connection is closed at once, while a request in a handler is still answered and
+    /// the socket refuses new connections meanwhile.
+    #[tokio::test]
+    async fn a_half_sent_request_does_not_hold_the_shutdown() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let entered = Arc::new(tokio::sync::Barrier::new(2));
+        let (mut server, base, shutdown) =
+            start(1, Arc::new(Barrier::new(2)), entered.clone()).await;
+        let address = base.trim_start_matches("http://").to_owned();
+        let mut half = tokio::net::TcpStream::connect(&address)
+            .await
+            .expect("connected");
+        half.write_all(b"GET /na").await.expect("part of a head");
+        let slow = tokio::spawn(get_text(format!("{base}/slow")));
+        entered.wait().await;
+        shutdown.cancel();
+        // While that request is still in its handler, the socket already refuses newcomers.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!slow.is_finished(), "the handler takes 300 ms");
+        let newcomer = tokio::net::TcpStream::connect(&address).await;
+        assert!(
+            newcomer.is_err(),
+            "accepted during the shutdown: {newcomer:?}"
+        );
+        let served_by = slow.await.expect("answered despite the shutdown");
+        assert!(served_by.starts_with("mordant-http-"), "{served_by}");
+        tokio::time::timeout(Duration::from_secs(10), server.stopped())
+            .await
+            .expect("stopped without waiting for the rest of the head")
+            .expect("cleanly");
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), half.read_to_end(&mut rest)).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "the half-sent request's connection is closed, unanswered: {read:?} {rest:?}"
         );
         server.release().await;
     }

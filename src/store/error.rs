@@ -81,14 +81,15 @@ impl From<sqlx::Error> for StoreError {
 
 /// SQLSTATEs that mean "try again later": classes 08 (connection exception), 53
 /// (insufficient resources, e.g. too many connections) and 57P (shutdown), serialization
-/// failures and deadlocks (40001, 40P01), a read-only server after a failover (25006) and a
-/// lock timeout (55P03).
+/// failures and deadlocks (40001, 40P01), a read-only server after a failover (25006), a
+/// lock timeout (55P03) and 55000, which a new session gets from a database closed to new
+/// sessions (`ALLOW_CONNECTIONS false`, a maintenance window).
 fn postgres_unavailable(code: &str) -> bool {
     Some(code).is_some_and(|c| {
         c.starts_with("08")
             || c.starts_with("53")
             || c.starts_with("57P")
-            || matches!(c, "40001" | "40P01" | "25006" | "55P03")
+            || matches!(c, "40001" | "40P01" | "25006" | "55P03" | "55000")
     })
 }
 

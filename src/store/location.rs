@@ -33,7 +33,7 @@ impl Location {
                 "database.path is empty: set it to the embedded database's file, or set \
                  DATABASE_URL to a PostgreSQL URL"
             );
-            return Ok(Self::Sqlite(PathBuf::from(settings.path.trim())));
+            return Self::file(settings.path.trim(), "database.path");
         }
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Ok(Self::Postgres(url.to_owned()));
@@ -47,13 +47,27 @@ impl Location {
                 "DATABASE_URL {url:?}: a sqlite URL names a file, as in sqlite://data/mordant.db \
                  (no options)"
             );
-            return Ok(Self::Sqlite(PathBuf::from(path)));
+            return Self::file(path, "DATABASE_URL");
         }
         let scheme = url.split(':').next().unwrap_or_default();
         anyhow::bail!(
             "DATABASE_URL (database.url) must be a PostgreSQL URL (postgres://…), a sqlite: URL, \
              or empty for the embedded database at database.path; found scheme {scheme:?}"
         )
+    }
+}
+
+impl Location {
+    /// The embedded store at `path`, given by `what`; SQLite's in-memory database is refused:
+    /// each connection of the pool would open one of its own, empty, and nothing outlives the
+    /// process.
+    fn file(path: &str, what: &str) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            path != ":memory:",
+            "{what} names SQLite's in-memory database, which each connection opens empty and \
+             nothing outlives: name a file, as in sqlite://data/mordant.db"
+        );
+        Ok(Self::Sqlite(PathBuf::from(path)))
     }
 }
 
@@ -102,6 +116,14 @@ mod tests {
         );
         assert!(at("", " ").is_err(), "no URL and no path");
         assert!(at("sqlite://m.db?mode=ro", "").is_err());
+        for (url, path) in [
+            ("sqlite::memory:", ""),
+            ("sqlite://:memory:", ""),
+            ("", ":memory:"),
+        ] {
+            let error = at(url, path).unwrap_err().to_string();
+            assert!(error.contains("in-memory"), "{url:?} {path:?}: {error}");
+        }
         assert!(
             !format!("{:?}", at("postgres://u:pw@db/plant", "").unwrap()).contains("pw"),
             "a URL's password never reaches the logs"

@@ -315,3 +315,47 @@ async fn a_model_held_untrained_is_answered_at_once_while_the_database_hangs() {
     proxy.restore();
     app.stop().await;
 }
+
+/// A database that refuses new sessions (`ALLOW_CONNECTIONS false`, as an operator closes one
+/// for maintenance; PostgreSQL answers SQLSTATE 55000) is a database that is down: ingest
+/// answers 503 `database_unavailable` with Retry-After, not a 500, and takes the batch once
+/// the database admits sessions again.
+#[tokio::test]
+async fn a_database_that_refuses_sessions_is_unavailable_not_an_error() {
+    use sqlx::Connection;
+    let app = spawn_app().await;
+    app.create_model(&json!({"name": "lab", "features": ["a", "b"], "outputs": ["y"]}))
+        .await;
+    let name = app.database().name.clone();
+    let admin = || async {
+        sqlx::PgConnection::connect(&crate::test_database::server_url())
+            .await
+            .expect("the server's own database")
+    };
+    let mut conn = admin().await;
+    for sql in [
+        format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"),
+        format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"),
+    ] {
+        sqlx::query(&sql).execute(&mut conn).await.expect(&sql);
+    }
+    let (x, y) = random_rows(1, 10, 2, 1);
+    let batch = json!({"batch_id": "closed", "x": x, "y": y});
+    let response = app.post_batch("lab", &batch).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key("retry-after"));
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["error"]["code"],
+        "database_unavailable"
+    );
+    let sql = format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true");
+    sqlx::query(&sql).execute(&mut conn).await.expect(&sql);
+    let accepted = wait_until(Duration::from_secs(30), || async {
+        let response = app.post_batch("lab", &batch).await;
+        (response.status() == StatusCode::ACCEPTED).then_some(())
+    })
+    .await;
+    assert!(accepted.is_some(), "the batch was not taken once sessions were admitted");
+    let folded = app.wait_for_batch("lab", "closed").await;
+    assert_eq!(folded["status"], "folded", "{folded}");
+}

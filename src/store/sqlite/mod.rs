@@ -98,10 +98,29 @@ pub fn lock_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The file `path` names, whatever names it: symbolic links resolved, as far as the file or
+/// else its directory exists, so that one file has one lock whichever of its names a process
+/// opens it by.
+fn real_path(path: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    match (
+        dir.map_or_else(|| std::fs::canonicalize("."), std::fs::canonicalize),
+        path.file_name(),
+    ) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => path.to_owned(),
+    }
+}
+
 /// Takes the exclusive lock that makes this process the file's only user, and writes the
-/// process id into the lock file for whoever is refused next.
+/// process id into the lock file for whoever is refused next. The lock is the real file's
+/// (`<file>.lock` beside it, links resolved): a second process that names the file through a
+/// symbolic link is refused too.
 fn take_ownership(path: &Path) -> anyhow::Result<File> {
-    let lock = lock_path(path);
+    let lock = lock_path(&real_path(path));
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -889,12 +908,36 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// A second process that names the same file through a symbolic link (to the file, or to
+    /// its directory) is refused as one that names it directly.
+    #[tokio::test]
+    async fn one_owner_at_a_time_whatever_the_file_is_called() {
+        let dir = scratch();
+        std::fs::create_dir_all(dir.join("a")).unwrap();
+        let file = dir.join("a").join("m.db");
+        let first = SqliteStore::open(&file, &settings()).await.unwrap();
+        std::os::unix::fs::symlink(&file, dir.join("alias.db")).unwrap();
+        std::os::unix::fs::symlink(dir.join("a"), dir.join("b")).unwrap();
+        for other in [dir.join("alias.db"), dir.join("b").join("m.db")] {
+            let error = SqliteStore::open(&other, &settings()).await.unwrap_err();
+            let message = format!("{error:#}");
+            assert!(
+                message.contains("in use by another mordant process"),
+                "{}: {message}",
+                other.display()
+            );
+        }
+        first.close().await;
+        drop(first);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[tokio::test]
     async fn one_owner_at_a_time() {
         let dir = scratch();
         let file = dir.join("m.db");
         let first = SqliteStore::open(&file, &settings()).await.unwrap();
-        let owner = std::fs::read_to_string(lock_path(&file)).unwrap();
+        let owner = std::fs::read_to_string(lock_path(&real_path(&file))).unwrap();
         assert_eq!(owner.trim(), std::process::id().to_string());
         let error = SqliteStore::open(&file, &settings()).await.unwrap_err();
         let message = format!("{error:#}");
