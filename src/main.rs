@@ -227,6 +227,23 @@ fn parse_prior(value: &str) -> Result<mordant::estimator::PriorFamily, String> {
         .ok_or_else(|| format!("expected ard, ridge, smooth or auto, found {value:?}"))
 }
 
+/// `print!` that says when standard output cannot be written (a full disk, a closed pipe)
+/// instead of panicking.
+macro_rules! emit {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*).context("cannot write to standard output")?
+    }};
+}
+
+/// `println!` that says when standard output cannot be written.
+macro_rules! emitln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).context("cannot write to standard output")?
+    }};
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -382,9 +399,12 @@ async fn copy(from: String, to: String) -> anyhow::Result<()> {
         .context("copy failed; the target is unchanged")?;
     source.close().await;
     target.close().await;
-    println!(
+    emitln!(
         "copied {} models, {} versions, {} batches and {} API keys",
-        copied.models, copied.versions, copied.batches, copied.keys
+        copied.models,
+        copied.versions,
+        copied.batches,
+        copied.keys
     );
     Ok(())
 }
@@ -439,7 +459,7 @@ fn healthcheck(url: &str) -> anyhow::Result<()> {
 }
 
 fn print_openapi() -> anyhow::Result<()> {
-    println!("{}", mordant::http::openapi_json()?);
+    emitln!("{}", mordant::http::openapi_json()?);
     Ok(())
 }
 
@@ -496,9 +516,9 @@ fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     })?;
     bar.finish_and_clear();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        emitln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.to_markdown());
+        emit!("{}", report.to_markdown());
     }
     Ok(())
 }
@@ -532,9 +552,9 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
         };
         let report = mordant_lab::simulate::evaluate(&options, model).context("evaluation")?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            emitln!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            print!("{}", report.to_table());
+            emit!("{}", report.to_table());
         }
         return Ok(());
     }
@@ -554,9 +574,9 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
         let report = mordant_lab::simulate::transfer::transfer_study(&options, model)
             .context("transfer study")?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            emitln!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            print!("{}", report.to_table());
+            emit!("{}", report.to_table());
         }
         return Ok(());
     }
@@ -582,9 +602,9 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
             eprintln!("curves written to {}", path.display());
         }
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            emitln!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            print!("{}", report.to_table());
+            emit!("{}", report.to_table());
         }
         return Ok(());
     }
@@ -609,7 +629,7 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
         run_async(|| async {
             let summary = mordant_lab::simulate::post::post(&sim, &options).await?;
             let seconds = summary.elapsed.as_secs_f64();
-            println!(
+            emitln!(
                 "posted {} rows in {} batches to model {:?} ({}) in {:.2} s ({:.0} rows/s, {} retries)",
                 summary.rows,
                 summary.batches,

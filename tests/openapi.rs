@@ -180,3 +180,24 @@ fn the_documented_batch_id_pattern_is_the_parsers() {
     agree(&"a".repeat(MAX_BATCH_ID_LEN + 1));
     proptest!(|(id in "[._:aZ0 /-]{0,5}")| agree(&id));
 }
+
+/// `mordant openapi` into an output that cannot be written (a full disk) says so and exits 1,
+/// where a print would panic (exit 101, a backtrace).
+#[test]
+fn a_document_that_cannot_be_written_is_an_error_not_a_panic() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return;
+    };
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+        .arg("openapi")
+        .stdout(full)
+        .output()
+        .expect("run mordant openapi");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot write to standard output"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
