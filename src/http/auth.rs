@@ -161,11 +161,16 @@ pub fn admit(guard: &Guard, mut request: Request<Body>) -> Result<Request<Body>,
     }
 }
 
-/// The key of an `Authorization: Bearer` header; `Ok(None)` when there is no header.
+/// The key of an `Authorization: Bearer` header; `Ok(None)` when there is no header. Two
+/// headers are refused: which key would speak for the request is not the server's to guess.
 pub(super) fn bearer(headers: &axum::http::HeaderMap) -> Result<Option<&str>, &'static str> {
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
+    let mut given = headers.get_all(header::AUTHORIZATION).iter();
+    let Some(value) = given.next() else {
         return Ok(None);
     };
+    if given.next().is_some() {
+        return Err("the request has more than one Authorization header: send one");
+    }
     let value = value
         .to_str()
         .map_err(|_| "the Authorization header is not ASCII")?;

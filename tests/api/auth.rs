@@ -550,3 +550,27 @@ async fn simulate_posts_to_an_existing_model_with_an_ingest_key() {
         .unwrap();
     assert_eq!(batches["batches"].as_array().map(Vec::len), Some(2), "{batches}");
 }
+
+/// Two `Authorization` headers are refused (`401`, saying so), whichever keys they carry: the
+/// server does not guess which one speaks for the request. One of them alone is admitted.
+#[tokio::test]
+async fn two_authorization_headers_are_refused() {
+    let app = spawn_configured(|s| s.auth.admin_key = ADMIN_KEY.into()).await;
+    let (_, predict) = new_key(&app, "front-end", &["predict"]).await;
+    for second in [predict.as_str(), ADMIN_KEY] {
+        let response = app
+            .client
+            .get(format!("{}/v1/keys", app.address))
+            .header("Authorization", format!("Bearer {ADMIN_KEY}"))
+            .header("Authorization", format!("Bearer {second}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let body: Value = response.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("more than one Authorization header"), "{body}");
+    }
+    let response = call(&app.client, &app.address, "GET", "/v1/keys", None, Some(ADMIN_KEY)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+}
