@@ -28,7 +28,7 @@ use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context as TaskContext, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -291,6 +291,65 @@ impl Drop for OpenConnection {
     }
 }
 
+/// A connection's socket that remembers whether its last write waited for the peer (its send
+/// buffer full): hyper then still holds bytes of a response, which are owed to the client
+/// whatever became of the handler.
+struct Watched {
+    tcp: TcpStream,
+    blocked: Arc<AtomicBool>,
+}
+
+impl Watched {
+    fn watch<T>(&self, poll: Poll<T>) -> Poll<T> {
+        self.blocked.store(poll.is_pending(), Ordering::Release);
+        poll
+    }
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.tcp).poll_write(cx, buf);
+        this.watch(poll)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
+        this.watch(poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
 /// A request of a connection in service, from the handler's call until hyper has written its
 /// response's body (or dropped it): a connection with none at shutdown has nothing to finish.
 struct Serving(Arc<AtomicUsize>);
@@ -409,6 +468,11 @@ async fn serve_among(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
         let in_service = Arc::new(AtomicUsize::new(0));
+        let blocked = Arc::new(AtomicBool::new(false));
+        let tcp = Watched {
+            tcp,
+            blocked: Arc::clone(&blocked),
+        };
         let counted = Arc::clone(&in_service);
         let router = app.clone();
         let service = TowerToHyperService::new(tower::service_fn(
@@ -440,16 +504,20 @@ async fn serve_among(
                 () = stop.cancelled() => {
                     connection.as_mut().graceful_shutdown();
                     // hyper closes an idle connection and answers a request in service first;
-                    // one with nothing in service is still reading a head it may never finish
-                    // (until `header_read_timeout`), and is closed unanswered, as a request
-                    // arriving after the shutdown would be.
+                    // one with nothing in service and nothing left to write (hyper has taken a
+                    // body's last bytes from the handler before the peer has read them) is
+                    // still reading a head it may never finish (until `header_read_timeout`),
+                    // and is closed unanswered, as a request arriving after the shutdown would
+                    // be.
                     let mut tick = tokio::time::interval(Duration::from_millis(20));
                     loop {
                         tokio::select! {
                             biased;
                             result = connection.as_mut() => break result,
                             _ = tick.tick() => {
-                                if in_service.load(Ordering::Acquire) == 0 {
+                                if in_service.load(Ordering::Acquire) == 0
+                                    && !blocked.load(Ordering::Acquire)
+                                {
                                     break Ok(());
                                 }
                             }
@@ -505,6 +573,10 @@ mod tests {
         max_headers: 200,
     };
 
+    /// Bytes of `/large`'s body: more than the sockets' buffers hold, so that a reader that
+    /// pauses leaves most of it in the server.
+    const LARGE: usize = 16 << 20;
+
     /// How many `/slow` requests a test sends.
     const SLOW: usize = 6;
 
@@ -531,6 +603,7 @@ mod tests {
                 }),
             )
             .route("/name", get(|| async { thread_name() }))
+            .route("/large", get(|| async { vec![b'x'; LARGE] }))
     }
 
     async fn start(
@@ -658,6 +731,47 @@ mod tests {
             matches!(read, Ok(Ok(0)) | Ok(Err(_))),
             "the half-sent request's connection is closed, unanswered: {read:?} {rest:?}"
         );
+        server.release().await;
+    }
+
+    /// A response whose body is still being written when the shutdown comes (a reader that
+    /// paused) is written to its end before the connection closes.
+    #[tokio::test]
+    async fn a_response_still_being_written_is_finished_at_shutdown() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut server, base, shutdown) = start(
+            1,
+            Arc::new(Barrier::new(2)),
+            Arc::new(tokio::sync::Barrier::new(1)),
+        )
+        .await;
+        let mut tcp = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+            .await
+            .expect("connected");
+        tcp.write_all(b"GET /large HTTP/1.1\r\nhost: test\r\n\r\n")
+            .await
+            .expect("request sent");
+        let mut answer = vec![0u8; 4096];
+        let first = tcp.read(&mut answer).await.expect("the answer begins");
+        answer.truncate(first);
+        // The server fills the sockets' buffers and waits for the reader.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        shutdown.cancel();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+            .await
+            .expect("the answer ends")
+            .expect("read");
+        let head_end = answer
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a head")
+            + 4;
+        assert_eq!(answer.len() - head_end, LARGE, "the body was cut short");
+        tokio::time::timeout(Duration::from_secs(10), server.stopped())
+            .await
+            .expect("stopped")
+            .expect("cleanly");
         server.release().await;
     }
 

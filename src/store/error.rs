@@ -62,7 +62,7 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::Tls(_) => true,
             sqlx::Error::Database(db) => {
                 if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-                    postgres_unavailable(pg.code())
+                    postgres_unavailable(pg.code()) || closed_to_sessions(pg.code(), pg.severity())
                 } else if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
                     sqlite_unavailable(db.code().as_deref())
                 } else {
@@ -82,15 +82,22 @@ impl From<sqlx::Error> for StoreError {
 /// SQLSTATEs that mean "try again later": classes 08 (connection exception), 53
 /// (insufficient resources, e.g. too many connections) and 57P (shutdown), serialization
 /// failures and deadlocks (40001, 40P01), a read-only server after a failover (25006), a
-/// lock timeout (55P03) and 55000, which a new session gets from a database closed to new
-/// sessions (`ALLOW_CONNECTIONS false`, a maintenance window).
+/// lock timeout (55P03).
 fn postgres_unavailable(code: &str) -> bool {
     Some(code).is_some_and(|c| {
         c.starts_with("08")
             || c.starts_with("53")
             || c.starts_with("57P")
-            || matches!(c, "40001" | "40P01" | "25006" | "55P03" | "55000")
+            || matches!(c, "40001" | "40P01" | "25006" | "55P03")
     })
+}
+
+/// A new session refused by a database closed to new sessions (`ALLOW_CONNECTIONS false`, a
+/// maintenance window): SQLSTATE 55000 at severity FATAL, which ends the session. 55000 is
+/// also a statement's error in a live session (an object not in the state it needs), which no
+/// retry mends: that one stays a database error.
+fn closed_to_sessions(code: &str, severity: sqlx::postgres::PgSeverity) -> bool {
+    code == "55000" && severity == sqlx::postgres::PgSeverity::Fatal
 }
 
 /// SQLite result codes that mean "try again later" (the primary code, the low byte of the
@@ -103,6 +110,18 @@ fn sqlite_unavailable(code: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 55000 says "try again later" only when it refuses a session (FATAL), not when a
+    /// statement in a live session meets an object in the wrong state (ERROR).
+    #[test]
+    fn a_database_closed_to_sessions_is_unavailable_and_a_statement_s_55000_is_not() {
+        use sqlx::postgres::PgSeverity;
+        assert!(closed_to_sessions("55000", PgSeverity::Fatal));
+        assert!(!closed_to_sessions("55000", PgSeverity::Error));
+        assert!(!closed_to_sessions("55P03", PgSeverity::Fatal));
+        assert!(!postgres_unavailable("55000"));
+        assert!(postgres_unavailable("55P03") && postgres_unavailable("57P03"));
+    }
 
     #[test]
     fn a_column_that_does_not_decode_is_corrupt_data() {

@@ -98,11 +98,23 @@ pub fn lock_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The file `path` names, whatever names it: symbolic links resolved, as far as the file or
-/// else its directory exists, so that one file has one lock whichever of its names a process
-/// opens it by.
+/// The file `path` names, whatever names it: symbolic links followed (also to a file not
+/// created yet, which SQLite will create at the link's target), then resolved as far as the
+/// file or else its directory exists, so that one file has one lock whichever of its names a
+/// process opens it by.
 fn real_path(path: &Path) -> PathBuf {
-    if let Ok(real) = std::fs::canonicalize(path) {
+    let mut path = path.to_owned();
+    // As many links as the kernel follows before it gives up (ELOOP).
+    for _ in 0..40 {
+        let Ok(target) = std::fs::read_link(&path) else {
+            break;
+        };
+        path = match path.parent() {
+            Some(dir) if target.is_relative() => dir.join(target),
+            _ => target,
+        };
+    }
+    if let Ok(real) = std::fs::canonicalize(&path) {
         return real;
     }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
@@ -111,7 +123,7 @@ fn real_path(path: &Path) -> PathBuf {
         path.file_name(),
     ) {
         (Ok(dir), Some(name)) => dir.join(name),
-        _ => path.to_owned(),
+        _ => path,
     }
 }
 
@@ -908,8 +920,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// A second process that names the same file through a symbolic link (to the file, or to
-    /// its directory) is refused as one that names it directly.
+    /// A second process that names the same file through a symbolic link (to the file, to its
+    /// directory, or to a file not created yet) is refused as one that names it directly.
     #[tokio::test]
     async fn one_owner_at_a_time_whatever_the_file_is_called() {
         let dir = scratch();
@@ -918,7 +930,17 @@ mod tests {
         let first = SqliteStore::open(&file, &settings()).await.unwrap();
         std::os::unix::fs::symlink(&file, dir.join("alias.db")).unwrap();
         std::os::unix::fs::symlink(dir.join("a"), dir.join("b")).unwrap();
-        for other in [dir.join("alias.db"), dir.join("b").join("m.db")] {
+        // A link to a file not created yet: the lock is the target's, which SQLite creates.
+        std::os::unix::fs::symlink(dir.join("a").join("later.db"), dir.join("later.db")).unwrap();
+        let later = SqliteStore::open(&dir.join("later.db"), &settings())
+            .await
+            .unwrap();
+        assert!(dir.join("a").join("later.db").exists());
+        for other in [
+            dir.join("alias.db"),
+            dir.join("b").join("m.db"),
+            dir.join("a").join("later.db"),
+        ] {
             let error = SqliteStore::open(&other, &settings()).await.unwrap_err();
             let message = format!("{error:#}");
             assert!(
@@ -929,6 +951,8 @@ mod tests {
         }
         first.close().await;
         drop(first);
+        later.close().await;
+        drop(later);
         let _ = std::fs::remove_dir_all(dir);
     }
 
