@@ -228,19 +228,25 @@ fn parse_prior(value: &str) -> Result<mordant::estimator::PriorFamily, String> {
 }
 
 /// `print!` that says when standard output cannot be written (a full disk, a closed pipe)
-/// instead of panicking.
+/// instead of panicking; flushed, so that no error waits for the exit, which would drop it.
 macro_rules! emit {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        write!(std::io::stdout().lock(), $($arg)*).context("cannot write to standard output")?
+        let mut out = std::io::stdout().lock();
+        write!(out, $($arg)*)
+            .and_then(|()| out.flush())
+            .context("cannot write to standard output")?
     }};
 }
 
-/// `println!` that says when standard output cannot be written.
+/// `println!` that says when standard output cannot be written, as [`emit!`].
 macro_rules! emitln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        writeln!(std::io::stdout().lock(), $($arg)*).context("cannot write to standard output")?
+        let mut out = std::io::stdout().lock();
+        writeln!(out, $($arg)*)
+            .and_then(|()| out.flush())
+            .context("cannot write to standard output")?
     }};
 }
 

@@ -394,8 +394,8 @@ impl hyper::body::Body for Counted {
 }
 
 /// Accepts connections on `listener` and serves each with `app` until `stop` is cancelled; then
-/// stops accepting, closes idle connections, and returns once every connection's in-flight
-/// requests are answered.
+/// stops accepting, closes idle connections and those still sending a request's head, and
+/// returns once every connection's in-flight requests are answered and written.
 pub async fn serve(
     listener: TcpListener,
     app: Router,

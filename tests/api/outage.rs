@@ -17,6 +17,16 @@ use serde_json::{Value, json};
 use crate::helpers::*;
 use crate::process::free_port;
 
+/// A batch refused while the database is down: `503 database_unavailable` with Retry-After.
+async fn assert_database_unavailable(response: reqwest::Response) {
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key("retry-after"));
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["error"]["code"],
+        "database_unavailable"
+    );
+}
+
 /// A private PostgreSQL cluster in a temporary directory, stopped and removed on drop.
 struct Cluster {
     bin: PathBuf,
@@ -237,12 +247,7 @@ async fn the_service_rides_out_a_database_restart() {
     let (x2, y2) = random_rows(2, 10, 2, 1);
     let batch = json!({"batch_id": "after", "x": x2, "y": y2});
     let response = app.post_batch("lab", &batch).await;
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(response.headers().contains_key("retry-after"));
-    assert_eq!(
-        response.json::<Value>().await.unwrap()["error"]["code"],
-        "database_unavailable"
-    );
+    assert_database_unavailable(response).await;
     assert_eq!(
         app.get("/readyz").await.status(),
         StatusCode::SERVICE_UNAVAILABLE
@@ -342,12 +347,7 @@ async fn a_database_that_refuses_sessions_is_unavailable_not_an_error() {
     let (x, y) = random_rows(1, 10, 2, 1);
     let batch = json!({"batch_id": "closed", "x": x, "y": y});
     let response = app.post_batch("lab", &batch).await;
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(response.headers().contains_key("retry-after"));
-    assert_eq!(
-        response.json::<Value>().await.unwrap()["error"]["code"],
-        "database_unavailable"
-    );
+    assert_database_unavailable(response).await;
     let sql = format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true");
     sqlx::query(&sql).execute(&mut conn).await.expect(&sql);
     let accepted = wait_until(Duration::from_secs(30), || async {
