@@ -64,7 +64,19 @@ impl Policy {
 
     /// What `method route` needs; a route without a rule needs `admin` (fail closed).
     pub fn access(&self, method: &str, route: &str) -> Access {
-        self.rule(method, route).map_or(ADMIN, |rule| rule.access)
+        match self.rule(method, route) {
+            Some(rule) => rule.access,
+            // A method that an open route does not have: its `405` says nothing a key guards.
+            None if self.open_route(route) => Access::Open,
+            // Anything else unlisted needs the admin scope (fail closed).
+            None => ADMIN,
+        }
+    }
+
+    /// Whether `route` is listed and open under every method it has.
+    fn open_route(&self, route: &str) -> bool {
+        let mut rules = self.0.iter().filter(|rule| rule.path == route).peekable();
+        rules.peek().is_some() && rules.all(|rule| rule.access == Access::Open)
     }
 
     fn rule(&self, method: &str, route: &str) -> Option<&Rule> {

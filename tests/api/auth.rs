@@ -574,3 +574,19 @@ async fn two_authorization_headers_are_refused() {
     let response = call(&app.client, &app.address, "GET", "/v1/keys", None, Some(ADMIN_KEY)).await;
     assert_eq!(response.status(), StatusCode::OK);
 }
+
+/// With keys enforced, a method that an open endpoint does not have is answered `405` (in the
+/// error shape, as without keys), not `401`: no key would make it exist. A protected route's
+/// missing method still needs a key first.
+#[tokio::test]
+async fn a_method_an_open_endpoint_lacks_is_405_not_401() {
+    let app = spawn_configured(|s| s.auth.admin_key = ADMIN_KEY.into()).await;
+    for (method, path) in [("POST", "/healthz"), ("DELETE", "/metrics"), ("POST", "/openapi.json")] {
+        let response = call(&app.client, &app.address, method, path, None, None).await;
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+        let body: Value = response.json().await.unwrap();
+        assert!(body["error"]["message"].is_string(), "{method} {path}: {body}");
+    }
+    let response = call(&app.client, &app.address, "DELETE", "/v1/models", None, None).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+}
