@@ -145,6 +145,14 @@ fn take_ownership(path: &Path) -> anyhow::Result<File> {
         Err(TryLockError::WouldBlock) => {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
+            // This process holds it already: the same file named twice (`copy --from` and
+            // `--to` spelling one file two ways), not another process.
+            anyhow::ensure!(
+                holder.trim() != std::process::id().to_string(),
+                "the embedded database {} is already open in this process, under this name or \
+                 another that leads to the same file",
+                path.display()
+            );
             let holder = match holder.trim() {
                 "" => String::new(),
                 pid => format!(" (process {pid})"),
@@ -944,7 +952,7 @@ mod tests {
             let error = SqliteStore::open(&other, &settings()).await.unwrap_err();
             let message = format!("{error:#}");
             assert!(
-                message.contains("in use by another mordant process"),
+                message.contains("already open in this process"),
                 "{}: {message}",
                 other.display()
             );
@@ -963,11 +971,12 @@ mod tests {
         let first = SqliteStore::open(&file, &settings()).await.unwrap();
         let owner = std::fs::read_to_string(lock_path(&real_path(&file))).unwrap();
         assert_eq!(owner.trim(), std::process::id().to_string());
+        // Opened again by the process that holds it: said so (another process's refusal, with
+        // its process id, is `tests/api_sqlite/embedded.rs`'s).
         let error = SqliteStore::open(&file, &settings()).await.unwrap_err();
         let message = format!("{error:#}");
         assert!(
-            message.contains("in use by another mordant process")
-                && message.contains(&format!("process {}", std::process::id())),
+            message.contains("already open in this process"),
             "{message}"
         );
         first.close().await;
