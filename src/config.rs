@@ -132,7 +132,7 @@ pub struct FolderSettings {
 
 impl FolderSettings {
     pub fn poll_interval(&self) -> Duration {
-        Duration::from_millis(self.poll_interval_ms.max(1))
+        Duration::from_millis(self.poll_interval_ms)
     }
 
     pub fn max_backoff(&self) -> Duration {

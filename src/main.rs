@@ -241,13 +241,9 @@ macro_rules! emit {
 
 /// `println!` that says when standard output cannot be written, as [`emit!`].
 macro_rules! emitln {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, $($arg)*)
-            .and_then(|()| out.flush())
-            .context("cannot write to standard output")?
-    }};
+    ($($arg:tt)*) => {
+        emit!("{}\n", format_args!($($arg)*))
+    };
 }
 
 fn main() -> ExitCode {

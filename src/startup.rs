@@ -148,7 +148,7 @@ impl Application {
             state.keys.clone(),
             state.store.clone(),
             notifications.clone(),
-            Duration::from_millis(settings.cache.poll_interval_ms.max(1)),
+            Duration::from_millis(settings.cache.poll_interval_ms),
             settings.folder.max_backoff(),
             background.clone(),
         ));

@@ -936,6 +936,17 @@ mod tests {
     use crate::domain::SaundersonSpec;
     use crate::domain::spectrum::test_spec;
 
+    /// A batch of these rows, with a fresh id and nothing else.
+    fn rows_batch(x: Rows, y: Rows) -> NewBatch {
+        NewBatch {
+            batch_id: BatchId::generate(),
+            x,
+            y,
+            successor: None,
+            warnings: Vec::new(),
+        }
+    }
+
     /// A model stored before names like `555nm` were refused beside a spectrum keeps taking CSV
     /// batches: the column named as its feature is the feature, on the model's grid and on a
     /// finer one.
@@ -1255,13 +1266,10 @@ mod tests {
             // An output on a large offset (flagged) and a zero-inflated one (not).
             y.extend([1e7 + 0.01 * i, if i < 3.0 { 0.0 } else { 1e7 + i }]);
         }
-        let mut batch = NewBatch {
-            batch_id: BatchId::generate(),
-            x: Rows::from_row_major(rows, 6, x.clone()),
-            y: Rows::from_row_major(rows, 2, y),
-            successor: None,
-            warnings: Vec::new(),
-        };
+        let mut batch = rows_batch(
+            Rows::from_row_major(rows, 6, x.clone()),
+            Rows::from_row_major(rows, 2, y),
+        );
         batch.flag_narrow_columns(&spec);
         let flagged: Vec<(&str, bool)> = batch
             .warnings
@@ -1285,13 +1293,10 @@ mod tests {
             .chunks_exact(6)
             .flat_map(|row| [row[0], row[1], row[2], row[3], 350.0, 1e6])
             .collect();
-        let mut batch = NewBatch {
-            batch_id: BatchId::generate(),
-            x: Rows::from_row_major(rows, 6, constant),
-            y: Rows::from_row_major(rows, 2, vec![1.0; 2 * rows]),
-            successor: None,
-            warnings: Vec::new(),
-        };
+        let mut batch = rows_batch(
+            Rows::from_row_major(rows, 6, constant),
+            Rows::from_row_major(rows, 2, vec![1.0; 2 * rows]),
+        );
         batch.flag_narrow_columns(&spec);
         assert!(batch.warnings.is_empty(), "{:?}", batch.warnings);
     }
@@ -1300,12 +1305,11 @@ mod tests {
     /// without a Kubelka–Munk transform reads outputs of any sign.
     #[test]
     fn negative_doses_of_a_colour_model_are_flagged() {
-        let batch = |y: Vec<f64>| NewBatch {
-            batch_id: BatchId::generate(),
-            x: Rows::from_row_major(3, 4, vec![0.5; 12]),
-            y: Rows::from_row_major(3, 2, y),
-            successor: None,
-            warnings: Vec::new(),
+        let batch = |y: Vec<f64>| {
+            rows_batch(
+                Rows::from_row_major(3, 4, vec![0.5; 12]),
+                Rows::from_row_major(3, 2, y),
+            )
         };
         let mut colour = test_spec("fraction", &[]);
         colour.transform = TransformName::KubelkaMunk;
@@ -1337,12 +1341,11 @@ mod tests {
     /// with its rows; fractions, and the same values under no transform, are not.
     #[test]
     fn named_reflectances_out_of_a_fraction_s_range_are_flagged() {
-        let batch = |x: Vec<f64>| NewBatch {
-            batch_id: BatchId::generate(),
-            x: Rows::from_row_major(3, 2, x),
-            y: Rows::from_row_major(3, 1, vec![0.5; 3]),
-            successor: None,
-            warnings: Vec::new(),
+        let batch = |x: Vec<f64>| {
+            rows_batch(
+                Rows::from_row_major(3, 2, x),
+                Rows::from_row_major(3, 1, vec![0.5; 3]),
+            )
         };
         let mut named = test_spec("fraction", &["r450", "r550"]);
         named.spectrum = None;
@@ -1383,12 +1386,11 @@ mod tests {
     /// first such row's path in the body's format; a row with one band above `k₁` is not.
     #[test]
     fn rows_black_at_every_band_under_saunderson_are_flagged() {
-        let batch = |x: Vec<f64>| NewBatch {
-            batch_id: BatchId::generate(),
-            x: Rows::from_row_major(3, 4, x),
-            y: Rows::from_row_major(3, 2, vec![0.5; 6]),
-            successor: None,
-            warnings: Vec::new(),
+        let batch = |x: Vec<f64>| {
+            rows_batch(
+                Rows::from_row_major(3, 4, x),
+                Rows::from_row_major(3, 2, vec![0.5; 6]),
+            )
         };
         let mut surface = test_spec("percent", &[]);
         surface.transform = TransformName::Saunderson;
@@ -1425,13 +1427,10 @@ mod tests {
         let mut with_class = test_spec("percent", &["class"]);
         with_class.transform = TransformName::Saunderson;
         with_class.saunderson = Some(SaundersonSpec { k1: 0.9, k2: 0.6 });
-        let mut successor = NewBatch {
-            batch_id: BatchId::generate(),
-            x: Rows::from_row_major(2, 1, vec![0.0, 0.0]),
-            y: Rows::from_row_major(2, 2, vec![0.5; 4]),
-            successor: None,
-            warnings: Vec::new(),
-        };
+        let mut successor = rows_batch(
+            Rows::from_row_major(2, 1, vec![0.0, 0.0]),
+            Rows::from_row_major(2, 2, vec![0.5; 4]),
+        );
         successor.flag_black_rows(&with_class, false);
         assert!(successor.warnings.is_empty(), "{:?}", successor.warnings);
     }
@@ -1441,12 +1440,11 @@ mod tests {
     #[test]
     fn an_overflow_is_refused_where_the_body_holds_the_value() {
         let spec = test_spec("fraction", &["mass"]);
-        let batch = |x: Vec<f64>| NewBatch {
-            batch_id: BatchId::generate(),
-            x: Rows::from_row_major(2, 5, x),
-            y: Rows::from_row_major(2, 2, vec![0.5; 4]),
-            successor: None,
-            warnings: Vec::new(),
+        let batch = |x: Vec<f64>| {
+            rows_batch(
+                Rows::from_row_major(2, 5, x),
+                Rows::from_row_major(2, 2, vec![0.5; 4]),
+            )
         };
         let feature = batch(vec![0.1, 0.2, 0.3, 0.4, 1.0, 0.1, 0.2, 0.3, 0.4, 2e200]);
         let band = batch(vec![0.1, 0.2, 0.3, 0.4, 1.0, 0.1, 0.2, 3e200, 0.4, 2.0]);
@@ -1473,12 +1471,11 @@ mod tests {
     /// while any other change of a value, however small, is a different batch.
     #[test]
     fn minus_zero_is_stored_and_hashed_as_zero() {
-        let batch = |x: [f64; 2], y: f64| NewBatch {
-            batch_id: BatchId::generate(),
-            x: Rows::from_row_major(1, 2, x.to_vec()),
-            y: Rows::from_row_major(1, 1, vec![y]),
-            successor: None,
-            warnings: Vec::new(),
+        let batch = |x: [f64; 2], y: f64| {
+            rows_batch(
+                Rows::from_row_major(1, 2, x.to_vec()),
+                Rows::from_row_major(1, 1, vec![y]),
+            )
         };
         let plus = batch([0.0, 1.5], 0.0).encode();
         let minus = batch([-0.0, 1.5], -0.0).encode();
