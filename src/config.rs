@@ -43,6 +43,7 @@ impl Environment {
 }
 
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Settings {
     /// Set from `MORDANT_ENV` by [`Settings::load`], not from the files.
     #[serde(skip, default = "development")]
@@ -62,6 +63,7 @@ fn development() -> Environment {
 }
 
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServerSettings {
     pub addr: String,
     /// Where `/metrics` is served when not on `addr` (empty: on `addr`).
@@ -86,6 +88,7 @@ impl ServerSettings {
 }
 
 #[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AuthSettings {
     /// The bootstrap admin key; empty for none.
     pub admin_key: String,
@@ -112,6 +115,7 @@ impl fmt::Debug for AuthSettings {
 }
 
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Limits {
     pub max_body_bytes: usize,
     pub max_body_bytes_in_flight: usize,
@@ -123,6 +127,7 @@ pub struct Limits {
 }
 
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FolderSettings {
     pub enabled: bool,
     pub poll_interval_ms: u64,
@@ -142,6 +147,7 @@ impl FolderSettings {
 
 /// What the store keeps, and for how long.
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RetentionSettings {
     /// Days a batch's raw rows are kept after it arrived; 0 keeps them forever. The
     /// statistics, the versions and the batch's record stay (refit, restore and drift keep
@@ -154,6 +160,7 @@ pub struct RetentionSettings {
 }
 
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CacheSettings {
     pub poll_interval_ms: u64,
 }
@@ -166,6 +173,7 @@ pub enum LogFormat {
 }
 
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LogSettings {
     pub format: LogFormat,
     pub filter: String,

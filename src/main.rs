@@ -265,7 +265,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // eprintln! would panic on a closed standard error; the exit code says it anyway.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "error: {err:#}");
             ExitCode::FAILURE
         }
     }
@@ -348,7 +350,10 @@ async fn migrate() -> anyhow::Result<()> {
     let (_, settings) = Settings::load()?;
     telemetry::init(&settings.log);
     let store = Store::open(&settings.database).await?;
-    store.migrate().await.context("migration failed")?;
+    if let Err(e) = store.migrate().await {
+        let meaning = mordant::store::lasting_migration_error(&e);
+        return Err(e).context(meaning.unwrap_or_else(|| "migration failed".to_owned()));
+    }
     store.close().await;
     tracing::info!("migrations applied");
     Ok(())
@@ -389,10 +394,11 @@ async fn copy(from: String, to: String) -> anyhow::Result<()> {
         let store = Store::open(&settings(url))
             .await
             .with_context(|| format!("cannot open the {what} store"))?;
-        store
-            .migrate()
-            .await
-            .with_context(|| format!("cannot migrate the {what} store"))?;
+        if let Err(e) = store.migrate().await {
+            let meaning = mordant::store::lasting_migration_error(&e)
+                .map_or_else(String::new, |m| format!(": {m}"));
+            return Err(e).context(format!("cannot migrate the {what} store{meaning}"));
+        }
         anyhow::Ok(store)
     };
     let target = open(to, "target").await?;
@@ -449,9 +455,22 @@ fn healthcheck(url: &str) -> anyhow::Result<()> {
         .with_context(|| format!("cannot connect to {authority}"))?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    write!(stream, "GET /{path} HTTP/1.0\r\nHost: {authority}\r\n\r\n")?;
+    // A timeout surfaces as the system's "Resource temporarily unavailable": say what it means.
+    let failed = |error: std::io::Error| {
+        let what = match error.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                format!("no answer from {url} within {} s", timeout.as_secs())
+            }
+            _ => format!("asking {url}"),
+        };
+        anyhow::Error::new(error).context(what)
+    };
+    write!(stream, "GET /{path} HTTP/1.0\r\nHost: {authority}\r\n\r\n").map_err(failed)?;
     let mut response = String::new();
-    stream.take(64 * 1024).read_to_string(&mut response)?;
+    stream
+        .take(64 * 1024)
+        .read_to_string(&mut response)
+        .map_err(failed)?;
     let status = response.lines().next().unwrap_or("");
     anyhow::ensure!(
         status.split(' ').nth(1) == Some("200"),

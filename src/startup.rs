@@ -209,7 +209,14 @@ async fn migrate_with_retry(store: &Store, timeout: Duration) -> anyhow::Result<
     let start = Instant::now();
     let mut pause = Duration::from_millis(200);
     loop {
-        match store.migrate().await {
+        let result = store.migrate().await;
+        // A newer release's database stays one: refuse it now, not after the timeout.
+        if let Err(e) = &result
+            && let Some(lasting) = crate::store::lasting_migration_error(e)
+        {
+            return result.context(lasting);
+        }
+        match result {
             Ok(()) => return Ok(()),
             Err(e) if start.elapsed() < timeout => {
                 tracing::warn!(error = %e, "database not ready, retrying");

@@ -144,6 +144,38 @@ fn layers_apply_in_order() {
         unsafe { std::env::remove_var(variable) };
     }
 
+    // A misspelt setting is refused and named, whether it comes from the environment (key or
+    // section) or from a file; before, it was ignored and its default used in silence.
+    for (variable, misspelt) in [
+        ("MORDANT__SERVER__ADRR", "adrr"),
+        ("MORDANT__SERVR__ADDR", "servr"),
+        ("MORDANT__DATABASE__MAX_CONECTIONS", "max_conections"),
+    ] {
+        unsafe { std::env::set_var(variable, "127.0.0.1:9200") };
+        let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
+        assert!(format!("{error:#}").contains(misspelt), "{error:#}");
+        unsafe { std::env::remove_var(variable) };
+    }
+    let overlay = Path::new(env!("CARGO_TARGET_TMPDIR")).join("config-misspelt");
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("production.toml"),
+        "[folder]\nmax_concurent_folds = 4\n",
+    )
+    .unwrap();
+    let error = Settings::load_from(&overlay, Environment::Production).unwrap_err();
+    assert!(
+        format!("{error:#}").contains("max_concurent_folds"),
+        "{error:#}"
+    );
+    std::fs::write(
+        overlay.join("production.toml"),
+        "[folder]\nmax_concurrent_folds = 4\n",
+    )
+    .unwrap();
+    let settings = Settings::load_from(&overlay, Environment::Production).unwrap();
+    assert_eq!(settings.folder.max_concurrent_folds, 4);
+
     // The binary itself refuses to serve in production without a key, before touching the
     // database, and names the setting.
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_mordant"))

@@ -200,4 +200,20 @@ fn a_document_that_cannot_be_written_is_an_error_not_a_panic() {
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // Standard error unwritable too: the error cannot be told, and the exit code still says
+    // it (eprintln! panicked: 101).
+    let (Ok(out), Ok(err)) = (
+        std::fs::OpenOptions::new().write(true).open("/dev/full"),
+        std::fs::OpenOptions::new().write(true).open("/dev/full"),
+    ) else {
+        return;
+    };
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+        .arg("openapi")
+        .stdout(out)
+        .stderr(err)
+        .status()
+        .expect("run mordant openapi");
+    assert_eq!(status.code(), Some(1));
 }

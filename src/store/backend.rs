@@ -169,6 +169,28 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     async fn subscribe(&self, topics: &[Topic]) -> Result<Box<dyn Subscription>, StoreError>;
 }
 
+/// What a migration error means when waiting will not mend it: the database's record of its
+/// migrations disagrees with this release's (`None` for errors of a database that may yet answer).
+pub fn lasting_migration_error(error: &sqlx::migrate::MigrateError) -> Option<String> {
+    use sqlx::migrate::MigrateError as E;
+    Some(match error {
+        E::VersionMissing(version) => format!(
+            "the database was migrated by a newer release of mordant (its migration {version} \
+             is unknown to this one): run that release or a later one, or restore a backup \
+             taken before the upgrade"
+        ),
+        E::VersionMismatch(version) => format!(
+            "the database's migration {version} differs from this release's: it was applied by \
+             a build with other migrations"
+        ),
+        E::Dirty(version) => format!("the database's migration {version} is partly applied"),
+        E::VersionNotPresent(_) | E::VersionTooOld(..) | E::VersionTooNew(..) | E::Source(_) => {
+            format!("the database's migrations disagree with this release's: {error}")
+        }
+        _ => return None,
+    })
+}
+
 /// `/readyz`'s check: the database answered with the versions it has applied, and every
 /// embedded migration is among them.
 pub(super) async fn check_migrations(

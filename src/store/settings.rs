@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 /// Where the data lives and how the connections to it are managed.
 #[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DatabaseSettings {
     /// A PostgreSQL URL; empty for the embedded SQLite store at `path`.
     pub url: String,

@@ -93,6 +93,39 @@ async fn readyz_reports_a_missing_migration() {
     assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
 }
 
+/// A database that a newer release migrated stays so: start-up refuses it at once and says why,
+/// where it retried it as a database not ready yet for the whole `startup_timeout_secs`.
+#[tokio::test]
+async fn a_database_a_newer_release_migrated_is_refused_at_once() {
+    let database = fresh_database().await;
+    let mut settings = test_settings(&database.url);
+    spawn_with(settings.clone()).await.stop().await;
+    let row = |checksum: &str| {
+        format!(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
+             execution_time) VALUES (99991231000000, 'a later release', TRUE, {checksum}, 0)"
+        )
+    };
+    database
+        .execute(&row("'\\x00'::bytea"), &row("X'00'"))
+        .await;
+    settings.database.startup_timeout_secs = 30;
+    let started = std::time::Instant::now();
+    let Err(error) = mordant::startup::Application::build(settings).await else {
+        panic!("start-up accepted a database a newer release migrated");
+    };
+    let error = format!("{error:#}");
+    assert!(
+        error.contains("newer release") && error.contains("99991231000000"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused after {:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn the_healthcheck_command_follows_the_service() {
     let app = spawn_app().await;
@@ -125,6 +158,22 @@ async fn the_healthcheck_command_follows_the_service() {
         "a wildcard MORDANT_ADDR"
     );
     assert!(!run(app.url("/no-such-page")).await, "a 404 is not healthy");
+    // A listener that never answers: unhealthy, and the message says that it did not answer in
+    // time (it gave the system's "Resource temporarily unavailable").
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/healthz", silent.local_addr().unwrap());
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+        .args(["healthcheck", "--url", &url])
+        .output()
+        .await
+        .expect("run mordant healthcheck");
+    assert!(!output.status.success(), "a silent listener is not healthy");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no answer") && stderr.contains("within 3 s"),
+        "{stderr}"
+    );
+    drop(silent);
     let address = app.address.clone();
     app.stop().await;
     assert!(
