@@ -128,7 +128,9 @@ pub(crate) fn noise_prior_neg2(noise: NoisePrior, s: f64) -> f64 {
 /// ```
 ///
 /// with row and column `f` of `G_c` and entry `f` of `b_c` exactly 0. For an intercept
-/// (`φ_f = 1`) these are the statistics of the rows centred by their means.
+/// (`φ_f = 1`) these are the statistics of the rows centred by their means. A basis function
+/// constant over the rows (see [`centred_gram`]) has its row, column and entry of `b_c` exactly
+/// 0 too.
 #[derive(Clone, Debug)]
 pub struct Centred {
     pub g: Mat<f64>,
@@ -156,7 +158,7 @@ impl Centred {
         let gff = data.g[(f, f)];
         let b = (0..p)
             .map(|j| {
-                if j == f {
+                if j == f || constant(data.g, f, j) {
                     0.0
                 } else {
                     data.b[j] - data.g[(j, f)] * data.b[f] / gff
@@ -183,20 +185,31 @@ impl Centred {
     }
 }
 
-/// `G − g_f g_fᵀ / G_ff` with row and column `f` set to 0 (shared by every output).
+/// `G − g_f g_fᵀ / G_ff` with row and column `f` set to 0 (shared by every output), and so the
+/// row and column of every basis function constant over the rows: centred, such a column is 0,
+/// but `G_jj − G_jf² / G_ff` leaves round-off of either sign where its value has no exact double
+/// (a feature at 0.7 in every row), which broke the factorisations.
 pub fn centred_gram(g: MatRef<'_, f64>, f: usize) -> Result<Mat<f64>, EstimatorError> {
     let gff = g[(f, f)];
     if !(gff > 0.0 && gff.is_finite()) {
         return Err(EstimatorError::NotPositiveDefinite);
     }
     let p = g.nrows();
+    let constant: Vec<bool> = (0..p).map(|j| constant(g, f, j)).collect();
     Ok(Mat::from_fn(p, p, |i, j| {
-        if i == f || j == f {
+        if i == f || j == f || constant[i] || constant[j] {
             0.0
         } else {
             g[(i, j)] - g[(i, f)] * g[(j, f)] / gff
         }
     }))
+}
+
+/// Whether basis function `j ≠ f` is constant over the rows beside the flat basis function `f`:
+/// its centred square sum `G_jj − G_jf² / G_ff` within round-off of 0 (below
+/// [`CONSTANT_FEATURE`] of its raw one). A column of 0 counts as constant.
+fn constant(g: MatRef<'_, f64>, f: usize, j: usize) -> bool {
+    j != f && g[(j, j)] - g[(j, f)] * g[(j, f)] / g[(f, f)] <= CONSTANT_FEATURE * g[(j, j)]
 }
 
 /// A basis function whose centred square sum is below this fraction of its raw one is constant

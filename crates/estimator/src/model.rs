@@ -923,7 +923,7 @@ impl<'a> Fitter<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Transform;
+    use crate::{Predictor, Transform};
     use faer::Mat;
 
     /// Rows `from..from + rows` of three inputs and an intercept; output 0 non-zero in every
@@ -980,6 +980,76 @@ mod tests {
             (zero - before).abs() > 1e-6 * before,
             "{zero} against {before} before"
         );
+    }
+
+    /// A named feature that holds one value in every row (one fabric for a while) is the
+    /// intercept's direction again. Its centred sums of squares are then round-off, of either
+    /// sign where the value has no exact double (0.7, 0.3, 0.1): the fit refused the batch as
+    /// "not positive definite" under ridge and `auto`, and so every batch after it. It fits,
+    /// takes one-row batches that keep the value, and predicts as the model without the column.
+    #[test]
+    fn a_feature_that_holds_one_value_fits_as_if_it_were_absent() {
+        let first = [
+            [0.24, 0.54, 0.98, 1.55],
+            [0.91, 0.12, 2.33, 1.13],
+            [0.33, 0.78, 1.17, 1.80],
+            [0.05, 0.47, 0.62, 1.49],
+            [0.66, 0.29, 1.83, 1.30],
+            [0.18, 0.95, 0.87, 1.96],
+        ];
+        let later = |i: usize| {
+            let t = i as f64 * 0.37;
+            let (a, b) = (t.sin().abs(), t.cos().abs());
+            [a, b, 0.3 + 2.0 * a - 0.5 * b, 1.4 + 0.6 * b - 0.2 * a]
+        };
+        // Predictions after the first six rows and twelve one-row batches; `column`: the value
+        // of a leading feature held in every row, or no such feature.
+        let learn = |prior, column: Option<f64>| {
+            let d = 2 + usize::from(column.is_some());
+            let config = ModelConfig {
+                prior,
+                ..ModelConfig::new(Basis::new(d, true, Transform::Identity), 2)
+            };
+            let stats = |rows: &[[f64; 4]]| {
+                let phi = Mat::from_fn(rows.len(), d + 1, |i, j| match (column, j) {
+                    (_, j) if j == d => 1.0,
+                    (Some(value), 0) => value,
+                    (Some(_), j) => rows[i][j - 1],
+                    (None, j) => rows[i][j],
+                });
+                let y = Mat::from_fn(rows.len(), 2, |i, k| rows[i][2 + k]);
+                BatchStatistics::from_design(phi.as_ref(), y.as_ref()).unwrap()
+            };
+            let mut state = ModelState::fit(&config, stats(&first))
+                .unwrap_or_else(|e| panic!("{prior:?}, {column:?}: {e}"));
+            for i in 0..12 {
+                state = state
+                    .update(&config, &stats(&[later(i)]))
+                    .unwrap_or_else(|e| panic!("{prior:?}, {column:?}, batch {i}: {e}"));
+            }
+            // The probe's value of the held feature is not the rows' own: nothing was learnt of
+            // it, and the answer does not move with it.
+            let probe = [[0.5, 0.4, 0.6], [0.1, 0.9, 0.2]];
+            let probe = Mat::from_fn(2, d, |i, j| probe[i][j + 3 - d]);
+            Predictor::new(&state).predict(probe.as_ref()).unwrap()
+        };
+        for prior in [PriorFamily::Auto, PriorFamily::Ridge, PriorFamily::Ard] {
+            let without = learn(prior, None);
+            for value in [0.1, 0.3, 0.7, 0.5, 0.0] {
+                let with = learn(prior, Some(value));
+                for i in 0..2 {
+                    for k in 0..2 {
+                        let (a, b) = (with.mean[(i, k)], without.mean[(i, k)]);
+                        assert!((a - b).abs() < 1e-6, "{prior:?} {value}: {a} against {b}");
+                        let (v, w) = (with.variance[(i, k)], without.variance[(i, k)]);
+                        assert!(
+                            (v - w).abs() < 1e-6 * w,
+                            "{prior:?} {value}: variance {v} against {w}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The shared shapes are prepared only when an output that may use them is fitted, and an
