@@ -186,9 +186,9 @@ async fn commit_group(
     events: &broadcast::Sender<Notification>,
     group: Vec<Pending>,
 ) {
-    let mut tx = match writer.begin_with("BEGIN IMMEDIATE").await {
+    let mut tx = match super::begin_write(writer).await {
         Ok(tx) => tx,
-        Err(e) => return fail_all(group, &StoreError::from(e)),
+        Err(e) => return fail_all(group, &e),
     };
     let mut outcomes = Vec::with_capacity(group.len());
     for pending in &group {

@@ -224,7 +224,7 @@ impl SqliteStore {
 
     /// A write transaction (the only one at a time).
     async fn write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        Ok(self.inner.writer.begin_with("BEGIN IMMEDIATE").await?)
+        begin_write(&self.inner.writer).await
     }
 
     /// Gives the writer back SQLite's own checkpoints (every [`AUTOCHECKPOINT_PAGES`] pages of
@@ -643,6 +643,23 @@ async fn model_id(readers: &SqlitePool, name: &ModelName) -> Result<Option<i64>,
         .await?)
 }
 
+/// `BEGIN IMMEDIATE` on the writer's one connection. A write that a full disk (or another I/O
+/// error) failed is rolled back by SQLite itself; sqlx's own rollback then fails and leaves the
+/// connection counting a transaction that no longer exists, so that it can begin no other:
+/// that connection is closed, and the pool opens a new one.
+pub(super) async fn begin_write(
+    writer: &SqlitePool,
+) -> Result<Transaction<'static, Sqlite>, StoreError> {
+    match writer.begin_with("BEGIN IMMEDIATE").await {
+        Err(sqlx::Error::InvalidSavePointStatement) => {
+            tracing::warn!("the writer's connection was left in a failed transaction: reopened");
+            writer.acquire().await?.close().await?;
+            Ok(writer.begin_with("BEGIN IMMEDIATE").await?)
+        }
+        begun => Ok(begun?),
+    }
+}
+
 fn batch_record(row: &SqliteRow) -> Result<BatchRecord, StoreError> {
     Ok(BatchRecord::from_row(row)?)
 }
@@ -779,6 +796,140 @@ mod tests {
                 tokio::spawn(async move { store.insert_batch(id, &b, &b.encode(), b"s").await })
             })
             .collect()
+    }
+
+    /// A write that a full disk fails at one of its statements (the disk's limit set by
+    /// `max_page_count` on the writer's one connection) is unavailable (503), stores nothing,
+    /// and the writes after it go through once there is room again. The test below has the
+    /// disk fail the commit itself.
+    #[tokio::test]
+    async fn writes_recover_once_a_full_disk_has_room_again() {
+        let (dir, store, spec, id) = lab_store().await;
+        let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+            .fetch_one(&store.inner.writer)
+            .await
+            .unwrap();
+        let limit = |pages: i64| {
+            let writer = store.inner.writer.clone();
+            async move {
+                sqlx::query(&format!("PRAGMA max_page_count = {pages}"))
+                    .execute(&writer)
+                    .await
+                    .unwrap();
+            }
+        };
+        limit(pages).await;
+        let big = |batch_id: &str| {
+            let x: Vec<[usize; 1]> = (0..2000).map(|i| [i]).collect();
+            let y: Vec<[usize; 1]> = (0..2000).map(|_| [1]).collect();
+            let body = serde_json::json!({"batch_id": batch_id, "x": x, "y": y});
+            let body = crate::domain::Body::parse(
+                body.to_string().as_bytes(),
+                &crate::domain::row_fields(&spec),
+                10_000,
+            )
+            .unwrap();
+            NewBatch::parse(body, &spec, None).unwrap()
+        };
+        // Statistics of a megabyte need pages the limit does not leave.
+        let full = big("full");
+        let error = store
+            .insert_batch(id, &full, &full.encode(), &[7; 1 << 20])
+            .await
+            .unwrap_err();
+        assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
+        limit(1_073_741_823).await;
+        for (i, batch) in [big("room"), lab_batch(&spec, "small", 1)]
+            .iter()
+            .enumerate()
+        {
+            let stored = store.insert_batch(id, batch, &batch.encode(), b"s").await;
+            assert!(
+                stored.is_ok(),
+                "write {i} after the room came back: {stored:?}"
+            );
+        }
+        let model = ModelSpec::parse(&serde_json::json!({
+            "name": "after", "features": ["f"], "outputs": ["o"],
+        }))
+        .unwrap();
+        store.create_model(&model).await.unwrap();
+        assert!(store.batch(id, "room").await.unwrap().is_some());
+        assert!(store.batch(id, "full").await.unwrap().is_none());
+        store.close().await;
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A disk that is really full fails the commit's write to the log, and SQLite rolls the
+    /// transaction back on its own; sqlx's rollback then failed and left the writer counting a
+    /// transaction that no longer was, so that every later write answered "begin_with at
+    /// non-zero transaction depth" (500) until a restart. Each write on the full disk is
+    /// unavailable (503), and writes work once there is room. A small tmpfs, filled by a file
+    /// and then emptied; mounting needs root, and elsewhere the test says so and passes.
+    #[tokio::test]
+    async fn writes_recover_once_a_really_full_disk_has_room_again() {
+        let dir = scratch();
+        std::fs::create_dir_all(&dir).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .arg(&dir)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+        // Unmounted however the test ends.
+        struct Mounted(PathBuf);
+        impl Drop for Mounted {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let mounted = Mounted(dir.clone());
+        let store = SqliteStore::open(&dir.join("m.db"), &settings())
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        let spec = ModelSpec::parse(&serde_json::json!({
+            "name": "lab", "features": ["f"], "outputs": ["o"],
+        }))
+        .unwrap();
+        let id = store.create_model(&spec).await.unwrap().id;
+        // Fill what is left of the disk.
+        {
+            use std::io::Write as _;
+            let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
+            while filler.write_all(&[1; 4096]).is_ok() {}
+        }
+        let mut failed = 0;
+        for i in 0..4 {
+            let batch = lab_batch(&spec, &format!("full-{i}"), i);
+            match store
+                .insert_batch(id, &batch, &batch.encode(), &[7; 64 << 10])
+                .await
+            {
+                Err(StoreError::Unavailable(_)) => failed += 1,
+                other => panic!("write {i} on a full disk: {other:?}"),
+            }
+        }
+        assert_eq!(failed, 4);
+        std::fs::remove_file(dir.join("filler")).unwrap();
+        let batch = lab_batch(&spec, "room", 9);
+        let stored = store.insert_batch(id, &batch, &batch.encode(), b"s").await;
+        assert!(stored.is_ok(), "after the room came back: {stored:?}");
+        let model = ModelSpec::parse(&serde_json::json!({
+            "name": "after", "features": ["f"], "outputs": ["o"],
+        }))
+        .unwrap();
+        let created = store.create_model(&model).await;
+        assert!(created.is_ok(), "{created:?}");
+        store.close().await;
+        drop(store);
+        drop(mounted);
     }
 
     /// Batches that arrive together share one transaction and its `fsync`.
