@@ -185,6 +185,21 @@ impl SqliteStore {
                 .with_context(|| format!("cannot create the directory {}", dir.display()))?;
         }
         let owner = take_ownership(path)?;
+        // SQLite opens a file it may not write read-only, without a word: the service would
+        // report ready and answer every write 500 (a restored file owned by another user).
+        if path.exists() {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .with_context(|| {
+                    format!(
+                        "the embedded database {} cannot be written by this process (its \
+                         owner or permissions?)",
+                        path.display()
+                    )
+                })?;
+        }
         let wait = Duration::from_secs(settings.acquire_timeout_secs.max(1));
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -930,6 +945,41 @@ mod tests {
         store.close().await;
         drop(store);
         drop(mounted);
+    }
+
+    /// A database file this process may not write is refused at open with its name; SQLite
+    /// opened it read-only, and every write answered 500 while `/readyz` said ready. Made
+    /// unwritable with `chattr +i` (which binds root too); where that is not possible, the test
+    /// says so and passes.
+    #[tokio::test]
+    async fn a_database_file_that_cannot_be_written_is_refused() {
+        let (dir, store, _, _) = lab_store().await;
+        store.close().await;
+        drop(store);
+        let path = dir.join("m.db");
+        let chattr = |flag: &str| {
+            std::process::Command::new("chattr")
+                .arg(flag)
+                .arg(&path)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !chattr("+i") {
+            eprintln!("skipped: chattr +i is not possible here");
+            let _ = std::fs::remove_dir_all(dir);
+            return;
+        }
+        let opened = SqliteStore::open(&path, &settings()).await;
+        chattr("-i");
+        let error = format!("{:#}", opened.err().expect("an unwritable file was opened"));
+        assert!(
+            error.contains("cannot be written") && error.contains("m.db"),
+            "{error}"
+        );
+        let store = SqliteStore::open(&path, &settings()).await.unwrap();
+        store.close().await;
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// Batches that arrive together share one transaction and its `fsync`.
