@@ -133,6 +133,9 @@ pub struct FolderSettings {
     pub poll_interval_ms: u64,
     pub max_backoff_secs: u64,
     pub max_concurrent_folds: usize,
+    /// How long a stopping service lets a fold in progress finish before it abandons it (its
+    /// transaction rolls back, and its batches stay queued for the next start).
+    pub shutdown_grace_secs: u64,
 }
 
 impl FolderSettings {
@@ -142,6 +145,10 @@ impl FolderSettings {
 
     pub fn max_backoff(&self) -> Duration {
         Duration::from_secs(self.max_backoff_secs.max(1))
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_secs)
     }
 }
 

@@ -561,7 +561,8 @@ const SET_ASIDE: Duration = Duration::from_secs(60);
 
 /// Runs the folder until `shutdown`: drains the queue, then waits for a batch notification (or
 /// the poll interval, or a hint that notifications were missed). A fold in progress when
-/// shutdown is requested finishes.
+/// shutdown is requested finishes, unless the service abandons it after
+/// `folder.shutdown_grace_secs` (see `Application::run_until_stopped`).
 pub async fn run(
     store: Store,
     cache: Arc<PosteriorCache>,

@@ -317,11 +317,15 @@ async fn trim_allocator() {
 async fn trim_allocator() {}
 
 fn run_async<F: Future<Output = anyhow::Result<()>>>(f: impl FnOnce() -> F) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?
-        .block_on(f())
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(f());
+    // A fold abandoned at shutdown may still be computing on a blocking thread: its result has
+    // nowhere to go, and the exit does not wait for it (dropping the runtime would).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    result
 }
 
 async fn serve() -> anyhow::Result<()> {

@@ -185,10 +185,24 @@ impl Application {
         let result = server.stopped().await;
         // Also when the server ended on its own: everything else stops with it.
         shutdown.cancel();
-        // The folders finish the fold they are in, then stop.
+        // The folders finish the fold they are in, then stop; a fold that outlasts the grace is
+        // abandoned (its transaction rolls back, its batches stay queued for the next start),
+        // so that the process stops within the orchestrator's grace period.
         background.cancel();
-        for folder in folders {
-            let _ = folder.await;
+        let deadline = tokio::time::Instant::now() + settings.folder.shutdown_grace();
+        for mut folder in folders {
+            if tokio::time::timeout_at(deadline, &mut folder)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    grace_secs = settings.folder.shutdown_grace_secs,
+                    "a fold still running at shutdown is abandoned; its batches are folded at \
+                     the next start"
+                );
+                folder.abort();
+                let _ = folder.await;
+            }
         }
         if let Some(server) = metrics_server {
             let _ = server.await;

@@ -126,6 +126,80 @@ async fn a_database_a_newer_release_migrated_is_refused_at_once() {
     );
 }
 
+/// A fold still computing when the service stops is given `folder.shutdown_grace_secs`, then
+/// abandoned: the service stopped only once the whole claimed queue was folded (a queue of wide
+/// batches held a SIGTERM for 21 s, past Docker's 10 s). The fold's transaction rolls back, and
+/// its batches fold at the next start, each once.
+#[tokio::test]
+async fn a_fold_longer_than_the_shutdown_grace_is_left_for_the_next_start() {
+    let database = fresh_database().await;
+    let mut settings = test_settings(&database.url);
+    settings.folder.shutdown_grace_secs = 0;
+    settings.folder.enabled = false;
+    let app = spawn_with(settings.clone()).await;
+    let nir = json!({"start_nm": 1100, "interval_nm": 2, "count": 700, "scale": "absorbance"});
+    let outputs: Vec<String> = (0..10).map(|k| format!("c{k}")).collect();
+    app.create_model(&json!({"name": "nir", "spectrum": nir, "outputs": outputs}))
+        .await;
+    let batches = ["b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7"];
+    for (b, id) in batches.iter().enumerate() {
+        let rows: Vec<(Vec<f64>, Vec<f64>)> = (0..100)
+            .map(|i| {
+                let a = ((b * 100 + i) as f64 * 0.618).fract();
+                let spectrum = (0..700)
+                    .map(|j| 2.0 + a * (j as f64 / 90.0).sin() + 0.01 * ((i * j) as f64).cos())
+                    .collect();
+                (spectrum, (0..10).map(|k| a * (k + 1) as f64).collect())
+            })
+            .collect();
+        let response = app
+            .post_batch(
+                "nir",
+                &json!({
+                    "batch_id": id,
+                    "spectra": {"start_nm": 1100, "interval_nm": 2,
+                                "values": rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>()},
+                    "y": rows.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
+                }),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+    }
+    app.stop().await;
+
+    // The folder claims the queue at start; its fold takes seconds (eight wide batches).
+    settings.folder.enabled = true;
+    let app = spawn_with(settings.clone()).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let stopping = std::time::Instant::now();
+    app.stop().await;
+    let stopped = stopping.elapsed();
+    settings.folder.enabled = false;
+    let app = spawn_with(settings.clone()).await;
+    for id in batches {
+        let batch: Value = app
+            .get(&format!("/v1/models/nir/batches/{id}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(batch["status"], "queued", "abandoned after {stopped:?}: {batch}");
+    }
+    assert!(stopped < Duration::from_secs(5), "stopped after {stopped:?}");
+    app.stop().await;
+
+    settings.folder.enabled = true;
+    let app = spawn_with(settings).await;
+    for id in batches {
+        let batch = app.wait_for_batch("nir", id).await;
+        assert_eq!(batch["status"], "folded", "{batch}");
+    }
+    let history = fold_history(&app.client, &app.address, "nir").await;
+    let mut folded: Vec<&str> = history.iter().map(|(_, b)| b.as_str()).collect();
+    folded.sort_unstable();
+    assert_eq!(folded, batches, "each batch folded once: {history:?}");
+}
+
 #[tokio::test]
 async fn the_healthcheck_command_follows_the_service() {
     let app = spawn_app().await;
