@@ -971,7 +971,10 @@ mod tests {
         }
         let opened = SqliteStore::open(&path, &settings()).await;
         chattr("-i");
-        let error = format!("{:#}", opened.err().expect("an unwritable file was opened"));
+        let Err(error) = opened else {
+            panic!("an unwritable file was opened");
+        };
+        let error = format!("{error:#}");
         assert!(
             error.contains("cannot be written") && error.contains("m.db"),
             "{error}"
