@@ -778,12 +778,17 @@ mod tests {
             .await
             .unwrap();
         store.migrate().await.unwrap();
-        let spec = ModelSpec::parse(&serde_json::json!({
-            "name": "lab", "features": ["f"], "outputs": ["o"],
-        }))
-        .unwrap();
+        let spec = lab_spec("lab");
         let id = store.create_model(&spec).await.unwrap().id;
         (dir, store, spec, id)
+    }
+
+    /// A model of one feature and one output.
+    fn lab_spec(name: &str) -> ModelSpec {
+        ModelSpec::parse(&serde_json::json!({
+            "name": name, "features": ["f"], "outputs": ["o"],
+        }))
+        .unwrap()
     }
 
     /// A one-row batch of the lab model.
@@ -864,10 +869,7 @@ mod tests {
                 "write {i} after the room came back: {stored:?}"
             );
         }
-        let model = ModelSpec::parse(&serde_json::json!({
-            "name": "after", "features": ["f"], "outputs": ["o"],
-        }))
-        .unwrap();
+        let model = lab_spec("after");
         store.create_model(&model).await.unwrap();
         assert!(store.batch(id, "room").await.unwrap().is_some());
         assert!(store.batch(id, "full").await.unwrap().is_none());
@@ -909,10 +911,7 @@ mod tests {
             .await
             .unwrap();
         store.migrate().await.unwrap();
-        let spec = ModelSpec::parse(&serde_json::json!({
-            "name": "lab", "features": ["f"], "outputs": ["o"],
-        }))
-        .unwrap();
+        let spec = lab_spec("lab");
         let id = store.create_model(&spec).await.unwrap().id;
         // Fill what is left of the disk.
         {
@@ -936,10 +935,7 @@ mod tests {
         let batch = lab_batch(&spec, "room", 9);
         let stored = store.insert_batch(id, &batch, &batch.encode(), b"s").await;
         assert!(stored.is_ok(), "after the room came back: {stored:?}");
-        let model = ModelSpec::parse(&serde_json::json!({
-            "name": "after", "features": ["f"], "outputs": ["o"],
-        }))
-        .unwrap();
+        let model = lab_spec("after");
         let created = store.create_model(&model).await;
         assert!(created.is_ok(), "{created:?}");
         store.close().await;
