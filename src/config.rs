@@ -311,6 +311,10 @@ impl Settings {
              wake the folder and the cache at once; the polls are their fallback)"
         );
         anyhow::ensure!(
+            self.folder.shutdown_grace_secs <= 3600,
+            "folder.shutdown_grace_secs must be at most 3600 (an hour)"
+        );
+        anyhow::ensure!(
             self.database.full_state_every >= 1,
             "database.full_state_every must be at least 1 (1 keeps every version's full state)"
         );

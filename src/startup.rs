@@ -112,8 +112,9 @@ impl Application {
         &self.state.store
     }
 
-    /// Serves until `shutdown` is cancelled, then stops accepting, lets in-flight requests and
-    /// the current fold finish, and returns.
+    /// Serves until `shutdown` is cancelled, then stops accepting, lets in-flight requests
+    /// finish and the current fold for up to `folder.shutdown_grace_secs` from then, and
+    /// returns.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let Self {
             listener,
@@ -159,6 +160,9 @@ impl Application {
         } else {
             0
         };
+        // The folders stop claiming work when shutdown is asked for, and the fold they are in
+        // has its grace from then, while the requests drain.
+        let folding = shutdown.child_token();
         let folders: Vec<_> = (0..workers)
             .map(|_| {
                 tokio::spawn(folder::run(
@@ -167,10 +171,17 @@ impl Application {
                     state.metrics.clone(),
                     notifications.clone(),
                     settings.folder.clone(),
-                    background.clone(),
+                    folding.clone(),
                 ))
             })
             .collect();
+        let asked = {
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                shutdown.cancelled().await;
+                tokio::time::Instant::now()
+            })
+        };
         let retention = tokio::spawn(retention::run(
             state.store.clone(),
             settings.retention.clone(),
@@ -189,7 +200,8 @@ impl Application {
         // abandoned (its transaction rolls back, its batches stay queued for the next start),
         // so that the process stops within the orchestrator's grace period.
         background.cancel();
-        let deadline = tokio::time::Instant::now() + settings.folder.shutdown_grace();
+        let asked = asked.await.unwrap_or_else(|_| tokio::time::Instant::now());
+        let deadline = asked + settings.folder.shutdown_grace();
         for mut folder in folders {
             if tokio::time::timeout_at(deadline, &mut folder)
                 .await
@@ -197,8 +209,8 @@ impl Application {
             {
                 tracing::warn!(
                     grace_secs = settings.folder.shutdown_grace_secs,
-                    "a fold still running at shutdown is abandoned; its batches are folded at \
-                     the next start"
+                    "a fold still running at shutdown is abandoned; its batches stay queued for \
+                     the next fold (the next start, or another replica)"
                 );
                 folder.abort();
                 let _ = folder.await;

@@ -144,6 +144,15 @@ fn layers_apply_in_order() {
         unsafe { std::env::remove_var(variable) };
     }
 
+    // A grace longer than an hour is a mistake (and `u64::MAX` would overflow the deadline).
+    unsafe { std::env::set_var("MORDANT__FOLDER__SHUTDOWN_GRACE_SECS", "100000") };
+    let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
+    assert!(
+        format!("{error:#}").contains("folder.shutdown_grace_secs"),
+        "{error:#}"
+    );
+    unsafe { std::env::remove_var("MORDANT__FOLDER__SHUTDOWN_GRACE_SECS") };
+
     // A misspelt setting is refused and named, whether it comes from the environment (key or
     // section) or from a file; before, it was ignored and its default used in silence.
     for (variable, misspelt) in [

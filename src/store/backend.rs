@@ -184,9 +184,11 @@ pub fn lasting_migration_error(error: &sqlx::migrate::MigrateError) -> Option<St
              a build with other migrations"
         ),
         E::Dirty(version) => format!("the database's migration {version} is partly applied"),
-        E::VersionNotPresent(_) | E::VersionTooOld(..) | E::VersionTooNew(..) | E::Source(_) => {
+        E::VersionNotPresent(_) | E::VersionTooOld(..) | E::VersionTooNew(..) => {
             format!("the database's migrations disagree with this release's: {error}")
         }
+        // The migrations could not be read, or the database may not be written: said as is.
+        E::Source(source) => source.to_string(),
         _ => return None,
     })
 }

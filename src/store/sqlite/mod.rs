@@ -185,21 +185,6 @@ impl SqliteStore {
                 .with_context(|| format!("cannot create the directory {}", dir.display()))?;
         }
         let owner = take_ownership(path)?;
-        // SQLite opens a file it may not write read-only, without a word: the service would
-        // report ready and answer every write 500 (a restored file owned by another user).
-        if path.exists() {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(path)
-                .with_context(|| {
-                    format!(
-                        "the embedded database {} cannot be written by this process (its \
-                         owner or permissions?)",
-                        path.display()
-                    )
-                })?;
-        }
         let wait = Duration::from_secs(settings.acquire_timeout_secs.max(1));
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -235,6 +220,21 @@ impl SqliteStore {
                 _owner: owner,
             }),
         })
+    }
+
+    /// SQLite opens a database it may not write (another owner, a read-only mount, a log file
+    /// it cannot write) read-only, without a word: a service on it reported ready and answered
+    /// every write 500. The header's user version written to itself and rolled back says whether
+    /// it can. Only stores that will be written are migrated: `copy` reads its source as it is.
+    async fn check_writable(&self) -> Result<(), sqlx::Error> {
+        let mut tx = self.inner.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+            .fetch_one(&mut *tx)
+            .await?;
+        sqlx::query(&format!("PRAGMA user_version = {version}"))
+            .execute(&mut *tx)
+            .await?;
+        tx.rollback().await
     }
 
     /// A write transaction (the only one at a time).
@@ -300,6 +300,16 @@ impl Backend for SqliteStore {
     }
 
     async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        self.check_writable().await.map_err(|e| {
+            sqlx::migrate::MigrateError::Source(
+                format!(
+                    "the embedded database {} cannot be written by this process ({e}): its \
+                     owner, its permissions, a read-only mount?",
+                    self.inner.path.display()
+                )
+                .into(),
+            )
+        })?;
         MIGRATOR.run(&self.inner.writer).await
     }
 
@@ -902,7 +912,11 @@ mod tests {
         struct Mounted(PathBuf);
         impl Drop for Mounted {
             fn drop(&mut self) {
-                let _ = std::process::Command::new("umount").arg(&self.0).status();
+                // Lazily: a store a failing assertion left open keeps the mount busy.
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(&self.0)
+                    .status();
                 let _ = std::fs::remove_dir_all(&self.0);
             }
         }
@@ -943,8 +957,9 @@ mod tests {
         drop(mounted);
     }
 
-    /// A database file this process may not write is refused at open with its name; SQLite
-    /// opened it read-only, and every write answered 500 while `/readyz` said ready. Made
+    /// A database file this process may not write is refused by its migration with its name
+    /// (start-up, `migrate`, a copy's target); SQLite opened it read-only, and every write
+    /// answered 500 while `/readyz` said ready. Made
     /// unwritable with `chattr +i` (which binds root too); where that is not possible, the test
     /// says so and passes.
     #[tokio::test]
@@ -965,17 +980,24 @@ mod tests {
             let _ = std::fs::remove_dir_all(dir);
             return;
         }
-        let opened = SqliteStore::open(&path, &settings()).await;
+        // Opened, as `copy` opens its source to read it, but not migrated.
+        let store = SqliteStore::open(&path, &settings()).await.unwrap();
+        let ready = store.ready().await;
+        let migrated = store.migrate().await;
+        store.close().await;
+        drop(store);
         chattr("-i");
-        let Err(error) = opened else {
-            panic!("an unwritable file was opened");
+        assert_eq!(ready, Ok(()), "an unwritable file is read");
+        let Err(error) = migrated else {
+            panic!("an unwritable file was migrated");
         };
-        let error = format!("{error:#}");
+        let error = error.to_string();
         assert!(
             error.contains("cannot be written") && error.contains("m.db"),
             "{error}"
         );
         let store = SqliteStore::open(&path, &settings()).await.unwrap();
+        store.migrate().await.unwrap();
         store.close().await;
         drop(store);
         let _ = std::fs::remove_dir_all(dir);
