@@ -173,7 +173,18 @@ impl TestApp {
 
     /// Waits until the batch has left the queue; returns its status document.
     pub async fn wait_for_batch(&self, model: &str, batch_id: &str) -> Value {
-        wait_until(Duration::from_secs(30), || async {
+        self.wait_for_batch_within(model, batch_id, Duration::from_secs(30))
+            .await
+    }
+
+    /// [`TestApp::wait_for_batch`] for up to `timeout`.
+    pub async fn wait_for_batch_within(
+        &self,
+        model: &str,
+        batch_id: &str,
+        timeout: Duration,
+    ) -> Value {
+        wait_until(timeout, || async {
             let b: Value = self
                 .get(&format!("/v1/models/{model}/batches/{batch_id}"))
                 .await

@@ -192,20 +192,10 @@ async fn a_fold_longer_than_the_shutdown_grace_is_left_for_the_next_start() {
     // `wait_for_batch`'s.
     settings.folder.enabled = true;
     let app = spawn_with(settings).await;
-    let last = batches[batches.len() - 1];
-    wait_until(Duration::from_secs(180), || async {
-        let b: Value = app
-            .get(&format!("/v1/models/nir/batches/{last}"))
-            .await
-            .json()
-            .await
-            .ok()?;
-        (b["status"] != "queued").then_some(())
-    })
-    .await
-    .expect("the queue folds at the next start");
     for id in batches {
-        let batch = app.wait_for_batch("nir", id).await;
+        let batch = app
+            .wait_for_batch_within("nir", id, Duration::from_secs(180))
+            .await;
         assert_eq!(batch["status"], "folded", "{batch}");
     }
     let history = fold_history(&app.client, &app.address, "nir").await;

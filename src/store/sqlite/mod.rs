@@ -732,9 +732,7 @@ mod tests {
                 .unwrap();
             assert_eq!(foreign_keys, 1);
         }
-        store.close().await;
-        drop(store);
-        let _ = std::fs::remove_dir_all(dir);
+        finish(store, dir).await;
     }
 
     /// A version's commit leaves SQLite's checkpoint to just after it ([`lock`]), and the
@@ -776,21 +774,32 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        store.close().await;
-        drop(store);
-        let _ = std::fs::remove_dir_all(dir);
+        finish(store, dir).await;
     }
 
     /// A migrated store in a scratch folder with one model of one feature and one output.
     async fn lab_store() -> (PathBuf, SqliteStore, ModelSpec, i64) {
         let dir = scratch();
+        let (store, spec, id) = lab_store_in(&dir).await;
+        (dir, store, spec, id)
+    }
+
+    /// [`lab_store`]'s store, in `dir`.
+    async fn lab_store_in(dir: &Path) -> (SqliteStore, ModelSpec, i64) {
         let store = SqliteStore::open(&dir.join("m.db"), &settings())
             .await
             .unwrap();
         store.migrate().await.unwrap();
         let spec = lab_spec("lab");
         let id = store.create_model(&spec).await.unwrap().id;
-        (dir, store, spec, id)
+        (store, spec, id)
+    }
+
+    /// Closes `store` and removes its scratch folder.
+    async fn finish(store: SqliteStore, dir: PathBuf) {
+        store.close().await;
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A model of one feature and one output.
@@ -883,9 +892,7 @@ mod tests {
         store.create_model(&model).await.unwrap();
         assert!(store.batch(id, "room").await.unwrap().is_some());
         assert!(store.batch(id, "full").await.unwrap().is_none());
-        store.close().await;
-        drop(store);
-        let _ = std::fs::remove_dir_all(dir);
+        finish(store, dir).await;
     }
 
     /// A disk that is really full fails the commit's write to the log, and SQLite rolls the
@@ -921,12 +928,7 @@ mod tests {
             }
         }
         let mounted = Mounted(dir.clone());
-        let store = SqliteStore::open(&dir.join("m.db"), &settings())
-            .await
-            .unwrap();
-        store.migrate().await.unwrap();
-        let spec = lab_spec("lab");
-        let id = store.create_model(&spec).await.unwrap().id;
+        let (store, spec, id) = lab_store_in(&dir).await;
         // Fill what is left of the disk.
         {
             use std::io::Write as _;
@@ -998,9 +1000,7 @@ mod tests {
         );
         let store = SqliteStore::open(&path, &settings()).await.unwrap();
         store.migrate().await.unwrap();
-        store.close().await;
-        drop(store);
-        let _ = std::fs::remove_dir_all(dir);
+        finish(store, dir).await;
     }
 
     /// Batches that arrive together share one transaction and its `fsync`.
@@ -1026,9 +1026,7 @@ mod tests {
             store.list_batches(id, None, 100).await.unwrap().len(),
             BATCHES
         );
-        store.close().await;
-        drop(store);
-        let _ = std::fs::remove_dir_all(dir);
+        finish(store, dir).await;
     }
 
     /// A committer that panics is restarted: the batches of its group are refused as
@@ -1092,9 +1090,7 @@ mod tests {
             .map(|b| b.batch_id)
             .collect();
         assert_eq!(listed, ["b1", "b0"], "newest first");
-        store.close().await;
-        drop(store);
-        let _ = std::fs::remove_dir_all(dir);
+        finish(store, dir).await;
     }
 
     /// A replay of a stored batch that does not decode answers its own request; the batches it
@@ -1145,9 +1141,7 @@ mod tests {
             let stored = store.batch(id, &format!("b{i}")).await.unwrap();
             assert!(stored.is_some(), "batch b{i} was not stored");
         }
-        store.close().await;
-        drop(store);
-        let _ = std::fs::remove_dir_all(dir);
+        finish(store, dir).await;
     }
 
     /// A second process that names the same file through a symbolic link (to the file, to its
