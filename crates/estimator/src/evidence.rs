@@ -2,7 +2,8 @@
 //!
 //! ARD ([`evidence`]) runs MacKay's fixed-point updates, one prior variance per basis function,
 //! and moves a variance they would not settle within the iterations left straight to its
-//! optimum (Tipping & Faul's, the others held).
+//! optimum (Tipping & Faul's, the others held); where its variances spend more than
+//! [`residual_cap`] allows, they are scaled down together to it ([`capped_scale`]).
 //! Ridge and smooth ([`SharedScale`]) have one prior scale over a fixed prior shape (and, for
 //! smooth, a length scale among candidates): there the evidence is maximised directly, in the
 //! eigenbasis of the shape's data precision, which finds the same fixed point in one
@@ -229,6 +230,7 @@ const CONSTANT_FEATURE: f64 = 1e-12;
 ///           (settle_slow_weights; see slowest_to_settle)
 ///     s ← noise_update(RSS, N_inf,c − Σγ),  RSS = μᵀG_cμ − 2μᵀb_c + q_c  (clamped at 0)
 /// until max relative change of v and s < tol, or max_iter
+/// then, where Σγ > residual_cap(N_c) (Student-t, not zero-inflated):  (v, s) ← capped_scale(v, s)
 /// ```
 ///
 /// `(M⁻¹)_jj` is the squared norm of column `j` of `L⁻¹`, so an iteration costs one Cholesky
@@ -315,7 +317,23 @@ pub fn evidence(
             break;
         }
     }
-    let (neg2, gammas) = ard_neg2_log_evidence(work, &v, s)?;
+    let (mut neg2, mut gammas) = ard_neg2_log_evidence(work, &v, s)?;
+    // The cap is for the Student-t predictive's variance (`residual_cap`). A zero-inflated
+    // output's weights are determined by all its rows, its zeros too, but its noise by its
+    // non-zero rows and the noise prior: its γ may pass those, and the prior's pseudo-rows
+    // hold σ².
+    let zero_inflated = data.informative < data.n;
+    let cap = residual_cap(work.informative + noise.rows);
+    if options.student
+        && !zero_inflated
+        && cap >= 1.0
+        && gammas.iter().map(|g| g.max(0.0)).sum::<f64>() > cap + CAP_SLACK
+        // Should the cap's eigenproblem fail, the fixed point stands, as before the cap existed.
+        && let Ok(Some((capped_v, capped_s))) = capped_scale(&centred, &v, noise)
+    {
+        (v, s) = (capped_v, capped_s);
+        (neg2, gammas) = ard_neg2_log_evidence(work, &v, s)?;
+    }
     let kept = v.iter().filter(|vj| **vj > 0.0).count();
     if let Some(f) = flat {
         v[f] = f64::INFINITY;
@@ -331,16 +349,89 @@ pub fn evidence(
     })
 }
 
+/// ARD's variances `v*` scaled along their own shape, `v = t v*`, to the evidence's maximum over
+/// `t` (and `s`) among the scales that keep [`residual_cap`]'s residual degrees of freedom: the
+/// ridge search ([`SharedScale`]) on the statistics weighted by `D*^½ = diag(v*)^½`,
+///
+/// ```text
+/// G_w = D*^½ G_c D*^½,   b_w = D*^½ b_c      (a unit prior variance on the kept basis functions)
+/// ```
+///
+/// which are the same in any units of the inputs, as `v*` makes them. With more basis functions
+/// than rows, MacKay's updates can spend every row's degree of freedom, and σ² is then
+/// estimated on less than one residual; ARD keeps which basis functions matter and how much
+/// relative to each other, and gives up only the overall scale the cap takes from the shared
+/// families too. `None` where the search ends at no positive scale.
+fn capped_scale(
+    centred: &Centred,
+    v: &[f64],
+    noise: NoisePrior,
+) -> Result<Option<(Vec<f64>, f64)>, EstimatorError> {
+    let root: Vec<f64> = v.iter().map(|vj| vj.sqrt()).collect();
+    let p = root.len();
+    let weighted = Centred {
+        g: Mat::from_fn(p, p, |i, j| root[i] * centred.g[(i, j)] * root[j]),
+        b: centred.b.iter().zip(&root).map(|(b, r)| b * r).collect(),
+        q: centred.q,
+        n: centred.n,
+        informative: centred.informative,
+    };
+    let z = data_factor(weighted.g.as_ref())?;
+    let kept = v
+        .iter()
+        .map(|vj| if *vj > 0.0 { 1.0 } else { 0.0 })
+        .collect();
+    let shape = Shape::new(FittedFamily::Ard, None, kept, z.as_ref())?;
+    let (_, scale, s, _) = shape.maximise(&weighted, noise);
+    Ok((scale > 0.0 && scale.is_finite() && s > 0.0)
+        .then(|| (v.iter().map(|vj| scale * vj).collect(), s)))
+}
+
+/// How far ARD's `Σγ` may pass [`residual_cap`] before [`capped_scale`] runs: MacKay's fixed
+/// point is met to the iteration's tolerance, not to the bit.
+const CAP_SLACK: f64 = 1e-6;
+
 /// Whether basis function `j` varies over the rows of the statistics `g` (beside a flat
 /// intercept `flat`, about its mean): `G_c,jj = G_jj − G_jf² / G_ff` beyond round-off. One that
 /// does not is pruned before the first iteration; one that does could come back if not pruned.
 pub fn varies(g: MatRef<'_, f64>, flat: Option<usize>, j: usize) -> bool {
-    let centred = match flat {
-        Some(f) if f == j => return false,
+    Some(j) != flat && centred_square(g, flat, j) > CONSTANT_FEATURE * g[(j, j)]
+}
+
+/// `G_c,jj = G_jj − G_jf² / G_ff` beside the flat intercept `flat`, else `G_jj`.
+fn centred_square(g: MatRef<'_, f64>, flat: Option<usize>, j: usize) -> f64 {
+    match flat {
         Some(f) if g[(f, f)] > 0.0 => g[(j, j)] - g[(j, f)] * g[(j, f)] / g[(f, f)],
         _ => g[(j, j)],
-    };
-    centred > CONSTANT_FEATURE * g[(j, j)]
+    }
+}
+
+/// ARD's starting prior variances, in the units of the basis functions and of the output:
+///
+/// ```text
+/// v_j = scale · N / G_c,jj      (G_c,jj about the mean beside the flat intercept `flat`)
+/// v_f = ∞                        (the flat intercept)
+/// ```
+///
+/// With `scale` the output's variance times the configured `prior_variance`, a variance of 1
+/// means that basis function `j` alone could explain all of the output's variance. ARD's
+/// evidence is the same in any units (a column measured in units `c` times larger has its
+/// variance `1/c²` times smaller at the optimum), and MacKay's updates from this start take the
+/// same path whatever the units; from one variance for all, a column of small values (large
+/// units) starts with a prior far narrower than its coefficient needs. A basis
+/// function that does not vary ([`varies`]) starts at `scale`; Algorithm 2 prunes it first.
+pub fn unit_start(data: OutputData<'_>, flat: Option<usize>, scale: f64) -> Vec<f64> {
+    (0..data.g.nrows())
+        .map(|j| {
+            if Some(j) == flat {
+                f64::INFINITY
+            } else if varies(data.g, flat, j) {
+                scale * data.n / centred_square(data.g, flat, j)
+            } else {
+                scale
+            }
+        })
+        .collect()
 }
 
 /// A pruned basis function of an ARD fit, as Tipping & Faul ("Fast marginal likelihood
@@ -756,8 +847,8 @@ fn lowest_log_alpha(lambda: &[f64], cap: f64, low: f64, high: f64) -> f64 {
     hi
 }
 
-/// Residual degrees of freedom a shared-scale fit keeps: the most determined weights `γ` it may
-/// spend out of `dof` rows. The Student-t predictive ([`super::model::Predictive`]) has a finite
+/// Residual degrees of freedom a fit keeps (a shared-scale fit in its search, ARD by
+/// [`capped_scale`]): the most determined weights `γ` it may spend out of `dof` rows. The Student-t predictive ([`super::model::Predictive`]) has a finite
 /// variance only with `ν = dof − γ > 2`, and answers it for `ν ≥ 3`; a fit that spent more
 /// would answer a variance its own distribution does not have, from a σ² estimated on one or two
 /// residuals. So `γ ≤ dof − 3`, and where the rows are too few for that, `γ ≤ min(dof − 1, 1)`:
