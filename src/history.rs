@@ -180,8 +180,7 @@ pub fn widen_statistics(
 /// A state of the model before it gained outputs or named features, in the model's present
 /// shape ([`ModelState::with_feature_appended`], [`ModelState::with_output_appended`]): what
 /// a restore of an older version makes current. A new named feature's prior variance is its
-/// output's widest named feature's, or the model's `prior_variance` times the output's
-/// variance.
+/// output's widest named feature's, or the model's `prior_variance`.
 pub fn widen_state(mut state: ModelState, config: &ModelConfig) -> Result<ModelState, String> {
     let mismatch = || "the version's state does not match the model's shape".to_owned();
     let basis = state.basis();

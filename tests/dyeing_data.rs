@@ -121,7 +121,7 @@ fn safeguarded_fit_leaves_the_training_range_only_where_the_truth_does() {
 #[test]
 fn settling_leaves_fewer_ard_fits_at_the_cap() {
     use mordant::estimator::NoisePrior;
-    use mordant::estimator::evidence::{evidence, unit_start};
+    use mordant::estimator::evidence::evidence;
     let data = dyeing();
     let split = Split::new(data, 3);
     let basis = identity_basis(data.x.ncols());
@@ -139,14 +139,15 @@ fn settling_leaves_fewer_ard_fits_at_the_cap() {
         if st.nonzero()[k] < needed {
             continue;
         }
-        // The start of a first fit, in the units of the inputs and the dye: a flat intercept
-        // unless the dye's zeros are structural.
-        let flat = (!zero_inflated).then_some(intercept);
+        // The start of a first fit: a flat intercept unless the dye's zeros are structural.
+        let mut start = vec![1.0; basis.dim()];
+        if !zero_inflated {
+            start[intercept] = f64::INFINITY;
+        }
         let variance = st.output_variance(k, Some(intercept));
-        let s = if variance > 0.0 { variance } else { 1.0 };
-        let start = unit_start(st.output(k), flat, s);
         let fit = |options: FitOptions| {
             let noise = NoisePrior::for_output(&st, k, Some(intercept), &options);
+            let s = if variance > 0.0 { variance } else { 1.0 };
             evidence(st.output(k), start.clone(), s, noise, &options).unwrap()
         };
         let mackay = fit(FitOptions {

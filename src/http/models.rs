@@ -91,10 +91,8 @@ pub struct CreateModel {
     /// Exponential forgetting (default none).
     #[serde(default)]
     pub forgetting: Option<ForgettingSpec>,
-    /// Starting prior variance of every basis function under ARD, in units of the output's
-    /// variance over the basis function's, so that ARD's answers do not depend on the units
-    /// of inputs or outputs (default 1: any one input could explain all of the output's
-    /// variance), from 1e-100 to 1e100.
+    /// Starting prior variance of every basis function under ARD (default 1), from 1e-100 to
+    /// 1e100.
     #[serde(default)]
     #[schema(minimum = 1e-100, maximum = 1e100)]
     pub prior_variance: Option<f64>,

@@ -357,7 +357,7 @@ pub fn evidence(
 /// G_w = D*^½ G_c D*^½,   b_w = D*^½ b_c      (a unit prior variance on the kept basis functions)
 /// ```
 ///
-/// which are the same in any units of the inputs, as `v*` makes them. With more basis functions
+/// whose eigenproblem is then free of the basis functions' units. With more basis functions
 /// than rows, MacKay's updates can spend every row's degree of freedom, and σ² is then
 /// estimated on less than one residual; ARD keeps which basis functions matter and how much
 /// relative to each other, and gives up only the overall scale the cap takes from the shared
@@ -395,43 +395,12 @@ const CAP_SLACK: f64 = 1e-6;
 /// intercept `flat`, about its mean): `G_c,jj = G_jj − G_jf² / G_ff` beyond round-off. One that
 /// does not is pruned before the first iteration; one that does could come back if not pruned.
 pub fn varies(g: MatRef<'_, f64>, flat: Option<usize>, j: usize) -> bool {
-    Some(j) != flat && centred_square(g, flat, j) > CONSTANT_FEATURE * g[(j, j)]
-}
-
-/// `G_c,jj = G_jj − G_jf² / G_ff` beside the flat intercept `flat`, else `G_jj`.
-fn centred_square(g: MatRef<'_, f64>, flat: Option<usize>, j: usize) -> f64 {
-    match flat {
+    let centred = match flat {
+        Some(f) if f == j => return false,
         Some(f) if g[(f, f)] > 0.0 => g[(j, j)] - g[(j, f)] * g[(j, f)] / g[(f, f)],
         _ => g[(j, j)],
-    }
-}
-
-/// ARD's starting prior variances, in the units of the basis functions and of the output:
-///
-/// ```text
-/// v_j = scale · N / G_c,jj      (G_c,jj about the mean beside the flat intercept `flat`)
-/// v_f = ∞                        (the flat intercept)
-/// ```
-///
-/// With `scale` the output's variance times the configured `prior_variance`, a variance of 1
-/// means that basis function `j` alone could explain all of the output's variance. ARD's
-/// evidence is the same in any units (a column measured in units `c` times larger has its
-/// variance `1/c²` times smaller at the optimum), and MacKay's updates from this start take the
-/// same path whatever the units; from one variance for all, a column of small values (large
-/// units) starts with a prior far narrower than its coefficient needs. A basis
-/// function that does not vary ([`varies`]) starts at `scale`; Algorithm 2 prunes it first.
-pub fn unit_start(data: OutputData<'_>, flat: Option<usize>, scale: f64) -> Vec<f64> {
-    (0..data.g.nrows())
-        .map(|j| {
-            if Some(j) == flat {
-                f64::INFINITY
-            } else if varies(data.g, flat, j) {
-                scale * data.n / centred_square(data.g, flat, j)
-            } else {
-                scale
-            }
-        })
-        .collect()
+    };
+    centred > CONSTANT_FEATURE * g[(j, j)]
 }
 
 /// A pruned basis function of an ARD fit, as Tipping & Faul ("Fast marginal likelihood
@@ -848,13 +817,14 @@ fn lowest_log_alpha(lambda: &[f64], cap: f64, low: f64, high: f64) -> f64 {
 }
 
 /// Residual degrees of freedom a fit keeps (a shared-scale fit in its search, ARD by
-/// [`capped_scale`]): the most determined weights `γ` it may spend out of `dof` rows. The Student-t predictive ([`super::model::Predictive`]) has a finite
-/// variance only with `ν = dof − γ > 2`, and answers it for `ν ≥ 3`; a fit that spent more
-/// would answer a variance its own distribution does not have, from a σ² estimated on one or two
-/// residuals. So `γ ≤ dof − 3`, and where the rows are too few for that, `γ ≤ min(dof − 1, 1)`:
-/// one weight determined, or none (a cap below 1 leaves the search free). `dof` counts a
-/// zero-inflated output's noise-prior pseudo-rows, which the predictive's `ν` does not: there the
-/// clamp at 3 may still apply.
+/// [`capped_scale`]): the most determined weights `γ` it may spend out of `dof` rows. The
+/// Student-t predictive ([`super::model::Predictive`]) has a finite variance only with
+/// `ν = dof − γ > 2`, and answers it for `ν ≥ 3`; a fit that spent more would answer a variance
+/// its own distribution does not have, from a σ² estimated on one or two residuals. So
+/// `γ ≤ dof − 3`, and where the rows are too few for that, `γ ≤ min(dof − 1, 1)`: one weight
+/// determined, or none (a cap below 1 leaves the search free). `dof` counts a zero-inflated
+/// output's noise-prior pseudo-rows, which the predictive's `ν` does not: there the clamp at 3
+/// may still apply (ARD does not cap such an output at all: [`evidence`]).
 pub(crate) fn residual_cap(dof: f64) -> f64 {
     (dof - MIN_RESIDUAL_DOF).max((dof - 1.0).min(1.0))
 }

@@ -76,10 +76,6 @@ pub struct FitOptions {
     /// left takes its exact coordinate optimum instead (Tipping & Faul; one per iteration, see
     /// `evidence::slowest_to_settle`). The published algorithm does not.
     pub settle_slow_weights: bool,
-    /// Whether ARD starts each prior variance in the units of its basis function and of the
-    /// output (`evidence::unit_start`), so that its answers do not depend on the units; the
-    /// published algorithm starts every one at the configured prior variance.
-    pub unit_start: bool,
     /// Floor `s_min` of the noise variance, as a fraction of the output's variance (and the
     /// absolute floor of an output without variance).
     pub noise_floor: f64,
@@ -129,7 +125,6 @@ impl Default for FitOptions {
             max_iter: 100,
             prune_gamma: 1e-6,
             settle_slow_weights: true,
-            unit_start: true,
             noise_floor: DEFAULT_NOISE_FLOOR,
             noise_prior_rows: 2.0,
             noise_prior_fraction: 0.0,
@@ -146,9 +141,9 @@ impl Default for FitOptions {
 
 impl FitOptions {
     /// Algorithm 2 and 3 exactly as published: no noise prior, the intercept shrunk like any
-    /// coefficient, every output fitted at once, σ² plugged in (so no residual cap), every
-    /// prior variance started at the configured one, hyperparameters never fitted again by
-    /// one-step updates, and MacKay's update alone in Algorithm 2.
+    /// coefficient, every output fitted at once, σ² plugged in (so no residual cap on ARD),
+    /// hyperparameters never fitted again by one-step updates, and MacKay's update alone in
+    /// Algorithm 2.
     pub fn plain() -> Self {
         Self {
             noise_prior_rows: 0.0,
@@ -161,7 +156,6 @@ impl FitOptions {
             refit_growth: 0.0,
             refit_surprise: 0.0,
             settle_slow_weights: false,
-            unit_start: false,
             ..Self::default()
         }
     }
