@@ -230,7 +230,8 @@ const CONSTANT_FEATURE: f64 = 1e-12;
 ///           (settle_slow_weights; see slowest_to_settle)
 ///     s ← noise_update(RSS, N_inf,c − Σγ),  RSS = μᵀG_cμ − 2μᵀb_c + q_c  (clamped at 0)
 /// until max relative change of v and s < tol, or max_iter
-/// then, where Σγ > residual_cap(N_c) (Student-t, not zero-inflated):  (v, s) ← capped_scale(v, s)
+/// then, where Σγ > residual_cap(N_c + ν₀) (Student-t; not where a noise prior holds a
+///     zero-inflated output's σ²):  (v, s) ← capped_scale(v, s)
 /// ```
 ///
 /// `(M⁻¹)_jj` is the squared norm of column `j` of `L⁻¹`, so an iteration costs one Cholesky
@@ -319,20 +320,21 @@ pub fn evidence(
     }
     let (mut neg2, mut gammas) = ard_neg2_log_evidence(work, &v, s)?;
     // The cap is for the Student-t predictive's variance (`residual_cap`). A zero-inflated
-    // output's weights are determined by all its rows, its zeros too, but its noise by its
-    // non-zero rows and the noise prior: its γ may pass those, and the prior's pseudo-rows
-    // hold σ².
-    let zero_inflated = data.informative < data.n;
+    // output (its informative rows the non-zero ones, fewer than its rows) has its weights
+    // determined by all its rows, its zeros too, but its noise by its non-zero rows and the
+    // noise prior: its γ may pass those where the prior's pseudo-rows hold σ².
+    let held_by_noise_prior = data.informative < data.n && noise.rows > 0.0;
     let cap = residual_cap(work.informative + noise.rows);
     if options.student
-        && !zero_inflated
+        && !held_by_noise_prior
         && cap >= 1.0
         && gammas.iter().map(|g| g.max(0.0)).sum::<f64>() > cap + CAP_SLACK
         // Should the cap's eigenproblem fail, the fixed point stands, as before the cap existed.
         && let Ok(Some((capped_v, capped_s))) = capped_scale(&centred, &v, noise)
+        && let Ok(capped) = ard_neg2_log_evidence(work, &capped_v, capped_s)
     {
         (v, s) = (capped_v, capped_s);
-        (neg2, gammas) = ard_neg2_log_evidence(work, &v, s)?;
+        (neg2, gammas) = capped;
     }
     let kept = v.iter().filter(|vj| **vj > 0.0).count();
     if let Some(f) = flat {
