@@ -227,17 +227,43 @@ fn parse_prior(value: &str) -> Result<mordant::estimator::PriorFamily, String> {
         .ok_or_else(|| format!("expected ard, ridge, smooth or auto, found {value:?}"))
 }
 
-/// `print!` that says when standard output cannot be written (a full disk, a closed pipe)
-/// instead of panicking; flushed, so that no error waits for the exit, which would drop it.
+/// `print!` that says when standard output cannot be written (a full disk) instead of
+/// panicking, and stops the command with [`OutputClosed`] when its reader has closed the pipe;
+/// flushed, so that no error waits for the exit, which would drop it.
 macro_rules! emit {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
         let mut out = std::io::stdout().lock();
         write!(out, $($arg)*)
             .and_then(|()| out.flush())
-            .context("cannot write to standard output")?
+            .map_err(|e| stdout_error(e, "cannot write to standard output"))?
     }};
 }
+
+/// The error of a write to standard output, said as `what`: [`OutputClosed`] where the write
+/// met a pipe its reader has closed.
+fn stdout_error(error: impl Into<anyhow::Error>, what: &'static str) -> anyhow::Error {
+    let error = error.into();
+    let broken = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;
+    // csv's error holds its I/O error without giving it as its source.
+    let closed = error.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(broken)
+            || cause
+                .downcast_ref::<csv::Error>()
+                .is_some_and(|e| matches!(e.kind(), csv::ErrorKind::Io(io) if broken(io)))
+    });
+    if closed {
+        anyhow::Error::new(OutputClosed)
+    } else {
+        error.context(what)
+    }
+}
+
+/// Standard output's reader closed the pipe (`mordant openapi | head`): it has what it wanted,
+/// and the command stops quietly and successfully, as a filter does.
+#[derive(Debug, thiserror::Error)]
+#[error("standard output was closed by its reader")]
+struct OutputClosed;
 
 /// `println!` that says when standard output cannot be written, as [`emit!`].
 macro_rules! emitln {
@@ -264,6 +290,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err) if err.is::<OutputClosed>() => ExitCode::SUCCESS,
         Err(err) => {
             // eprintln! would panic on a closed standard error; the exit code says it anyway.
             use std::io::Write as _;
@@ -702,7 +729,8 @@ fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
         }
         None => {
             let stdout = std::io::stdout();
-            write(&mut stdout.lock()).context("writing CSV to standard output")?;
+            write(&mut stdout.lock())
+                .map_err(|e| stdout_error(e, "writing CSV to standard output"))?;
         }
     }
     Ok(())

@@ -181,6 +181,37 @@ fn the_documented_batch_id_pattern_is_the_parsers() {
     proptest!(|(id in "[._:aZ0 /-]{0,5}")| agree(&id));
 }
 
+/// `mordant openapi | head -c 10`, `mordant simulate | head`: a reader that closes the pipe
+/// once it has what it wanted stops the command quietly and successfully, as it stops a filter;
+/// "Broken pipe" and exit 1 read as a failure of a command that did its part.
+#[test]
+fn a_reader_that_closes_the_pipe_early_stops_a_command_quietly() {
+    use std::io::Read as _;
+    for args in [&["openapi"][..], &["simulate", "--rows", "20000"]] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run mordant");
+        let mut stdout = child.stdout.take().expect("piped standard output");
+        let mut head = [0u8; 10];
+        stdout
+            .read_exact(&mut head)
+            .expect("the output's first bytes");
+        // The output is far larger than a pipe's buffer: the rest meets a closed pipe.
+        drop(stdout);
+        let output = child.wait_with_output().expect("wait for mordant");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "{args:?}: {:?}: {stderr}",
+            output.status
+        );
+        assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+    }
+}
+
 /// `mordant openapi` into an output that cannot be written (a full disk) says so and exits 1,
 /// where a print would panic (exit 101, a backtrace).
 #[test]
