@@ -105,7 +105,7 @@ pub struct BatchView {
     /// (or held): `z = RSS / (N·σ² + tr(ΣG))` with RSS its residual sum of squares under the
     /// posterior mean, about 1 when the batch agrees with the model. Null until the folder
     /// has seen the batch, and for batches of the first fit; null for an output not trained
-    /// then.
+    /// then. A surprise beyond double precision reads as the largest double, 1.797…e308.
     #[schema(example = json!([0.94, 1.12, null]))]
     pub surprise: Option<Vec<Option<f64>>>,
     /// When retention removed the batch's raw rows (`retention.raw_rows_days`); null while

@@ -31,6 +31,27 @@ fn largest(batch: &Value) -> f64 {
         .fold(f64::MIN, f64::max)
 }
 
+/// A batch whose surprise passes the largest double (concentrations of 10¹⁵⁴ where the model
+/// learnt ones near 1) is held with that surprise, the largest double: read as "no surprise",
+/// it slipped past the threshold into the model, and its `surprise` read null.
+#[tokio::test]
+async fn a_surprise_beyond_double_precision_is_held() {
+    let app = spawn_app().await;
+    let mut model = spec("lab", 3, 2);
+    model["drift_threshold"] = json!(20.0);
+    app.create_model(&model).await;
+    post(&app, "first", rows(0, 40, 0.0)).await;
+    assert_eq!(app.wait_for_batch("lab", "first").await["status"], "folded");
+    let mut wild = rows(40, 41, 0.0);
+    wild["y"] = json!([[1.3e154, 1.3e154]]);
+    post(&app, "wild", wild).await;
+    let held = app.wait_for_batch("lab", "wild").await;
+    assert_eq!(held["status"], "held", "{held}");
+    for z in held["surprise"].as_array().expect("a surprise per output") {
+        assert_eq!(z.as_f64(), Some(f64::MAX), "{held}");
+    }
+}
+
 #[tokio::test]
 async fn a_surprising_batch_is_held_until_an_admin_releases_or_rejects_it() {
     let app = spawn_app().await;

@@ -71,7 +71,7 @@ pub fn needs_root(batch: &BatchStatistics, widest_support: usize) -> bool {
 /// The surprise `z` of one output's batch statistics `data`, its `informative` rows the
 /// batch's `N′` ([`noise_rows`]), (and, where formed, the root of the batch's Gram,
 /// [`gram_root`]) to the posterior `post`; `None` when the expected residual is 0 (an empty
-/// batch) or `z` is not finite.
+/// batch) or `z` is not a number, the largest double where `z` passes it.
 pub fn output_surprise(
     post: &OutputPosterior,
     data: OutputData<'_>,
@@ -85,7 +85,9 @@ pub fn output_surprise(
     // σ² is the noise of the rows where the output is not 0 (see `FitOptions`).
     let expected = data.informative * post.noise_variance() + trace;
     let z = rss / expected;
-    (expected > 0.0 && z.is_finite()).then_some(z)
+    // A residual beyond double precision is as surprising as a number can say: the largest
+    // double, which passes every threshold, not "no surprise" (an empty batch's).
+    (expected > 0.0 && !z.is_nan()).then_some(z.min(f64::MAX))
 }
 
 /// `N′` of output `k` (the module's doc): the rows of `batch` whose predictive variance holds the
@@ -234,6 +236,32 @@ mod tests {
         // A 1.5 offset is 5 noise standard deviations: z ≈ 1 + 1.5² / 0.3² = 26.
         let shifted = state.surprise(&batch(&mut rng, 20, 1.5))[0].unwrap();
         assert!(shifted > 10.0, "shifted surprise {shifted}");
+    }
+
+    /// A batch whose surprise passes the largest double (a dose of 1.3·10¹⁵⁴ against a model of doses
+    /// near 1) is as surprising as a number can say, not "no opinion": `None` let it pass any
+    /// drift threshold and the refit it should trigger, and the API answered it as an untrained
+    /// output's null.
+    #[test]
+    fn a_surprise_beyond_double_precision_is_the_largest_double() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let config = ModelConfig::new(Basis::new(2, true, Transform::Identity), 1);
+        let state = ModelState::fit(&config, batch(&mut rng, 200, 0.0)).unwrap();
+        let phi = Basis::new(2, true, Transform::Identity)
+            .design(Mat::from_fn(1, 2, |_, j| [0.2, -0.1][j]).as_ref())
+            .unwrap();
+        let wild =
+            BatchStatistics::from_design(phi.as_ref(), Mat::from_fn(1, 1, |_, _| 1.3e154).as_ref())
+                .unwrap();
+        assert_eq!(state.surprise(&wild)[0], Some(f64::MAX));
+        assert!(surprise_deviate(f64::MAX, 1.0, 10.0).is_finite());
+        // An empty batch still has no surprise.
+        let empty = BatchStatistics::from_design(
+            Mat::<f64>::zeros(0, 3).as_ref(),
+            Mat::<f64>::zeros(0, 1).as_ref(),
+        )
+        .unwrap();
+        assert_eq!(state.surprise(&empty)[0], None);
     }
 
     /// An output that is never 0 in training, measured 0 in a batch of one row where the model
