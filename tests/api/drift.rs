@@ -31,15 +31,22 @@ fn largest(batch: &Value) -> f64 {
         .fold(f64::MIN, f64::max)
 }
 
+/// A service with model `lab` (3 inputs, 2 outputs) that holds batches more surprising than
+/// `threshold`.
+async fn lab_holding_above(threshold: f64) -> TestApp {
+    let app = spawn_app().await;
+    let mut model = spec("lab", 3, 2);
+    model["drift_threshold"] = json!(threshold);
+    assert_eq!(app.create_model(&model).await["drift_threshold"], threshold);
+    app
+}
+
 /// A batch whose surprise passes the largest double (concentrations of 10¹⁵⁴ where the model
 /// learnt ones near 1) is held with that surprise, the largest double: read as "no surprise",
 /// it slipped past the threshold into the model, and its `surprise` read null.
 #[tokio::test]
 async fn a_surprise_beyond_double_precision_is_held() {
-    let app = spawn_app().await;
-    let mut model = spec("lab", 3, 2);
-    model["drift_threshold"] = json!(20.0);
-    app.create_model(&model).await;
+    let app = lab_holding_above(20.0).await;
     post(&app, "first", rows(0, 40, 0.0)).await;
     assert_eq!(app.wait_for_batch("lab", "first").await["status"], "folded");
     let mut wild = rows(40, 41, 0.0);
@@ -54,10 +61,7 @@ async fn a_surprise_beyond_double_precision_is_held() {
 
 #[tokio::test]
 async fn a_surprising_batch_is_held_until_an_admin_releases_or_rejects_it() {
-    let app = spawn_app().await;
-    let mut model = spec("lab", 3, 2);
-    model["drift_threshold"] = json!(20.0);
-    assert_eq!(app.create_model(&model).await["drift_threshold"], 20.0);
+    let app = lab_holding_above(20.0).await;
     post(&app, "first", rows(0, 40, 0.0)).await;
     let first = app.wait_for_batch("lab", "first").await;
     assert_eq!(first["status"], "folded");
@@ -209,10 +213,7 @@ async fn without_a_threshold_nothing_is_held_but_surprise_is_recorded() {
 /// alone (a surprise of about 80).
 #[tokio::test]
 async fn a_blank_sample_is_learnt_not_held() {
-    let app = spawn_app().await;
-    let mut model = spec("lab", 3, 2);
-    model["drift_threshold"] = json!(20.0);
-    app.create_model(&model).await;
+    let app = lab_holding_above(20.0).await;
     // Every concentration 0.058 (two noise standard deviations) where no reflectance moves.
     post(&app, "first", rows(0, 200, -0.442)).await;
     assert_eq!(app.wait_for_batch("lab", "first").await["status"], "folded");
