@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use faer::Mat;
+
 use crate::cache::PosteriorCache;
 use crate::cache::Serving;
 use crate::config::FolderSettings;
@@ -68,6 +70,74 @@ pub struct Pending<'a> {
     pub source: Source<'a>,
     /// Released by an admin after a hold: folded whatever its surprise.
     pub released: bool,
+    /// Its raw rows, where the fold has them: a first fit sets its outputs' noise shapes on
+    /// them ([`ModelState::noise_shapes_from_rows`]).
+    pub rows: Option<RawRows<'a>>,
+}
+
+/// A batch's raw rows: little-endian, row-major `f64`s, as the store keeps them.
+#[derive(Clone, Copy, Debug)]
+pub struct RawRows<'a> {
+    pub rows: usize,
+    pub x: &'a [u8],
+    pub y: &'a [u8],
+}
+
+impl<'a> RawRows<'a> {
+    /// The raw rows the store listed with `batch`, if it did (a successor's readings have none
+    /// a model could read).
+    pub fn of(batch: &'a QueuedBatch) -> Option<Self> {
+        if SuccessorBatch::is_one(&batch.statistics) {
+            return None;
+        }
+        Some(Self {
+            rows: usize::try_from(batch.rows).ok()?,
+            x: batch.rows_x.as_deref()?,
+            y: batch.rows_y.as_deref()?,
+        })
+    }
+}
+
+/// `fitted` with the noise shapes its first fit's rows choose (those of `rows` in the model's
+/// present shape: a batch stored before the model grew, or whose rows are no longer kept,
+/// leaves its rows out); as it is without any.
+fn with_first_fit_noise_shapes(
+    config: &ModelConfig,
+    fitted: ModelState,
+    rows: &[RawRows<'_>],
+) -> ModelState {
+    let (d, m) = (config.basis.features, config.outputs);
+    let usable: Vec<&RawRows<'_>> = rows
+        .iter()
+        .filter(|r| r.x.len() == 8 * r.rows * d && r.y.len() == 8 * r.rows * m)
+        .collect();
+    let n: usize = usable.iter().map(|r| r.rows).sum();
+    if n == 0 {
+        return fitted;
+    }
+    let value = |bytes: &[u8], at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[8 * at..8 * at + 8]);
+        f64::from_le_bytes(b)
+    };
+    let (mut x, mut y) = (Mat::zeros(n, d), Mat::zeros(n, m));
+    let mut at = 0;
+    for batch in usable {
+        for i in 0..batch.rows {
+            for j in 0..d {
+                x[(at + i, j)] = value(batch.x, i * d + j);
+            }
+            for k in 0..m {
+                y[(at + i, k)] = value(batch.y, i * m + k);
+            }
+        }
+        at += batch.rows;
+    }
+    let (shaped, outcome) = fitted.with_noise_shapes_from_rows(x.as_ref(), y.as_ref());
+    if let Err(e) = outcome {
+        tracing::warn!(error = %e, "the first fit's rows set no noise shape");
+    }
+    shaped
 }
 
 /// Folds `batches` (oldest first) into `current`. A batch stored in a shape the model had
@@ -108,7 +178,11 @@ pub fn plan_fold(
         let p = config.basis.dim();
         let mut totals = BatchStatistics::zeros(p, config.outputs);
         let mut prefix = Vec::new();
-        for &Pending { seq, source, .. } in queue.by_ref() {
+        let mut prefix_rows = Vec::new();
+        for &Pending {
+            seq, source, rows, ..
+        } in queue.by_ref()
+        {
             match decode_batch(source, config, earlier).and_then(|stats| {
                 let mut sum = totals.clone();
                 sum.add(&stats).map_err(|e| e.to_string())?;
@@ -117,6 +191,7 @@ pub fn plan_fold(
                 Ok(sum) => {
                     totals = sum;
                     prefix.push(seq);
+                    prefix_rows.extend(rows);
                 }
                 Err(reason) => plan.rejected.push((seq, reason)),
             }
@@ -129,7 +204,7 @@ pub fn plan_fold(
         }
         match ModelState::fit_with_shapes(config, totals) {
             Ok((fitted, formed)) if fitted.is_finite() => {
-                state = Some(fitted);
+                state = Some(with_first_fit_noise_shapes(config, fitted, &prefix_rows));
                 shapes = formed;
                 plan.folded = prefix;
             }
@@ -349,7 +424,12 @@ async fn fold_claimed(
         .successor
         .zip(lock.spec.spectrum)
         .map(|(new, old)| (new.grid(), old.grid()));
-    let queued = lock.queued_batches().await?;
+    // A first fit reads every batch's raw rows, to set its noise shapes on them.
+    let queued = if current.is_some() {
+        lock.queued_batches().await?
+    } else {
+        lock.queued_batches_with_rows().await?
+    };
     let first_fit_rows = lock.spec.first_fit_rows as f64;
     let hold_above = lock.spec.drift_threshold;
     // A narrow model's step is a fraction of a millisecond: run here, it saves the hop to a
@@ -374,6 +454,7 @@ async fn fold_claimed(
                     seq: b.seq,
                     source: Source::of(b),
                     released: b.released,
+                    rows: RawRows::of(b),
                 })
                 .collect();
             let plan = plan_fold(
@@ -749,6 +830,7 @@ pub(crate) mod tests {
                 seq: i as i64,
                 source: Source::Statistics(stats),
                 released: false,
+                rows: None,
             })
             .collect();
         let plan = |current: Option<&ModelState>, batches: &[Pending<'_>]| {
@@ -823,11 +905,13 @@ pub(crate) mod tests {
                     seq: 0,
                     source: Source::Statistics(&first),
                     released: false,
+                    rows: None,
                 },
                 Pending {
                     seq: 1,
                     source: Source::Successor(&blob),
                     released: false,
+                    rows: None,
                 },
             ];
             let plan = plan_fold(&config, &[], None, &pending, 16.0, None, Some(successor));
@@ -868,6 +952,7 @@ pub(crate) mod tests {
                 seq: i as i64,
                 source: Source::Statistics(stats),
                 released: false,
+                rows: None,
             })
             .collect();
         let as_rows: Vec<Pending<'_>> = encoded
@@ -878,6 +963,7 @@ pub(crate) mod tests {
                 seq: i as i64,
                 source: Source::Rows { rows, x, y },
                 released: false,
+                rows: None,
             })
             .collect();
         let one = plan_fold(&config, &[], None, &as_statistics, 30.0, None, None);
@@ -897,6 +983,7 @@ pub(crate) mod tests {
                 y,
             },
             released: false,
+            rows: None,
         }];
         let plan = plan_fold(&config, &[], Some(&one), &bad, 30.0, None, None);
         assert_eq!(plan.rejected.len(), 1, "{:?}", plan.rejected);

@@ -457,7 +457,7 @@ mod tests {
 
     use super::*;
     use crate::folder::tests::{le_bytes, wide_batches, wide_spec};
-    use crate::folder::{Pending, plan_fold};
+    use crate::folder::{Pending, RawRows, plan_fold};
 
     /// A history's version records: `(origin, restored_from, batches)` for versions 1, 2, ….
     fn records(versions: &[(VersionOrigin, Option<i64>, &[&str])]) -> Vec<VersionRecord> {
@@ -539,6 +539,7 @@ mod tests {
                     seq: b.seq,
                     source: Source::of(b),
                     released: false,
+                    rows: RawRows::of(b),
                 })
                 .collect();
             let plan = plan_fold(config, &[], states.last(), &pending, 30.0, None, None);

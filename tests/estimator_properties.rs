@@ -10,6 +10,7 @@ use mordant::estimator::forward::forward_statistics;
 use mordant::estimator::incremental::{condition, one_step};
 use mordant::estimator::mixture;
 use mordant::estimator::model::Predictive;
+use mordant::estimator::noise_shape::{NoiseShape, POWERS};
 use mordant::estimator::recipe::nnls;
 use mordant::estimator::statistics::MIN_LEVEL;
 use mordant::estimator::{
@@ -2457,5 +2458,51 @@ proptest! {
             }
         }
         prop_assert!(predictor.work_per_row() >= basis.dim() * 3);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(48) })]
+
+    /// A noise shape ([`NoiseShape::choose`]) leaves the residuals that set it their mean square
+    /// in units of the reshaped noise, is the power whose charged likelihood is largest, and its
+    /// factor `w(μ)` grows with `|μ|`; on any residuals, of any scale.
+    #[test]
+    fn a_noise_shape_keeps_its_residuals_mean_square_and_is_the_likeliest_power(
+        seed in any::<u64>(), n in 10usize..200, grow in 0.0f64..1.5, scale in -6.0f64..6.0,
+    ) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let unit = 10f64.powf(scale);
+        let rows: Vec<(f64, f64)> = (0..n)
+            .map(|_| {
+                let mean = unit * rng.random_range(-1.0..8.0);
+                let sd = unit * (0.05 + mean.abs() / unit).powf(grow) * 0.1;
+                (mean, sd * rng.random_range(-1.7..1.7))
+            })
+            .collect();
+        let offset = 0.05 * unit;
+        let chosen = NoiseShape::choose(rows.iter().copied(), offset);
+        // Residuals whose spread grows 45-fold over the answers cannot keep one variance.
+        prop_assert!(chosen.is_some() || grow < 0.75 || n < 100);
+        let Some(shape) = chosen else {
+            return Ok(());
+        };
+        let mean_square = |f: &dyn Fn(f64) -> f64| {
+            rows.iter().map(|&(m, r)| r * r / f(m)).sum::<f64>() / n as f64
+        };
+        let (before, after) = (mean_square(&|_| 1.0), mean_square(&|m| shape.weight(m)));
+        prop_assert!((after / before - 1.0).abs() < 1e-9, "{} against {}", after, before);
+        let likelihood = |power: f64| {
+            let size = |m: f64| (offset + m.abs()).powf(2.0 * power);
+            let charge = if power == 0.0 { 0.0 } else { 0.5 * (n as f64).ln() };
+            -0.5 * (rows.iter().map(|&(m, _)| size(m).ln()).sum::<f64>()
+                + n as f64 * mean_square(&size).ln())
+                - charge
+        };
+        for power in POWERS {
+            prop_assert!(likelihood(shape.power()) >= likelihood(power) - 1e-9 * likelihood(power).abs());
+        }
+        prop_assert!(shape.weight(2.0 * unit) > shape.weight(unit));
+        prop_assert!(shape.weight(-unit) == shape.weight(unit));
     }
 }

@@ -471,6 +471,11 @@ pub struct OutputPosteriorView {
     /// σ², null while untrained.
     #[schema(example = 0.0021)]
     pub noise_variance: Option<f64>,
+    /// How the noise grows with the answer, where the rows of the model's first fit showed it
+    /// (a dose measured to a share of itself): the noise variance of an answer of mean `μ` is
+    /// then `noise_variance · (offset + |μ|)^(2·power) · level`. Null: one noise variance for
+    /// every answer.
+    pub noise_shape: Option<NoiseShapeView>,
     /// The informative rows the output's prior hyperparameters were last fitted on (weighted by
     /// forgetting), null while untrained. A `one_step` fold fits them again once the output's
     /// informative rows have grown by a quarter.
@@ -501,6 +506,22 @@ pub struct OutputPosteriorView {
     /// and prunes it at 0. Prior variances compare directly between inputs on one scale, such
     /// as the bands of a spectrum.
     pub ranked_features: Vec<RankedFeature>,
+}
+
+/// An output's noise shape: the noise variance of an answer of mean `μ` is
+/// `σ² · (offset + |μ|)^(2·power) · level`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NoiseShapeView {
+    /// 0.25, 0.5, 0.75 or 1 (1: the noise's standard deviation grows in proportion to the answer).
+    #[schema(example = 1.0)]
+    pub power: f64,
+    /// A twentieth of the output's root mean square over the first fit's rows: what an answer of
+    /// 0 keeps of the noise.
+    #[schema(example = 0.05)]
+    pub offset: f64,
+    /// The scale that leaves the first fit's residuals their mean square in units of σ².
+    #[schema(example = 2.3)]
+    pub level: f64,
 }
 
 /// The input an untrained output follows.
@@ -566,6 +587,11 @@ pub async fn posterior(
                 name: model.spec.outputs[k].clone(),
                 trained: post.is_some(),
                 noise_variance: post.map(|p| p.noise_variance()),
+                noise_shape: state.noise_shape(k).map(|shape| NoiseShapeView {
+                    power: shape.power(),
+                    offset: shape.offset(),
+                    level: shape.level(),
+                }),
                 fitted_rows: post.map(|_| state.fitted_rows()[k]),
                 coefficients: coefficients.col(k).iter().copied().collect(),
                 follows: model.predictor.as_deref().and_then(|p| p.follows(k)).map(

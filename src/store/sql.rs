@@ -104,6 +104,15 @@ pub(super) const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received
 /// A batch's raw rows on SQLite, right after the batch (`last_insert_rowid()` is its `seq`).
 pub(super) const SQLITE_INSERT_ROWS: &str =
     "INSERT INTO batch_rows (seq, x, y) VALUES (last_insert_rowid(), $1, $2)";
+/// [`BATCH_SOURCE`] with the raw rows of every batch, stored with statistics or not (NULL where
+/// they are no longer kept): what a first fit reads, to set its outputs' noise shapes.
+pub(super) const BATCH_SOURCE_WITH_ROWS: &str =
+    "seq, batch_id, rows, statistics, received_at, released, x AS rows_x, y AS rows_y";
+/// [`BATCH_SOURCE_WITH_ROWS`] on SQLite.
+pub(super) const SQLITE_BATCH_SOURCE_WITH_ROWS: &str = "seq, batch_id, rows, statistics, \
+     received_at, released, \
+     (SELECT r.x FROM batch_rows r WHERE r.seq = batches.seq) AS rows_x, \
+     (SELECT r.y FROM batch_rows r WHERE r.seq = batches.seq) AS rows_y";
 /// [`BATCH_SOURCE`] on SQLite, which keeps the raw rows in `batch_rows`.
 pub(super) const SQLITE_BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, \
      released, \

@@ -395,7 +395,8 @@ pub fn mat(rows: &[Vec<f64>]) -> faer::Mat<f64> {
 }
 
 /// What the estimator computes directly from `batches` in this order, as the service should:
-/// the first fit on the shortest prefix with `first_fit_rows` rows, then one update per batch.
+/// the first fit on the shortest prefix with `first_fit_rows` rows, its noise shapes set on
+/// that prefix's rows, then one update per batch.
 pub fn direct_state(
     config: &mordant::estimator::ModelConfig,
     batches: &[RowsXY],
@@ -415,7 +416,13 @@ pub fn direct_state(
             break;
         }
     }
-    let mut state = ModelState::fit(config, totals).unwrap();
+    let rows = |part: fn(&RowsXY) -> &Vec<Vec<f64>>| {
+        mat(&batches[..used].iter().flat_map(|b| part(b).clone()).collect::<Vec<_>>())
+    };
+    let (x, y) = (rows(|b| &b.0), rows(|b| &b.1));
+    let (mut state, shaped) =
+        ModelState::fit(config, totals).unwrap().with_noise_shapes_from_rows(x.as_ref(), y.as_ref());
+    shaped.unwrap();
     for batch in &batches[used..] {
         state = state.update(config, &stats(batch)).unwrap();
     }

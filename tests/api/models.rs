@@ -238,3 +238,41 @@ async fn an_untrained_dye_says_which_input_it_follows() {
     assert!((blue_means[0] - 1.05).abs() < 1e-12, "{blue_means:?}");
     assert_eq!(blue_means[1], 0.0, "no blue dose: no blue");
 }
+
+/// A dose measured to 5 % of itself, posted in one batch that the store keeps as statistics: the
+/// first fit reads the batch's raw rows back, the rows set the output's noise shape (power 1),
+/// the posterior says so, and predict answers a dose near 0 with a small share of the output's
+/// noise variance and a large dose with more than all of it. A later batch, folded by one
+/// step, keeps the shape.
+#[tokio::test]
+async fn the_noise_of_a_dose_measured_to_a_share_of_itself_follows_the_dose() {
+    let app = spawn_app().await;
+    app.create_model(&spec("cv", 2, 1)).await;
+    let noise = |i: usize| ((i as f64 * 0.754_877_666).fract() - 0.5) * 12f64.sqrt();
+    let (x, y): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (0..320)
+        .map(|i| {
+            let t = (i % 300) as f64 / 300.0;
+            let x = vec![t * t, (i as f64 * 0.37).sin().abs()];
+            let dose = 0.01 + 4.0 * x[0] + 0.5 * x[1];
+            (x, vec![dose * (1.0 + 0.05 * noise(i))])
+        })
+        .unzip();
+    let first = json!({"batch_id": "first", "x": x[..300], "y": y[..300]});
+    assert_eq!(app.post_batch("cv", &first).await.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.wait_for_batch("cv", "first").await["status"], "folded");
+    let posterior: Value = app.get("/v1/models/cv/posterior").await.json().await.unwrap();
+    let output = &posterior["outputs"][0];
+    assert_eq!(output["noise_shape"]["power"], 1.0, "{output}");
+    let s = output["noise_variance"].as_f64().unwrap();
+    let answer = app.predict_at("cv", &json!([[0.0, 0.0], [1.0, 0.5]]), 1).await;
+    let variance = |r: usize| answer["predictions"][r]["variance"][0].as_f64().unwrap();
+    assert!(variance(0) < 0.1 * s, "{answer} against σ² {s}");
+    assert!(variance(1) > s, "{answer} against σ² {s}");
+
+    let later = json!({"batch_id": "later", "x": x[300..], "y": y[300..]});
+    assert_eq!(app.post_batch("cv", &later).await.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.wait_for_batch("cv", "later").await["status"], "folded");
+    let posterior: Value = app.get("/v1/models/cv/posterior").await.json().await.unwrap();
+    assert_eq!(posterior["version"], 2);
+    assert_eq!(posterior["outputs"][0]["noise_shape"], output["noise_shape"]);
+}

@@ -85,6 +85,7 @@ use rayon::prelude::*;
 use super::basis::Saunderson;
 use super::evidence::Alternate;
 use super::model::{ModelState, OutputState, Predictive};
+use super::noise_shape::NoiseShape;
 use super::posterior::{OutputPosterior, active_set};
 use super::prior::{FittedFamily, Prior, Smooth, shared_kernel_factor};
 use super::statistics::{BatchStatistics, BuildUp, Relative, ZeroRows};
@@ -126,6 +127,8 @@ const FORMAT_VERSION_BUILD_UP: u16 = 7;
 const FORMAT_VERSION_RELATIVE: u16 = 8;
 /// Written for states whose outputs keep alternates (see the module's doc).
 const FORMAT_VERSION_ALTERNATES: u16 = 9;
+/// Written for states whose outputs keep noise shapes (see the module's doc).
+const FORMAT_VERSION_NOISE_SHAPES: u16 = 10;
 /// Statistics blobs of version 4 followed by the weighted build-up statistics.
 const STATISTICS_VERSION_5: u16 = 5;
 /// Most build-up curves a blob may declare.
@@ -137,6 +140,9 @@ const MAX_DIM: usize = 1 << 16;
 /// keep the weighted build-up statistics, 7 when they keep the build-up statistics alone, 6
 /// otherwise.
 pub fn encode(state: &ModelState) -> Vec<u8> {
+    if (0..state.outputs().len()).any(|k| state.noise_shape(k).is_some()) {
+        return encode_as(state, FORMAT_VERSION_NOISE_SHAPES);
+    }
     if (0..state.outputs().len()).any(|k| !state.alternates(k).is_empty()) {
         return encode_as(state, FORMAT_VERSION_ALTERNATES);
     }
@@ -232,6 +238,19 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
             }
         }
     }
+    if version >= FORMAT_VERSION_NOISE_SHAPES {
+        for k in 0..m {
+            match state.noise_shape(k) {
+                None => w.u8(0),
+                Some(shape) => {
+                    w.u8(1);
+                    w.f64(shape.power());
+                    w.f64(shape.offset());
+                    w.f64(shape.level());
+                }
+            }
+        }
+    }
     w.finish()
 }
 
@@ -251,6 +270,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             FORMAT_VERSION_BUILD_UP,
             FORMAT_VERSION_RELATIVE,
             FORMAT_VERSION_ALTERNATES,
+            FORMAT_VERSION_NOISE_SHAPES,
         ],
     )?;
     let current = r.version >= FORMAT_VERSION_4;
@@ -386,6 +406,19 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             }
         }
     }
+    let mut noise_shapes = vec![None; m];
+    if r.version >= FORMAT_VERSION_NOISE_SHAPES {
+        for shape in noise_shapes.iter_mut() {
+            *shape = match r.u8()? {
+                0 => None,
+                1 => Some(
+                    NoiseShape::new(r.f64()?, r.f64()?, r.f64()?)
+                        .map_err(|_| DecodeError::Invalid("noise shape"))?,
+                ),
+                _ => return Err(DecodeError::Invalid("noise shape tag").into()),
+            };
+        }
+    }
     r.finish()?;
     // Each kernel's square root is an eigendecomposition: once per length scale (unless another
     // model holds it), in parallel.
@@ -418,7 +451,9 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             .map(form)
             .collect::<Result<Vec<_>, DecodeError>>()
     }?;
-    ModelState::from_parts(basis, totals, outputs, predictive, fitted_rows, alternates)
+    ModelState::from_parts(basis, totals, outputs, predictive, fitted_rows, alternates)?
+        .with_noise_shapes(noise_shapes)
+        .map_err(|_| DecodeError::Invalid("a noise shape on an untrained output").into())
 }
 
 /// Encodes the statistics of one batch (what the service stores beside a batch's raw rows).
@@ -1307,13 +1342,13 @@ mod tests {
     fn newer_version_is_refused() {
         let state = small_state();
         let refusal =
-            |newest| EstimatorError::Decode(DecodeError::UnsupportedVersion { found: 10, newest });
+            |newest| EstimatorError::Decode(DecodeError::UnsupportedVersion { found: 11, newest });
         let (mut blob, mut stats) = (encode(&state), encode_statistics(state.totals()));
-        blob[4] = 10;
-        stats[4] = 10;
+        blob[4] = 11;
+        stats[4] = 11;
         assert_eq!(
             decode(&blob).unwrap_err(),
-            refusal(FORMAT_VERSION_ALTERNATES)
+            refusal(FORMAT_VERSION_NOISE_SHAPES)
         );
         assert_eq!(
             decode_statistics(&stats).unwrap_err(),

@@ -1,11 +1,12 @@
 //! A model's whole state: running statistics and one posterior per output.
 
-use faer::Mat;
+use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
 use super::drift;
 use super::evidence::{Alternate, FittedShapes, SharedScale, evidence};
 use super::incremental::one_step;
+use super::noise_shape::{self, NoiseShape};
 use super::posterior::OutputPosterior;
 use super::statistics::{BatchStatistics, OutputData, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
@@ -187,6 +188,10 @@ pub struct ModelState {
     /// Per output, the other prior shapes of its model average (see [`super::mixture`]): empty
     /// for an untrained output, an ARD fit, and every state stored before them.
     alternates: Vec<Vec<Alternate>>,
+    /// Per output, how its noise variance grows with the answer ([`NoiseShape`]), set on the
+    /// rows of the model's first fit; `None` (one `σ²` for every answer) for an untrained output
+    /// and every state stored before them.
+    noise_shapes: Vec<Option<NoiseShape>>,
 }
 
 impl ModelState {
@@ -240,6 +245,7 @@ impl ModelState {
                 });
             }
         }
+        let noise_shapes = vec![None; outputs.len()];
         Ok(Self {
             basis,
             totals,
@@ -247,7 +253,100 @@ impl ModelState {
             predictive,
             fitted_rows,
             alternates,
+            noise_shapes,
         })
+    }
+
+    /// Output `k`'s noise shape, if it has one.
+    pub fn noise_shape(&self, k: usize) -> Option<NoiseShape> {
+        self.noise_shapes.get(k).copied().flatten()
+    }
+
+    /// This state with the noise shapes `shapes` (one per output; a shape only on a trained
+    /// output).
+    pub fn with_noise_shapes(
+        mut self,
+        shapes: Vec<Option<NoiseShape>>,
+    ) -> Result<Self, EstimatorError> {
+        if shapes.len() != self.outputs.len() {
+            return Err(EstimatorError::Dimension {
+                what: "noise shapes",
+                expected: self.outputs.len(),
+                found: shapes.len(),
+            });
+        }
+        if shapes
+            .iter()
+            .zip(&self.outputs)
+            .any(|(shape, output)| shape.is_some() && output.posterior().is_none())
+        {
+            return Err(EstimatorError::Untrained);
+        }
+        self.noise_shapes = shapes;
+        Ok(self)
+    }
+
+    /// This state with the noise shapes that the rows `x`, `y` choose
+    /// ([`Self::noise_shapes_from_rows`]); where the rows cannot set them (another width), the
+    /// state as it was, with the reason.
+    pub fn with_noise_shapes_from_rows(
+        mut self,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+    ) -> (Self, Result<(), EstimatorError>) {
+        match self.noise_shapes_from_rows(x, y) {
+            Ok(shapes) => {
+                self.noise_shapes = shapes;
+                (self, Ok(()))
+            }
+            Err(e) => (self, Err(e)),
+        }
+    }
+
+    /// This state with `from`'s noise shapes on the outputs it still has trained: a shape, set
+    /// on a first fit's rows, stays through the updates and refits after it.
+    fn keeping_noise_shapes(mut self, from: &[Option<NoiseShape>]) -> Self {
+        for ((shape, output), kept) in self.noise_shapes.iter_mut().zip(&self.outputs).zip(from) {
+            if output.posterior().is_some() {
+                *shape = *kept;
+            }
+        }
+        self
+    }
+
+    /// The noise shapes that the rows `x`, `y` (raw inputs and outputs, as a batch holds them)
+    /// choose for each trained output ([`NoiseShape::choose`]): the residuals from the output's
+    /// posterior mean, at `c` a twentieth of the root mean square of its values in this state's
+    /// statistics. A zero-inflated output's shape is set by the rows where both its value and
+    /// its mean are not 0 (a dose, not the exact 0 of a dye a recipe does not use); another's by
+    /// every row where its mean is not 0.
+    pub fn noise_shapes_from_rows(
+        &self,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+    ) -> Result<Vec<Option<NoiseShape>>, EstimatorError> {
+        if y.nrows() != x.nrows() || y.ncols() != self.outputs.len() {
+            return Err(EstimatorError::Dimension {
+                what: "noise shape rows",
+                expected: self.outputs.len(),
+                found: y.ncols(),
+            });
+        }
+        let design = self.basis.design(x)?;
+        let means = &design * self.coefficients();
+        let rows = self.totals.rows();
+        Ok((0..self.outputs.len())
+            .map(|k| {
+                self.outputs[k].posterior()?;
+                let offset = noise_shape::OFFSET_FRACTION * (self.totals.q()[k] / rows).sqrt();
+                let sparse = self.totals.zero_inflated(k);
+                let residuals = (0..y.nrows())
+                    .map(|i| (means[(i, k)], y[(i, k)]))
+                    .filter(|&(mean, value)| mean != 0.0 && !(sparse && value == 0.0))
+                    .map(|(mean, value)| (mean, value - mean));
+                NoiseShape::choose(residuals, offset)
+            })
+            .collect())
     }
 
     /// The rows output `k` counts as fitted on when it has just been fitted on all of `totals`:
@@ -291,6 +390,7 @@ impl ModelState {
                 .cloned()
                 .chain([Vec::new()])
                 .collect(),
+            noise_shapes: self.noise_shapes.iter().copied().chain([None]).collect(),
         }
     }
 
@@ -383,6 +483,7 @@ impl ModelState {
             self.fitted_rows.clone(),
             alternates,
         )
+        .map(|state| state.keeping_noise_shapes(&self.noise_shapes))
     }
 
     /// How predictions treat σ².
@@ -555,7 +656,8 @@ impl ModelState {
             self.predictive,
             fitted_rows,
             alternates,
-        )?;
+        )?
+        .keeping_noise_shapes(&self.noise_shapes);
         let shapes = FittedShapes::new(shared, state.totals());
         Ok((state, shapes))
     }
@@ -600,7 +702,8 @@ impl ModelState {
             predictive(config),
             fitted,
             alternates,
-        )?;
+        )?
+        .keeping_noise_shapes(&self.noise_shapes);
         let shapes = FittedShapes::new(shared, state.totals());
         Ok((state, shapes))
     }
@@ -986,6 +1089,98 @@ mod tests {
     /// intercept's direction again. Its centred sums of squares are then round-off, of either
     /// sign where the value has no exact double (0.7, 0.3, 0.1): the fit refused the batch as
     /// "not positive definite" under ridge and `auto`, and so every batch after it. It fits,
+    /// Rows whose error grows in proportion to the answer (5 % of it) set a noise shape of
+    /// power 1 on the first fit's rows: an answer near 0 is then given a small fraction of the
+    /// output's one noise variance and a large one more than all of it, every prediction path
+    /// agrees, and the shape stays through a one-step update, a refit, and an encoding.
+    #[test]
+    fn a_noise_that_grows_with_the_answer_narrows_small_answers_and_widens_large_ones() {
+        let n = 300;
+        let noise = |i: usize| ((i as f64 * 0.754_877_666).fract() - 0.5) * 12f64.sqrt();
+        let x = Mat::from_fn(n, 2, |i, j| {
+            let t = i as f64 / n as f64;
+            if j == 0 {
+                t * t
+            } else {
+                (i as f64 * 0.37).sin().abs()
+            }
+        });
+        let y = Mat::from_fn(n, 1, |i, _| {
+            let truth = 0.01 + 4.0 * x[(i, 0)] + 0.5 * x[(i, 1)];
+            truth * (1.0 + 0.05 * noise(i))
+        });
+        let basis = Basis::new(2, true, Transform::Identity);
+        let config = ModelConfig {
+            prior: PriorFamily::Ridge,
+            ..ModelConfig::new(basis, 1)
+        };
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let plain = ModelState::fit(&config, stats).unwrap();
+        let shapes = plain
+            .noise_shapes_from_rows(x.as_ref(), y.as_ref())
+            .unwrap();
+        let shape = shapes[0].expect("a shape");
+        assert_eq!(shape.power(), 1.0);
+        let shaped = plain.clone().with_noise_shapes(shapes).unwrap();
+        let probe = Mat::from_fn(2, 2, |i, j| if j == 0 { [0.0, 1.0][i] } else { 0.5 });
+        let before = Predictor::new(&plain).predict(probe.as_ref()).unwrap();
+        let after = Predictor::new(&shaped).predict(probe.as_ref()).unwrap();
+        // The means are the model's own; only the noise part moves.
+        assert_eq!(before.mean, after.mean);
+        assert!(after.variance[(0, 0)] < 0.1 * before.variance[(0, 0)]);
+        assert!(after.variance[(1, 0)] > before.variance[(1, 0)]);
+        // Row by row, in blocks and through a design matrix: the same answer.
+        let many = Mat::from_fn(40, 2, |i, j| (i as f64 * [0.13, 0.29][j]).fract());
+        let predictor = Predictor::new(&shaped);
+        let rows = predictor.predict(many.as_ref()).unwrap();
+        let each = predictor.predict_each_row(many.as_ref()).unwrap();
+        let design = predictor.predict_design(basis.design(many.as_ref()).unwrap().as_ref());
+        for i in 0..40 {
+            let one = predictor.predict(many.subrows(i, 1)).unwrap();
+            assert_eq!(one.variance[(0, 0)], each.variance[(i, 0)]);
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-10 * a.abs().max(b.abs());
+            assert!(close(rows.variance[(i, 0)], design.variance[(i, 0)]));
+        }
+        // Kept by a step, a refit and the codec; refused on an untrained output.
+        let more = BatchStatistics::from_rows(&basis, x.subrows(0, 20), y.subrows(0, 20)).unwrap();
+        let stepped = shaped.update(&config, &more).unwrap();
+        assert_eq!(stepped.noise_shape(0), Some(shape));
+        assert_eq!(stepped.refit(&config).unwrap().noise_shape(0), Some(shape));
+        let decoded = crate::codec::decode(&crate::codec::encode(&shaped)).unwrap();
+        assert_eq!(decoded, shaped);
+        assert!(
+            crate::codec::decode(&crate::codec::encode(&plain))
+                .unwrap()
+                .noise_shape(0)
+                .is_none()
+        );
+        let untrained = shaped.with_output_appended();
+        assert!(
+            untrained
+                .clone()
+                .with_noise_shapes(vec![Some(shape), Some(shape)])
+                .is_err()
+        );
+        assert_eq!(untrained.noise_shape(0), Some(shape));
+    }
+
+    /// An output whose error does not grow with its answer keeps one noise variance.
+    #[test]
+    fn a_noise_that_does_not_grow_with_the_answer_sets_no_shape() {
+        let n = 300;
+        let x = Mat::from_fn(n, 1, |i, _| i as f64 / n as f64);
+        let y = Mat::from_fn(n, 1, |i, _| {
+            0.1 + 4.0 * x[(i, 0)] + 0.05 * ((i as f64 * 0.754_877_666).fract() - 0.5)
+        });
+        let basis = Basis::new(1, true, Transform::Identity);
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let state = ModelState::fit(&ModelConfig::new(basis, 1), stats).unwrap();
+        let shapes = state
+            .noise_shapes_from_rows(x.as_ref(), y.as_ref())
+            .unwrap();
+        assert_eq!(shapes, vec![None]);
+    }
+
     /// takes one-row batches that keep the value, and predicts as the model without the column.
     #[test]
     fn a_feature_that_holds_one_value_fits_as_if_it_were_absent() {

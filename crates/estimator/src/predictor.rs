@@ -97,6 +97,7 @@ use super::EstimatorError;
 use super::basis::Basis;
 use super::evidence::FittedShapes;
 use super::model::{ModelState, OutputState, Predictions, Predictive};
+use super::noise_shape::NoiseShape;
 use super::options::FitOptions;
 
 /// Requests of at most this many rows are computed row by row.
@@ -123,6 +124,11 @@ pub struct Predictor {
 struct Inflation {
     kappa: f64,
     prior_inflated: bool,
+}
+
+/// The noise variance `s` of an answer of mean `mean`: `s · w(μ)` under a noise shape.
+fn shaped(s: f64, shape: &Option<NoiseShape>, mean: f64) -> f64 {
+    shape.map_or(s, |shape| s * shape.weight(mean))
 }
 
 impl Inflation {
@@ -152,6 +158,8 @@ enum Term {
         /// The variance of a structural zero (a row with `φ_W = 0`), if the output can predict
         /// one.
         zero: Option<f64>,
+        /// How the noise variance grows with the answer, if it does ([`NoiseShape`]).
+        shape: Option<NoiseShape>,
     },
     /// Predicts its column of `weights` (0, or a marker followed) with this variance (or the
     /// mean's square where that is larger), or with the second where every marker (the first)
@@ -220,6 +228,7 @@ impl Predictor {
                     prior_inflated: false,
                 },
                 zero: None,
+                shape: state.noise_shape(k),
             },
             (OutputState::Trained(post), None) => {
                 let prior_inflated = match state.predictive() {
@@ -262,6 +271,7 @@ impl Predictor {
                         prior_inflated,
                     },
                     zero,
+                    shape: state.noise_shape(k),
                 }
             }
             (OutputState::Untrained, _) => {
@@ -342,7 +352,8 @@ impl Predictor {
     }
 
     /// The noise variance inside output `k`'s predictive variance, `κ_k s_k` (the Student-t's
-    /// inflation included, as the variance has it); `None` while it is untrained.
+    /// inflation included, as the variance has it; before any noise shape, which multiplies it
+    /// by `w(μ)` row by row); `None` while it is untrained.
     pub fn noise_variance(&self, k: usize) -> Option<f64> {
         match self.outputs.get(k)? {
             Term::Trained {
@@ -421,6 +432,7 @@ impl Predictor {
                         flat,
                         inflation,
                         zero,
+                        shape,
                     } => {
                         let centred = &mut centred[..weighted.len()];
                         let flat_part = match flat {
@@ -442,7 +454,8 @@ impl Predictor {
                             Some(v) if centred.iter().all(|c| *c == 0.0) => *v,
                             _ => {
                                 let quadratic = quadratic_form(factor, centred);
-                                inflation.variance(*noise_variance, quadratic, flat_part)
+                                let noise = shaped(*noise_variance, shape, mean[(r, k)]);
+                                inflation.variance(noise, quadratic, flat_part)
                             }
                         }
                     }
@@ -490,6 +503,7 @@ impl Predictor {
                         flat,
                         inflation,
                         zero,
+                        shape,
                     } => {
                         let w = weighted.len();
                         let mut flat_part = [0.0; BLOCK];
@@ -534,8 +548,8 @@ impl Predictor {
                         let mut quadratic = [0.0; BLOCK];
                         quadratic_forms(factor, &active[..n], &mut quadratic[..n]);
                         for (&b, q) in which[..n].iter().zip(quadratic) {
-                            variance[(start + b, k)] =
-                                inflation.variance(*noise_variance, q, flat_part[b]);
+                            let noise = shaped(*noise_variance, shape, mean[(start + b, k)]);
+                            variance[(start + b, k)] = inflation.variance(noise, q, flat_part[b]);
                         }
                     }
                     Term::Untrained {
@@ -576,6 +590,7 @@ impl Predictor {
                     flat,
                     inflation,
                     zero,
+                    shape,
                 } => {
                     let x = Mat::from_fn(rows, weighted.len(), |r, i| match flat {
                         None => phi[(r, weighted[i])],
@@ -598,7 +613,7 @@ impl Predictor {
                         variance[(r, k)] = match zero {
                             Some(v) if x.row(r).iter().all(|c| *c == 0.0) => *v,
                             _ => inflation.variance(
-                                *noise_variance,
+                                shaped(*noise_variance, shape, mean[(r, k)]),
                                 t.row(r).squared_norm_l2(),
                                 flat_part,
                             ),

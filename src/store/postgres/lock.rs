@@ -87,11 +87,15 @@ impl ModelTransaction for PgModelTransaction {
         Ok(rows)
     }
 
-    async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
+    async fn queued_batches(&mut self, with_rows: bool) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query_as(&format!(
             "SELECT {} FROM batches \
              WHERE model_id = $1 AND status = 'queued' ORDER BY arrival",
-            sql::BATCH_SOURCE
+            if with_rows {
+                sql::BATCH_SOURCE_WITH_ROWS
+            } else {
+                sql::BATCH_SOURCE
+            }
         ))
         .bind(self.model_id)
         .fetch_all(&mut *self.tx)

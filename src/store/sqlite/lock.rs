@@ -127,11 +127,15 @@ impl ModelTransaction for SqliteModelTransaction {
         Ok(rows)
     }
 
-    async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
+    async fn queued_batches(&mut self, with_rows: bool) -> Result<Vec<QueuedBatch>, StoreError> {
         let rows = sqlx::query_as(&format!(
             "SELECT {} FROM batches \
              WHERE model_id = ?1 AND status = 'queued' ORDER BY seq",
-            sql::SQLITE_BATCH_SOURCE
+            if with_rows {
+                sql::SQLITE_BATCH_SOURCE_WITH_ROWS
+            } else {
+                sql::SQLITE_BATCH_SOURCE
+            }
         ))
         .bind(self.model_id)
         .fetch_all(&self.store.inner.readers)
