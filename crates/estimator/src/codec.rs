@@ -41,6 +41,11 @@
 //! · smooth bands u32 · [length f64]). Every other state keeps its version, readable by the
 //! releases before; a state read from a version before 9 has no alternates.
 //!
+//! Version 10 is version 9 followed, after the alternates, by each output's noise shape
+//! ([`crate::noise_shape`]): tag u8 (0 none, 1 a shape: then power θ f64 · offset c f64 · level m
+//! f64). It is written only for states with a shape on some output, so every other state keeps
+//! its version, readable by the releases before; a state read from a version before 10 has none.
+//!
 //! The Saunderson transform (tag 2) came within version 6: only such states carry `k₁, k₂`, so
 //! every other state stays readable by the releases before it, which refuse a tag-2 state as an
 //! invalid transform rather than misread it.

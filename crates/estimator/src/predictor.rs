@@ -32,6 +32,10 @@
 //! the smooth prior `F_k` is dense, and `T_k`, from its QR factorisation, holds about half its
 //! entries: a wide model's prediction reads half the memory and does half the products.
 //!
+//! An output with a noise shape ([`super::noise_shape`], set on its first fit's rows) has its
+//! noise variance `s_k` multiplied by `w_k(mean_k)` row by row, `w_k(μ) = (c_k + |μ|)^{2θ_k} m_k`;
+//! the factor's part and the flat intercept's stay as they are.
+//!
 //! A structural zero is that exception. Where the posterior has pruned the intercept (a
 //! zero-inflated output under ARD) and every weighted basis function is 0 in a row (`φ_W = 0`:
 //! a dye the lab recipe does not use), the mean is exactly 0 and `φᵀΣφ = 0`; `s_k` is the noise
