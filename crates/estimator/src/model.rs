@@ -1085,10 +1085,6 @@ mod tests {
         );
     }
 
-    /// A named feature that holds one value in every row (one fabric for a while) is the
-    /// intercept's direction again. Its centred sums of squares are then round-off, of either
-    /// sign where the value has no exact double (0.7, 0.3, 0.1): the fit refused the batch as
-    /// "not positive definite" under ridge and `auto`, and so every batch after it. It fits,
     /// Rows whose error grows in proportion to the answer (5 % of it) set a noise shape of
     /// power 1 on the first fit's rows: an answer near 0 is then given a small fraction of the
     /// output's one noise variance and a large one more than all of it, every prediction path
@@ -1181,6 +1177,10 @@ mod tests {
         assert_eq!(shapes, vec![None]);
     }
 
+    /// A named feature that holds one value in every row (one fabric for a while) is the
+    /// intercept's direction again. Its centred sums of squares are then round-off, of either
+    /// sign where the value has no exact double (0.7, 0.3, 0.1): the fit refused the batch as
+    /// "not positive definite" under ridge and `auto`, and so every batch after it. It fits,
     /// takes one-row batches that keep the value, and predicts as the model without the column.
     #[test]
     fn a_feature_that_holds_one_value_fits_as_if_it_were_absent() {

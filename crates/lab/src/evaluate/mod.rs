@@ -229,6 +229,19 @@ enum Stage2 {
     FromScratch,
 }
 
+/// The first fit on the rows `x`, `y`, with the noise shapes they choose, as the service's first
+/// fit sets them on its batches' rows.
+fn first_fit(
+    config: &ModelConfig,
+    x: MatRef<'_, f64>,
+    y: MatRef<'_, f64>,
+) -> anyhow::Result<ModelState> {
+    let stats = BatchStatistics::from_rows(&config.basis, x, y)?;
+    let (state, shaped) = ModelState::fit(config, stats)?.with_noise_shapes_from_rows(x, y);
+    shaped.context("noise shapes")?;
+    Ok(state)
+}
+
 fn bayesian_two_stage(
     split: &Split,
     config: &ModelConfig,
@@ -237,8 +250,8 @@ fn bayesian_two_stage(
     let basis = &config.basis;
     let mut scores = TrialScores::default();
     let start = Instant::now();
-    let old = BatchStatistics::from_rows(basis, split.old_x.as_ref(), split.old_y.as_ref())?;
-    let state = ModelState::fit(config, old).context("first fit")?;
+    let state =
+        first_fit(config, split.old_x.as_ref(), split.old_y.as_ref()).context("first fit")?;
     scores.time1_s = Some(start.elapsed().as_secs_f64());
     scores.old_train = Some(score(&state, split.old_x.as_ref(), split.old_y.as_ref())?);
     scores.new_test = Some(score(&state, split.new_x.as_ref(), split.new_y.as_ref())?);
@@ -253,9 +266,7 @@ fn bayesian_two_stage(
             state.update(config, &new).context("update")?
         }
         Stage2::FromScratch => {
-            let all =
-                BatchStatistics::from_rows(basis, split.all_x.as_ref(), split.all_y.as_ref())?;
-            ModelState::fit(config, all).context("one-shot fit")?
+            first_fit(config, split.all_x.as_ref(), split.all_y.as_ref()).context("one-shot fit")?
         }
     };
     scores.time2_s = Some(start.elapsed().as_secs_f64());
@@ -281,9 +292,8 @@ fn score_second_stage(
 fn bayesian_new_only(split: &Split, config: &ModelConfig) -> anyhow::Result<TrialScores> {
     let mut scores = TrialScores::default();
     let start = Instant::now();
-    let new =
-        BatchStatistics::from_rows(&config.basis, split.new_x.as_ref(), split.new_y.as_ref())?;
-    let state = ModelState::fit(config, new).context("fit on new rows")?;
+    let state =
+        first_fit(config, split.new_x.as_ref(), split.new_y.as_ref()).context("fit on new rows")?;
     scores.time2_s = Some(start.elapsed().as_secs_f64());
     score_second_stage(&state, split, split.new_y.as_ref(), &mut scores)?;
     Ok(scores)
