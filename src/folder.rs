@@ -424,11 +424,12 @@ async fn fold_claimed(
         .successor
         .zip(lock.spec.spectrum)
         .map(|(new, old)| (new.grid(), old.grid()));
-    // A first fit reads every batch's raw rows, to set its noise shapes on them.
+    // A first fit reads its batches' raw rows, to set its noise shapes on them.
     let queued = if current.is_some() {
         lock.queued_batches().await?
     } else {
-        lock.queued_batches_with_rows().await?
+        let rows = i64::try_from(lock.spec.first_fit_rows).unwrap_or(i64::MAX);
+        lock.queued_batches_for_first_fit(rows).await?
     };
     let first_fit_rows = lock.spec.first_fit_rows as f64;
     let hold_above = lock.spec.drift_threshold;

@@ -94,6 +94,7 @@ conformance!(
     concurrent_ingestion_and_folding_fold_each_batch_once_in_arrival_order,
     folds_between_full_states_keep_their_digest_and_batches,
     retention_purges_the_rows_of_settled_batches_only,
+    a_first_fit_reads_the_raw_rows_of_the_batches_it_learns_from_and_no_more,
 );
 
 fn spec(name: &str, first_fit_rows: u64) -> ModelSpec {
@@ -1386,4 +1387,41 @@ async fn postgres_keeps_states_and_statistics_out_of_pglz() {
     }
     conn.close().await.unwrap();
     db.store.close().await;
+}
+
+/// A first fit on 5 rows reads the raw rows of the batches it learns from (those after fewer
+/// than 5 queued rows: 2 + 2 + 3), stored with statistics or not, and not of the batch after
+/// them, which a bulk import could make as large as it likes; a fold of a trained model reads
+/// raw rows only of batches stored without statistics.
+async fn a_first_fit_reads_the_raw_rows_of_the_batches_it_learns_from_and_no_more(store: &Store) {
+    let spec = spec("first", 5);
+    let id = create(store, &spec).await;
+    for (i, (b, rows)) in [("b1", 2), ("b2", 2), ("b3", 3), ("b4", 4)]
+        .into_iter()
+        .enumerate()
+    {
+        ingest(store, id, &batch(&spec, b, rows, i as f64)).await;
+    }
+    let mut lock = store.claim_fold(&[]).await.unwrap().expect("work");
+    let first = lock.queued_batches_for_first_fit(5).await.unwrap();
+    let with_rows: Vec<(&str, bool)> = first
+        .iter()
+        .map(|b| {
+            (
+                b.batch_id.as_str(),
+                b.rows_x.is_some() && b.rows_y.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        with_rows,
+        [("b1", true), ("b2", true), ("b3", true), ("b4", false)]
+    );
+    // The rows read are the batch's own, row-major little-endian doubles.
+    let x = first[2].rows_x.as_deref().unwrap();
+    assert_eq!(x, &batch(&spec, "b3", 3, 2.0).encode().x[..]);
+    let later = lock.queued_batches().await.unwrap();
+    assert_eq!(later.len(), 4);
+    assert!(later.iter().all(|b| b.rows_x.is_none()));
+    lock.commit().await.unwrap();
 }

@@ -69,7 +69,9 @@ pub struct Spectra {
 /// `κ(σ² + φᵀΣAΣφ) + φᵀΣA₀Σφ`: `κ = ν/(ν − 2)` under the Student-t predictive inflates σ² and
 /// the part of `φᵀΣφ` the noise drives (`A` the data's precision, `A₀` the prior's), not the
 /// prior's own (models fitted before this rule inflate all of `σ² + φᵀΣφ` until refitted;
-/// `κ = 1` under the plug-in predictive). A dye predicted exactly 0 because every input its
+/// `κ = 1` under the plug-in predictive). Where the output has a noise shape (`noise_shape` in
+/// its posterior), σ² is that of an answer of this mean, `σ² · (offset + |mean|)^(2·power) ·
+/// level`. A dye predicted exactly 0 because every input its
 /// posterior uses is 0 gets the spread of the training rows like that instead (at most `κσ²`); a
 /// dye not yet trained, the mean square of its non-zero values (for a dye no training row used,
 /// that of the dyes used, once in N + 1 rows), or less where every input that marked its uses is

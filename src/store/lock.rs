@@ -30,9 +30,12 @@ pub trait ModelTransaction: Send {
     async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError>;
     /// The batches folded into `version`, in the order they were folded.
     async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError>;
-    /// The model's queued batches, oldest first; `with_rows`: with the raw rows of every batch,
-    /// not only of those stored without statistics.
-    async fn queued_batches(&mut self, with_rows: bool) -> Result<Vec<QueuedBatch>, StoreError>;
+    /// The model's queued batches, oldest first; with `first_fit_rows`, each batch that follows
+    /// fewer queued rows than that with its raw rows, stored with statistics or not.
+    async fn queued_batches(
+        &mut self,
+        first_fit_rows: Option<i64>,
+    ) -> Result<Vec<QueuedBatch>, StoreError>;
     /// Writes `version` (the current one plus one) and makes it current, thinning the one it
     /// replaces where asked ([`NewVersion::thin_previous`]) and marking the queued batches it
     /// folds in ([`NewVersion::folds`]) as folded into it; returns its time.
@@ -120,13 +123,17 @@ impl ModelLock {
 
     /// The model's queued batches, oldest first.
     pub async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
-        self.tx.queued_batches(false).await
+        self.tx.queued_batches(None).await
     }
 
-    /// [`Self::queued_batches`], each with its raw rows where they are kept, whether or not it
-    /// was stored with statistics: what a first fit reads.
-    pub async fn queued_batches_with_rows(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
-        self.tx.queued_batches(true).await
+    /// [`Self::queued_batches`], those a first fit on `first_fit_rows` rows learns from (each
+    /// batch after fewer queued rows than that) with their raw rows where they are kept, whether
+    /// or not they were stored with statistics: what a first fit reads.
+    pub async fn queued_batches_for_first_fit(
+        &mut self,
+        first_fit_rows: i64,
+    ) -> Result<Vec<QueuedBatch>, StoreError> {
+        self.tx.queued_batches(Some(first_fit_rows)).await
     }
 
     /// Writes the next version and makes it current; returns its number and time.

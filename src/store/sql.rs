@@ -104,15 +104,28 @@ pub(super) const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received
 /// A batch's raw rows on SQLite, right after the batch (`last_insert_rowid()` is its `seq`).
 pub(super) const SQLITE_INSERT_ROWS: &str =
     "INSERT INTO batch_rows (seq, x, y) VALUES (last_insert_rowid(), $1, $2)";
-/// [`BATCH_SOURCE`] with the raw rows of every batch, stored with statistics or not (NULL where
-/// they are no longer kept): what a first fit reads, to set its outputs' noise shapes.
-pub(super) const BATCH_SOURCE_WITH_ROWS: &str =
-    "seq, batch_id, rows, statistics, received_at, released, x AS rows_x, y AS rows_y";
-/// [`BATCH_SOURCE_WITH_ROWS`] on SQLite.
-pub(super) const SQLITE_BATCH_SOURCE_WITH_ROWS: &str = "seq, batch_id, rows, statistics, \
+/// [`BATCH_SOURCE`] of the queued batches in arrival order, with the raw rows, stored with
+/// statistics or not (NULL where they are no longer kept), of each batch that follows fewer
+/// than `$2` queued rows: what a first fit on `$2` rows reads, to set its outputs' noise shapes,
+/// and no more.
+pub(super) const QUEUED_FIRST_FIT: &str = "SELECT seq, batch_id, rows, statistics, received_at, \
+     released, \
+     CASE WHEN length(statistics) = 0 OR before < $2 THEN x END AS rows_x, \
+     CASE WHEN length(statistics) = 0 OR before < $2 THEN y END AS rows_y \
+     FROM (SELECT *, coalesce(sum(rows) OVER (ORDER BY arrival \
+     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before \
+     FROM batches WHERE model_id = $1 AND status = 'queued') queued ORDER BY arrival";
+/// [`QUEUED_FIRST_FIT`] on SQLite, which keeps the raw rows in `batch_rows` and the queue in
+/// `seq` order.
+pub(super) const SQLITE_QUEUED_FIRST_FIT: &str = "SELECT seq, batch_id, rows, statistics, \
      received_at, released, \
-     (SELECT r.x FROM batch_rows r WHERE r.seq = batches.seq) AS rows_x, \
-     (SELECT r.y FROM batch_rows r WHERE r.seq = batches.seq) AS rows_y";
+     CASE WHEN length(statistics) = 0 OR before < ?2 \
+     THEN (SELECT r.x FROM batch_rows r WHERE r.seq = queued.seq) END AS rows_x, \
+     CASE WHEN length(statistics) = 0 OR before < ?2 \
+     THEN (SELECT r.y FROM batch_rows r WHERE r.seq = queued.seq) END AS rows_y \
+     FROM (SELECT *, coalesce(sum(rows) OVER (ORDER BY seq \
+     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before \
+     FROM batches WHERE model_id = ?1 AND status = 'queued') queued ORDER BY seq";
 /// [`BATCH_SOURCE`] on SQLite, which keeps the raw rows in `batch_rows`.
 pub(super) const SQLITE_BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, \
      released, \

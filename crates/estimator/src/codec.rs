@@ -141,9 +141,9 @@ const MAX_CURVES: usize = 64;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
 const MAX_DIM: usize = 1 << 16;
 
-/// Encodes a model state: format 9 when an output keeps alternates, else 8 when its statistics
-/// keep the weighted build-up statistics, 7 when they keep the build-up statistics alone, 6
-/// otherwise.
+/// Encodes a model state: format 10 when an output keeps a noise shape, else 9 when an output
+/// keeps alternates, else 8 when its statistics keep the weighted build-up statistics, 7 when
+/// they keep the build-up statistics alone, 6 otherwise.
 pub fn encode(state: &ModelState) -> Vec<u8> {
     if (0..state.outputs().len()).any(|k| state.noise_shape(k).is_some()) {
         return encode_as(state, FORMAT_VERSION_NOISE_SHAPES);

@@ -1125,6 +1125,15 @@ mod tests {
         assert_eq!(before.mean, after.mean);
         assert!(after.variance[(0, 0)] < 0.1 * before.variance[(0, 0)]);
         assert!(after.variance[(1, 0)] > before.variance[(1, 0)]);
+        // The noise's part of each answer is what the shape makes of it, never above the whole.
+        let shaped_predictor = Predictor::new(&shaped);
+        for r in 0..2 {
+            let mean = after.mean[(r, 0)];
+            let noise = shaped_predictor.noise_variance_at(0, mean).unwrap();
+            let unshaped = shaped_predictor.noise_variance(0).unwrap();
+            assert!((noise - unshaped * shape.weight(mean)).abs() <= 1e-12 * noise);
+            assert!(noise <= after.variance[(r, 0)]);
+        }
         // Row by row, in blocks and through a design matrix: the same answer.
         let many = Mat::from_fn(40, 2, |i, j| (i as f64 * [0.13, 0.29][j]).fract());
         let predictor = Predictor::new(&shaped);

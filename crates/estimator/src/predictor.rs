@@ -369,6 +369,20 @@ impl Predictor {
         }
     }
 
+    /// [`Self::noise_variance`] inside the variance of an answer of mean `mean`: `κ_k s_k` times
+    /// `w_k(mean)` under a noise shape, the part of that variance the noise makes.
+    pub fn noise_variance_at(&self, k: usize, mean: f64) -> Option<f64> {
+        match self.outputs.get(k)? {
+            Term::Trained {
+                noise_variance,
+                inflation,
+                shape,
+                ..
+            } => Some(inflation.kappa * shaped(*noise_variance, shape, mean)),
+            Term::Untrained { .. } => None,
+        }
+    }
+
     /// Predictions for the raw input rows `x` (rows × d), each row's bit for bit what it gets
     /// alone: a few rows one after the other, more [`BLOCK`] at a time ([`Self::rows_together`]).
     pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {

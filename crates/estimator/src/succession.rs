@@ -379,7 +379,7 @@ fn own_answers(
         .map(|k| PathPrediction {
             mean: p.mean[(0, k)],
             variance: p.variance[(0, k)],
-            noise: own.noise_variance(k).unwrap_or(0.0),
+            noise: own.noise_variance_at(k, p.mean[(0, k)]).unwrap_or(0.0),
         })
         .collect())
 }

@@ -754,7 +754,9 @@ pub fn through_map(
             PathPrediction {
                 mean: answered.mean[(0, k)],
                 variance: answered.variance[(0, k)] + map.variance_of(&reconstruction, &beta),
-                noise: predictor.noise_variance(k).unwrap_or(0.0),
+                noise: predictor
+                    .noise_variance_at(k, answered.mean[(0, k)])
+                    .unwrap_or(0.0),
             }
         })
         .collect())

@@ -87,19 +87,29 @@ impl ModelTransaction for PgModelTransaction {
         Ok(rows)
     }
 
-    async fn queued_batches(&mut self, with_rows: bool) -> Result<Vec<QueuedBatch>, StoreError> {
-        let rows = sqlx::query_as(&format!(
-            "SELECT {} FROM batches \
-             WHERE model_id = $1 AND status = 'queued' ORDER BY arrival",
-            if with_rows {
-                sql::BATCH_SOURCE_WITH_ROWS
-            } else {
-                sql::BATCH_SOURCE
+    async fn queued_batches(
+        &mut self,
+        first_fit_rows: Option<i64>,
+    ) -> Result<Vec<QueuedBatch>, StoreError> {
+        let rows = match first_fit_rows {
+            Some(limit) => {
+                sqlx::query_as(sql::QUEUED_FIRST_FIT)
+                    .bind(self.model_id)
+                    .bind(limit)
+                    .fetch_all(&mut *self.tx)
+                    .await?
             }
-        ))
-        .bind(self.model_id)
-        .fetch_all(&mut *self.tx)
-        .await?;
+            None => {
+                sqlx::query_as(&format!(
+                    "SELECT {} FROM batches \
+                     WHERE model_id = $1 AND status = 'queued' ORDER BY arrival",
+                    sql::BATCH_SOURCE
+                ))
+                .bind(self.model_id)
+                .fetch_all(&mut *self.tx)
+                .await?
+            }
+        };
         Ok(rows)
     }
 

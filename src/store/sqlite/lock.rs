@@ -127,19 +127,29 @@ impl ModelTransaction for SqliteModelTransaction {
         Ok(rows)
     }
 
-    async fn queued_batches(&mut self, with_rows: bool) -> Result<Vec<QueuedBatch>, StoreError> {
-        let rows = sqlx::query_as(&format!(
-            "SELECT {} FROM batches \
-             WHERE model_id = ?1 AND status = 'queued' ORDER BY seq",
-            if with_rows {
-                sql::SQLITE_BATCH_SOURCE_WITH_ROWS
-            } else {
-                sql::SQLITE_BATCH_SOURCE
+    async fn queued_batches(
+        &mut self,
+        first_fit_rows: Option<i64>,
+    ) -> Result<Vec<QueuedBatch>, StoreError> {
+        let rows = match first_fit_rows {
+            Some(limit) => {
+                sqlx::query_as(sql::SQLITE_QUEUED_FIRST_FIT)
+                    .bind(self.model_id)
+                    .bind(limit)
+                    .fetch_all(&self.store.inner.readers)
+                    .await?
             }
-        ))
-        .bind(self.model_id)
-        .fetch_all(&self.store.inner.readers)
-        .await?;
+            None => {
+                sqlx::query_as(&format!(
+                    "SELECT {} FROM batches \
+                     WHERE model_id = ?1 AND status = 'queued' ORDER BY seq",
+                    sql::SQLITE_BATCH_SOURCE
+                ))
+                .bind(self.model_id)
+                .fetch_all(&self.store.inner.readers)
+                .await?
+            }
+        };
         Ok(rows)
     }
 
