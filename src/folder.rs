@@ -13,18 +13,16 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use faer::Mat;
-
 use crate::cache::PosteriorCache;
 use crate::cache::Serving;
 use crate::config::FolderSettings;
-use crate::domain::Shape;
+use crate::domain::{Rows, Shape};
 use crate::estimator::grid::Grid;
 use crate::estimator::succession::Succession;
 use crate::estimator::{
     BatchStatistics, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM, drift,
 };
-use crate::history::{self, Source, decode_batch};
+use crate::history::{self, RawRows, Source, decode_batch};
 use crate::metrics::Metrics;
 use crate::store::{
     BatchSurprise, ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic, VersionOrigin,
@@ -75,29 +73,6 @@ pub struct Pending<'a> {
     pub rows: Option<RawRows<'a>>,
 }
 
-/// A batch's raw rows: little-endian, row-major `f64`s, as the store keeps them.
-#[derive(Clone, Copy, Debug)]
-pub struct RawRows<'a> {
-    pub rows: usize,
-    pub x: &'a [u8],
-    pub y: &'a [u8],
-}
-
-impl<'a> RawRows<'a> {
-    /// The raw rows the store listed with `batch`, if it did (a successor's readings have none
-    /// a model could read).
-    pub fn of(batch: &'a QueuedBatch) -> Option<Self> {
-        if SuccessorBatch::is_one(&batch.statistics) {
-            return None;
-        }
-        Some(Self {
-            rows: usize::try_from(batch.rows).ok()?,
-            x: batch.rows_x.as_deref()?,
-            y: batch.rows_y.as_deref()?,
-        })
-    }
-}
-
 /// `fitted` with the noise shapes its first fit's rows choose (those of `rows` in the model's
 /// present shape: a batch stored before the model grew, or whose rows are no longer kept,
 /// leaves its rows out); as it is without any.
@@ -107,33 +82,24 @@ fn with_first_fit_noise_shapes(
     rows: &[RawRows<'_>],
 ) -> ModelState {
     let (d, m) = (config.basis.features, config.outputs);
-    let usable: Vec<&RawRows<'_>> = rows
-        .iter()
-        .filter(|r| r.x.len() == 8 * r.rows * d && r.y.len() == 8 * r.rows * m)
-        .collect();
-    let n: usize = usable.iter().map(|r| r.rows).sum();
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for batch in rows {
+        if let (Some(bx), Some(by)) = (
+            Rows::values_from_le_bytes(batch.x),
+            Rows::values_from_le_bytes(batch.y),
+        ) && bx.len() == batch.rows * d
+            && by.len() == batch.rows * m
+        {
+            x.extend(bx);
+            y.extend(by);
+        }
+    }
+    let n = y.len() / m.max(1);
     if n == 0 {
         return fitted;
     }
-    let value = |bytes: &[u8], at: usize| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&bytes[8 * at..8 * at + 8]);
-        f64::from_le_bytes(b)
-    };
-    let (mut x, mut y) = (Mat::zeros(n, d), Mat::zeros(n, m));
-    let mut at = 0;
-    for batch in usable {
-        for i in 0..batch.rows {
-            for j in 0..d {
-                x[(at + i, j)] = value(batch.x, i * d + j);
-            }
-            for k in 0..m {
-                y[(at + i, k)] = value(batch.y, i * m + k);
-            }
-        }
-        at += batch.rows;
-    }
-    let (shaped, outcome) = fitted.with_noise_shapes_from_rows(x.as_ref(), y.as_ref());
+    let (x, y) = (Rows::from_row_major(n, d, x), Rows::from_row_major(n, m, y));
+    let (shaped, outcome) = fitted.with_noise_shapes_from_rows(x.as_mat(), y.as_mat());
     if let Err(e) = outcome {
         tracing::warn!(error = %e, "the first fit's rows set no noise shape");
     }
@@ -962,7 +928,7 @@ pub(crate) mod tests {
             .enumerate()
             .map(|(i, ((_, x, y), &rows))| Pending {
                 seq: i as i64,
-                source: Source::Rows { rows, x, y },
+                source: Source::Rows(RawRows { rows, x, y }),
                 released: false,
                 rows: None,
             })
@@ -978,11 +944,11 @@ pub(crate) mod tests {
         let (_, x, y) = &encoded[1];
         let bad = [Pending {
             seq: 9,
-            source: Source::Rows {
+            source: Source::Rows(RawRows {
                 rows: 1,
                 x: &x[..x.len() - 8],
                 y,
-            },
+            }),
             released: false,
             rows: None,
         }];

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::cache::{CachedModel, PosteriorCache, Serving};
-use crate::domain::Shape;
+use crate::domain::{Rows, Shape};
 use crate::estimator::succession::Succession;
 use crate::estimator::{
     Basis, BatchStatistics, FittedShapes, ModelConfig, ModelState, Predictor, codec,
@@ -64,13 +64,8 @@ pub fn batches_learnt(versions: &[VersionRecord], version: i64) -> Vec<&str> {
 pub enum Source<'a> {
     /// Its encoded statistics.
     Statistics(&'a [u8]),
-    /// Its raw rows, little-endian row-major `f64`s (a batch whose rows cost less than its
-    /// statistics would).
-    Rows {
-        rows: usize,
-        x: &'a [u8],
-        y: &'a [u8],
-    },
+    /// Its raw rows (a batch whose rows cost less than its statistics would).
+    Rows(RawRows<'a>),
     /// Readings of the model's successor instrument ([`SuccessorBatch`]).
     Successor(&'a [u8]),
 }
@@ -82,13 +77,37 @@ impl<'a> Source<'a> {
             return Self::Successor(&batch.statistics);
         }
         match (&batch.rows_x, &batch.rows_y) {
-            (Some(x), Some(y)) if batch.statistics.is_empty() => Self::Rows {
+            (Some(x), Some(y)) if batch.statistics.is_empty() => Self::Rows(RawRows {
                 rows: usize::try_from(batch.rows).unwrap_or(0),
                 x,
                 y,
-            },
+            }),
             _ => Self::Statistics(&batch.statistics),
         }
+    }
+}
+
+/// A batch's raw rows as the store keeps them: little-endian, row-major `f64`s
+/// ([`crate::domain::Rows::to_le_bytes`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RawRows<'a> {
+    pub rows: usize,
+    pub x: &'a [u8],
+    pub y: &'a [u8],
+}
+
+impl<'a> RawRows<'a> {
+    /// The raw rows the store listed with `batch`, stored with statistics or not, if it listed
+    /// them (a successor's readings have none a model could read).
+    pub fn of(batch: &'a QueuedBatch) -> Option<Self> {
+        if SuccessorBatch::is_one(&batch.statistics) {
+            return None;
+        }
+        Some(Self {
+            rows: usize::try_from(batch.rows).ok()?,
+            x: batch.rows_x.as_deref()?,
+            y: batch.rows_y.as_deref()?,
+        })
     }
 }
 
@@ -114,16 +133,12 @@ pub fn decode_batch(
         Source::Successor(blob) => SuccessorBatch::decode(blob)?
             .model_statistics(config)?
             .ok_or("the batch holds no reading of the model's own instrument")?,
-        Source::Rows { rows, x, y } => {
-            let values = |bytes: &[u8]| -> Vec<f64> {
-                bytes
-                    .chunks_exact(8)
-                    .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
-                    .collect()
-            };
-            if !x.len().is_multiple_of(8) || !y.len().is_multiple_of(8) {
+        Source::Rows(RawRows { rows, x, y }) => {
+            let (Some(x_values), Some(y_values)) =
+                (Rows::values_from_le_bytes(x), Rows::values_from_le_bytes(y))
+            else {
                 return Err("stored rows: not a whole number of values".to_owned());
-            }
+            };
             // The rows' own shape: the model's when they were stored.
             let width = |bytes: &[u8]| match rows {
                 0 => 0,
@@ -136,7 +151,7 @@ pub fn decode_batch(
                 features: width(x),
                 ..config.basis
             };
-            BatchStatistics::from_row_major(&basis, rows, &values(x), &values(y))
+            BatchStatistics::from_row_major(&basis, rows, &x_values, &y_values)
                 .map_err(|e| format!("stored rows: {e}"))?
         }
     };
@@ -457,7 +472,7 @@ mod tests {
 
     use super::*;
     use crate::folder::tests::{le_bytes, wide_batches, wide_spec};
-    use crate::folder::{Pending, RawRows, plan_fold};
+    use crate::folder::{Pending, plan_fold};
 
     /// A history's version records: `(origin, restored_from, batches)` for versions 1, 2, ….
     fn records(versions: &[(VersionOrigin, Option<i64>, &[&str])]) -> Vec<VersionRecord> {
@@ -663,11 +678,11 @@ mod tests {
             outputs: m - 1,
         }];
         let (nx, ny) = (le_bytes(&narrow_x), le_bytes(&narrow_y));
-        let source = Source::Rows {
+        let source = Source::Rows(RawRows {
             rows,
             x: &nx,
             y: &ny,
-        };
+        });
         // Equal to round-off: a product one column wider may add in another order.
         let close = |a: &BatchStatistics, b: &BatchStatistics| {
             let near = |u: f64, v: f64| (u - v).abs() <= 1e-12 * (1.0 + v.abs());

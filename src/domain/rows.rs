@@ -54,6 +54,20 @@ impl Rows {
         bytes
     }
 
+    /// The values [`Self::to_le_bytes`] stored, row-major; `None` unless `bytes` hold a whole
+    /// number of them.
+    pub fn values_from_le_bytes(bytes: &[u8]) -> Option<Vec<f64>> {
+        if !bytes.len().is_multiple_of(8) {
+            return None;
+        }
+        Some(
+            bytes
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                .collect(),
+        )
+    }
+
     /// Whether any value is `-0`.
     pub fn holds_minus_zero(&self) -> bool {
         self.values
