@@ -876,22 +876,41 @@ pub(crate) mod tests {
     /// A batch as the store keeps it: its rows, the statistics and the raw rows' bytes.
     type StoredBatch = (usize, Vec<u8>, Vec<u8>, Vec<u8>);
 
-    /// [`spectral_rows`]' batches as a batch stores them.
-    fn spectral_plan_inputs(sizes: &[usize]) -> (ModelConfig, Vec<StoredBatch>) {
-        let (config, batches) = spectral_rows(sizes);
-        let encoded = batches
+    /// `batches` as the store keeps them.
+    fn stored(config: &ModelConfig, batches: &[RowBatch]) -> Vec<StoredBatch> {
+        batches
             .iter()
             .map(|batch| {
                 let (n, x, y) = batch;
                 (
                     *n,
-                    encoded_statistics(&config, batch),
+                    encoded_statistics(config, batch),
                     le_bytes(x),
                     le_bytes(y),
                 )
             })
-            .collect();
-        (config, encoded)
+            .collect()
+    }
+
+    /// `stored` queued as statistics, the first `read` of them read with their raw rows.
+    fn pending_statistics(stored: &[StoredBatch], read: usize) -> Vec<Pending<'_>> {
+        stored
+            .iter()
+            .enumerate()
+            .map(|(i, (rows, stats, x, y))| Pending {
+                seq: i as i64,
+                source: Source::Statistics(stats),
+                released: false,
+                rows: (i < read).then_some(RawRows { rows: *rows, x, y }),
+            })
+            .collect()
+    }
+
+    /// [`spectral_rows`]' batches as a batch stores them.
+    fn spectral_plan_inputs(sizes: &[usize]) -> (ModelConfig, Vec<StoredBatch>) {
+        let (config, batches) = spectral_rows(sizes);
+        let stored = stored(&config, &batches);
+        (config, stored)
     }
 
     /// A fold's plan hands on the prior shapes of the fit that made its state (a first fit, or an
@@ -901,16 +920,7 @@ pub(crate) mod tests {
     #[test]
     fn a_plan_hands_on_the_shapes_its_last_fit_formed() {
         let (config, encoded) = spectral_plan_inputs(&[16, 2, 16]);
-        let pending: Vec<Pending<'_>> = encoded
-            .iter()
-            .enumerate()
-            .map(|(i, (rows, stats, x, y))| Pending {
-                seq: i as i64,
-                source: Source::Statistics(stats),
-                released: false,
-                rows: Some(RawRows { rows: *rows, x, y }),
-            })
-            .collect();
+        let pending = pending_statistics(&encoded, encoded.len());
         let plan = |current: Option<&ModelState>, batches: &[Pending<'_>]| {
             plan_fold(&config, &[], current, batches, 16.0, None, None)
         };
@@ -1016,27 +1026,8 @@ pub(crate) mod tests {
     fn a_batch_whose_rows_were_not_read_waits_for_the_fold_that_reads_them() {
         let config = wide_spec().config();
         let sizes = [30usize, 4, 3, 5];
-        let batches = wide_batches(&sizes);
-        let encoded: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = batches
-            .iter()
-            .map(|batch| {
-                let (_, x, y) = batch;
-                (encoded_statistics(&config, batch), le_bytes(x), le_bytes(y))
-            })
-            .collect();
-        let pending = |read: usize| -> Vec<Pending<'_>> {
-            encoded
-                .iter()
-                .zip(&sizes)
-                .enumerate()
-                .map(|(i, ((stats, x, y), &rows))| Pending {
-                    seq: i as i64,
-                    source: Source::Statistics(stats),
-                    released: false,
-                    rows: (i < read).then_some(RawRows { rows, x, y }),
-                })
-                .collect()
-        };
+        let encoded = stored(&config, &wide_batches(&sizes));
+        let pending = |read: usize| pending_statistics(&encoded, read);
         let all = plan_fold(&config, &[], None, &pending(4), 30.0, None, None);
         assert_eq!(all.folded, [0, 1, 2, 3]);
         assert_eq!(all.residuals.len(), 3);
@@ -1063,30 +1054,12 @@ pub(crate) mod tests {
         let config = wide_spec().config();
         // A first batch of 30, then batches of 1 to 5 rows.
         let sizes = [30usize, 1, 3, 5, 2, 1, 4];
-        let batches = wide_batches(&sizes);
-        let encoded: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = batches
-            .iter()
-            .map(|batch| {
-                let (_, x, y) = batch;
-                (encoded_statistics(&config, batch), le_bytes(x), le_bytes(y))
-            })
-            .collect();
-        let as_statistics: Vec<Pending<'_>> = encoded
-            .iter()
-            .zip(&sizes)
-            .enumerate()
-            .map(|(i, ((stats, x, y), &rows))| Pending {
-                seq: i as i64,
-                source: Source::Statistics(stats),
-                released: false,
-                rows: Some(RawRows { rows, x, y }),
-            })
-            .collect();
+        let encoded = stored(&config, &wide_batches(&sizes));
+        let as_statistics = pending_statistics(&encoded, encoded.len());
         let as_rows: Vec<Pending<'_>> = encoded
             .iter()
-            .zip(&sizes)
             .enumerate()
-            .map(|(i, ((_, x, y), &rows))| Pending {
+            .map(|(i, &(rows, _, ref x, ref y))| Pending {
                 seq: i as i64,
                 source: Source::Rows(RawRows { rows, x, y }),
                 released: false,
@@ -1103,7 +1076,7 @@ pub(crate) mod tests {
         assert_eq!(codec::encode(&one), codec::encode(&other));
 
         // Rows that do not make whole rows of the model's width are rejected, not folded.
-        let (_, x, y) = &encoded[1];
+        let (_, _, x, y) = &encoded[1];
         let bad = [Pending {
             seq: 9,
             source: Source::Rows(RawRows {

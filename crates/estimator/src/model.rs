@@ -274,22 +274,32 @@ impl ModelState {
         mut self,
         shapes: Vec<Option<NoiseShape>>,
     ) -> Result<Self, EstimatorError> {
-        if shapes.len() != self.outputs.len() {
+        self.check_per_trained_output("noise shapes", &shapes)?;
+        self.noise_shapes = shapes;
+        Ok(self)
+    }
+
+    /// Checks that `values` holds one per output, and none on an untrained output.
+    fn check_per_trained_output<T>(
+        &self,
+        what: &'static str,
+        values: &[Option<T>],
+    ) -> Result<(), EstimatorError> {
+        if values.len() != self.outputs.len() {
             return Err(EstimatorError::Dimension {
-                what: "noise shapes",
+                what,
                 expected: self.outputs.len(),
-                found: shapes.len(),
+                found: values.len(),
             });
         }
-        if shapes
+        if values
             .iter()
             .zip(&self.outputs)
-            .any(|(shape, output)| shape.is_some() && output.posterior().is_none())
+            .any(|(value, output)| value.is_some() && output.posterior().is_none())
         {
             return Err(EstimatorError::Untrained);
         }
-        self.noise_shapes = shapes;
-        Ok(self)
+        Ok(())
     }
 
     /// Output `k`'s shape evidence, if it has any.
@@ -303,20 +313,7 @@ impl ModelState {
         mut self,
         evidence: Vec<Option<ShapeEvidence>>,
     ) -> Result<Self, EstimatorError> {
-        if evidence.len() != self.outputs.len() {
-            return Err(EstimatorError::Dimension {
-                what: "noise shape evidence",
-                expected: self.outputs.len(),
-                found: evidence.len(),
-            });
-        }
-        if evidence
-            .iter()
-            .zip(&self.outputs)
-            .any(|(evidence, output)| evidence.is_some() && output.posterior().is_none())
-        {
-            return Err(EstimatorError::Untrained);
-        }
+        self.check_per_trained_output("noise shape evidence", &evidence)?;
         self.shape_evidence = evidence;
         Ok(self)
     }
