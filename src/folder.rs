@@ -18,11 +18,9 @@ use crate::cache::Serving;
 use crate::config::FolderSettings;
 use crate::domain::{Rows, Shape};
 use crate::estimator::grid::Grid;
-use crate::estimator::noise_shape::EVIDENCE_ROWS;
 use crate::estimator::succession::Succession;
 use crate::estimator::{
-    BatchStatistics, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM, ShapeEvidence, codec,
-    drift,
+    BatchStatistics, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM, drift,
 };
 use crate::history::{self, RawRows, Source, decode_batch};
 use crate::metrics::Metrics;
@@ -51,9 +49,6 @@ pub struct FoldPlan {
     /// The successor instrument's state after the batches of its readings; `None` when none
     /// was folded.
     pub succession: Option<Succession>,
-    /// The shape evidence of each folded batch's residuals that the fold added to the state
-    /// ([`ModelState::with_shape_evidence_added`]), for the store to keep beside the batch.
-    pub residuals: Vec<(i64, Vec<Option<ShapeEvidence>>)>,
 }
 
 /// A model's successor instrument, as a fold learns its readings ([`crate::successor`]).
@@ -74,67 +69,36 @@ pub struct Pending<'a> {
     /// Released by an admin after a hold: folded whatever its surprise.
     pub released: bool,
     /// Its raw rows, where the fold has them: a first fit sets its outputs' noise shapes on
-    /// them ([`ModelState::noise_shapes_from_rows`]), a later fold adds their residuals to the
-    /// evidence of the shapes ([`ModelState::shape_evidence_from_rows`]).
+    /// them ([`ModelState::noise_shapes_from_rows`]).
     pub rows: Option<RawRows<'a>>,
 }
 
-/// The inputs and outputs of `rows`, one after the other, in the model's present shape: a
-/// batch stored in a shape the model had before it grew (`earlier`) with the named features and
-/// outputs added since as 0, as [`history::widen_statistics`] reads its statistics; a batch in
-/// no shape of the model's, or whose rows are no longer kept, left out. `None` where none is
-/// left.
-fn raw_matrices(
-    config: &ModelConfig,
-    earlier: &[Shape],
-    rows: &[RawRows<'_>],
-) -> Option<(Rows, Rows)> {
-    let (d, m) = (config.basis.features, config.outputs);
-    let (mut x, mut y) = (Vec::new(), Vec::new());
-    for batch in rows {
-        let (Some(bx), Some(by)) = (
-            Rows::values_from_le_bytes(batch.x),
-            Rows::values_from_le_bytes(batch.y),
-        ) else {
-            continue;
-        };
-        let n = batch.rows;
-        let shape = (n > 0 && bx.len() % n == 0 && by.len() % n == 0).then(|| Shape {
-            inputs: bx.len() / n,
-            outputs: by.len() / n,
-        });
-        let present = |s: &Shape| s.inputs == d && s.outputs == m;
-        let before = |s: &Shape| s.inputs <= d && s.outputs <= m && earlier.contains(s);
-        let Some(shape) =
-            shape.filter(|s| s.inputs > 0 && s.outputs > 0 && (present(s) || before(s)))
-        else {
-            continue;
-        };
-        for (row_x, row_y) in bx
-            .chunks_exact(shape.inputs)
-            .zip(by.chunks_exact(shape.outputs))
-        {
-            x.extend_from_slice(row_x);
-            x.extend(std::iter::repeat_n(0.0, d - shape.inputs));
-            y.extend_from_slice(row_y);
-            y.extend(std::iter::repeat_n(0.0, m - shape.outputs));
-        }
-    }
-    let n = y.len() / m.max(1);
-    (n > 0).then(|| (Rows::from_row_major(n, d, x), Rows::from_row_major(n, m, y)))
-}
-
-/// `fitted` with the noise shapes its first fit's rows choose (those [`raw_matrices`] keeps); as
-/// it is without any.
+/// `fitted` with the noise shapes its first fit's rows choose (those of `rows` in the model's
+/// present shape: a batch stored before the model grew, or whose rows are no longer kept,
+/// leaves its rows out); as it is without any.
 fn with_first_fit_noise_shapes(
     config: &ModelConfig,
-    earlier: &[Shape],
     fitted: ModelState,
     rows: &[RawRows<'_>],
 ) -> ModelState {
-    let Some((x, y)) = raw_matrices(config, earlier, rows) else {
+    let (d, m) = (config.basis.features, config.outputs);
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for batch in rows {
+        if let (Some(bx), Some(by)) = (
+            Rows::values_from_le_bytes(batch.x),
+            Rows::values_from_le_bytes(batch.y),
+        ) && bx.len() == batch.rows * d
+            && by.len() == batch.rows * m
+        {
+            x.extend(bx);
+            y.extend(by);
+        }
+    }
+    let n = y.len() / m.max(1);
+    if n == 0 {
         return fitted;
-    };
+    }
+    let (x, y) = (Rows::from_row_major(n, d, x), Rows::from_row_major(n, m, y));
     let (shaped, outcome) = fitted.with_noise_shapes_from_rows(x.as_mat(), y.as_mat());
     if let Err(e) = outcome {
         tracing::warn!(error = %e, "the first fit's rows set no noise shape");
@@ -153,12 +117,6 @@ fn with_first_fit_noise_shapes(
 /// Before a batch is learnt, its surprise to the posterior it meets is computed; with a
 /// `hold_above` threshold, a batch whose largest surprise over the outputs exceeds it is held
 /// for review instead (unless an admin released it), and the state stays what it was.
-///
-/// A later batch with its raw rows, met by a state that still gathers noise shape evidence
-/// ([`ModelState::wants_residuals`]), adds its residuals from that state's mean to the evidence
-/// ([`FoldPlan::residuals`]); the store keeps them beside the batch, and a replay of the fold
-/// adds them from there. Met by such a state, a batch without its rows (but the queue's first,
-/// whose rows are not kept) ends the fold: the next one reads them.
 ///
 /// A batch whose statistics cannot be decoded, or whose update fails or would make the state
 /// non-finite, is rejected with the reason and the state stays what it was before it. If the
@@ -212,12 +170,7 @@ pub fn plan_fold(
         }
         match ModelState::fit_with_shapes(config, totals) {
             Ok((fitted, formed)) if fitted.is_finite() => {
-                state = Some(with_first_fit_noise_shapes(
-                    config,
-                    earlier,
-                    fitted,
-                    &prefix_rows,
-                ));
+                state = Some(with_first_fit_noise_shapes(config, fitted, &prefix_rows));
                 shapes = formed;
                 plan.folded = prefix;
             }
@@ -266,13 +219,6 @@ pub fn plan_fold(
             }
             continue;
         }
-        // While the state gathers evidence, a batch whose rows this fold did not read (they come
-        // with the first rows of a queue only) waits for the next fold, which reads them: so the
-        // evidence, like the statistics, depends on the order of the batches and not on how folds
-        // group them. A queue's first batch without rows has none kept, and is folded without.
-        if batch.rows.is_none() && base.wants_residuals() && batch.seq != batches[0].seq {
-            break;
-        }
         let next = decode_batch(batch.source, config, earlier).and_then(|stats| {
             let z = base.surprise(&stats);
             let over = hold_above
@@ -284,23 +230,18 @@ pub fn plan_fold(
             let (next, formed) = base
                 .update_with_shapes(config, &stats, &z)
                 .map_err(|e| format!("update failed: {e}"))?;
-            if !next.is_finite() {
-                return Err("the update would make the model state non-finite".to_owned());
+            if next.is_finite() {
+                Ok(Learnt::Folded(Box::new(next), formed, z))
+            } else {
+                Err("the update would make the model state non-finite".to_owned())
             }
-            let residuals = batch_residuals(config, earlier, base, batch);
-            let next = match &residuals {
-                Some(evidence) => next.with_shape_evidence_added(evidence),
-                None => next,
-            };
-            Ok(Learnt::Folded(Box::new(next), formed, z, residuals))
         });
         match next {
-            Ok(Learnt::Folded(next, formed, z, residuals)) => {
+            Ok(Learnt::Folded(next, formed, z)) => {
                 state = Some(*next);
                 shapes = formed;
                 plan.folded.push(seq);
                 plan.surprise.push((seq, z));
-                plan.residuals.extend(residuals.map(|e| (seq, e)));
             }
             Ok(Learnt::Held(z)) => {
                 plan.held.push(seq);
@@ -312,29 +253,6 @@ pub fn plan_fold(
     plan.state = state;
     plan.shapes = shapes;
     plan
-}
-
-/// The shape evidence of `batch`'s residuals from `base`'s mean, where it has its raw rows in the
-/// model's present shape and `base` still gathers evidence; `None` where it adds none (a
-/// failure to read the rows is logged and adds none: the shapes stay as they were).
-fn batch_residuals(
-    config: &ModelConfig,
-    earlier: &[Shape],
-    base: &ModelState,
-    batch: &Pending<'_>,
-) -> Option<Vec<Option<ShapeEvidence>>> {
-    if !base.wants_residuals() {
-        return None;
-    }
-    let (x, y) = raw_matrices(config, earlier, batch.rows.as_slice())?;
-    match base.shape_evidence_from_rows(x.as_mat(), y.as_mat()) {
-        Ok(evidence) if evidence.iter().any(Option::is_some) => Some(evidence),
-        Ok(_) => None,
-        Err(e) => {
-            tracing::warn!(error = %e, "a batch's rows add no noise shape evidence");
-            None
-        }
-    }
 }
 
 /// What became of one batch of successor readings.
@@ -407,14 +325,8 @@ fn learn_successor(
 
 /// What became of one batch after the first fit.
 enum Learnt {
-    /// The next state, the shapes its refits formed, the batch's surprise and the shape
-    /// evidence of its residuals added to the state.
-    Folded(
-        Box<ModelState>,
-        FittedShapes,
-        Vec<Option<f64>>,
-        Option<Vec<Option<ShapeEvidence>>>,
-    ),
+    /// The next state, the shapes its refits formed, and the batch's surprise.
+    Folded(Box<ModelState>, FittedShapes, Vec<Option<f64>>),
     Held(Vec<Option<f64>>),
 }
 
@@ -478,18 +390,12 @@ async fn fold_claimed(
         .successor
         .zip(lock.spec.spectrum)
         .map(|(new, old)| (new.grid(), old.grid()));
-    // A first fit reads its batches' raw rows, to set its noise shapes on them, and a fold
-    // those of its first `EVIDENCE_ROWS` rows after, while the model gathers evidence for them.
-    let queued = match &current {
-        None => {
-            let rows = i64::try_from(lock.spec.first_fit_rows).unwrap_or(i64::MAX);
-            lock.queued_batches_with_rows(rows.saturating_add(EVIDENCE_ROWS as i64))
-                .await?
-        }
-        Some(state) if state.wants_residuals() => {
-            lock.queued_batches_with_rows(EVIDENCE_ROWS as i64).await?
-        }
-        Some(_) => lock.queued_batches().await?,
+    // A first fit reads its batches' raw rows, to set its noise shapes on them.
+    let queued = if current.is_some() {
+        lock.queued_batches().await?
+    } else {
+        let rows = i64::try_from(lock.spec.first_fit_rows).unwrap_or(i64::MAX);
+        lock.queued_batches_for_first_fit(rows).await?
     };
     let first_fit_rows = lock.spec.first_fit_rows as f64;
     let hold_above = lock.spec.drift_threshold;
@@ -540,11 +446,6 @@ async fn fold_claimed(
         tracing::warn!(model = %lock.name, batch_id = batch, reason, "batch rejected");
         lock.mark_rejected(*seq, reason).await?;
     }
-    let residuals: HashMap<i64, Vec<u8>> = plan
-        .residuals
-        .iter()
-        .map(|(seq, evidence)| (*seq, codec::encode_residuals(evidence)))
-        .collect();
     let mut surprises = Vec::with_capacity(plan.surprise.len());
     for (seq, z) in &plan.surprise {
         let hold = plan.held.contains(seq);
@@ -564,7 +465,6 @@ async fn fold_claimed(
             seq: *seq,
             surprise: z,
             hold,
-            residuals: residuals.get(seq).map(Vec::as_slice),
         });
     }
     lock.record_surprises(&surprises).await?;
@@ -873,44 +773,14 @@ pub(crate) mod tests {
         codec::encode_statistics(&stats)
     }
 
-    /// A batch as the store keeps it: its rows, the statistics and the raw rows' bytes.
-    type StoredBatch = (usize, Vec<u8>, Vec<u8>, Vec<u8>);
-
-    /// `batches` as the store keeps them.
-    fn stored(config: &ModelConfig, batches: &[RowBatch]) -> Vec<StoredBatch> {
-        batches
-            .iter()
-            .map(|batch| {
-                let (n, x, y) = batch;
-                (
-                    *n,
-                    encoded_statistics(config, batch),
-                    le_bytes(x),
-                    le_bytes(y),
-                )
-            })
-            .collect()
-    }
-
-    /// `stored` queued as statistics, the first `read` of them read with their raw rows.
-    fn pending_statistics(stored: &[StoredBatch], read: usize) -> Vec<Pending<'_>> {
-        stored
-            .iter()
-            .enumerate()
-            .map(|(i, (rows, stats, x, y))| Pending {
-                seq: i as i64,
-                source: Source::Statistics(stats),
-                released: false,
-                rows: (i < read).then_some(RawRows { rows: *rows, x, y }),
-            })
-            .collect()
-    }
-
-    /// [`spectral_rows`]' batches as a batch stores them.
-    fn spectral_plan_inputs(sizes: &[usize]) -> (ModelConfig, Vec<StoredBatch>) {
+    /// [`spectral_rows`]' batches as the statistics a batch stores.
+    fn spectral_plan_inputs(sizes: &[usize]) -> (ModelConfig, Vec<Vec<u8>>) {
         let (config, batches) = spectral_rows(sizes);
-        let stored = stored(&config, &batches);
-        (config, stored)
+        let encoded = batches
+            .iter()
+            .map(|batch| encoded_statistics(&config, batch))
+            .collect();
+        (config, encoded)
     }
 
     /// A fold's plan hands on the prior shapes of the fit that made its state (a first fit, or an
@@ -920,7 +790,16 @@ pub(crate) mod tests {
     #[test]
     fn a_plan_hands_on_the_shapes_its_last_fit_formed() {
         let (config, encoded) = spectral_plan_inputs(&[16, 2, 16]);
-        let pending = pending_statistics(&encoded, encoded.len());
+        let pending: Vec<Pending<'_>> = encoded
+            .iter()
+            .enumerate()
+            .map(|(i, stats)| Pending {
+                seq: i as i64,
+                source: Source::Statistics(stats),
+                released: false,
+                rows: None,
+            })
+            .collect();
         let plan = |current: Option<&ModelState>, batches: &[Pending<'_>]| {
             plan_fold(&config, &[], current, batches, 16.0, None, None)
         };
@@ -1019,64 +898,50 @@ pub(crate) mod tests {
         }
     }
 
-    /// While the state gathers residuals, a fold stops at a batch whose rows it did not read,
-    /// and the next fold, which reads them, ends where one fold with every batch's rows ends; a
-    /// queue's first batch without its rows is folded without residuals.
-    #[test]
-    fn a_batch_whose_rows_were_not_read_waits_for_the_fold_that_reads_them() {
-        let config = wide_spec().config();
-        let sizes = [30usize, 4, 3, 5];
-        let encoded = stored(&config, &wide_batches(&sizes));
-        let pending = |read: usize| pending_statistics(&encoded, read);
-        let all = plan_fold(&config, &[], None, &pending(4), 30.0, None, None);
-        assert_eq!(all.folded, [0, 1, 2, 3]);
-        assert_eq!(all.residuals.len(), 3);
-        let first = plan_fold(&config, &[], None, &pending(2), 30.0, None, None);
-        assert_eq!(first.folded, [0, 1]);
-        let state = first.state.expect("a state");
-        let rest = pending(4);
-        let second = plan_fold(&config, &[], Some(&state), &rest[2..], 30.0, None, None);
-        assert_eq!(second.folded, [2, 3]);
-        assert_eq!(
-            codec::encode(&second.state.expect("a state")),
-            codec::encode(&all.state.expect("a state"))
-        );
-        let unread = pending(0);
-        let third = plan_fold(&config, &[], Some(&state), &unread[2..], 30.0, None, None);
-        assert_eq!(third.folded, [2]);
-        assert!(third.residuals.is_empty());
-    }
-
-    /// A batch stored as rows folds to the very bits it folds to stored as statistics, its
-    /// residuals' evidence included.
+    /// A batch stored as rows folds to the very bits it folds to stored as statistics.
     #[test]
     fn batches_stored_as_rows_fold_to_the_bits_of_their_statistics() {
         let config = wide_spec().config();
         // A first batch of 30, then batches of 1 to 5 rows.
         let sizes = [30usize, 1, 3, 5, 2, 1, 4];
-        let encoded = stored(&config, &wide_batches(&sizes));
-        let as_statistics = pending_statistics(&encoded, encoded.len());
-        let as_rows: Vec<Pending<'_>> = encoded
+        let batches = wide_batches(&sizes);
+        let encoded: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = batches
+            .iter()
+            .map(|batch| {
+                let (_, x, y) = batch;
+                (encoded_statistics(&config, batch), le_bytes(x), le_bytes(y))
+            })
+            .collect();
+        let as_statistics: Vec<Pending<'_>> = encoded
             .iter()
             .enumerate()
-            .map(|(i, &(rows, _, ref x, ref y))| Pending {
+            .map(|(i, (stats, _, _))| Pending {
+                seq: i as i64,
+                source: Source::Statistics(stats),
+                released: false,
+                rows: None,
+            })
+            .collect();
+        let as_rows: Vec<Pending<'_>> = encoded
+            .iter()
+            .zip(&sizes)
+            .enumerate()
+            .map(|(i, ((_, x, y), &rows))| Pending {
                 seq: i as i64,
                 source: Source::Rows(RawRows { rows, x, y }),
                 released: false,
-                rows: Some(RawRows { rows, x, y }),
+                rows: None,
             })
             .collect();
         let one = plan_fold(&config, &[], None, &as_statistics, 30.0, None, None);
         let other = plan_fold(&config, &[], None, &as_rows, 30.0, None, None);
         assert_eq!(one.folded.len(), sizes.len());
         assert_eq!(one.folded, other.folded);
-        assert_eq!(one.residuals.len(), sizes.len() - 1);
-        assert_eq!(one.residuals, other.residuals);
         let (one, other) = (one.state.expect("a state"), other.state.expect("a state"));
         assert_eq!(codec::encode(&one), codec::encode(&other));
 
         // Rows that do not make whole rows of the model's width are rejected, not folded.
-        let (_, _, x, y) = &encoded[1];
+        let (_, x, y) = &encoded[1];
         let bad = [Pending {
             seq: 9,
             source: Source::Rows(RawRows {

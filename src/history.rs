@@ -269,15 +269,6 @@ pub fn replay(
                     version: fold.version,
                     reason: e.to_string(),
                 })?;
-            // The fold added the batch's residuals to the noise shapes' evidence from its raw
-            // rows, and kept what it added beside the batch.
-            if let Some(blob) = &batch.residuals {
-                let evidence = codec::decode_residuals(blob).map_err(|e| ReplayError::Batch {
-                    version: fold.version,
-                    reason: format!("its residuals' evidence: {e}"),
-                })?;
-                state = state.with_shape_evidence_added(&evidence);
-            }
         }
     }
     let blob = StateBlob::new(codec::encode(&state));
@@ -546,18 +537,15 @@ mod tests {
             batch_id: format!("b{seq}"),
             rows: rows as i32,
             statistics,
-            // Read with its rows, as a fold that gathers residuals reads them.
-            rows_x: Some(le_bytes(x)),
-            rows_y: Some(le_bytes(y)),
+            rows_x: as_rows.then(|| le_bytes(x)),
+            rows_y: as_rows.then(|| le_bytes(y)),
             received_at: Utc::now(),
             released: false,
-            residuals: None,
         }
     }
 
-    /// Folds each group of batches as the folder does, one version per group, and keeps the
-    /// evidence of each batch's residuals beside it as the store does: the states.
-    fn fold_versions(config: &ModelConfig, groups: &mut [Vec<QueuedBatch>]) -> Vec<ModelState> {
+    /// Folds each group of batches as the folder does, one version per group: the states.
+    fn fold_versions(config: &ModelConfig, groups: &[Vec<QueuedBatch>]) -> Vec<ModelState> {
         let mut states: Vec<ModelState> = Vec::new();
         for group in groups {
             let pending: Vec<Pending<'_>> = group
@@ -571,10 +559,6 @@ mod tests {
                 .collect();
             let plan = plan_fold(config, &[], states.last(), &pending, 30.0, None, None);
             assert_eq!(plan.folded.len(), group.len(), "{:?}", plan.rejected);
-            for (seq, evidence) in &plan.residuals {
-                let batch = group.iter_mut().find(|b| b.seq == *seq).expect("folded");
-                batch.residuals = Some(codec::encode_residuals(evidence));
-            }
             states.push(plan.state.expect("a state"));
         }
         states
@@ -589,13 +573,13 @@ mod tests {
             .enumerate()
             .map(|(i, (n, x, y))| stored(&config, i as i64, *n, x, y, i % 2 == 1))
             .collect();
-        let mut groups = vec![
+        let groups = vec![
             batches[..1].to_vec(),
             batches[1..3].to_vec(),
             batches[3..4].to_vec(),
             batches[4..].to_vec(),
         ];
-        let states = fold_versions(&config, &mut groups);
+        let states = fold_versions(&config, &groups);
         (config, groups, states)
     }
 
@@ -610,11 +594,6 @@ mod tests {
     #[test]
     fn a_replay_gives_back_the_very_bits_of_every_version_it_passes() {
         let (config, groups, states) = history();
-        // The batches after the first fit added their residuals to the evidence, which a replay
-        // reads back from beside them, not from rows it may no longer have.
-        assert!(groups[1..].iter().flatten().all(|b| b.residuals.is_some()));
-        let rows = |v: usize| states[v].shape_evidence(0).expect("evidence").rows();
-        assert!(rows(3) > rows(0));
         for from in 1..4 {
             for to in from + 1..=4 {
                 let folds: Vec<Fold> = (from + 1..=to).map(|v| thin(v, &groups, &states)).collect();
@@ -631,11 +610,7 @@ mod tests {
     /// a replay that differs from them is still refused.
     #[test]
     fn versions_kept_thin_by_the_previous_release_replay() {
-        let (config, mut groups, states) = history();
-        // That release kept no residuals beside its batches.
-        for batch in groups.iter_mut().flatten() {
-            batch.residuals = None;
-        }
+        let (config, groups, states) = history();
         let previous = codec::encode_previous;
         let mut old = vec![codec::decode(&previous(&states[0])).expect("decodes")];
         for group in &groups[1..] {

@@ -10,7 +10,7 @@ use mordant::estimator::forward::forward_statistics;
 use mordant::estimator::incremental::{condition, one_step};
 use mordant::estimator::mixture;
 use mordant::estimator::model::Predictive;
-use mordant::estimator::noise_shape::{NoiseShape, POWERS, ShapeEvidence};
+use mordant::estimator::noise_shape::{NoiseShape, POWERS};
 use mordant::estimator::recipe::nnls;
 use mordant::estimator::statistics::MIN_LEVEL;
 use mordant::estimator::{
@@ -2504,46 +2504,5 @@ proptest! {
         }
         prop_assert!(shape.weight(2.0 * unit) > shape.weight(unit));
         prop_assert!(shape.weight(-unit) == shape.weight(unit));
-    }
-
-    /// A shape's evidence is additive as the statistics are: the residuals cut into batches
-    /// anywhere, each batch's evidence added in any order, give the sums of all of them
-    /// together, and forgetting's factor on the sums leaves the shape's level, a ratio of them.
-    #[test]
-    fn a_noise_shapes_evidence_adds_over_batches_cut_anywhere(
-        seed in any::<u64>(), n in 1usize..300, cuts in 1usize..12, scale in -6.0f64..6.0,
-        weight in 0.01f64..1.0,
-    ) {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let unit = 10f64.powf(scale);
-        let rows: Vec<(f64, f64)> = (0..n)
-            .map(|_| {
-                let mean = unit * rng.random_range(-1.0..8.0);
-                (mean, 0.1 * mean * rng.random_range(-1.7..1.7))
-            })
-            .collect();
-        let offset = 0.05 * unit;
-        let whole = ShapeEvidence::from_residuals(rows.iter().copied(), offset).unwrap();
-        let mut bounds: Vec<usize> = (0..cuts).map(|_| rng.random_range(0..=n)).collect();
-        bounds.extend([0, n]);
-        bounds.sort_unstable();
-        let mut parts: Vec<ShapeEvidence> = bounds
-            .windows(2)
-            .map(|w| ShapeEvidence::from_residuals(rows[w[0]..w[1]].iter().copied(), offset).unwrap())
-            .collect();
-        parts.shuffle(&mut rng);
-        let added = parts.iter().skip(1).fold(parts[0], |sum, part| sum.added(part).unwrap());
-        prop_assert_eq!(added.rows(), n as f64);
-        let close = |a: f64, b: f64, size: f64| (a - b).abs() <= 1e-11 * size.max(f64::MIN_POSITIVE);
-        let size_of_logs = rows.iter().map(|&(m, _)| (offset + m.abs()).ln().abs()).sum::<f64>();
-        prop_assert!(close(added.logs(), whole.logs(), size_of_logs));
-        for (a, b) in added.sums().iter().zip(whole.sums()) {
-            prop_assert!(close(*a, b, b), "{} against {}", a, b);
-        }
-        if let Some(shape) = whole.choose() {
-            let level = whole.scaled(weight).sums()[POWERS.iter().position(|&p| p == shape.power()).unwrap()]
-                / whole.scaled(weight).sums()[0];
-            prop_assert!((level / shape.level() - 1.0).abs() < 1e-12);
-        }
     }
 }

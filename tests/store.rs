@@ -86,7 +86,7 @@ conformance!(
     concurrent_requests_with_one_batch_id_store_it_once,
     a_burst_of_batches_is_answered_and_stored_batch_by_batch,
     a_fold_writes_everything_at_commit_or_nothing,
-    a_folds_surprises_and_residuals_are_written_together_and_hold_only_queued_batches,
+    a_folds_surprises_are_written_together_and_hold_only_queued_batches,
     claims_skip_held_and_unready_models_and_follow_arrival_order,
     restore_locks_and_deletion_wait_for_a_held_lock,
     notifications_announce_committed_changes_only,
@@ -601,9 +601,7 @@ async fn surprise(
     (batch.status, batch.surprise)
 }
 
-async fn a_folds_surprises_and_residuals_are_written_together_and_hold_only_queued_batches(
-    store: &Store,
-) {
+async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(store: &Store) {
     let spec = spec("drift", 1);
     let id = create(store, &spec).await;
     for (i, b) in ["b1", "b2", "b3", "b4"].into_iter().enumerate() {
@@ -623,39 +621,17 @@ async fn a_folds_surprises_and_residuals_are_written_together_and_hold_only_queu
         seq: seq(b),
         surprise,
         hold,
-        residuals: None,
     };
-    // Each batch's own values, of different lengths, with gaps; the second held; the first
-    // with the evidence its residuals added, the others with none.
+    // Each batch's own values, of different lengths, with gaps; the second held.
     lock.record_surprises(&[
-        BatchSurprise {
-            residuals: Some(b"evidence of b1"),
-            ..at("b1", &[Some(0.5), None, Some(-1.25)], false)
-        },
+        at("b1", &[Some(0.5), None, Some(-1.25)], false),
         at("b2", &[Some(9.0)], true),
         at("b3", &[None, Some(2.0)], false),
     ])
     .await
     .unwrap();
     lock.record_surprises(&[]).await.unwrap();
-    let version = write_fold(&mut lock, 4.0, &[seq("b1"), seq("b3")]).await;
-    lock.commit().await.unwrap();
-    // A replay of the fold reads each batch's residuals back.
-    let mut lock = store.lock_model(&name("drift")).await.unwrap().unwrap();
-    let folded: Vec<(String, Option<Vec<u8>>)> = lock
-        .folded_batches(version)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|b| (b.batch_id, b.residuals))
-        .collect();
-    assert_eq!(
-        folded,
-        [
-            ("b1".to_owned(), Some(b"evidence of b1".to_vec())),
-            ("b3".to_owned(), None)
-        ]
-    );
+    write_fold(&mut lock, 4.0, &[seq("b1"), seq("b3")]).await;
     lock.commit().await.unwrap();
 
     let b1 = (
@@ -683,7 +659,6 @@ async fn a_folds_surprises_and_residuals_are_written_together_and_hold_only_queu
             seq: o1,
             surprise: &[Some(7.0)],
             hold: true,
-            residuals: None,
         },
         at("b1", &[Some(3.0)], true),
         at("b4", &[], false),
@@ -1428,7 +1403,7 @@ async fn a_first_fit_reads_the_raw_rows_of_the_batches_it_learns_from_and_no_mor
         ingest(store, id, &batch(&spec, b, rows, i as f64)).await;
     }
     let mut lock = store.claim_fold(&[]).await.unwrap().expect("work");
-    let first = lock.queued_batches_with_rows(5).await.unwrap();
+    let first = lock.queued_batches_for_first_fit(5).await.unwrap();
     let with_rows: Vec<(&str, bool)> = first
         .iter()
         .map(|b| {

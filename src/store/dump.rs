@@ -49,8 +49,6 @@ pub struct BatchDump {
     pub surprise: Option<Vec<Option<f64>>>,
     pub released: bool,
     pub rows_purged_at: Option<DateTime<Utc>>,
-    /// The shape evidence its fold added to the model, for a replay of that fold.
-    pub residuals: Option<Vec<u8>>,
 }
 
 /// A version, read and written with the columns `sql::version_dump_columns!` names.
@@ -198,7 +196,6 @@ where
                 .bind(List(&b.surprise))
                 .bind(b.released)
                 .bind(b.rows_purged_at)
-                .bind(&b.residuals)
                 .execute(&mut *self.tx)
                 .await?;
             if let Some(insert_rows) = self.sql.insert_rows {

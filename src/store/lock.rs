@@ -20,9 +20,6 @@ pub struct BatchSurprise<'a> {
     pub seq: i64,
     pub surprise: &'a [Option<f64>],
     pub hold: bool,
-    /// The shape evidence of the batch's residuals that the fold adds to the model, encoded
-    /// ([`crate::estimator::codec::encode_residuals`]); `None`: it adds none.
-    pub residuals: Option<&'a [u8]>,
 }
 
 /// The transaction behind a [`ModelLock`]: the writes of a fold, a restore or a refit become
@@ -50,8 +47,8 @@ pub trait ModelTransaction: Send {
     async fn set_spec(&mut self, spec: &ModelSpec) -> Result<(), StoreError>;
     /// Marks a queued batch as rejected with the reason.
     async fn mark_rejected(&mut self, seq: i64, reason: &str) -> Result<(), StoreError>;
-    /// Stores the surprise and the residuals' evidence of each of the model's queued batches,
-    /// and holds for review those marked `hold`; a batch no longer queued is left as it is.
+    /// Stores the surprise of each of the model's queued batches, and holds for review those
+    /// marked `hold`; a batch no longer queued is left as it is.
     async fn record_surprises(&mut self, batches: &[BatchSurprise<'_>]) -> Result<(), StoreError>;
     /// Makes every write visible and releases the lock.
     async fn commit(self: Box<Self>) -> Result<(), StoreError>;
@@ -129,15 +126,14 @@ impl ModelLock {
         self.tx.queued_batches(None).await
     }
 
-    /// [`Self::queued_batches`], each batch after fewer than `rows` queued rows with its raw rows
-    /// where they are kept, whether or not it was stored with statistics: what a first fit on
-    /// `rows` rows reads, and a fold that adds its batches' residuals to the model's noise shape
-    /// evidence, and no more (a bulk import may queue as many rows as it likes).
-    pub async fn queued_batches_with_rows(
+    /// [`Self::queued_batches`], those a first fit on `first_fit_rows` rows learns from (each
+    /// batch after fewer queued rows than that) with their raw rows where they are kept, whether
+    /// or not they were stored with statistics: what a first fit reads.
+    pub async fn queued_batches_for_first_fit(
         &mut self,
-        rows: i64,
+        first_fit_rows: i64,
     ) -> Result<Vec<QueuedBatch>, StoreError> {
-        self.tx.queued_batches(Some(rows)).await
+        self.tx.queued_batches(Some(first_fit_rows)).await
     }
 
     /// Writes the next version and makes it current; returns its number and time.
@@ -198,8 +194,8 @@ impl ModelLock {
         self.tx.mark_rejected(seq, reason).await
     }
 
-    /// Stores the surprise and the residuals' evidence of each of the model's queued batches,
-    /// and holds for review those marked `hold`; a batch no longer queued is left as it is. A fold's batches are written
+    /// Stores the surprise of each of the model's queued batches, and holds for review those
+    /// marked `hold`; a batch no longer queued is left as it is. A fold's batches are written
     /// together: on a busy database every statement of the fold waits for its turn on a core,
     /// and a statement per batch made a fold that fell behind slower still.
     pub async fn record_surprises(

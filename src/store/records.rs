@@ -106,10 +106,6 @@ pub struct QueuedBatch {
     pub received_at: DateTime<Utc>,
     /// Released by an admin after a hold: folded whatever its surprise.
     pub released: bool,
-    /// The shape evidence of its residuals that its fold added to the model (estimator codec,
-    /// [`crate::estimator::codec::encode_residuals`]); `None` while queued, or where the fold
-    /// added none.
-    pub residuals: Option<Vec<u8>>,
 }
 
 /// What an admin decides of a batch held for review.

@@ -36,7 +36,7 @@ macro_rules! key_columns {
 macro_rules! batch_dump_columns {
     () => {
         "batch_id, content_hash, rows, x, y, statistics, status, received_at, folded_at, \
-         version, error, surprise, released, rows_purged_at, residuals"
+         version, error, surprise, released, rows_purged_at"
     };
 }
 
@@ -99,7 +99,6 @@ pub(super) const NEWEST_KEY: &str = "SELECT coalesce(max(id), 0) FROM api_keys";
 /// What a fold reads of a batch: its statistics, or its rows when it was stored without them
 /// (`length` of a `bytea` or a `BLOB` counts bytes).
 pub(super) const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, released, \
-     residuals, \
      CASE WHEN length(statistics) = 0 THEN x END AS rows_x, \
      CASE WHEN length(statistics) = 0 THEN y END AS rows_y";
 /// A batch's raw rows on SQLite, right after the batch (`last_insert_rowid()` is its `seq`).
@@ -110,7 +109,7 @@ pub(super) const SQLITE_INSERT_ROWS: &str =
 /// than `$2` queued rows: what a first fit on `$2` rows reads, to set its outputs' noise shapes,
 /// and no more.
 pub(super) const QUEUED_FIRST_FIT: &str = "SELECT seq, batch_id, rows, statistics, received_at, \
-     released, residuals, \
+     released, \
      CASE WHEN length(statistics) = 0 OR before < $2 THEN x END AS rows_x, \
      CASE WHEN length(statistics) = 0 OR before < $2 THEN y END AS rows_y \
      FROM (SELECT *, coalesce(sum(rows) OVER (ORDER BY arrival \
@@ -119,7 +118,7 @@ pub(super) const QUEUED_FIRST_FIT: &str = "SELECT seq, batch_id, rows, statistic
 /// [`QUEUED_FIRST_FIT`] on SQLite, which keeps the raw rows in `batch_rows` and the queue in
 /// `seq` order.
 pub(super) const SQLITE_QUEUED_FIRST_FIT: &str = "SELECT seq, batch_id, rows, statistics, \
-     received_at, released, residuals, \
+     received_at, released, \
      CASE WHEN length(statistics) = 0 OR before < ?2 \
      THEN (SELECT r.x FROM batch_rows r WHERE r.seq = queued.seq) END AS rows_x, \
      CASE WHEN length(statistics) = 0 OR before < ?2 \
@@ -129,7 +128,7 @@ pub(super) const SQLITE_QUEUED_FIRST_FIT: &str = "SELECT seq, batch_id, rows, st
      FROM batches WHERE model_id = ?1 AND status = 'queued') queued ORDER BY seq";
 /// [`BATCH_SOURCE`] on SQLite, which keeps the raw rows in `batch_rows`.
 pub(super) const SQLITE_BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received_at, \
-     released, residuals, \
+     released, \
      CASE WHEN length(statistics) = 0 THEN (SELECT r.x FROM batch_rows r WHERE r.seq = batches.seq) \
      END AS rows_x, \
      CASE WHEN length(statistics) = 0 THEN (SELECT r.y FROM batch_rows r WHERE r.seq = batches.seq) \

@@ -396,63 +396,37 @@ pub fn mat(rows: &[Vec<f64>]) -> faer::Mat<f64> {
 
 /// What the estimator computes directly from `batches` in this order, as the service should:
 /// the first fit on the shortest prefix with `first_fit_rows` rows, its noise shapes set on
-/// that prefix's rows, then one update per batch, whose residuals from the state before it join
-/// the shapes' evidence.
+/// that prefix's rows, then one update per batch.
 pub fn direct_state(
     config: &mordant::estimator::ModelConfig,
     batches: &[RowsXY],
     first_fit_rows: usize,
 ) -> mordant::estimator::ModelState {
-    direct_states(config, batches, first_fit_rows)
-        .pop()
-        .flatten()
-        .expect("enough rows for a first fit")
-}
-
-/// [`direct_state`] after each of `batches`: `None` until the first fit.
-pub fn direct_states(
-    config: &mordant::estimator::ModelConfig,
-    batches: &[RowsXY],
-    first_fit_rows: usize,
-) -> Vec<Option<mordant::estimator::ModelState>> {
     use mordant::estimator::{BatchStatistics, ModelState};
     let stats = |(x, y): &RowsXY| {
         let phi = config.basis.design(mat(x).as_ref()).unwrap();
         BatchStatistics::from_design(phi.as_ref(), mat(y).as_ref()).unwrap()
     };
     let mut totals = BatchStatistics::zeros(config.basis.dim(), config.outputs);
-    let mut states = Vec::with_capacity(batches.len());
-    let mut state: Option<ModelState> = None;
-    for (i, batch) in batches.iter().enumerate() {
-        let (x, y) = (mat(&batch.0), mat(&batch.1));
-        state = match state {
-            None => {
-                totals.add(&stats(batch)).unwrap();
-                (totals.rows() >= first_fit_rows as f64).then(|| {
-                    let rows = |part: fn(&RowsXY) -> &Vec<Vec<f64>>| {
-                        mat(&batches[..=i].iter().flat_map(|b| part(b).clone()).collect::<Vec<_>>())
-                    };
-                    let (x, y) = (rows(|b| &b.0), rows(|b| &b.1));
-                    let (state, shaped) = ModelState::fit(config, totals.clone())
-                        .unwrap()
-                        .with_noise_shapes_from_rows(x.as_ref(), y.as_ref());
-                    shaped.unwrap();
-                    state
-                })
-            }
-            Some(state) => {
-                let residuals = state.shape_evidence_from_rows(x.as_ref(), y.as_ref()).unwrap();
-                Some(
-                    state
-                        .update(config, &stats(batch))
-                        .unwrap()
-                        .with_shape_evidence_added(&residuals),
-                )
-            }
-        };
-        states.push(state.clone());
+    let mut used = 0;
+    for batch in batches {
+        totals.add(&stats(batch)).unwrap();
+        used += 1;
+        if totals.rows() >= first_fit_rows as f64 {
+            break;
+        }
     }
-    states
+    let rows = |part: fn(&RowsXY) -> &Vec<Vec<f64>>| {
+        mat(&batches[..used].iter().flat_map(|b| part(b).clone()).collect::<Vec<_>>())
+    };
+    let (x, y) = (rows(|b| &b.0), rows(|b| &b.1));
+    let (mut state, shaped) =
+        ModelState::fit(config, totals).unwrap().with_noise_shapes_from_rows(x.as_ref(), y.as_ref());
+    shaped.unwrap();
+    for batch in &batches[used..] {
+        state = state.update(config, &stats(batch)).unwrap();
+    }
+    state
 }
 
 /// Asserts that the API's predictions are exactly the estimator's.

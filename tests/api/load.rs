@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mordant::estimator::{Basis, ModelConfig, ModelState, Transform};
+use mordant::estimator::{Basis, BatchStatistics, ModelConfig, ModelState, Transform};
 use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -202,16 +202,27 @@ fn states_by_version(
     rows: &HashMap<String, (String, RowsXY)>,
     first_fit_rows: usize,
 ) -> HashMap<i64, ModelState> {
-    let batches: Vec<RowsXY> = fold_order.iter().map(|(_, id)| rows[id].1.clone()).collect();
+    let stats = |(x, y): &RowsXY| {
+        let phi = config.basis.design(mat(x).as_ref()).unwrap();
+        BatchStatistics::from_design(phi.as_ref(), mat(y).as_ref()).unwrap()
+    };
     let mut states = HashMap::new();
-    for (i, state) in direct_states(config, &batches, first_fit_rows)
-        .into_iter()
-        .enumerate()
-    {
-        let version = fold_order[i].0;
-        let last_of_version = fold_order.get(i + 1).is_none_or(|(v, _)| *v != version);
+    let mut pending = BatchStatistics::zeros(config.basis.dim(), config.outputs);
+    let mut state: Option<ModelState> = None;
+    for (i, (version, id)) in fold_order.iter().enumerate() {
+        let batch = stats(&rows[id].1);
+        state = match state {
+            None => {
+                pending.add(&batch).unwrap();
+                (pending.rows() >= first_fit_rows as f64)
+                    .then(|| ModelState::fit(config, pending.clone()).unwrap())
+            }
+            Some(s) => Some(s.update(config, &batch).unwrap()),
+        };
+        let last_of_version = fold_order.get(i + 1).is_none_or(|(v, _)| v != version);
         if last_of_version {
-            states.insert(version, state.expect("a version holds a fitted state"));
+            let s = state.clone().expect("a version holds a fitted state");
+            states.insert(*version, s);
         }
     }
     states

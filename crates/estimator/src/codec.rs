@@ -46,12 +46,6 @@
 //! f64). It is written only for states with a shape on some output, so every other state keeps
 //! its version, readable by the releases before; a state read from a version before 10 has none.
 //!
-//! Version 11 is version 10 followed by each output's noise shape evidence
-//! ([`crate::noise_shape::ShapeEvidence`]): tag u8 (0 none, 1 evidence: then offset c f64 ·
-//! rows n f64 · Σ log(c + |μ|) f64 · one sum per power, 5 f64). It is written only for states
-//! with evidence on some output; a state read from a version before 11 has none, and keeps its
-//! shapes until evidence of its later batches chooses them again.
-//!
 //! The Saunderson transform (tag 2) came within version 6: only such states carry `k₁, k₂`, so
 //! every other state stays readable by the releases before it, which refuse a tag-2 state as an
 //! invalid transform rather than misread it.
@@ -96,7 +90,7 @@ use rayon::prelude::*;
 use super::basis::Saunderson;
 use super::evidence::Alternate;
 use super::model::{ModelState, OutputState, Predictive};
-use super::noise_shape::{NoiseShape, POWERS, ShapeEvidence};
+use super::noise_shape::NoiseShape;
 use super::posterior::{OutputPosterior, active_set};
 use super::prior::{FittedFamily, Prior, Smooth, shared_kernel_factor};
 use super::statistics::{BatchStatistics, BuildUp, Relative, ZeroRows};
@@ -109,9 +103,6 @@ use crate::grid::Grid;
 const MAGIC: &[u8; 4] = b"MRDT";
 const STATISTICS_MAGIC: &[u8; 4] = b"MRDS";
 const SUCCESSION_MAGIC: &[u8; 4] = b"MRDU";
-const RESIDUALS_MAGIC: &[u8; 4] = b"MRDR";
-/// The format of a batch's residuals' shape evidence ([`encode_residuals`]).
-const RESIDUALS_VERSION: u16 = 1;
 const SUCCESSION_VERSION: u16 = 1;
 /// The format version [`encode`] writes (and [`decode`] reads, beside versions 1 to 5).
 pub const FORMAT_VERSION: u16 = 6;
@@ -143,8 +134,6 @@ const FORMAT_VERSION_RELATIVE: u16 = 8;
 const FORMAT_VERSION_ALTERNATES: u16 = 9;
 /// Written for states whose outputs keep noise shapes (see the module's doc).
 const FORMAT_VERSION_NOISE_SHAPES: u16 = 10;
-/// Model states of format 10 whose outputs keep the evidence their noise shapes are chosen by.
-const FORMAT_VERSION_SHAPE_EVIDENCE: u16 = 11;
 /// Statistics blobs of version 4 followed by the weighted build-up statistics.
 const STATISTICS_VERSION_5: u16 = 5;
 /// Most build-up curves a blob may declare.
@@ -152,13 +141,10 @@ const MAX_CURVES: usize = 64;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
 const MAX_DIM: usize = 1 << 16;
 
-/// Encodes a model state: format 11 when an output keeps noise shape evidence, else 10 when an
-/// output keeps a noise shape, else 9 when an output keeps alternates, else 8 when its statistics keep the weighted build-up statistics, 7 when
+/// Encodes a model state: format 10 when an output keeps a noise shape, else 9 when an output
+/// keeps alternates, else 8 when its statistics keep the weighted build-up statistics, 7 when
 /// they keep the build-up statistics alone, 6 otherwise.
 pub fn encode(state: &ModelState) -> Vec<u8> {
-    if (0..state.outputs().len()).any(|k| state.shape_evidence(k).is_some()) {
-        return encode_as(state, FORMAT_VERSION_SHAPE_EVIDENCE);
-    }
     if (0..state.outputs().len()).any(|k| state.noise_shape(k).is_some()) {
         return encode_as(state, FORMAT_VERSION_NOISE_SHAPES);
     }
@@ -270,11 +256,6 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
             }
         }
     }
-    if version >= FORMAT_VERSION_SHAPE_EVIDENCE {
-        for k in 0..m {
-            w.shape_evidence(state.shape_evidence(k));
-        }
-    }
     w.finish()
 }
 
@@ -295,7 +276,6 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             FORMAT_VERSION_RELATIVE,
             FORMAT_VERSION_ALTERNATES,
             FORMAT_VERSION_NOISE_SHAPES,
-            FORMAT_VERSION_SHAPE_EVIDENCE,
         ],
     )?;
     let current = r.version >= FORMAT_VERSION_4;
@@ -444,12 +424,6 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             };
         }
     }
-    let mut shape_evidence = vec![None; m];
-    if r.version >= FORMAT_VERSION_SHAPE_EVIDENCE {
-        for evidence in shape_evidence.iter_mut() {
-            *evidence = r.shape_evidence()?;
-        }
-    }
     r.finish()?;
     // Each kernel's square root is an eigendecomposition: once per length scale (unless another
     // model holds it), in parallel.
@@ -484,10 +458,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     }?;
     ModelState::from_parts(basis, totals, outputs, predictive, fitted_rows, alternates)?
         .with_noise_shapes(noise_shapes)
-        .and_then(|state| state.with_shape_evidence(shape_evidence))
-        .map_err(|_| {
-            DecodeError::Invalid("a noise shape or its evidence on an untrained output").into()
-        })
+        .map_err(|_| DecodeError::Invalid("a noise shape on an untrained output").into())
 }
 
 /// Encodes the statistics of one batch (what the service stores beside a batch's raw rows).
@@ -632,39 +603,6 @@ pub fn decode_succession(bytes: &[u8]) -> Result<Succession, EstimatorError> {
     Succession::from_parts(grid, pairs, own, record, retired)
 }
 
-/// Encodes the shape evidence of one batch's residuals, one per output (what a fold records
-/// beside the batch, so that replaying the fold adds the same evidence without the batch's raw
-/// rows: [`crate::ModelState::with_shape_evidence_added`]).
-///
-/// Layout (version 1): magic "MRDR" · version u16 · m u32 · per output an evidence as a model
-/// state's of version 11 keeps it · crc32 u32.
-pub fn encode_residuals(evidence: &[Option<ShapeEvidence>]) -> Vec<u8> {
-    let mut w = Writer(Vec::with_capacity(
-        16 + evidence.len() * (1 + 8 * (3 + POWERS.len())),
-    ));
-    w.bytes(RESIDUALS_MAGIC);
-    w.u16(RESIDUALS_VERSION);
-    w.u32(evidence.len() as u32);
-    for e in evidence {
-        w.shape_evidence(*e);
-    }
-    w.finish()
-}
-
-/// Decodes a blob written by [`encode_residuals`].
-pub fn decode_residuals(bytes: &[u8]) -> Result<Vec<Option<ShapeEvidence>>, EstimatorError> {
-    let mut r = Reader::open(bytes, RESIDUALS_MAGIC, &[RESIDUALS_VERSION])?;
-    let m = r.u32()? as usize;
-    if m >= MAX_DIM {
-        return Err(DecodeError::Invalid("dimensions").into());
-    }
-    let evidence = (0..m)
-        .map(|_| r.shape_evidence())
-        .collect::<Result<Vec<_>, _>>()?;
-    r.finish()?;
-    Ok(evidence)
-}
-
 struct Writer(Vec<u8>);
 
 impl Writer {
@@ -758,23 +696,6 @@ impl Writer {
         }
     }
     /// Appends the checksum of everything written so far.
-    /// An output's shape evidence: tag u8 (0 none, 1 evidence: then c · n · Σ log(c + |μ|) ·
-    /// one sum per power, f64 each).
-    fn shape_evidence(&mut self, evidence: Option<ShapeEvidence>) {
-        match evidence {
-            None => self.u8(0),
-            Some(evidence) => {
-                self.u8(1);
-                self.f64(evidence.offset());
-                self.f64(evidence.rows());
-                self.f64(evidence.logs());
-                for sum in evidence.sums() {
-                    self.f64(sum);
-                }
-            }
-        }
-    }
-
     fn finish(mut self) -> Vec<u8> {
         let crc = crc32fast::hash(&self.0);
         self.u32(crc);
@@ -969,24 +890,6 @@ impl<'a> Reader<'a> {
             0 => Ok(false),
             1 => Ok(true),
             _ => Err(DecodeError::Invalid(what).into()),
-        }
-    }
-
-    /// An output's shape evidence, as [`Writer::shape_evidence`] writes it.
-    fn shape_evidence(&mut self) -> Result<Option<ShapeEvidence>, EstimatorError> {
-        match self.u8()? {
-            0 => Ok(None),
-            1 => {
-                let (offset, rows, logs) = (self.f64()?, self.f64()?, self.f64()?);
-                let mut sums = [0.0; POWERS.len()];
-                for sum in sums.iter_mut() {
-                    *sum = self.f64()?;
-                }
-                ShapeEvidence::from_parts(offset, rows, logs, sums)
-                    .map(Some)
-                    .map_err(|_| DecodeError::Invalid("noise shape evidence").into())
-            }
-            _ => Err(DecodeError::Invalid("noise shape evidence tag").into()),
         }
     }
 
@@ -1438,37 +1341,19 @@ mod tests {
         );
     }
 
-    /// A batch's residuals' evidence comes back as it was written, outputs without any
-    /// included; a flipped bit or a blob of another kind is refused.
-    #[test]
-    fn residuals_round_trip_and_refuse_corruption() {
-        let evidence = vec![
-            Some(ShapeEvidence::from_parts(0.05, 12.0, -3.5, [2.0, 1.5, 1.25, 1.0, 0.75]).unwrap()),
-            None,
-            Some(ShapeEvidence::from_parts(1e-6, 0.5, 7.0, [0.0; POWERS.len()]).unwrap()),
-        ];
-        let blob = encode_residuals(&evidence);
-        assert_eq!(decode_residuals(&blob).unwrap(), evidence);
-        let mut flipped = blob.clone();
-        flipped[20] ^= 0x01;
-        assert!(decode_residuals(&flipped).is_err());
-        assert!(decode_residuals(&encode(&small_state())).is_err());
-        assert_eq!(decode_residuals(&encode_residuals(&[])).unwrap(), vec![]);
-    }
-
     /// A newer state or statistics blob is refused, naming the newest version of its kind that
     /// this build reads.
     #[test]
     fn newer_version_is_refused() {
         let state = small_state();
         let refusal =
-            |newest| EstimatorError::Decode(DecodeError::UnsupportedVersion { found: 12, newest });
+            |newest| EstimatorError::Decode(DecodeError::UnsupportedVersion { found: 11, newest });
         let (mut blob, mut stats) = (encode(&state), encode_statistics(state.totals()));
-        blob[4] = 12;
-        stats[4] = 12;
+        blob[4] = 11;
+        stats[4] = 11;
         assert_eq!(
             decode(&blob).unwrap_err(),
-            refusal(FORMAT_VERSION_SHAPE_EVIDENCE)
+            refusal(FORMAT_VERSION_NOISE_SHAPES)
         );
         assert_eq!(
             decode_statistics(&stats).unwrap_err(),

@@ -125,7 +125,7 @@ pub use error::DecodeError;
 pub use error::EstimatorError;
 pub use evidence::FittedShapes;
 pub use model::{Forgetting, ModelConfig, ModelState, OutputState, Predictions, UpdateMethod};
-pub use noise_shape::{NoiseShape, ShapeEvidence};
+pub use noise_shape::NoiseShape;
 pub use options::{DEFAULT_NOISE_FLOOR, FitOptions, NoisePrior};
 pub use posterior::OutputPosterior;
 pub use predictor::Predictor;

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use super::drift;
 use super::evidence::{Alternate, FittedShapes, SharedScale, evidence};
 use super::incremental::one_step;
-use super::noise_shape::{self, NoiseShape, ShapeEvidence};
+use super::noise_shape::{self, NoiseShape};
 use super::posterior::OutputPosterior;
 use super::statistics::{BatchStatistics, OutputData, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
@@ -188,14 +188,10 @@ pub struct ModelState {
     /// Per output, the other prior shapes of its model average (see [`super::mixture`]): empty
     /// for an untrained output, an ARD fit, and every state stored before them.
     alternates: Vec<Vec<Alternate>>,
-    /// Per output, how its noise variance grows with the answer ([`NoiseShape`]), chosen by
-    /// `shape_evidence`; `None` (one `σ²` for every answer) for an untrained output and every
-    /// state stored before them.
+    /// Per output, how its noise variance grows with the answer ([`NoiseShape`]), set on the
+    /// rows of the model's first fit; `None` (one `σ²` for every answer) for an untrained output
+    /// and every state stored before them.
     noise_shapes: Vec<Option<NoiseShape>>,
-    /// Per output, the sums over its residuals that choose its shape ([`ShapeEvidence`]): the
-    /// first fit's rows' from its posterior mean, then each later batch's from the mean of the
-    /// state before it; `None` for an untrained output and every state stored before them.
-    shape_evidence: Vec<Option<ShapeEvidence>>,
 }
 
 impl ModelState {
@@ -250,7 +246,6 @@ impl ModelState {
             }
         }
         let noise_shapes = vec![None; outputs.len()];
-        let shape_evidence = vec![None; outputs.len()];
         Ok(Self {
             basis,
             totals,
@@ -259,7 +254,6 @@ impl ModelState {
             fitted_rows,
             alternates,
             noise_shapes,
-            shape_evidence,
         })
     }
 
@@ -274,148 +268,63 @@ impl ModelState {
         mut self,
         shapes: Vec<Option<NoiseShape>>,
     ) -> Result<Self, EstimatorError> {
-        self.check_per_trained_output("noise shapes", &shapes)?;
+        if shapes.len() != self.outputs.len() {
+            return Err(EstimatorError::Dimension {
+                what: "noise shapes",
+                expected: self.outputs.len(),
+                found: shapes.len(),
+            });
+        }
+        if shapes
+            .iter()
+            .zip(&self.outputs)
+            .any(|(shape, output)| shape.is_some() && output.posterior().is_none())
+        {
+            return Err(EstimatorError::Untrained);
+        }
         self.noise_shapes = shapes;
         Ok(self)
     }
 
-    /// Checks that `values` holds one per output, and none on an untrained output.
-    fn check_per_trained_output<T>(
-        &self,
-        what: &'static str,
-        values: &[Option<T>],
-    ) -> Result<(), EstimatorError> {
-        if values.len() != self.outputs.len() {
-            return Err(EstimatorError::Dimension {
-                what,
-                expected: self.outputs.len(),
-                found: values.len(),
-            });
-        }
-        if values
-            .iter()
-            .zip(&self.outputs)
-            .any(|(value, output)| value.is_some() && output.posterior().is_none())
-        {
-            return Err(EstimatorError::Untrained);
-        }
-        Ok(())
-    }
-
-    /// Output `k`'s shape evidence, if it has any.
-    pub fn shape_evidence(&self, k: usize) -> Option<ShapeEvidence> {
-        self.shape_evidence.get(k).copied().flatten()
-    }
-
-    /// This state with the shape evidence `evidence` (one per output; only on a trained output),
-    /// its shapes as they are.
-    pub fn with_shape_evidence(
-        mut self,
-        evidence: Vec<Option<ShapeEvidence>>,
-    ) -> Result<Self, EstimatorError> {
-        self.check_per_trained_output("noise shape evidence", &evidence)?;
-        self.shape_evidence = evidence;
-        Ok(self)
-    }
-
-    /// This state, just fitted on the rows `x`, `y`, with the shape evidence of their residuals
-    /// from its posterior mean ([`Self::shape_evidence_from_rows`]) and the shapes it chooses;
-    /// where the rows cannot set them (another width), the state as it was, with the reason.
+    /// This state with the noise shapes that the rows `x`, `y` choose
+    /// ([`Self::noise_shapes_from_rows`]); where the rows cannot set them (another width), the
+    /// state as it was, with the reason.
     pub fn with_noise_shapes_from_rows(
         mut self,
         x: MatRef<'_, f64>,
         y: MatRef<'_, f64>,
     ) -> (Self, Result<(), EstimatorError>) {
-        match self.shape_evidence_from_rows(x, y) {
-            Ok(evidence) => {
-                self.noise_shapes = evidence
-                    .iter()
-                    .map(|e| e.and_then(|e| e.choose()))
-                    .collect();
-                self.shape_evidence = evidence;
+        match self.noise_shapes_from_rows(x, y) {
+            Ok(shapes) => {
+                self.noise_shapes = shapes;
                 (self, Ok(()))
             }
             Err(e) => (self, Err(e)),
         }
     }
 
-    /// This state, just updated by a batch, with the batch's shape evidence `batch` (one per
-    /// output, [`Self::shape_evidence_from_rows`] of the state before the batch: residuals from
-    /// a mean that no row of the batch went into) added to its outputs' evidence, and each
-    /// output's shape chosen again by its evidence once that counts
-    /// [`noise_shape::SHAPE_ROWS`] rows. An output with no evidence yet starts with the batch's
-    /// (or starts over, where its evidence has another offset); one with
-    /// [`noise_shape::EVIDENCE_ROWS`] rows of it already, or untrained, takes none.
-    pub fn with_shape_evidence_added(mut self, batch: &[Option<ShapeEvidence>]) -> Self {
-        for (k, batch) in batch.iter().enumerate().take(self.outputs.len()) {
-            let Some(batch) = batch else { continue };
-            let kept = self.shape_evidence[k];
-            if self.outputs[k].posterior().is_none()
-                || kept.is_some_and(|e| e.rows() >= noise_shape::EVIDENCE_ROWS as f64)
-            {
-                continue;
-            }
-            let evidence = kept.and_then(|e| e.added(batch)).unwrap_or(*batch);
-            self.shape_evidence[k] = Some(evidence);
-            if evidence.rows() >= noise_shape::SHAPE_ROWS as f64 {
-                self.noise_shapes[k] = evidence.choose();
+    /// This state with `from`'s noise shapes on the outputs it still has trained: a shape, set
+    /// on a first fit's rows, stays through the updates and refits after it.
+    fn keeping_noise_shapes(mut self, from: &[Option<NoiseShape>]) -> Self {
+        for ((shape, output), kept) in self.noise_shapes.iter_mut().zip(&self.outputs).zip(from) {
+            if output.posterior().is_some() {
+                *shape = *kept;
             }
         }
         self
     }
 
-    /// Whether a batch's residuals would add to some trained output's shape evidence: one has
-    /// none yet, or fewer than [`noise_shape::EVIDENCE_ROWS`] rows of it.
-    pub fn wants_residuals(&self) -> bool {
-        (0..self.outputs.len()).any(|k| {
-            self.outputs[k].posterior().is_some()
-                && self
-                    .shape_evidence(k)
-                    .is_none_or(|e| e.rows() < noise_shape::EVIDENCE_ROWS as f64)
-        })
-    }
-
-    /// This state with `from`'s noise shapes and evidence (the evidence times the forgetting
-    /// `weight` the statistics took) on the outputs it still has trained: a shape and its
-    /// evidence stay through the updates and refits after them.
-    fn keeping_noise_shapes(mut self, from: &ModelState, weight: f64) -> Self {
-        for k in 0..self.outputs.len() {
-            if self.outputs[k].posterior().is_some() {
-                self.noise_shapes[k] = from.noise_shape(k);
-                self.shape_evidence[k] = from
-                    .shape_evidence(k)
-                    .map(|e| if weight == 1.0 { e } else { e.scaled(weight) });
-            }
-        }
-        self
-    }
-
-    /// The noise shapes that the rows `x`, `y` choose for each trained output
-    /// ([`Self::shape_evidence_from_rows`], [`ShapeEvidence::choose`]).
+    /// The noise shapes that the rows `x`, `y` (raw inputs and outputs, as a batch holds them)
+    /// choose for each trained output ([`NoiseShape::choose`]): the residuals from the output's
+    /// posterior mean, at `c` a twentieth of the root mean square of its values in this state's
+    /// statistics. A zero-inflated output's shape is set by the rows where both its value and
+    /// its mean are not 0 (a dose, not the exact 0 of a dye a recipe does not use); another's by
+    /// every row where its mean is not 0.
     pub fn noise_shapes_from_rows(
         &self,
         x: MatRef<'_, f64>,
         y: MatRef<'_, f64>,
     ) -> Result<Vec<Option<NoiseShape>>, EstimatorError> {
-        Ok(self
-            .shape_evidence_from_rows(x, y)?
-            .iter()
-            .map(|e| e.and_then(|e| e.choose()))
-            .collect())
-    }
-
-    /// The shape evidence of the rows `x`, `y` (raw inputs and outputs, as a batch holds them)
-    /// for each trained output ([`ShapeEvidence::from_residuals`]): the residuals from the
-    /// output's posterior mean, at the offset `c` of its evidence, or where it has none yet a
-    /// twentieth of the root mean square of its values in this state's statistics. A
-    /// zero-inflated output's evidence is that of the rows where both its value and its mean are
-    /// not 0 (a dose, not the exact 0 of a dye a recipe does not use); another's that of every
-    /// row where its mean is not 0. `None` for an untrained output, or where no row counts.
-    pub fn shape_evidence_from_rows(
-        &self,
-        x: MatRef<'_, f64>,
-        y: MatRef<'_, f64>,
-    ) -> Result<Vec<Option<ShapeEvidence>>, EstimatorError> {
         if y.nrows() != x.nrows() || y.ncols() != self.outputs.len() {
             return Err(EstimatorError::Dimension {
                 what: "noise shape rows",
@@ -429,16 +338,13 @@ impl ModelState {
         Ok((0..self.outputs.len())
             .map(|k| {
                 self.outputs[k].posterior()?;
-                let offset = self.shape_evidence(k).map_or_else(
-                    || noise_shape::OFFSET_FRACTION * (self.totals.q()[k] / rows).sqrt(),
-                    |e| e.offset(),
-                );
+                let offset = noise_shape::OFFSET_FRACTION * (self.totals.q()[k] / rows).sqrt();
                 let sparse = self.totals.zero_inflated(k);
                 let residuals = (0..y.nrows())
                     .map(|i| (means[(i, k)], y[(i, k)]))
                     .filter(|&(mean, value)| mean != 0.0 && !(sparse && value == 0.0))
                     .map(|(mean, value)| (mean, value - mean));
-                ShapeEvidence::from_residuals(residuals, offset).filter(|e| e.rows() > 0.0)
+                NoiseShape::choose(residuals, offset)
             })
             .collect())
     }
@@ -485,7 +391,6 @@ impl ModelState {
                 .chain([Vec::new()])
                 .collect(),
             noise_shapes: self.noise_shapes.iter().copied().chain([None]).collect(),
-            shape_evidence: self.shape_evidence.iter().copied().chain([None]).collect(),
         }
     }
 
@@ -578,7 +483,7 @@ impl ModelState {
             self.fitted_rows.clone(),
             alternates,
         )
-        .map(|state| state.keeping_noise_shapes(self, 1.0))
+        .map(|state| state.keeping_noise_shapes(&self.noise_shapes))
     }
 
     /// How predictions treat σ².
@@ -752,7 +657,7 @@ impl ModelState {
             fitted_rows,
             alternates,
         )?
-        .keeping_noise_shapes(self, weight);
+        .keeping_noise_shapes(&self.noise_shapes);
         let shapes = FittedShapes::new(shared, state.totals());
         Ok((state, shapes))
     }
@@ -798,7 +703,7 @@ impl ModelState {
             fitted,
             alternates,
         )?
-        .keeping_noise_shapes(self, 1.0);
+        .keeping_noise_shapes(&self.noise_shapes);
         let shapes = FittedShapes::new(shared, state.totals());
         Ok((state, shapes))
     }
@@ -1279,108 +1184,6 @@ mod tests {
             .noise_shapes_from_rows(x.as_ref(), y.as_ref())
             .unwrap();
         assert_eq!(shapes, vec![None]);
-    }
-
-    /// A first fit on rows whose error does not grow with the answer sets no shape; later
-    /// batches whose error does (a coefficient of variation of 10 %) add their residuals from
-    /// the model before them to the evidence, which then chooses a shape: the evidence is the
-    /// sum of the first fit's and the batches', survives an encoding, stops growing at
-    /// `EVIDENCE_ROWS`, scales with forgetting and, where it counts too few rows, leaves a
-    /// shape as it was.
-    #[test]
-    fn later_batches_residuals_choose_a_shape_the_first_fit_did_not() {
-        let rows = |n: usize, seed: usize, share: f64, floor: f64| {
-            let x = Mat::from_fn(n, 1, |i, _| ((i + seed) as f64 * 0.618_034).fract());
-            let y = Mat::from_fn(n, 1, |i, _| {
-                let mean = 0.1 + 4.0 * x[(i, 0)];
-                let u = ((i + 7 * seed) as f64 * 0.754_877_666).fract() - 0.5;
-                mean + (share * mean + floor) * u * 3.4
-            });
-            (x, y)
-        };
-        let basis = Basis::new(1, true, Transform::Identity);
-        let config = ModelConfig::new(basis, 1);
-        let config = ModelConfig {
-            options: FitOptions {
-                refit_surprise: 0.0,
-                refit_growth: 0.0,
-                ..config.options
-            },
-            ..config
-        };
-        let (x, y) = rows(200, 0, 0.0, 0.05);
-        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
-        let (mut state, shaped) = ModelState::fit(&config, stats)
-            .unwrap()
-            .with_noise_shapes_from_rows(x.as_ref(), y.as_ref());
-        shaped.unwrap();
-        assert_eq!(state.noise_shape(0), None);
-        let first = state.shape_evidence(0).expect("the first fit's evidence");
-        assert_eq!(first.rows(), 200.0);
-        let mut expected = first;
-        for seed in 1..=6 {
-            let (x, y) = rows(300, seed * 1000, 0.1, 0.0);
-            let batch = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
-            let residuals = state
-                .shape_evidence_from_rows(x.as_ref(), y.as_ref())
-                .unwrap();
-            expected = expected.added(&residuals[0].unwrap()).unwrap();
-            state = state
-                .update(&config, &batch)
-                .unwrap()
-                .with_shape_evidence_added(&residuals);
-        }
-        let evidence = state.shape_evidence(0).unwrap();
-        assert_eq!(evidence, expected);
-        assert_eq!(evidence.offset(), first.offset());
-        let shape = state.noise_shape(0).expect("the later batches' shape");
-        assert!(shape.power() >= 0.75, "{shape:?}");
-        assert_eq!(state.noise_shape(0), evidence.choose());
-        let decoded = crate::codec::decode(&crate::codec::encode(&state)).unwrap();
-        assert_eq!(decoded.shape_evidence(0), Some(evidence));
-        assert_eq!(decoded.noise_shape(0), Some(shape));
-
-        // Past `EVIDENCE_ROWS` a batch adds nothing, and the model no longer asks for rows.
-        assert!(state.wants_residuals());
-        let (x, y) = rows(noise_shape::EVIDENCE_ROWS, 9000, 0.1, 0.0);
-        let residuals = state
-            .shape_evidence_from_rows(x.as_ref(), y.as_ref())
-            .unwrap();
-        let full = state.clone().with_shape_evidence_added(&residuals);
-        assert!(!full.wants_residuals());
-        let counted = full.shape_evidence(0).unwrap();
-        assert_eq!(
-            full.with_shape_evidence_added(&residuals).shape_evidence(0),
-            Some(counted)
-        );
-
-        // Forgetting weighs the evidence as the statistics.
-        let forgetting = ModelConfig {
-            forgetting: Some(Forgetting {
-                half_life_rows: 300.0,
-            }),
-            ..config.clone()
-        };
-        let (x, y) = rows(300, 7000, 0.1, 0.0);
-        let batch = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
-        let forgot = state.update(&forgetting, &batch).unwrap();
-        let kept = forgot.shape_evidence(0).unwrap();
-        assert!((kept.rows() - 0.5 * evidence.rows()).abs() < 1e-9 * evidence.rows());
-        assert_eq!(forgot.noise_shape(0), Some(shape));
-
-        // A state whose shape has no evidence (stored before it) keeps the shape until its
-        // later batches' evidence counts `SHAPE_ROWS` rows.
-        let old = state.clone().with_shape_evidence(vec![None]).unwrap();
-        let (x, y) = rows(noise_shape::SHAPE_ROWS - 1, 8000, 0.0, 0.05);
-        let few = old
-            .shape_evidence_from_rows(x.as_ref(), y.as_ref())
-            .unwrap();
-        let after = old.clone().with_shape_evidence_added(&few);
-        assert_eq!(after.noise_shape(0), Some(shape));
-        assert_eq!(
-            after.shape_evidence(0).unwrap().rows(),
-            (noise_shape::SHAPE_ROWS - 1) as f64
-        );
     }
 
     /// A named feature that holds one value in every row (one fabric for a while) is the

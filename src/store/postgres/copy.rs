@@ -20,7 +20,7 @@ static STATEMENTS: Statements = Statements {
         "INSERT INTO batches (model_id, ",
         batch_dump_columns!(),
         ", arrival) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
-         $16, nextval('batch_arrival'))"
+         nextval('batch_arrival'))"
     ),
     insert_rows: None,
     insert_key: concat!(

@@ -194,7 +194,6 @@ impl ModelTransaction for PgModelTransaction {
         let mut firsts = Vec::with_capacity(batches.len());
         let mut lasts = Vec::with_capacity(batches.len());
         let mut holds = Vec::with_capacity(batches.len());
-        let mut residuals = Vec::with_capacity(batches.len());
         let mut values = Vec::new();
         for b in batches {
             seqs.push(b.seq);
@@ -202,14 +201,11 @@ impl ModelTransaction for PgModelTransaction {
             values.extend_from_slice(b.surprise);
             lasts.push(values.len() as i64);
             holds.push(b.hold);
-            residuals.push(b.residuals);
         }
         sqlx::query(
             "UPDATE batches AS b SET surprise = ($2::float8[])[u.first:u.last], \
-                    status = CASE WHEN u.hold THEN 'held' ELSE b.status END, \
-                    residuals = u.residuals \
-             FROM unnest($1::int8[], $3::int8[], $4::int8[], $5::bool[], $7::bytea[]) \
-                  AS u(seq, first, last, hold, residuals) \
+                    status = CASE WHEN u.hold THEN 'held' ELSE b.status END \
+             FROM unnest($1::int8[], $3::int8[], $4::int8[], $5::bool[]) AS u(seq, first, last, hold) \
              WHERE b.seq = u.seq AND b.model_id = $6 AND b.status = 'queued'",
         )
         .bind(&seqs)
@@ -218,7 +214,6 @@ impl ModelTransaction for PgModelTransaction {
         .bind(&lasts)
         .bind(&holds)
         .bind(self.model_id)
-        .bind(&residuals)
         .execute(&mut *self.tx)
         .await?;
         Ok(())

@@ -12,8 +12,7 @@ static STATEMENTS: Statements = Statements {
     // its row (never written so) reads as NULL rows, which fail to decode as corrupt data
     // instead of leaving the batch out of the copy.
     batches: "SELECT batch_id, content_hash, rows, r.x AS x, r.y AS y, statistics, status, \
-              received_at, folded_at, version, error, surprise, released, rows_purged_at, \
-              residuals \
+              received_at, folded_at, version, error, surprise, released, rows_purged_at \
               FROM batches b LEFT JOIN batch_rows r ON r.seq = b.seq \
               WHERE model_id = $1 ORDER BY b.seq",
     insert_model: "INSERT INTO models (name, spec, first_fit_rows, version, observations, \
@@ -21,8 +20,8 @@ static STATEMENTS: Statements = Statements {
     // `$5` and `$6` are the raw rows, which go to `batch_rows` (`insert_rows`).
     insert_batch: "INSERT INTO batches (model_id, batch_id, content_hash, rows, statistics, \
                    status, received_at, folded_at, version, error, surprise, released, \
-                   rows_purged_at, residuals) \
-                   VALUES ($1, $2, $3, $4, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                   rows_purged_at) \
+                   VALUES ($1, $2, $3, $4, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     insert_rows: Some(sql::SQLITE_INSERT_ROWS),
     insert_key: concat!(
         "INSERT INTO api_keys (",

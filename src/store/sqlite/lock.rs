@@ -72,7 +72,6 @@ enum Write {
         seq: i64,
         surprise: Vec<Option<f64>>,
         hold: bool,
-        residuals: Option<Vec<u8>>,
     },
     Rejected {
         seq: i64,
@@ -203,7 +202,6 @@ impl ModelTransaction for SqliteModelTransaction {
             seq: b.seq,
             surprise: b.surprise.to_vec(),
             hold: b.hold,
-            residuals: b.residuals.map(<[u8]>::to_vec),
         }));
         Ok(())
     }
@@ -300,19 +298,16 @@ impl ModelTransaction for SqliteModelTransaction {
                     seq,
                     surprise,
                     hold,
-                    residuals,
                 } => {
                     sqlx::query(
                         "UPDATE batches SET surprise = ?2, \
-                                status = CASE WHEN ?4 THEN 'held' ELSE status END, \
-                                residuals = ?5 \
+                                status = CASE WHEN ?4 THEN 'held' ELSE status END \
                          WHERE seq = ?1 AND model_id = ?3 AND status = 'queued'",
                     )
                     .bind(seq)
                     .bind(List(surprise))
                     .bind(self.model_id)
                     .bind(hold)
-                    .bind(residuals)
                     .execute(&mut *tx)
                     .await?;
                 }

@@ -261,15 +261,9 @@ fn bayesian_two_stage(
     let state = match stage2 {
         Stage2::None => return Ok(scores),
         Stage2::Update => {
-            let (x, y) = (split.new_x.as_ref(), split.new_y.as_ref());
-            let new = BatchStatistics::from_rows(basis, x, y)?;
-            // As the service's fold: the batch's residuals from the model before it join the
-            // evidence of its noise shapes.
-            let residuals = state.shape_evidence_from_rows(x, y).context("residuals")?;
-            state
-                .update(config, &new)
-                .context("update")?
-                .with_shape_evidence_added(&residuals)
+            let new =
+                BatchStatistics::from_rows(basis, split.new_x.as_ref(), split.new_y.as_ref())?;
+            state.update(config, &new).context("update")?
         }
         Stage2::FromScratch => {
             first_fit(config, split.all_x.as_ref(), split.all_y.as_ref()).context("one-shot fit")?
