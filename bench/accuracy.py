@@ -702,13 +702,19 @@ def predict_chunk(service, name, body, version, timeout, lag):
 
 
 def predict(service, ds, variant, name, rows, version, timeout):
-    means, variances, lag = [], [], {"retries": 0}
+    """Means, variances and info of the answers; `info["dof"]`, where any answer carries the
+    degrees of freedom of a Student-t (`dof`), holds them (∞ for a Gaussian's)."""
+    means, variances, dofs, lag = [], [], [], {"retries": 0}
     for start in range(0, len(rows), PREDICT_CHUNK):
         body = input_body(ds, variant, rows[start:start + PREDICT_CHUNK])
         answer = predict_chunk(service, name, body, version, timeout, lag)
         means += [p["mean"] for p in answer["predictions"]]
         variances += [p["variance"] for p in answer["predictions"]]
+        dofs += [[math.inf if v is None else v for v in p.get("dof") or [None] * len(p["mean"])]
+                 for p in answer["predictions"]]
     info = {"version": answer.get("version")}
+    if any(math.isfinite(v) for row in dofs for v in row):
+        info["dof"] = np.array(dofs, float)
     if lag["retries"]:
         info["stale_predict_retries"] = lag["retries"]
         info["stale_predict_seconds"] = round(time.monotonic() - lag["since"], 3)
@@ -736,8 +742,47 @@ def run_mordant(service, ds, variant, split, name, workaround, timeout, extra=No
     return mean, np.sqrt(variance), info
 
 
+def answered_spread(sd, info):
+    """The spread the metrics score: `sd`, or (sd, dof) where the answers carry a Student-t's
+    degrees of freedom (`info["dof"]`, which this takes out of `info`)."""
+    dof = info.pop("dof", None)
+    return sd if dof is None else (sd, dof)
+
+
 # ---------------------------------------------------------------------------------------------
 # metrics
+
+
+def student_crps(y, mean, sd, dof):
+    """CRPS of the Student-t with `dof` degrees of freedom and standard deviation `sd` at y
+    (Jordan, Krüger & Lerch 2019, the standard t's closed form scaled by √((ν − 2)/ν)·sd);
+    the Gaussian's where dof is ∞."""
+    from scipy import special, stats
+
+    gaussian = gaussian_crps(y, mean, sd)
+    finite = np.isfinite(dof) & (sd > 0)
+    if not finite.any():
+        return gaussian
+    nu = np.where(finite, dof, 3.0)
+    scale = np.where(finite, sd * np.sqrt((nu - 2) / nu), 1.0)
+    z = (y - mean) / scale
+    beta = np.exp(special.betaln(0.5, nu - 0.5) - 2 * special.betaln(0.5, nu / 2))
+    standard = (z * (2 * stats.t.cdf(z, nu) - 1) + 2 * stats.t.pdf(z, nu) * (nu + z * z) / (nu - 1)
+                - 2 * np.sqrt(nu) * beta / (nu - 1))
+    return np.where(finite, scale * standard, gaussian)
+
+
+def half_widths(sd, dof, level):
+    """Half the width of the central `level` interval: sd·z, or for a Student-t of standard
+    deviation sd, sd·√((ν − 2)/ν)·t_ν's quantile."""
+    from scipy import stats
+
+    z = stats.norm.ppf(0.5 + level / 2)
+    if dof is None:
+        return z * sd
+    nu = np.where(np.isfinite(dof), dof, 3.0)
+    t = stats.t.ppf(0.5 + level / 2, nu) * np.sqrt((nu - 2) / nu)
+    return sd * np.where(np.isfinite(dof), t, z)
 
 
 def gaussian_crps(y, mean, sd):
@@ -752,13 +797,15 @@ def gaussian_crps(y, mean, sd):
     return np.where(sd > 0, crps, np.abs(error))
 
 
-def interval_score(y, mean, sd, alpha=ALPHA):
-    lower, upper = mean - Z95 * sd, mean + Z95 * sd
+def interval_score(y, mean, sd, alpha=ALPHA, dof=None):
+    half = Z95 * sd if dof is None else half_widths(sd, dof, 1 - alpha)
+    lower, upper = mean - half, mean + half
     return (upper - lower) + (2 / alpha) * np.maximum(lower - y, 0) + (2 / alpha) * np.maximum(y - upper, 0)
 
 
 def split_metrics(y, mean, sd):
-    """Sums and scores of one split's test predictions (arrays n × m)."""
+    """Sums and scores of one split's test predictions (arrays n × m); `sd` may be (sd, dof)
+    for answers that are Student-t's ([`answered_spread`])."""
     from sklearn.metrics import r2_score
 
     out = {"n": int(y.size), "mse": float(np.mean((y - mean) ** 2)), "r2": float(r2_score(y, mean)),
@@ -768,13 +815,15 @@ def split_metrics(y, mean, sd):
         out["r2_present"] = float(np.mean([r2_score(y[:, k], mean[:, k]) for k in present]))
         out["dyes_present"] = len(present)
     if sd is not None:
-        inside = np.abs(y - mean) <= Z95 * sd
+        sd, dof = sd if isinstance(sd, tuple) else (sd, None)
+        inside = np.abs(y - mean) <= (Z95 * sd if dof is None else half_widths(sd, dof, 0.95))
         nonzero = y != 0
-        out.update(covered=int(inside.sum()), crps_sum=float(gaussian_crps(y, mean, sd).sum()),
-                   is_sum=float(interval_score(y, mean, sd).sum()), n_nonzero=int(nonzero.sum()),
+        crps = gaussian_crps(y, mean, sd) if dof is None else student_crps(y, mean, sd, dof)
+        out.update(covered=int(inside.sum()), crps_sum=float(crps.sum()),
+                   is_sum=float(interval_score(y, mean, sd, dof=dof).sum()), n_nonzero=int(nonzero.sum()),
                    covered_nonzero=int((inside & nonzero).sum()))
         for level, z in CENTRAL_Z.items():
-            narrower = np.abs(y - mean) <= z * sd
+            narrower = np.abs(y - mean) <= (z * sd if dof is None else half_widths(sd, dof, level / 100))
             out[f"covered{level}"] = int(narrower.sum())
             out[f"covered{level}_nonzero"] = int((narrower & nonzero).sum())
     return out
@@ -854,7 +903,8 @@ def run_scheme(ds, scheme, splits, services, args, progress):
                 continue
             finally:
                 record["seconds"] += time.perf_counter() - start
-            record["per_split"].append(dict(split_metrics(y_test, mean, sd), seed=split["seed"]))
+            record["per_split"].append(dict(split_metrics(y_test, mean, answered_spread(sd, info)),
+                                            seed=split["seed"]))
             record["info"].append(info)
     for record in methods.values():
         record["aggregate"] = aggregate(record["per_split"])

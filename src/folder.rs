@@ -20,7 +20,7 @@ use crate::domain::{Rows, Shape};
 use crate::estimator::grid::Grid;
 use crate::estimator::succession::Succession;
 use crate::estimator::{
-    BatchStatistics, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM, drift,
+    BatchStatistics, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM, Predictor, drift,
 };
 use crate::history::{self, RawRows, Source, decode_batch};
 use crate::metrics::Metrics;
@@ -39,6 +39,10 @@ pub struct FoldPlan {
     /// The prior shapes the evidence formed for `state` (its first fit's, or the refits' of the
     /// last batch that changed it), for its predictor.
     pub shapes: FittedShapes,
+    /// `state`'s predictor, where the plan formed it: a first fit forms it to read its rows'
+    /// residuals ([`ModelState::tail_from_rows`]), and hands it on (with the shapes it took)
+    /// while no later batch of the plan changes the state.
+    pub predictor: Option<Predictor>,
     pub folded: Vec<i64>,
     pub rejected: Vec<(i64, String)>,
     /// Batches whose surprise exceeded the model's threshold: not folded, kept for review.
@@ -73,14 +77,16 @@ pub struct Pending<'a> {
     pub rows: Option<RawRows<'a>>,
 }
 
-/// `fitted` with the noise shapes its first fit's rows choose (those of `rows` in the model's
-/// present shape: a batch stored before the model grew, or whose rows are no longer kept,
-/// leaves its rows out); as it is without any.
-fn with_first_fit_noise_shapes(
+/// `fitted` with the noise shapes and the tail its first fit's rows choose (those of `rows` in
+/// the model's present shape: a batch stored before the model grew, or whose rows are no
+/// longer kept, leaves its rows out), and its predictor, formed with the fit's `shapes` to read
+/// the tail; as it is, with the shapes for its predictor, without any rows.
+fn with_first_fit_rows(
     config: &ModelConfig,
     fitted: ModelState,
+    shapes: FittedShapes,
     rows: &[RawRows<'_>],
-) -> ModelState {
+) -> (ModelState, Result<Predictor, FittedShapes>) {
     let (d, m) = (config.basis.features, config.outputs);
     let (mut x, mut y) = (Vec::new(), Vec::new());
     for batch in rows {
@@ -96,14 +102,20 @@ fn with_first_fit_noise_shapes(
     }
     let n = y.len() / m.max(1);
     if n == 0 {
-        return fitted;
+        return (fitted, Err(shapes));
     }
     let (x, y) = (Rows::from_row_major(n, d, x), Rows::from_row_major(n, m, y));
     let (shaped, outcome) = fitted.with_noise_shapes_from_rows(x.as_mat(), y.as_mat());
     if let Err(e) = outcome {
         tracing::warn!(error = %e, "the first fit's rows set no noise shape");
     }
-    shaped
+    let predictor = Predictor::with_fitted_shapes(&shaped, shapes);
+    let (tailed, outcome) = shaped.with_tail_from_rows(&predictor, x.as_mat(), y.as_mat());
+    if let Err(e) = outcome {
+        tracing::warn!(error = %e, "the first fit's rows set no tail");
+    }
+    let tail = tailed.tail();
+    (tailed, Ok(predictor.with_tail(tail)))
 }
 
 /// Folds `batches` (oldest first) into `current`. A batch stored in a shape the model had
@@ -170,8 +182,12 @@ pub fn plan_fold(
         }
         match ModelState::fit_with_shapes(config, totals) {
             Ok((fitted, formed)) if fitted.is_finite() => {
-                state = Some(with_first_fit_noise_shapes(config, fitted, &prefix_rows));
-                shapes = formed;
+                let (fitted, prepared) = with_first_fit_rows(config, fitted, formed, &prefix_rows);
+                state = Some(fitted);
+                match prepared {
+                    Ok(predictor) => plan.predictor = Some(predictor),
+                    Err(formed) => shapes = formed,
+                }
                 plan.folded = prefix;
             }
             outcome => {
@@ -204,6 +220,7 @@ pub fn plan_fold(
                         let (next, formed) = *model;
                         state = Some(next);
                         shapes = formed;
+                        plan.predictor = None;
                     } else if state.is_none() {
                         state = current.cloned();
                     }
@@ -240,6 +257,7 @@ pub fn plan_fold(
             Ok(Learnt::Folded(next, formed, z)) => {
                 state = Some(*next);
                 shapes = formed;
+                plan.predictor = None;
                 plan.folded.push(seq);
                 plan.surprise.push((seq, z));
             }
@@ -472,7 +490,10 @@ async fn fold_claimed(
     let version = match plan.state {
         Some(state) => {
             let state = Arc::new(state);
-            let predictor = history::PredictorTask::with_fitted_shapes(&state, plan.shapes);
+            let predictor = match plan.predictor {
+                Some(predictor) => history::PredictorTask::ready(predictor),
+                None => history::PredictorTask::with_fitted_shapes(&state, plan.shapes),
+            };
             // A new succession, or the one the model had.
             let successor = plan
                 .succession
@@ -682,8 +703,8 @@ pub async fn run(
 pub(crate) mod tests {
     use super::*;
     use crate::domain::ModelSpec;
+    use crate::estimator::codec;
     use crate::estimator::mixture::AlternateShapes;
-    use crate::estimator::{Predictor, codec};
     use faer::Mat;
 
     pub(crate) fn le_bytes(values: &[f64]) -> Vec<u8> {

@@ -309,6 +309,11 @@ impl PredictorTask {
         }))
     }
 
+    /// [`Self::start`] for a predictor already formed.
+    pub fn ready(predictor: Predictor) -> Self {
+        Self(tokio::spawn(async move { Arc::new(predictor) }))
+    }
+
     async fn finish(self) -> Result<Arc<Predictor>, StoreError> {
         self.0
             .await

@@ -552,6 +552,11 @@ pub struct PosteriorView {
     /// Basis function names: the features, then `intercept` if the model has one.
     pub basis: Vec<String>,
     pub outputs: Vec<OutputPosteriorView>,
+    /// The degrees of freedom ν of the Student-t its trained outputs answer with (predict's
+    /// `dof`), set on the first fit's rows where their residuals were heavy-tailed; `null`: a
+    /// Gaussian.
+    #[schema(example = json!(null))]
+    pub dof: Option<f64>,
 }
 
 /// The current posterior of every output.
@@ -629,6 +634,7 @@ pub async fn posterior(
         version: model.version,
         basis,
         outputs,
+        dof: state.tail(),
     }))
 }
 

@@ -81,6 +81,16 @@ pub struct Spectra {
 pub struct Prediction {
     pub mean: Vec<f64>,
     pub variance: Vec<f64>,
+    /// Present only for a model whose first fit's residuals were heavy-tailed (more peaked than
+    /// a Gaussian, with a few far off): per output, the degrees of freedom ν of a Student-t
+    /// answer with this mean and variance, `mean + √(variance·(ν − 2)/ν)·t_ν`, whose central
+    /// intervals are narrower than the Gaussian's up to about 92–96 % (by ν) and wider beyond;
+    /// `null` where the
+    /// answer is a Gaussian's (an untrained output, a mean of exactly 0, or an answer by the
+    /// successor instrument).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub dof: Option<Vec<Option<f64>>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -124,7 +134,7 @@ pub async fn predict(
     // thread, as a long one is.
     let inline = bytes.len() <= INLINE_BYTES
         && (model.spec.successor.is_none() || !names_an_instrument(&bytes));
-    let (predictions, warnings) = match (&model.coalescer, inline) {
+    let ((predictions, warnings), by_successor) = match (&model.coalescer, inline) {
         // A wide model's: answered together with the other small requests waiting for it.
         (Some(coalescer), true) => {
             let (x, warnings) = read_rows(&bytes, &model.spec, limit)?;
@@ -159,7 +169,7 @@ pub async fn predict(
                 })
                 .await??
             };
-            (predictions, warnings)
+            ((predictions, warnings), false)
         }
         (None, true) => answer(&bytes, &model, limit, &name)?,
         (_, false) => {
@@ -168,26 +178,35 @@ pub async fn predict(
                 .await??
         }
     };
+    // A tail is the model's own predictor's: the successor's answers, mixed, have none.
+    let tail = model
+        .predictor
+        .as_deref()
+        .filter(|p| p.has_tail() && !by_successor);
     let body = PredictBody {
         model: &name,
         version: model.version,
         predictions: &predictions,
         warnings: &warnings,
+        tail,
     };
     body.to_response()
 }
 
 /// The predictions for a request: by the successor's path when it names the successor as its
-/// instrument, else as [`predict_rows`] reads and predicts them.
+/// instrument (then `true` beside them), else as [`predict_rows`] reads and predicts them.
 fn answer(
     bytes: &[u8],
     model: &CachedModel,
     limit: usize,
     name: &str,
-) -> Result<(Predictions, Vec<Detail>), ApiError> {
+) -> Result<((Predictions, Vec<Detail>), bool), ApiError> {
     match SuccessorRead::of(bytes, &model.spec, name)? {
-        Some(read) => predict_successor(bytes, model, &read, limit, name),
-        None => predict_rows(bytes, &model.spec, limit, model.predictor.as_deref(), name),
+        Some(read) => Ok((predict_successor(bytes, model, &read, limit, name)?, true)),
+        None => Ok((
+            predict_rows(bytes, &model.spec, limit, model.predictor.as_deref(), name)?,
+            false,
+        )),
     }
 }
 
@@ -453,6 +472,8 @@ struct PredictBody<'a> {
     version: i64,
     predictions: &'a Predictions,
     warnings: &'a [Detail],
+    /// The predictor whose tail the answers carry ([`Predictor::degrees_of_freedom`]), if any.
+    tail: Option<&'a Predictor>,
 }
 
 /// Bytes of JSON per predicted number, generously (`-1.2345678901234567e-100,`).
@@ -480,6 +501,7 @@ impl Serialize for PredictBody<'_> {
             &Seq((0..mean.nrows()).map(|r| PredictionRow {
                 mean: mean.row(r),
                 variance: variance.row(r),
+                tail: self.tail,
             })),
         )?;
         if !self.warnings.is_empty() {
@@ -493,13 +515,20 @@ impl Serialize for PredictBody<'_> {
 struct PredictionRow<'a> {
     mean: RowRef<'a, f64>,
     variance: RowRef<'a, f64>,
+    tail: Option<&'a Predictor>,
 }
 
 impl Serialize for PredictionRow<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut row = serializer.serialize_struct("Prediction", 2)?;
+        let mut row =
+            serializer.serialize_struct("Prediction", 2 + usize::from(self.tail.is_some()))?;
         row.serialize_field("mean", &values(self.mean))?;
         row.serialize_field("variance", &values(self.variance))?;
+        if let Some(tail) = self.tail {
+            let mean = self.mean;
+            let dof = (0..mean.ncols()).map(move |k| tail.degrees_of_freedom(k, mean[k]));
+            row.serialize_field("dof", &Seq(dof))?;
+        }
         row.end()
     }
 }
@@ -670,32 +699,63 @@ mod tests {
     }
 
     /// The direct serialisation writes exactly what the documented response types would.
+    /// With a tail, each row carries `dof`: ν where the mean is not 0, `null` where it is.
     #[test]
     fn body_is_the_documented_response() {
+        use crate::estimator::{Basis, BatchStatistics, ModelConfig, ModelState, Transform};
         let predictions = Predictions {
-            mean: Mat::from_fn(3, 2, |r, k| (r as f64 - 1.3) * 0.1f64.powi(k as i32 * 7)),
+            mean: Mat::from_fn(3, 2, |r, k| {
+                if (r, k) == (2, 1) {
+                    0.0
+                } else {
+                    (r as f64 - 1.3) * 0.1f64.powi(k as i32 * 7)
+                }
+            }),
             variance: Mat::from_fn(3, 2, |r, k| 1.0 / 3.0 + (r * k) as f64 * 1e300),
         };
-        let direct = serde_json::to_string(&PredictBody {
-            model: "cotton-reactive",
-            version: 13,
-            predictions: &predictions,
-            warnings: &[],
-        })
-        .expect("serialise");
-        let documented = serde_json::to_string(&PredictResponse {
-            model: "cotton-reactive".into(),
-            version: 13,
-            predictions: (0..3)
-                .map(|r| Prediction {
-                    mean: predictions.mean.row(r).iter().copied().collect(),
-                    variance: predictions.variance.row(r).iter().copied().collect(),
-                })
-                .collect(),
-            warnings: Vec::new(),
-        })
-        .expect("serialise");
-        assert_eq!(direct, documented);
-        assert!(direct.contains("\"variance\":[0.3333333333333333,0.3333333333333333]"));
+        let basis = Basis::new(1, true, Transform::Identity);
+        let x = Mat::from_fn(40, 1, |i, _| i as f64 / 40.0);
+        let y = Mat::from_fn(40, 2, |i, k| {
+            (k + 1) as f64 * x[(i, 0)] + (i as f64 * 0.7).sin()
+        });
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).expect("rows");
+        let state = ModelState::fit(&ModelConfig::new(basis, 2), stats)
+            .and_then(|state| state.with_tail(Some(3.0)))
+            .expect("a state");
+        let predictor = Predictor::new(&state);
+        for tail in [None, Some(&predictor)] {
+            let direct = serde_json::to_string(&PredictBody {
+                model: "cotton-reactive",
+                version: 13,
+                predictions: &predictions,
+                warnings: &[],
+                tail,
+            })
+            .expect("serialise");
+            let documented = serde_json::to_string(&PredictResponse {
+                model: "cotton-reactive".into(),
+                version: 13,
+                predictions: (0..3)
+                    .map(|r| Prediction {
+                        mean: predictions.mean.row(r).iter().copied().collect(),
+                        variance: predictions.variance.row(r).iter().copied().collect(),
+                        dof: tail.map(|_| {
+                            (0..2)
+                                .map(|k| (predictions.mean[(r, k)] != 0.0).then_some(3.0))
+                                .collect()
+                        }),
+                    })
+                    .collect(),
+                warnings: Vec::new(),
+            })
+            .expect("serialise");
+            assert_eq!(direct, documented);
+            assert!(direct.contains("\"variance\":[0.3333333333333333,0.3333333333333333]"));
+            assert_eq!(
+                direct.contains("\"dof\":[3.0,null]"),
+                tail.is_some(),
+                "{direct}"
+            );
+        }
     }
 }

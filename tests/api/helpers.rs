@@ -420,9 +420,12 @@ pub fn direct_state(
         mat(&batches[..used].iter().flat_map(|b| part(b).clone()).collect::<Vec<_>>())
     };
     let (x, y) = (rows(|b| &b.0), rows(|b| &b.1));
-    let (mut state, shaped) =
+    let (state, shaped) =
         ModelState::fit(config, totals).unwrap().with_noise_shapes_from_rows(x.as_ref(), y.as_ref());
     shaped.unwrap();
+    let predictor = mordant::estimator::Predictor::new(&state);
+    let (mut state, tailed) = state.with_tail_from_rows(&predictor, x.as_ref(), y.as_ref());
+    tailed.unwrap();
     for batch in &batches[used..] {
         state = state.update(config, &stats(batch)).unwrap();
     }

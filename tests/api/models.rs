@@ -276,3 +276,64 @@ async fn the_noise_of_a_dose_measured_to_a_share_of_itself_follows_the_dose() {
     assert_eq!(posterior["version"], 2);
     assert_eq!(posterior["outputs"][0]["noise_shape"], output["noise_shape"]);
 }
+
+/// Errors more peaked than a Gaussian, with a few far off (a t with 4 degrees of freedom), in
+/// a first batch the store keeps as statistics: the first fit reads its raw rows back, their
+/// residuals set a tail, the posterior names its degrees of freedom and every prediction
+/// carries them, the variance unchanged in meaning. A later batch, folded by one step, keeps
+/// it. A model whose errors are Gaussian answers without `dof`, as before.
+#[tokio::test]
+async fn heavy_tailed_errors_give_answers_a_students_t() {
+    let app = spawn_app().await;
+    let u = |i: usize, a: f64| ((i as f64 + 0.5) * a).fract();
+    // t₄'s quantile (closed form) and the normal's by Box–Muller, from fixed sequences.
+    let student = |i: usize| {
+        let p = u(i, 0.618_033_988_749_895);
+        let alpha = 4.0 * p * (1.0 - p);
+        let q = (alpha.sqrt().acos() / 3.0).cos() / alpha.sqrt();
+        (p - 0.5).signum() * 2.0 * (q - 1.0).sqrt()
+    };
+    let normal = |i: usize| {
+        (-2.0 * u(i, 0.618_033_988_749_895).ln()).sqrt()
+            * (std::f64::consts::TAU * u(i, 0.754_877_666_246_692_7)).cos()
+    };
+    let rows = |noise: &dyn Fn(usize) -> f64| -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+        (0..420)
+            .map(|i| {
+                let x = vec![(i as f64 * 0.13).fract(), (i as f64 * 0.29).fract()];
+                let y = vec![
+                    1.0 + 2.0 * x[0] - x[1] + 0.1 * noise(i),
+                    3.0 - x[0] + 0.2 * noise(i + 7),
+                ];
+                (x, y)
+            })
+            .unzip()
+    };
+    for (name, noise, tailed) in [
+        ("tailed", &student as &dyn Fn(usize) -> f64, true),
+        ("gaussian", &normal, false),
+    ] {
+        app.create_model(&spec(name, 2, 2)).await;
+        let (x, y) = rows(noise);
+        let first = json!({"batch_id": "first", "x": x[..400], "y": y[..400]});
+        assert_eq!(app.post_batch(name, &first).await.status(), StatusCode::ACCEPTED);
+        assert_eq!(app.wait_for_batch(name, "first").await["status"], "folded");
+        let posterior: Value = app.get(&format!("/v1/models/{name}/posterior")).await.json().await.unwrap();
+        let answer = app.predict_at(name, &json!([[0.2, 0.4], [0.9, 0.1]]), 1).await;
+        if !tailed {
+            assert_eq!(posterior["dof"], Value::Null, "{posterior}");
+            assert!(answer["predictions"][0].get("dof").is_none(), "{answer}");
+            continue;
+        }
+        let nu = posterior["dof"].as_f64().unwrap_or_else(|| panic!("{posterior}"));
+        assert!((3.0..=5.0).contains(&nu), "{posterior}");
+        for r in 0..2 {
+            assert_eq!(answer["predictions"][r]["dof"], json!([nu, nu]), "{answer}");
+        }
+        let later = json!({"batch_id": "later", "x": x[400..], "y": y[400..]});
+        assert_eq!(app.post_batch(name, &later).await.status(), StatusCode::ACCEPTED);
+        assert_eq!(app.wait_for_batch(name, "later").await["status"], "folded");
+        let again = app.predict_at(name, &json!([[0.2, 0.4]]), 2).await;
+        assert_eq!(again["predictions"][0]["dof"], json!([nu, nu]), "{again}");
+    }
+}

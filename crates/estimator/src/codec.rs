@@ -46,6 +46,10 @@
 //! f64). It is written only for states with a shape on some output, so every other state keeps
 //! its version, readable by the releases before; a state read from a version before 10 has none.
 //!
+//! Version 11 is version 10 followed by the predictive's tail ([`crate::tail`]): its degrees of
+//! freedom ν f64. It is written only for states with a tail, so every other state keeps its
+//! version; a state read from a version before 11 has none (a Gaussian).
+//!
 //! The Saunderson transform (tag 2) came within version 6: only such states carry `k₁, k₂`, so
 //! every other state stays readable by the releases before it, which refuse a tag-2 state as an
 //! invalid transform rather than misread it.
@@ -134,6 +138,8 @@ const FORMAT_VERSION_RELATIVE: u16 = 8;
 const FORMAT_VERSION_ALTERNATES: u16 = 9;
 /// Written for states whose outputs keep noise shapes (see the module's doc).
 const FORMAT_VERSION_NOISE_SHAPES: u16 = 10;
+/// Written for states with a tail (see the module's doc).
+const FORMAT_VERSION_TAIL: u16 = 11;
 /// Statistics blobs of version 4 followed by the weighted build-up statistics.
 const STATISTICS_VERSION_5: u16 = 5;
 /// Most build-up curves a blob may declare.
@@ -141,10 +147,14 @@ const MAX_CURVES: usize = 64;
 /// Bound on `p` and `m` accepted from a blob, so a corrupt header cannot ask for terabytes.
 const MAX_DIM: usize = 1 << 16;
 
-/// Encodes a model state: format 10 when an output keeps a noise shape, else 9 when an output
+/// Encodes a model state: format 11 when it has a tail, 10 when an output keeps a noise shape,
+/// else 9 when an output
 /// keeps alternates, else 8 when its statistics keep the weighted build-up statistics, 7 when
 /// they keep the build-up statistics alone, 6 otherwise.
 pub fn encode(state: &ModelState) -> Vec<u8> {
+    if state.tail().is_some() {
+        return encode_as(state, FORMAT_VERSION_TAIL);
+    }
     if (0..state.outputs().len()).any(|k| state.noise_shape(k).is_some()) {
         return encode_as(state, FORMAT_VERSION_NOISE_SHAPES);
     }
@@ -256,6 +266,9 @@ fn encode_as(state: &ModelState, version: u16) -> Vec<u8> {
             }
         }
     }
+    if version >= FORMAT_VERSION_TAIL {
+        w.f64(state.tail().unwrap_or(f64::INFINITY));
+    }
     w.finish()
 }
 
@@ -276,6 +289,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             FORMAT_VERSION_RELATIVE,
             FORMAT_VERSION_ALTERNATES,
             FORMAT_VERSION_NOISE_SHAPES,
+            FORMAT_VERSION_TAIL,
         ],
     )?;
     let current = r.version >= FORMAT_VERSION_4;
@@ -424,6 +438,12 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
             };
         }
     }
+    // ∞ (never written by `encode`, which writes 11 only for a tail) reads as none.
+    let tail = if r.version >= FORMAT_VERSION_TAIL {
+        Some(r.f64()?).filter(|nu| *nu != f64::INFINITY)
+    } else {
+        None
+    };
     r.finish()?;
     // Each kernel's square root is an eigendecomposition: once per length scale (unless another
     // model holds it), in parallel.
@@ -458,7 +478,9 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     }?;
     ModelState::from_parts(basis, totals, outputs, predictive, fitted_rows, alternates)?
         .with_noise_shapes(noise_shapes)
-        .map_err(|_| DecodeError::Invalid("a noise shape on an untrained output").into())
+        .map_err(|_| DecodeError::Invalid("a noise shape on an untrained output"))?
+        .with_tail(tail)
+        .map_err(|_| DecodeError::Invalid("tail").into())
 }
 
 /// Encodes the statistics of one batch (what the service stores beside a batch's raw rows).
@@ -1347,14 +1369,11 @@ mod tests {
     fn newer_version_is_refused() {
         let state = small_state();
         let refusal =
-            |newest| EstimatorError::Decode(DecodeError::UnsupportedVersion { found: 11, newest });
+            |newest| EstimatorError::Decode(DecodeError::UnsupportedVersion { found: 12, newest });
         let (mut blob, mut stats) = (encode(&state), encode_statistics(state.totals()));
-        blob[4] = 11;
-        stats[4] = 11;
-        assert_eq!(
-            decode(&blob).unwrap_err(),
-            refusal(FORMAT_VERSION_NOISE_SHAPES)
-        );
+        blob[4] = 12;
+        stats[4] = 12;
+        assert_eq!(decode(&blob).unwrap_err(), refusal(FORMAT_VERSION_TAIL));
         assert_eq!(
             decode_statistics(&stats).unwrap_err(),
             refusal(STATISTICS_VERSION_5)

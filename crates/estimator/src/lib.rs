@@ -118,6 +118,7 @@ pub mod prior;
 pub mod recipe;
 pub mod statistics;
 pub mod succession;
+pub mod tail;
 pub mod transfer;
 
 pub use basis::{Basis, ReflectanceScale, Saunderson, Transform};

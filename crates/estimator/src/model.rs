@@ -8,6 +8,7 @@ use super::evidence::{Alternate, FittedShapes, SharedScale, evidence};
 use super::incremental::one_step;
 use super::noise_shape::{self, NoiseShape};
 use super::posterior::OutputPosterior;
+use super::predictor::Predictor;
 use super::statistics::{BatchStatistics, OutputData, check_shape};
 use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
 
@@ -192,6 +193,10 @@ pub struct ModelState {
     /// rows of the model's first fit; `None` (one `σ²` for every answer) for an untrained output
     /// and every state stored before them.
     noise_shapes: Vec<Option<NoiseShape>>,
+    /// The degrees of freedom of the predictive's Student-t tail ([`super::tail`]), set on the
+    /// rows of the model's first fit; `None` (a Gaussian) where they chose none, and for every
+    /// state stored before it.
+    tail: Option<f64>,
 }
 
 impl ModelState {
@@ -254,7 +259,74 @@ impl ModelState {
             fitted_rows,
             alternates,
             noise_shapes,
+            tail: None,
         })
+    }
+
+    /// The degrees of freedom of the predictive's tail, if the model has one.
+    pub fn tail(&self) -> Option<f64> {
+        self.tail
+    }
+
+    /// This state with the tail `tail` (one of [`super::tail::DEGREES`], or none).
+    pub fn with_tail(mut self, tail: Option<f64>) -> Result<Self, EstimatorError> {
+        if tail.is_some_and(|nu| !super::tail::DEGREES.contains(&nu)) {
+            return Err(EstimatorError::NonFinite("the tail's degrees of freedom"));
+        }
+        self.tail = tail;
+        Ok(self)
+    }
+
+    /// This state with the tail that the rows `x`, `y` choose through `predictor`
+    /// ([`Self::tail_from_rows`]); where they cannot (another width), the state as it was, with
+    /// the reason.
+    pub fn with_tail_from_rows(
+        mut self,
+        predictor: &Predictor,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+    ) -> (Self, Result<(), EstimatorError>) {
+        match self.tail_from_rows(predictor, x, y) {
+            Ok(tail) => {
+                self.tail = tail;
+                (self, Ok(()))
+            }
+            Err(e) => (self, Err(e)),
+        }
+    }
+
+    /// The tail ([`super::tail::choose`]) that the rows `x`, `y` (raw inputs and outputs, as a
+    /// batch holds them) choose through `predictor`, this state's: the standardised residuals
+    /// `(y − μ)/√v` of every trained output where neither the value nor the answer's mean is 0
+    /// (a dose, not the exact 0 of a dye a recipe does not use), pooled over the outputs.
+    pub fn tail_from_rows(
+        &self,
+        predictor: &Predictor,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+    ) -> Result<Option<f64>, EstimatorError> {
+        if y.nrows() != x.nrows() || y.ncols() != self.outputs.len() {
+            return Err(EstimatorError::Dimension {
+                what: "tail rows",
+                expected: self.outputs.len(),
+                found: y.ncols(),
+            });
+        }
+        let answers = predictor.predict(x)?;
+        let mut z = Vec::new();
+        for (k, output) in self.outputs.iter().enumerate() {
+            if output.posterior().is_none() {
+                continue;
+            }
+            for i in 0..y.nrows() {
+                let (value, mean, variance) =
+                    (y[(i, k)], answers.mean[(i, k)], answers.variance[(i, k)]);
+                if value != 0.0 && mean != 0.0 && variance > 0.0 {
+                    z.push((value - mean) / variance.sqrt());
+                }
+            }
+        }
+        Ok(super::tail::choose(&z))
     }
 
     /// Output `k`'s noise shape, if it has one.
@@ -303,14 +375,20 @@ impl ModelState {
         }
     }
 
-    /// This state with `from`'s noise shapes on the outputs it still has trained: a shape, set
-    /// on a first fit's rows, stays through the updates and refits after it.
-    fn keeping_noise_shapes(mut self, from: &[Option<NoiseShape>]) -> Self {
-        for ((shape, output), kept) in self.noise_shapes.iter_mut().zip(&self.outputs).zip(from) {
+    /// This state with `from`'s noise shapes on the outputs it still has trained, and its tail:
+    /// both, set on a first fit's rows, stay through the updates and refits after it.
+    fn keeping_first_fit(mut self, from: &ModelState) -> Self {
+        for ((shape, output), kept) in self
+            .noise_shapes
+            .iter_mut()
+            .zip(&self.outputs)
+            .zip(&from.noise_shapes)
+        {
             if output.posterior().is_some() {
                 *shape = *kept;
             }
         }
+        self.tail = from.tail;
         self
     }
 
@@ -391,6 +469,7 @@ impl ModelState {
                 .chain([Vec::new()])
                 .collect(),
             noise_shapes: self.noise_shapes.iter().copied().chain([None]).collect(),
+            tail: self.tail,
         }
     }
 
@@ -483,7 +562,7 @@ impl ModelState {
             self.fitted_rows.clone(),
             alternates,
         )
-        .map(|state| state.keeping_noise_shapes(&self.noise_shapes))
+        .map(|state| state.keeping_first_fit(self))
     }
 
     /// How predictions treat σ².
@@ -657,7 +736,7 @@ impl ModelState {
             fitted_rows,
             alternates,
         )?
-        .keeping_noise_shapes(&self.noise_shapes);
+        .keeping_first_fit(self);
         let shapes = FittedShapes::new(shared, state.totals());
         Ok((state, shapes))
     }
@@ -703,7 +782,7 @@ impl ModelState {
             fitted,
             alternates,
         )?
-        .keeping_noise_shapes(&self.noise_shapes);
+        .keeping_first_fit(self);
         let shapes = FittedShapes::new(shared, state.totals());
         Ok((state, shapes))
     }
@@ -1167,6 +1246,90 @@ mod tests {
                 .is_err()
         );
         assert_eq!(untrained.noise_shape(0), Some(shape));
+    }
+
+    /// Rows whose errors are heavy-tailed (a t with 3 degrees of freedom: most rows close, a
+    /// few far off) set a tail on the first fit's rows; Gaussian errors set none. The tail
+    /// leaves every mean and variance as it was, answers a trained output's non-zero means
+    /// only, and stays through a one-step update, a refit, a new output and the codec.
+    #[test]
+    fn heavy_tailed_errors_set_a_tail_and_gaussian_ones_none() {
+        let n = 600;
+        let u = |i: usize, a: f64| ((i as f64 + 0.5) * a).fract();
+        // A normal by Box–Muller from two sequences; a t₃ as a normal over √(χ²₃/3).
+        let normal = |i: usize, a: f64, b: f64| {
+            (-2.0 * u(i, a).ln()).sqrt() * (std::f64::consts::TAU * u(i, b)).cos()
+        };
+        let student = |i: usize| {
+            let chi2: f64 = [0.414_213_56, 0.732_050_81, 0.236_067_98]
+                .iter()
+                .map(|&a| normal(i, a, 0.381_966_01).powi(2))
+                .sum();
+            normal(i, 0.618_033_99, 0.754_877_67) / (chi2 / 3.0).sqrt()
+        };
+        let x = Mat::from_fn(n, 2, |i, j| (i as f64 * [0.13, 0.29][j]).fract());
+        let basis = Basis::new(2, true, Transform::Identity);
+        let config = ModelConfig {
+            prior: PriorFamily::Ridge,
+            ..ModelConfig::new(basis, 1)
+        };
+        let fitted = |noise: &dyn Fn(usize) -> f64| {
+            let y = Mat::from_fn(n, 1, |i, _| {
+                1.0 + 2.0 * x[(i, 0)] - x[(i, 1)] + 0.1 * noise(i)
+            });
+            let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+            let state = ModelState::fit(&config, stats).unwrap();
+            let tail = state
+                .tail_from_rows(&Predictor::new(&state), x.as_ref(), y.as_ref())
+                .unwrap();
+            (state, tail)
+        };
+        let (gaussian, none) = fitted(&|i| normal(i, 0.618_033_99, 0.754_877_67));
+        assert_eq!(none, None);
+        let (plain, tail) = fitted(&student);
+        let nu = tail.expect("a tail");
+        assert!(nu <= 5.0, "ν = {nu}");
+        let tailed = plain.clone().with_tail(tail).unwrap();
+        let probe = Mat::from_fn(3, 2, |i, j| (i as f64 * [0.31, 0.17][j]).fract());
+        let (before, after) = (Predictor::new(&plain), Predictor::new(&tailed));
+        let (a, b) = (
+            before.predict(probe.as_ref()).unwrap(),
+            after.predict(probe.as_ref()).unwrap(),
+        );
+        assert_eq!(
+            (a.mean.clone(), a.variance.clone()),
+            (b.mean.clone(), b.variance.clone())
+        );
+        assert_eq!(after.degrees_of_freedom(0, b.mean[(0, 0)]), Some(nu));
+        assert_eq!(after.degrees_of_freedom(0, 0.0), None);
+        assert_eq!(before.degrees_of_freedom(0, b.mean[(0, 0)]), None);
+        assert_eq!(before.with_tail(tail).degrees_of_freedom(0, 1.0), Some(nu));
+        // Kept by a step, a refit, a new output (untrained: no tail on its answers) and the
+        // codec, which writes the states without one as before.
+        let more =
+            BatchStatistics::from_rows(&basis, x.subrows(0, 20), x.subrows(0, 20).subcols(0, 1))
+                .unwrap();
+        let stepped = tailed.update(&config, &more).unwrap();
+        assert_eq!(stepped.tail(), Some(nu));
+        assert_eq!(stepped.refit(&config).unwrap().tail(), Some(nu));
+        let grown = tailed.with_output_appended();
+        assert_eq!(grown.tail(), Some(nu));
+        assert_eq!(Predictor::new(&grown).degrees_of_freedom(1, 1.0), None);
+        let decoded = crate::codec::decode(&crate::codec::encode(&tailed)).unwrap();
+        assert_eq!(decoded, tailed);
+        assert_eq!(
+            crate::codec::encode(&gaussian)[4],
+            crate::codec::encode(&plain)[4]
+        );
+        assert!(
+            crate::codec::decode(&crate::codec::encode(&plain))
+                .unwrap()
+                .tail()
+                .is_none()
+        );
+        // Only the degrees of freedom the choice weighs are accepted.
+        assert!(plain.clone().with_tail(Some(2.5)).is_err());
+        assert!(plain.with_tail(Some(f64::NAN)).is_err());
     }
 
     /// An output whose error does not grow with its answer keeps one noise variance.

@@ -119,6 +119,8 @@ pub struct Predictor {
     outputs: Vec<Term>,
     /// Outputs with alternates whose model average could not be formed, and why.
     unaveraged: Vec<(usize, EstimatorError)>,
+    /// The degrees of freedom of the predictive's tail ([`super::tail`]), if any.
+    tail: Option<f64>,
 }
 
 /// `κ_k` and what it inflates: the whole of `s_k + φᵀΣ_kφ` ([`Predictive::Plugin`], where it is
@@ -321,7 +323,29 @@ impl Predictor {
             weights,
             outputs,
             unaveraged,
+            tail: state.tail(),
         }
+    }
+
+    /// This predictor with the tail `tail`: what [`Self::new`] forms for its state with that
+    /// tail, without forming the rest again.
+    pub fn with_tail(mut self, tail: Option<f64>) -> Self {
+        self.tail = tail;
+        self
+    }
+
+    /// The degrees of freedom of output `k`'s answer of mean `mean` ([`super::tail`]): the
+    /// model's tail for a trained output whose mean is not 0, else `None` (a Gaussian).
+    pub fn degrees_of_freedom(&self, k: usize, mean: f64) -> Option<f64> {
+        match self.outputs.get(k)? {
+            Term::Trained { .. } if mean != 0.0 => self.tail,
+            _ => None,
+        }
+    }
+
+    /// Whether some answer can have a tail ([`Self::degrees_of_freedom`]).
+    pub fn has_tail(&self) -> bool {
+        self.tail.is_some()
     }
 
     /// The outputs with alternates whose model average could not be formed (a factor that
