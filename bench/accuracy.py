@@ -93,6 +93,11 @@ Metrics per target (one data set, one output, one split scheme), on the test row
 * interval score of the central 95 % interval (Gneiting & Raftery 2007, α = 0.05):
   (u − l) + (2/α)(l − y)⁺ + (2/α)(y − u)⁺, mean over every test prediction.
 
+An answer of mordant's that carries `dof` (a Student-t of that many degrees of freedom ν and
+the answered variance) is scored as that distribution: its intervals are mean ±
+q_ν·√((ν − 2)/ν)·sd (q_ν the t's quantile) and its CRPS the t's closed form (Jordan, Krüger &
+Lerch 2019) at that scale; answers without it, and every peer's, as Gaussians.
+
 Coverage, CRPS and the interval score need a predictive distribution: "—" for PLS, RidgeCV and
 OLS. The report gives per target mordant's RMSEP over the best peer's and the coverage of
 mordant's intervals pooled over all targets. Failures of mordant are reported, never raised:

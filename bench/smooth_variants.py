@@ -1,7 +1,7 @@
 """The smooth prior's kernel, and priors blind to a baseline, tried outside the service in numpy
 (ACCURACY.md, "Tried and not adopted: other smooth priors").
 
-    python3 bench/smooth_variants.py gasoline|yarn [REPEATS]
+    python3 bench/smooth_variants.py NAME [REPEATS] [derivatives]
 
 The model is the service's smooth prior: flat intercept (x and y centred), w ~ N(0, a K_ℓ),
 y | w ~ N(Xw, s I). The amplitude a and the noise s maximise the evidence,
@@ -9,6 +9,10 @@ log p(y) = −½ Σ_i [log(s + a λ_i) + z_i² / (s + a λ_i)] over the eigenpai
 X K Xᵀ (z = Uᵀy, the centring direction left out), and ℓ is picked by the evidence from
 17 candidates (½ band to 128 bands). A variant list is picked among by the evidence too.
 Splits are bench/accuracy.py's (canonical, then REPEATS random ones, default 20).
+
+`derivatives` tries instead ridge and Matérn-3/2 on the spectrum's first and second
+differences (d1, d2, d1m32, d2m32): chemometrics' derivative preprocessing, `w = Dᵀv` with
+`v ~ N(0, a K)`, so `w ~ N(0, a DᵀKD)`, blind to an offset (and a slope for d2).
 """
 import os
 import sys
@@ -25,6 +29,10 @@ LENGTHS = 0.5 * 2 ** (np.arange(17) / 2)
 
 
 def kernel(kind, p, length):
+    if kind.startswith(("d1", "d2")):
+        order = int(kind[1])
+        diff = np.diff(np.eye(p), n=order, axis=0)
+        return diff.T @ kernel(kind[2:] or "ridge", p - order, length) @ diff + 1e-10 * np.eye(p)
     d = np.abs(np.subtract.outer(np.arange(p), np.arange(p))).astype(float)
     base = kind[:3]
     if base == "m12":
@@ -105,9 +113,9 @@ def best_of(x, y, x_test, kinds):
     the choice of a length scale."""
     best = None
     for kind in kinds:
-        for length in ([None] if kind == "ridge" else LENGTHS):
+        for length in ([None] if kind in ("ridge", "d1", "d2") else LENGTHS):
             mean, var, evidence = fit(x, y, kernel(kind, x.shape[1], length or 1.0), x_test)
-            score = evidence - (0 if kind == "ridge" else np.log(len(LENGTHS)))
+            score = evidence - (0 if length is None else np.log(len(LENGTHS)))
             if best is None or score > best[2]:
                 best = (mean, var, score)
     return best
@@ -115,25 +123,28 @@ def best_of(x, y, x_test, kinds):
 
 VARIANTS = {"m12": ["m12"], "m32": ["m32"], "m52": ["m52"], "rbf": ["rbf"], "ridge": ["ridge"],
             "m32p0": ["m32p0"], "m32p1": ["m32p1"], "evidence picks": ["ridge", "m32", "m52", "rbf"]}
+DERIVATIVES = {"m32": ["m32"], "ridge": ["ridge"], "d1": ["d1"], "d2": ["d2"], "d1m32": ["d1m32"],
+               "d2m32": ["d2m32"], "evidence picks": ["ridge", "m32", "d1", "d2", "d1m32", "d2m32"]}
 
 
 def main(argv):
     warnings.filterwarnings("ignore", category=RuntimeWarning)
     name = argv[1] if len(argv) > 1 else "gasoline"
     repeats = int(argv[2]) if len(argv) > 2 else 20
+    variants = DERIVATIVES if len(argv) > 3 and argv[3] == "derivatives" else VARIANTS
     ds = A.LOADERS[name](DATA)
     for scheme, splits in (("canonical", A.canonical_splits(ds)), ("random", A.random_splits(len(ds.x), repeats))):
-        errors = {v: [] for v in VARIANTS}
-        covered = {v: [] for v in VARIANTS}
+        errors = {v: [] for v in variants}
+        covered = {v: [] for v in variants}
         for split in splits:
             train, test = A.train_rows(split), split["test"]
-            for variant, kinds in VARIANTS.items():
+            for variant, kinds in variants.items():
                 mean, var, _ = best_of(ds.x[train], ds.y[train, 0], ds.x[test], kinds)
                 truth = ds.y[test, 0]
                 errors[variant].append(np.mean((truth - mean) ** 2))
                 covered[variant].extend(np.abs(truth - mean) <= A.Z95 * np.sqrt(var))
         print(f"{name} {scheme} ({len(splits)} splits): RMSEP / 95 % coverage")
-        for variant in VARIANTS:
+        for variant in variants:
             print(f"  {variant:15s} {np.sqrt(np.mean(errors[variant])):.4f} / {np.mean(covered[variant]):.3f}")
 
 
