@@ -751,7 +751,10 @@ def answered_spread(sd, info):
     """The spread the metrics score: `sd`, or (sd, dof) where the answers carry a Student-t's
     degrees of freedom (`info["dof"]`, which this takes out of `info`)."""
     dof = info.pop("dof", None)
-    return sd if dof is None else (sd, dof)
+    if dof is None:
+        return sd
+    info["dof_values"] = sorted({float(v) for v in dof.flat if math.isfinite(v)})
+    return sd, dof
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ use crate::tasks::{Notifications, sleep_or_stop};
 pub struct FoldPlan {
     pub state: Option<ModelState>,
     /// The prior shapes the evidence formed for `state` (its first fit's, or the refits' of the
-    /// last batch that changed it), for its predictor.
+    /// last batch that changed it), for its predictor; none where `predictor` took them.
     pub shapes: FittedShapes,
     /// `state`'s predictor, where the plan formed it: a first fit forms it to read its rows'
     /// residuals ([`ModelState::tail_from_rows`]), and hands it on (with the shapes it took)
@@ -110,12 +110,13 @@ fn with_first_fit_rows(
         tracing::warn!(error = %e, "the first fit's rows set no noise shape");
     }
     let predictor = Predictor::with_fitted_shapes(&shaped, shapes);
-    let (tailed, outcome) = shaped.with_tail_from_rows(&predictor, x.as_mat(), y.as_mat());
-    if let Err(e) = outcome {
-        tracing::warn!(error = %e, "the first fit's rows set no tail");
-    }
-    let tail = tailed.tail();
-    (tailed, Ok(predictor.with_tail(tail)))
+    let tail = predictor
+        .tail_of_rows(x.as_mat(), y.as_mat())
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the first fit's rows set no tail");
+            None
+        });
+    (shaped.with_tail(tail), Ok(predictor.with_tail(tail)))
 }
 
 /// Folds `batches` (oldest first) into `current`. A batch stored in a shape the model had
@@ -703,8 +704,8 @@ pub async fn run(
 pub(crate) mod tests {
     use super::*;
     use crate::domain::ModelSpec;
-    use crate::estimator::codec;
     use crate::estimator::mixture::AlternateShapes;
+    use crate::estimator::{Predictor, codec};
     use faer::Mat;
 
     pub(crate) fn le_bytes(values: &[f64]) -> Vec<u8> {
@@ -917,6 +918,56 @@ pub(crate) mod tests {
                 "old readings: {old}"
             );
         }
+    }
+
+    /// A first fit that reads its rows forms its version's predictor in the plan (to read the
+    /// tail) and hands it on: it answers as one formed afresh from the state, bit for bit, tail
+    /// included. A later batch of the same plan, which changes the state, drops it.
+    #[test]
+    fn a_first_fit_on_rows_hands_on_its_predictor_until_a_later_batch_changes_the_state() {
+        let config = wide_spec().config();
+        let sizes = [40usize, 3];
+        let batches = wide_batches(&sizes);
+        let encoded: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = batches
+            .iter()
+            .map(|batch| {
+                let (_, x, y) = batch;
+                (encoded_statistics(&config, batch), le_bytes(x), le_bytes(y))
+            })
+            .collect();
+        let pending: Vec<Pending<'_>> = encoded
+            .iter()
+            .zip(&sizes)
+            .enumerate()
+            .map(|(i, ((stats, x, y), &rows))| Pending {
+                seq: i as i64,
+                source: Source::Statistics(stats),
+                released: false,
+                rows: Some(RawRows { rows, x, y }),
+            })
+            .collect();
+        let first = plan_fold(&config, &[], None, &pending[..1], 30.0, None, None);
+        assert_eq!(first.folded, vec![0]);
+        let state = first.state.expect("a state");
+        let handed = first.predictor.expect("the first fit's predictor");
+        let fresh = Predictor::new(&state);
+        let (_, x, _) = &batches[1];
+        let probe = Rows::from_row_major(sizes[1], 24, x.clone());
+        let (a, b) = (
+            handed.predict(probe.as_mat()).expect("predict"),
+            fresh.predict(probe.as_mat()).expect("predict"),
+        );
+        assert_eq!((a.mean, a.variance), (b.mean, b.variance));
+        for k in 0..config.outputs {
+            assert_eq!(
+                handed.degrees_of_freedom(k, 1.0),
+                fresh.degrees_of_freedom(k, 1.0)
+            );
+        }
+        let both = plan_fold(&config, &[], None, &pending, 30.0, None, None);
+        assert_eq!(both.folded, vec![0, 1]);
+        assert!(both.predictor.is_none());
+        assert!(both.state.is_some());
     }
 
     /// A batch stored as rows folds to the very bits it folds to stored as statistics.

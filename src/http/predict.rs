@@ -85,9 +85,8 @@ pub struct Prediction {
     /// a Gaussian, with a few far off): per output, the degrees of freedom ν of a Student-t
     /// answer with this mean and variance, `mean + √(variance·(ν − 2)/ν)·t_ν`, whose central
     /// intervals are narrower than the Gaussian's up to about 92–96 % (by ν) and wider beyond;
-    /// `null` where the
-    /// answer is a Gaussian's (an untrained output, a mean of exactly 0, or an answer by the
-    /// successor instrument).
+    /// `null` where the answer is a Gaussian's (an untrained output, a mean of exactly 0). Absent
+    /// from answers by the successor instrument.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub dof: Option<Vec<Option<f64>>>,
@@ -719,9 +718,10 @@ mod tests {
             (k + 1) as f64 * x[(i, 0)] + (i as f64 * 0.7).sin()
         });
         let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).expect("rows");
+        let tail = crate::estimator::tail::Tail::new(3.0).expect("a tail");
         let state = ModelState::fit(&ModelConfig::new(basis, 2), stats)
-            .and_then(|state| state.with_tail(Some(3.0)))
-            .expect("a state");
+            .expect("a state")
+            .with_tail(Some(tail));
         let predictor = Predictor::new(&state);
         for tail in [None, Some(&predictor)] {
             let direct = serde_json::to_string(&PredictBody {

@@ -423,9 +423,10 @@ pub fn direct_state(
     let (state, shaped) =
         ModelState::fit(config, totals).unwrap().with_noise_shapes_from_rows(x.as_ref(), y.as_ref());
     shaped.unwrap();
-    let predictor = mordant::estimator::Predictor::new(&state);
-    let (mut state, tailed) = state.with_tail_from_rows(&predictor, x.as_ref(), y.as_ref());
-    tailed.unwrap();
+    let tail = mordant::estimator::Predictor::new(&state)
+        .tail_of_rows(x.as_ref(), y.as_ref())
+        .unwrap();
+    let mut state = state.with_tail(tail);
     for batch in &batches[used..] {
         state = state.update(config, &stats(batch)).unwrap();
     }

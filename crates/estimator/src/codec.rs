@@ -99,6 +99,7 @@ use super::posterior::{OutputPosterior, active_set};
 use super::prior::{FittedFamily, Prior, Smooth, shared_kernel_factor};
 use super::statistics::{BatchStatistics, BuildUp, Relative, ZeroRows};
 use super::succession::Succession;
+use super::tail::Tail;
 use super::transfer::{PathRecord, TransferStatistics};
 use super::{Basis, EstimatorError, ReflectanceScale, Transform};
 pub use crate::error::DecodeError;
@@ -148,9 +149,8 @@ const MAX_CURVES: usize = 64;
 const MAX_DIM: usize = 1 << 16;
 
 /// Encodes a model state: format 11 when it has a tail, 10 when an output keeps a noise shape,
-/// else 9 when an output
-/// keeps alternates, else 8 when its statistics keep the weighted build-up statistics, 7 when
-/// they keep the build-up statistics alone, 6 otherwise.
+/// else 9 when an output keeps alternates, else 8 when its statistics keep the weighted build-up
+/// statistics, 7 when they keep the build-up statistics alone, 6 otherwise.
 pub fn encode(state: &ModelState) -> Vec<u8> {
     if state.tail().is_some() {
         return encode_as(state, FORMAT_VERSION_TAIL);
@@ -440,7 +440,11 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     }
     // ∞ (never written by `encode`, which writes 11 only for a tail) reads as none.
     let tail = if r.version >= FORMAT_VERSION_TAIL {
-        Some(r.f64()?).filter(|nu| *nu != f64::INFINITY)
+        Some(r.f64()?)
+            .filter(|nu| *nu != f64::INFINITY)
+            .map(Tail::new)
+            .transpose()
+            .map_err(|_| DecodeError::Invalid("the tail's degrees of freedom"))?
     } else {
         None
     };
@@ -478,9 +482,8 @@ pub fn decode(bytes: &[u8]) -> Result<ModelState, EstimatorError> {
     }?;
     ModelState::from_parts(basis, totals, outputs, predictive, fitted_rows, alternates)?
         .with_noise_shapes(noise_shapes)
-        .map_err(|_| DecodeError::Invalid("a noise shape on an untrained output"))?
-        .with_tail(tail)
-        .map_err(|_| DecodeError::Invalid("tail").into())
+        .map(|state| state.with_tail(tail))
+        .map_err(|_| DecodeError::Invalid("a noise shape on an untrained output").into())
 }
 
 /// Encodes the statistics of one batch (what the service stores beside a batch's raw rows).

@@ -8,8 +8,8 @@ use super::evidence::{Alternate, FittedShapes, SharedScale, evidence};
 use super::incremental::one_step;
 use super::noise_shape::{self, NoiseShape};
 use super::posterior::OutputPosterior;
-use super::predictor::Predictor;
 use super::statistics::{BatchStatistics, OutputData, check_shape};
+use super::tail::Tail;
 use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
 
 /// How much lower (in `−2 log`, relative) the fresh start's score must be to win over the warm
@@ -196,7 +196,7 @@ pub struct ModelState {
     /// The degrees of freedom of the predictive's Student-t tail ([`super::tail`]), set on the
     /// rows of the model's first fit; `None` (a Gaussian) where they chose none, and for every
     /// state stored before it.
-    tail: Option<f64>,
+    tail: Option<Tail>,
 }
 
 impl ModelState {
@@ -265,68 +265,13 @@ impl ModelState {
 
     /// The degrees of freedom of the predictive's tail, if the model has one.
     pub fn tail(&self) -> Option<f64> {
-        self.tail
+        self.tail.map(Tail::degrees_of_freedom)
     }
 
-    /// This state with the tail `tail` (one of [`super::tail::DEGREES`], or none).
-    pub fn with_tail(mut self, tail: Option<f64>) -> Result<Self, EstimatorError> {
-        if tail.is_some_and(|nu| !super::tail::DEGREES.contains(&nu)) {
-            return Err(EstimatorError::NonFinite("the tail's degrees of freedom"));
-        }
+    /// This state with the tail `tail` (none: a Gaussian).
+    pub fn with_tail(mut self, tail: Option<Tail>) -> Self {
         self.tail = tail;
-        Ok(self)
-    }
-
-    /// This state with the tail that the rows `x`, `y` choose through `predictor`
-    /// ([`Self::tail_from_rows`]); where they cannot (another width), the state as it was, with
-    /// the reason.
-    pub fn with_tail_from_rows(
-        mut self,
-        predictor: &Predictor,
-        x: MatRef<'_, f64>,
-        y: MatRef<'_, f64>,
-    ) -> (Self, Result<(), EstimatorError>) {
-        match self.tail_from_rows(predictor, x, y) {
-            Ok(tail) => {
-                self.tail = tail;
-                (self, Ok(()))
-            }
-            Err(e) => (self, Err(e)),
-        }
-    }
-
-    /// The tail ([`super::tail::choose`]) that the rows `x`, `y` (raw inputs and outputs, as a
-    /// batch holds them) choose through `predictor`, this state's: the standardised residuals
-    /// `(y − μ)/√v` of every trained output where neither the value nor the answer's mean is 0
-    /// (a dose, not the exact 0 of a dye a recipe does not use), pooled over the outputs.
-    pub fn tail_from_rows(
-        &self,
-        predictor: &Predictor,
-        x: MatRef<'_, f64>,
-        y: MatRef<'_, f64>,
-    ) -> Result<Option<f64>, EstimatorError> {
-        if y.nrows() != x.nrows() || y.ncols() != self.outputs.len() {
-            return Err(EstimatorError::Dimension {
-                what: "tail rows",
-                expected: self.outputs.len(),
-                found: y.ncols(),
-            });
-        }
-        let answers = predictor.predict(x)?;
-        let mut z = Vec::new();
-        for (k, output) in self.outputs.iter().enumerate() {
-            if output.posterior().is_none() {
-                continue;
-            }
-            for i in 0..y.nrows() {
-                let (value, mean, variance) =
-                    (y[(i, k)], answers.mean[(i, k)], answers.variance[(i, k)]);
-                if value != 0.0 && mean != 0.0 && variance > 0.0 {
-                    z.push((value - mean) / variance.sqrt());
-                }
-            }
-        }
-        Ok(super::tail::choose(&z))
+        self
     }
 
     /// Output `k`'s noise shape, if it has one.
@@ -1279,17 +1224,17 @@ mod tests {
             });
             let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
             let state = ModelState::fit(&config, stats).unwrap();
-            let tail = state
-                .tail_from_rows(&Predictor::new(&state), x.as_ref(), y.as_ref())
+            let tail = Predictor::new(&state)
+                .tail_of_rows(x.as_ref(), y.as_ref())
                 .unwrap();
             (state, tail)
         };
         let (gaussian, none) = fitted(&|i| normal(i, 0.618_033_99, 0.754_877_67));
         assert_eq!(none, None);
         let (plain, tail) = fitted(&student);
-        let nu = tail.expect("a tail");
+        let nu = tail.expect("a tail").degrees_of_freedom();
         assert!(nu <= 5.0, "ν = {nu}");
-        let tailed = plain.clone().with_tail(tail).unwrap();
+        let tailed = plain.clone().with_tail(tail);
         let probe = Mat::from_fn(3, 2, |i, j| (i as f64 * [0.31, 0.17][j]).fract());
         let (before, after) = (Predictor::new(&plain), Predictor::new(&tailed));
         let (a, b) = (
@@ -1327,9 +1272,19 @@ mod tests {
                 .tail()
                 .is_none()
         );
-        // Only the degrees of freedom the choice weighs are accepted.
-        assert!(plain.clone().with_tail(Some(2.5)).is_err());
-        assert!(plain.with_tail(Some(f64::NAN)).is_err());
+        // A stored ν the choice does not weigh (a later release's) is read; one without a
+        // finite variance is refused.
+        let with_nu = |nu: f64| {
+            let mut blob = crate::codec::encode(&tailed);
+            let at = blob.len() - 12;
+            blob[at..at + 8].copy_from_slice(&nu.to_le_bytes());
+            let end = blob.len() - 4;
+            let crc = crc32fast::hash(&blob[..end]);
+            blob[end..].copy_from_slice(&crc.to_le_bytes());
+            crate::codec::decode(&blob)
+        };
+        assert_eq!(with_nu(6.0).unwrap().tail(), Some(6.0));
+        assert!(with_nu(1.5).is_err());
     }
 
     /// An output whose error does not grow with its answer keeps one noise variance.

@@ -103,6 +103,7 @@ use super::evidence::FittedShapes;
 use super::model::{ModelState, OutputState, Predictions, Predictive};
 use super::noise_shape::NoiseShape;
 use super::options::FitOptions;
+use super::tail::Tail;
 
 /// Requests of at most this many rows are computed row by row.
 const ROW_BY_ROW: usize = 8;
@@ -329,8 +330,8 @@ impl Predictor {
 
     /// This predictor with the tail `tail`: what [`Self::new`] forms for its state with that
     /// tail, without forming the rest again.
-    pub fn with_tail(mut self, tail: Option<f64>) -> Self {
-        self.tail = tail;
+    pub fn with_tail(mut self, tail: Option<Tail>) -> Self {
+        self.tail = tail.map(Tail::degrees_of_freedom);
         self
     }
 
@@ -341,6 +342,38 @@ impl Predictor {
             Term::Trained { .. } if mean != 0.0 => self.tail,
             _ => None,
         }
+    }
+
+    /// The tail ([`super::tail::choose`]) that the rows `x`, `y` (raw inputs and outputs, as a
+    /// batch holds them) choose: the standardised residuals `(y − μ)/√v` of this predictor's
+    /// answers for each trained output where neither the value nor the mean is 0 (a dose, not
+    /// the exact 0 of a dye a recipe does not use).
+    pub fn tail_of_rows(
+        &self,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+    ) -> Result<Option<Tail>, EstimatorError> {
+        if y.nrows() != x.nrows() || y.ncols() != self.outputs.len() {
+            return Err(EstimatorError::Dimension {
+                what: "tail rows",
+                expected: self.outputs.len(),
+                found: y.ncols(),
+            });
+        }
+        let answers = self.predict(x)?;
+        let residuals: Vec<Vec<f64>> = (0..self.outputs.len())
+            .filter(|&k| matches!(self.outputs[k], Term::Trained { .. }))
+            .map(|k| {
+                (0..y.nrows())
+                    .map(|i| (y[(i, k)], answers.mean[(i, k)], answers.variance[(i, k)]))
+                    .filter(|&(value, mean, variance)| {
+                        value != 0.0 && mean != 0.0 && variance > 0.0
+                    })
+                    .map(|(value, mean, variance)| (value - mean) / variance.sqrt())
+                    .collect()
+            })
+            .collect();
+        Ok(super::tail::choose(&residuals))
     }
 
     /// Whether some answer can have a tail ([`Self::degrees_of_freedom`]).

@@ -12,52 +12,100 @@
 //! ```
 //!
 //! `ν` is the one of [`DEGREES`] whose likelihood of the first fit's standardised residuals
-//! `z_i = (y_i − μ_i)/√v_i`, each profiled over a free scale `c`, is largest once every `ν` is
-//! charged BIC's `½ log n` against the Gaussian:
+//! `z_ki = (y_ki − μ_ki)/√v_ki`, each output's profiled over a free scale `c_k` of its own, is
+//! largest once every `ν` is charged BIC's `½ log n` against the Gaussian:
 //!
 //! ```text
-//! ℓ_ν = max_c Σ_i log t_ν(z_i / c) − n log c − ½ log n
-//! ℓ_∞ = max_c Σ_i log φ(z_i / c) − n log c = −½ n (log(2π · mean z²) + 1)
+//! ℓ_ν = Σ_k max_c Σ_i [log t_ν(z_ki / c) − log c] − ½ log n
+//! ℓ_∞ = Σ_k max_c Σ_i [log φ(z_ki / c) − log c] = −½ Σ_k n_k (log(2π · mean_i z_ki²) + 1)
 //! ```
 //!
-//! The scale is free because residuals on the rows a fit has seen are smaller than on rows it
-//! has not: only their shape is read, never their level, and the answered variance stays what
-//! it was. `ν` starts at 3, where the clamp of the Student-t predictive's degrees of freedom
+//! The scales are free because residuals on the rows a fit has seen are smaller than on rows it
+//! has not, by as much as each output's fit has taken from them: only their shape is read, never
+//! their level, and the answered variance stays what it was. One scale for all outputs would
+//! read outputs shrunk by different amounts as a mixture of scales, which looks heavy-tailed
+//! when each output's residuals are Gaussian. An output with fewer than [`OUTPUT_ROWS`]
+//! residuals, whose scale they would barely fix, is left out. `ν` starts at 3, where the clamp of the Student-t predictive's degrees of freedom
 //! starts too: below it the variance that fixes the t's scale is infinite or vast. The
 //! profile's maximum is found by the EM iteration for a t's scale (Lange, Little & Taylor,
 //! 1989), `c² ← mean(w_i z_i²)` with `w_i = (ν + 1)/(ν + z_i²/c²)`, which never lowers the
 //! likelihood.
 
+use crate::EstimatorError;
+
 /// The degrees of freedom the choice weighs (the Gaussian, `ν = ∞`, besides them).
 pub const DEGREES: [f64; 7] = [3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 30.0];
+
+/// A tail: degrees of freedom `ν > 2`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tail(f64);
+
+impl Tail {
+    /// The tail of `ν > 2` degrees of freedom (a finite variance). [`choose`] picks among
+    /// [`DEGREES`]; a stored state may hold any such `ν` (a later release may weigh others).
+    pub fn new(nu: f64) -> Result<Self, EstimatorError> {
+        if nu.is_finite() && nu > 2.0 {
+            Ok(Self(nu))
+        } else {
+            Err(EstimatorError::NonFinite("the tail's degrees of freedom"))
+        }
+    }
+
+    /// `ν`.
+    pub fn degrees_of_freedom(self) -> f64 {
+        self.0
+    }
+}
 
 /// Fewer residuals than this set no tail: the shape of a distribution's tails is not read off
 /// a handful of values.
 pub const TAIL_ROWS: usize = 30;
 
+/// An output with fewer residuals than this is left out of the choice.
+pub const OUTPUT_ROWS: usize = 10;
+
 /// Iterations of the scale's EM update, at most.
 const SCALE_ITERATIONS: usize = 500;
 
-/// `ν` for the standardised residuals `z` (see the module's doc); `None` (a Gaussian) where the
-/// Gaussian wins, there are fewer than [`TAIL_ROWS`], every residual is 0 or one is not finite.
-pub fn choose(z: &[f64]) -> Option<f64> {
-    let n = z.len();
-    if n < TAIL_ROWS || z.iter().any(|z| !z.is_finite()) {
+/// `ν` for the standardised residuals of each output, `outputs[k]` (see the module's doc);
+/// `None` (a Gaussian) where the Gaussian wins, or the outputs with at least [`OUTPUT_ROWS`]
+/// residuals, not all 0, hold fewer than [`TAIL_ROWS`] in all, or one is not finite.
+pub fn choose(outputs: &[Vec<f64>]) -> Option<Tail> {
+    if outputs.iter().flatten().any(|z| !z.is_finite()) {
         return None;
     }
-    let rows = n as f64;
-    let mean_square = z.iter().map(|z| z * z).sum::<f64>() / rows;
-    if mean_square <= 0.0 || !mean_square.is_finite() {
+    // Each output kept with its mean square, the Gaussian's profiled scale².
+    let kept: Vec<(&[f64], f64)> = outputs
+        .iter()
+        .filter(|z| z.len() >= OUTPUT_ROWS)
+        .map(|z| {
+            (
+                z.as_slice(),
+                z.iter().map(|z| z * z).sum::<f64>() / z.len() as f64,
+            )
+        })
+        .filter(|(_, mean_square)| *mean_square > 0.0 && mean_square.is_finite())
+        .collect();
+    let n: usize = kept.iter().map(|(z, _)| z.len()).sum();
+    if n < TAIL_ROWS {
         return None;
     }
-    let gaussian = -0.5 * rows * ((std::f64::consts::TAU * mean_square).ln() + 1.0);
-    let charge = 0.5 * rows.ln();
+    let gaussian: f64 = kept
+        .iter()
+        .map(|(z, mean_square)| {
+            -0.5 * z.len() as f64 * ((std::f64::consts::TAU * mean_square).ln() + 1.0)
+        })
+        .sum();
+    let charge = 0.5 * (n as f64).ln();
     let (best, likelihood) = DEGREES
         .iter()
-        .map(|&nu| (nu, profile(z, nu, mean_square) - charge))
+        .map(|&nu| {
+            let l: f64 = kept.iter().map(|(z, ms)| profile(z, nu, *ms)).sum();
+            (nu, l - charge)
+        })
         .filter(|(_, l)| l.is_finite())
         .max_by(|a, b| a.1.total_cmp(&b.1))?;
-    (likelihood > gaussian).then_some(best)
+    (likelihood > gaussian).then_some(Tail(best))
 }
 
 /// `max_c Σ log t_ν(z_i/c) − n log c`, from the start `c² = mean z²`.
@@ -88,8 +136,8 @@ fn profile(z: &[f64], nu: f64, mean_square: f64) -> f64 {
     rows * constant - 0.5 * (nu + 1.0) * kernel - 0.5 * rows * c2.ln()
 }
 
-/// `log Γ(k/2)` for a whole `k ≥ 1` (every `ν` of [`DEGREES`] and `ν + 1`), exactly by
-/// `Γ(x + 1) = x Γ(x)` from `Γ(1) = 1` or `Γ(½) = √π`.
+/// `log Γ(k/2)` for a whole `k ≥ 1` (every `ν` of [`DEGREES`] and `ν + 1`), by
+/// `Γ(x + 1) = x Γ(x)` from `Γ(1) = 1` or `Γ(½) = √π` (a sum of logarithms, to its rounding).
 fn ln_gamma_half(k: f64) -> f64 {
     let mut x = if k % 2.0 == 0.0 { 1.0 } else { 0.5 };
     let mut sum = if x == 1.0 {
@@ -183,7 +231,7 @@ mod tests {
     #[test]
     fn heavy_tailed_residuals_choose_few_degrees_of_freedom() {
         let z: Vec<f64> = (0..2_000).map(|i| 0.7 * student(i)).collect();
-        let nu = choose(&z).expect("a tail");
+        let nu = choose(&[z]).expect("a tail").degrees_of_freedom();
         assert!(nu <= 5.0, "ν = {nu}");
     }
 
@@ -191,19 +239,40 @@ mod tests {
     fn gaussian_residuals_keep_the_gaussian_whatever_their_level() {
         for level in [1e-3, 0.6, 1.0, 40.0] {
             let z: Vec<f64> = (0..2_000).map(|i| level * normal(uniform(i))).collect();
-            assert_eq!(choose(&z), None, "level {level}");
+            assert_eq!(choose(&[z]), None, "level {level}");
         }
     }
 
     #[test]
     fn a_few_residuals_zeros_or_a_non_finite_one_set_no_tail() {
         let few: Vec<f64> = (0..TAIL_ROWS - 1).map(student).collect();
-        assert_eq!(choose(&few), None);
-        assert_eq!(choose(&[0.0; 100]), None);
+        assert_eq!(choose(&[few]), None);
+        assert_eq!(choose(&[vec![0.0; 100]]), None);
         let mut z: Vec<f64> = (0..500).map(student).collect();
-        assert!(choose(&z).is_some());
+        assert!(choose(std::slice::from_ref(&z)).is_some());
+        // Outputs of fewer than OUTPUT_ROWS residuals count for nothing, however many.
+        let scraps: Vec<Vec<f64>> = z.chunks(OUTPUT_ROWS - 1).map(<[f64]>::to_vec).collect();
+        assert_eq!(choose(&scraps), None);
         z[7] = f64::NAN;
-        assert_eq!(choose(&z), None);
+        assert_eq!(choose(&[z]), None);
+    }
+
+    /// Gaussian residuals of outputs shrunk by different amounts (a fit that took more from one
+    /// output's rows than another's) are no tail: each output's scale is its own.
+    #[test]
+    fn gaussian_outputs_at_different_scales_keep_the_gaussian() {
+        let outputs: Vec<Vec<f64>> = [0.3, 0.7, 1.0, 2.5]
+            .iter()
+            .enumerate()
+            .map(|(k, scale)| {
+                (0..2_000)
+                    .map(|i| scale * normal(uniform(i * 4 + k)))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(choose(&outputs), None);
+        // Pooled as one output, the same residuals look heavy-tailed.
+        assert!(choose(&[outputs.concat()]).is_some());
     }
 
     #[test]
@@ -243,5 +312,7 @@ mod tests {
         let by_product: f64 = (0..15).map(|i| (0.5 + i as f64).ln()).sum::<f64>() + 0.5 * pi.ln();
         assert!((ln_gamma_half(31.0) - by_product).abs() < 1e-12);
         assert_eq!(scale_factor(3.0), 1.0 / 3.0);
+        assert!(Tail::new(2.0).is_err() && Tail::new(f64::NAN).is_err());
+        assert_eq!(Tail::new(6.0).map(Tail::degrees_of_freedom), Ok(6.0));
     }
 }
