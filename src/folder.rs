@@ -795,6 +795,20 @@ pub(crate) mod tests {
         codec::encode_statistics(&stats)
     }
 
+    /// Each batch as a store keeps it: its encoded statistics and its raw rows' bytes.
+    fn stored_forms(
+        config: &ModelConfig,
+        batches: &[RowBatch],
+    ) -> Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+        batches
+            .iter()
+            .map(|batch| {
+                let (_, x, y) = batch;
+                (encoded_statistics(config, batch), le_bytes(x), le_bytes(y))
+            })
+            .collect()
+    }
+
     /// [`spectral_rows`]' batches as the statistics a batch stores.
     fn spectral_plan_inputs(sizes: &[usize]) -> (ModelConfig, Vec<Vec<u8>>) {
         let (config, batches) = spectral_rows(sizes);
@@ -928,13 +942,7 @@ pub(crate) mod tests {
         let config = wide_spec().config();
         let sizes = [40usize, 3];
         let batches = wide_batches(&sizes);
-        let encoded: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = batches
-            .iter()
-            .map(|batch| {
-                let (_, x, y) = batch;
-                (encoded_statistics(&config, batch), le_bytes(x), le_bytes(y))
-            })
-            .collect();
+        let encoded = stored_forms(&config, &batches);
         let pending: Vec<Pending<'_>> = encoded
             .iter()
             .zip(&sizes)
@@ -977,13 +985,7 @@ pub(crate) mod tests {
         // A first batch of 30, then batches of 1 to 5 rows.
         let sizes = [30usize, 1, 3, 5, 2, 1, 4];
         let batches = wide_batches(&sizes);
-        let encoded: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = batches
-            .iter()
-            .map(|batch| {
-                let (_, x, y) = batch;
-                (encoded_statistics(&config, batch), le_bytes(x), le_bytes(y))
-            })
-            .collect();
+        let encoded = stored_forms(&config, &batches);
         let as_statistics: Vec<Pending<'_>> = encoded
             .iter()
             .enumerate()
