@@ -40,7 +40,7 @@ pub struct FoldPlan {
     /// last batch that changed it), for its predictor; none where `predictor` took them.
     pub shapes: FittedShapes,
     /// `state`'s predictor, where the plan formed it: a first fit forms it to read its rows'
-    /// residuals ([`ModelState::tail_from_rows`]), and hands it on (with the shapes it took)
+    /// residuals ([`Predictor::tail_of_rows`]), and hands it on (with the shapes it took)
     /// while no later batch of the plan changes the state.
     pub predictor: Option<Predictor>,
     pub folded: Vec<i64>,
