@@ -940,8 +940,16 @@ pub(crate) mod tests {
     #[test]
     fn a_first_fit_on_rows_hands_on_its_predictor_until_a_later_batch_changes_the_state() {
         let config = wide_spec().config();
-        let sizes = [40usize, 3];
-        let batches = wide_batches(&sizes);
+        let sizes = [200usize, 3];
+        let mut batches = wide_batches(&sizes);
+        // Heavy-tailed errors on the first batch (a t with 4 degrees of freedom), so that its
+        // rows set a tail that the handed-on predictor must carry.
+        for (i, y) in batches[0].2.iter_mut().enumerate() {
+            let p = ((i as f64 + 0.5) * 0.618_033_988_749_895).fract();
+            let alpha = 4.0 * p * (1.0 - p);
+            let q = (alpha.sqrt().acos() / 3.0).cos() / alpha.sqrt();
+            *y += 0.3 * (p - 0.5).signum() * 2.0 * (q - 1.0).sqrt();
+        }
         let encoded = stored_forms(&config, &batches);
         let pending: Vec<Pending<'_>> = encoded
             .iter()
@@ -957,6 +965,7 @@ pub(crate) mod tests {
         let first = plan_fold(&config, &[], None, &pending[..1], 30.0, None, None);
         assert_eq!(first.folded, vec![0]);
         let state = first.state.expect("a state");
+        assert!(state.tail().is_some(), "the first batch's rows set no tail");
         let handed = first.predictor.expect("the first fit's predictor");
         let fresh = Predictor::new(&state);
         let (_, x, _) = &batches[1];
@@ -967,10 +976,8 @@ pub(crate) mod tests {
         );
         assert_eq!((a.mean, a.variance), (b.mean, b.variance));
         for k in 0..config.outputs {
-            assert_eq!(
-                handed.degrees_of_freedom(k, 1.0),
-                fresh.degrees_of_freedom(k, 1.0)
-            );
+            assert_eq!(handed.degrees_of_freedom(k, 1.0), state.tail());
+            assert_eq!(fresh.degrees_of_freedom(k, 1.0), state.tail());
         }
         let both = plan_fold(&config, &[], None, &pending, 30.0, None, None);
         assert_eq!(both.folded, vec![0, 1]);

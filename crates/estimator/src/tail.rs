@@ -25,8 +25,11 @@
 //! their level, and the answered variance stays what it was. One scale for all outputs would
 //! read outputs shrunk by different amounts as a mixture of scales, which looks heavy-tailed
 //! when each output's residuals are Gaussian. An output with fewer than [`OUTPUT_ROWS`]
-//! residuals, whose scale they would barely fix, is left out. `ν` starts at 3, where the clamp of the Student-t predictive's degrees of freedom
-//! starts too: below it the variance that fixes the t's scale is infinite or vast. The
+//! residuals, whose scale they would barely fix, is left out, as is one with a residual that is
+//! not finite. A `ν` whose profile has no maximum (residuals exactly 0 in so many places that
+//! the t's scale shrinks to nothing) is not weighed. `ν` starts at 3, where the clamp of the
+//! Student-t predictive's degrees of freedom starts too: below it the variance that fixes the
+//! t's scale is infinite or vast (a stored state may hold any `ν > 2`, [`Tail::new`]). The
 //! profile's maximum is found by the EM iteration for a t's scale (Lange, Little & Taylor,
 //! 1989), `c² ← mean(w_i z_i²)` with `w_i = (ν + 1)/(ν + z_i²/c²)`, which never lowers the
 //! likelihood.
@@ -68,16 +71,13 @@ pub const OUTPUT_ROWS: usize = 10;
 const SCALE_ITERATIONS: usize = 500;
 
 /// `ν` for the standardised residuals of each output, `outputs[k]` (see the module's doc);
-/// `None` (a Gaussian) where the Gaussian wins, or the outputs with at least [`OUTPUT_ROWS`]
-/// residuals, not all 0, hold fewer than [`TAIL_ROWS`] in all, or one is not finite.
+/// `None` (a Gaussian) where the Gaussian wins, or the outputs kept (at least [`OUTPUT_ROWS`]
+/// residuals, all finite, not all 0) hold fewer than [`TAIL_ROWS`] in all.
 pub fn choose(outputs: &[Vec<f64>]) -> Option<Tail> {
-    if outputs.iter().flatten().any(|z| !z.is_finite()) {
-        return None;
-    }
     // Each output kept with its mean square, the Gaussian's profiled scale².
     let kept: Vec<(&[f64], f64)> = outputs
         .iter()
-        .filter(|z| z.len() >= OUTPUT_ROWS)
+        .filter(|z| z.len() >= OUTPUT_ROWS && z.iter().all(|z| z.is_finite()))
         .map(|z| {
             (
                 z.as_slice(),
@@ -127,7 +127,9 @@ fn profile(z: &[f64], nu: f64, mean_square: f64) -> f64 {
             break;
         }
     }
-    if !(c2 > 0.0 && c2.is_finite()) {
+    // A scale shrunk to round-off: residuals exactly 0 in more than ν/(ν + 1) of the places,
+    // where the likelihood grows without bound as the scale vanishes.
+    if !(c2 > 1e-12 * mean_square && c2.is_finite()) {
         return f64::NEG_INFINITY;
     }
     let constant =
@@ -254,7 +256,15 @@ mod tests {
         let scraps: Vec<Vec<f64>> = z.chunks(OUTPUT_ROWS - 1).map(<[f64]>::to_vec).collect();
         assert_eq!(choose(&scraps), None);
         z[7] = f64::NAN;
-        assert_eq!(choose(&[z]), None);
+        assert_eq!(choose(std::slice::from_ref(&z)), None);
+        // A non-finite residual leaves its own output out, not the others.
+        let others: Vec<f64> = (500..1_000).map(student).collect();
+        assert!(choose(&[z, others]).is_some());
+        // Residuals exactly 0 nearly everywhere give the t no maximum: no tail from them.
+        let mut spike = vec![0.0; 200];
+        spike[3] = 1.0;
+        spike[150] = -2.0;
+        assert_eq!(choose(&[spike]), None);
     }
 
     /// Gaussian residuals of outputs shrunk by different amounts (a fit that took more from one
@@ -302,7 +312,7 @@ mod tests {
     }
 
     #[test]
-    fn log_gamma_at_halves_is_exact() {
+    fn log_gamma_at_halves_follows_the_recursion() {
         // Γ(3/2) = √π/2, Γ(2) = 1, Γ(5/2) = 3√π/4, Γ(8) = 5040, Γ(31/2) from its recursion.
         let pi = std::f64::consts::PI;
         assert!((ln_gamma_half(3.0) - (pi.sqrt() / 2.0).ln()).abs() < 1e-14);
