@@ -160,6 +160,25 @@ pub fn scale_factor(nu: f64) -> f64 {
     (nu - 2.0) / nu
 }
 
+/// The upper 97.5 % point of the standard t with each `ν` of [`DEGREES`] (the quantile function
+/// has no elementary form for most of them; these are its values to a double's precision).
+const QUANTILES_975: [f64; 7] = [
+    3.182_446_305_283_708,
+    2.776_445_105_197_793,
+    2.570_581_835_636_315,
+    2.364_624_251_592_784,
+    2.228_138_851_986_274,
+    2.131_449_545_559_776,
+    2.042_272_456_301_238,
+];
+
+/// Half the width of the central 95 % interval of an answer of standard deviation 1 under `ν`
+/// degrees of freedom, `t_ν(0.975) · √((ν − 2)/ν)`; `None` for a `ν` the choice does not weigh.
+pub fn half_width_95(nu: f64) -> Option<f64> {
+    let at = DEGREES.iter().position(|&d| d == nu)?;
+    Some(QUANTILES_975[at] * scale_factor(nu).sqrt())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +328,26 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The tabled quantiles are the t's: at ν = 3 its distribution function has the closed form
+    /// `½ + (t/(√3 (1 + t²/3)) + atan(t/√3))/π`, at ν = 4 its quantile one (Shaw, 2006).
+    #[test]
+    fn the_tabled_quantiles_are_the_ts() {
+        let q3 = QUANTILES_975[0];
+        let cdf3 = 0.5
+            + (q3 / (3f64.sqrt() * (1.0 + q3 * q3 / 3.0)) + (q3 / 3f64.sqrt()).atan())
+                / std::f64::consts::PI;
+        assert!((cdf3 - 0.975).abs() < 1e-14, "{cdf3}");
+        assert!((QUANTILES_975[1] - student4(0.975)).abs() < 1e-12);
+        // Within 7 % of the Gaussian's 1.96 at every ν weighed: narrower at ν = 3, whose
+        // intervals are narrower up to 96.4 %, a little wider from ν = 4 (94.9 %) on.
+        assert!(half_width_95(3.0).is_some_and(|half| half < 1.84));
+        for nu in DEGREES {
+            let half = half_width_95(nu).expect("a weighed ν");
+            assert!((half / 1.959_964 - 1.0).abs() < 0.07, "ν {nu}: {half}");
+        }
+        assert_eq!(half_width_95(6.0), None);
     }
 
     #[test]

@@ -40,19 +40,24 @@ pub fn r2_present(truth: MatRef<'_, f64>, pred: MatRef<'_, f64>) -> Option<f64> 
     (!scores.is_empty()).then(|| scores.iter().sum::<f64>() / scores.len() as f64)
 }
 
-/// Fraction of entries inside their central 95 % normal predictive interval, over all entries
-/// and over the entries whose true value is not zero (`None` if there are none).
+/// Half the width of the central 95 % normal interval, in standard deviations.
+pub const Z95: f64 = 1.959_963_984_540_054;
+
+/// Fraction of entries inside their central 95 % predictive interval, over all entries and over
+/// the entries whose true value is not zero (`None` if there are none). Entry `(i, k)`'s
+/// interval is its mean ± `half_width(k, mean)` standard deviations: [`Z95`] for a Gaussian.
 pub fn coverage95(
     truth: MatRef<'_, f64>,
     mean: MatRef<'_, f64>,
     variance: MatRef<'_, f64>,
+    half_width: impl Fn(usize, f64) -> f64,
 ) -> (f64, Option<f64>) {
-    const Z: f64 = 1.959_963_984_540_054;
     let (mut inside, mut total, mut nz_inside, mut nz_total) = (0usize, 0usize, 0usize, 0usize);
     for k in 0..truth.ncols() {
         for i in 0..truth.nrows() {
             let y = truth[(i, k)];
-            let hit = (y - mean[(i, k)]).abs() <= Z * variance[(i, k)].sqrt();
+            let half = half_width(k, mean[(i, k)]);
+            let hit = (y - mean[(i, k)]).abs() <= half * variance[(i, k)].sqrt();
             total += 1;
             inside += usize::from(hit);
             if y != 0.0 {
@@ -146,9 +151,15 @@ mod tests {
         let truth = faer::mat![[0.0], [1.0], [5.0]];
         let mean = faer::mat![[0.0], [1.5], [0.0]];
         let var = faer::mat![[1.0], [1.0], [1.0]];
-        let (all, nz) = coverage95(truth.as_ref(), mean.as_ref(), var.as_ref());
+        let (all, nz) = coverage95(truth.as_ref(), mean.as_ref(), var.as_ref(), |_, _| Z95);
         assert!((all - 2.0 / 3.0).abs() < 1e-12);
         assert_eq!(nz, Some(0.5));
+        // A narrower interval where the mean is not 0 loses the entry 0.5 off.
+        let (all, nz) = coverage95(truth.as_ref(), mean.as_ref(), var.as_ref(), |_, m| {
+            if m == 0.0 { Z95 } else { 0.4 }
+        });
+        assert!((all - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(nz, Some(0.0));
     }
 
     #[test]

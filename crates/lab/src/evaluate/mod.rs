@@ -17,10 +17,10 @@ use rand::seq::SliceRandom;
 use serde::Serialize;
 
 pub use dataset::Dataset;
-use metrics::{coverage95, max_abs_ratio, max_relative_error, r2_present, r2_uniform};
+use metrics::{Z95, coverage95, max_abs_ratio, max_relative_error, r2_present, r2_uniform};
 use mordant_estimator::{
-    Basis, BatchStatistics, FitOptions, ModelConfig, ModelState, PriorFamily, Transform,
-    UpdateMethod,
+    Basis, BatchStatistics, FitOptions, ModelConfig, ModelState, Predictor, PriorFamily, Transform,
+    UpdateMethod, tail,
 };
 
 /// The rows of the table, in order.
@@ -197,18 +197,26 @@ fn score(state: &ModelState, x: MatRef<'_, f64>, y: MatRef<'_, f64>) -> anyhow::
     Ok(r2_uniform(y, pred.mean.as_ref()))
 }
 
-/// Coverage and range ratio of a Bayesian model's test predictions.
+/// Coverage and range ratio of a Bayesian model's test predictions; an answer with a tail is
+/// read as the Student-t it is ([`mordant_estimator::tail`]).
 fn test_uncertainty(
     state: &ModelState,
     split: &Split,
     train_y: MatRef<'_, f64>,
     scores: &mut TrialScores,
 ) -> anyhow::Result<()> {
-    let pred = state.predict(split.test_x.as_ref())?;
+    let predictor = Predictor::new(state);
+    let pred = predictor.predict(split.test_x.as_ref())?;
     let (all, nz) = coverage95(
         split.test_y.as_ref(),
         pred.mean.as_ref(),
         pred.variance.as_ref(),
+        |k, mean| {
+            predictor
+                .degrees_of_freedom(k, mean)
+                .and_then(tail::half_width_95)
+                .unwrap_or(Z95)
+        },
     );
     scores.coverage95 = Some(all);
     scores.coverage95_nonzero = nz;
@@ -229,8 +237,8 @@ enum Stage2 {
     FromScratch,
 }
 
-/// The first fit on the rows `x`, `y`, with the noise shapes they choose, as the service's first
-/// fit sets them on its batches' rows.
+/// The first fit on the rows `x`, `y`, with the noise shapes and the tail they choose, as the
+/// service's first fit sets them on its batches' rows.
 fn first_fit(
     config: &ModelConfig,
     x: MatRef<'_, f64>,
@@ -239,7 +247,8 @@ fn first_fit(
     let stats = BatchStatistics::from_rows(&config.basis, x, y)?;
     let (state, shaped) = ModelState::fit(config, stats)?.with_noise_shapes_from_rows(x, y);
     shaped.context("noise shapes")?;
-    Ok(state)
+    let tail = Predictor::new(&state).tail_of_rows(x, y).context("tail")?;
+    Ok(state.with_tail(tail))
 }
 
 fn bayesian_two_stage(
@@ -326,7 +335,12 @@ fn baseline(
     let pred = model.predict(split.test_x.as_ref());
     scores.test2_present = r2_present(split.test_y.as_ref(), pred.mean.as_ref());
     if let Some(variance) = &pred.variance {
-        let (all, nz) = coverage95(split.test_y.as_ref(), pred.mean.as_ref(), variance.as_ref());
+        let (all, nz) = coverage95(
+            split.test_y.as_ref(),
+            pred.mean.as_ref(),
+            variance.as_ref(),
+            |_, _| Z95,
+        );
         scores.coverage95 = Some(all);
         scores.coverage95_nonzero = nz;
     }
