@@ -86,7 +86,7 @@ fn with_first_fit_rows(
     fitted: ModelState,
     shapes: FittedShapes,
     rows: &[RawRows<'_>],
-) -> (ModelState, Result<Predictor, FittedShapes>) {
+) -> (ModelState, ForPredictor) {
     let (d, m) = (config.basis.features, config.outputs);
     let (mut x, mut y) = (Vec::new(), Vec::new());
     for batch in rows {
@@ -102,7 +102,7 @@ fn with_first_fit_rows(
     }
     let n = y.len() / m.max(1);
     if n == 0 {
-        return (fitted, Err(shapes));
+        return (fitted, ForPredictor::Shapes(shapes));
     }
     let (x, y) = (Rows::from_row_major(n, d, x), Rows::from_row_major(n, m, y));
     let (shaped, outcome) = fitted.with_noise_shapes_from_rows(x.as_mat(), y.as_mat());
@@ -116,7 +116,17 @@ fn with_first_fit_rows(
             tracing::warn!(error = %e, "the first fit's rows set no tail");
             None
         });
-    (shaped.with_tail(tail), Ok(predictor.with_tail(tail)))
+    (
+        shaped.with_tail(tail),
+        ForPredictor::Formed(predictor.with_tail(tail)),
+    )
+}
+
+/// What a first fit hands its version's predictor: the predictor itself, where reading the
+/// rows formed it, else the prior shapes to form it with.
+enum ForPredictor {
+    Formed(Predictor),
+    Shapes(FittedShapes),
 }
 
 /// Folds `batches` (oldest first) into `current`. A batch stored in a shape the model had
@@ -186,8 +196,8 @@ pub fn plan_fold(
                 let (fitted, prepared) = with_first_fit_rows(config, fitted, formed, &prefix_rows);
                 state = Some(fitted);
                 match prepared {
-                    Ok(predictor) => plan.predictor = Some(predictor),
-                    Err(formed) => shapes = formed,
+                    ForPredictor::Formed(predictor) => plan.predictor = Some(predictor),
+                    ForPredictor::Shapes(formed) => shapes = formed,
                 }
                 plan.folded = prefix;
             }
