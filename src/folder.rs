@@ -21,6 +21,7 @@ use crate::estimator::grid::Grid;
 use crate::estimator::succession::Succession;
 use crate::estimator::{
     BatchStatistics, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM, Predictor, drift,
+    first_fit,
 };
 use crate::history::{self, RawRows, Source, decode_batch};
 use crate::metrics::Metrics;
@@ -77,10 +78,11 @@ pub struct Pending<'a> {
     pub rows: Option<RawRows<'a>>,
 }
 
-/// `fitted` with the noise shapes and the tail its first fit's rows choose (those of `rows` in
-/// the model's present shape: a batch stored before the model grew, or whose rows are no
-/// longer kept, leaves its rows out), and its predictor, formed with the fit's `shapes` to read
-/// the tail; as it is, with the shapes for its predictor, without any rows.
+/// `fitted` completed on its first fit's rows ([`first_fit::on_rows`]: its shrinkage checked by
+/// leave-one-out, the noise shapes and the tail they choose; a batch stored before the model
+/// grew widened to its present shape, one whose rows are no longer kept left out), and its
+/// predictor, formed with the fit's `shapes` to read the tail; as it is, with the shapes for
+/// its predictor, without any rows.
 fn with_first_fit_rows(
     config: &ModelConfig,
     fitted: ModelState,
@@ -90,14 +92,24 @@ fn with_first_fit_rows(
     let (d, m) = (config.basis.features, config.outputs);
     let (mut x, mut y) = (Vec::new(), Vec::new());
     for batch in rows {
-        if let (Some(bx), Some(by)) = (
+        let (Some(bx), Some(by)) = (
             Rows::values_from_le_bytes(batch.x),
             Rows::values_from_le_bytes(batch.y),
-        ) && bx.len() == batch.rows * d
-            && by.len() == batch.rows * m
-        {
-            x.extend(bx);
-            y.extend(by);
+        ) else {
+            continue;
+        };
+        let n = batch.rows;
+        let (bd, bm) = (bx.len() / n.max(1), by.len() / n.max(1));
+        if n == 0 || bx.len() != n * bd || by.len() != n * bm || bd > d || bm > m {
+            continue;
+        }
+        // A batch stored before the model grew: every column added since was 0 in its rows, as
+        // its widened statistics say ([`history::widen_statistics`]).
+        for i in 0..n {
+            x.extend_from_slice(&bx[i * bd..(i + 1) * bd]);
+            x.extend(std::iter::repeat_n(0.0, d - bd));
+            y.extend_from_slice(&by[i * bm..(i + 1) * bm]);
+            y.extend(std::iter::repeat_n(0.0, m - bm));
         }
     }
     let n = y.len() / m.max(1);
@@ -105,21 +117,17 @@ fn with_first_fit_rows(
         return (fitted, ForPredictor::Shapes(shapes));
     }
     let (x, y) = (Rows::from_row_major(n, d, x), Rows::from_row_major(n, m, y));
-    let (shaped, outcome) = fitted.with_noise_shapes_from_rows(x.as_mat(), y.as_mat());
-    if let Err(e) = outcome {
-        tracing::warn!(error = %e, "the first fit's rows set no noise shape");
+    let done = first_fit::on_rows(config, fitted, shapes, x.as_mat(), y.as_mat());
+    if done.shrunk > 0 {
+        tracing::debug!(
+            shapes = done.shrunk,
+            "leave-one-out asked the first fit for more shrinkage"
+        );
     }
-    let predictor = Predictor::with_fitted_shapes(&shaped, shapes);
-    let tail = predictor
-        .tail_of_rows(x.as_mat(), y.as_mat())
-        .unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "the first fit's rows set no tail");
-            None
-        });
-    (
-        shaped.with_tail(tail),
-        ForPredictor::Formed(predictor.with_tail(tail)),
-    )
+    for (step, e) in &done.skipped {
+        tracing::warn!(error = %e, step, "the first fit's rows did not set this");
+    }
+    (done.state, ForPredictor::Formed(done.predictor))
 }
 
 /// What a first fit hands its version's predictor: the predictor itself, where reading the

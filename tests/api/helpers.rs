@@ -395,8 +395,8 @@ pub fn mat(rows: &[Vec<f64>]) -> faer::Mat<f64> {
 }
 
 /// What the estimator computes directly from `batches` in this order, as the service should:
-/// the first fit on the shortest prefix with `first_fit_rows` rows, its noise shapes set on
-/// that prefix's rows, then one update per batch.
+/// the first fit on the shortest prefix with `first_fit_rows` rows, completed on that prefix's
+/// rows (shrinkage, noise shapes, tail), then one update per batch.
 pub fn direct_state(
     config: &mordant::estimator::ModelConfig,
     batches: &[RowsXY],
@@ -420,13 +420,11 @@ pub fn direct_state(
         mat(&batches[..used].iter().flat_map(|b| part(b).clone()).collect::<Vec<_>>())
     };
     let (x, y) = (rows(|b| &b.0), rows(|b| &b.1));
-    let (state, shaped) =
-        ModelState::fit(config, totals).unwrap().with_noise_shapes_from_rows(x.as_ref(), y.as_ref());
-    shaped.unwrap();
-    let tail = mordant::estimator::Predictor::new(&state)
-        .tail_of_rows(x.as_ref(), y.as_ref())
-        .unwrap();
-    let mut state = state.with_tail(tail);
+    let (fitted, shapes) = ModelState::fit_with_shapes(config, totals).unwrap();
+    let done =
+        mordant::estimator::first_fit::on_rows(config, fitted, shapes, x.as_ref(), y.as_ref());
+    assert!(done.skipped.is_empty(), "{:?}", done.skipped);
+    let mut state = done.state;
     for batch in &batches[used..] {
         state = state.update(config, &stats(batch)).unwrap();
     }

@@ -208,14 +208,30 @@ fn states_by_version(
     };
     let mut states = HashMap::new();
     let mut pending = BatchStatistics::zeros(config.basis.dim(), config.outputs);
+    let (mut pending_x, mut pending_y) = (Vec::new(), Vec::new());
     let mut state: Option<ModelState> = None;
     for (i, (version, id)) in fold_order.iter().enumerate() {
         let batch = stats(&rows[id].1);
         state = match state {
             None => {
                 pending.add(&batch).unwrap();
-                (pending.rows() >= first_fit_rows as f64)
-                    .then(|| ModelState::fit(config, pending.clone()).unwrap())
+                pending_x.extend(rows[id].1.0.iter().cloned());
+                pending_y.extend(rows[id].1.1.iter().cloned());
+                (pending.rows() >= first_fit_rows as f64).then(|| {
+                    // Completed on its rows, as the service's first fit is.
+                    let (fitted, shapes) =
+                        ModelState::fit_with_shapes(config, pending.clone()).unwrap();
+                    let (x, y) = (mat(&pending_x), mat(&pending_y));
+                    let done = mordant::estimator::first_fit::on_rows(
+                        config,
+                        fitted,
+                        shapes,
+                        x.as_ref(),
+                        y.as_ref(),
+                    );
+                    assert!(done.skipped.is_empty(), "{:?}", done.skipped);
+                    done.state
+                })
             }
             Some(s) => Some(s.update(config, &batch).unwrap()),
         };

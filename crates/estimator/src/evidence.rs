@@ -897,6 +897,22 @@ impl FittedShapes {
             .then_some(self.rank)
     }
 
+    /// The shape of `family` and `smooth` among those formed on `totals` centred on `flat`, and
+    /// its index, if kept: a shared-scale fit has one shape per family and length scale.
+    pub(crate) fn find(
+        &self,
+        totals: &BatchStatistics,
+        flat: Option<usize>,
+        family: FittedFamily,
+        smooth: Option<Smooth>,
+    ) -> Option<(usize, &Shape)> {
+        self.rank_of(totals, flat)?;
+        self.shapes
+            .iter()
+            .enumerate()
+            .find(|(_, shape)| shape.family() == family && shape.smooth() == smooth)
+    }
+
     /// Takes the shape of `family`, `smooth` and exactly the unit variances `unit`, if kept.
     pub(crate) fn take(
         &mut self,
@@ -1353,7 +1369,7 @@ impl Shape {
 
     /// The prior of this shape at scale `v` (a scale of 0, nothing varying, prunes every
     /// weighted basis function).
-    fn prior(&self, scale: f64) -> Prior {
+    pub(crate) fn prior(&self, scale: f64) -> Prior {
         let variance = self
             .unit_variance
             .iter()
@@ -1366,38 +1382,78 @@ impl Shape {
         }
     }
 
-    /// `(−2 log evidence, v, ŝ, γ)` at the `α` that maximises the evidence times the noise
-    /// prior for the centred statistics of one output.
-    fn maximise(&self, data: &Centred, noise: NoisePrior) -> (f64, f64, f64, f64) {
-        let lambda = &self.eigenvalues;
-        let t2: Vec<f64> = (0..lambda.len())
+    /// `t_i² = (Uᵀ R̃ᵀ b_c)_i²` of one output's centred statistics.
+    fn projected_squares(&self, data: &Centred) -> Vec<f64> {
+        (0..self.eigenvalues.len())
             .map(|i| {
                 let t: f64 = (0..data.b.len())
                     .map(|j| self.projection[(i, j)] * data.b[j])
                     .sum();
                 t * t
             })
-            .collect();
+            .collect()
+    }
+
+    /// `(−2 log of evidence × noise prior, ŝ, −2 log evidence)` at `α = e^log_alpha` for the
+    /// projected squares `t2` ([`Self::projected_squares`]): the search minimises the first, the
+    /// shape is weighed by the last (as the predictor weighs it again).
+    fn profile(
+        &self,
+        t2: &[f64],
+        data: &Centred,
+        noise: NoisePrior,
+        log_alpha: f64,
+    ) -> (f64, f64, f64) {
+        let lambda = &self.eigenvalues;
         let dof = data.informative + noise.rows;
-        // (−2 log of evidence × noise prior, ŝ, −2 log evidence) at `α`: the search minimises
-        // the first, the shape is weighed by the last (as the predictor weighs it again).
-        let profile = |log_alpha: f64| -> (f64, f64, f64) {
-            let alpha = log_alpha.exp();
-            let fitted: f64 = lambda.iter().zip(&t2).map(|(l, t)| t / (l + alpha)).sum();
-            let misfit = (data.q - fitted).max(0.0);
-            // Fewer than one residual degree of freedom says nothing about the noise: as one.
-            let s = ((misfit + noise.rows * noise.scale) / dof.max(1.0)).max(noise.floor);
-            let log_det = sum_ln_1p(lambda.iter().map(|l| l / alpha));
-            let neg2 = neg2_log_evidence(data.informative, s, log_det, misfit);
-            // The noise prior's own term, so that `ŝ` and `α` maximise evidence × prior
-            // together; left out at `ν₀ = 0`, where it is 0.
-            let joint = if noise.rows > 0.0 {
-                neg2 + noise_prior_neg2(noise, s)
-            } else {
-                neg2
-            };
-            (joint, s, neg2)
+        let alpha = log_alpha.exp();
+        let fitted: f64 = lambda.iter().zip(t2).map(|(l, t)| t / (l + alpha)).sum();
+        let misfit = (data.q - fitted).max(0.0);
+        // Fewer than one residual degree of freedom says nothing about the noise: as one.
+        let s = ((misfit + noise.rows * noise.scale) / dof.max(1.0)).max(noise.floor);
+        let log_det = sum_ln_1p(lambda.iter().map(|l| l / alpha));
+        let neg2 = neg2_log_evidence(data.informative, s, log_det, misfit);
+        // The noise prior's own term, so that `ŝ` and `α` maximise evidence × prior together;
+        // left out at `ν₀ = 0`, where it is 0.
+        let joint = if noise.rows > 0.0 {
+            neg2 + noise_prior_neg2(noise, s)
+        } else {
+            neg2
         };
+        (joint, s, neg2)
+    }
+
+    /// `(v, s)` at a given `α`: `s` by Algorithm 2's noise update there,
+    ///
+    /// ```text
+    /// RSS(α) = q_c − Σ_i t_i² (λ_i + 2α) / (λ_i + α)²,    γ = Σ_i λ_i / (λ_i + α)
+    /// s      = (RSS(α) + ν₀ s_p) / (N_c − γ + ν₀),        v = s / α
+    /// ```
+    ///
+    /// the residuals' own variance with the degrees of freedom the fit spent taken out. At the
+    /// evidence's optimum this is its `ŝ` (the fixed point); above it, where the evidence's `ŝ`
+    /// would count the penalty `α‖μ‖²` as noise too, it is not.
+    pub(crate) fn at_alpha(&self, data: &Centred, noise: NoisePrior, alpha: f64) -> (f64, f64) {
+        let t2 = self.projected_squares(data);
+        let (mut explained, mut gamma) = (0.0, 0.0);
+        for (l, t) in self.eigenvalues.iter().zip(&t2) {
+            explained += t * (l + 2.0 * alpha) / ((l + alpha) * (l + alpha));
+            gamma += l / (l + alpha);
+        }
+        let rss = (data.q - explained).max(0.0);
+        let dof = (data.informative - gamma + noise.rows).max(1.0);
+        let s = ((rss + noise.rows * noise.scale) / dof).max(noise.floor);
+        let scale = s / alpha;
+        (if scale.is_finite() { scale } else { 0.0 }, s)
+    }
+
+    /// `(−2 log evidence, v, ŝ, γ)` at the `α` that maximises the evidence times the noise
+    /// prior for the centred statistics of one output.
+    fn maximise(&self, data: &Centred, noise: NoisePrior) -> (f64, f64, f64, f64) {
+        let lambda = &self.eigenvalues;
+        let t2 = self.projected_squares(data);
+        let dof = data.informative + noise.rows;
+        let profile = |log_alpha: f64| self.profile(&t2, data, noise, log_alpha);
         let largest = lambda.iter().fold(0.0_f64, |a, l| a.max(*l));
         if largest <= 0.0 || largest.is_nan() || dof <= 0.0 {
             let (_, s, neg2) = profile(0.0);

@@ -4,13 +4,13 @@ use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
 use super::drift;
-use super::evidence::{Alternate, FittedShapes, SharedScale, evidence};
+use super::evidence::{Alternate, Centred, FittedShapes, SharedScale, evidence};
 use super::incremental::one_step;
 use super::noise_shape::{self, NoiseShape};
 use super::posterior::OutputPosterior;
 use super::statistics::{BatchStatistics, OutputData, check_shape};
 use super::tail::Tail;
-use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily};
+use super::{Basis, EstimatorError, FitOptions, FittedFamily, NoisePrior, PriorFamily};
 
 /// How much lower (in `−2 log`, relative) the fresh start's score must be to win over the warm
 /// start's: two starts that reach the same optimum differ by round-off only.
@@ -318,6 +318,184 @@ impl ModelState {
             }
             Err(e) => (self, Err(e)),
         }
+    }
+
+    /// This state with each shared-scale output's shrinkage checked on its first fit's rows `x`,
+    /// `y` (raw inputs and outputs, as a batch holds them; [`super::leave_one_out`]): where a
+    /// larger `α = s/v` than the evidence's predicts the rows left out one at a time better,
+    /// the output's posterior and each alternate of its model average are formed at the larger
+    /// `α` of its shape, with the noise variance of Algorithm 2's update there
+    /// ([`super::evidence::Shape::at_alpha`]). `shapes` are those
+    /// the fit formed on this state's statistics ([`Self::fit_with_shapes`]); an output fitted
+    /// by ARD, a zero-inflated one, or one whose shape is not among them keeps its fit. Returns
+    /// how many of the outputs' shapes (posteriors and alternates) took a larger `α`; where the
+    /// rows are not those of the statistics, the state as it was, with the reason.
+    pub fn with_shrinkage_checked_on_rows(
+        mut self,
+        config: &ModelConfig,
+        shapes: &FittedShapes,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+    ) -> (Self, Result<usize, EstimatorError>) {
+        match self.shrinkage_checked_on_rows(config, shapes, x, y) {
+            Ok(checked) => {
+                self.outputs = checked.outputs;
+                self.alternates = checked.alternates;
+                (self, Ok(checked.changed))
+            }
+            Err(e) => (self, Err(e)),
+        }
+    }
+
+    /// [`Self::with_shrinkage_checked_on_rows`]'s outputs and alternates, and how many changed.
+    fn shrinkage_checked_on_rows(
+        &self,
+        config: &ModelConfig,
+        shapes: &FittedShapes,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+    ) -> Result<Checked, EstimatorError> {
+        use super::leave_one_out;
+        let m = self.outputs.len();
+        if y.nrows() != x.nrows() || y.ncols() != m {
+            return Err(EstimatorError::Dimension {
+                what: "leave-one-out rows",
+                expected: m,
+                found: y.ncols(),
+            });
+        }
+        let n = x.nrows();
+        let (mut outputs, mut alternates) = (self.outputs.clone(), self.alternates.clone());
+        if n as f64 != self.totals.rows() {
+            return Err(EstimatorError::Dimension {
+                what: "rows behind the statistics (leave-one-out)",
+                expected: self.totals.rows() as usize,
+                found: n,
+            });
+        }
+        let design = self.basis.design(x)?;
+        let g = self.totals.g();
+        let diagonal: Vec<f64> = (0..g.nrows()).map(|j| g[(j, j)]).collect();
+        if !leave_one_out::same_rows(design.as_ref(), &diagonal) {
+            return Err(EstimatorError::Dimension {
+                what: "rows behind the statistics (leave-one-out: their sums of squares differ)",
+                expected: n,
+                found: n,
+            });
+        }
+        let flat = config.flat_intercept();
+        let centred_design = match flat {
+            Some(_) => {
+                let means: Vec<f64> = (0..design.ncols())
+                    .map(|j| design.col(j).iter().sum::<f64>() / n as f64)
+                    .collect();
+                Mat::from_fn(n, design.ncols(), |i, j| design[(i, j)] - means[j])
+            }
+            None => design,
+        };
+        // Each shape's eigenvectors in the rows' space and their squares, formed once for every
+        // output using it.
+        let mut kernels: Vec<Option<(Mat<f64>, Mat<f64>)>> = vec![None; shapes.len()];
+        let mut changed = 0;
+        for k in 0..m {
+            let Some(post) = self.outputs[k].posterior() else {
+                continue;
+            };
+            let shared = matches!(
+                post.prior().family,
+                FittedFamily::Ridge | FittedFamily::Smooth
+            );
+            let noise = noise_prior(config, &self.totals, k);
+            if !shared
+                || post.prior().flat() != flat
+                || self.totals.zero_inflated(k)
+                || noise.rows > 0.0
+                || self.totals.informative_rows(k) != self.totals.rows()
+            {
+                continue;
+            }
+            let y_k: Vec<f64> = y.col(k).iter().copied().collect();
+            let y_c: Vec<f64> = match flat {
+                Some(_) => {
+                    let mean = y_k.iter().sum::<f64>() / n as f64;
+                    y_k.iter().map(|v| v - mean).collect()
+                }
+                None => y_k,
+            };
+            let data = self.totals.output(k);
+            let centred = Centred::new(data, flat)?;
+            // The posterior's prior first, then its alternates': each at its own shape's scale.
+            let members = std::iter::once((post.prior(), post.noise_variance())).chain(
+                self.alternates[k]
+                    .iter()
+                    .map(|a| (&a.prior, a.noise_variance)),
+            );
+            let mut refitted = Vec::new();
+            for (prior, s) in members {
+                let found = shapes.find(&self.totals, flat, prior.family, prior.smooth);
+                let Some((index, shape)) = found else {
+                    refitted.push(None);
+                    continue;
+                };
+                let Some(scale) = shape
+                    .unit_variance()
+                    .iter()
+                    .zip(&prior.variance)
+                    .find(|(u, _)| **u > 0.0 && u.is_finite())
+                    .map(|(u, v)| v / u)
+                else {
+                    refitted.push(None);
+                    continue;
+                };
+                if kernels[index].is_none() {
+                    let w = leave_one_out::eigenvectors(
+                        shape.eigenvalues(),
+                        shape.projection(),
+                        centred_design.as_ref(),
+                    );
+                    let w2 = leave_one_out::squared(w.as_ref());
+                    kernels[index] = Some((w, w2));
+                }
+                let Some((w, w2)) = &kernels[index] else {
+                    refitted.push(None);
+                    continue;
+                };
+                let larger = leave_one_out::larger_alpha(
+                    shape.eigenvalues(),
+                    w.as_ref(),
+                    w2.as_ref(),
+                    &y_c,
+                    flat.is_some(),
+                    s / scale,
+                );
+                refitted.push(larger.map(|alpha| {
+                    let (scale, s) = shape.at_alpha(&centred, noise, alpha);
+                    (shape.prior(scale), s)
+                }));
+            }
+            let mut members = refitted.into_iter();
+            if let Some(Some((prior, s))) = members.next() {
+                let factor = prior.factor()?;
+                let posterior =
+                    OutputPosterior::from_statistics_with_factor(prior, factor, s, data.g, data.b)?;
+                outputs[k] = OutputState::Trained(Box::new(posterior));
+                changed += 1;
+            }
+            for (alternate, refitted) in alternates[k].iter_mut().zip(members) {
+                if let Some((prior, noise_variance)) = refitted {
+                    *alternate = Alternate {
+                        prior,
+                        noise_variance,
+                    };
+                    changed += 1;
+                }
+            }
+        }
+        Ok(Checked {
+            outputs,
+            alternates,
+            changed,
+        })
     }
 
     /// This state with `from`'s noise shapes on the outputs it still has trained, and its tail:
@@ -882,6 +1060,14 @@ fn predictive(config: &ModelConfig) -> Predictive {
     } else {
         Predictive::Plugin
     }
+}
+
+/// A state's outputs and alternates after its shrinkage was checked on its first fit's rows
+/// ([`ModelState::with_shrinkage_checked_on_rows`]), and how many of their shapes changed.
+struct Checked {
+    outputs: Vec<OutputState>,
+    alternates: Vec<Vec<Alternate>>,
+    changed: usize,
 }
 
 /// Fits outputs of one model on the same statistics: ARD one output at a time; ridge and smooth

@@ -237,18 +237,21 @@ enum Stage2 {
     FromScratch,
 }
 
-/// The first fit on the rows `x`, `y`, with the noise shapes and the tail they choose, as the
-/// service's first fit sets them on its batches' rows.
+/// The first fit on the rows `x`, `y`, completed on them as the service's first fit is on its
+/// batches' rows ([`mordant_estimator::first_fit::on_rows`]: shrinkage checked by leave-one-out, noise shapes,
+/// tail).
 fn first_fit(
     config: &ModelConfig,
     x: MatRef<'_, f64>,
     y: MatRef<'_, f64>,
 ) -> anyhow::Result<ModelState> {
     let stats = BatchStatistics::from_rows(&config.basis, x, y)?;
-    let (state, shaped) = ModelState::fit(config, stats)?.with_noise_shapes_from_rows(x, y);
-    shaped.context("noise shapes")?;
-    let tail = Predictor::new(&state).tail_of_rows(x, y).context("tail")?;
-    Ok(state.with_tail(tail))
+    let (state, shapes) = ModelState::fit_with_shapes(config, stats)?;
+    let done = mordant_estimator::first_fit::on_rows(config, state, shapes, x, y);
+    if let Some((step, e)) = done.skipped.into_iter().next() {
+        return Err(anyhow::Error::new(e).context(step));
+    }
+    Ok(done.state)
 }
 
 fn bayesian_two_stage(

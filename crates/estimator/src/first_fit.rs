@@ -1,0 +1,227 @@
+//! What a first fit takes from its rows beyond their statistics.
+//!
+//! The statistics are all a fit needs, and all a refit ever reads. A first fit has its batch's
+//! rows at hand as well, and reads three things off them that the statistics cannot say, each
+//! kept through the updates and refits after it:
+//!
+//! 1. whether leave-one-out asks for more shrinkage than the evidence took
+//!    ([`ModelState::with_shrinkage_checked_on_rows`], [`super::leave_one_out`]);
+//! 2. how each output's noise grows with its answer ([`ModelState::with_noise_shapes_from_rows`]);
+//! 3. whether the residuals are heavy-tailed ([`Predictor::tail_of_rows`]).
+//!
+//! In that order: the noise shapes read the residuals of the means the first step settled, and
+//! the tail reads them standardised by the predictive those two settled.
+
+use faer::MatRef;
+
+use super::{EstimatorError, FittedShapes, ModelConfig, ModelState, Predictor};
+
+/// A first fit completed on its rows: the state, its predictor (formed with the shapes the fit's
+/// evidence formed, to read the tail) and what the rows could not set, with why.
+#[derive(Debug)]
+pub struct OnRows {
+    pub state: ModelState,
+    pub predictor: Predictor,
+    /// How many of the outputs' prior shapes took a larger `α` than the evidence's.
+    pub shrunk: usize,
+    /// Steps the rows could not take (`"shrinkage"`, `"noise shapes"`, `"tail"`), and why; each
+    /// leaves the state as the step before it left it.
+    pub skipped: Vec<(&'static str, EstimatorError)>,
+}
+
+/// `fitted` (a first fit on the statistics of the rows `x`, `y`, raw inputs and outputs as a
+/// batch holds them; `shapes` the prior shapes its evidence formed) completed on those rows.
+pub fn on_rows(
+    config: &ModelConfig,
+    fitted: ModelState,
+    shapes: FittedShapes,
+    x: MatRef<'_, f64>,
+    y: MatRef<'_, f64>,
+) -> OnRows {
+    let mut skipped = Vec::new();
+    let (checked, outcome) = fitted.with_shrinkage_checked_on_rows(config, &shapes, x, y);
+    let shrunk = outcome.unwrap_or_else(|e| {
+        skipped.push(("shrinkage", e));
+        0
+    });
+    let (shaped, outcome) = checked.with_noise_shapes_from_rows(x, y);
+    if let Err(e) = outcome {
+        skipped.push(("noise shapes", e));
+    }
+    let predictor = Predictor::with_fitted_shapes(&shaped, shapes);
+    let tail = predictor.tail_of_rows(x, y).unwrap_or_else(|e| {
+        skipped.push(("tail", e));
+        None
+    });
+    OnRows {
+        state: shaped.with_tail(tail),
+        predictor: predictor.with_tail(tail),
+        shrunk,
+        skipped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use faer::Mat;
+    use faer::linalg::solvers::Solve;
+
+    use super::*;
+    use crate::{Basis, BatchStatistics, PriorFamily, Transform};
+
+    fn uniform(state: &mut u64) -> f64 {
+        *state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (*state >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// `n` rows of `p` inputs in [0, 1) and one output: a linear law, plus `curve` times a
+    /// smooth bump the linear model cannot follow, plus a little noise.
+    fn rows(n: usize, p: usize, curve: f64, seed: u64) -> (Mat<f64>, Mat<f64>) {
+        let mut state = seed;
+        let x = Mat::from_fn(n, p, |_, _| uniform(&mut state));
+        let y = Mat::from_fn(n, 1, |i, _| {
+            let linear: f64 = (0..p).map(|j| x[(i, j)] * (0.3 * j as f64 - 1.0)).sum();
+            let bump = (3.0 * x[(i, 0)]).sin() * (2.0 * x[(i, 1)]).cos();
+            linear + curve * bump + 0.05 * (uniform(&mut state) - 0.5)
+        });
+        (x, y)
+    }
+
+    fn fitted(config: &ModelConfig, x: &Mat<f64>, y: &Mat<f64>) -> (ModelState, FittedShapes) {
+        let stats = BatchStatistics::from_rows(&config.basis, x.as_ref(), y.as_ref()).unwrap();
+        ModelState::fit_with_shapes(config, stats).unwrap()
+    }
+
+    /// `α = s/v` of output 0's posterior (a ridge prior: every input's variance is `v`).
+    fn alpha(state: &ModelState) -> f64 {
+        let post = state.outputs()[0].posterior().unwrap();
+        post.noise_variance() / post.prior().variance[0]
+    }
+
+    /// Ridge with a free intercept on rows `x`, `y` at `α`: the coefficients, then the intercept.
+    fn ridge(x: &Mat<f64>, y: &[f64], alpha: f64) -> Vec<f64> {
+        let (n, p) = (x.nrows(), x.ncols());
+        let xm: Vec<f64> = (0..p)
+            .map(|j| x.col(j).iter().sum::<f64>() / n as f64)
+            .collect();
+        let ym = y.iter().sum::<f64>() / n as f64;
+        let xc = Mat::from_fn(n, p, |i, j| x[(i, j)] - xm[j]);
+        let a = xc.transpose() * &xc + Mat::<f64>::identity(p, p) * alpha;
+        let b = Mat::from_fn(p, 1, |j, _| (0..n).map(|i| xc[(i, j)] * (y[i] - ym)).sum());
+        let w = a.llt(faer::Side::Lower).unwrap().solve(&b);
+        let mut coefficients: Vec<f64> = (0..p).map(|j| w[(j, 0)]).collect();
+        coefficients.push(ym - (0..p).map(|j| xm[j] * w[(j, 0)]).sum::<f64>());
+        coefficients
+    }
+
+    /// The squared error of each row predicted by ridge at `α` fitted on the others.
+    fn leave_one_out_error(x: &Mat<f64>, y: &[f64], alpha: f64) -> f64 {
+        let (n, p) = (x.nrows(), x.ncols());
+        (0..n)
+            .map(|out| {
+                let keep: Vec<usize> = (0..n).filter(|&i| i != out).collect();
+                let xs = Mat::from_fn(n - 1, p, |i, j| x[(keep[i], j)]);
+                let ys: Vec<f64> = keep.iter().map(|&i| y[i]).collect();
+                let c = ridge(&xs, &ys, alpha);
+                let e = y[out] - c[p] - (0..p).map(|j| x[(out, j)] * c[j]).sum::<f64>();
+                e * e
+            })
+            .sum()
+    }
+
+    #[test]
+    fn a_first_fit_takes_the_larger_shrinkage_that_predicts_its_rows_left_out_better() {
+        let (x, y) = rows(40, 10, 3.0, 1);
+        let mut config = ModelConfig::new(Basis::new(10, true, Transform::Identity), 1);
+        config.prior = PriorFamily::Ridge;
+        let (state, shapes) = fitted(&config, &x, &y);
+        let done = on_rows(&config, state.clone(), shapes, x.as_ref(), y.as_ref());
+        assert!(done.skipped.is_empty(), "{:?}", done.skipped);
+        assert_eq!(done.shrunk, 1);
+        let (before, after) = (alpha(&state), alpha(&done.state));
+        assert!(after > 1.2 * before, "α {before} → {after}");
+        // Better on the rows left out one at a time, by refitting without each.
+        let ys: Vec<f64> = y.col(0).iter().copied().collect();
+        assert!(leave_one_out_error(&x, &ys, after) < leave_one_out_error(&x, &ys, before));
+        // The posterior is the one of the same statistics at the new α: its mean is ridge's.
+        let coefficients = done.state.coefficients();
+        for (j, c) in ridge(&x, &ys, after).into_iter().enumerate() {
+            assert!(
+                (coefficients[(j, 0)] - c).abs() <= 1e-9 * c.abs().max(1.0),
+                "{j}"
+            );
+        }
+        assert_eq!(done.state.totals(), state.totals());
+        // A refit from the statistics alone chooses by the evidence again.
+        assert_eq!(alpha(&done.state.refit(&config).unwrap()), before);
+    }
+
+    /// At the evidence's own `α` the noise update gives the evidence's `ŝ`: Algorithm 2's fixed
+    /// point, which the larger `α` moves off.
+    #[test]
+    fn the_noise_at_the_evidences_alpha_is_its_fixed_point() {
+        let (x, y) = rows(40, 10, 3.0, 1);
+        let mut config = ModelConfig::new(Basis::new(10, true, Transform::Identity), 1);
+        config.prior = PriorFamily::Ridge;
+        let (state, shapes) = fitted(&config, &x, &y);
+        let post = state.outputs()[0].posterior().unwrap();
+        let flat = post.prior().flat();
+        let (_, shape) = shapes
+            .find(state.totals(), flat, post.prior().family, None)
+            .unwrap();
+        let data = crate::evidence::Centred::new(state.totals().output(0), flat).unwrap();
+        let noise = crate::NoisePrior {
+            rows: 0.0,
+            scale: 0.0,
+            floor: 0.0,
+        };
+        let (scale, s) = shape.at_alpha(&data, noise, alpha(&state));
+        let relative = |a: f64, b: f64| (a - b).abs() / b;
+        assert!(relative(s, post.noise_variance()) < 1e-6, "{s}");
+        assert!(relative(scale, post.prior().variance[0]) < 1e-6, "{scale}");
+        let (_, above) = shape.at_alpha(&data, noise, 4.0 * alpha(&state));
+        assert!(relative(above, post.noise_variance()) > 1e-3);
+    }
+
+    #[test]
+    fn rows_other_than_the_fits_leave_it_as_it_was() {
+        let (x, y) = rows(40, 10, 3.0, 1);
+        let config = ModelConfig::new(Basis::new(10, true, Transform::Identity), 1);
+        let (state, shapes) = fitted(&config, &x, &y);
+        let (other_x, other_y) = rows(40, 10, 3.0, 2);
+        let (checked, outcome) = state.clone().with_shrinkage_checked_on_rows(
+            &config,
+            &shapes,
+            other_x.as_ref(),
+            other_y.as_ref(),
+        );
+        assert!(outcome.is_err());
+        assert_eq!(checked, state);
+        let fewer = Mat::from_fn(30, 10, |i, j| x[(i, j)]);
+        let fewer_y = Mat::from_fn(30, 1, |i, _| y[(i, 0)]);
+        let (checked, outcome) = state.clone().with_shrinkage_checked_on_rows(
+            &config,
+            &shapes,
+            fewer.as_ref(),
+            fewer_y.as_ref(),
+        );
+        assert!(outcome.is_err());
+        assert_eq!(checked, state);
+    }
+
+    #[test]
+    fn an_ard_fit_keeps_its_prior() {
+        let (x, y) = rows(40, 10, 3.0, 1);
+        let mut config = ModelConfig::new(Basis::new(10, true, Transform::Identity), 1);
+        config.prior = PriorFamily::Ard;
+        let (state, shapes) = fitted(&config, &x, &y);
+        let (checked, outcome) =
+            state
+                .clone()
+                .with_shrinkage_checked_on_rows(&config, &shapes, x.as_ref(), y.as_ref());
+        assert_eq!(outcome, Ok(0));
+        assert_eq!(checked, state);
+    }
+}

@@ -1,0 +1,309 @@
+//! A first fit's shrinkage checked against its rows' leave-one-out error.
+//!
+//! The evidence chooses a shared-scale prior's `α = s/v` as if the rows were the model's own
+//! Gaussian noise about a linear mean. Where they are not (a calibration whose spectra respond
+//! to the content non-linearly, scattering that varies from sample to sample), it takes too
+//! little shrinkage: the misfit it cannot explain it reads as signal, and the noise it estimates
+//! is smaller than the error on new rows. Leave-one-out, which predicts each row from the others
+//! whatever their distribution, then asks for more. Where it asks for less (rows fitted to
+//! round-off, which it cannot tell from rows that will never be seen again on a new instrument),
+//! the evidence stands: the larger of the two is taken, an error of too much shrinkage costing
+//! little where one of too little costs a great deal.
+//!
+//! For a shape with the non-zero eigenvalues `λ_c` of `R̃ᵀ G_c R̃` and `P = (R̃ U)ᵀ`
+//! ([`super::evidence::Shape`]), the rows' centred design `Φ_c` (the rows of `G_c = Φ_cᵀ Φ_c`)
+//! and centred values `y_c`,
+//!
+//! ```text
+//! W      = Φ_c Pᵀ Λ^-½                          (N × r, orthonormal columns)
+//! z      = Wᵀ y_c
+//! ŷ(α)   = W diag(λ/(λ + α)) z                  (the posterior mean's fit at α)
+//! h_i(α) = 1/N + Σ_c W_ic² λ_c/(λ_c + α)         (1/N: the flat intercept's leverage)
+//! PRESS(α) = Σ_i ((y_c,i − ŷ_i(α)) / (1 − h_i(α)))²
+//! ```
+//!
+//! the exact leave-one-out squared error of the posterior mean at `α`, with the intercept
+//! refitted without the row (as centring on the other rows does). The grid runs from the
+//! evidence's `α` upwards; the evidence's own `α` stands unless a larger one has a smaller
+//! PRESS.
+
+use faer::{Mat, MatRef};
+
+/// Steps of `log α` on the grid searched above the evidence's `α`.
+const STEP: f64 = 0.25;
+
+/// How far above the largest eigenvalue the grid reaches (in e-folds): shrinkage beyond it
+/// leaves the mean at the intercept.
+const REACH: f64 = 12.0;
+
+/// The rows' sums of squares agree with the statistics' to this relative tolerance, or they are
+/// not the rows behind them.
+const SAME_ROWS: f64 = 1e-9;
+
+/// Whether the design `design` (N × p, uncentred) has the statistics' Gram diagonal `g_diag`:
+/// the rows the statistics were summed from (their count is checked by the caller).
+pub(crate) fn same_rows(design: MatRef<'_, f64>, g_diag: &[f64]) -> bool {
+    design.ncols() == g_diag.len()
+        && g_diag.iter().enumerate().all(|(j, &g)| {
+            let sum: f64 = design.col(j).iter().map(|x| x * x).sum();
+            (sum - g).abs() <= SAME_ROWS * g.abs().max(f64::MIN_POSITIVE)
+        })
+}
+
+/// The eigenvectors `W` of the rows' kernel matrix `Φ_c R̃ R̃ᵀ Φ_cᵀ` for a shape with
+/// `eigenvalues` and `projection` ([`super::evidence::Shape::projection`]), from the centred
+/// design `design` (N × p): `Φ_c Pᵀ Λ^-½`. The shape's eigenvalues come from the statistics,
+/// whose centring loses digits that the rows keep: directions of the smallest eigenvalues are
+/// round-off there, and shrunk away at any `α` the evidence takes.
+pub(crate) fn eigenvectors(
+    eigenvalues: &[f64],
+    projection: MatRef<'_, f64>,
+    design: MatRef<'_, f64>,
+) -> Mat<f64> {
+    let mut w = design * projection.transpose();
+    for (c, &l) in eigenvalues.iter().enumerate() {
+        let root = l.sqrt();
+        w.col_mut(c).iter_mut().for_each(|x| *x /= root);
+    }
+    w
+}
+
+/// The leverages' squares `W_ic²` of the kernel's eigenvectors `w`, shared by every output of a
+/// shape.
+pub(crate) fn squared(w: MatRef<'_, f64>) -> Mat<f64> {
+    Mat::from_fn(w.nrows(), w.ncols(), |i, c| w[(i, c)] * w[(i, c)])
+}
+
+/// `PRESS(α)` (see the module's doc) for eigenvalues `lambda`, eigenvectors `w` and their squares
+/// `w2`, projected values `z = Wᵀ y_c` and centred values `y_c`; `flat` adds the intercept's
+/// leverage `1/N`. Infinite where a row's leverage reaches 1 (it alone determines its fit).
+pub(crate) fn press(
+    lambda: &[f64],
+    w: MatRef<'_, f64>,
+    w2: MatRef<'_, f64>,
+    z: &[f64],
+    y_c: &[f64],
+    flat: bool,
+    alpha: f64,
+) -> f64 {
+    let n = y_c.len();
+    let shrink: Vec<f64> = lambda.iter().map(|l| l / (l + alpha)).collect();
+    let fit: Vec<f64> = shrink.iter().zip(z).map(|(s, z)| s * z).collect();
+    let base = if flat { 1.0 / n as f64 } else { 0.0 };
+    let mut total = 0.0;
+    for (i, y) in y_c.iter().enumerate() {
+        let (mut fitted, mut leverage) = (0.0, base);
+        for c in 0..lambda.len() {
+            fitted += w[(i, c)] * fit[c];
+            leverage += w2[(i, c)] * shrink[c];
+        }
+        let left = 1.0 - leverage;
+        if left <= 1e-12 {
+            return f64::INFINITY;
+        }
+        let r = (y - fitted) / left;
+        total += r * r;
+    }
+    total
+}
+
+/// The `α ≥ alpha` with the smallest [`press`]: a grid of `log α` in steps of [`STEP`] from
+/// `alpha` up to [`REACH`] e-folds above the largest eigenvalue, then golden-section search
+/// between the best grid point's neighbours (never below `alpha`). `None` where that is `alpha`
+/// itself (the evidence's shrinkage stands), or nothing can be said (no eigenvalue, a
+/// non-finite value).
+pub(crate) fn larger_alpha(
+    lambda: &[f64],
+    w: MatRef<'_, f64>,
+    w2: MatRef<'_, f64>,
+    y_c: &[f64],
+    flat: bool,
+    alpha: f64,
+) -> Option<f64> {
+    let largest = lambda.iter().fold(0.0_f64, |a, l| a.max(*l));
+    if !(alpha > 0.0 && alpha.is_finite() && largest > 0.0 && largest.is_finite()) {
+        return None;
+    }
+    if y_c.iter().any(|y| !y.is_finite()) {
+        return None;
+    }
+    let z: Vec<f64> = (0..lambda.len())
+        .map(|c| (0..y_c.len()).map(|i| w[(i, c)] * y_c[i]).sum())
+        .collect();
+    let at = |log_alpha: f64| press(lambda, w, w2, &z, y_c, flat, log_alpha.exp());
+    let start = alpha.ln();
+    let steps = ((largest.ln() + REACH - start) / STEP).floor().max(0.0) as usize;
+    let grid: Vec<f64> = (0..=steps).map(|i| start + STEP * i as f64).collect();
+    let values: Vec<f64> = grid.iter().map(|&g| at(g)).collect();
+    if !values[0].is_finite() {
+        return None;
+    }
+    let best = (0..grid.len())
+        .min_by(|&a, &b| values[a].total_cmp(&values[b]))
+        .unwrap_or(0);
+    let (mut lo, mut hi) = (
+        grid[best.saturating_sub(1)],
+        grid[(best + 1).min(grid.len() - 1)],
+    );
+    let ratio = (5f64.sqrt() - 1.0) / 2.0;
+    let (mut x1, mut x2) = (hi - ratio * (hi - lo), lo + ratio * (hi - lo));
+    let (mut f1, mut f2) = (at(x1), at(x2));
+    for _ in 0..40 {
+        if f1 < f2 {
+            hi = x2;
+            x2 = x1;
+            f2 = f1;
+            x1 = hi - ratio * (hi - lo);
+            f1 = at(x1);
+        } else {
+            lo = x1;
+            x1 = x2;
+            f1 = f2;
+            x2 = lo + ratio * (hi - lo);
+            f2 = at(x2);
+        }
+    }
+    let (refined, value) = if f1 < f2 { (x1, f1) } else { (x2, f2) };
+    let log_alpha = if value < values[best] {
+        refined
+    } else {
+        grid[best]
+    };
+    (log_alpha > start && at(log_alpha) < values[0]).then(|| log_alpha.exp())
+}
+
+#[cfg(test)]
+mod tests {
+    use faer::linalg::solvers::Solve;
+
+    use super::*;
+
+    /// A design with an intercept's rows centred, its SVD's eigen-structure as a ridge shape
+    /// gives it (`R̃ = I`): `λ = d²`, `P = Vᵀ`.
+    fn ridge_structure(x: &Mat<f64>) -> (Mat<f64>, Vec<f64>, Mat<f64>) {
+        let (n, p) = (x.nrows(), x.ncols());
+        let means: Vec<f64> = (0..p)
+            .map(|j| x.col(j).iter().sum::<f64>() / n as f64)
+            .collect();
+        let centred = Mat::from_fn(n, p, |i, j| x[(i, j)] - means[j]);
+        let svd = centred.thin_svd().expect("svd");
+        let d = svd.S().column_vector().to_owned();
+        let keep: Vec<usize> = (0..d.nrows()).filter(|&c| d[c] > 1e-9 * d[0]).collect();
+        let lambda: Vec<f64> = keep.iter().map(|&c| d[c] * d[c]).collect();
+        let v = svd.V();
+        let projection = Mat::from_fn(keep.len(), p, |r, j| v[(j, keep[r])]);
+        (centred, lambda, projection)
+    }
+
+    fn rows(n: usize, p: usize, seed: u64) -> Mat<f64> {
+        let mut state = seed;
+        Mat::from_fn(n, p, |_, _| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        })
+    }
+
+    /// Ridge with a free intercept on `x`, `y` at `α`, predicting `t`: solved directly.
+    fn ridge_predict(x: &Mat<f64>, y: &[f64], alpha: f64, t: &[f64]) -> f64 {
+        let (n, p) = (x.nrows(), x.ncols());
+        let xm: Vec<f64> = (0..p)
+            .map(|j| x.col(j).iter().sum::<f64>() / n as f64)
+            .collect();
+        let ym = y.iter().sum::<f64>() / n as f64;
+        let xc = Mat::from_fn(n, p, |i, j| x[(i, j)] - xm[j]);
+        let a = xc.transpose() * &xc + Mat::<f64>::identity(p, p) * alpha;
+        let b = Mat::from_fn(p, 1, |j, _| (0..n).map(|i| xc[(i, j)] * (y[i] - ym)).sum());
+        let w = a.llt(faer::Side::Lower).expect("llt").solve(&b);
+        ym + (0..p).map(|j| (t[j] - xm[j]) * w[(j, 0)]).sum::<f64>()
+    }
+
+    #[test]
+    fn press_is_the_error_of_each_row_predicted_from_the_others() {
+        let (n, p) = (14, 5);
+        let x = rows(n, p, 3);
+        let y: Vec<f64> = (0..n)
+            .map(|i| 1.0 + 2.0 * x[(i, 0)] - x[(i, 3)] + 0.3 * (i as f64).sin())
+            .collect();
+        let (centred, lambda, projection) = ridge_structure(&x);
+        let w = eigenvectors(&lambda, projection.as_ref(), centred.as_ref());
+        let w2 = squared(w.as_ref());
+        let ym = y.iter().sum::<f64>() / n as f64;
+        let y_c: Vec<f64> = y.iter().map(|v| v - ym).collect();
+        let z: Vec<f64> = (0..lambda.len())
+            .map(|c| (0..n).map(|i| w[(i, c)] * y_c[i]).sum())
+            .collect();
+        for alpha in [1e-3, 0.1, 2.0] {
+            let by_formula = press(&lambda, w.as_ref(), w2.as_ref(), &z, &y_c, true, alpha);
+            let by_refits: f64 = (0..n)
+                .map(|out| {
+                    let keep: Vec<usize> = (0..n).filter(|&i| i != out).collect();
+                    let xs = Mat::from_fn(n - 1, p, |i, j| x[(keep[i], j)]);
+                    let ys: Vec<f64> = keep.iter().map(|&i| y[i]).collect();
+                    let t: Vec<f64> = (0..p).map(|j| x[(out, j)]).collect();
+                    let e = y[out] - ridge_predict(&xs, &ys, alpha, &t);
+                    e * e
+                })
+                .sum();
+            assert!(
+                (by_formula - by_refits).abs() <= 1e-9 * by_refits,
+                "α {alpha}: {by_formula} against {by_refits}"
+            );
+        }
+    }
+
+    #[test]
+    fn rows_other_than_the_statistics_are_refused() {
+        let x = rows(12, 4, 5);
+        let diag: Vec<f64> = (0..4)
+            .map(|j| x.col(j).iter().map(|v| v * v).sum())
+            .collect();
+        assert!(same_rows(x.as_ref(), &diag));
+        let fewer = Mat::from_fn(8, 4, |i, j| x[(i, j)]);
+        assert!(!same_rows(fewer.as_ref(), &diag));
+        let other = Mat::from_fn(12, 4, |i, j| x[(i, j)] * 1.001);
+        assert!(!same_rows(other.as_ref(), &diag));
+    }
+
+    #[test]
+    fn a_larger_alpha_is_found_only_where_leave_one_out_asks_for_it() {
+        let (n, p) = (30, 12);
+        let x = rows(n, p, 11);
+        // Pure noise: leave-one-out asks for the intercept alone, far above a tiny α.
+        let noise: Vec<f64> = (0..n).map(|i| ((i * 7919) % 31) as f64 / 31.0).collect();
+        let (centred, lambda, projection) = ridge_structure(&x);
+        let w = eigenvectors(&lambda, projection.as_ref(), centred.as_ref());
+        let w2 = squared(w.as_ref());
+        let centre = |y: &[f64]| {
+            let m = y.iter().sum::<f64>() / y.len() as f64;
+            y.iter().map(|v| v - m).collect::<Vec<_>>()
+        };
+        let tiny = 1e-6 * lambda[0];
+        let found = larger_alpha(
+            &lambda,
+            w.as_ref(),
+            w2.as_ref(),
+            &centre(&noise),
+            true,
+            tiny,
+        )
+        .expect("noise asks for more shrinkage");
+        assert!(found > 1e3 * tiny, "{found}");
+        // An exact linear law: the least shrinkage on the grid is the best, nothing larger.
+        let exact: Vec<f64> = (0..n)
+            .map(|i| (0..p).map(|j| (j as f64 - 5.0) * x[(i, j)]).sum())
+            .collect();
+        assert_eq!(
+            larger_alpha(
+                &lambda,
+                w.as_ref(),
+                w2.as_ref(),
+                &centre(&exact),
+                true,
+                tiny
+            ),
+            None
+        );
+    }
+}
