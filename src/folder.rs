@@ -100,7 +100,13 @@ fn with_first_fit_rows(
         };
         let n = batch.rows;
         let (bd, bm) = (bx.len() / n.max(1), by.len() / n.max(1));
-        if n == 0 || bx.len() != n * bd || by.len() != n * bm || bd > d || bm > m {
+        // Only a shape the model has had: its bands, and no more named features or outputs than
+        // now (rows purged from the store are empty, and left out).
+        let spectral = config.basis.spectral;
+        if n == 0 || bd * n != bx.len() || bm * n != by.len() || bd < spectral.max(1) || bm == 0 {
+            continue;
+        }
+        if bd > d || bm > m {
             continue;
         }
         // A batch stored before the model grew: every column added since was 0 in its rows, as

@@ -21,6 +21,9 @@ pub enum EstimatorError {
     NotPositiveDefinite,
     #[error("the model has no posterior yet")]
     Untrained,
+    /// Rows given as a fit's own whose sums are not its statistics' (another batch, rows lost).
+    #[error("the rows are not those the statistics were summed from")]
+    NotTheRows,
     #[error("recipe matching is not available: {0}")]
     NoForwardMap(&'static str),
     #[error(transparent)]

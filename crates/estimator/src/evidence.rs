@@ -818,6 +818,44 @@ fn lowest_log_alpha(lambda: &[f64], cap: f64, low: f64, high: f64) -> f64 {
     hi
 }
 
+/// The `x` that minimises `f`: the best point of `grid` (ascending), then golden-section search
+/// between its neighbours; the search's point where it is no worse than the grid's best.
+pub(crate) fn minimise_on_grid(grid: &[f64], f: impl Fn(f64) -> f64) -> f64 {
+    let values: Vec<f64> = grid.iter().map(|&x| f(x)).collect();
+    let Some(best) = (0..grid.len()).min_by(|&a, &b| values[a].total_cmp(&values[b])) else {
+        return f64::NAN;
+    };
+    let (mut lo, mut hi) = (
+        grid[best.saturating_sub(1)],
+        grid[(best + 1).min(grid.len() - 1)],
+    );
+    let ratio = (5f64.sqrt() - 1.0) / 2.0;
+    let mut x1 = hi - ratio * (hi - lo);
+    let mut x2 = lo + ratio * (hi - lo);
+    let (mut f1, mut f2) = (f(x1), f(x2));
+    for _ in 0..60 {
+        if f1 < f2 {
+            hi = x2;
+            x2 = x1;
+            f2 = f1;
+            x1 = hi - ratio * (hi - lo);
+            f1 = f(x1);
+        } else {
+            lo = x1;
+            x1 = x2;
+            f1 = f2;
+            x2 = lo + ratio * (hi - lo);
+            f2 = f(x2);
+        }
+    }
+    let candidate = if f1 < f2 { x1 } else { x2 };
+    if f(candidate) <= values[best] {
+        candidate
+    } else {
+        grid[best]
+    }
+}
+
 /// Residual degrees of freedom a fit keeps (a shared-scale fit in its search, ARD by
 /// [`capped_scale`]): the most determined weights `γ` it may spend out of `dof` rows. The
 /// Student-t predictive ([`super::model::Predictive`]) has a finite variance only with
@@ -1471,39 +1509,7 @@ impl Shape {
             .filter(|a| *a >= lowest)
             .collect();
         let grid = if grid.is_empty() { vec![lowest] } else { grid };
-        let values: Vec<f64> = grid.iter().map(|&a| profile(a).0).collect();
-        let best = (0..grid.len())
-            .min_by(|&a, &b| values[a].total_cmp(&values[b]))
-            .unwrap_or(0);
-        let (mut lo, mut hi) = (
-            grid[best.saturating_sub(1)],
-            grid[(best + 1).min(grid.len() - 1)],
-        );
-        let ratio = (5f64.sqrt() - 1.0) / 2.0;
-        let mut x1 = hi - ratio * (hi - lo);
-        let mut x2 = lo + ratio * (hi - lo);
-        let (mut f1, mut f2) = (profile(x1).0, profile(x2).0);
-        for _ in 0..60 {
-            if f1 < f2 {
-                hi = x2;
-                x2 = x1;
-                f2 = f1;
-                x1 = hi - ratio * (hi - lo);
-                f1 = profile(x1).0;
-            } else {
-                lo = x1;
-                x1 = x2;
-                f1 = f2;
-                x2 = lo + ratio * (hi - lo);
-                f2 = profile(x2).0;
-            }
-        }
-        let candidate = if f1 < f2 { x1 } else { x2 };
-        let log_alpha = if profile(candidate).0 <= values[best] {
-            candidate
-        } else {
-            grid[best]
-        };
+        let log_alpha = minimise_on_grid(&grid, |a| profile(a).0);
         let (_, s, neg2) = profile(log_alpha);
         let alpha = log_alpha.exp();
         let gamma = lambda.iter().map(|l| l / (l + alpha)).sum();

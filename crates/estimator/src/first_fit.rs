@@ -64,9 +64,9 @@ pub fn on_rows(
 #[cfg(test)]
 mod tests {
     use faer::Mat;
-    use faer::linalg::solvers::Solve;
 
     use super::*;
+    use crate::leave_one_out::tests::ridge;
     use crate::{Basis, BatchStatistics, PriorFamily, Transform};
 
     fn uniform(state: &mut u64) -> f64 {
@@ -98,22 +98,6 @@ mod tests {
     fn alpha(state: &ModelState) -> f64 {
         let post = state.outputs()[0].posterior().unwrap();
         post.noise_variance() / post.prior().variance[0]
-    }
-
-    /// Ridge with a free intercept on rows `x`, `y` at `α`: the coefficients, then the intercept.
-    fn ridge(x: &Mat<f64>, y: &[f64], alpha: f64) -> Vec<f64> {
-        let (n, p) = (x.nrows(), x.ncols());
-        let xm: Vec<f64> = (0..p)
-            .map(|j| x.col(j).iter().sum::<f64>() / n as f64)
-            .collect();
-        let ym = y.iter().sum::<f64>() / n as f64;
-        let xc = Mat::from_fn(n, p, |i, j| x[(i, j)] - xm[j]);
-        let a = xc.transpose() * &xc + Mat::<f64>::identity(p, p) * alpha;
-        let b = Mat::from_fn(p, 1, |j, _| (0..n).map(|i| xc[(i, j)] * (y[i] - ym)).sum());
-        let w = a.llt(faer::Side::Lower).unwrap().solve(&b);
-        let mut coefficients: Vec<f64> = (0..p).map(|j| w[(j, 0)]).collect();
-        coefficients.push(ym - (0..p).map(|j| xm[j] * w[(j, 0)]).sum::<f64>());
-        coefficients
     }
 
     /// The squared error of each row predicted by ridge at `α` fitted on the others.

@@ -29,6 +29,8 @@
 
 use faer::{Mat, MatRef};
 
+use super::evidence::minimise_on_grid;
+
 /// Steps of `log α` on the grid searched above the evidence's `α`.
 const STEP: f64 = 0.25;
 
@@ -36,17 +38,45 @@ const STEP: f64 = 0.25;
 /// leaves the mean at the intercept.
 const REACH: f64 = 12.0;
 
-/// The rows' sums of squares agree with the statistics' to this relative tolerance, or they are
-/// not the rows behind them.
+/// A larger `α` is taken only this far above the evidence's (in `log α`): where leave-one-out's
+/// error rises from the evidence's `α`, the search ends a round-off's width above it, and no
+/// such step is a finding.
+const RESOLUTION: f64 = 1e-6;
+
+/// The rows' sums agree with the statistics' to this relative tolerance, or they are not the
+/// rows behind them.
 const SAME_ROWS: f64 = 1e-9;
 
-/// Whether the design `design` (N × p, uncentred) has the statistics' Gram diagonal `g_diag`:
-/// the rows the statistics were summed from (their count is checked by the caller).
-pub(crate) fn same_rows(design: MatRef<'_, f64>, g_diag: &[f64]) -> bool {
-    design.ncols() == g_diag.len()
-        && g_diag.iter().enumerate().all(|(j, &g)| {
-            let sum: f64 = design.col(j).iter().map(|x| x * x).sum();
-            (sum - g).abs() <= SAME_ROWS * g.abs().max(f64::MIN_POSITIVE)
+/// Whether the design `design` (N × p, uncentred) and outputs `y` (N × m) have the statistics'
+/// Gram diagonal `g_diag`, `B = Φᵀ Y` and `q_k = Σ y_k²`: the rows the statistics were summed
+/// from (their count is checked by the caller).
+pub(crate) fn same_rows(
+    design: MatRef<'_, f64>,
+    y: MatRef<'_, f64>,
+    g_diag: &[f64],
+    b: MatRef<'_, f64>,
+    q: &[f64],
+) -> bool {
+    let close = |sum: f64, kept: f64, scale: f64| {
+        (sum - kept).abs() <= SAME_ROWS * scale.max(f64::MIN_POSITIVE)
+    };
+    if design.ncols() != g_diag.len() || b.nrows() != g_diag.len() || y.ncols() != q.len() {
+        return false;
+    }
+    let squares = |m: MatRef<'_, f64>, j: usize| m.col(j).iter().map(|x| x * x).sum::<f64>();
+    (0..g_diag.len()).all(|j| close(squares(design, j), g_diag[j], g_diag[j].abs()))
+        && (0..q.len()).all(|k| {
+            close(squares(y, k), q[k], q[k].abs())
+                && (0..g_diag.len()).all(|j| {
+                    let sum: f64 = design
+                        .col(j)
+                        .iter()
+                        .zip(y.col(k).iter())
+                        .map(|(a, b)| a * b)
+                        .sum();
+                    // |Σ φ y| ≤ √(Σ φ² Σ y²): the scale its round-off is relative to.
+                    close(sum, b[(j, k)], (g_diag[j] * q[k]).sqrt())
+                })
         })
 }
 
@@ -87,21 +117,29 @@ pub(crate) fn press(
     alpha: f64,
 ) -> f64 {
     let n = y_c.len();
-    let shrink: Vec<f64> = lambda.iter().map(|l| l / (l + alpha)).collect();
-    let fit: Vec<f64> = shrink.iter().zip(z).map(|(s, z)| s * z).collect();
     let base = if flat { 1.0 / n as f64 } else { 0.0 };
-    let mut total = 0.0;
-    for (i, y) in y_c.iter().enumerate() {
-        let (mut fitted, mut leverage) = (0.0, base);
-        for c in 0..lambda.len() {
-            fitted += w[(i, c)] * fit[c];
-            leverage += w2[(i, c)] * shrink[c];
+    // Column by column (the matrices are column-major): the fit and the leverages as sums of
+    // scaled columns.
+    let (mut fitted, mut leverage) = (vec![0.0; n], vec![base; n]);
+    for (c, l) in lambda.iter().enumerate() {
+        let shrink = l / (l + alpha);
+        let fit = shrink * z[c];
+        for ((f, h), (wi, w2i)) in fitted
+            .iter_mut()
+            .zip(leverage.iter_mut())
+            .zip(w.col(c).iter().zip(w2.col(c).iter()))
+        {
+            *f += wi * fit;
+            *h += w2i * shrink;
         }
-        let left = 1.0 - leverage;
+    }
+    let mut total = 0.0;
+    for ((y, f), h) in y_c.iter().zip(&fitted).zip(&leverage) {
+        let left = 1.0 - h;
         if left <= 1e-12 {
             return f64::INFINITY;
         }
-        let r = (y - fitted) / left;
+        let r = (y - f) / left;
         total += r * r;
     }
     total
@@ -109,9 +147,9 @@ pub(crate) fn press(
 
 /// The `α ≥ alpha` with the smallest [`press`]: a grid of `log α` in steps of [`STEP`] from
 /// `alpha` up to [`REACH`] e-folds above the largest eigenvalue, then golden-section search
-/// between the best grid point's neighbours (never below `alpha`). `None` where that is `alpha`
-/// itself (the evidence's shrinkage stands), or nothing can be said (no eigenvalue, a
-/// non-finite value).
+/// between the best grid point's neighbours (never below `alpha`). `None` where that is within
+/// [`RESOLUTION`] of `alpha` (the evidence's shrinkage stands), or nothing can be said (no
+/// eigenvalue, a non-finite value).
 pub(crate) fn larger_alpha(
     lambda: &[f64],
     w: MatRef<'_, f64>,
@@ -132,48 +170,17 @@ pub(crate) fn larger_alpha(
         .collect();
     let at = |log_alpha: f64| press(lambda, w, w2, &z, y_c, flat, log_alpha.exp());
     let start = alpha.ln();
-    let steps = ((largest.ln() + REACH - start) / STEP).floor().max(0.0) as usize;
-    let grid: Vec<f64> = (0..=steps).map(|i| start + STEP * i as f64).collect();
-    let values: Vec<f64> = grid.iter().map(|&g| at(g)).collect();
-    if !values[0].is_finite() {
+    if !at(start).is_finite() {
         return None;
     }
-    let best = (0..grid.len())
-        .min_by(|&a, &b| values[a].total_cmp(&values[b]))
-        .unwrap_or(0);
-    let (mut lo, mut hi) = (
-        grid[best.saturating_sub(1)],
-        grid[(best + 1).min(grid.len() - 1)],
-    );
-    let ratio = (5f64.sqrt() - 1.0) / 2.0;
-    let (mut x1, mut x2) = (hi - ratio * (hi - lo), lo + ratio * (hi - lo));
-    let (mut f1, mut f2) = (at(x1), at(x2));
-    for _ in 0..40 {
-        if f1 < f2 {
-            hi = x2;
-            x2 = x1;
-            f2 = f1;
-            x1 = hi - ratio * (hi - lo);
-            f1 = at(x1);
-        } else {
-            lo = x1;
-            x1 = x2;
-            f1 = f2;
-            x2 = lo + ratio * (hi - lo);
-            f2 = at(x2);
-        }
-    }
-    let (refined, value) = if f1 < f2 { (x1, f1) } else { (x2, f2) };
-    let log_alpha = if value < values[best] {
-        refined
-    } else {
-        grid[best]
-    };
-    (log_alpha > start && at(log_alpha) < values[0]).then(|| log_alpha.exp())
+    let steps = ((largest.ln() + REACH - start) / STEP).floor().max(0.0) as usize;
+    let grid: Vec<f64> = (0..=steps).map(|i| start + STEP * i as f64).collect();
+    let log_alpha = minimise_on_grid(&grid, at);
+    (log_alpha > start + RESOLUTION && at(log_alpha) < at(start)).then(|| log_alpha.exp())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use faer::linalg::solvers::Solve;
 
     use super::*;
@@ -205,8 +212,9 @@ mod tests {
         })
     }
 
-    /// Ridge with a free intercept on `x`, `y` at `α`, predicting `t`: solved directly.
-    fn ridge_predict(x: &Mat<f64>, y: &[f64], alpha: f64, t: &[f64]) -> f64 {
+    /// Ridge with a free intercept on rows `x`, `y` at `α`, solved directly: the coefficients,
+    /// then the intercept.
+    pub(crate) fn ridge(x: &Mat<f64>, y: &[f64], alpha: f64) -> Vec<f64> {
         let (n, p) = (x.nrows(), x.ncols());
         let xm: Vec<f64> = (0..p)
             .map(|j| x.col(j).iter().sum::<f64>() / n as f64)
@@ -216,7 +224,15 @@ mod tests {
         let a = xc.transpose() * &xc + Mat::<f64>::identity(p, p) * alpha;
         let b = Mat::from_fn(p, 1, |j, _| (0..n).map(|i| xc[(i, j)] * (y[i] - ym)).sum());
         let w = a.llt(faer::Side::Lower).expect("llt").solve(&b);
-        ym + (0..p).map(|j| (t[j] - xm[j]) * w[(j, 0)]).sum::<f64>()
+        let mut coefficients: Vec<f64> = (0..p).map(|j| w[(j, 0)]).collect();
+        coefficients.push(ym - (0..p).map(|j| xm[j] * w[(j, 0)]).sum::<f64>());
+        coefficients
+    }
+
+    /// [`ridge`]'s prediction at inputs `t`.
+    fn ridge_predict(x: &Mat<f64>, y: &[f64], alpha: f64, t: &[f64]) -> f64 {
+        let c = ridge(x, y, alpha);
+        c[t.len()] + t.iter().zip(&c).map(|(t, c)| t * c).sum::<f64>()
     }
 
     #[test]
@@ -256,14 +272,31 @@ mod tests {
     #[test]
     fn rows_other_than_the_statistics_are_refused() {
         let x = rows(12, 4, 5);
-        let diag: Vec<f64> = (0..4)
-            .map(|j| x.col(j).iter().map(|v| v * v).sum())
-            .collect();
-        assert!(same_rows(x.as_ref(), &diag));
+        let y = Mat::from_fn(12, 2, |i, k| (i * (k + 2)) as f64 * 0.1 - 0.4);
+        let sums = |x: &Mat<f64>, y: &Mat<f64>| {
+            let diag: Vec<f64> = (0..4)
+                .map(|j| x.col(j).iter().map(|v| v * v).sum())
+                .collect();
+            let b = x.transpose() * y;
+            let q: Vec<f64> = (0..2)
+                .map(|k| y.col(k).iter().map(|v| v * v).sum())
+                .collect();
+            (diag, b, q)
+        };
+        let (diag, b, q) = sums(&x, &y);
+        let same =
+            |x: &Mat<f64>, y: &Mat<f64>| same_rows(x.as_ref(), y.as_ref(), &diag, b.as_ref(), &q);
+        assert!(same(&x, &y));
         let fewer = Mat::from_fn(8, 4, |i, j| x[(i, j)]);
-        assert!(!same_rows(fewer.as_ref(), &diag));
+        let fewer_y = Mat::from_fn(8, 2, |i, k| y[(i, k)]);
+        assert!(!same(&fewer, &fewer_y));
         let other = Mat::from_fn(12, 4, |i, j| x[(i, j)] * 1.001);
-        assert!(!same_rows(other.as_ref(), &diag));
+        assert!(!same(&other, &y));
+        // The inputs' squares kept, the outputs another row's: refused on `B`.
+        let shuffled = Mat::from_fn(12, 2, |i, k| y[((i + 1) % 12, k)]);
+        assert!(!same(&x, &shuffled));
+        let swapped = Mat::from_fn(12, 2, |i, k| y[(i, 1 - k)]);
+        assert!(!same(&x, &swapped));
     }
 
     #[test]
@@ -290,6 +323,38 @@ mod tests {
         )
         .expect("noise asks for more shrinkage");
         assert!(found > 1e3 * tiny, "{found}");
+        // Where leave-one-out's error rises from α, however little: nothing larger, not even a
+        // round-off's width above it.
+        let signal: Vec<f64> = (0..n)
+            .map(|i| (0..p).map(|j| (j as f64 - 5.0) * x[(i, j)]).sum::<f64>() + noise[i] * 0.01)
+            .collect();
+        let at_optimum = |y: &[f64]| {
+            let z: Vec<f64> = (0..lambda.len())
+                .map(|c| (0..n).map(|i| w[(i, c)] * y[i]).sum())
+                .collect();
+            let grid: Vec<f64> = (0..200)
+                .map(|k| (tiny * 10.0).ln() + 0.1 * k as f64)
+                .collect();
+            minimise_on_grid(&grid, |a| {
+                press(&lambda, w.as_ref(), w2.as_ref(), &z, y, true, a.exp())
+            })
+            .exp()
+        };
+        let best = at_optimum(&centre(&signal));
+        for above in [best, best * (1.0 + 1e-13), best * 1.5] {
+            assert_eq!(
+                larger_alpha(
+                    &lambda,
+                    w.as_ref(),
+                    w2.as_ref(),
+                    &centre(&signal),
+                    true,
+                    above
+                ),
+                None,
+                "from {above} (the optimum {best})"
+            );
+        }
         // An exact linear law: the least shrinkage on the grid is the best, nothing larger.
         let exact: Vec<f64> = (0..n)
             .map(|i| (0..p).map(|j| (j as f64 - 5.0) * x[(i, j)]).sum())

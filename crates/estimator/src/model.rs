@@ -4,13 +4,13 @@ use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
 use super::drift;
-use super::evidence::{Alternate, Centred, FittedShapes, SharedScale, evidence};
+use super::evidence::{Alternate, Centred, FittedShapes, Shape, SharedScale, evidence};
 use super::incremental::one_step;
 use super::noise_shape::{self, NoiseShape};
 use super::posterior::OutputPosterior;
 use super::statistics::{BatchStatistics, OutputData, check_shape};
 use super::tail::Tail;
-use super::{Basis, EstimatorError, FitOptions, FittedFamily, NoisePrior, PriorFamily};
+use super::{Basis, EstimatorError, FitOptions, FittedFamily, NoisePrior, Prior, PriorFamily};
 
 /// How much lower (in `−2 log`, relative) the fresh start's score must be to win over the warm
 /// start's: two starts that reach the same optimum differ by round-off only.
@@ -325,11 +325,11 @@ impl ModelState {
     /// larger `α = s/v` than the evidence's predicts the rows left out one at a time better,
     /// the output's posterior and each alternate of its model average are formed at the larger
     /// `α` of its shape, with the noise variance of Algorithm 2's update there
-    /// ([`super::evidence::Shape::at_alpha`]). `shapes` are those
-    /// the fit formed on this state's statistics ([`Self::fit_with_shapes`]); an output fitted
-    /// by ARD, a zero-inflated one, or one whose shape is not among them keeps its fit. Returns
-    /// how many of the outputs' shapes (posteriors and alternates) took a larger `α`; where the
-    /// rows are not those of the statistics, the state as it was, with the reason.
+    /// ([`super::evidence::Shape::at_alpha`]). `shapes` are those the fit formed on this state's
+    /// statistics ([`Self::fit_with_shapes`]); an output fitted by ARD, a zero-inflated one, one
+    /// with a noise prior, or one whose shape is not among them keeps its fit. Returns how many
+    /// of the outputs' shapes (posteriors and alternates) took a larger `α`; where the rows are
+    /// not those of the statistics, the state as it was, with the reason.
     pub fn with_shrinkage_checked_on_rows(
         mut self,
         config: &ModelConfig,
@@ -339,23 +339,54 @@ impl ModelState {
     ) -> (Self, Result<usize, EstimatorError>) {
         match self.shrinkage_checked_on_rows(config, shapes, x, y) {
             Ok(checked) => {
-                self.outputs = checked.outputs;
-                self.alternates = checked.alternates;
-                (self, Ok(checked.changed))
+                let mut changed = 0;
+                for (k, posterior, alternates) in checked {
+                    if let Some(posterior) = posterior {
+                        self.outputs[k] = OutputState::Trained(Box::new(posterior));
+                        changed += 1;
+                    }
+                    for (a, alternate) in alternates {
+                        self.alternates[k][a] = alternate;
+                        changed += 1;
+                    }
+                }
+                (self, Ok(changed))
             }
             Err(e) => (self, Err(e)),
         }
     }
 
-    /// [`Self::with_shrinkage_checked_on_rows`]'s outputs and alternates, and how many changed.
+    /// The outputs [`Self::with_shrinkage_checked_on_rows`] may move: trained under a
+    /// shared-scale family with the model's flat intercept, dense (every row informative) and
+    /// without a noise prior.
+    fn shrinkage_candidates(&self, config: &ModelConfig) -> Vec<usize> {
+        (0..self.outputs.len())
+            .filter(|&k| {
+                self.outputs[k].posterior().is_some_and(|post| {
+                    matches!(
+                        post.prior().family,
+                        FittedFamily::Ridge | FittedFamily::Smooth
+                    ) && post.prior().flat() == config.flat_intercept()
+                }) && !self.totals.zero_inflated(k)
+                    && noise_prior(config, &self.totals, k).rows == 0.0
+            })
+            .collect()
+    }
+
+    /// [`Self::with_shrinkage_checked_on_rows`]'s new posteriors and alternates, per output
+    /// that has any.
     fn shrinkage_checked_on_rows(
         &self,
         config: &ModelConfig,
         shapes: &FittedShapes,
         x: MatRef<'_, f64>,
         y: MatRef<'_, f64>,
-    ) -> Result<Checked, EstimatorError> {
+    ) -> Result<Vec<Checked>, EstimatorError> {
         use super::leave_one_out;
+        let candidates = self.shrinkage_candidates(config);
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
         let m = self.outputs.len();
         if y.nrows() != x.nrows() || y.ncols() != m {
             return Err(EstimatorError::Dimension {
@@ -365,23 +396,20 @@ impl ModelState {
             });
         }
         let n = x.nrows();
-        let (mut outputs, mut alternates) = (self.outputs.clone(), self.alternates.clone());
         if n as f64 != self.totals.rows() {
-            return Err(EstimatorError::Dimension {
-                what: "rows behind the statistics (leave-one-out)",
-                expected: self.totals.rows() as usize,
-                found: n,
-            });
+            return Err(EstimatorError::NotTheRows);
         }
         let design = self.basis.design(x)?;
         let g = self.totals.g();
         let diagonal: Vec<f64> = (0..g.nrows()).map(|j| g[(j, j)]).collect();
-        if !leave_one_out::same_rows(design.as_ref(), &diagonal) {
-            return Err(EstimatorError::Dimension {
-                what: "rows behind the statistics (leave-one-out: their sums of squares differ)",
-                expected: n,
-                found: n,
-            });
+        if !leave_one_out::same_rows(
+            design.as_ref(),
+            y,
+            &diagonal,
+            self.totals.b(),
+            self.totals.q(),
+        ) {
+            return Err(EstimatorError::NotTheRows);
         }
         let flat = config.flat_intercept();
         let centred_design = match flat {
@@ -393,109 +421,111 @@ impl ModelState {
             }
             None => design,
         };
+        // Each member (the posterior's prior, then its alternates'), with its shape, if kept.
+        let members = |k: usize| -> Vec<Option<(usize, &Shape, f64, f64)>> {
+            let Some(post) = self.outputs[k].posterior() else {
+                return Vec::new();
+            };
+            std::iter::once((post.prior(), post.noise_variance()))
+                .chain(
+                    self.alternates[k]
+                        .iter()
+                        .map(|a| (&a.prior, a.noise_variance)),
+                )
+                .map(|(prior, s)| {
+                    let (index, shape) =
+                        shapes.find(&self.totals, flat, prior.family, prior.smooth)?;
+                    let scale = shape
+                        .unit_variance()
+                        .iter()
+                        .zip(&prior.variance)
+                        .find(|(u, _)| **u > 0.0 && u.is_finite())
+                        .map(|(u, v)| v / u)?;
+                    Some((index, shape, scale, s))
+                })
+                .collect()
+        };
         // Each shape's eigenvectors in the rows' space and their squares, formed once for every
         // output using it.
-        let mut kernels: Vec<Option<(Mat<f64>, Mat<f64>)>> = vec![None; shapes.len()];
-        let mut changed = 0;
-        for k in 0..m {
-            let Some(post) = self.outputs[k].posterior() else {
-                continue;
-            };
-            let shared = matches!(
-                post.prior().family,
-                FittedFamily::Ridge | FittedFamily::Smooth
-            );
-            let noise = noise_prior(config, &self.totals, k);
-            if !shared
-                || post.prior().flat() != flat
-                || self.totals.zero_inflated(k)
-                || noise.rows > 0.0
-                || self.totals.informative_rows(k) != self.totals.rows()
-            {
-                continue;
+        let mut used = vec![false; shapes.len()];
+        for &k in &candidates {
+            for (index, ..) in members(k).into_iter().flatten() {
+                used[index] = true;
             }
-            let y_k: Vec<f64> = y.col(k).iter().copied().collect();
-            let y_c: Vec<f64> = match flat {
-                Some(_) => {
-                    let mean = y_k.iter().sum::<f64>() / n as f64;
-                    y_k.iter().map(|v| v - mean).collect()
-                }
-                None => y_k,
-            };
-            let data = self.totals.output(k);
-            let centred = Centred::new(data, flat)?;
-            // The posterior's prior first, then its alternates': each at its own shape's scale.
-            let members = std::iter::once((post.prior(), post.noise_variance())).chain(
-                self.alternates[k]
-                    .iter()
-                    .map(|a| (&a.prior, a.noise_variance)),
-            );
-            let mut refitted = Vec::new();
-            for (prior, s) in members {
-                let found = shapes.find(&self.totals, flat, prior.family, prior.smooth);
-                let Some((index, shape)) = found else {
-                    refitted.push(None);
-                    continue;
-                };
-                let Some(scale) = shape
-                    .unit_variance()
-                    .iter()
-                    .zip(&prior.variance)
-                    .find(|(u, _)| **u > 0.0 && u.is_finite())
-                    .map(|(u, v)| v / u)
-                else {
-                    refitted.push(None);
-                    continue;
-                };
-                if kernels[index].is_none() {
+        }
+        let kernels: Vec<Option<(Mat<f64>, Mat<f64>)>> = shapes
+            .shapes
+            .par_iter()
+            .zip(used.par_iter())
+            .map(|(shape, &used)| {
+                used.then(|| {
                     let w = leave_one_out::eigenvectors(
                         shape.eigenvalues(),
                         shape.projection(),
                         centred_design.as_ref(),
                     );
                     let w2 = leave_one_out::squared(w.as_ref());
-                    kernels[index] = Some((w, w2));
-                }
-                let Some((w, w2)) = &kernels[index] else {
-                    refitted.push(None);
-                    continue;
+                    (w, w2)
+                })
+            })
+            .collect();
+        candidates
+            .into_par_iter()
+            .map(|k| {
+                let y_c: Vec<f64> = match flat {
+                    Some(_) => {
+                        let mean = y.col(k).iter().sum::<f64>() / n as f64;
+                        y.col(k).iter().map(|v| v - mean).collect()
+                    }
+                    None => y.col(k).iter().copied().collect(),
                 };
-                let larger = leave_one_out::larger_alpha(
-                    shape.eigenvalues(),
-                    w.as_ref(),
-                    w2.as_ref(),
-                    &y_c,
-                    flat.is_some(),
-                    s / scale,
-                );
-                refitted.push(larger.map(|alpha| {
-                    let (scale, s) = shape.at_alpha(&centred, noise, alpha);
-                    (shape.prior(scale), s)
-                }));
-            }
-            let mut members = refitted.into_iter();
-            if let Some(Some((prior, s))) = members.next() {
-                let factor = prior.factor()?;
-                let posterior =
-                    OutputPosterior::from_statistics_with_factor(prior, factor, s, data.g, data.b)?;
-                outputs[k] = OutputState::Trained(Box::new(posterior));
-                changed += 1;
-            }
-            for (alternate, refitted) in alternates[k].iter_mut().zip(members) {
-                if let Some((prior, noise_variance)) = refitted {
-                    *alternate = Alternate {
-                        prior,
-                        noise_variance,
-                    };
-                    changed += 1;
-                }
-            }
-        }
-        Ok(Checked {
-            outputs,
-            alternates,
-            changed,
-        })
+                let data = self.totals.output(k);
+                let centred = Centred::new(data, flat)?;
+                let noise = noise_prior(config, &self.totals, k);
+                let moved: Vec<Option<(Prior, f64)>> = members(k)
+                    .into_iter()
+                    .map(|member| {
+                        let (index, shape, scale, s) = member?;
+                        let (w, w2) = kernels[index].as_ref()?;
+                        let alpha = leave_one_out::larger_alpha(
+                            shape.eigenvalues(),
+                            w.as_ref(),
+                            w2.as_ref(),
+                            &y_c,
+                            flat.is_some(),
+                            s / scale,
+                        )?;
+                        let (scale, s) = shape.at_alpha(&centred, noise, alpha);
+                        Some((shape.prior(scale), s))
+                    })
+                    .collect();
+                let mut moved = moved.into_iter();
+                let posterior = match moved.next().flatten() {
+                    Some((prior, s)) => {
+                        let factor = prior.factor()?;
+                        Some(OutputPosterior::from_statistics_with_factor(
+                            prior, factor, s, data.g, data.b,
+                        )?)
+                    }
+                    None => None,
+                };
+                let alternates = moved
+                    .enumerate()
+                    .filter_map(|(a, moved)| {
+                        moved.map(|(prior, noise_variance)| {
+                            (
+                                a,
+                                Alternate {
+                                    prior,
+                                    noise_variance,
+                                },
+                            )
+                        })
+                    })
+                    .collect();
+                Ok((k, posterior, alternates))
+            })
+            .collect()
     }
 
     /// This state with `from`'s noise shapes on the outputs it still has trained, and its tail:
@@ -1062,13 +1092,10 @@ fn predictive(config: &ModelConfig) -> Predictive {
     }
 }
 
-/// A state's outputs and alternates after its shrinkage was checked on its first fit's rows
-/// ([`ModelState::with_shrinkage_checked_on_rows`]), and how many of their shapes changed.
-struct Checked {
-    outputs: Vec<OutputState>,
-    alternates: Vec<Vec<Alternate>>,
-    changed: usize,
-}
+/// One output's shrinkage checked on its first fit's rows
+/// ([`ModelState::with_shrinkage_checked_on_rows`]): its index, its posterior at a larger `α`
+/// (if its shape took one) and its alternates that took one, by their index.
+type Checked = (usize, Option<OutputPosterior>, Vec<(usize, Alternate)>);
 
 /// Fits outputs of one model on the same statistics: ARD one output at a time; ridge and smooth
 /// with the eigendecompositions of their prior shapes shared by every output, prepared before
