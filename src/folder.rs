@@ -102,11 +102,9 @@ fn with_first_fit_rows(
         let (bd, bm) = (bx.len() / n.max(1), by.len() / n.max(1));
         // Only a shape the model has had: its bands, and no more named features or outputs than
         // now (rows purged from the store are empty, and left out).
-        let spectral = config.basis.spectral;
-        if n == 0 || bd * n != bx.len() || bm * n != by.len() || bd < spectral.max(1) || bm == 0 {
-            continue;
-        }
-        if bd > d || bm > m {
+        let whole = n > 0 && bd * n == bx.len() && bm * n == by.len();
+        let had = (config.basis.spectral.max(1)..=d).contains(&bd) && (1..=m).contains(&bm);
+        if !(whole && had) {
             continue;
         }
         // A batch stored before the model grew: every column added since was 0 in its rows, as

@@ -15,7 +15,7 @@
 //! and centred values `y_c`,
 //!
 //! ```text
-//! W      = Φ_c Pᵀ Λ^-½                          (N × r, orthonormal columns)
+//! W      = Φ_c Pᵀ Λ^-½                          (N × r, orthonormal columns, to round-off)
 //! z      = Wᵀ y_c
 //! ŷ(α)   = W diag(λ/(λ + α)) z                  (the posterior mean's fit at α)
 //! h_i(α) = 1/N + Σ_c W_ic² λ_c/(λ_c + α)         (1/N: the flat intercept's leverage)
@@ -24,8 +24,8 @@
 //!
 //! the exact leave-one-out squared error of the posterior mean at `α`, with the intercept
 //! refitted without the row (as centring on the other rows does). The grid runs from the
-//! evidence's `α` upwards; the evidence's own `α` stands unless a larger one has a smaller
-//! PRESS.
+//! evidence's `α` upwards; the evidence's own `α` stands unless one larger by more than
+//! [`RESOLUTION`] has a smaller PRESS.
 
 use faer::{Mat, MatRef};
 
