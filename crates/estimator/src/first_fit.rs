@@ -174,25 +174,22 @@ mod tests {
         let (x, y) = rows(40, 10, 3.0, 1);
         let config = ModelConfig::new(Basis::new(10, true, Transform::Identity), 1);
         let (state, shapes) = fitted(&config, &x, &y);
-        let (other_x, other_y) = rows(40, 10, 3.0, 2);
-        let (checked, outcome) = state.clone().with_shrinkage_checked_on_rows(
-            &config,
-            &shapes,
-            other_x.as_ref(),
-            other_y.as_ref(),
+        // Other rows of the same size, and fewer of the fit's own.
+        let other = rows(40, 10, 3.0, 2);
+        let fewer = (
+            Mat::from_fn(30, 10, |i, j| x[(i, j)]),
+            Mat::from_fn(30, 1, |i, _| y[(i, 0)]),
         );
-        assert!(outcome.is_err());
-        assert_eq!(checked, state);
-        let fewer = Mat::from_fn(30, 10, |i, j| x[(i, j)]);
-        let fewer_y = Mat::from_fn(30, 1, |i, _| y[(i, 0)]);
-        let (checked, outcome) = state.clone().with_shrinkage_checked_on_rows(
-            &config,
-            &shapes,
-            fewer.as_ref(),
-            fewer_y.as_ref(),
-        );
-        assert!(outcome.is_err());
-        assert_eq!(checked, state);
+        for (rows_x, rows_y) in [other, fewer] {
+            let (checked, outcome) = state.clone().with_shrinkage_checked_on_rows(
+                &config,
+                &shapes,
+                rows_x.as_ref(),
+                rows_y.as_ref(),
+            );
+            assert!(outcome.is_err());
+            assert_eq!(checked, state);
+        }
     }
 
     #[test]
