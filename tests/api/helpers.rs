@@ -80,6 +80,31 @@ pub async fn spawn_with(settings: Settings) -> TestApp {
     let app = Application::build(settings)
         .await
         .expect("build application");
+    serve(app)
+}
+
+/// [`spawn_with`] for a start in the process whose previous service abandoned a fold: on the
+/// embedded store the abandoned fold's computation, which a shutdown cannot stop, holds the
+/// database file until it ends (a new process would not share it), so the start is retried
+/// while the file is this process's, for up to three minutes.
+pub async fn spawn_after_abandoned_fold(settings: Settings) -> TestApp {
+    mordant::telemetry::init(&settings.log);
+    let started = Instant::now();
+    loop {
+        match Application::build(settings.clone()).await {
+            Ok(app) => return serve(app),
+            Err(e)
+                if format!("{e:#}").contains("already open in this process")
+                    && started.elapsed() < Duration::from_secs(180) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("build application: {e:#}"),
+        }
+    }
+}
+
+fn serve(app: Application) -> TestApp {
     let address = format!("http://{}", app.local_addr());
     let metrics_address = app.metrics_addr().map(|a| format!("http://{a}"));
     let shutdown = CancellationToken::new();

@@ -175,7 +175,7 @@ async fn a_fold_longer_than_the_shutdown_grace_is_left_for_the_next_start() {
     app.stop().await;
     let stopped = stopping.elapsed();
     settings.folder.enabled = false;
-    let app = spawn_with(settings.clone()).await;
+    let app = spawn_after_abandoned_fold(settings.clone()).await;
     for id in batches {
         let batch: Value = app
             .get(&format!("/v1/models/nir/batches/{id}"))
@@ -191,7 +191,7 @@ async fn a_fold_longer_than_the_shutdown_grace_is_left_for_the_next_start() {
     // The abandoned fold's computation may still hold a core here: a longer wait than
     // `wait_for_batch`'s.
     settings.folder.enabled = true;
-    let app = spawn_with(settings).await;
+    let app = spawn_after_abandoned_fold(settings).await;
     for id in batches {
         let batch = app
             .wait_for_batch_within("nir", id, Duration::from_secs(180))
