@@ -822,6 +822,12 @@ fn lowest_log_alpha(lambda: &[f64], cap: f64, low: f64, high: f64) -> f64 {
 /// between its neighbours; the search's point where it is no worse than the grid's best.
 pub(crate) fn minimise_on_grid(grid: &[f64], f: impl Fn(f64) -> f64) -> f64 {
     let values: Vec<f64> = grid.iter().map(|&x| f(x)).collect();
+    refine_on_grid(grid, &values, f)
+}
+
+/// [`minimise_on_grid`] given `f`'s `values` on `grid`, evaluated some faster way than one point
+/// at a time.
+pub(crate) fn refine_on_grid(grid: &[f64], values: &[f64], f: impl Fn(f64) -> f64) -> f64 {
     let Some(best) = (0..grid.len()).min_by(|&a, &b| values[a].total_cmp(&values[b])) else {
         return f64::NAN;
     };
@@ -935,16 +941,14 @@ impl FittedShapes {
             .then_some(self.rank)
     }
 
-    /// The shape of `family` and `smooth` among those formed on `totals` centred on `flat`, and
-    /// its index, if kept: a shared-scale fit has one shape per family and length scale.
+    /// The shape of `family` and `smooth` and its index, if kept: a shared-scale fit has one
+    /// shape per family and length scale. The caller checks once ([`Self::rank_of`]) that the
+    /// shapes were formed on its statistics: the digest reads the whole Gram matrix.
     pub(crate) fn find(
         &self,
-        totals: &BatchStatistics,
-        flat: Option<usize>,
         family: FittedFamily,
         smooth: Option<Smooth>,
     ) -> Option<(usize, &Shape)> {
-        self.rank_of(totals, flat)?;
         self.shapes
             .iter()
             .enumerate()

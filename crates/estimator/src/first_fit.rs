@@ -152,9 +152,8 @@ mod tests {
         let (state, shapes) = fitted(&config, &x, &y);
         let post = state.outputs()[0].posterior().unwrap();
         let flat = post.prior().flat();
-        let (_, shape) = shapes
-            .find(state.totals(), flat, post.prior().family, None)
-            .unwrap();
+        assert!(shapes.rank_of(state.totals(), flat).is_some());
+        let (_, shape) = shapes.find(post.prior().family, None).unwrap();
         let data = crate::evidence::Centred::new(state.totals().output(0), flat).unwrap();
         let noise = crate::NoisePrior {
             rows: 0.0,

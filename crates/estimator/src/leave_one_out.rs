@@ -29,7 +29,7 @@
 
 use faer::{Mat, MatRef};
 
-use super::evidence::minimise_on_grid;
+use super::evidence::refine_on_grid;
 
 /// Steps of `log α` on the grid searched above the evidence's `α`.
 const STEP: f64 = 0.25;
@@ -116,33 +116,65 @@ pub(crate) fn press(
     flat: bool,
     alpha: f64,
 ) -> f64 {
+    press_on_grid(lambda, w, w2, z, y_c, flat, &[alpha])[0]
+}
+
+/// [`press`] at every `α` of `alphas` at once: the fits `W diag(z) S` and the leverages `W² S`
+/// for the shrinkage factors `S_cg = λ_c/(λ_c + α_g)`, two matrix products (matrix–vector
+/// products for one `α`). Sequential: the outputs are in parallel.
+pub(crate) fn press_on_grid(
+    lambda: &[f64],
+    w: MatRef<'_, f64>,
+    w2: MatRef<'_, f64>,
+    z: &[f64],
+    y_c: &[f64],
+    flat: bool,
+    alphas: &[f64],
+) -> Vec<f64> {
+    use faer::linalg::matmul::matmul;
+    use faer::{Accum, Par};
     let n = y_c.len();
     let base = if flat { 1.0 / n as f64 } else { 0.0 };
-    // Column by column (the matrices are column-major): the fit and the leverages as sums of
-    // scaled columns.
-    let (mut fitted, mut leverage) = (vec![0.0; n], vec![base; n]);
-    for (c, l) in lambda.iter().enumerate() {
-        let shrink = l / (l + alpha);
-        let fit = shrink * z[c];
-        for ((f, h), (wi, w2i)) in fitted
-            .iter_mut()
-            .zip(leverage.iter_mut())
-            .zip(w.col(c).iter().zip(w2.col(c).iter()))
-        {
-            *f += wi * fit;
-            *h += w2i * shrink;
-        }
-    }
-    let mut total = 0.0;
-    for ((y, f), h) in y_c.iter().zip(&fitted).zip(&leverage) {
-        let left = 1.0 - h;
-        if left <= 1e-12 {
-            return f64::INFINITY;
-        }
-        let r = (y - f) / left;
-        total += r * r;
-    }
-    total
+    let shrink = Mat::from_fn(lambda.len(), alphas.len(), |c, g| {
+        lambda[c] / (lambda[c] + alphas[g])
+    });
+    let weighted = Mat::from_fn(lambda.len(), alphas.len(), |c, g| z[c] * shrink[(c, g)]);
+    let mut fitted = Mat::<f64>::zeros(n, alphas.len());
+    let mut leverage = Mat::<f64>::zeros(n, alphas.len());
+    matmul(
+        fitted.as_mut(),
+        Accum::Replace,
+        w,
+        weighted.as_ref(),
+        1.0,
+        Par::Seq,
+    );
+    matmul(
+        leverage.as_mut(),
+        Accum::Replace,
+        w2,
+        shrink.as_ref(),
+        1.0,
+        Par::Seq,
+    );
+    (0..alphas.len())
+        .map(|g| {
+            let mut total = 0.0;
+            for ((y, f), h) in y_c
+                .iter()
+                .zip(fitted.col(g).iter())
+                .zip(leverage.col(g).iter())
+            {
+                let left = 1.0 - base - h;
+                if left <= 1e-12 {
+                    return f64::INFINITY;
+                }
+                let r = (y - f) / left;
+                total += r * r;
+            }
+            total
+        })
+        .collect()
 }
 
 /// The `α ≥ alpha` with the smallest [`press`]: a grid of `log α` in steps of [`STEP`] from
@@ -175,7 +207,9 @@ pub(crate) fn larger_alpha(
     }
     let steps = ((largest.ln() + REACH - start) / STEP).floor().max(0.0) as usize;
     let grid: Vec<f64> = (0..=steps).map(|i| start + STEP * i as f64).collect();
-    let log_alpha = minimise_on_grid(&grid, at);
+    let alphas: Vec<f64> = grid.iter().map(|a| a.exp()).collect();
+    let values = press_on_grid(lambda, w, w2, &z, y_c, flat, &alphas);
+    let log_alpha = refine_on_grid(&grid, &values, at);
     (log_alpha > start + RESOLUTION && at(log_alpha) < at(start)).then(|| log_alpha.exp())
 }
 
@@ -184,6 +218,7 @@ pub(crate) mod tests {
     use faer::linalg::solvers::Solve;
 
     use super::*;
+    use crate::evidence::minimise_on_grid;
 
     /// A design with an intercept's rows centred, its SVD's eigen-structure as a ridge shape
     /// gives it (`R̃ = I`): `λ = d²`, `P = Vᵀ`.
@@ -297,6 +332,104 @@ pub(crate) mod tests {
         assert!(!same(&x, &shuffled));
         let swapped = Mat::from_fn(12, 2, |i, k| y[(i, 1 - k)]);
         assert!(!same(&x, &swapped));
+    }
+
+    /// [`press`]'s signature.
+    type Press = fn(&[f64], MatRef<'_, f64>, MatRef<'_, f64>, &[f64], &[f64], bool, f64) -> f64;
+
+    /// [`press`] written out one row at a time: what the matrix products must give.
+    fn reference_press(
+        lambda: &[f64],
+        w: MatRef<'_, f64>,
+        w2: MatRef<'_, f64>,
+        z: &[f64],
+        y_c: &[f64],
+        flat: bool,
+        alpha: f64,
+    ) -> f64 {
+        let n = y_c.len();
+        let base = if flat { 1.0 / n as f64 } else { 0.0 };
+        // Row by row, as the module's doc writes it.
+        let shrink: Vec<f64> = lambda.iter().map(|l| l / (l + alpha)).collect();
+        let fitted: Vec<f64> = (0..n)
+            .map(|i| {
+                (0..lambda.len())
+                    .map(|c| w[(i, c)] * shrink[c] * z[c])
+                    .sum()
+            })
+            .collect();
+        let leverage: Vec<f64> = (0..n)
+            .map(|i| {
+                base + (0..lambda.len())
+                    .map(|c| w2[(i, c)] * shrink[c])
+                    .sum::<f64>()
+            })
+            .collect();
+        let mut total = 0.0;
+        for ((y, f), h) in y_c.iter().zip(&fitted).zip(&leverage) {
+            let left = 1.0 - h;
+            if left <= 1e-12 {
+                return f64::INFINITY;
+            }
+            let r = (y - f) / left;
+            total += r * r;
+        }
+        total
+    }
+
+    /// The matrix products, on a grid of `α` or at one, give PRESS as the formula written out
+    /// row by row does, to round-off; a leverage of 1 (fewer rows than inputs, `α` → 0) is
+    /// infinite in each.
+    #[test]
+    fn press_on_a_grid_and_at_one_alpha_is_the_formulas() {
+        let (n, p) = (25, 40);
+        let x = rows(n, p, 5);
+        let (centred, lambda, projection) = ridge_structure(&x);
+        let w = eigenvectors(&lambda, projection.as_ref(), centred.as_ref());
+        let w2 = squared(w.as_ref());
+        let y: Vec<f64> = (0..n)
+            .map(|i| x[(i, 0)] - 2.0 * x[(i, 3)] + 0.1 * x[(i, 7)])
+            .collect();
+        let mean = y.iter().sum::<f64>() / n as f64;
+        let y_c: Vec<f64> = y.iter().map(|v| v - mean).collect();
+        let z: Vec<f64> = (0..lambda.len())
+            .map(|c| (0..n).map(|i| w[(i, c)] * y_c[i]).sum())
+            .collect();
+        let (w, w2) = (w.as_ref(), w2.as_ref());
+        let press_at = |alphas: &[f64]| {
+            let grid = press_on_grid(&lambda, w, w2, &z, &y_c, true, alphas);
+            assert_eq!(grid.len(), alphas.len());
+            let each = |f: Press| {
+                alphas
+                    .iter()
+                    .map(|&a| f(&lambda, w, w2, &z, &y_c, true, a))
+                    .collect::<Vec<f64>>()
+            };
+            (grid, each(press), each(reference_press))
+        };
+        // Below about 10⁻⁴ of the smallest eigenvalue every row's leverage is within 10⁻⁸ of 1,
+        // and `1 − h` keeps only the digits the sums' order leaves.
+        let smallest = lambda.iter().fold(f64::INFINITY, |a, l| a.min(*l));
+        let alphas: Vec<f64> = (0..60)
+            .map(|g| 1e-4 * smallest * 10f64.powf(g as f64 * 0.25))
+            .collect();
+        let (grid, one, formula) = press_at(&alphas);
+        for g in 0..alphas.len() {
+            assert!(formula[g].is_finite(), "α {}", alphas[g]);
+            for (how, value) in [("grid", grid[g]), ("one α", one[g])] {
+                assert!(
+                    (value - formula[g]).abs() <= 1e-9 * formula[g],
+                    "α {}, {how}: {value} against {}",
+                    alphas[g],
+                    formula[g]
+                );
+            }
+        }
+        let (grid, one, formula) = press_at(&[1e-20 * smallest]);
+        assert!(
+            grid[0].is_infinite() && one[0].is_infinite() && formula[0].is_infinite(),
+            "{grid:?} {one:?} {formula:?}"
+        );
     }
 
     #[test]

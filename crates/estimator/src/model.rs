@@ -412,6 +412,9 @@ impl ModelState {
             return Err(EstimatorError::NotTheRows);
         }
         let flat = config.flat_intercept();
+        if shapes.rank_of(&self.totals, flat).is_none() {
+            return Ok(Vec::new());
+        }
         let centred_design = match flat {
             Some(_) => {
                 let means: Vec<f64> = (0..design.ncols())
@@ -433,8 +436,7 @@ impl ModelState {
                         .map(|a| (&a.prior, a.noise_variance)),
                 )
                 .map(|(prior, s)| {
-                    let (index, shape) =
-                        shapes.find(&self.totals, flat, prior.family, prior.smooth)?;
+                    let (index, shape) = shapes.find(prior.family, prior.smooth)?;
                     let scale = shape
                         .unit_variance()
                         .iter()
