@@ -20,8 +20,8 @@ use crate::domain::{Rows, Shape};
 use crate::estimator::grid::Grid;
 use crate::estimator::succession::Succession;
 use crate::estimator::{
-    BatchStatistics, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM, Predictor, drift,
-    first_fit,
+    BatchStatistics, EstimatorError, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM,
+    Predictor, drift, first_fit,
 };
 use crate::history::{self, RawRows, Source, decode_batch};
 use crate::metrics::Metrics;
@@ -78,17 +78,16 @@ pub struct Pending<'a> {
     pub rows: Option<RawRows<'a>>,
 }
 
-/// `fitted` completed on its first fit's rows ([`first_fit::on_rows`]: its shrinkage checked by
-/// leave-one-out, the noise shapes and the tail they choose; a batch stored before the model
-/// grew widened to its present shape, one whose rows are no longer kept left out), and its
-/// predictor, formed with the fit's `shapes` to read the tail; as it is, with the shapes for
-/// its predictor, without any rows.
-fn with_first_fit_rows(
+/// The first fit (Algorithm 2) on `totals`, completed on the rows of its batches
+/// ([`first_fit::on_rows`]: its shrinkage checked by leave-one-out, the noise shapes and the
+/// tail they choose; a batch stored before the model grew widened to its present shape, one
+/// whose rows are no longer kept left out), and its predictor, formed with the fit's shapes to
+/// read the tail; on the statistics alone, with the shapes for its predictor, without any rows.
+fn fit_first(
     config: &ModelConfig,
-    fitted: ModelState,
-    shapes: FittedShapes,
+    totals: BatchStatistics,
     rows: &[RawRows<'_>],
-) -> (ModelState, ForPredictor) {
+) -> Result<(ModelState, ForPredictor), EstimatorError> {
     let (d, m) = (config.basis.features, config.outputs);
     let (mut x, mut y) = (Vec::new(), Vec::new());
     for batch in rows {
@@ -118,10 +117,11 @@ fn with_first_fit_rows(
     }
     let n = y.len() / m.max(1);
     if n == 0 {
-        return (fitted, ForPredictor::Shapes(shapes));
+        let (fitted, shapes) = ModelState::fit_with_shapes(config, totals)?;
+        return Ok((fitted, ForPredictor::Shapes(shapes)));
     }
     let (x, y) = (Rows::from_row_major(n, d, x), Rows::from_row_major(n, m, y));
-    let done = first_fit::on_rows(config, fitted, shapes, x.as_mat(), y.as_mat());
+    let done = first_fit::on_rows(config, totals, x.as_mat(), y.as_mat())?;
     if done.shrunk > 0 {
         tracing::debug!(
             shapes = done.shrunk,
@@ -131,7 +131,7 @@ fn with_first_fit_rows(
     for (step, e) in &done.skipped {
         tracing::warn!(error = %e, step, "the first fit's rows did not set this");
     }
-    (done.state, ForPredictor::Formed(done.predictor))
+    Ok((done.state, ForPredictor::Formed(done.predictor)))
 }
 
 /// What a first fit hands its version's predictor: the predictor itself, where reading the
@@ -203,9 +203,8 @@ pub fn plan_fold(
         if totals.rows() < first_fit_rows {
             return plan;
         }
-        match ModelState::fit_with_shapes(config, totals) {
-            Ok((fitted, formed)) if fitted.is_finite() => {
-                let (fitted, prepared) = with_first_fit_rows(config, fitted, formed, &prefix_rows);
+        match fit_first(config, totals, &prefix_rows) {
+            Ok((fitted, prepared)) if fitted.is_finite() => {
                 state = Some(fitted);
                 match prepared {
                     ForPredictor::Formed(predictor) => plan.predictor = Some(predictor),

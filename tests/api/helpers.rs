@@ -427,7 +427,7 @@ pub fn direct_state(
     batches: &[RowsXY],
     first_fit_rows: usize,
 ) -> mordant::estimator::ModelState {
-    use mordant::estimator::{BatchStatistics, ModelState};
+    use mordant::estimator::BatchStatistics;
     let stats = |(x, y): &RowsXY| {
         let phi = config.basis.design(mat(x).as_ref()).unwrap();
         BatchStatistics::from_design(phi.as_ref(), mat(y).as_ref()).unwrap()
@@ -445,9 +445,8 @@ pub fn direct_state(
         mat(&batches[..used].iter().flat_map(|b| part(b).clone()).collect::<Vec<_>>())
     };
     let (x, y) = (rows(|b| &b.0), rows(|b| &b.1));
-    let (fitted, shapes) = ModelState::fit_with_shapes(config, totals).unwrap();
     let done =
-        mordant::estimator::first_fit::on_rows(config, fitted, shapes, x.as_ref(), y.as_ref());
+        mordant::estimator::first_fit::on_rows(config, totals, x.as_ref(), y.as_ref()).unwrap();
     assert!(done.skipped.is_empty(), "{:?}", done.skipped);
     let mut state = done.state;
     for batch in &batches[used..] {

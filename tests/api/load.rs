@@ -219,16 +219,14 @@ fn states_by_version(
                 pending_y.extend(rows[id].1.1.iter().cloned());
                 (pending.rows() >= first_fit_rows as f64).then(|| {
                     // Completed on its rows, as the service's first fit is.
-                    let (fitted, shapes) =
-                        ModelState::fit_with_shapes(config, pending.clone()).unwrap();
                     let (x, y) = (mat(&pending_x), mat(&pending_y));
                     let done = mordant::estimator::first_fit::on_rows(
                         config,
-                        fitted,
-                        shapes,
+                        pending.clone(),
                         x.as_ref(),
                         y.as_ref(),
-                    );
+                    )
+                    .unwrap();
                     assert!(done.skipped.is_empty(), "{:?}", done.skipped);
                     done.state
                 })

@@ -942,8 +942,9 @@ impl FittedShapes {
     }
 
     /// The shape of `family` and `smooth` and its index, if kept: a shared-scale fit has one
-    /// shape per family and length scale. The caller checks once ([`Self::rank_of`]) that the
-    /// shapes were formed on its statistics: the digest reads the whole Gram matrix.
+    /// shape per family and length scale (the caller checks with [`Self::rank_of`] that the
+    /// shapes were formed on its statistics).
+    #[cfg(test)]
     pub(crate) fn find(
         &self,
         family: FittedFamily,
@@ -1193,6 +1194,11 @@ impl SharedScale {
         })
     }
 
+    /// How many shapes there are.
+    pub(crate) fn len(&self) -> usize {
+        self.shapes.len()
+    }
+
     /// The flat basis function the shapes were centred on, the data's rank and the shapes.
     pub(crate) fn into_parts(self) -> (Option<usize>, usize, Vec<Shape>) {
         (self.flat, self.rank, self.shapes)
@@ -1208,7 +1214,28 @@ impl SharedScale {
         data: OutputData<'_>,
         noise: NoisePrior,
     ) -> Result<(EvidenceFit, Vec<Alternate>), EstimatorError> {
+        self.fit_checked(data, noise, None)
+    }
+
+    /// [`Self::fit`], each member of the model average then given the larger `α` that `larger`
+    /// finds for its shape (by index) from the evidence's `α = s/v`, if any, with its scale and
+    /// noise variance there ([`Shape::at_alpha`]): a first fit's shrinkage checked on its rows
+    /// ([`super::leave_one_out`]). The members and their order are the evidence's; the
+    /// posterior is formed once, at the scale it keeps.
+    pub(crate) fn fit_checked(
+        &self,
+        data: OutputData<'_>,
+        noise: NoisePrior,
+        larger: Option<LargerAlpha<'_>>,
+    ) -> Result<(EvidenceFit, Vec<Alternate>), EstimatorError> {
         let centred = Centred::new(data, self.flat)?;
+        // A member's (scale, s): the evidence's, or at the larger `α` the rows ask for.
+        let checked = |i: usize, scale: f64, s: f64| -> (f64, f64) {
+            let shape = &self.shapes[i];
+            larger
+                .and_then(|larger| larger(i, shape, s / scale))
+                .map_or((scale, s), |alpha| shape.at_alpha(&centred, noise, alpha))
+        };
         // (−2 log evidence, shape, v, ŝ, γ) of every shape, the most probable first; a sort
         // that keeps the first of equal evidences.
         let mut fits: Vec<(f64, usize, f64, f64, f64)> = self
@@ -1228,6 +1255,7 @@ impl SharedScale {
                 found: 0,
             });
         };
+        let (scale, s) = checked(i, scale, s);
         let prior = self.shapes[i].prior(scale);
         // The evidence needed only `K_ℓ`; the posterior takes `K_ℓ^½` from the process's table
         // (`Prior::factor`), so the outputs that pick this shape share it.
@@ -1256,9 +1284,12 @@ impl SharedScale {
             })
             .filter(|(f, _)| f.3.is_finite() && f.3 > 0.0)
             .take(MAX_ALTERNATES)
-            .map(|(&(_, i, scale, s, _), _)| Alternate {
-                prior: self.shapes[i].prior(scale),
-                noise_variance: s,
+            .map(|(&(_, i, scale, s, _), _)| {
+                let (scale, s) = checked(i, scale, s);
+                Alternate {
+                    prior: self.shapes[i].prior(scale),
+                    noise_variance: s,
+                }
             })
             .collect();
         let fit = EvidenceFit {
@@ -1271,6 +1302,10 @@ impl SharedScale {
         Ok((fit, alternates))
     }
 }
+
+/// For [`SharedScale::fit_checked`]: the larger `α` a member of shape `index` (`shape`) takes
+/// from the evidence's `α`, if any.
+pub(crate) type LargerAlpha<'a> = &'a dyn Fn(usize, &Shape, f64) -> Option<f64>;
 
 /// A prior shape of an output's model average besides the one its posterior has: the prior at
 /// its evidence-maximising scale and the noise variance found with it, both held fixed until

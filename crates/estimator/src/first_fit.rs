@@ -5,7 +5,8 @@
 //! kept through the updates and refits after it:
 //!
 //! 1. whether leave-one-out asks for more shrinkage than the evidence took
-//!    ([`ModelState::with_shrinkage_checked_on_rows`], [`super::leave_one_out`]);
+//!    ([`ModelState::fit_on_rows`], [`super::leave_one_out`]), which the fit itself reads, so
+//!    that each posterior is formed once, at the shrinkage it keeps;
 //! 2. how each output's noise grows with its answer ([`ModelState::with_noise_shapes_from_rows`]);
 //! 3. whether the residuals are heavy-tailed ([`Predictor::tail_of_rows`]).
 //!
@@ -14,7 +15,7 @@
 
 use faer::MatRef;
 
-use super::{EstimatorError, FittedShapes, ModelConfig, ModelState, Predictor};
+use super::{BatchStatistics, EstimatorError, ModelConfig, ModelState, Predictor};
 
 /// A first fit completed on its rows: the state, its predictor (formed with the shapes the fit's
 /// evidence formed, to read the tail) and what the rows could not set, with why.
@@ -29,17 +30,17 @@ pub struct OnRows {
     pub skipped: Vec<(&'static str, EstimatorError)>,
 }
 
-/// `fitted` (a first fit on the statistics of the rows `x`, `y`, raw inputs and outputs as a
-/// batch holds them; `shapes` the prior shapes its evidence formed) completed on those rows.
+/// The first fit (Algorithm 2) on `stats`, the statistics of the rows `x`, `y` (raw inputs and
+/// outputs, as a batch holds them), completed on those rows; an error only where the fit on the
+/// statistics fails.
 pub fn on_rows(
     config: &ModelConfig,
-    fitted: ModelState,
-    shapes: FittedShapes,
+    stats: BatchStatistics,
     x: MatRef<'_, f64>,
     y: MatRef<'_, f64>,
-) -> OnRows {
+) -> Result<OnRows, EstimatorError> {
     let mut skipped = Vec::new();
-    let (checked, outcome) = fitted.with_shrinkage_checked_on_rows(config, &shapes, x, y);
+    let (checked, shapes, outcome) = ModelState::fit_on_rows(config, stats, x, y)?;
     let shrunk = outcome.unwrap_or_else(|e| {
         skipped.push(("shrinkage", e));
         0
@@ -53,12 +54,12 @@ pub fn on_rows(
         skipped.push(("tail", e));
         None
     });
-    OnRows {
+    Ok(OnRows {
         state: shaped.with_tail(tail),
         predictor: predictor.with_tail(tail),
         shrunk,
         skipped,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -67,7 +68,7 @@ mod tests {
 
     use super::*;
     use crate::leave_one_out::tests::ridge;
-    use crate::{Basis, BatchStatistics, PriorFamily, Transform};
+    use crate::{Basis, FittedShapes, PriorFamily, Transform};
 
     fn uniform(state: &mut u64) -> f64 {
         *state = state
@@ -89,9 +90,12 @@ mod tests {
         (x, y)
     }
 
+    fn statistics(config: &ModelConfig, x: &Mat<f64>, y: &Mat<f64>) -> BatchStatistics {
+        BatchStatistics::from_rows(&config.basis, x.as_ref(), y.as_ref()).unwrap()
+    }
+
     fn fitted(config: &ModelConfig, x: &Mat<f64>, y: &Mat<f64>) -> (ModelState, FittedShapes) {
-        let stats = BatchStatistics::from_rows(&config.basis, x.as_ref(), y.as_ref()).unwrap();
-        ModelState::fit_with_shapes(config, stats).unwrap()
+        ModelState::fit_with_shapes(config, statistics(config, x, y)).unwrap()
     }
 
     /// `α = s/v` of output 0's posterior (a ridge prior: every input's variance is `v`).
@@ -120,8 +124,8 @@ mod tests {
         let (x, y) = rows(40, 10, 3.0, 1);
         let mut config = ModelConfig::new(Basis::new(10, true, Transform::Identity), 1);
         config.prior = PriorFamily::Ridge;
-        let (state, shapes) = fitted(&config, &x, &y);
-        let done = on_rows(&config, state.clone(), shapes, x.as_ref(), y.as_ref());
+        let (state, _) = fitted(&config, &x, &y);
+        let done = on_rows(&config, statistics(&config, &x, &y), x.as_ref(), y.as_ref()).unwrap();
         assert!(done.skipped.is_empty(), "{:?}", done.skipped);
         assert_eq!(done.shrunk, 1);
         let (before, after) = (alpha(&state), alpha(&done.state));
@@ -172,7 +176,7 @@ mod tests {
     fn rows_other_than_the_fits_leave_it_as_it_was() {
         let (x, y) = rows(40, 10, 3.0, 1);
         let config = ModelConfig::new(Basis::new(10, true, Transform::Identity), 1);
-        let (state, shapes) = fitted(&config, &x, &y);
+        let (state, _) = fitted(&config, &x, &y);
         // Other rows of the same size, and fewer of the fit's own.
         let other = rows(40, 10, 3.0, 2);
         let fewer = (
@@ -180,13 +184,14 @@ mod tests {
             Mat::from_fn(30, 1, |i, _| y[(i, 0)]),
         );
         for (rows_x, rows_y) in [other, fewer] {
-            let (checked, outcome) = state.clone().with_shrinkage_checked_on_rows(
+            let (checked, _, outcome) = ModelState::fit_on_rows(
                 &config,
-                &shapes,
+                statistics(&config, &x, &y),
                 rows_x.as_ref(),
                 rows_y.as_ref(),
-            );
-            assert!(outcome.is_err());
+            )
+            .unwrap();
+            assert_eq!(outcome, Err(EstimatorError::NotTheRows));
             assert_eq!(checked, state);
         }
     }
@@ -196,11 +201,10 @@ mod tests {
         let (x, y) = rows(40, 10, 3.0, 1);
         let mut config = ModelConfig::new(Basis::new(10, true, Transform::Identity), 1);
         config.prior = PriorFamily::Ard;
-        let (state, shapes) = fitted(&config, &x, &y);
-        let (checked, outcome) =
-            state
-                .clone()
-                .with_shrinkage_checked_on_rows(&config, &shapes, x.as_ref(), y.as_ref());
+        let (state, _) = fitted(&config, &x, &y);
+        let (checked, _, outcome) =
+            ModelState::fit_on_rows(&config, statistics(&config, &x, &y), x.as_ref(), y.as_ref())
+                .unwrap();
         assert_eq!(outcome, Ok(0));
         assert_eq!(checked, state);
     }

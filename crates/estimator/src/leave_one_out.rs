@@ -27,9 +27,13 @@
 //! evidence's `α` upwards; the evidence's own `α` stands unless one larger by more than
 //! [`RESOLUTION`] has a smaller PRESS.
 
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use faer::{Mat, MatRef};
 
-use super::evidence::refine_on_grid;
+use super::evidence::{Shape, refine_on_grid};
+use super::{Basis, BatchStatistics, EstimatorError};
 
 /// Steps of `log α` on the grid searched above the evidence's `α`.
 const STEP: f64 = 0.25;
@@ -46,6 +50,110 @@ const RESOLUTION: f64 = 1e-6;
 /// The rows' sums agree with the statistics' to this relative tolerance, or they are not the
 /// rows behind them.
 const SAME_ROWS: f64 = 1e-9;
+
+/// A first fit's rows made ready for the check: the design centred as the statistics are (on the
+/// flat intercept, if any), the outputs, and each shape's eigenvectors in the rows' space,
+/// formed the first time an output asks for them and shared by every output after it.
+pub(crate) struct Rows<'a> {
+    design: Mat<f64>,
+    y: MatRef<'a, f64>,
+    flat: bool,
+    kernels: Vec<OnceLock<(Mat<f64>, Mat<f64>)>>,
+    moved: AtomicUsize,
+}
+
+impl<'a> Rows<'a> {
+    /// The rows `x` (raw inputs, as a batch holds them) and `y` of `totals`, for `shapes` shapes
+    /// centred on `flat`; [`EstimatorError::NotTheRows`] if they are not the rows `totals` were
+    /// summed from (their count, the Gram matrix's diagonal, `B` and `q`).
+    pub(crate) fn new(
+        basis: &Basis,
+        totals: &BatchStatistics,
+        x: MatRef<'_, f64>,
+        y: MatRef<'a, f64>,
+        flat: Option<usize>,
+        shapes: usize,
+    ) -> Result<Self, EstimatorError> {
+        let m = totals.outputs();
+        if y.nrows() != x.nrows() || y.ncols() != m {
+            return Err(EstimatorError::Dimension {
+                what: "leave-one-out rows",
+                expected: m,
+                found: y.ncols(),
+            });
+        }
+        let n = x.nrows();
+        if n as f64 != totals.rows() {
+            return Err(EstimatorError::NotTheRows);
+        }
+        let design = basis.design(x)?;
+        let g = totals.g();
+        let diagonal: Vec<f64> = (0..g.nrows()).map(|j| g[(j, j)]).collect();
+        if !same_rows(design.as_ref(), y, &diagonal, totals.b(), totals.q()) {
+            return Err(EstimatorError::NotTheRows);
+        }
+        let design = match flat {
+            Some(_) => {
+                let means: Vec<f64> = (0..design.ncols())
+                    .map(|j| design.col(j).iter().sum::<f64>() / n as f64)
+                    .collect();
+                Mat::from_fn(n, design.ncols(), |i, j| design[(i, j)] - means[j])
+            }
+            None => design,
+        };
+        Ok(Self {
+            design,
+            y,
+            flat: flat.is_some(),
+            kernels: (0..shapes).map(|_| OnceLock::new()).collect(),
+            moved: AtomicUsize::new(0),
+        })
+    }
+
+    /// [`larger_alpha`] for output `k` under shape `index` (`shape`) from the evidence's
+    /// `alpha`, counted in [`Self::moved`] where it is found.
+    pub(crate) fn larger_alpha(
+        &self,
+        k: usize,
+        index: usize,
+        shape: &Shape,
+        alpha: f64,
+    ) -> Option<f64> {
+        let (w, w2) = self.kernels.get(index)?.get_or_init(|| {
+            let w = eigenvectors(
+                shape.eigenvalues(),
+                shape.projection(),
+                self.design.as_ref(),
+            );
+            let w2 = squared(w.as_ref());
+            (w, w2)
+        });
+        let y = self.y.col(k);
+        let y_c: Vec<f64> = if self.flat {
+            let mean = y.iter().sum::<f64>() / y.nrows() as f64;
+            y.iter().map(|v| v - mean).collect()
+        } else {
+            y.iter().copied().collect()
+        };
+        let found = larger_alpha(
+            shape.eigenvalues(),
+            w.as_ref(),
+            w2.as_ref(),
+            &y_c,
+            self.flat,
+            alpha,
+        );
+        if found.is_some() {
+            self.moved.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
+    /// How many members (an output's posterior, or one of its alternates) took a larger `α`.
+    pub(crate) fn moved(&self) -> usize {
+        self.moved.load(Ordering::Relaxed)
+    }
+}
 
 /// Whether the design `design` (N × p, uncentred) and outputs `y` (N × m) have the statistics'
 /// Gram diagonal `g_diag`, `B = Φᵀ Y` and `q_k = Σ y_k²`: the rows the statistics were summed

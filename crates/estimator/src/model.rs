@@ -4,13 +4,13 @@ use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
 use super::drift;
-use super::evidence::{Alternate, Centred, FittedShapes, Shape, SharedScale, evidence};
+use super::evidence::{Alternate, FittedShapes, LargerAlpha, Shape, SharedScale, evidence};
 use super::incremental::one_step;
 use super::noise_shape::{self, NoiseShape};
 use super::posterior::OutputPosterior;
 use super::statistics::{BatchStatistics, OutputData, check_shape};
 use super::tail::Tail;
-use super::{Basis, EstimatorError, FitOptions, FittedFamily, NoisePrior, Prior, PriorFamily};
+use super::{Basis, EstimatorError, FitOptions, NoisePrior, PriorFamily, leave_one_out};
 
 /// How much lower (in `−2 log`, relative) the fresh start's score must be to win over the warm
 /// start's: two starts that reach the same optimum differ by round-off only.
@@ -320,216 +320,6 @@ impl ModelState {
         }
     }
 
-    /// This state with each shared-scale output's shrinkage checked on its first fit's rows `x`,
-    /// `y` (raw inputs and outputs, as a batch holds them; [`super::leave_one_out`]): where a
-    /// larger `α = s/v` than the evidence's predicts the rows left out one at a time better,
-    /// the output's posterior and each alternate of its model average are formed at the larger
-    /// `α` of its shape, with the noise variance of Algorithm 2's update there
-    /// ([`super::evidence::Shape::at_alpha`]). `shapes` are those the fit formed on this state's
-    /// statistics ([`Self::fit_with_shapes`]); an output fitted by ARD, a zero-inflated one, one
-    /// with a noise prior, or one whose shape is not among them keeps its fit. Returns how many
-    /// of the outputs' shapes (posteriors and alternates) took a larger `α`; where the rows are
-    /// not those of the statistics, the state as it was, with the reason.
-    pub fn with_shrinkage_checked_on_rows(
-        mut self,
-        config: &ModelConfig,
-        shapes: &FittedShapes,
-        x: MatRef<'_, f64>,
-        y: MatRef<'_, f64>,
-    ) -> (Self, Result<usize, EstimatorError>) {
-        match self.shrinkage_checked_on_rows(config, shapes, x, y) {
-            Ok(checked) => {
-                let mut changed = 0;
-                for (k, posterior, alternates) in checked {
-                    if let Some(posterior) = posterior {
-                        self.outputs[k] = OutputState::Trained(Box::new(posterior));
-                        changed += 1;
-                    }
-                    for (a, alternate) in alternates {
-                        self.alternates[k][a] = alternate;
-                        changed += 1;
-                    }
-                }
-                (self, Ok(changed))
-            }
-            Err(e) => (self, Err(e)),
-        }
-    }
-
-    /// The outputs [`Self::with_shrinkage_checked_on_rows`] may move: trained under a
-    /// shared-scale family with the model's flat intercept, dense (every row informative) and
-    /// without a noise prior.
-    fn shrinkage_candidates(&self, config: &ModelConfig) -> Vec<usize> {
-        (0..self.outputs.len())
-            .filter(|&k| {
-                self.outputs[k].posterior().is_some_and(|post| {
-                    matches!(
-                        post.prior().family,
-                        FittedFamily::Ridge | FittedFamily::Smooth
-                    ) && post.prior().flat() == config.flat_intercept()
-                }) && !self.totals.zero_inflated(k)
-                    && noise_prior(config, &self.totals, k).rows == 0.0
-            })
-            .collect()
-    }
-
-    /// [`Self::with_shrinkage_checked_on_rows`]'s new posteriors and alternates, per output
-    /// that has any.
-    fn shrinkage_checked_on_rows(
-        &self,
-        config: &ModelConfig,
-        shapes: &FittedShapes,
-        x: MatRef<'_, f64>,
-        y: MatRef<'_, f64>,
-    ) -> Result<Vec<Checked>, EstimatorError> {
-        use super::leave_one_out;
-        let candidates = self.shrinkage_candidates(config);
-        if candidates.is_empty() {
-            return Ok(Vec::new());
-        }
-        let m = self.outputs.len();
-        if y.nrows() != x.nrows() || y.ncols() != m {
-            return Err(EstimatorError::Dimension {
-                what: "leave-one-out rows",
-                expected: m,
-                found: y.ncols(),
-            });
-        }
-        let n = x.nrows();
-        if n as f64 != self.totals.rows() {
-            return Err(EstimatorError::NotTheRows);
-        }
-        let design = self.basis.design(x)?;
-        let g = self.totals.g();
-        let diagonal: Vec<f64> = (0..g.nrows()).map(|j| g[(j, j)]).collect();
-        if !leave_one_out::same_rows(
-            design.as_ref(),
-            y,
-            &diagonal,
-            self.totals.b(),
-            self.totals.q(),
-        ) {
-            return Err(EstimatorError::NotTheRows);
-        }
-        let flat = config.flat_intercept();
-        if shapes.rank_of(&self.totals, flat).is_none() {
-            return Ok(Vec::new());
-        }
-        let centred_design = match flat {
-            Some(_) => {
-                let means: Vec<f64> = (0..design.ncols())
-                    .map(|j| design.col(j).iter().sum::<f64>() / n as f64)
-                    .collect();
-                Mat::from_fn(n, design.ncols(), |i, j| design[(i, j)] - means[j])
-            }
-            None => design,
-        };
-        // Each member (the posterior's prior, then its alternates'), with its shape, if kept.
-        let members = |k: usize| -> Vec<Option<(usize, &Shape, f64, f64)>> {
-            let Some(post) = self.outputs[k].posterior() else {
-                return Vec::new();
-            };
-            std::iter::once((post.prior(), post.noise_variance()))
-                .chain(
-                    self.alternates[k]
-                        .iter()
-                        .map(|a| (&a.prior, a.noise_variance)),
-                )
-                .map(|(prior, s)| {
-                    let (index, shape) = shapes.find(prior.family, prior.smooth)?;
-                    let scale = shape
-                        .unit_variance()
-                        .iter()
-                        .zip(&prior.variance)
-                        .find(|(u, _)| **u > 0.0 && u.is_finite())
-                        .map(|(u, v)| v / u)?;
-                    Some((index, shape, scale, s))
-                })
-                .collect()
-        };
-        // Each shape's eigenvectors in the rows' space and their squares, formed once for every
-        // output using it.
-        let mut used = vec![false; shapes.len()];
-        for &k in &candidates {
-            for (index, ..) in members(k).into_iter().flatten() {
-                used[index] = true;
-            }
-        }
-        let kernels: Vec<Option<(Mat<f64>, Mat<f64>)>> = shapes
-            .shapes
-            .par_iter()
-            .zip(used.par_iter())
-            .map(|(shape, &used)| {
-                used.then(|| {
-                    let w = leave_one_out::eigenvectors(
-                        shape.eigenvalues(),
-                        shape.projection(),
-                        centred_design.as_ref(),
-                    );
-                    let w2 = leave_one_out::squared(w.as_ref());
-                    (w, w2)
-                })
-            })
-            .collect();
-        candidates
-            .into_par_iter()
-            .map(|k| {
-                let y_c: Vec<f64> = match flat {
-                    Some(_) => {
-                        let mean = y.col(k).iter().sum::<f64>() / n as f64;
-                        y.col(k).iter().map(|v| v - mean).collect()
-                    }
-                    None => y.col(k).iter().copied().collect(),
-                };
-                let data = self.totals.output(k);
-                let centred = Centred::new(data, flat)?;
-                let noise = noise_prior(config, &self.totals, k);
-                let moved: Vec<Option<(Prior, f64)>> = members(k)
-                    .into_iter()
-                    .map(|member| {
-                        let (index, shape, scale, s) = member?;
-                        let (w, w2) = kernels[index].as_ref()?;
-                        let alpha = leave_one_out::larger_alpha(
-                            shape.eigenvalues(),
-                            w.as_ref(),
-                            w2.as_ref(),
-                            &y_c,
-                            flat.is_some(),
-                            s / scale,
-                        )?;
-                        let (scale, s) = shape.at_alpha(&centred, noise, alpha);
-                        Some((shape.prior(scale), s))
-                    })
-                    .collect();
-                let mut moved = moved.into_iter();
-                let posterior = match moved.next().flatten() {
-                    Some((prior, s)) => {
-                        let factor = prior.factor()?;
-                        Some(OutputPosterior::from_statistics_with_factor(
-                            prior, factor, s, data.g, data.b,
-                        )?)
-                    }
-                    None => None,
-                };
-                let alternates = moved
-                    .enumerate()
-                    .filter_map(|(a, moved)| {
-                        moved.map(|(prior, noise_variance)| {
-                            (
-                                a,
-                                Alternate {
-                                    prior,
-                                    noise_variance,
-                                },
-                            )
-                        })
-                    })
-                    .collect();
-                Ok((k, posterior, alternates))
-            })
-            .collect()
-    }
-
     /// This state with `from`'s noise shapes on the outputs it still has trained, and its tail:
     /// both, set on a first fit's rows, stay through the updates and refits after it.
     fn keeping_first_fit(mut self, from: &ModelState) -> Self {
@@ -737,14 +527,52 @@ impl ModelState {
         config: &ModelConfig,
         stats: BatchStatistics,
     ) -> Result<(Self, FittedShapes), EstimatorError> {
+        Self::fit_on(config, stats, None).map(|(state, shapes, _)| (state, shapes))
+    }
+
+    /// [`Self::fit_with_shapes`] on the statistics of the rows `x`, `y` (raw inputs and outputs,
+    /// as a batch holds them), each dense output fitted under ridge or smooth (and each
+    /// alternate of its model average) taking the larger `α` that leave-one-out on those rows
+    /// asks for, if any ([`super::leave_one_out`]). With the state and its shapes, how many
+    /// members took one, or why the rows could not be read (they are not the statistics' rows,
+    /// or not of their shape): then the fit is the evidence's alone.
+    pub fn fit_on_rows(
+        config: &ModelConfig,
+        stats: BatchStatistics,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+    ) -> Result<FitOnRows, EstimatorError> {
+        Self::fit_on(config, stats, Some((x, y)))
+    }
+
+    fn fit_on(
+        config: &ModelConfig,
+        stats: BatchStatistics,
+        rows: Option<(MatRef<'_, f64>, MatRef<'_, f64>)>,
+    ) -> Result<FitOnRows, EstimatorError> {
         check_config(config, &stats)?;
-        let fitter = Fitter::new(config, &stats, |k| Fitter::ready(config, &stats, k))?;
+        let mut fitter = Fitter::new(config, &stats, |k| Fitter::ready(config, &stats, k))?;
+        let mut read = Ok(());
+        if let (Some((x, y)), Some(shared)) = (rows, &fitter.shared) {
+            match leave_one_out::Rows::new(
+                &config.basis,
+                &stats,
+                x,
+                y,
+                config.flat_intercept(),
+                shared.len(),
+            ) {
+                Ok(rows) => fitter.rows = Some(rows),
+                Err(e) => read = Err(e),
+            }
+        }
         let (outputs, alternates): (Vec<_>, Vec<_>) = (0..config.outputs)
             .into_par_iter()
             .map(|k| fitter.fit_output(k, None))
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
+        let moved = read.map(|()| fitter.rows.as_ref().map_or(0, leave_one_out::Rows::moved));
         let shared = fitter.shared;
         let fitted = Self::rows_of_trained(&stats, &outputs);
         let state = Self::from_parts(
@@ -756,7 +584,7 @@ impl ModelState {
             alternates,
         )?;
         let shapes = FittedShapes::new(shared, state.totals());
-        Ok((state, shapes))
+        Ok((state, shapes, moved))
     }
 
     /// Learns one more batch with the model's update method (and forgetting, if any).
@@ -1094,10 +922,9 @@ fn predictive(config: &ModelConfig) -> Predictive {
     }
 }
 
-/// One output's shrinkage checked on its first fit's rows
-/// ([`ModelState::with_shrinkage_checked_on_rows`]): its index, its posterior at a larger `α`
-/// (if its shape took one) and its alternates that took one, by their index.
-type Checked = (usize, Option<OutputPosterior>, Vec<(usize, Alternate)>);
+/// A fit on its rows ([`ModelState::fit_on_rows`]): the state, the shapes its evidence formed,
+/// and how many members took a larger `α`, or why the rows were not read.
+pub type FitOnRows = (ModelState, FittedShapes, Result<usize, EstimatorError>);
 
 /// Fits outputs of one model on the same statistics: ARD one output at a time; ridge and smooth
 /// with the eigendecompositions of their prior shapes shared by every output, prepared before
@@ -1108,6 +935,8 @@ struct Fitter<'a> {
     config: &'a ModelConfig,
     stats: &'a BatchStatistics,
     shared: Option<SharedScale>,
+    /// A first fit's rows, where the fit checks its shrinkage on them.
+    rows: Option<leave_one_out::Rows<'a>>,
 }
 
 impl<'a> Fitter<'a> {
@@ -1136,6 +965,7 @@ impl<'a> Fitter<'a> {
             config,
             stats,
             shared,
+            rows: None,
         })
     }
 
@@ -1178,8 +1008,18 @@ impl<'a> Fitter<'a> {
             self.shared.is_some() || structural_zeros || config.prior == PriorFamily::Ard,
             "output {k} is fitted but `Fitter::new` was told it would not be"
         );
+        // The shrinkage is checked on a first fit's rows for a dense output without a noise
+        // prior (a zero-inflated output's doses are set by the prior as much as by its rows).
+        let larger = |i: usize, shape: &Shape, alpha: f64| {
+            self.rows.as_ref()?.larger_alpha(k, i, shape, alpha)
+        };
+        let checked = self.rows.is_some() && !stats.zero_inflated(k) && noise.rows == 0.0;
         let shared_fit = match &self.shared {
-            Some(shared) if !structural_zeros => Some(shared.fit(data, noise)?),
+            Some(shared) if !structural_zeros => Some(shared.fit_checked(
+                data,
+                noise,
+                checked.then_some(&larger as LargerAlpha<'_>),
+            )?),
             _ => None,
         };
         // Auto weighs ARD against the others unless the inputs are a spectrum alone: one

@@ -246,8 +246,7 @@ fn first_fit(
     y: MatRef<'_, f64>,
 ) -> anyhow::Result<ModelState> {
     let stats = BatchStatistics::from_rows(&config.basis, x, y)?;
-    let (state, shapes) = ModelState::fit_with_shapes(config, stats)?;
-    let done = mordant_estimator::first_fit::on_rows(config, state, shapes, x, y);
+    let done = mordant_estimator::first_fit::on_rows(config, stats, x, y)?;
     if let Some((step, e)) = done.skipped.into_iter().next() {
         return Err(anyhow::Error::new(e).context(step));
     }
