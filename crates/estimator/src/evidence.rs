@@ -1215,27 +1215,38 @@ impl SharedScale {
         noise: NoisePrior,
     ) -> Result<(EvidenceFit, Vec<Alternate>), EstimatorError> {
         self.fit_checked(data, noise, None)
+            .map(|(fit, alternates, _)| (fit, alternates))
     }
 
     /// [`Self::fit`], each member of the model average then given the larger `α` that `larger`
     /// finds for its shape (by index) from the evidence's `α = s/v`, if any, with its scale and
     /// noise variance there ([`Shape::at_alpha`]): a first fit's shrinkage checked on its rows
     /// ([`super::leave_one_out`]). The members and their order are the evidence's; the
-    /// posterior is formed once, at the scale it keeps.
+    /// posterior is formed once, at the scale it keeps. A member whose checked scale or noise
+    /// variance is not finite and positive, or whose posterior cannot be formed there, keeps the
+    /// evidence's: the check may move a fit, never fail it. With how many members moved.
     pub(crate) fn fit_checked(
         &self,
         data: OutputData<'_>,
         noise: NoisePrior,
         larger: Option<LargerAlpha<'_>>,
-    ) -> Result<(EvidenceFit, Vec<Alternate>), EstimatorError> {
+    ) -> Result<(EvidenceFit, Vec<Alternate>, usize), EstimatorError> {
         let centred = Centred::new(data, self.flat)?;
-        // A member's (scale, s): the evidence's, or at the larger `α` the rows ask for.
-        let checked = |i: usize, scale: f64, s: f64| -> (f64, f64) {
+        // A member's (scale, s) at the larger `α` the rows ask for, if any.
+        let checked = |i: usize, scale: f64, s: f64| -> Option<(f64, f64)> {
             let shape = &self.shapes[i];
-            larger
-                .and_then(|larger| larger(i, shape, s / scale))
-                .map_or((scale, s), |alpha| shape.at_alpha(&centred, noise, alpha))
+            let alpha = larger?(i, shape, s / scale)?;
+            let (scale, s) = shape.at_alpha(&centred, noise, alpha);
+            (scale.is_finite() && scale > 0.0 && s.is_finite() && s > 0.0).then_some((scale, s))
         };
+        let form = |i: usize, scale: f64, s: f64| {
+            let prior = self.shapes[i].prior(scale);
+            // The evidence needed only `K_ℓ`; the posterior takes `K_ℓ^½` from the process's
+            // table (`Prior::factor`), so the outputs that pick this shape share it.
+            let factor = prior.factor()?;
+            OutputPosterior::from_statistics_with_factor(prior, factor, s, data.g, data.b)
+        };
+        let mut moved = 0;
         // (−2 log evidence, shape, v, ŝ, γ) of every shape, the most probable first; a sort
         // that keeps the first of equal evidences.
         let mut fits: Vec<(f64, usize, f64, f64, f64)> = self
@@ -1255,13 +1266,13 @@ impl SharedScale {
                 found: 0,
             });
         };
-        let (scale, s) = checked(i, scale, s);
-        let prior = self.shapes[i].prior(scale);
-        // The evidence needed only `K_ℓ`; the posterior takes `K_ℓ^½` from the process's table
-        // (`Prior::factor`), so the outputs that pick this shape share it.
-        let factor = prior.factor()?;
-        let posterior =
-            OutputPosterior::from_statistics_with_factor(prior, factor, s, data.g, data.b)?;
+        let posterior = match checked(i, scale, s).map(|(scale, s)| form(i, scale, s)) {
+            Some(Ok(posterior)) => {
+                moved += 1;
+                posterior
+            }
+            _ => form(i, scale, s)?,
+        };
         // The shapes' weights `e^(−(x_i − x_best)/2)`, normalised over every shape: the most
         // probable join until they carry all but `UNCOVERED_WEIGHT` of it.
         let relative: Vec<f64> = fits
@@ -1285,7 +1296,10 @@ impl SharedScale {
             .filter(|(f, _)| f.3.is_finite() && f.3 > 0.0)
             .take(MAX_ALTERNATES)
             .map(|(&(_, i, scale, s, _), _)| {
-                let (scale, s) = checked(i, scale, s);
+                let (scale, s) = checked(i, scale, s).map_or((scale, s), |moves| {
+                    moved += 1;
+                    moves
+                });
                 Alternate {
                     prior: self.shapes[i].prior(scale),
                     noise_variance: s,
@@ -1299,7 +1313,7 @@ impl SharedScale {
             neg2_log_evidence: neg2,
             occam: occam_penalty(std::iter::once(gamma), self.shapes.len()),
         };
-        Ok((fit, alternates))
+        Ok((fit, alternates, moved))
     }
 }
 

@@ -23,7 +23,8 @@ use super::{BatchStatistics, EstimatorError, ModelConfig, ModelState, Predictor}
 pub struct OnRows {
     pub state: ModelState,
     pub predictor: Predictor,
-    /// How many of the outputs' prior shapes took a larger `α` than the evidence's.
+    /// How many members of the outputs' model averages (a posterior's prior, an alternate) took
+    /// a larger `α` than the evidence's.
     pub shrunk: usize,
     /// Steps the rows could not take (`"shrinkage"`, `"noise shapes"`, `"tail"`), and why; each
     /// leaves the state as the step before it left it.
@@ -32,7 +33,7 @@ pub struct OnRows {
 
 /// The first fit (Algorithm 2) on `stats`, the statistics of the rows `x`, `y` (raw inputs and
 /// outputs, as a batch holds them), completed on those rows; an error only where the fit on the
-/// statistics fails.
+/// statistics fails (the rows can only move it: [`ModelState::fit_on_rows`]).
 pub fn on_rows(
     config: &ModelConfig,
     stats: BatchStatistics,
@@ -207,5 +208,99 @@ mod tests {
                 .unwrap();
         assert_eq!(outcome, Ok(0));
         assert_eq!(checked, state);
+    }
+
+    /// `auto` on named features weighs ARD against ridge by the evidence alone: where ARD wins,
+    /// the state is the evidence's fit and no member counts as moved, though ridge's fit on the
+    /// same rows takes a larger `α`.
+    #[test]
+    fn where_ard_wins_the_check_leaves_the_fit_and_counts_nothing() {
+        let (n, p) = (100, 30);
+        let mut seed = 1;
+        let x = Mat::from_fn(n, p, |_, _| uniform(&mut seed));
+        let y = Mat::from_fn(n, 1, |i, _| {
+            30.0 * x[(i, 0)] - 20.0 * x[(i, 1)]
+                + 0.5 * (6.0 * x[(i, 0)]).sin()
+                + 0.05 * (uniform(&mut seed) - 0.5)
+        });
+        let mut config = ModelConfig::new(Basis::new(p, true, Transform::Identity), 1);
+        config.prior = PriorFamily::Ridge;
+        let (_, _, ridge) =
+            ModelState::fit_on_rows(&config, statistics(&config, &x, &y), x.as_ref(), y.as_ref())
+                .unwrap();
+        assert_eq!(ridge, Ok(1));
+        config.prior = PriorFamily::Auto;
+        let (state, _) = fitted(&config, &x, &y);
+        let post = state.outputs()[0].posterior().unwrap();
+        assert_eq!(post.prior().family, crate::FittedFamily::Ard);
+        let (checked, _, moved) =
+            ModelState::fit_on_rows(&config, statistics(&config, &x, &y), x.as_ref(), y.as_ref())
+                .unwrap();
+        assert_eq!(moved, Ok(0));
+        assert_eq!(checked, state);
+    }
+
+    /// Under the smooth prior on a few rows the model average keeps several shapes: each
+    /// member keeps its shape and place, none takes less shrinkage than the evidence's, those
+    /// that take more are counted, and an alternate is among them.
+    #[test]
+    fn the_alternates_of_a_model_average_are_checked_each_in_its_place() {
+        let (n, bands) = (24, 40);
+        let mut seed = 3;
+        let amounts: Vec<[f64; 2]> = (0..n)
+            .map(|_| [uniform(&mut seed), uniform(&mut seed)])
+            .collect();
+        let x = Mat::from_fn(n, bands, |i, j| {
+            let t = j as f64 / bands as f64;
+            0.2 + amounts[i][0] * (-(t - 0.3).powi(2) / 0.01).exp()
+                + amounts[i][1] * (-(t - 0.7).powi(2) / 0.02).exp()
+                + 0.002 * (uniform(&mut seed) - 0.5)
+        });
+        // A content the bands follow non-linearly: the evidence reads the bend as signal.
+        let y = Mat::from_fn(n, 1, |i, _| {
+            amounts[i][0] + 3.0 * (4.0 * amounts[i][0]).sin() * amounts[i][1] - 0.5 * amounts[i][1]
+                + 0.1 * (uniform(&mut seed) - 0.5)
+        });
+        let basis = Basis::spectral(
+            bands,
+            crate::ReflectanceScale::Fraction,
+            bands,
+            true,
+            Transform::Identity,
+        );
+        let mut config = ModelConfig::new(basis, 1);
+        config.prior = PriorFamily::Smooth;
+        let (plain, _) = fitted(&config, &x, &y);
+        let (checked, _, moved) =
+            ModelState::fit_on_rows(&config, statistics(&config, &x, &y), x.as_ref(), y.as_ref())
+                .unwrap();
+        let members = |state: &ModelState| -> Vec<(Option<crate::prior::Smooth>, f64)> {
+            let post = state.outputs()[0].posterior().unwrap();
+            std::iter::once((
+                post.prior().smooth,
+                post.noise_variance() / post.prior().variance[0],
+            ))
+            .chain(
+                state
+                    .alternates(0)
+                    .iter()
+                    .map(|a| (a.prior.smooth, a.noise_variance / a.prior.variance[0])),
+            )
+            .collect()
+        };
+        let (before, after) = (members(&plain), members(&checked));
+        assert!(before.len() > 1, "a single shape: {before:?}");
+        assert_eq!(before.len(), after.len());
+        let mut larger = 0;
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(b.0, a.0, "a member changed its shape");
+            assert!(a.1 >= b.1 * (1.0 - 1e-12), "α {} → {}", b.1, a.1);
+            larger += usize::from(a.1 > b.1);
+        }
+        assert_eq!(moved, Ok(larger));
+        assert!(
+            before.iter().zip(&after).skip(1).any(|(b, a)| a.1 > b.1),
+            "no alternate moved: {before:?} → {after:?}"
+        );
     }
 }

@@ -28,7 +28,6 @@
 //! [`RESOLUTION`] has a smaller PRESS.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use faer::{Mat, MatRef};
 
@@ -53,13 +52,15 @@ const SAME_ROWS: f64 = 1e-9;
 
 /// A first fit's rows made ready for the check: the design centred as the statistics are (on the
 /// flat intercept, if any), the outputs, and each shape's eigenvectors in the rows' space,
-/// formed the first time an output asks for them and shared by every output after it.
+/// formed by the first output that asks for them and kept for every output after it. Formed
+/// without a lock (two outputs may form the same at once, and the second's is dropped): the
+/// product runs on the rayon pool, whose waiting threads take up other outputs, and one of
+/// those asking for a kernel its own thread is forming under a lock would wait on itself.
 pub(crate) struct Rows<'a> {
     design: Mat<f64>,
     y: MatRef<'a, f64>,
     flat: bool,
     kernels: Vec<OnceLock<(Mat<f64>, Mat<f64>)>>,
-    moved: AtomicUsize,
 }
 
 impl<'a> Rows<'a> {
@@ -106,12 +107,11 @@ impl<'a> Rows<'a> {
             y,
             flat: flat.is_some(),
             kernels: (0..shapes).map(|_| OnceLock::new()).collect(),
-            moved: AtomicUsize::new(0),
         })
     }
 
     /// [`larger_alpha`] for output `k` under shape `index` (`shape`) from the evidence's
-    /// `alpha`, counted in [`Self::moved`] where it is found.
+    /// `alpha`.
     pub(crate) fn larger_alpha(
         &self,
         k: usize,
@@ -119,15 +119,18 @@ impl<'a> Rows<'a> {
         shape: &Shape,
         alpha: f64,
     ) -> Option<f64> {
-        let (w, w2) = self.kernels.get(index)?.get_or_init(|| {
+        let cell = self.kernels.get(index)?;
+        if cell.get().is_none() {
             let w = eigenvectors(
                 shape.eigenvalues(),
                 shape.projection(),
                 self.design.as_ref(),
             );
             let w2 = squared(w.as_ref());
-            (w, w2)
-        });
+            // Another output may have set it meanwhile: the same values, either serves.
+            let _ = cell.set((w, w2));
+        }
+        let (w, w2) = cell.get()?;
         let y = self.y.col(k);
         let y_c: Vec<f64> = if self.flat {
             let mean = y.iter().sum::<f64>() / y.nrows() as f64;
@@ -135,23 +138,14 @@ impl<'a> Rows<'a> {
         } else {
             y.iter().copied().collect()
         };
-        let found = larger_alpha(
+        larger_alpha(
             shape.eigenvalues(),
             w.as_ref(),
             w2.as_ref(),
             &y_c,
             self.flat,
             alpha,
-        );
-        if found.is_some() {
-            self.moved.fetch_add(1, Ordering::Relaxed);
-        }
-        found
-    }
-
-    /// How many members (an output's posterior, or one of its alternates) took a larger `α`.
-    pub(crate) fn moved(&self) -> usize {
-        self.moved.load(Ordering::Relaxed)
+        )
     }
 }
 

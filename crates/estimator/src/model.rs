@@ -1,5 +1,7 @@
 //! A model's whole state: running statistics and one posterior per output.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
@@ -553,6 +555,14 @@ impl ModelState {
         check_config(config, &stats)?;
         let mut fitter = Fitter::new(config, &stats, |k| Fitter::ready(config, &stats, k))?;
         let mut read = Ok(());
+        // Only where an output may take the check ([`Fitter::fit_output`]).
+        let checks = |k: usize| {
+            Fitter::ready(config, &stats, k)
+                && !config.structural_zeros(&stats, k)
+                && !stats.zero_inflated(k)
+                && noise_prior(config, &stats, k).rows == 0.0
+        };
+        let rows = rows.filter(|_| (0..config.outputs).any(checks));
         if let (Some((x, y)), Some(shared)) = (rows, &fitter.shared) {
             match leave_one_out::Rows::new(
                 &config.basis,
@@ -572,7 +582,7 @@ impl ModelState {
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
-        let moved = read.map(|()| fitter.rows.as_ref().map_or(0, leave_one_out::Rows::moved));
+        let moved = read.map(|()| fitter.moved.load(Ordering::Relaxed));
         let shared = fitter.shared;
         let fitted = Self::rows_of_trained(&stats, &outputs);
         let state = Self::from_parts(
@@ -937,6 +947,8 @@ struct Fitter<'a> {
     shared: Option<SharedScale>,
     /// A first fit's rows, where the fit checks its shrinkage on them.
     rows: Option<leave_one_out::Rows<'a>>,
+    /// How many members of the model averages kept took a larger `α` on those rows.
+    moved: AtomicUsize,
 }
 
 impl<'a> Fitter<'a> {
@@ -966,6 +978,7 @@ impl<'a> Fitter<'a> {
             stats,
             shared,
             rows: None,
+            moved: AtomicUsize::new(0),
         })
     }
 
@@ -988,7 +1001,8 @@ impl<'a> Fitter<'a> {
     /// structural is fitted by ARD alone.
     ///
     /// With the output's state, the other shapes of its model average when a shared-scale
-    /// family's fit wins ([`SharedScale::fit`]); none when ARD's does.
+    /// family's fit wins ([`SharedScale::fit_checked`], its shrinkage checked on a first fit's
+    /// rows where the fitter has them); none when ARD's does.
     fn fit_output(
         &self,
         k: usize,
@@ -1032,7 +1046,8 @@ impl<'a> Fitter<'a> {
                 PriorFamily::Ridge | PriorFamily::Smooth => false,
             };
         if !with_ard {
-            let (fit, alternates) = shared_fit.ok_or(EstimatorError::Untrained)?;
+            let (fit, alternates, moved) = shared_fit.ok_or(EstimatorError::Untrained)?;
+            self.moved.fetch_add(moved, Ordering::Relaxed);
             return Ok((OutputState::Trained(Box::new(fit.posterior)), alternates));
         }
         let afresh = || {
@@ -1093,7 +1108,8 @@ impl<'a> Fitter<'a> {
             None => afresh()?,
         };
         let (fit, alternates) = match shared_fit {
-            Some((shared, alternates)) if shared.family_score() < fit.family_score() => {
+            Some((shared, alternates, moved)) if shared.family_score() < fit.family_score() => {
+                self.moved.fetch_add(moved, Ordering::Relaxed);
                 (shared, alternates)
             }
             _ => (fit, Vec::new()),
