@@ -1,5 +1,5 @@
 """The first fit's leave-one-out check carried through a refit, tried outside the service in
-numpy on ridge (ACCURACY.md, "Not done yet: the check carried through refits").
+numpy on ridge (ACCURACY.md, "The check carried through refits").
 
     bench/accuracy export
     python3 bench/refit_check.py tecator-moisture,tecator-fat,tecator-protein,gasoline,yarn,fermentation-sg 30 0.6
@@ -7,10 +7,12 @@ numpy on ridge (ACCURACY.md, "Not done yet: the check carried through refits").
 A model fed in two batches, the first `SHARE` of a split's training rows and then the rest, is
 first fitted on the first batch (the evidence's `α`, and the larger one leave-one-out on those
 rows asks for) and refitted on the second, which holds more than a quarter of the rows before
-it. The service refits by the evidence alone: it keeps no rows, so the check is lost. Variants
-of the refit, each with the evidence's `α` on all the rows as the floor (as the check has it):
+it. The service reads the rows back for a refit where they are few (README, "The check at a
+refit") and refits by the evidence alone where it cannot, losing the check; these are refits that
+need no old rows. Variants, each with the evidence's `α` on all the rows as the floor (as the
+check has it):
 
-* evidence only: the service's refit;
+* evidence only: the service's refit without the rows;
 * the batch's rows: the exact leave-one-out error of the second batch's rows, each predicted
   from every other row (old and new: the statistics give the fit, the batch's rows their
   residuals and leverages);

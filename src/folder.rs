@@ -21,7 +21,7 @@ use crate::estimator::grid::Grid;
 use crate::estimator::succession::Succession;
 use crate::estimator::{
     BatchStatistics, EstimatorError, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM,
-    Predictor, drift, first_fit,
+    Predictor, UpdateMethod, drift, first_fit,
 };
 use crate::history::{self, RawRows, Source, decode_batch};
 use crate::metrics::Metrics;
@@ -54,6 +54,10 @@ pub struct FoldPlan {
     /// The successor instrument's state after the batches of its readings; `None` when none
     /// was folded.
     pub succession: Option<Succession>,
+    /// Whether a refit took more shrinkage than the evidence's on the rows behind it
+    /// ([`plan_fold`]'s `kept`): a replay of the batches alone would not give the state back,
+    /// and it is kept in full.
+    pub checked_on_rows: bool,
 }
 
 /// A model's successor instrument, as a fold learns its readings ([`crate::successor`]).
@@ -88,9 +92,30 @@ fn fit_first(
     totals: BatchStatistics,
     rows: &[RawRows<'_>],
 ) -> Result<(ModelState, ForPredictor), EstimatorError> {
+    let Some((x, y)) = gather(config, rows) else {
+        let (fitted, shapes) = ModelState::fit_with_shapes(config, totals)?;
+        return Ok((fitted, ForPredictor::Shapes(shapes)));
+    };
+    let done = first_fit::on_rows(config, totals, x.as_mat(), y.as_mat())?;
+    if done.shrunk > 0 {
+        tracing::debug!(
+            shapes = done.shrunk,
+            "leave-one-out asked the first fit for more shrinkage"
+        );
+    }
+    for (step, e) in &done.skipped {
+        tracing::warn!(error = %e, step, "the first fit's rows did not set this");
+    }
+    Ok((done.state, ForPredictor::Formed(done.predictor)))
+}
+
+/// The raw rows of `batches` as one design's inputs and outputs in the model's shape now (a
+/// batch stored before the model grew widened to it, one whose rows are no longer kept left
+/// out); `None` without any row.
+pub fn gather(config: &ModelConfig, batches: &[RawRows<'_>]) -> Option<(Rows, Rows)> {
     let (d, m) = (config.basis.features, config.outputs);
     let (mut x, mut y) = (Vec::new(), Vec::new());
-    for batch in rows {
+    for batch in batches {
         let (Some(bx), Some(by)) = (
             Rows::values_from_le_bytes(batch.x),
             Rows::values_from_le_bytes(batch.y),
@@ -116,22 +141,54 @@ fn fit_first(
         }
     }
     let n = y.len() / m.max(1);
-    if n == 0 {
-        let (fitted, shapes) = ModelState::fit_with_shapes(config, totals)?;
-        return Ok((fitted, ForPredictor::Shapes(shapes)));
-    }
-    let (x, y) = (Rows::from_row_major(n, d, x), Rows::from_row_major(n, m, y));
-    let done = first_fit::on_rows(config, totals, x.as_mat(), y.as_mat())?;
-    if done.shrunk > 0 {
-        tracing::debug!(
-            shapes = done.shrunk,
-            "leave-one-out asked the first fit for more shrinkage"
-        );
-    }
-    for (step, e) in &done.skipped {
-        tracing::warn!(error = %e, step, "the first fit's rows did not set this");
-    }
-    Ok((done.state, ForPredictor::Formed(done.predictor)))
+    (n > 0).then(|| (Rows::from_row_major(n, d, x), Rows::from_row_major(n, m, y)))
+}
+
+/// The most raw values (rows × (inputs + outputs)) a refit reads back to check its shrinkage
+/// on every row, as a first fit does: 2 MB. Beyond it a refit is the evidence's alone, as the
+/// incremental method intends; where rows are that many, leave-one-out and the evidence agree.
+pub const CHECK_VALUES: usize = 1 << 18;
+
+/// Whether `rows` rows of `config`'s model fit within [`CHECK_VALUES`].
+pub fn rows_within_check(config: &ModelConfig, rows: f64) -> bool {
+    rows <= max_check_rows(config)
+}
+
+/// The most rows of `config`'s model within [`CHECK_VALUES`].
+fn max_check_rows(config: &ModelConfig) -> f64 {
+    (CHECK_VALUES / (config.basis.features + config.outputs).max(1)) as f64
+}
+
+/// Whether a batch of `rows` rows may fit `state` again by the rows' growth (or every batch,
+/// under refit updates) where the refit could read every row back: a model without forgetting
+/// (whose statistics are its rows' own sums), within [`CHECK_VALUES`] with the batch.
+pub fn may_refit_on_rows(config: &ModelConfig, state: &ModelState, rows: f64) -> bool {
+    let after = state.totals().rows() + rows;
+    rows_within_check(config, after) && may_grow(config, state, after)
+}
+
+/// Whether a fold of `queued` rows may hand some batch's update the rows behind it
+/// ([`may_refit_on_rows`] for one of its batches, whichever way they are grouped): a fold reads
+/// the rows back only then.
+fn may_read_rows(config: &ModelConfig, state: &ModelState, queued: f64) -> bool {
+    rows_within_check(config, state.totals().rows())
+        && may_grow(config, state, state.totals().rows() + queued)
+}
+
+/// Whether `state` may be fitted again once it holds `rows` rows, under a model without
+/// forgetting.
+fn may_grow(config: &ModelConfig, state: &ModelState, rows: f64) -> bool {
+    let fitted = state
+        .fitted_rows()
+        .iter()
+        .zip(state.outputs())
+        .filter(|(_, o)| o.posterior().is_some())
+        .map(|(r, _)| *r)
+        .fold(f64::INFINITY, f64::min);
+    let grows = config.update == UpdateMethod::Refit
+        || (config.options.refit_growth > 0.0
+            && rows >= config.options.refit_growth * fitted.max(1.0));
+    config.forgetting.is_none() && grows
 }
 
 /// What a first fit hands its version's predictor: the predictor itself, where reading the
@@ -162,6 +219,14 @@ enum ForPredictor {
 /// batch met scores ([`successor::learn`]); both or neither. It is held for review as any batch
 /// is, on its surprise to the model (the overlap) or to the successor's own model (its
 /// readings alone).
+///
+/// `kept`: the raw rows of every batch folded before, where the fold read them back. A batch
+/// that fits an output again then hands its update every row behind the statistics (those,
+/// its own and the queue's before it), and the refit checks its shrinkage on them as a first
+/// fit does ([`ModelState::update_on_rows`]): a model fed its rows in batches answers as one
+/// fed them at once. A row missing from them (purged, or never read) leaves the refit the
+/// evidence's alone.
+#[allow(clippy::too_many_arguments)]
 pub fn plan_fold(
     config: &ModelConfig,
     earlier: &[Shape],
@@ -170,11 +235,14 @@ pub fn plan_fold(
     first_fit_rows: f64,
     hold_above: Option<f64>,
     successor: Option<Successor<'_>>,
+    kept: Option<&[RawRows<'_>]>,
 ) -> FoldPlan {
     let mut plan = FoldPlan::default();
     let mut queue = batches.iter();
     let mut state: Option<ModelState> = None;
     let mut shapes = FittedShapes::none();
+    // Every row behind the state as the fold goes, while each is known.
+    let mut seen: Option<Vec<RawRows<'_>>> = current.and(kept).map(<[_]>::to_vec);
     if current.is_none() {
         let p = config.basis.dim();
         let mut totals = BatchStatistics::zeros(p, config.outputs);
@@ -206,6 +274,7 @@ pub fn plan_fold(
         match fit_first(config, totals, &prefix_rows) {
             Ok((fitted, prepared)) if fitted.is_finite() => {
                 state = Some(fitted);
+                seen = Some(prefix_rows.clone());
                 match prepared {
                     ForPredictor::Formed(predictor) => plan.predictor = Some(predictor),
                     ForPredictor::Shapes(formed) => shapes = formed,
@@ -229,6 +298,8 @@ pub fn plan_fold(
         };
         let seq = batch.seq;
         if let Source::Successor(blob) = batch.source {
+            // Its readings are not rows of the model's statistics.
+            seen = None;
             let start = plan.succession.as_ref().or(successor.and_then(|s| s.start));
             match learn_successor(config, base, start, successor, blob, hold_above, batch) {
                 Ok(SuccessorLearnt::Folded {
@@ -266,18 +337,34 @@ pub fn plan_fold(
             if over && !batch.released {
                 return Ok(Learnt::Held(z));
             }
-            let (next, formed) = base
-                .update_with_shapes(config, &stats, &z)
+            // Every row behind the statistics after this batch, where a refit may read them.
+            let every = seen
+                .as_ref()
+                .zip(batch.rows)
+                .filter(|_| may_refit_on_rows(config, base, stats.rows()))
+                .and_then(|(seen, rows)| {
+                    let mut all = seen.clone();
+                    all.push(rows);
+                    gather(config, &all)
+                });
+            let rows = every.as_ref().map(|(x, y)| (x.as_mat(), y.as_mat()));
+            let (next, formed, moved) = base
+                .update_on_rows(config, &stats, &z, rows)
                 .map_err(|e| format!("update failed: {e}"))?;
             if next.is_finite() {
-                Ok(Learnt::Folded(Box::new(next), formed, z))
+                Ok(Learnt::Folded(Box::new(next), formed, z, moved > 0))
             } else {
                 Err("the update would make the model state non-finite".to_owned())
             }
         });
         match next {
-            Ok(Learnt::Folded(next, formed, z)) => {
+            Ok(Learnt::Folded(next, formed, z, moved)) => {
                 state = Some(*next);
+                plan.checked_on_rows |= moved;
+                match (seen.as_mut(), batch.rows) {
+                    (Some(seen), Some(rows)) => seen.push(rows),
+                    _ => seen = None,
+                }
                 shapes = formed;
                 plan.predictor = None;
                 plan.folded.push(seq);
@@ -365,8 +452,9 @@ fn learn_successor(
 
 /// What became of one batch after the first fit.
 enum Learnt {
-    /// The next state, the shapes its refits formed, and the batch's surprise.
-    Folded(Box<ModelState>, FittedShapes, Vec<Option<f64>>),
+    /// The next state, the shapes its refits formed, the batch's surprise, and whether a refit
+    /// took more shrinkage on the rows behind it than the evidence's.
+    Folded(Box<ModelState>, FittedShapes, Vec<Option<f64>>, bool),
     Held(Vec<Option<f64>>),
 }
 
@@ -437,13 +525,37 @@ async fn fold_claimed(
         let rows = i64::try_from(lock.spec.first_fit_rows).unwrap_or(i64::MAX);
         lock.queued_batches_for_first_fit(rows).await?
     };
+    // A refit this fold may make reads every row back, to check its shrinkage as a first fit
+    // does (no forgetting, within `CHECK_VALUES`, the rows grown enough).
+    let (queued, kept) = match current.as_deref() {
+        Some(state)
+            if grids.is_none()
+                && may_read_rows(
+                    &config,
+                    state,
+                    queued.iter().map(|b| f64::from(b.rows)).sum(),
+                ) =>
+        {
+            // The queue's rows only as far as the budget reaches: a batch past it is not checked.
+            let room = max_check_rows(&config) - state.totals().rows();
+            (
+                lock.queued_batches_with_rows(room.max(0.0) as i64).await?,
+                Some(lock.kept_rows().await?),
+            )
+        }
+        _ => (queued, None),
+    };
     let first_fit_rows = lock.spec.first_fit_rows as f64;
     let hold_above = lock.spec.drift_threshold;
     // A narrow model's step is a fraction of a millisecond: run here, it saves the hop to a
     // blocking thread, which on a busy machine waits for a core (its refits, as rows outgrow a
     // fit, come a logarithm of the rows apart). First fits iterate, and wide or successor
-    // models' steps are dense factorisations: those go to the blocking pool.
-    let inline = current.is_some() && grids.is_none() && config.basis.dim() < PARALLEL_FROM;
+    // models' steps are dense factorisations: those go to the blocking pool, as does a fold that
+    // may check a refit on every row.
+    let inline = current.is_some()
+        && grids.is_none()
+        && config.basis.dim() < PARALLEL_FROM
+        && kept.is_none();
     let (plan, queued) = {
         let current = current.clone();
         let config = config.clone();
@@ -464,6 +576,9 @@ async fn fold_claimed(
                     rows: RawRows::of(b),
                 })
                 .collect();
+            let kept: Option<Vec<RawRows<'_>>> = kept
+                .as_ref()
+                .map(|kept| kept.iter().filter_map(RawRows::of_kept).collect());
             let plan = plan_fold(
                 &config,
                 &earlier,
@@ -472,6 +587,7 @@ async fn fold_claimed(
                 first_fit_rows,
                 hold_above,
                 successor,
+                kept.as_deref(),
             );
             (plan, queued)
         };
@@ -537,6 +653,7 @@ async fn fold_claimed(
                 successor,
                 blob: &blob,
                 folds: &plan.folded,
+                replayable: !plan.checked_on_rows,
             };
             Some(history::commit_version(lock, cache, next).await?)
         }
@@ -858,7 +975,7 @@ pub(crate) mod tests {
             })
             .collect();
         let plan = |current: Option<&ModelState>, batches: &[Pending<'_>]| {
-            plan_fold(&config, &[], current, batches, 16.0, None, None)
+            plan_fold(&config, &[], current, batches, 16.0, None, None, None)
         };
         let first = plan(None, &pending[..1]);
         assert_eq!(first.folded, vec![0]);
@@ -938,7 +1055,16 @@ pub(crate) mod tests {
                     rows: None,
                 },
             ];
-            let plan = plan_fold(&config, &[], None, &pending, 16.0, None, Some(successor));
+            let plan = plan_fold(
+                &config,
+                &[],
+                None,
+                &pending,
+                16.0,
+                None,
+                Some(successor),
+                None,
+            );
             assert_eq!(plan.folded, vec![0, 1], "old readings: {old}");
             assert!(plan.succession.is_some());
             let state = plan.state.expect("a state");
@@ -983,7 +1109,7 @@ pub(crate) mod tests {
                 rows: Some(RawRows { rows, x, y }),
             })
             .collect();
-        let first = plan_fold(&config, &[], None, &pending[..1], 30.0, None, None);
+        let first = plan_fold(&config, &[], None, &pending[..1], 30.0, None, None, None);
         assert_eq!(first.folded, vec![0]);
         let state = first.state.expect("a state");
         assert!(state.tail().is_some(), "the first batch's rows set no tail");
@@ -1000,7 +1126,7 @@ pub(crate) mod tests {
             assert_eq!(handed.degrees_of_freedom(k, 1.0), state.tail());
             assert_eq!(fresh.degrees_of_freedom(k, 1.0), state.tail());
         }
-        let both = plan_fold(&config, &[], None, &pending, 30.0, None, None);
+        let both = plan_fold(&config, &[], None, &pending, 30.0, None, None, None);
         assert_eq!(both.folded, vec![0, 1]);
         assert!(both.predictor.is_none());
         assert!(both.state.is_some());
@@ -1035,8 +1161,8 @@ pub(crate) mod tests {
                 rows: None,
             })
             .collect();
-        let one = plan_fold(&config, &[], None, &as_statistics, 30.0, None, None);
-        let other = plan_fold(&config, &[], None, &as_rows, 30.0, None, None);
+        let one = plan_fold(&config, &[], None, &as_statistics, 30.0, None, None, None);
+        let other = plan_fold(&config, &[], None, &as_rows, 30.0, None, None, None);
         assert_eq!(one.folded.len(), sizes.len());
         assert_eq!(one.folded, other.folded);
         let (one, other) = (one.state.expect("a state"), other.state.expect("a state"));
@@ -1054,7 +1180,7 @@ pub(crate) mod tests {
             released: false,
             rows: None,
         }];
-        let plan = plan_fold(&config, &[], Some(&one), &bad, 30.0, None, None);
+        let plan = plan_fold(&config, &[], Some(&one), &bad, 30.0, None, None, None);
         assert_eq!(plan.rejected.len(), 1, "{:?}", plan.rejected);
         assert!(
             plan.rejected[0].1.contains("stored rows"),

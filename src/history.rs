@@ -30,7 +30,9 @@ use crate::estimator::succession::Succession;
 use crate::estimator::{
     Basis, BatchStatistics, FittedShapes, ModelConfig, ModelState, Predictor, codec,
 };
-use crate::store::{ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin, VersionRecord};
+use crate::store::{
+    KeptRows, ModelLock, QueuedBatch, StateBlob, StoreError, VersionOrigin, VersionRecord,
+};
 use crate::successor::{SuccessorBatch, decode_version};
 
 /// The ids of the batches whose rows version `version`'s state holds, in the order they were
@@ -107,6 +109,17 @@ impl<'a> RawRows<'a> {
             rows: usize::try_from(batch.rows).ok()?,
             x: batch.rows_x.as_deref()?,
             y: batch.rows_y.as_deref()?,
+        })
+    }
+}
+
+impl<'a> RawRows<'a> {
+    /// A folded batch's raw rows, if they are kept.
+    pub fn of_kept(kept: &'a KeptRows) -> Option<Self> {
+        Some(Self {
+            rows: usize::try_from(kept.rows).ok()?,
+            x: kept.rows_x.as_deref().filter(|x| !x.is_empty())?,
+            y: kept.rows_y.as_deref().filter(|y| !y.is_empty())?,
         })
     }
 }
@@ -337,6 +350,9 @@ pub struct NextVersion<'a> {
     pub blob: &'a StateBlob,
     /// The queued batches this version folds in (a fold's; none for a restore or a refit).
     pub folds: &'a [i64],
+    /// Whether `state` is the version before it with `folds` learnt by the model's update
+    /// alone ([`crate::store::NewVersion::replayable`]).
+    pub replayable: bool,
 }
 
 /// Writes `next` as the locked model's next version, commits everything the lock holds, and
@@ -355,6 +371,7 @@ pub async fn commit_version(
             &next.state.noise_variances(),
             next.blob,
             next.folds,
+            next.replayable,
         )
         .await?;
     // The version's predictor is ready before the commit, so that the cache serves the version
@@ -562,7 +579,7 @@ mod tests {
                     rows: RawRows::of(b),
                 })
                 .collect();
-            let plan = plan_fold(config, &[], states.last(), &pending, 30.0, None, None);
+            let plan = plan_fold(config, &[], states.last(), &pending, 30.0, None, None, None);
             assert_eq!(plan.folded.len(), group.len(), "{:?}", plan.rejected);
             states.push(plan.state.expect("a state"));
         }

@@ -93,6 +93,7 @@ conformance!(
     keys_are_created_listed_and_revoked,
     concurrent_ingestion_and_folding_fold_each_batch_once_in_arrival_order,
     folds_between_full_states_keep_their_digest_and_batches,
+    a_fold_that_cannot_be_replayed_keeps_its_state_and_folded_rows_read_back_in_order,
     retention_purges_the_rows_of_settled_batches_only,
     a_first_fit_reads_the_raw_rows_of_the_batches_it_learns_from_and_no_more,
 );
@@ -155,6 +156,7 @@ async fn write_fold(lock: &mut ModelLock, observations: f64, folds: &[i64]) -> i
             &[Some(1.0)],
             &blob(b"s"),
             folds,
+            true,
         )
         .await
         .unwrap();
@@ -490,6 +492,7 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
             &[Some(0.5)],
             &blob(b"state 1"),
             &[queued[0].seq],
+            true,
         )
         .await
         .unwrap();
@@ -514,6 +517,7 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
             &[Some(0.5), None],
             &blob(b"state 1"),
             &[queued[0].seq],
+            true,
         )
         .await
         .unwrap();
@@ -576,6 +580,7 @@ async fn a_fold_writes_everything_at_commit_or_nothing(store: &Store) {
         &[Some(0.5), None],
         &blob(b"state 1"),
         &[],
+        true,
     )
     .await
     .unwrap();
@@ -701,6 +706,7 @@ async fn fold_two(store: &Store, id: i64, spec: &ModelSpec, v: i64) {
             &[Some(1.0)],
             &state,
             &seqs,
+            true,
         )
         .await
         .unwrap();
@@ -726,6 +732,7 @@ async fn folds_between_full_states_keep_their_digest_and_batches(store: &Store) 
         &[Some(1.0)],
         &blob(b"state 8"),
         &[],
+        true,
     )
     .await
     .unwrap();
@@ -769,6 +776,66 @@ async fn folds_between_full_states_keep_their_digest_and_batches(store: &Store) 
     drop(lock);
     let (_, current, state) = store.current_state(id).await.unwrap().unwrap();
     assert_eq!((current, state), (10, Some(b"state 10".to_vec())));
+}
+
+/// A fold written as not replayable (its refit read the rows behind it) keeps no digest and so
+/// its full state when later versions thin the folds around it; the raw rows of every folded
+/// batch read back in the order they were folded, without the queue's.
+async fn a_fold_that_cannot_be_replayed_keeps_its_state_and_folded_rows_read_back_in_order(
+    store: &Store,
+) {
+    let spec = spec("lab", 1);
+    let id = create(store, &spec).await;
+    for v in 1..=5i64 {
+        for (part, seed) in [("a", v as f64), ("b", v as f64 + 0.5)] {
+            ingest(store, id, &batch(&spec, &format!("b{v}{part}"), 2, seed)).await;
+        }
+        let mut lock = claim_eventually(store, &[]).await;
+        let seqs: Vec<i64> = lock
+            .queued_batches()
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.seq)
+            .collect();
+        let state = blob(format!("state {v}").as_bytes());
+        lock.write_version(
+            VersionOrigin::Fold,
+            None,
+            4.0 * v as f64,
+            &[Some(1.0)],
+            &state,
+            &seqs,
+            v != 2,
+        )
+        .await
+        .unwrap();
+        lock.commit().await.unwrap();
+    }
+    ingest(store, id, &batch(&spec, "queued", 2, 9.0)).await;
+    let full: Vec<bool> = store
+        .versions(id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|v| v.full_state)
+        .collect();
+    // 2 cannot be replayed; 4 is thinned as any fold between full states is.
+    assert_eq!(full, [true, true, true, false, true]);
+    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    let second = lock.stored_state(2).await.unwrap().expect("version 2");
+    assert_eq!((second.digest, second.blob), (None, b"state 2".to_vec()));
+    let kept = lock.kept_rows().await.unwrap();
+    let first_inputs: Vec<f64> = kept
+        .iter()
+        .map(|k| {
+            assert_eq!(k.rows, 2);
+            let x = k.rows_x.as_deref().expect("rows kept");
+            f64::from_le_bytes(x[..8].try_into().unwrap())
+        })
+        .collect();
+    let folded: Vec<f64> = (1..=5).flat_map(|v| [v as f64, v as f64 + 0.5]).collect();
+    assert_eq!(first_inputs, folded);
 }
 
 /// A purge takes the rows of batches received before its cutoff that are folded or rejected

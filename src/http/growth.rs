@@ -153,6 +153,7 @@ async fn grow(
             successor: None,
             blob: &blob,
             folds: &[],
+            replayable: true,
         };
         history::commit_version(lock, &app.cache, next).await?;
     } else {

@@ -116,6 +116,7 @@ pub async fn declare(
                 successor: Some(successor),
                 blob: &blob,
                 folds: &[],
+                replayable: true,
             };
             history::commit_version(lock, &app.cache, next).await?;
             tracing::info!(model = %name, grid = %spectrum.grid().describe(), "successor declared");

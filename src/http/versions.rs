@@ -22,8 +22,8 @@ use super::routes::Routes;
 use crate::cache::Serving;
 use crate::domain::Invalid;
 use crate::estimator::{FittedShapes, ModelState};
-use crate::folder::current_state;
-use crate::history;
+use crate::folder::{self, current_state};
+use crate::history::{self, RawRows};
 use crate::store::{ModelLock, StateBlob, VersionOrigin, VersionRecord};
 use crate::successor::encode_version;
 /// The routes of a model's history, with the access each needs.
@@ -341,10 +341,24 @@ pub async fn refit(
         })?;
     let (state, succession) = (read.model, read.succession);
     let config = lock.spec.config();
+    // Every row back, where they are few, to check the refit's shrinkage as a first fit does.
+    let kept = if lock.spec.successor.is_none()
+        && config.forgetting.is_none()
+        && folder::rows_within_check(&config, state.totals().rows())
+    {
+        Some(lock.kept_rows().await?)
+    } else {
+        None
+    };
     let (state, shapes, successor, blob) = app
         .cpu_bound(move || {
+            let every = kept.as_ref().and_then(|kept| {
+                let rows: Vec<_> = kept.iter().filter_map(RawRows::of_kept).collect();
+                folder::gather(&config, &rows)
+            });
+            let rows = every.as_ref().map(|(x, y)| (x.as_mat(), y.as_mat()));
             let (state, shapes) = state
-                .refit_with_shapes(&config)
+                .refit_on_rows(&config, rows)
                 .map_err(|e| ApiError::Conflict(format!("the refit failed: {e}")))?;
             // The successor instrument's state is carried as it is.
             let blob = StateBlob::new(encode_version(&state, succession.as_ref()));
@@ -391,6 +405,7 @@ async fn write(
         successor,
         blob: &blob,
         folds: &[],
+        replayable: true,
     };
     let (version, created_at) = history::commit_version(lock, &app.cache, next).await?;
     Ok(VersionView {

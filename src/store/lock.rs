@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use crate::domain::ModelSpec;
 
 use super::{
-    DEFAULT_FULL_STATE_EVERY, NewVersion, QueuedBatch, StateBlob, StoreError, StoredState,
-    VersionOrigin,
+    DEFAULT_FULL_STATE_EVERY, KeptRows, NewVersion, QueuedBatch, StateBlob, StoreError,
+    StoredState, VersionOrigin,
 };
 
 /// A batch's surprise per output to the posterior it met ([`crate::estimator::drift`]), and
@@ -30,6 +30,8 @@ pub trait ModelTransaction: Send {
     async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError>;
     /// The batches folded into `version`, in the order they were folded.
     async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError>;
+    /// The raw rows of every batch the model has folded, in the order they were folded.
+    async fn kept_rows(&mut self) -> Result<Vec<KeptRows>, StoreError>;
     /// The model's queued batches, oldest first; with `first_fit_rows`, each batch that follows
     /// fewer queued rows than that with its raw rows, stored with statistics or not.
     async fn queued_batches(
@@ -121,6 +123,21 @@ impl ModelLock {
         self.tx.folded_batches(version).await
     }
 
+    /// The raw rows of every batch this model has folded, in the order they were folded: what
+    /// a refit checks its shrinkage on.
+    pub async fn kept_rows(&mut self) -> Result<Vec<KeptRows>, StoreError> {
+        self.tx.kept_rows().await
+    }
+
+    /// [`Self::queued_batches`], each batch that follows fewer than `rows` queued rows with its
+    /// raw rows where they are kept, whether or not it was stored with statistics.
+    pub async fn queued_batches_with_rows(
+        &mut self,
+        rows: i64,
+    ) -> Result<Vec<QueuedBatch>, StoreError> {
+        self.tx.queued_batches(Some(rows)).await
+    }
+
     /// The model's queued batches, oldest first.
     pub async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         self.tx.queued_batches(None).await
@@ -148,7 +165,9 @@ impl ModelLock {
     /// succession, which a replay of the model's batches would not give back.
     ///
     /// The queued batches among `folds` are marked folded into the version (a fold's; none
-    /// for a restore or a refit).
+    /// for a restore or a refit). A version that is not `replayable` keeps no digest, and so
+    /// its full state for good.
+    #[allow(clippy::too_many_arguments)] // the version's columns, each named at the call
     pub async fn write_version(
         &mut self,
         origin: VersionOrigin,
@@ -157,6 +176,7 @@ impl ModelLock {
         noise_variances: &[Option<f64>],
         state: &StateBlob,
         folds: &[i64],
+        replayable: bool,
     ) -> Result<(i64, DateTime<Utc>), StoreError> {
         let version = self.version + 1;
         let previous = version - 1;
@@ -174,6 +194,7 @@ impl ModelLock {
                 state,
                 thin_previous,
                 folds,
+                replayable,
             })
             .await?;
         self.version = version;

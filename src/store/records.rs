@@ -91,6 +91,14 @@ pub struct Ingested {
     pub replayed: bool,
 }
 
+/// A folded batch's raw rows, as kept (`None`, or empty, where retention purged them).
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct KeptRows {
+    pub rows: i32,
+    pub rows_x: Option<Vec<u8>>,
+    pub rows_y: Option<Vec<u8>>,
+}
+
 /// A queued batch, in arrival order.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct QueuedBatch {
@@ -182,6 +190,10 @@ pub struct NewVersion<'a> {
     pub thin_previous: bool,
     /// The queued batches this version folds in, marked folded into it.
     pub folds: &'a [i64],
+    /// Whether the state is the version before it with `folds` learnt (by the model's update),
+    /// so that it can be kept thin later: its digest is kept only then. A fold whose refit read
+    /// the rows behind it back is not: a replay has only its batches.
+    pub replayable: bool,
 }
 
 /// A batch already stored under an id, with the hash of its content.

@@ -60,8 +60,13 @@ async fn versions(app: &TestApp, model: &str) -> Vec<Value> {
 #[tokio::test]
 async fn an_output_added_to_a_live_model_is_the_output_declared_from_the_start() {
     let app = spawn_configured(|s| s.database.full_state_every = 3).await;
-    app.create_model(&spec("lab", 3, 2)).await;
-    app.create_model(&spec("declared", 3, 3)).await;
+    // ARD: no refit checks its shrinkage on the rows behind it (which keeps a version whole),
+    // so version 2 is kept thin.
+    for (name, outputs) in [("lab", 2), ("declared", 3)] {
+        let mut spec = spec(name, 3, outputs);
+        spec["prior"] = json!("ard");
+        app.create_model(&spec).await;
+    }
     let (probe, _) = random_rows(99, 5, 3, 3);
     // Versions 1 and 2 of both, before the dye existed (0 in every row).
     for (i, n) in [(0u64, 8usize), (1, 6)] {

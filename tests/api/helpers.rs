@@ -421,7 +421,8 @@ pub fn mat(rows: &[Vec<f64>]) -> faer::Mat<f64> {
 
 /// What the estimator computes directly from `batches` in this order, as the service should:
 /// the first fit on the shortest prefix with `first_fit_rows` rows, completed on that prefix's
-/// rows (shrinkage, noise shapes, tail), then one update per batch.
+/// rows (shrinkage, noise shapes, tail), then one update per batch (given every row so far
+/// where it may fit the model again).
 pub fn direct_state(
     config: &mordant::estimator::ModelConfig,
     batches: &[RowsXY],
@@ -449,10 +450,37 @@ pub fn direct_state(
         mordant::estimator::first_fit::on_rows(config, totals, x.as_ref(), y.as_ref()).unwrap();
     assert!(done.skipped.is_empty(), "{:?}", done.skipped);
     let mut state = done.state;
-    for batch in &batches[used..] {
-        state = state.update(config, &stats(batch)).unwrap();
+    // A batch that may fit the model again is handed every row behind it, as the folder does.
+    for (i, batch) in batches.iter().enumerate().skip(used) {
+        let stats = stats(batch);
+        let surprise = state.surprise(&stats);
+        state = if mordant::folder::may_refit_on_rows(config, &state, stats.rows()) {
+            let (x, y) = (
+                mat(&batches[..=i].iter().flat_map(|b| b.0.clone()).collect::<Vec<_>>()),
+                mat(&batches[..=i].iter().flat_map(|b| b.1.clone()).collect::<Vec<_>>()),
+            );
+            let rows = Some((x.as_ref(), y.as_ref()));
+            state.update_on_rows(config, &stats, &surprise, rows).unwrap().0
+        } else {
+            state.update(config, &stats).unwrap()
+        };
     }
     state
+}
+
+/// What an explicit refit of [`direct_state`]'s state answers, as the service computes it:
+/// Algorithm 2 on the statistics, its shrinkage checked on every row where it reads them back.
+pub fn direct_refit(
+    config: &mordant::estimator::ModelConfig,
+    batches: &[RowsXY],
+    first_fit_rows: usize,
+) -> mordant::estimator::ModelState {
+    let state = direct_state(config, batches, first_fit_rows);
+    let x = mat(&batches.iter().flat_map(|b| b.0.clone()).collect::<Vec<_>>());
+    let y = mat(&batches.iter().flat_map(|b| b.1.clone()).collect::<Vec<_>>());
+    let rows = mordant::folder::rows_within_check(config, state.totals().rows())
+        .then_some((x.as_ref(), y.as_ref()));
+    state.refit_on_rows(config, rows).unwrap().0
 }
 
 /// Asserts that the API's predictions are exactly the estimator's.

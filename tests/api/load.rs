@@ -231,7 +231,16 @@ fn states_by_version(
                     done.state
                 })
             }
-            Some(s) => Some(s.update(config, &batch).unwrap()),
+            Some(s) => {
+                // Handed every row behind it where it may refit, as the folder does.
+                pending_x.extend(rows[id].1.0.iter().cloned());
+                pending_y.extend(rows[id].1.1.iter().cloned());
+                let (x, y) = (mat(&pending_x), mat(&pending_y));
+                let every = mordant::folder::may_refit_on_rows(config, &s, batch.rows())
+                    .then_some((x.as_ref(), y.as_ref()));
+                let surprise = s.surprise(&batch);
+                Some(s.update_on_rows(config, &batch, &surprise, every).unwrap().0)
+            }
         };
         let last_of_version = fold_order.get(i + 1).is_none_or(|(v, _)| v != version);
         if last_of_version {

@@ -201,7 +201,7 @@ async fn refit_runs_the_evidence_approximation_on_the_accumulated_statistics() {
     let (probe, _) = random_rows(7, 4, 3, 2);
     let api = app.predict_at("lab", &json!(probe), 4).await;
     let config = ModelConfig::new(Basis::new(3, true, Transform::Identity), 2);
-    let refitted = direct_state(&config, &batches, 4).refit(&config).unwrap();
+    let refitted = direct_refit(&config, &batches, 4);
     assert_same_predictions(&api, &refitted.predict(mat(&probe).as_ref()).unwrap());
 
     app.create_model(&spec("fresh", 3, 2)).await;
@@ -308,7 +308,11 @@ async fn folds_after_a_restore_or_a_refit_are_replayed_from_it() {
 #[tokio::test]
 async fn thin_versions_restore_to_the_predictions_they_served() {
     let app = spawn_configured(|s| s.database.full_state_every = 3).await;
-    app.create_model(&spec("lab", 3, 2)).await;
+    // ARD: no refit checks its shrinkage on the rows behind it (which keeps a version whole),
+    // so every fold between full states is kept thin.
+    let mut spec = spec("lab", 3, 2);
+    spec["prior"] = json!("ard");
+    app.create_model(&spec).await;
     let (probe, _) = random_rows(7, 4, 3, 2);
     // Batches of 1 and 2 rows cost less as rows than as statistics: kept as rows.
     let sizes = [8usize, 1, 2, 8, 1, 3, 8];
@@ -356,4 +360,90 @@ async fn thin_versions_restore_to_the_predictions_they_served() {
     // The model still serves what it did.
     let now = app.predict_at("lab", &json!(probe), 13).await;
     assert_eq!(now["version"], 13);
+}
+
+/// `n` rows of `p` inputs in [0, 1) and one output: a linear law plus a bump the linear model
+/// cannot follow, which the evidence reads as signal and leave-one-out does not.
+fn bumped_rows(from: usize, n: usize, p: usize) -> RowsXY {
+    let mut state = 1u64;
+    let mut uniform = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let rows: Vec<(Vec<f64>, Vec<f64>)> = (0..from + n)
+        .map(|_| {
+            let x: Vec<f64> = (0..p).map(|_| uniform()).collect();
+            let linear: f64 = (0..p).map(|j| x[j] * (0.3 * j as f64 - 1.0)).sum();
+            let bump = 3.0 * (3.0 * x[0]).sin() * (2.0 * x[1]).cos();
+            let y = linear + bump + 0.05 * (uniform() - 0.5);
+            (x, vec![y])
+        })
+        .skip(from)
+        .collect();
+    rows.into_iter().unzip()
+}
+
+/// A model fed its rows in two batches, the second fitting it again (a quarter more rows),
+/// checks that refit's shrinkage on every row, as its first fit did: it answers as the
+/// estimator given them all, not as the evidence alone. The version that refit made cannot be
+/// replayed from its batch alone, so it is kept whole: restoring it after later folds (each
+/// kept thin) serves it again.
+#[tokio::test]
+async fn a_folded_refit_checks_its_shrinkage_on_every_row_and_keeps_its_version_whole() {
+    let app = spawn_configured(|s| s.database.full_state_every = 100).await;
+    let p = 10;
+    let mut spec = spec("bumps", p, 1);
+    spec["prior"] = json!("ridge");
+    spec["first_fit_rows"] = json!(24);
+    app.create_model(&spec).await;
+    let batches = [
+        bumped_rows(0, 24, p),
+        bumped_rows(24, 16, p),
+        bumped_rows(40, 2, p),
+        bumped_rows(42, 2, p),
+    ];
+    for (i, (x, y)) in batches.iter().enumerate() {
+        let id = format!("b{i}");
+        let response = app
+            .post_batch("bumps", &json!({"batch_id": id, "x": x, "y": y}))
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        assert_eq!(
+            app.wait_for_batch("bumps", &id).await["version"],
+            json!(i + 1)
+        );
+    }
+    let mut config = ModelConfig::new(Basis::new(p, true, Transform::Identity), 1);
+    config.prior = mordant::estimator::PriorFamily::Ridge;
+    let checked = direct_state(&config, &batches[..2], 24);
+    let first = direct_state(&config, &batches[..1], 24);
+    let batch = {
+        let phi = config.basis.design(mat(&batches[1].0).as_ref()).unwrap();
+        mordant::estimator::BatchStatistics::from_design(phi.as_ref(), mat(&batches[1].1).as_ref())
+            .unwrap()
+    };
+    let evidence = first.update(&config, &batch).unwrap();
+    assert_eq!(checked.fitted_rows(), &[40.0], "the second batch refits");
+    let (probe, _) = bumped_rows(100, 5, p);
+    let (expected, alone) = (
+        checked.predict(mat(&probe).as_ref()).unwrap(),
+        evidence.predict(mat(&probe).as_ref()).unwrap(),
+    );
+    assert!(
+        (0..5).any(|r| (expected.mean[(r, 0)] - alone.mean[(r, 0)]).abs() > 1e-6),
+        "the check moved nothing on these rows"
+    );
+    // Version 2, the checked refit, after versions 3 and 4 (one step each) were written.
+    let restored = app.restore("bumps", 2).await;
+    assert_eq!(restored["version"], 5, "{restored}");
+    let api = app.predict_at("bumps", &json!(probe), 5).await;
+    assert_same_predictions(&api, &expected);
+    // Version 3 was kept thin: restoring it replays its one step from version 2's state.
+    let again = app.restore("bumps", 3).await;
+    assert_eq!(again["version"], 6, "{again}");
+    let api = app.predict_at("bumps", &json!(probe), 6).await;
+    let third = direct_state(&config, &batches[..3], 24);
+    assert_same_predictions(&api, &third.predict(mat(&probe).as_ref()).unwrap());
 }

@@ -147,6 +147,67 @@ mod tests {
         assert_eq!(alpha(&done.state.refit(&config).unwrap()), before);
     }
 
+    /// A model fed its rows in two batches, the second fitting it again (it brings more than a
+    /// quarter more rows), checks that refit's shrinkage on every row when it is given them,
+    /// and answers as a model fed them at once; without them, or given rows other than the
+    /// statistics', the refit is the evidence's.
+    #[test]
+    fn a_refit_given_every_row_checks_them_as_a_first_fit_on_them_does() {
+        let (x, y) = rows(40, 10, 3.0, 1);
+        let mut config = ModelConfig::new(Basis::new(10, true, Transform::Identity), 1);
+        config.prior = PriorFamily::Ridge;
+        let once = on_rows(&config, statistics(&config, &x, &y), x.as_ref(), y.as_ref())
+            .unwrap()
+            .state;
+        let part = |from: usize, to: usize| {
+            (
+                Mat::from_fn(to - from, 10, |i, j| x[(from + i, j)]),
+                Mat::from_fn(to - from, 1, |i, _| y[(from + i, 0)]),
+            )
+        };
+        let ((x1, y1), (x2, y2)) = (part(0, 24), part(24, 40));
+        let first = on_rows(
+            &config,
+            statistics(&config, &x1, &y1),
+            x1.as_ref(),
+            y1.as_ref(),
+        )
+        .unwrap()
+        .state;
+        let batch = statistics(&config, &x2, &y2);
+        let surprise = first.surprise(&batch);
+        let (evidence, _) = first
+            .update_with_shapes(&config, &batch, &surprise)
+            .unwrap();
+        let every = Some((x.as_ref(), y.as_ref()));
+        let (checked, _, moved) = first
+            .update_on_rows(&config, &batch, &surprise, every)
+            .unwrap();
+        assert_eq!(moved, 1);
+        assert_eq!(checked.fitted_rows(), &[40.0]);
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
+        assert!(
+            close(alpha(&checked), alpha(&once)),
+            "two batches α {}, one batch α {}",
+            alpha(&checked),
+            alpha(&once)
+        );
+        assert!(alpha(&checked) > 1.2 * alpha(&evidence));
+        let (a, b) = (checked.coefficients(), once.coefficients());
+        for j in 0..a.nrows() {
+            assert!((a[(j, 0)] - b[(j, 0)]).abs() <= 1e-6 * b[(j, 0)].abs().max(1.0));
+        }
+        // The batch's rows alone are not the statistics' rows: the refit is the evidence's.
+        let (unread, _, moved) = first
+            .update_on_rows(&config, &batch, &surprise, Some((x2.as_ref(), y2.as_ref())))
+            .unwrap();
+        assert_eq!((&unread, moved), (&evidence, 0));
+        // An explicit refit: the evidence's from the statistics, the check's given the rows.
+        assert_eq!(alpha(&checked.refit(&config).unwrap()), alpha(&evidence));
+        let (refit, _) = checked.refit_on_rows(&config, every).unwrap();
+        assert!(close(alpha(&refit), alpha(&once)));
+    }
+
     /// At the evidence's own `α` the noise update gives the evidence's `ŝ`: Algorithm 2's fixed
     /// point, which the larger `α` moves off.
     #[test]

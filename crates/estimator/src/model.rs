@@ -554,28 +554,7 @@ impl ModelState {
     ) -> Result<FitOnRows, EstimatorError> {
         check_config(config, &stats)?;
         let mut fitter = Fitter::new(config, &stats, |k| Fitter::ready(config, &stats, k))?;
-        let mut read = Ok(());
-        // Only where an output may take the check ([`Fitter::fit_output`]).
-        let checks = |k: usize| {
-            Fitter::ready(config, &stats, k)
-                && !config.structural_zeros(&stats, k)
-                && !stats.zero_inflated(k)
-                && noise_prior(config, &stats, k).rows == 0.0
-        };
-        let rows = rows.filter(|_| (0..config.outputs).any(checks));
-        if let (Some((x, y)), Some(shared)) = (rows, &fitter.shared) {
-            match leave_one_out::Rows::new(
-                &config.basis,
-                &stats,
-                x,
-                y,
-                config.flat_intercept(),
-                shared.len(),
-            ) {
-                Ok(rows) => fitter.rows = Some(rows),
-                Err(e) => read = Err(e),
-            }
-        }
+        let read = fitter.read_rows(rows, |k| Fitter::ready(config, &stats, k));
         let (outputs, alternates): (Vec<_>, Vec<_>) = (0..config.outputs)
             .into_par_iter()
             .map(|k| fitter.fit_output(k, None))
@@ -628,6 +607,25 @@ impl ModelState {
         batch: &BatchStatistics,
         surprise: &[Option<f64>],
     ) -> Result<(Self, FittedShapes), EstimatorError> {
+        self.update_on_rows(config, batch, surprise, None)
+            .map(|(state, shapes, _)| (state, shapes))
+    }
+
+    /// [`Self::update_with_shapes`] given `rows`, every row behind the statistics after the batch
+    /// (`x`, `y`: raw inputs and outputs, as batches hold them): an output the batch fits again
+    /// checks its shrinkage on them as a first fit does ([`Self::fit_on_rows`]), so that a model
+    /// fed its rows in batches answers as one fed them at once. Rows that are not the
+    /// statistics' (some purged, or the statistics weighted by forgetting) are not read, and the
+    /// refit is the evidence's alone, as without them. With the state and its shapes, how many
+    /// members of the refits' model averages took a larger `α` on the rows: where none did, the
+    /// state is [`Self::update_with_shapes`]'s to the bit.
+    pub fn update_on_rows(
+        &self,
+        config: &ModelConfig,
+        batch: &BatchStatistics,
+        surprise: &[Option<f64>],
+        rows: Option<(MatRef<'_, f64>, MatRef<'_, f64>)>,
+    ) -> Result<(Self, FittedShapes, usize), EstimatorError> {
         check_config(config, batch)?;
         let weight = config.forgetting_weight(batch.rows());
         let informative_before: Vec<f64> = (0..self.outputs.len())
@@ -687,7 +685,9 @@ impl ModelState {
             OutputState::Untrained => Fitter::ready(config, &totals, k),
             OutputState::Trained(post) => refits(k, post),
         };
-        let fitter = Fitter::new(config, &totals, fits)?;
+        let mut fitter = Fitter::new(config, &totals, fits)?;
+        // Rows the check cannot read leave the fits the evidence's, as without them.
+        let _ = fitter.read_rows(rows, fits);
         // A fit iterates; one step of a narrow output is microseconds, less than a rayon task.
         let parallel =
             self.basis.dim() >= super::PARALLEL_FROM || (0..self.outputs.len()).any(fits);
@@ -720,6 +720,7 @@ impl ModelState {
             .into_iter()
             .unzip();
         let (fitted_rows, alternates) = kept.into_iter().unzip();
+        let moved = fitter.moved.load(Ordering::Relaxed);
         let shared = fitter.shared;
         let state = Self::from_parts(
             self.basis,
@@ -731,7 +732,7 @@ impl ModelState {
         )?
         .keeping_first_fit(self);
         let shapes = FittedShapes::new(shared, state.totals());
-        Ok((state, shapes))
+        Ok((state, shapes, moved))
     }
 
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`. ARD
@@ -753,10 +754,22 @@ impl ModelState {
         &self,
         config: &ModelConfig,
     ) -> Result<(Self, FittedShapes), EstimatorError> {
+        self.refit_on_rows(config, None)
+    }
+
+    /// [`Self::refit_with_shapes`] given `rows`, every row behind the statistics: each output's
+    /// shrinkage checked on them as a first fit's is (see [`Self::update_on_rows`]).
+    pub fn refit_on_rows(
+        &self,
+        config: &ModelConfig,
+        rows: Option<(MatRef<'_, f64>, MatRef<'_, f64>)>,
+    ) -> Result<(Self, FittedShapes), EstimatorError> {
         check_config(config, &self.totals)?;
-        let fitter = Fitter::new(config, &self.totals, |k| {
+        let fitted = |k: usize| {
             self.outputs[k].posterior().is_some() || Fitter::ready(config, &self.totals, k)
-        })?;
+        };
+        let mut fitter = Fitter::new(config, &self.totals, fitted)?;
+        let _ = fitter.read_rows(rows, fitted);
         let (outputs, alternates): (Vec<_>, Vec<_>) = self
             .outputs
             .par_iter()
@@ -980,6 +993,41 @@ impl<'a> Fitter<'a> {
             rows: None,
             moved: AtomicUsize::new(0),
         })
+    }
+
+    /// Makes the rows `x`, `y` (every row behind the statistics) ready for the check, where some
+    /// output that `fitted` names may take it ([`Self::fit_output`]): a dense output without a
+    /// noise prior, fitted under a shared-scale family. `Ok` where they were not needed; why they
+    /// could not be read otherwise (they are not the statistics' rows, or not of their shape),
+    /// and the fit is then the evidence's alone.
+    fn read_rows(
+        &mut self,
+        rows: Option<(MatRef<'a, f64>, MatRef<'a, f64>)>,
+        fitted: impl Fn(usize) -> bool,
+    ) -> Result<(), EstimatorError> {
+        let (config, stats) = (self.config, self.stats);
+        let checks = |k: usize| {
+            fitted(k)
+                && !config.structural_zeros(stats, k)
+                && !stats.zero_inflated(k)
+                && noise_prior(config, stats, k).rows == 0.0
+        };
+        let (Some((x, y)), Some(shared)) = (rows, &self.shared) else {
+            return Ok(());
+        };
+        if !(0..config.outputs).any(checks) {
+            return Ok(());
+        }
+        let rows = leave_one_out::Rows::new(
+            &config.basis,
+            stats,
+            x,
+            y,
+            config.flat_intercept(),
+            shared.len(),
+        )?;
+        self.rows = Some(rows);
+        Ok(())
     }
 
     /// Whether output `k` (untrained so far) has the informative rows a first fit needs.

@@ -15,8 +15,8 @@ use crate::domain::{ModelName, ModelSpec};
 use crate::store::lock::LockedModel;
 use crate::store::sql;
 use crate::store::{
-    BatchSurprise, ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState,
-    Topic,
+    BatchSurprise, KeptRows, ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError,
+    StoredState, Topic,
 };
 
 /// The transaction of a [`ModelLock`], holding the model's row lock.
@@ -87,6 +87,14 @@ impl ModelTransaction for PgModelTransaction {
         Ok(rows)
     }
 
+    async fn kept_rows(&mut self) -> Result<Vec<KeptRows>, StoreError> {
+        let rows = sqlx::query_as(sql::KEPT_ROWS)
+            .bind(self.model_id)
+            .fetch_all(&mut *self.tx)
+            .await?;
+        Ok(rows)
+    }
+
     async fn queued_batches(
         &mut self,
         first_fit_rows: Option<i64>,
@@ -126,7 +134,8 @@ impl ModelTransaction for PgModelTransaction {
         args.add(v.observations).map_err(encode)?;
         args.add(v.noise_variances).map_err(encode)?;
         args.add(&v.state.bytes).map_err(encode)?;
-        args.add(&v.state.digest[..]).map_err(encode)?;
+        args.add(v.replayable.then_some(&v.state.digest[..]))
+            .map_err(encode)?;
         args.add(channel(Topic::Models)).map_err(encode)?;
         args.add(v.thin_previous).map_err(encode)?;
         args.add(v.folds).map_err(encode)?;

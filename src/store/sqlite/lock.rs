@@ -18,8 +18,8 @@ use crate::store::columns::List;
 use crate::store::lock::LockedModel;
 use crate::store::sql;
 use crate::store::{
-    BatchSurprise, ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError, StoredState,
-    Topic, VersionOrigin,
+    BatchSurprise, KeptRows, ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError,
+    StoredState, Topic, VersionOrigin,
 };
 
 /// The lock on `model_id`, already held: the model as it is now, `None` if it was deleted.
@@ -53,7 +53,7 @@ enum Write {
         observations: f64,
         noise_variances: Vec<Option<f64>>,
         state: Vec<u8>,
-        digest: [u8; 32],
+        digest: Option<[u8; 32]>,
         at: DateTime<Utc>,
     },
     Thin {
@@ -100,7 +100,7 @@ impl ModelTransaction for SqliteModelTransaction {
             } if *v == version => Some(StoredState {
                 origin: *origin,
                 blob: state.clone(),
-                digest: Some(*digest),
+                digest: *digest,
             }),
             _ => None,
         });
@@ -124,6 +124,14 @@ impl ModelTransaction for SqliteModelTransaction {
         .bind(version)
         .fetch_all(&self.store.inner.readers)
         .await?;
+        Ok(rows)
+    }
+
+    async fn kept_rows(&mut self) -> Result<Vec<KeptRows>, StoreError> {
+        let rows = sqlx::query_as(sql::SQLITE_KEPT_ROWS)
+            .bind(self.model_id)
+            .fetch_all(&self.store.inner.readers)
+            .await?;
         Ok(rows)
     }
 
@@ -162,7 +170,7 @@ impl ModelTransaction for SqliteModelTransaction {
             observations: v.observations,
             noise_variances: v.noise_variances.to_vec(),
             state: v.state.bytes.clone(),
-            digest: v.state.digest,
+            digest: v.replayable.then_some(v.state.digest),
             at,
         });
         if v.thin_previous {
@@ -241,7 +249,7 @@ impl ModelTransaction for SqliteModelTransaction {
                     .bind(List(noise_variances))
                     .bind(state)
                     .bind(at)
-                    .bind(&digest[..])
+                    .bind(digest.as_ref().map(|d| &d[..]))
                     .execute(&mut *tx)
                     .await?;
                     sqlx::query(

@@ -754,6 +754,7 @@ mod tests {
             &[Some(1.0)],
             &crate::store::StateBlob::new(state),
             &[],
+            true,
         )
         .await
         .unwrap();
