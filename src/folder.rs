@@ -21,7 +21,7 @@ use crate::estimator::grid::Grid;
 use crate::estimator::succession::Succession;
 use crate::estimator::{
     BatchStatistics, EstimatorError, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM,
-    Predictor, UpdateMethod, drift, first_fit,
+    Predictor, PriorFamily, UpdateMethod, drift, first_fit,
 };
 use crate::history::{self, RawRows, Source, decode_batch};
 use crate::metrics::Metrics;
@@ -146,7 +146,7 @@ pub fn gather(config: &ModelConfig, batches: &[RawRows<'_>]) -> Option<(Rows, Ro
 
 /// The most raw values (rows × (inputs + outputs)) a refit reads back to check its shrinkage
 /// on every row, as a first fit does: 2 MB. Beyond it a refit is the evidence's alone, as the
-/// incremental method intends; where rows are that many, leave-one-out and the evidence agree.
+/// incremental method intends (with more rows, leave-one-out and the evidence differ less).
 pub const CHECK_VALUES: usize = 1 << 18;
 
 /// Whether `rows` rows of `config`'s model fit within [`CHECK_VALUES`].
@@ -155,7 +155,7 @@ pub fn rows_within_check(config: &ModelConfig, rows: f64) -> bool {
 }
 
 /// The most rows of `config`'s model within [`CHECK_VALUES`].
-fn max_check_rows(config: &ModelConfig) -> f64 {
+pub fn max_check_rows(config: &ModelConfig) -> f64 {
     (CHECK_VALUES / (config.basis.features + config.outputs).max(1)) as f64
 }
 
@@ -176,8 +176,10 @@ fn may_read_rows(config: &ModelConfig, state: &ModelState, queued: f64) -> bool 
 }
 
 /// Whether `state` may be fitted again once it holds `rows` rows, under a model without
-/// forgetting.
+/// forgetting whose prior family can take the check (not ARD alone). An untrained output may be
+/// trained, and then refitted, by the batches before those rows.
 fn may_grow(config: &ModelConfig, state: &ModelState, rows: f64) -> bool {
+    let untrained = state.outputs().iter().any(|o| o.posterior().is_none());
     let fitted = state
         .fitted_rows()
         .iter()
@@ -186,9 +188,18 @@ fn may_grow(config: &ModelConfig, state: &ModelState, rows: f64) -> bool {
         .map(|(r, _)| *r)
         .fold(f64::INFINITY, f64::min);
     let grows = config.update == UpdateMethod::Refit
+        || untrained
         || (config.options.refit_growth > 0.0
             && rows >= config.options.refit_growth * fitted.max(1.0));
-    config.forgetting.is_none() && grows
+    config.forgetting.is_none() && config.prior != PriorFamily::Ard && grows
+}
+
+/// Whether a first fit's fold may hand a later batch's update the rows behind it: every queued
+/// batch is then read with its rows.
+fn may_read_rows_after_first_fit(config: &ModelConfig, first_fit_rows: f64) -> bool {
+    config.forgetting.is_none()
+        && config.prior != PriorFamily::Ard
+        && rows_within_check(config, first_fit_rows)
 }
 
 /// What a first fit hands its version's predictor: the predictor itself, where reading the
@@ -224,8 +235,9 @@ enum ForPredictor {
 /// that fits an output again then hands its update every row behind the statistics (those,
 /// its own and the queue's before it), and the refit checks its shrinkage on them as a first
 /// fit does ([`ModelState::update_on_rows`]): a model fed its rows in batches answers as one
-/// fed them at once. A row missing from them (purged, or never read) leaves the refit the
-/// evidence's alone.
+/// fed them at once. A row missing from them (purged, past the budget, or not the state's after
+/// a restore) leaves the refit the evidence's alone; the fold reads the rows for every batch
+/// of it that may refit within the budget, whichever batches it holds together.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_fold(
     config: &ModelConfig,
@@ -351,6 +363,16 @@ pub fn plan_fold(
             let (next, formed, moved) = base
                 .update_on_rows(config, &stats, &z, rows)
                 .map_err(|e| format!("update failed: {e}"))?;
+            let moved = match moved {
+                Ok(moved) => moved,
+                Err(e) => {
+                    // Not the statistics' rows: the refit stands on the evidence alone.
+                    if rows.is_some() {
+                        tracing::debug!(error = %e, "a refit could not check its rows");
+                    }
+                    0
+                }
+            };
             if next.is_finite() {
                 Ok(Learnt::Folded(Box::new(next), formed, z, moved > 0))
             } else {
@@ -518,15 +540,23 @@ async fn fold_claimed(
         .successor
         .zip(lock.spec.spectrum)
         .map(|(new, old)| (new.grid(), old.grid()));
-    // A first fit reads its batches' raw rows, to set its noise shapes on them.
+    // A first fit reads its batches' raw rows, to set its noise shapes on them; where a later
+    // batch of the same fold may refit on every row (as below), the whole queue's.
     let queued = if current.is_some() {
         lock.queued_batches().await?
+    } else if grids.is_none()
+        && may_read_rows_after_first_fit(&config, lock.spec.first_fit_rows as f64)
+    {
+        lock.queued_batches_with_rows(i64::MAX).await?
     } else {
         let rows = i64::try_from(lock.spec.first_fit_rows).unwrap_or(i64::MAX);
         lock.queued_batches_for_first_fit(rows).await?
     };
     // A refit this fold may make reads every row back, to check its shrinkage as a first fit
-    // does (no forgetting, within `CHECK_VALUES`, the rows grown enough).
+    // does (no forgetting, within `CHECK_VALUES`, the rows grown enough). The whole queue with
+    // its rows, so that which batches have them does not depend on the batches this fold holds
+    // or rejects; the folded batches' rows only as far as the budget reaches (past a restore,
+    // batches of later versions stay folded, and their rows would not be the state's).
     let (queued, kept) = match current.as_deref() {
         Some(state)
             if grids.is_none()
@@ -536,11 +566,10 @@ async fn fold_claimed(
                     queued.iter().map(|b| f64::from(b.rows)).sum(),
                 ) =>
         {
-            // The queue's rows only as far as the budget reaches: a batch past it is not checked.
-            let room = max_check_rows(&config) - state.totals().rows();
+            let budget = max_check_rows(&config) as i64;
             (
-                lock.queued_batches_with_rows(room.max(0.0) as i64).await?,
-                Some(lock.kept_rows().await?),
+                lock.queued_batches_with_rows(i64::MAX).await?,
+                Some(lock.kept_rows(budget).await?),
             )
         }
         _ => (queued, None),

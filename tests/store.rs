@@ -825,7 +825,16 @@ async fn a_fold_that_cannot_be_replayed_keeps_its_state_and_folded_rows_read_bac
     let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
     let second = lock.stored_state(2).await.unwrap().expect("version 2");
     assert_eq!((second.digest, second.blob), (None, b"state 2".to_vec()));
-    let kept = lock.kept_rows().await.unwrap();
+    // Up to 7 rows: the batches after the fourth (8 rows before them) come without theirs.
+    let bounded = lock.kept_rows(7).await.unwrap();
+    let kept_of = |k: &mordant::store::KeptRows| k.rows_x.is_some();
+    assert_eq!(
+        bounded.iter().map(kept_of).collect::<Vec<_>>(),
+        [
+            true, true, true, true, false, false, false, false, false, false
+        ]
+    );
+    let kept = lock.kept_rows(i64::MAX).await.unwrap();
     let first_inputs: Vec<f64> = kept
         .iter()
         .map(|k| {

@@ -346,7 +346,10 @@ pub async fn refit(
         && config.forgetting.is_none()
         && folder::rows_within_check(&config, state.totals().rows())
     {
-        Some(lock.kept_rows().await?)
+        Some(
+            lock.kept_rows(folder::max_check_rows(&config) as i64)
+                .await?,
+        )
     } else {
         None
     };

@@ -30,8 +30,9 @@ pub trait ModelTransaction: Send {
     async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError>;
     /// The batches folded into `version`, in the order they were folded.
     async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError>;
-    /// The raw rows of every batch the model has folded, in the order they were folded.
-    async fn kept_rows(&mut self) -> Result<Vec<KeptRows>, StoreError>;
+    /// The raw rows of every batch the model has folded, in the order they were folded, each
+    /// that follows fewer than `rows` folded rows (`None` for the others).
+    async fn kept_rows(&mut self, rows: i64) -> Result<Vec<KeptRows>, StoreError>;
     /// The model's queued batches, oldest first; with `first_fit_rows`, each batch that follows
     /// fewer queued rows than that with its raw rows, stored with statistics or not.
     async fn queued_batches(
@@ -123,10 +124,11 @@ impl ModelLock {
         self.tx.folded_batches(version).await
     }
 
-    /// The raw rows of every batch this model has folded, in the order they were folded: what
-    /// a refit checks its shrinkage on.
-    pub async fn kept_rows(&mut self) -> Result<Vec<KeptRows>, StoreError> {
-        self.tx.kept_rows().await
+    /// The raw rows of every batch this model has folded, in the order they were folded, as far
+    /// as `rows` rows reach (each batch that follows fewer folded rows than that): what a refit
+    /// checks its shrinkage on.
+    pub async fn kept_rows(&mut self, rows: i64) -> Result<Vec<KeptRows>, StoreError> {
+        self.tx.kept_rows(rows).await
     }
 
     /// [`Self::queued_batches`], each batch that follows fewer than `rows` queued rows with its

@@ -191,8 +191,8 @@ pub struct NewVersion<'a> {
     /// The queued batches this version folds in, marked folded into it.
     pub folds: &'a [i64],
     /// Whether the state is the version before it with `folds` learnt (by the model's update),
-    /// so that it can be kept thin later: its digest is kept only then. A fold whose refit read
-    /// the rows behind it back is not: a replay has only its batches.
+    /// so that it can be kept thin later: its digest is kept only then. A fold whose refit took
+    /// more shrinkage on the rows behind it, read back, is not: a replay has only its batches.
     pub replayable: bool,
 }
 

@@ -133,13 +133,23 @@ pub(super) const SQLITE_BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, r
      END AS rows_x, \
      CASE WHEN length(statistics) = 0 THEN (SELECT r.y FROM batch_rows r WHERE r.seq = batches.seq) \
      END AS rows_y";
-/// The raw rows of every batch a model has folded, in the order they were folded.
-pub(super) const KEPT_ROWS: &str = "SELECT rows, x AS rows_x, y AS rows_y FROM batches \
-     WHERE model_id = $1 AND status = 'folded' ORDER BY version, COALESCE(arrival, seq), seq";
+/// The raw rows of every batch a model has folded, in the order they were folded, of each batch
+/// that follows fewer than `$2` folded rows (NULL for the others).
+pub(super) const KEPT_ROWS: &str = "SELECT rows, \
+     CASE WHEN before < $2 THEN x END AS rows_x, CASE WHEN before < $2 THEN y END AS rows_y \
+     FROM (SELECT *, coalesce(sum(rows) OVER (ORDER BY version, COALESCE(arrival, seq), seq \
+     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before \
+     FROM batches WHERE model_id = $1 AND status = 'folded') folded \
+     ORDER BY version, COALESCE(arrival, seq), seq";
 /// [`KEPT_ROWS`] on SQLite, which keeps the raw rows in `batch_rows`.
-pub(super) const SQLITE_KEPT_ROWS: &str = "SELECT b.rows, r.x AS rows_x, r.y AS rows_y \
-     FROM batches b LEFT JOIN batch_rows r ON r.seq = b.seq \
-     WHERE b.model_id = ?1 AND b.status = 'folded' ORDER BY b.version, b.seq";
+pub(super) const SQLITE_KEPT_ROWS: &str = "SELECT rows, \
+     CASE WHEN before < ?2 THEN (SELECT r.x FROM batch_rows r WHERE r.seq = folded.seq) END \
+     AS rows_x, \
+     CASE WHEN before < ?2 THEN (SELECT r.y FROM batch_rows r WHERE r.seq = folded.seq) END \
+     AS rows_y \
+     FROM (SELECT *, coalesce(sum(rows) OVER (ORDER BY version, seq \
+     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before \
+     FROM batches WHERE model_id = ?1 AND status = 'folded') folded ORDER BY version, seq";
 /// The models and keys a store holds, which a copy's target must not.
 pub(super) const COUNTS: &str =
     "SELECT (SELECT count(*) FROM models), (SELECT count(*) FROM api_keys)";

@@ -183,7 +183,7 @@ mod tests {
         let (checked, _, moved) = first
             .update_on_rows(&config, &batch, &surprise, every)
             .unwrap();
-        assert_eq!(moved, 1);
+        assert_eq!(moved, Ok(1));
         assert_eq!(checked.fitted_rows(), &[40.0]);
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
         assert!(
@@ -201,7 +201,10 @@ mod tests {
         let (unread, _, moved) = first
             .update_on_rows(&config, &batch, &surprise, Some((x2.as_ref(), y2.as_ref())))
             .unwrap();
-        assert_eq!((&unread, moved), (&evidence, 0));
+        assert_eq!(
+            (&unread, moved),
+            (&evidence, Err(EstimatorError::NotTheRows))
+        );
         // An explicit refit: the evidence's from the statistics, the check's given the rows.
         assert_eq!(alpha(&checked.refit(&config).unwrap()), alpha(&evidence));
         let (refit, _) = checked.refit_on_rows(&config, every).unwrap();

@@ -617,15 +617,15 @@ impl ModelState {
     /// fed its rows in batches answers as one fed them at once. Rows that are not the
     /// statistics' (some purged, or the statistics weighted by forgetting) are not read, and the
     /// refit is the evidence's alone, as without them. With the state and its shapes, how many
-    /// members of the refits' model averages took a larger `α` on the rows: where none did, the
-    /// state is [`Self::update_with_shapes`]'s to the bit.
+    /// members of the refits' model averages took a larger `α` on the rows (where none did, the
+    /// state is [`Self::update_with_shapes`]'s to the bit), or why the rows could not be read.
     pub fn update_on_rows(
         &self,
         config: &ModelConfig,
         batch: &BatchStatistics,
         surprise: &[Option<f64>],
         rows: Option<(MatRef<'_, f64>, MatRef<'_, f64>)>,
-    ) -> Result<(Self, FittedShapes, usize), EstimatorError> {
+    ) -> Result<FitOnRows, EstimatorError> {
         check_config(config, batch)?;
         let weight = config.forgetting_weight(batch.rows());
         let informative_before: Vec<f64> = (0..self.outputs.len())
@@ -687,7 +687,7 @@ impl ModelState {
         };
         let mut fitter = Fitter::new(config, &totals, fits)?;
         // Rows the check cannot read leave the fits the evidence's, as without them.
-        let _ = fitter.read_rows(rows, fits);
+        let read = fitter.read_rows(rows, fits);
         // A fit iterates; one step of a narrow output is microseconds, less than a rayon task.
         let parallel =
             self.basis.dim() >= super::PARALLEL_FROM || (0..self.outputs.len()).any(fits);
@@ -720,7 +720,7 @@ impl ModelState {
             .into_iter()
             .unzip();
         let (fitted_rows, alternates) = kept.into_iter().unzip();
-        let moved = fitter.moved.load(Ordering::Relaxed);
+        let moved = read.map(|()| fitter.moved.load(Ordering::Relaxed));
         let shared = fitter.shared;
         let state = Self::from_parts(
             self.basis,

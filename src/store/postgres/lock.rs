@@ -87,9 +87,10 @@ impl ModelTransaction for PgModelTransaction {
         Ok(rows)
     }
 
-    async fn kept_rows(&mut self) -> Result<Vec<KeptRows>, StoreError> {
+    async fn kept_rows(&mut self, rows: i64) -> Result<Vec<KeptRows>, StoreError> {
         let rows = sqlx::query_as(sql::KEPT_ROWS)
             .bind(self.model_id)
+            .bind(rows)
             .fetch_all(&mut *self.tx)
             .await?;
         Ok(rows)

@@ -127,9 +127,10 @@ impl ModelTransaction for SqliteModelTransaction {
         Ok(rows)
     }
 
-    async fn kept_rows(&mut self) -> Result<Vec<KeptRows>, StoreError> {
+    async fn kept_rows(&mut self, rows: i64) -> Result<Vec<KeptRows>, StoreError> {
         let rows = sqlx::query_as(sql::SQLITE_KEPT_ROWS)
             .bind(self.model_id)
+            .bind(rows)
             .fetch_all(&self.store.inner.readers)
             .await?;
         Ok(rows)
