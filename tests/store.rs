@@ -682,6 +682,22 @@ async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(sto
 
 /// Ingests two batches and folds them into the next version, whose state is `state {v}`.
 async fn fold_two(store: &Store, id: i64, spec: &ModelSpec, v: i64) {
+    fold_two_as(store, id, spec, v, true).await;
+}
+
+/// Whether each of the model's versions keeps its full state, oldest first.
+async fn full_states(store: &Store, id: i64) -> Vec<bool> {
+    store
+        .versions(id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|v| v.full_state)
+        .collect()
+}
+
+/// [`fold_two`], its version written `replayable` or not.
+async fn fold_two_as(store: &Store, id: i64, spec: &ModelSpec, v: i64, replayable: bool) {
     ingest(store, id, &batch(spec, &format!("b{v}a"), 2, v as f64)).await;
     ingest(
         store,
@@ -706,7 +722,7 @@ async fn fold_two(store: &Store, id: i64, spec: &ModelSpec, v: i64) {
             &[Some(1.0)],
             &state,
             &seqs,
-            true,
+            replayable,
         )
         .await
         .unwrap();
@@ -740,13 +756,7 @@ async fn folds_between_full_states_keep_their_digest_and_batches(store: &Store) 
     fold_two(store, id, &spec, 9).await;
     fold_two(store, id, &spec, 10).await;
 
-    let full: Vec<bool> = store
-        .versions(id)
-        .await
-        .unwrap()
-        .iter()
-        .map(|v| v.full_state)
-        .collect();
+    let full = full_states(store, id).await;
     // 1 the first, 3, 6 and 9 multiples of 3, 8 a restore, 10 the current version.
     assert_eq!(
         full,
@@ -787,39 +797,10 @@ async fn a_fold_that_cannot_be_replayed_keeps_its_state_and_folded_rows_read_bac
     let spec = spec("lab", 1);
     let id = create(store, &spec).await;
     for v in 1..=5i64 {
-        for (part, seed) in [("a", v as f64), ("b", v as f64 + 0.5)] {
-            ingest(store, id, &batch(&spec, &format!("b{v}{part}"), 2, seed)).await;
-        }
-        let mut lock = claim_eventually(store, &[]).await;
-        let seqs: Vec<i64> = lock
-            .queued_batches()
-            .await
-            .unwrap()
-            .iter()
-            .map(|b| b.seq)
-            .collect();
-        let state = blob(format!("state {v}").as_bytes());
-        lock.write_version(
-            VersionOrigin::Fold,
-            None,
-            4.0 * v as f64,
-            &[Some(1.0)],
-            &state,
-            &seqs,
-            v != 2,
-        )
-        .await
-        .unwrap();
-        lock.commit().await.unwrap();
+        fold_two_as(store, id, &spec, v, v != 2).await;
     }
     ingest(store, id, &batch(&spec, "queued", 2, 9.0)).await;
-    let full: Vec<bool> = store
-        .versions(id)
-        .await
-        .unwrap()
-        .iter()
-        .map(|v| v.full_state)
-        .collect();
+    let full = full_states(store, id).await;
     // 2 cannot be replayed; 4 is thinned as any fold between full states is.
     assert_eq!(full, [true, true, true, false, true]);
     let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
