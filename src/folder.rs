@@ -550,7 +550,7 @@ async fn fold_claimed(
         lock.queued_batches_with_rows(i64::MAX).await?
     } else {
         let rows = i64::try_from(lock.spec.first_fit_rows).unwrap_or(i64::MAX);
-        lock.queued_batches_for_first_fit(rows).await?
+        lock.queued_batches_with_rows(rows).await?
     };
     // A refit this fold may make reads every row back, to check its shrinkage as a first fit
     // does (no forgetting, within `CHECK_VALUES`, the rows grown enough). The whole queue with

@@ -131,28 +131,20 @@ impl ModelLock {
         self.tx.kept_rows(rows).await
     }
 
-    /// [`Self::queued_batches`], each batch that follows fewer than `rows` queued rows with its
-    /// raw rows where they are kept, whether or not it was stored with statistics.
-    pub async fn queued_batches_with_rows(
-        &mut self,
-        rows: i64,
-    ) -> Result<Vec<QueuedBatch>, StoreError> {
-        self.tx.queued_batches(Some(rows)).await
-    }
-
     /// The model's queued batches, oldest first.
     pub async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
         self.tx.queued_batches(None).await
     }
 
-    /// [`Self::queued_batches`], those a first fit on `first_fit_rows` rows learns from (each
-    /// batch after fewer queued rows than that) with their raw rows where they are kept, whether
-    /// or not they were stored with statistics: what a first fit reads.
-    pub async fn queued_batches_for_first_fit(
+    /// [`Self::queued_batches`], each batch that follows fewer than `rows` queued rows with its
+    /// raw rows where they are kept, whether or not it was stored with statistics: with a first
+    /// fit's `first_fit_rows`, what that first fit reads; with more, what a fold whose refits
+    /// may check their rows reads.
+    pub async fn queued_batches_with_rows(
         &mut self,
-        first_fit_rows: i64,
+        rows: i64,
     ) -> Result<Vec<QueuedBatch>, StoreError> {
-        self.tx.queued_batches(Some(first_fit_rows)).await
+        self.tx.queued_batches(Some(rows)).await
     }
 
     /// Writes the next version and makes it current; returns its number and time.
