@@ -28,16 +28,22 @@ import accuracy as A  # noqa: E402
 
 
 def train_and_predict(service, ds, variant, stages, test):
-    """Mean and sd of output 0 on `test` after the `stages` batches (`bench/accuracy`'s client)."""
-    mean, sd, _ = A.run_mordant(service, ds, variant, {"stages": stages, "test": test}, "share", False, 600)
-    return mean[:, 0], sd[:, 0]
+    """Mean, sd and degrees of freedom (∞ for a Gaussian answer) of output 0 on `test` after the
+    `stages` batches (`bench/accuracy`'s client)."""
+    mean, sd, info = A.run_mordant(service, ds, variant, {"stages": stages, "test": test}, "share", False, 600)
+    spread = A.answered_spread(sd, info)
+    dof = spread[1][:, 0] if isinstance(spread, tuple) else np.full(len(test), np.inf)
+    return mean[:, 0], sd[:, 0], dof
 
 
 def pooled(parts):
-    """RMSEP, 95 % coverage and mean CRPS over the splits' (truth, mean, sd)."""
-    y, mean, sd = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    """RMSEP, 95 % coverage and mean CRPS over the splits' (truth, mean, sd, dof), each answer
+    scored as the distribution it is (`bench/accuracy`'s metrics: a Student-t where it carries
+    degrees of freedom)."""
+    y, mean, sd, dof = (np.concatenate([p[i] for p in parts]) for i in range(4))
     rmsep = np.sqrt(np.mean([np.mean((p[0] - p[1]) ** 2) for p in parts]))
-    return rmsep, np.mean(np.abs(y - mean) <= A.Z95 * sd), A.gaussian_crps(y, mean, sd).mean()
+    inside = np.abs(y - mean) <= A.half_widths(sd, dof, 0.95)
+    return rmsep, np.mean(inside), A.student_crps(y, mean, sd, dof).mean()
 
 
 def main(argv):

@@ -30,6 +30,7 @@ use crate::store::{
 };
 use crate::successor::{self, SuccessorBatch, encode_version};
 use crate::tasks::{Notifications, sleep_or_stop};
+use first_fit::ForPredictor;
 
 /// What folding a model's queue gives: the new state (if any batch was folded), the batches
 /// folded into it, the batches rejected with their reasons and those held for review. Batches
@@ -40,9 +41,9 @@ pub struct FoldPlan {
     /// The prior shapes the evidence formed for `state` (its first fit's, or the refits' of the
     /// last batch that changed it), for its predictor; none where `predictor` took them.
     pub shapes: FittedShapes,
-    /// `state`'s predictor, where the plan formed it: a first fit forms it to read its rows'
-    /// residuals ([`Predictor::tail_of_rows`]), and hands it on (with the shapes it took)
-    /// while no later batch of the plan changes the state.
+    /// `state`'s predictor, where the plan formed it: a first fit, or a refit given the rows
+    /// behind it, forms it to read their residuals ([`Predictor::tail_of_rows`]), and hands it
+    /// on (with the shapes it took) while no later batch of the plan changes the state.
     pub predictor: Option<Predictor>,
     pub folded: Vec<i64>,
     pub rejected: Vec<(i64, String)>,
@@ -54,9 +55,9 @@ pub struct FoldPlan {
     /// The successor instrument's state after the batches of its readings; `None` when none
     /// was folded.
     pub succession: Option<Succession>,
-    /// Whether a refit took more shrinkage than the evidence's on the rows behind it
-    /// ([`plan_fold`]'s `kept`): a replay of the batches alone would not give the state back,
-    /// and it is kept in full.
+    /// Whether the rows behind a refit ([`plan_fold`]'s `kept`) moved it off what the statistics
+    /// alone give (a larger `α`, a noise shape or the tail read anew): a replay of the batches
+    /// alone would not give the state back, and it is kept in full.
     pub checked_on_rows: bool,
 }
 
@@ -202,13 +203,6 @@ fn may_read_rows_after_first_fit(config: &ModelConfig, first_fit_rows: f64) -> b
         && rows_within_check(config, first_fit_rows)
 }
 
-/// What a first fit hands its version's predictor: the predictor itself, where reading the
-/// rows formed it, else the prior shapes to form it with.
-enum ForPredictor {
-    Formed(Predictor),
-    Shapes(FittedShapes),
-}
-
 /// Folds `batches` (oldest first) into `current`. A batch stored in a shape the model had
 /// before it grew (`earlier`) is learnt widened to its shape now.
 ///
@@ -233,10 +227,11 @@ enum ForPredictor {
 ///
 /// `kept`: the raw rows of every batch folded before, where the fold read them back. A batch
 /// that fits an output again then hands its update every row behind the statistics (those,
-/// its own and the queue's before it), and the refit checks its shrinkage on them as a first
-/// fit does ([`ModelState::update_on_rows`]): a model fed its rows in batches answers as one
-/// fed them at once. A row missing from them (purged, past the budget, or not the state's after
-/// a restore) leaves the refit the evidence's alone; the fold reads the rows for every batch
+/// its own and the queue's before it), and the refit checks its shrinkage on them and reads
+/// its noise shapes and tail off them as a first fit does ([`first_fit::update_on_rows`]): a
+/// model fed its rows in batches answers as one fed them at once. A row missing from them
+/// (purged, past the budget, or not the state's after a restore) leaves the refit the
+/// evidence's alone, with the shapes and tail it had; the fold reads the rows for every batch
 /// of it that may refit within the budget, whichever batches it holds together.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_fold(
@@ -360,35 +355,43 @@ pub fn plan_fold(
                     gather(config, &all)
                 });
             let rows = every.as_ref().map(|(x, y)| (x.as_mat(), y.as_mat()));
-            let (next, formed, moved) = base
-                .update_on_rows(config, &stats, &z, rows)
+            let done = first_fit::update_on_rows(base, config, &stats, &z, rows)
                 .map_err(|e| format!("update failed: {e}"))?;
-            let moved = match moved {
-                Ok(moved) => moved,
-                Err(e) => {
-                    // Not the statistics' rows: the refit stands on the evidence alone.
-                    if rows.is_some() {
-                        tracing::debug!(error = %e, "a refit could not check its rows");
-                    }
-                    0
-                }
-            };
-            if next.is_finite() {
-                Ok(Learnt::Folded(Box::new(next), formed, z, moved > 0))
+            // Rows that are not the statistics' leave the refit the evidence's alone, and the
+            // shapes and tail kept.
+            for (step, e) in &done.skipped {
+                tracing::debug!(error = %e, step, "a refit's rows did not set this");
+            }
+            let whole = done.shrunk > 0 || done.reshaped;
+            if done.state.is_finite() {
+                Ok(Learnt::Folded(
+                    Box::new(done.state),
+                    done.predictor,
+                    z,
+                    whole,
+                ))
             } else {
                 Err("the update would make the model state non-finite".to_owned())
             }
         });
         match next {
-            Ok(Learnt::Folded(next, formed, z, moved)) => {
+            Ok(Learnt::Folded(next, formed, z, whole)) => {
                 state = Some(*next);
-                plan.checked_on_rows |= moved;
+                plan.checked_on_rows |= whole;
                 match (seen.as_mut(), batch.rows) {
                     (Some(seen), Some(rows)) => seen.push(rows),
                     _ => seen = None,
                 }
-                shapes = formed;
-                plan.predictor = None;
+                match formed {
+                    ForPredictor::Formed(predictor) => {
+                        plan.predictor = Some(predictor);
+                        shapes = FittedShapes::none();
+                    }
+                    ForPredictor::Shapes(formed) => {
+                        plan.predictor = None;
+                        shapes = formed;
+                    }
+                }
                 plan.folded.push(seq);
                 plan.surprise.push((seq, z));
             }
@@ -474,9 +477,10 @@ fn learn_successor(
 
 /// What became of one batch after the first fit.
 enum Learnt {
-    /// The next state, the shapes its refits formed, the batch's surprise, and whether a refit
-    /// took more shrinkage on the rows behind it than the evidence's.
-    Folded(Box<ModelState>, FittedShapes, Vec<Option<f64>>, bool),
+    /// The next state, what its predictor takes, the batch's surprise, and whether the rows
+    /// behind it moved a refit off what the statistics alone give (a larger `α`, a noise shape
+    /// or the tail read anew).
+    Folded(Box<ModelState>, ForPredictor, Vec<Option<f64>>, bool),
     Held(Vec<Option<f64>>),
 }
 

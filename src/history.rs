@@ -26,6 +26,7 @@ use chrono::{DateTime, Utc};
 
 use crate::cache::{CachedModel, PosteriorCache, Serving};
 use crate::domain::{Rows, Shape};
+use crate::estimator::first_fit::ForPredictor;
 use crate::estimator::succession::Succession;
 use crate::estimator::{
     Basis, BatchStatistics, FittedShapes, ModelConfig, ModelState, Predictor, codec,
@@ -325,6 +326,14 @@ impl PredictorTask {
     /// [`Self::start`] for a predictor already formed.
     pub fn ready(predictor: Predictor) -> Self {
         Self(tokio::spawn(async move { Arc::new(predictor) }))
+    }
+
+    /// [`Self::ready`] for a predictor a fit formed, else [`Self::with_fitted_shapes`].
+    pub fn prepared(state: &Arc<ModelState>, prepared: ForPredictor) -> Self {
+        match prepared {
+            ForPredictor::Formed(predictor) => Self::ready(predictor),
+            ForPredictor::Shapes(shapes) => Self::with_fitted_shapes(state, shapes),
+        }
     }
 
     async fn finish(self) -> Result<Arc<Predictor>, StoreError> {

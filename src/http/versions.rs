@@ -21,6 +21,7 @@ use super::models::not_trained;
 use super::routes::Routes;
 use crate::cache::Serving;
 use crate::domain::Invalid;
+use crate::estimator::first_fit::{self, ForPredictor};
 use crate::estimator::{FittedShapes, ModelState};
 use crate::folder::{self, current_state};
 use crate::history::{self, RawRows};
@@ -288,7 +289,7 @@ pub async fn restore(
         Some(source),
         (state, successor),
         blob,
-        FittedShapes::none(),
+        ForPredictor::Shapes(FittedShapes::none()),
     )
     .await?;
     // The versions up to the new one do not change once written: read after the commit, the
@@ -353,20 +354,23 @@ pub async fn refit(
     } else {
         None
     };
-    let (state, shapes, successor, blob) = app
+    let (state, predictor, successor, blob) = app
         .cpu_bound(move || {
             let every = kept.as_ref().and_then(|kept| {
                 let rows: Vec<_> = kept.iter().filter_map(RawRows::of_kept).collect();
                 folder::gather(&config, &rows)
             });
             let rows = every.as_ref().map(|(x, y)| (x.as_mat(), y.as_mat()));
-            let (state, shapes) = state
-                .refit_on_rows(&config, rows)
+            let done = first_fit::refit_on_rows(&state, &config, rows)
                 .map_err(|e| ApiError::Conflict(format!("the refit failed: {e}")))?;
+            for (step, e) in &done.skipped {
+                tracing::debug!(error = %e, step, "a refit's rows did not set this");
+            }
+            let (state, predictor) = (done.state, done.predictor);
             // The successor instrument's state is carried as it is.
             let blob = StateBlob::new(encode_version(&state, succession.as_ref()));
             let successor = succession.map(|s| Arc::new(Serving::new(s)));
-            Ok::<_, ApiError>((state, shapes, successor, blob))
+            Ok::<_, ApiError>((state, predictor, successor, blob))
         })
         .await??;
     if !state.is_finite() {
@@ -381,7 +385,7 @@ pub async fn refit(
         None,
         (state, successor),
         blob,
-        shapes,
+        predictor,
     )
     .await?;
     Ok((StatusCode::CREATED, Json(view)))
@@ -395,7 +399,7 @@ async fn write(
     restored_from: Option<i64>,
     (state, successor): (ModelState, Option<Arc<Serving>>),
     blob: StateBlob,
-    shapes: FittedShapes,
+    predictor: ForPredictor,
 ) -> Result<VersionView, ApiError> {
     let observations = state.totals().rows();
     let noise = state.noise_variances();
@@ -403,7 +407,7 @@ async fn write(
     let next = history::NextVersion {
         origin,
         restored_from,
-        predictor: history::PredictorTask::with_fitted_shapes(&state, shapes),
+        predictor: history::PredictorTask::prepared(&state, predictor),
         state,
         successor,
         blob: &blob,

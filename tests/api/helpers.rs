@@ -460,7 +460,9 @@ pub fn direct_state(
                 mat(&batches[..=i].iter().flat_map(|b| b.1.clone()).collect::<Vec<_>>()),
             );
             let rows = Some((x.as_ref(), y.as_ref()));
-            state.update_on_rows(config, &stats, &surprise, rows).unwrap().0
+            mordant::estimator::first_fit::update_on_rows(&state, config, &stats, &surprise, rows)
+                .unwrap()
+                .state
         } else {
             state.update(config, &stats).unwrap()
         };
@@ -469,7 +471,8 @@ pub fn direct_state(
 }
 
 /// What an explicit refit of [`direct_state`]'s state answers, as the service computes it:
-/// Algorithm 2 on the statistics, its shrinkage checked on every row where it reads them back.
+/// Algorithm 2 on the statistics, completed on every row where it reads them back (its
+/// shrinkage checked, its noise shapes and tail read).
 pub fn direct_refit(
     config: &mordant::estimator::ModelConfig,
     batches: &[RowsXY],
@@ -480,7 +483,9 @@ pub fn direct_refit(
     let y = mat(&batches.iter().flat_map(|b| b.1.clone()).collect::<Vec<_>>());
     let rows = mordant::folder::rows_within_check(config, state.totals().rows())
         .then_some((x.as_ref(), y.as_ref()));
-    state.refit_on_rows(config, rows).unwrap().0
+    mordant::estimator::first_fit::refit_on_rows(&state, config, rows)
+        .unwrap()
+        .state
 }
 
 /// Asserts that the API's predictions are exactly the estimator's.

@@ -239,7 +239,11 @@ fn states_by_version(
                 let every = mordant::folder::may_refit_on_rows(config, &s, batch.rows())
                     .then_some((x.as_ref(), y.as_ref()));
                 let surprise = s.surprise(&batch);
-                Some(s.update_on_rows(config, &batch, &surprise, every).unwrap().0)
+                let done = mordant::estimator::first_fit::update_on_rows(
+                    &s, config, &batch, &surprise, every,
+                )
+                .unwrap();
+                Some(done.state)
             }
         };
         let last_of_version = fold_order.get(i + 1).is_none_or(|(v, _)| v != version);

@@ -1,4 +1,4 @@
-use mordant::estimator::{Basis, ModelConfig, Transform};
+use mordant::estimator::{Basis, BatchStatistics, ModelConfig, ModelState, Transform};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -388,6 +388,124 @@ fn bumped_rows(from: usize, n: usize, p: usize) -> RowsXY {
     rows.into_iter().unzip()
 }
 
+/// Rows `from..from + n` of 80 (of a seed) on one linear law of 6 inputs: the first 40 small,
+/// their noise small and even; the last 40 ten times larger, their noise growing with the
+/// answer and heavy-tailed (one row in eight ten times off).
+fn two_kinds_of_rows(seed: u64, from: usize, n: usize) -> RowsXY {
+    let p = 6;
+    let mut state = seed;
+    let mut uniform = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let x: Vec<Vec<f64>> = (0..80)
+        .map(|i| {
+            let size = if i < 40 { 1.0 } else { 10.0 };
+            (0..p).map(|_| size * uniform()).collect()
+        })
+        .collect();
+    let y: Vec<Vec<f64>> = (0..80)
+        .map(|i| {
+            let mean: f64 = 2.0 + (0..p).map(|j| x[i][j] * (j as f64 - 2.0)).sum::<f64>();
+            let e = uniform() + uniform() + uniform() - 1.5;
+            let noise = if i < 40 {
+                0.05 * e
+            } else {
+                let off = if i % 8 == 0 { 10.0 } else { 1.0 };
+                0.05 * mean.abs() * off * e
+            };
+            vec![mean + noise]
+        })
+        .collect();
+    (x[from..from + n].to_vec(), y[from..from + n].to_vec())
+}
+
+/// A model fed rows of two kinds in two batches, the second fitting it again, reads the noise
+/// shape and the tail off every row as a first fit on them all does: its answers (variance and
+/// degrees of freedom) are the estimator's given every row, though the first batch alone chose
+/// neither and leave-one-out moves no `α`. A replay of the batch alone would not give them back,
+/// so that version is kept whole: restoring it after a later, thin version serves it again, and
+/// the thin version replays its one step from it.
+#[tokio::test]
+async fn a_folded_refit_reads_the_noise_shape_and_tail_off_every_row() {
+    let app = spawn_configured(|s| s.database.full_state_every = 100).await;
+    let mut spec = spec("kinds", 6, 1);
+    spec["prior"] = json!("ridge");
+    spec["first_fit_rows"] = json!(40);
+    app.create_model(&spec).await;
+    let batches = [
+        two_kinds_of_rows(2, 0, 40),
+        two_kinds_of_rows(2, 40, 40),
+        two_kinds_of_rows(2, 0, 2),
+    ];
+    let mut config = ModelConfig::new(Basis::new(6, true, Transform::Identity), 1);
+    config.prior = mordant::estimator::PriorFamily::Ridge;
+    let first = direct_state(&config, &batches[..1], 40);
+    assert_eq!((first.noise_shape(0), first.tail()), (None, None));
+    let both = direct_state(&config, &batches[..2], 40);
+    assert_eq!(both.fitted_rows(), &[80.0], "the second batch refits");
+    assert!(both.noise_shape(0).is_some() && both.tail().is_some());
+    assert_eq!(
+        alpha_of(&both),
+        alpha_of(&first.update(&config, &stats_of(&config, &batches[1])).unwrap()),
+        "leave-one-out moved α: the shape alone should make the difference"
+    );
+    for (i, (x, y)) in batches.iter().enumerate() {
+        let id = format!("b{i}");
+        let response = app
+            .post_batch("kinds", &json!({"batch_id": id, "x": x, "y": y}))
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        assert_eq!(
+            app.wait_for_batch("kinds", &id).await["version"],
+            json!(i + 1)
+        );
+        if i == 1 {
+            let posterior: Value = app
+                .get("/v1/models/kinds/posterior")
+                .await
+                .json()
+                .await
+                .unwrap();
+            let shape = both.noise_shape(0).unwrap();
+            assert_eq!(
+                posterior["outputs"][0]["noise_shape"]["power"],
+                json!(shape.power()),
+                "{posterior}"
+            );
+            assert_eq!(posterior["dof"], json!(both.tail()), "{posterior}");
+        }
+    }
+    let (probe, _) = two_kinds_of_rows(3, 30, 20);
+    let expected = both.predict(mat(&probe).as_ref()).unwrap();
+    let nu = json!(both.tail());
+    // Version 2 after version 3 (one step, kept thin) was written.
+    let restored = app.restore("kinds", 2).await;
+    assert_eq!(restored["version"], 4, "{restored}");
+    let api = app.predict_at("kinds", &json!(probe), 4).await;
+    assert_same_predictions(&api, &expected);
+    assert_eq!(api["predictions"][0]["dof"], json!([nu]), "{api}");
+    let again = app.restore("kinds", 3).await;
+    assert_eq!(again["version"], 5, "{again}");
+    let api = app.predict_at("kinds", &json!(probe), 5).await;
+    let third = direct_state(&config, &batches, 40);
+    assert_same_predictions(&api, &third.predict(mat(&probe).as_ref()).unwrap());
+}
+
+/// `α = σ²/v` of output 0's posterior (a ridge prior: every input's variance is `v`).
+fn alpha_of(state: &ModelState) -> f64 {
+    let post = state.outputs()[0].posterior().unwrap();
+    post.noise_variance() / post.prior().variance[0]
+}
+
+/// The statistics of a batch's rows in `config`'s basis.
+fn stats_of(config: &ModelConfig, (x, y): &RowsXY) -> BatchStatistics {
+    let phi = config.basis.design(mat(x).as_ref()).unwrap();
+    BatchStatistics::from_design(phi.as_ref(), mat(y).as_ref()).unwrap()
+}
+
 /// A model fed its rows in two batches, the second fitting it again (a quarter more rows),
 /// checks that refit's shrinkage on every row, as its first fit did: it answers as the
 /// estimator given them all, not as the evidence alone. The version that refit made cannot be
@@ -422,11 +540,7 @@ async fn a_folded_refit_checks_its_shrinkage_on_every_row_and_keeps_its_version_
     config.prior = mordant::estimator::PriorFamily::Ridge;
     let checked = direct_state(&config, &batches[..2], 24);
     let first = direct_state(&config, &batches[..1], 24);
-    let batch = {
-        let phi = config.basis.design(mat(&batches[1].0).as_ref()).unwrap();
-        mordant::estimator::BatchStatistics::from_design(phi.as_ref(), mat(&batches[1].1).as_ref())
-            .unwrap()
-    };
+    let batch = stats_of(&config, &batches[1]);
     let evidence = first.update(&config, &batch).unwrap();
     assert_eq!(checked.fitted_rows(), &[40.0], "the second batch refits");
     let (probe, _) = bumped_rows(100, 5, p);

@@ -75,24 +75,8 @@ impl<'a> Rows<'a> {
         flat: Option<usize>,
         shapes: usize,
     ) -> Result<Self, EstimatorError> {
-        let m = totals.outputs();
-        if y.nrows() != x.nrows() || y.ncols() != m {
-            return Err(EstimatorError::Dimension {
-                what: "leave-one-out rows",
-                expected: m,
-                found: y.ncols(),
-            });
-        }
+        let design = design_of_rows(basis, totals, x, y)?;
         let n = x.nrows();
-        if n as f64 != totals.rows() {
-            return Err(EstimatorError::NotTheRows);
-        }
-        let design = basis.design(x)?;
-        let g = totals.g();
-        let diagonal: Vec<f64> = (0..g.nrows()).map(|j| g[(j, j)]).collect();
-        if !same_rows(design.as_ref(), y, &diagonal, totals.b(), totals.q()) {
-            return Err(EstimatorError::NotTheRows);
-        }
         let design = match flat {
             Some(_) => {
                 let means: Vec<f64> = (0..design.ncols())
@@ -147,6 +131,35 @@ impl<'a> Rows<'a> {
             alpha,
         )
     }
+}
+
+/// The design of the rows `x` (raw inputs, as a batch holds them), `y`, if they are the rows
+/// `totals` were summed from (their count, the Gram matrix's diagonal, `B` and `q`); else
+/// [`EstimatorError::NotTheRows`], or a dimension error where they are not of its shape.
+pub(crate) fn design_of_rows(
+    basis: &Basis,
+    totals: &BatchStatistics,
+    x: MatRef<'_, f64>,
+    y: MatRef<'_, f64>,
+) -> Result<Mat<f64>, EstimatorError> {
+    let m = totals.outputs();
+    if y.nrows() != x.nrows() || y.ncols() != m {
+        return Err(EstimatorError::Dimension {
+            what: "rows behind the statistics",
+            expected: m,
+            found: y.ncols(),
+        });
+    }
+    if x.nrows() as f64 != totals.rows() {
+        return Err(EstimatorError::NotTheRows);
+    }
+    let design = basis.design(x)?;
+    let g = totals.g();
+    let diagonal: Vec<f64> = (0..g.nrows()).map(|j| g[(j, j)]).collect();
+    if !same_rows(design.as_ref(), y, &diagonal, totals.b(), totals.q()) {
+        return Err(EstimatorError::NotTheRows);
+    }
+    Ok(design)
 }
 
 /// Whether the design `design` (N × p, uncentred) and outputs `y` (N × m) have the statistics'

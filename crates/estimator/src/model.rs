@@ -309,13 +309,28 @@ impl ModelState {
     /// ([`Self::noise_shapes_from_rows`]); where the rows cannot set them (another width), the
     /// state as it was, with the reason.
     pub fn with_noise_shapes_from_rows(
-        mut self,
+        self,
         x: MatRef<'_, f64>,
         y: MatRef<'_, f64>,
     ) -> (Self, Result<(), EstimatorError>) {
+        self.with_noise_shapes_of_outputs(x, y, |_| true)
+    }
+
+    /// [`Self::with_noise_shapes_from_rows`] for the outputs `which` names; the others keep
+    /// theirs.
+    pub fn with_noise_shapes_of_outputs(
+        mut self,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+        which: impl Fn(usize) -> bool,
+    ) -> (Self, Result<(), EstimatorError>) {
         match self.noise_shapes_from_rows(x, y) {
             Ok(shapes) => {
-                self.noise_shapes = shapes;
+                for (k, shape) in shapes.into_iter().enumerate() {
+                    if which(k) {
+                        self.noise_shapes[k] = shape;
+                    }
+                }
                 (self, Ok(()))
             }
             Err(e) => (self, Err(e)),
@@ -337,6 +352,16 @@ impl ModelState {
         }
         self.tail = from.tail;
         self
+    }
+
+    /// `Ok` where the rows `x`, `y` (raw inputs and outputs, as a batch holds them) are the rows
+    /// this state's statistics were summed from; else why not.
+    pub fn rows_behind(
+        &self,
+        x: MatRef<'_, f64>,
+        y: MatRef<'_, f64>,
+    ) -> Result<(), EstimatorError> {
+        leave_one_out::design_of_rows(&self.basis, &self.totals, x, y).map(|_| ())
     }
 
     /// The noise shapes that the rows `x`, `y` (raw inputs and outputs, as a batch holds them)
@@ -608,7 +633,7 @@ impl ModelState {
         surprise: &[Option<f64>],
     ) -> Result<(Self, FittedShapes), EstimatorError> {
         self.update_on_rows(config, batch, surprise, None)
-            .map(|(state, shapes, _)| (state, shapes))
+            .map(|done| (done.state, done.shapes))
     }
 
     /// [`Self::update_with_shapes`] given `rows`, every row behind the statistics after the batch
@@ -625,7 +650,7 @@ impl ModelState {
         batch: &BatchStatistics,
         surprise: &[Option<f64>],
         rows: Option<(MatRef<'_, f64>, MatRef<'_, f64>)>,
-    ) -> Result<FitOnRows, EstimatorError> {
+    ) -> Result<RefitOnRows, EstimatorError> {
         check_config(config, batch)?;
         let weight = config.forgetting_weight(batch.rows());
         let informative_before: Vec<f64> = (0..self.outputs.len())
@@ -720,7 +745,10 @@ impl ModelState {
             .into_iter()
             .unzip();
         let (fitted_rows, alternates) = kept.into_iter().unzip();
-        let moved = read.map(|()| fitter.moved.load(Ordering::Relaxed));
+        let shrunk = read.map(|()| fitter.moved.load(Ordering::Relaxed));
+        let fitted = (0..outputs.len())
+            .map(|k| fits(k) && outputs[k].posterior().is_some())
+            .collect();
         let shared = fitter.shared;
         let state = Self::from_parts(
             self.basis,
@@ -732,7 +760,12 @@ impl ModelState {
         )?
         .keeping_first_fit(self);
         let shapes = FittedShapes::new(shared, state.totals());
-        Ok((state, shapes, moved))
+        Ok(RefitOnRows {
+            state,
+            shapes,
+            fitted,
+            shrunk,
+        })
     }
 
     /// Algorithm 2 on the accumulated statistics, warm-started from the current `(v, s)`. ARD
@@ -755,21 +788,23 @@ impl ModelState {
         config: &ModelConfig,
     ) -> Result<(Self, FittedShapes), EstimatorError> {
         self.refit_on_rows(config, None)
+            .map(|done| (done.state, done.shapes))
     }
 
     /// [`Self::refit_with_shapes`] given `rows`, every row behind the statistics: each output's
-    /// shrinkage checked on them as a first fit's is (see [`Self::update_on_rows`]).
+    /// shrinkage checked on them as a first fit's is (see [`Self::update_on_rows`]), with how
+    /// many members took a larger `α`, or why the rows could not be read.
     pub fn refit_on_rows(
         &self,
         config: &ModelConfig,
         rows: Option<(MatRef<'_, f64>, MatRef<'_, f64>)>,
-    ) -> Result<(Self, FittedShapes), EstimatorError> {
+    ) -> Result<RefitOnRows, EstimatorError> {
         check_config(config, &self.totals)?;
         let fitted = |k: usize| {
             self.outputs[k].posterior().is_some() || Fitter::ready(config, &self.totals, k)
         };
         let mut fitter = Fitter::new(config, &self.totals, fitted)?;
-        let _ = fitter.read_rows(rows, fitted);
+        let read = fitter.read_rows(rows, fitted);
         let (outputs, alternates): (Vec<_>, Vec<_>) = self
             .outputs
             .par_iter()
@@ -778,19 +813,26 @@ impl ModelState {
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
+        let shrunk = read.map(|()| fitter.moved.load(Ordering::Relaxed));
         let shared = fitter.shared;
-        let fitted = Self::rows_of_trained(&self.totals, &outputs);
+        let fitted_rows = Self::rows_of_trained(&self.totals, &outputs);
+        let fitted = outputs.iter().map(|o| o.posterior().is_some()).collect();
         let state = Self::from_parts(
             self.basis,
             self.totals.clone(),
             outputs,
             predictive(config),
-            fitted,
+            fitted_rows,
             alternates,
         )?
         .keeping_first_fit(self);
         let shapes = FittedShapes::new(shared, state.totals());
-        Ok((state, shapes))
+        Ok(RefitOnRows {
+            state,
+            shapes,
+            fitted,
+            shrunk,
+        })
     }
 
     /// Per output, the surprise `z` of `batch` to this state's posterior ([`drift`]); `None` for
@@ -948,6 +990,21 @@ fn predictive(config: &ModelConfig) -> Predictive {
 /// A fit on its rows ([`ModelState::fit_on_rows`]): the state, the shapes its evidence formed,
 /// and how many members took a larger `α`, or why the rows were not read.
 pub type FitOnRows = (ModelState, FittedShapes, Result<usize, EstimatorError>);
+
+/// A batch learnt, or a refit, given the rows behind its statistics
+/// ([`ModelState::update_on_rows`], [`ModelState::refit_on_rows`]).
+#[derive(Debug)]
+pub struct RefitOnRows {
+    pub state: ModelState,
+    /// The prior shapes the refits' evidence formed, for the state's predictor.
+    pub shapes: FittedShapes,
+    /// Per output, whether Algorithm 2 fitted it here (a refit, or an untrained output's first
+    /// fit) and it is trained: not one step, nor left untrained.
+    pub fitted: Vec<bool>,
+    /// How many members of the refits' model averages took a larger `α` on the rows, or why the
+    /// rows could not be read.
+    pub shrunk: Result<usize, EstimatorError>,
+}
 
 /// Fits outputs of one model on the same statistics: ARD one output at a time; ridge and smooth
 /// with the eigendecompositions of their prior shapes shared by every output, prepared before
