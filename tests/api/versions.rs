@@ -452,32 +452,21 @@ async fn a_folded_refit_reads_the_noise_shape_and_tail_off_every_row() {
         alpha_of(&first.update(&config, &stats_of(&config, &batches[1])).unwrap()),
         "leave-one-out moved α: the shape alone should make the difference"
     );
-    for (i, (x, y)) in batches.iter().enumerate() {
-        let id = format!("b{i}");
-        let response = app
-            .post_batch("kinds", &json!({"batch_id": id, "x": x, "y": y}))
-            .await;
-        assert_eq!(response.status(), StatusCode::ACCEPTED);
-        assert_eq!(
-            app.wait_for_batch("kinds", &id).await["version"],
-            json!(i + 1)
-        );
-        if i == 1 {
-            let posterior: Value = app
-                .get("/v1/models/kinds/posterior")
-                .await
-                .json()
-                .await
-                .unwrap();
-            let shape = both.noise_shape(0).unwrap();
-            assert_eq!(
-                posterior["outputs"][0]["noise_shape"]["power"],
-                json!(shape.power()),
-                "{posterior}"
-            );
-            assert_eq!(posterior["dof"], json!(both.tail()), "{posterior}");
-        }
-    }
+    fold_one_by_one(&app, "kinds", &batches[..2], 0).await;
+    let posterior: Value = app
+        .get("/v1/models/kinds/posterior")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let shape = both.noise_shape(0).unwrap();
+    assert_eq!(
+        posterior["outputs"][0]["noise_shape"]["power"],
+        json!(shape.power()),
+        "{posterior}"
+    );
+    assert_eq!(posterior["dof"], json!(both.tail()), "{posterior}");
+    fold_one_by_one(&app, "kinds", &batches[2..], 2).await;
     let (probe, _) = two_kinds_of_rows(3, 30, 20);
     let expected = both.predict(mat(&probe).as_ref()).unwrap();
     let nu = json!(both.tail());
@@ -492,6 +481,19 @@ async fn a_folded_refit_reads_the_noise_shape_and_tail_off_every_row() {
     let api = app.predict_at("kinds", &json!(probe), 5).await;
     let third = direct_state(&config, &batches, 40);
     assert_same_predictions(&api, &third.predict(mat(&probe).as_ref()).unwrap());
+}
+
+/// Posts `batches` to `model` one at a time, batch `b{i}` (`i` from `done`, the versions the
+/// model has), each folded into version `i + 1` before the next is posted.
+async fn fold_one_by_one(app: &TestApp, model: &str, batches: &[RowsXY], done: usize) {
+    for (i, (x, y)) in batches.iter().enumerate().map(|(i, b)| (done + i, b)) {
+        let id = format!("b{i}");
+        let response = app
+            .post_batch(model, &json!({"batch_id": id, "x": x, "y": y}))
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        assert_eq!(app.wait_for_batch(model, &id).await["version"], json!(i + 1));
+    }
 }
 
 /// `α = σ²/v` of output 0's posterior (a ridge prior: every input's variance is `v`).
@@ -525,17 +527,7 @@ async fn a_folded_refit_checks_its_shrinkage_on_every_row_and_keeps_its_version_
         bumped_rows(40, 2, p),
         bumped_rows(42, 2, p),
     ];
-    for (i, (x, y)) in batches.iter().enumerate() {
-        let id = format!("b{i}");
-        let response = app
-            .post_batch("bumps", &json!({"batch_id": id, "x": x, "y": y}))
-            .await;
-        assert_eq!(response.status(), StatusCode::ACCEPTED);
-        assert_eq!(
-            app.wait_for_batch("bumps", &id).await["version"],
-            json!(i + 1)
-        );
-    }
+    fold_one_by_one(&app, "bumps", &batches, 0).await;
     let mut config = ModelConfig::new(Basis::new(p, true, Transform::Identity), 1);
     config.prior = mordant::estimator::PriorFamily::Ridge;
     let checked = direct_state(&config, &batches[..2], 24);

@@ -206,6 +206,21 @@ mod tests {
         BatchStatistics::from_rows(&config.basis, x.as_ref(), y.as_ref()).unwrap()
     }
 
+    /// Rows `from..to` of `x`, `y`.
+    fn part(x: &Mat<f64>, y: &Mat<f64>, from: usize, to: usize) -> (Mat<f64>, Mat<f64>) {
+        (
+            Mat::from_fn(to - from, x.ncols(), |i, j| x[(from + i, j)]),
+            Mat::from_fn(to - from, y.ncols(), |i, k| y[(from + i, k)]),
+        )
+    }
+
+    /// The state of a first fit completed on the rows `x`, `y`.
+    fn first_fit_on(config: &ModelConfig, x: &Mat<f64>, y: &Mat<f64>) -> ModelState {
+        on_rows(config, statistics(config, x, y), x.as_ref(), y.as_ref())
+            .unwrap()
+            .state
+    }
+
     fn fitted(config: &ModelConfig, x: &Mat<f64>, y: &Mat<f64>) -> (ModelState, FittedShapes) {
         ModelState::fit_with_shapes(config, statistics(config, x, y)).unwrap()
     }
@@ -267,24 +282,9 @@ mod tests {
         let (x, y) = rows(40, 10, 3.0, 1);
         let mut config = ModelConfig::new(Basis::new(10, true, Transform::Identity), 1);
         config.prior = PriorFamily::Ridge;
-        let once = on_rows(&config, statistics(&config, &x, &y), x.as_ref(), y.as_ref())
-            .unwrap()
-            .state;
-        let part = |from: usize, to: usize| {
-            (
-                Mat::from_fn(to - from, 10, |i, j| x[(from + i, j)]),
-                Mat::from_fn(to - from, 1, |i, _| y[(from + i, 0)]),
-            )
-        };
-        let ((x1, y1), (x2, y2)) = (part(0, 24), part(24, 40));
-        let first = on_rows(
-            &config,
-            statistics(&config, &x1, &y1),
-            x1.as_ref(),
-            y1.as_ref(),
-        )
-        .unwrap()
-        .state;
+        let once = first_fit_on(&config, &x, &y);
+        let ((x1, y1), (x2, y2)) = (part(&x, &y, 0, 24), part(&x, &y, 24, 40));
+        let first = first_fit_on(&config, &x1, &y1);
         let batch = statistics(&config, &x2, &y2);
         let surprise = first.surprise(&batch);
         let (evidence, _) = first
@@ -356,21 +356,8 @@ mod tests {
         let mut config = ModelConfig::new(Basis::new(6, true, Transform::Identity), 1);
         config.prior = PriorFamily::Ridge;
         let once = on_rows(&config, statistics(&config, &x, &y), x.as_ref(), y.as_ref()).unwrap();
-        let part = |from: usize, to: usize| {
-            (
-                Mat::from_fn(to - from, 6, |i, j| x[(from + i, j)]),
-                Mat::from_fn(to - from, 1, |i, _| y[(from + i, 0)]),
-            )
-        };
-        let ((x1, y1), (x2, y2)) = (part(0, 40), part(40, 80));
-        let first = on_rows(
-            &config,
-            statistics(&config, &x1, &y1),
-            x1.as_ref(),
-            y1.as_ref(),
-        )
-        .unwrap()
-        .state;
+        let ((x1, y1), (x2, y2)) = (part(&x, &y, 0, 40), part(&x, &y, 40, 80));
+        let first = first_fit_on(&config, &x1, &y1);
         // The two kinds of rows choose differently, or this test could not fail.
         assert_eq!((first.noise_shape(0), first.tail()), (None, None));
         let shape = once
@@ -435,7 +422,7 @@ mod tests {
         let again = |i: usize| if i < 40 { i } else { i - 40 };
         let x3 = Mat::from_fn(44, 6, |i, j| x[(again(i), j)]);
         let y3 = Mat::from_fn(44, 1, |i, _| y[(again(i), 0)]);
-        let (x4, y4) = part(0, 4);
+        let (x4, y4) = part(&x, &y, 0, 4);
         let small = statistics(&config, &x4, &y4);
         let stepped = update_on_rows(
             &first,
