@@ -21,7 +21,7 @@ use crate::estimator::grid::Grid;
 use crate::estimator::succession::Succession;
 use crate::estimator::{
     BatchStatistics, EstimatorError, FittedShapes, ModelConfig, ModelState, PARALLEL_FROM,
-    Predictor, PriorFamily, UpdateMethod, drift, first_fit,
+    Predictor, UpdateMethod, drift, first_fit,
 };
 use crate::history::{self, RawRows, Source, decode_batch};
 use crate::metrics::Metrics;
@@ -177,8 +177,9 @@ fn may_read_rows(config: &ModelConfig, state: &ModelState, queued: f64) -> bool 
 }
 
 /// Whether `state` may be fitted again once it holds `rows` rows, under a model without
-/// forgetting whose prior family can take the check (not ARD alone). An untrained output may be
-/// trained, and then refitted, by the batches before those rows.
+/// forgetting (whose statistics are its rows' own sums). An untrained output may be trained, and
+/// then refitted, by the batches before those rows. Any prior family: an ARD fit takes no
+/// shrinkage check, but reads its noise shapes and tail off the rows as the others do.
 fn may_grow(config: &ModelConfig, state: &ModelState, rows: f64) -> bool {
     let untrained = state.outputs().iter().any(|o| o.posterior().is_none());
     let fitted = state
@@ -192,15 +193,13 @@ fn may_grow(config: &ModelConfig, state: &ModelState, rows: f64) -> bool {
         || untrained
         || (config.options.refit_growth > 0.0
             && rows >= config.options.refit_growth * fitted.max(1.0));
-    config.forgetting.is_none() && config.prior != PriorFamily::Ard && grows
+    config.forgetting.is_none() && grows
 }
 
 /// Whether a first fit's fold may hand a later batch's update the rows behind it: every queued
 /// batch is then read with its rows.
 fn may_read_rows_after_first_fit(config: &ModelConfig, first_fit_rows: f64) -> bool {
-    config.forgetting.is_none()
-        && config.prior != PriorFamily::Ard
-        && rows_within_check(config, first_fit_rows)
+    config.forgetting.is_none() && rows_within_check(config, first_fit_rows)
 }
 
 /// Folds `batches` (oldest first) into `current`. A batch stored in a shape the model had

@@ -515,11 +515,11 @@ pub struct NoiseShapeView {
     /// 0.25, 0.5, 0.75 or 1 (1: the noise's standard deviation grows in proportion to the answer).
     #[schema(example = 1.0)]
     pub power: f64,
-    /// A twentieth of the output's root mean square over the first fit's rows: what an answer of
-    /// 0 keeps of the noise.
+    /// A twentieth of the output's root mean square over the rows that set the shape (its first
+    /// fit's, or a refit's that read every row back): what an answer of 0 keeps of the noise.
     #[schema(example = 0.05)]
     pub offset: f64,
-    /// The scale that leaves the first fit's residuals their mean square in units of σ².
+    /// The scale that leaves those rows' residuals their mean square in units of σ².
     #[schema(example = 2.3)]
     pub level: f64,
 }
@@ -553,8 +553,8 @@ pub struct PosteriorView {
     pub basis: Vec<String>,
     pub outputs: Vec<OutputPosteriorView>,
     /// The degrees of freedom ν of the Student-t its trained outputs answer with (predict's
-    /// `dof`), set on the first fit's rows where their residuals were heavy-tailed; `null`: a
-    /// Gaussian.
+    /// `dof`), set on the first fit's rows (or a refit's that read every row back) where their
+    /// residuals were heavy-tailed; `null`: a Gaussian.
     #[schema(example = json!(null))]
     pub dof: Option<f64>,
 }

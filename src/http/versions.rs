@@ -363,8 +363,9 @@ pub async fn refit(
             let rows = every.as_ref().map(|(x, y)| (x.as_mat(), y.as_mat()));
             let done = first_fit::refit_on_rows(&state, &config, rows)
                 .map_err(|e| ApiError::Conflict(format!("the refit failed: {e}")))?;
+            // Asked for by an operator: a refit that could not read its rows says so.
             for (step, e) in &done.skipped {
-                tracing::debug!(error = %e, step, "a refit's rows did not set this");
+                tracing::info!(error = %e, step, "the refit's rows did not set this");
             }
             let (state, predictor) = (done.state, done.predictor);
             // The successor instrument's state is carried as it is.

@@ -216,7 +216,8 @@ async fn refit_runs_the_evidence_approximation_on_the_accumulated_statistics() {
 #[tokio::test]
 async fn folds_after_a_restore_or_a_refit_are_replayed_from_it() {
     let app = spawn_configured(|s| s.database.full_state_every = 3).await;
-    // ARD: no refit checks its shrinkage on the rows behind it (which keeps a version whole).
+    // ARD: no refit checks its shrinkage on the rows behind it, and these rows choose no noise
+    // shape or tail (either would keep a refit's version whole).
     let mut spec = spec("lab", 3, 2);
     spec["prior"] = json!("ard");
     app.create_model(&spec).await;
@@ -311,8 +312,9 @@ async fn folds_after_a_restore_or_a_refit_are_replayed_from_it() {
 #[tokio::test]
 async fn thin_versions_restore_to_the_predictions_they_served() {
     let app = spawn_configured(|s| s.database.full_state_every = 3).await;
-    // ARD: no refit checks its shrinkage on the rows behind it (which keeps a version whole),
-    // so every fold between full states is kept thin.
+    // ARD: no refit checks its shrinkage on the rows behind it, and these rows choose no noise
+    // shape or tail (either would keep a refit's version whole), so every fold between full
+    // states is kept thin.
     let mut spec = spec("lab", 3, 2);
     spec["prior"] = json!("ard");
     app.create_model(&spec).await;
@@ -425,9 +427,10 @@ fn two_kinds_of_rows(seed: u64, from: usize, n: usize) -> RowsXY {
 /// A model fed rows of two kinds in two batches, the second fitting it again, reads the noise
 /// shape and the tail off every row as a first fit on them all does: its answers (variance and
 /// degrees of freedom) are the estimator's given every row, though the first batch alone chose
-/// neither and leave-one-out moves no `α`. A replay of the batch alone would not give them back,
-/// so that version is kept whole: restoring it after a later, thin version serves it again, and
-/// the thin version replays its one step from it.
+/// neither and leave-one-out moves no `α`; the predictor formed to read the tail serves them. A
+/// replay of the batch alone would not give them back, so that version is kept whole: restoring
+/// it after a later, thin version serves it again, and the thin version replays its one step
+/// from it. An explicit refit reads them off every row too.
 #[tokio::test]
 async fn a_folded_refit_reads_the_noise_shape_and_tail_off_every_row() {
     let app = spawn_configured(|s| s.database.full_state_every = 100).await;
@@ -466,19 +469,30 @@ async fn a_folded_refit_reads_the_noise_shape_and_tail_off_every_row() {
         "{posterior}"
     );
     assert_eq!(posterior["dof"], json!(both.tail()), "{posterior}");
-    fold_one_by_one(&app, "kinds", &batches[2..], 2).await;
     let (probe, _) = two_kinds_of_rows(3, 30, 20);
     let expected = both.predict(mat(&probe).as_ref()).unwrap();
     let nu = json!(both.tail());
+    // The predictor the fold formed to read the tail serves version 2.
+    let api = app.predict_at("kinds", &json!(probe), 2).await;
+    assert_same_predictions(&api, &expected);
+    assert_eq!(api["predictions"][0]["dof"], json!([nu]), "{api}");
+    fold_one_by_one(&app, "kinds", &batches[2..], 2).await;
+    // An explicit refit of version 3 reads them off its 82 rows, as the estimator given them.
+    let refit = app.post("/v1/models/kinds/refit", &json!({})).await;
+    assert_eq!(refit.status(), StatusCode::CREATED);
+    let api = app.predict_at("kinds", &json!(probe), 4).await;
+    let refitted = direct_refit(&config, &batches, 40);
+    assert_ne!(refitted.noise_shape(0), both.noise_shape(0));
+    assert_same_predictions(&api, &refitted.predict(mat(&probe).as_ref()).unwrap());
     // Version 2 after version 3 (one step, kept thin) was written.
     let restored = app.restore("kinds", 2).await;
-    assert_eq!(restored["version"], 4, "{restored}");
-    let api = app.predict_at("kinds", &json!(probe), 4).await;
+    assert_eq!(restored["version"], 5, "{restored}");
+    let api = app.predict_at("kinds", &json!(probe), 5).await;
     assert_same_predictions(&api, &expected);
     assert_eq!(api["predictions"][0]["dof"], json!([nu]), "{api}");
     let again = app.restore("kinds", 3).await;
-    assert_eq!(again["version"], 5, "{again}");
-    let api = app.predict_at("kinds", &json!(probe), 5).await;
+    assert_eq!(again["version"], 6, "{again}");
+    let api = app.predict_at("kinds", &json!(probe), 6).await;
     let third = direct_state(&config, &batches, 40);
     assert_same_predictions(&api, &third.predict(mat(&probe).as_ref()).unwrap());
 }

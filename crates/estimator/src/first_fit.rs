@@ -348,8 +348,7 @@ mod tests {
 
     /// A model fed those rows in two batches, the second fitting it again, takes the noise shape
     /// and the tail that every row chooses when it is given them, as a first fit on them all
-    /// does; without them it keeps the first batch's, and an update that only steps keeps them
-    /// whatever rows it is given.
+    /// does; without them, or given other rows, it keeps the first batch's.
     #[test]
     fn a_refit_given_every_row_reads_the_noise_shape_and_tail_a_first_fit_on_them_reads() {
         let (x, y) = two_kinds_of_rows(2);
@@ -418,25 +417,80 @@ mod tests {
         let stepped = first.update(&config, &batch).unwrap();
         let refit = refit_on_rows(&stepped, &config, every).unwrap();
         assert!(refit.reshaped && same(&refit.state));
-        // A batch of 4 rows like the first 40 is one step: it keeps the first batch's.
-        let again = |i: usize| if i < 40 { i } else { i - 40 };
-        let x3 = Mat::from_fn(44, 6, |i, j| x[(again(i), j)]);
-        let y3 = Mat::from_fn(44, 1, |i, _| y[(again(i), 0)]);
-        let (x4, y4) = part(&x, &y, 0, 4);
-        let small = statistics(&config, &x4, &y4);
+    }
+
+    /// Two outputs whose noise grows with the answer, both shaped by a first fit of 70 rows; a
+    /// batch of 6 more (too few to refit by growth) contradicts output 0 alone, which is fitted
+    /// again and reads its shape off every row; output 1 takes one step and keeps its shape to
+    /// the bit, though the rows would choose it another offset.
+    #[test]
+    fn an_output_the_batch_only_steps_keeps_its_shape_beside_one_it_refits() {
+        let (n, p) = (76, 6);
+        let mut seed = 9;
+        let x = Mat::from_fn(n, p, |_, _| 10.0 * uniform(&mut seed));
+        let y = Mat::from_fn(n, 2, |i, k| {
+            let mean: f64 = 2.0
+                + (0..p)
+                    .map(|j| x[(i, j)] * (j as f64 - 2.0 + k as f64))
+                    .sum::<f64>();
+            let e = uniform(&mut seed) + uniform(&mut seed) + uniform(&mut seed) - 1.5;
+            // The batch's rows read output 0 far off.
+            let shift = if i >= 70 && k == 0 { 50.0 } else { 0.0 };
+            mean + 0.05 * mean.abs() * e + shift
+        });
+        let config = ModelConfig::new(Basis::new(p, true, Transform::Identity), 2);
+        let ((x1, y1), (x2, y2)) = (part(&x, &y, 0, 70), part(&x, &y, 70, n));
+        let first = first_fit_on(&config, &x1, &y1);
+        let kept = first.noise_shape(1);
+        assert!(first.noise_shape(0).is_some() && kept.is_some());
+        let batch = statistics(&config, &x2, &y2);
+        let surprise = first.surprise(&batch);
+        let every = Some((x.as_ref(), y.as_ref()));
+        let done = update_on_rows(&first, &config, &batch, &surprise, every).unwrap();
+        assert!(done.skipped.is_empty(), "{:?}", done.skipped);
+        assert_eq!(done.state.fitted_rows(), &[76.0, 70.0]);
+        assert!(done.reshaped);
+        let read = done
+            .state
+            .noise_shapes_from_rows(x.as_ref(), y.as_ref())
+            .unwrap();
+        assert_eq!(done.state.noise_shape(0), read[0]);
+        assert_ne!(
+            read[1], kept,
+            "the rows would choose output 1 the same shape"
+        );
+        assert_eq!(done.state.noise_shape(1), kept);
+    }
+
+    /// A state with a noise shape and a tail, stepped by a batch too small to refit it, keeps
+    /// both whatever rows it is handed.
+    #[test]
+    fn a_batch_that_only_steps_keeps_the_shape_and_tail_it_met() {
+        let (x, y) = two_kinds_of_rows(2);
+        let mut config = ModelConfig::new(Basis::new(6, true, Transform::Identity), 1);
+        config.prior = PriorFamily::Ridge;
+        let state = first_fit_on(&config, &x, &y);
+        assert!(state.noise_shape(0).is_some() && state.tail().is_some());
+        // 4 of the rows again: 84 rows on 80.
+        let again = |i: usize| if i < 80 { i } else { i - 80 };
+        let x2 = Mat::from_fn(84, 6, |i, j| x[(again(i), j)]);
+        let y2 = Mat::from_fn(84, 1, |i, _| y[(again(i), 0)]);
+        let (x3, y3) = part(&x, &y, 0, 4);
+        let small = statistics(&config, &x3, &y3);
         let stepped = update_on_rows(
-            &first,
+            &state,
             &config,
             &small,
-            &first.surprise(&small),
-            Some((x3.as_ref(), y3.as_ref())),
+            &state.surprise(&small),
+            Some((x2.as_ref(), y2.as_ref())),
         )
         .unwrap();
-        assert_eq!(stepped.state.fitted_rows(), first.fitted_rows());
+        assert_eq!(stepped.state.fitted_rows(), state.fitted_rows());
         assert!(!stepped.reshaped);
+        assert!(matches!(stepped.predictor, ForPredictor::Shapes(_)));
         assert_eq!(
             (stepped.state.noise_shape(0), stepped.state.tail()),
-            (None, None)
+            (state.noise_shape(0), state.tail())
         );
     }
 

@@ -338,7 +338,8 @@ impl ModelState {
     }
 
     /// This state with `from`'s noise shapes on the outputs it still has trained, and its tail:
-    /// both, set on a first fit's rows, stay through the updates and refits after it.
+    /// both, set on a fit's rows, stay through the updates and refits after it that have none
+    /// ([`super::first_fit::update_on_rows`] reads them again where it has them).
     fn keeping_first_fit(mut self, from: &ModelState) -> Self {
         for ((shape, output), kept) in self
             .noise_shapes

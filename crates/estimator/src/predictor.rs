@@ -32,7 +32,8 @@
 //! the smooth prior `F_k` is dense, and `T_k`, from its QR factorisation, holds about half its
 //! entries: a wide model's prediction reads half the memory and does half the products.
 //!
-//! An output with a noise shape ([`super::noise_shape`], set on its first fit's rows) has its
+//! An output with a noise shape ([`super::noise_shape`], set on the rows of its first fit, or of
+//! a refit given every row) has its
 //! noise variance `s_k` multiplied by `w_k(mean_k)` row by row, `w_k(μ) = (c_k + |μ|)^{2θ_k} m_k`;
 //! the factor's part and the flat intercept's stay as they are.
 //!

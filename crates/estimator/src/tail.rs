@@ -1,4 +1,5 @@
-//! The predictive's tail, set on the rows of the model's first fit.
+//! The predictive's tail, set on the rows of the model's first fit (and read again by a refit
+//! given every row behind its statistics, [`super::first_fit::refit_on_rows`]).
 //!
 //! A predictive variance says how far an answer may be off, not how that spread is shaped, and
 //! a client reads it as a Gaussian's. Where a model's errors are more peaked than a Gaussian,
@@ -11,7 +12,7 @@
 //! y ~ μ + √(v (ν − 2)/ν) · t_ν
 //! ```
 //!
-//! `ν` is the one of [`DEGREES`] whose likelihood of the first fit's standardised residuals
+//! `ν` is the one of [`DEGREES`] whose likelihood of the fit's standardised residuals
 //! `z_ki = (y_ki − μ_ki)/√v_ki`, each output's profiled over a free scale `c_k` of its own, is
 //! largest once every `ν` is charged BIC's `½ log n` against the Gaussian:
 //!
