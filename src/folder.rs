@@ -58,7 +58,7 @@ pub struct FoldPlan {
     /// Whether the rows behind a refit ([`plan_fold`]'s `kept`) moved it off what the statistics
     /// alone give (a larger `α`, a noise shape or the tail read anew): a replay of the batches
     /// alone would not give the state back, and it is kept in full.
-    pub checked_on_rows: bool,
+    pub moved_by_rows: bool,
 }
 
 /// A model's successor instrument, as a fold learns its readings ([`crate::successor`]).
@@ -146,7 +146,7 @@ pub fn gather(config: &ModelConfig, batches: &[RawRows<'_>]) -> Option<(Rows, Ro
 }
 
 /// The most raw values (rows × (inputs + outputs)) a refit reads back to check its shrinkage
-/// on every row, as a first fit does: 2 MB. Beyond it a refit is the evidence's alone, as the
+/// and read its noise shapes and tail on every row, as a first fit does: 2 MB. Beyond it a refit is the evidence's alone, as the
 /// incremental method intends (with more rows, leave-one-out and the evidence differ less).
 pub const CHECK_VALUES: usize = 1 << 18;
 
@@ -160,40 +160,44 @@ pub fn max_check_rows(config: &ModelConfig) -> f64 {
     (CHECK_VALUES / (config.basis.features + config.outputs).max(1)) as f64
 }
 
-/// Whether a batch of `rows` rows may fit `state` again by the rows' growth (or every batch,
-/// under refit updates) where the refit could read every row back: a model without forgetting
-/// (whose statistics are its rows' own sums), within [`CHECK_VALUES`] with the batch.
+/// Whether a batch of `rows` rows may fit `state` again by the rows' growth, or train an output
+/// (or every batch, under refit updates), where the refit could read every row back: a model
+/// without forgetting (whose statistics are its rows' own sums), within [`CHECK_VALUES`] with
+/// the batch. A refit a contradicting batch alone triggers is not among them.
 pub fn may_refit_on_rows(config: &ModelConfig, state: &ModelState, rows: f64) -> bool {
     let after = state.totals().rows() + rows;
-    rows_within_check(config, after) && may_grow(config, state, after)
+    rows_within_check(config, after) && may_grow(config, state, rows)
 }
 
 /// Whether a fold of `queued` rows may hand some batch's update the rows behind it
 /// ([`may_refit_on_rows`] for one of its batches, whichever way they are grouped): a fold reads
 /// the rows back only then.
 fn may_read_rows(config: &ModelConfig, state: &ModelState, queued: f64) -> bool {
-    rows_within_check(config, state.totals().rows())
-        && may_grow(config, state, state.totals().rows() + queued)
+    rows_within_check(config, state.totals().rows()) && may_grow(config, state, queued)
 }
 
-/// Whether `state` may be fitted again once it holds `rows` rows, under a model without
-/// forgetting (whose statistics are its rows' own sums). An untrained output may be trained, and
-/// then refitted, by the batches before those rows. Any prior family: an ARD fit takes no
-/// shrinkage check, but reads its noise shapes and tail off the rows as the others do.
-fn may_grow(config: &ModelConfig, state: &ModelState, rows: f64) -> bool {
-    let untrained = state.outputs().iter().any(|o| o.posterior().is_none());
-    let fitted = state
-        .fitted_rows()
-        .iter()
-        .zip(state.outputs())
-        .filter(|(_, o)| o.posterior().is_some())
-        .map(|(r, _)| *r)
-        .fold(f64::INFINITY, f64::min);
-    let grows = config.update == UpdateMethod::Refit
-        || untrained
-        || (config.options.refit_growth > 0.0
-            && rows >= config.options.refit_growth * fitted.max(1.0));
-    config.forgetting.is_none() && grows
+/// Whether some output of `state` may be fitted once `added` more rows are learnt, under a model
+/// without forgetting (whose statistics are its rows' own sums): a trained output whose
+/// informative rows could grow by [`FitOptions::refit_growth`](crate::estimator::FitOptions)
+/// (were every added row informative), or an untrained one that could reach the rows its first
+/// fit needs (and may then be refitted); every output under refit updates. Any prior family: an
+/// ARD fit takes no shrinkage check, but reads its noise shapes and tail off the rows as the
+/// others do.
+fn may_grow(config: &ModelConfig, state: &ModelState, added: f64) -> bool {
+    let (totals, options) = (state.totals(), &config.options);
+    let needed = options
+        .min_informative_rows
+        .min(options.min_zero_inflated_rows);
+    let grows = |k: usize| match state.outputs()[k].posterior() {
+        Some(_) => {
+            options.refit_growth > 0.0
+                && totals.informative_rows(k) + added
+                    >= options.refit_growth * state.fitted_rows()[k].max(1.0)
+        }
+        None => totals.nonzero()[k] + added >= needed,
+    };
+    config.forgetting.is_none()
+        && (config.update == UpdateMethod::Refit || (0..state.outputs().len()).any(grows))
 }
 
 /// Whether a first fit's fold may hand a later batch's update the rows behind it: every queued
@@ -356,10 +360,14 @@ pub fn plan_fold(
             let rows = every.as_ref().map(|(x, y)| (x.as_mat(), y.as_mat()));
             let done = first_fit::update_on_rows(base, config, &stats, &z, rows)
                 .map_err(|e| format!("update failed: {e}"))?;
-            // Rows that are not the statistics' leave the refit the evidence's alone, and the
-            // shapes and tail kept.
+            // Rows that are not the statistics' (purged, or past a restore) leave the refit the
+            // evidence's alone, and the shapes and tail kept; any other reason is a fault.
             for (step, e) in &done.skipped {
-                tracing::debug!(error = %e, step, "a refit's rows did not set this");
+                if matches!(e, EstimatorError::NotTheRows) {
+                    tracing::debug!(seq, error = %e, step, "a refit's rows did not set this");
+                } else {
+                    tracing::warn!(seq, error = %e, step, "a refit's rows did not set this");
+                }
             }
             let whole = done.shrunk > 0 || done.reshaped;
             if done.state.is_finite() {
@@ -376,7 +384,7 @@ pub fn plan_fold(
         match next {
             Ok(Learnt::Folded(next, formed, z, whole)) => {
                 state = Some(*next);
-                plan.checked_on_rows |= whole;
+                plan.moved_by_rows |= whole;
                 match (seen.as_mut(), batch.rows) {
                     (Some(seen), Some(rows)) => seen.push(rows),
                     _ => seen = None,
@@ -555,8 +563,9 @@ async fn fold_claimed(
         let rows = i64::try_from(lock.spec.first_fit_rows).unwrap_or(i64::MAX);
         lock.queued_batches_with_rows(rows).await?
     };
-    // A refit this fold may make reads every row back, to check its shrinkage as a first fit
-    // does (no forgetting, within `CHECK_VALUES`, the rows grown enough). The whole queue with
+    // A refit this fold may make reads every row back, to check its shrinkage and read its
+    // noise shapes and tail as a first fit does (no forgetting, within `CHECK_VALUES`, some
+    // output's rows grown enough or an untrained output's within reach). The whole queue with
     // its rows, so that which batches have them does not depend on the batches this fold holds
     // or rejects; the folded batches' rows only as far as the budget reaches (past a restore,
     // batches of later versions stay folded, and their rows would not be the state's).
@@ -685,7 +694,7 @@ async fn fold_claimed(
                 successor,
                 blob: &blob,
                 folds: &plan.folded,
-                replayable: !plan.checked_on_rows,
+                replayable: !plan.moved_by_rows,
             };
             Some(history::commit_version(lock, cache, next).await?)
         }
@@ -987,6 +996,31 @@ pub(crate) mod tests {
             .map(|batch| encoded_statistics(&config, batch))
             .collect();
         (config, encoded)
+    }
+
+    /// A batch is handed the rows behind it only where it may fit some output: a trained
+    /// output's rows grown by a quarter, an untrained output within reach of its first fit's
+    /// rows, or every batch under refit updates.
+    #[test]
+    fn a_batch_reads_the_rows_only_where_it_may_fit_an_output() {
+        let mut config = wide_spec().config();
+        let (n, x, mut y) = wide_batches(&[40]).remove(0);
+        let fit = |config: &ModelConfig, y: &[f64]| {
+            let stats = BatchStatistics::from_row_major(&config.basis, n, &x, y).expect("stats");
+            ModelState::fit(config, stats).expect("fit")
+        };
+        let state = fit(&config, &y);
+        // 40 rows fitted: 9 more are under a quarter, 10 reach it.
+        assert!(!may_refit_on_rows(&config, &state, 9.0));
+        assert!(may_refit_on_rows(&config, &state, 10.0));
+        // Output b never used: untrained, within reach of its first fit's rows from 2 more on.
+        y.iter_mut().skip(1).step_by(2).for_each(|v| *v = 0.0);
+        let untrained = fit(&config, &y);
+        assert!(untrained.outputs()[1].posterior().is_none());
+        assert!(!may_refit_on_rows(&config, &untrained, 1.0));
+        assert!(may_refit_on_rows(&config, &untrained, 2.0));
+        config.update = UpdateMethod::Refit;
+        assert!(may_refit_on_rows(&config, &state, 1.0));
     }
 
     /// A fold's plan hands on the prior shapes of the fit that made its state (a first fit, or an

@@ -342,7 +342,8 @@ pub async fn refit(
         })?;
     let (state, succession) = (read.model, read.succession);
     let config = lock.spec.config();
-    // Every row back, where they are few, to check the refit's shrinkage as a first fit does.
+    // Every row back, where they are few, to check the refit's shrinkage and read its noise
+    // shapes and tail as a first fit does.
     let kept = if lock.spec.successor.is_none()
         && config.forgetting.is_none()
         && folder::rows_within_check(&config, state.totals().rows())
@@ -354,6 +355,7 @@ pub async fn refit(
     } else {
         None
     };
+    let model = name.to_string();
     let (state, predictor, successor, blob) = app
         .cpu_bound(move || {
             let every = kept.as_ref().and_then(|kept| {
@@ -365,7 +367,7 @@ pub async fn refit(
                 .map_err(|e| ApiError::Conflict(format!("the refit failed: {e}")))?;
             // Asked for by an operator: a refit that could not read its rows says so.
             for (step, e) in &done.skipped {
-                tracing::info!(error = %e, step, "the refit's rows did not set this");
+                tracing::info!(%model, error = %e, step, "the refit's rows did not set this");
             }
             let (state, predictor) = (done.state, done.predictor);
             // The successor instrument's state is carried as it is.

@@ -456,19 +456,7 @@ async fn a_folded_refit_reads_the_noise_shape_and_tail_off_every_row() {
         "leave-one-out moved α: the shape alone should make the difference"
     );
     fold_one_by_one(&app, "kinds", &batches[..2], 0).await;
-    let posterior: Value = app
-        .get("/v1/models/kinds/posterior")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let shape = both.noise_shape(0).unwrap();
-    assert_eq!(
-        posterior["outputs"][0]["noise_shape"]["power"],
-        json!(shape.power()),
-        "{posterior}"
-    );
-    assert_eq!(posterior["dof"], json!(both.tail()), "{posterior}");
+    assert_posterior_shaped_as(&app, "kinds", &both).await;
     let (probe, _) = two_kinds_of_rows(3, 30, 20);
     let expected = both.predict(mat(&probe).as_ref()).unwrap();
     let nu = json!(both.tail());
@@ -484,6 +472,7 @@ async fn a_folded_refit_reads_the_noise_shape_and_tail_off_every_row() {
     let refitted = direct_refit(&config, &batches, 40);
     assert_ne!(refitted.noise_shape(0), both.noise_shape(0));
     assert_same_predictions(&api, &refitted.predict(mat(&probe).as_ref()).unwrap());
+    assert_eq!(api["predictions"][0]["dof"], json!([refitted.tail()]), "{api}");
     // Version 2 after version 3 (one step, kept thin) was written.
     let restored = app.restore("kinds", 2).await;
     assert_eq!(restored["version"], 5, "{restored}");
@@ -495,6 +484,47 @@ async fn a_folded_refit_reads_the_noise_shape_and_tail_off_every_row() {
     let api = app.predict_at("kinds", &json!(probe), 6).await;
     let third = direct_state(&config, &batches, 40);
     assert_same_predictions(&api, &third.predict(mat(&probe).as_ref()).unwrap());
+}
+
+/// Under ARD, which checks no shrinkage, a fold's refit reads the noise shape and tail off every
+/// row too, as the estimator given them does.
+#[tokio::test]
+async fn an_ard_refit_reads_the_noise_shape_and_tail_off_every_row_too() {
+    let app = spawn_app().await;
+    let mut spec = spec("ard", 6, 1);
+    spec["prior"] = json!("ard");
+    spec["first_fit_rows"] = json!(40);
+    app.create_model(&spec).await;
+    let batches = [two_kinds_of_rows(2, 0, 40), two_kinds_of_rows(2, 40, 40)];
+    let mut config = ModelConfig::new(Basis::new(6, true, Transform::Identity), 1);
+    config.prior = mordant::estimator::PriorFamily::Ard;
+    let first = direct_state(&config, &batches[..1], 40);
+    assert_eq!((first.noise_shape(0), first.tail()), (None, None));
+    let both = direct_state(&config, &batches, 40);
+    assert_eq!(both.fitted_rows(), &[80.0], "the second batch refits");
+    assert!(both.noise_shape(0).is_some(), "every row chooses a shape");
+    fold_one_by_one(&app, "ard", &batches, 0).await;
+    assert_posterior_shaped_as(&app, "ard", &both).await;
+    let (probe, _) = two_kinds_of_rows(3, 30, 20);
+    let api = app.predict_at("ard", &json!(probe), 2).await;
+    assert_same_predictions(&api, &both.predict(mat(&probe).as_ref()).unwrap());
+}
+
+/// Asserts that `model`'s posterior names `state`'s noise shape (its power) and tail.
+async fn assert_posterior_shaped_as(app: &TestApp, model: &str, state: &ModelState) {
+    let posterior: Value = app
+        .get(&format!("/v1/models/{model}/posterior"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let power = state.noise_shape(0).map(|shape| shape.power());
+    assert_eq!(
+        posterior["outputs"][0]["noise_shape"]["power"],
+        json!(power),
+        "{posterior}"
+    );
+    assert_eq!(posterior["dof"], json!(state.tail()), "{posterior}");
 }
 
 /// Posts `batches` to `model` one at a time, batch `b{i}` (`i` from `done`, the versions the

@@ -16,7 +16,8 @@
 //! A refit given every row behind its statistics (a batch's update that fits some output again,
 //! [`update_on_rows`], or an explicit refit, [`refit_on_rows`]) is a first fit on those rows,
 //! and reads the same three things off them: a model fed its rows in batches then answers as one
-//! fed them at once, its intervals as well as its means. An output the update only stepped keeps
+//! fed them at once, its intervals as well as its means (under ridge and smooth: an ARD refit
+//! starts from its posterior, and may settle where a first fit would not). An output the update only stepped keeps
 //! its shape; without the rows every output keeps the first fit's shape and tail.
 
 use faer::MatRef;
@@ -422,7 +423,8 @@ mod tests {
     /// Two outputs whose noise grows with the answer, both shaped by a first fit of 70 rows; a
     /// batch of 6 more (too few to refit by growth) contradicts output 0 alone, which is fitted
     /// again and reads its shape off every row; output 1 takes one step and keeps its shape to
-    /// the bit, though the rows would choose it another offset.
+    /// the bit, though the rows would choose it another offset. (The estimator's rule: the
+    /// folder hands no rows to a batch that may refit by contradiction alone.)
     #[test]
     fn an_output_the_batch_only_steps_keeps_its_shape_beside_one_it_refits() {
         let (n, p) = (76, 6);
