@@ -146,8 +146,9 @@ pub fn gather(config: &ModelConfig, batches: &[RawRows<'_>]) -> Option<(Rows, Ro
 }
 
 /// The most raw values (rows × (inputs + outputs)) a refit reads back to check its shrinkage
-/// and read its noise shapes and tail on every row, as a first fit does: 2 MB. Beyond it a refit is the evidence's alone, as the
-/// incremental method intends (with more rows, leave-one-out and the evidence differ less).
+/// and read its noise shapes and tail on every row, as a first fit does: 2 MB. Beyond it a
+/// refit is the evidence's alone, as the incremental method intends (with more rows,
+/// leave-one-out and the evidence differ less).
 pub const CHECK_VALUES: usize = 1 << 18;
 
 /// Whether `rows` rows of `config`'s model fit within [`CHECK_VALUES`].
