@@ -367,16 +367,20 @@ async fn thin_versions_restore_to_the_predictions_they_served() {
     assert_eq!(now["version"], 13);
 }
 
-/// `n` rows of `p` inputs in [0, 1) and one output: a linear law plus a bump the linear model
-/// cannot follow, which the evidence reads as signal and leave-one-out does not.
-fn bumped_rows(from: usize, n: usize, p: usize) -> RowsXY {
-    let mut state = 1u64;
-    let mut uniform = move || {
+/// Deterministic draws in [0, 1) from `seed` (a 64-bit linear congruential generator).
+fn uniform_draws(mut state: u64) -> impl FnMut() -> f64 {
+    move || {
         state = state
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
         (state >> 11) as f64 / (1u64 << 53) as f64
-    };
+    }
+}
+
+/// `n` rows of `p` inputs in [0, 1) and one output: a linear law plus a bump the linear model
+/// cannot follow, which the evidence reads as signal and leave-one-out does not.
+fn bumped_rows(from: usize, n: usize, p: usize) -> RowsXY {
+    let mut uniform = uniform_draws(1);
     let rows: Vec<(Vec<f64>, Vec<f64>)> = (0..from + n)
         .map(|_| {
             let x: Vec<f64> = (0..p).map(|_| uniform()).collect();
@@ -395,13 +399,7 @@ fn bumped_rows(from: usize, n: usize, p: usize) -> RowsXY {
 /// answer and heavy-tailed (one row in eight ten times off).
 fn two_kinds_of_rows(seed: u64, from: usize, n: usize) -> RowsXY {
     let p = 6;
-    let mut state = seed;
-    let mut uniform = move || {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut uniform = uniform_draws(seed);
     let x: Vec<Vec<f64>> = (0..80)
         .map(|i| {
             let size = if i < 40 { 1.0 } else { 10.0 };
