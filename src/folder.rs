@@ -201,8 +201,33 @@ fn may_grow(config: &ModelConfig, state: &ModelState, added: f64) -> bool {
         && (config.update == UpdateMethod::Refit || (0..state.outputs().len()).any(grows))
 }
 
-/// Whether a first fit's fold may hand a later batch's update the rows behind it: every queued
-/// batch is then read with its rows.
+/// The queued rows a fold reads back behind a state of `rows` rows: those a refit could still
+/// check within [`CHECK_VALUES`], and at least one, so that every fold takes a batch.
+fn rows_left(config: &ModelConfig, rows: f64) -> i64 {
+    ((max_check_rows(config) - rows).floor() as i64).max(1)
+}
+
+/// The oldest batches of `queued` that start within its first `left` rows: those the store read
+/// with their rows. A batch after them could not refit on its rows within the budget unless one
+/// before it is held or rejected, so it is left to the next fold, which reads it behind the state
+/// this one writes: the rows a fold holds stay bounded by the budget and one batch, and which
+/// refits read rows does not depend on how the queue is grouped into folds.
+fn starting_within(mut queued: Vec<QueuedBatch>, left: i64) -> Vec<QueuedBatch> {
+    let mut before = 0_i64;
+    let within = queued
+        .iter()
+        .take_while(|b| {
+            let starts = before < left;
+            before += i64::from(b.rows);
+            starts
+        })
+        .count();
+    queued.truncate(within);
+    queued
+}
+
+/// Whether a first fit's fold may hand a later batch's update the rows behind it: the queued
+/// batches within the budget ([`starting_within`]) are then read with their rows.
 fn may_read_rows_after_first_fit(config: &ModelConfig, first_fit_rows: f64) -> bool {
     config.forgetting.is_none() && rows_within_check(config, first_fit_rows)
 }
@@ -236,7 +261,8 @@ fn may_read_rows_after_first_fit(config: &ModelConfig, first_fit_rows: f64) -> b
 /// model fed its rows in batches answers as one fed them at once. A row missing from them
 /// (purged, past the budget, or not the state's after a restore) leaves the refit the
 /// evidence's alone, with the shapes and tail it had; the fold reads the rows for every batch
-/// of it that may refit within the budget, whichever batches it holds together.
+/// of it that may refit within the budget, and leaves the queue past the budget to the next
+/// fold, so the rows a refit reads do not depend on the batches a fold holds together.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_fold(
     config: &ModelConfig,
@@ -553,23 +579,24 @@ async fn fold_claimed(
         .zip(lock.spec.spectrum)
         .map(|(new, old)| (new.grid(), old.grid()));
     // A first fit reads its batches' raw rows, to set its noise shapes on them; where a later
-    // batch of the same fold may refit on every row (as below), the whole queue's.
+    // batch of the same fold may refit on every row (as below), the queue's within the budget.
     let queued = if current.is_some() {
         lock.queued_batches().await?
     } else if grids.is_none()
         && may_read_rows_after_first_fit(&config, lock.spec.first_fit_rows as f64)
     {
-        lock.queued_batches_with_rows(i64::MAX).await?
+        let left = rows_left(&config, 0.0);
+        starting_within(lock.queued_batches_with_rows(left).await?, left)
     } else {
         let rows = i64::try_from(lock.spec.first_fit_rows).unwrap_or(i64::MAX);
         lock.queued_batches_with_rows(rows).await?
     };
     // A refit this fold may make reads every row back, to check its shrinkage and read its
     // noise shapes and tail as a first fit does (no forgetting, within `CHECK_VALUES`, some
-    // output's rows grown enough or an untrained output's within reach). The whole queue with
-    // its rows, so that which batches have them does not depend on the batches this fold holds
-    // or rejects; the folded batches' rows only as far as the budget reaches (past a restore,
-    // batches of later versions stay folded, and their rows would not be the state's).
+    // output's rows grown enough or an untrained output's within reach): the queue with its
+    // rows as far as the budget reaches, the rest left to the next fold ([`starting_within`]);
+    // the folded batches' rows only as far as the budget reaches (past a restore, batches of
+    // later versions stay folded, and their rows would not be the state's).
     let (queued, kept) = match current.as_deref() {
         Some(state)
             if grids.is_none()
@@ -580,8 +607,9 @@ async fn fold_claimed(
                 ) =>
         {
             let budget = max_check_rows(&config) as i64;
+            let left = rows_left(&config, state.totals().rows());
             (
-                lock.queued_batches_with_rows(i64::MAX).await?,
+                starting_within(lock.queued_batches_with_rows(left).await?, left),
                 Some(lock.kept_rows(budget).await?),
             )
         }

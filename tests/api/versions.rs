@@ -598,3 +598,75 @@ async fn a_folded_refit_checks_its_shrinkage_on_every_row_and_keeps_its_version_
     let third = direct_state(&config, &batches[..3], 24);
     assert_same_predictions(&api, &third.predict(mat(&probe).as_ref()).unwrap());
 }
+
+/// A fold reads the raw rows its refits may check only as far as the rows' budget reaches
+/// (`folder::CHECK_VALUES`): a queue that runs past it is folded in two, the batches that start
+/// within the budget first, the rest by the next fold, and the model learns what one batch at a
+/// time teaches it. Both ways in: a queue that starts with the first fit, and one behind it.
+#[tokio::test]
+async fn a_fold_reads_rows_only_within_their_budget_and_leaves_the_rest_to_the_next() {
+    // 30 features and 2 outputs: 32 values a row, 8,192 rows within the budget.
+    let (d, m, first) = (30, 2, 200);
+    let config = ModelConfig::new(Basis::new(d, true, Transform::Identity), m);
+    assert_eq!(mordant::folder::max_check_rows(&config), 8_192.0);
+    let (x, y) = random_rows(17, first + 4 * 3_000, d, m);
+    let batches: Vec<RowsXY> = std::iter::once(0..first)
+        .chain((0..4).map(|i| first + 3_000 * i..first + 3_000 * (i + 1)))
+        .map(|r| (x[r.clone()].to_vec(), y[r].to_vec()))
+        .collect();
+    let database = fresh_database().await;
+    let mut settings = test_settings(&database.url);
+    let app = spawn_with(settings.clone()).await;
+    for model in ["queued", "behind"] {
+        let mut spec = spec(model, d, m);
+        spec["first_fit_rows"] = json!(first);
+        app.create_model(&spec).await;
+    }
+    post_numbered(&app, "behind", 0, &batches[0]).await;
+    assert_eq!(app.wait_for_batch("behind", "b0").await["version"], 1);
+    app.stop().await;
+
+    settings.folder.enabled = false;
+    let app = spawn_with(settings.clone()).await;
+    for (i, batch) in batches.iter().enumerate() {
+        post_numbered(&app, "queued", i, batch).await;
+    }
+    for (i, batch) in batches.iter().enumerate().skip(1) {
+        post_numbered(&app, "behind", i, batch).await;
+    }
+    app.stop().await;
+
+    settings.folder.enabled = true;
+    let app = spawn_with(settings).await;
+    for model in ["queued", "behind"] {
+        app.wait_for_batch(model, "b4").await;
+    }
+    let versions = |model: &'static str| fold_history(&app.client, &app.address, model);
+    let numbered = |history: &[(i64, &str)]| -> Vec<(i64, String)> {
+        history.iter().map(|&(v, b)| (v, b.to_owned())).collect()
+    };
+    // The first fit's 200 rows and 9,000 more: b4 starts 9,200 rows in, past 8,192.
+    assert_eq!(
+        versions("queued").await,
+        numbered(&[(1, "b0"), (1, "b1"), (1, "b2"), (1, "b3"), (2, "b4")])
+    );
+    // Behind a state of 200 rows, 7,992 are left: b4 starts 9,000 rows into the queue.
+    assert_eq!(
+        versions("behind").await,
+        numbered(&[(1, "b0"), (2, "b1"), (2, "b2"), (2, "b3"), (3, "b4")])
+    );
+    let expected = direct_state(&config, &batches, first);
+    let (probe, _) = random_rows(18, 5, d, m);
+    for (model, version) in [("queued", 2), ("behind", 3)] {
+        let api = app.predict_at(model, &json!(probe), version).await;
+        assert_same_predictions(&api, &expected.predict(mat(&probe).as_ref()).unwrap());
+    }
+    app.stop().await;
+}
+
+/// Posts `rows` to `model` as batch `b{i}`, accepted.
+async fn post_numbered(app: &TestApp, model: &str, i: usize, (x, y): &RowsXY) {
+    let body = json!({"batch_id": format!("b{i}"), "x": x, "y": y});
+    let response = app.post_batch(model, &body).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+}
