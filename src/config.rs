@@ -133,6 +133,10 @@ pub struct FolderSettings {
     pub poll_interval_ms: u64,
     pub max_backoff_secs: u64,
     pub max_concurrent_folds: usize,
+    /// The most bytes of queued batches (their statistics, or raw rows where a batch was stored
+    /// without them) one fold reads, past a first fit's prefix and one batch: a backlog is
+    /// folded a bounded piece at a time, each committed as its own version.
+    pub max_fold_bytes: u64,
     /// How long a stopping service lets a fold in progress finish before it abandons it (its
     /// transaction rolls back, and its batches stay queued for the next start).
     pub shutdown_grace_secs: u64,
@@ -309,6 +313,10 @@ impl Settings {
             "folder.poll_interval_ms and cache.poll_interval_ms must be at least {MIN_POLL_MS}: \
              a poll every few milliseconds spins a core while the service is idle (notifications \
              wake the folder and the cache at once; the polls are their fallback)"
+        );
+        anyhow::ensure!(
+            self.folder.max_fold_bytes >= 1,
+            "folder.max_fold_bytes must be at least 1 (a fold reads one batch at least)"
         );
         anyhow::ensure!(
             self.folder.shutdown_grace_secs <= 3600,

@@ -26,7 +26,8 @@ use crate::estimator::{
 use crate::history::{self, RawRows, Source, decode_batch};
 use crate::metrics::Metrics;
 use crate::store::{
-    BatchSurprise, ModelLock, QueuedBatch, StateBlob, Store, StoreError, Topic, VersionOrigin,
+    BatchSurprise, ModelLock, QueueRead, QueuedBatch, StateBlob, Store, StoreError, Topic,
+    VersionOrigin,
 };
 use crate::successor::{self, SuccessorBatch, encode_version};
 use crate::tasks::{Notifications, sleep_or_stop};
@@ -536,13 +537,16 @@ pub struct FoldError {
     pub error: StoreError,
 }
 
-/// Claims one model with work (other than those in `skip`) and folds its queue. `Ok(None)`
+/// Claims one model with work (other than those in `skip`) and folds its queue's oldest batches:
+/// a first fit's prefix, then as many as `max_bytes` of queued statistics (or raw rows, where a
+/// batch was stored without them) hold, at least one; the rest is the next fold's. `Ok(None)`
 /// when there is no work.
 pub async fn fold_once(
     store: &Store,
     cache: &PosteriorCache,
     metrics: &Metrics,
     skip: &[i64],
+    max_bytes: u64,
 ) -> Result<Option<FoldReport>, FoldError> {
     let lock = store.claim_fold(skip).await.map_err(|error| FoldError {
         model_id: None,
@@ -552,7 +556,7 @@ pub async fn fold_once(
         return Ok(None);
     };
     let model_id = lock.model_id;
-    fold_claimed(lock, cache, metrics)
+    fold_claimed(lock, cache, metrics, max_bytes)
         .await
         .map(Some)
         .map_err(|error| FoldError {
@@ -565,6 +569,7 @@ async fn fold_claimed(
     mut lock: ModelLock,
     cache: &PosteriorCache,
     metrics: &Metrics,
+    max_bytes: u64,
 ) -> Result<FoldReport, StoreError> {
     let started = std::time::Instant::now();
     let config = lock.spec.config();
@@ -578,18 +583,26 @@ async fn fold_claimed(
         .successor
         .zip(lock.spec.spectrum)
         .map(|(new, old)| (new.grid(), old.grid()));
+    // What this fold reads of the queue: a first fit's prefix whole, then as many bytes as it
+    // may hold (one batch at least), the batches within `rows_within` rows with their raw rows.
+    let prefix = i64::try_from(lock.spec.first_fit_rows).unwrap_or(i64::MAX);
+    let read = |rows_within: i64, whole_within: i64| QueueRead {
+        rows_within,
+        whole_within,
+        bytes_within: i64::try_from(max_bytes).unwrap_or(i64::MAX),
+        row_bytes: 8 * (config.basis.features + config.outputs) as i64,
+    };
     // A first fit reads its batches' raw rows, to set its noise shapes on them; where a later
     // batch of the same fold may refit on every row (as below), the queue's within the budget.
     let queued = if current.is_some() {
-        lock.queued_batches().await?
+        lock.queued_for_fold(read(0, 0)).await?
     } else if grids.is_none()
         && may_read_rows_after_first_fit(&config, lock.spec.first_fit_rows as f64)
     {
         let left = rows_left(&config, 0.0);
-        starting_within(lock.queued_batches_with_rows(left).await?, left)
+        starting_within(lock.queued_for_fold(read(left, prefix)).await?, left)
     } else {
-        let rows = i64::try_from(lock.spec.first_fit_rows).unwrap_or(i64::MAX);
-        lock.queued_batches_with_rows(rows).await?
+        lock.queued_for_fold(read(prefix, prefix)).await?
     };
     // A refit this fold may make reads every row back, to check its shrinkage and read its
     // noise shapes and tail as a first fit does (no forgetting, within `CHECK_VALUES`, some
@@ -609,7 +622,7 @@ async fn fold_claimed(
             let budget = max_check_rows(&config) as i64;
             let left = rows_left(&config, state.totals().rows());
             (
-                starting_within(lock.queued_batches_with_rows(left).await?, left),
+                starting_within(lock.queued_for_fold(read(left, 0)).await?, left),
                 Some(lock.kept_rows(budget).await?),
             )
         }
@@ -863,7 +876,7 @@ pub async fn run(
             }
             set_aside.retain(|_, until| *until > Instant::now());
             let skip: Vec<i64> = set_aside.keys().copied().collect();
-            match fold_once(&store, &cache, &metrics, &skip).await {
+            match fold_once(&store, &cache, &metrics, &skip, settings.max_fold_bytes).await {
                 Ok(Some(_)) => backoff = Duration::from_millis(100),
                 Ok(None) => {
                     backoff = Duration::from_millis(100);

@@ -153,6 +153,18 @@ fn layers_apply_in_order() {
     );
     unsafe { std::env::remove_var("MORDANT__FOLDER__SHUTDOWN_GRACE_SECS") };
 
+    // A fold that may read no bytes of the queue would fold nothing, over and over.
+    unsafe { std::env::set_var("MORDANT__FOLDER__MAX_FOLD_BYTES", "0") };
+    let error = Settings::load_from(&dir, Environment::Production).unwrap_err();
+    assert!(
+        format!("{error:#}").contains("folder.max_fold_bytes"),
+        "{error:#}"
+    );
+    unsafe { std::env::set_var("MORDANT__FOLDER__MAX_FOLD_BYTES", "1") };
+    let settings = Settings::load_from(&dir, Environment::Production).unwrap();
+    assert_eq!(settings.folder.max_fold_bytes, 1);
+    unsafe { std::env::remove_var("MORDANT__FOLDER__MAX_FOLD_BYTES") };
+
     // A misspelt setting is refused and named, whether it comes from the environment (key or
     // section) or from a file; before, it was ignored and its default used in silence.
     for (variable, misspelt) in [

@@ -12,7 +12,7 @@ use mordant::domain::{
     Body, ContentHash, EncodedBatch, ModelName, ModelSpec, NewBatch, row_fields,
 };
 use mordant::store::{
-    BatchStatus, BatchSurprise, ModelLock, Notification, StateBlob, Store, StoreError,
+    BatchStatus, BatchSurprise, ModelLock, Notification, QueueRead, StateBlob, Store, StoreError,
     Subscription, Topic, VersionOrigin,
 };
 use serde_json::json;
@@ -96,6 +96,7 @@ conformance!(
     a_fold_that_cannot_be_replayed_keeps_its_state_and_folded_rows_read_back_in_order,
     retention_purges_the_rows_of_settled_batches_only,
     a_first_fit_reads_the_raw_rows_of_the_batches_it_learns_from_and_no_more,
+    a_fold_reads_a_first_fits_prefix_whole_then_as_many_bytes_as_it_may,
 );
 
 fn spec(name: &str, first_fit_rows: u64) -> ModelSpec {
@@ -1480,5 +1481,59 @@ async fn a_first_fit_reads_the_raw_rows_of_the_batches_it_learns_from_and_no_mor
     let later = lock.queued_batches().await.unwrap();
     assert_eq!(later.len(), 4);
     assert!(later.iter().all(|b| b.rows_x.is_none()));
+    lock.commit().await.unwrap();
+}
+
+/// A fold reads a first fit's prefix whole, then each batch while the bytes queued before it
+/// (its statistics, or its raw rows at `row_bytes` a row where it was stored without them) are
+/// fewer than its cap, the first batch always; the rows it asks come with the batches.
+async fn a_fold_reads_a_first_fits_prefix_whole_then_as_many_bytes_as_it_may(store: &Store) {
+    let spec = spec("bytes", 5);
+    let id = create(store, &spec).await;
+    // Statistics "stats of bN": 11 bytes each; b3 is stored without them (3 rows of 24 bytes).
+    for (b, rows) in [("b1", 2), ("b2", 2)] {
+        ingest(store, id, &batch(&spec, b, rows, 1.0)).await;
+    }
+    let b3 = batch(&spec, "b3", 3, 3.0);
+    store
+        .insert_batch(id, &b3, &b3.encode(), &[])
+        .await
+        .expect("insert batch");
+    for (b, rows) in [("b4", 4), ("b5", 1)] {
+        ingest(store, id, &batch(&spec, b, rows, 4.0)).await;
+    }
+    let mut lock = store.claim_fold(&[]).await.unwrap().expect("work");
+    let cases: [(i64, i64, &[&str]); 8] = [
+        (0, 1, &["b1"]),
+        (0, 11, &["b1"]),
+        (0, 12, &["b1", "b2"]),
+        (0, 23, &["b1", "b2", "b3"]),
+        (0, 94, &["b1", "b2", "b3"]),
+        (0, 95, &["b1", "b2", "b3", "b4"]),
+        (5, 1, &["b1", "b2", "b3"]),
+        (0, i64::MAX, &["b1", "b2", "b3", "b4", "b5"]),
+    ];
+    for (whole_within, bytes_within, expected) in cases {
+        let read = QueueRead {
+            rows_within: 3,
+            whole_within,
+            bytes_within,
+            row_bytes: 24,
+        };
+        let queued = lock.queued_for_fold(read).await.unwrap();
+        let got: Vec<(&str, bool)> = queued
+            .iter()
+            .map(|b| (b.batch_id.as_str(), b.rows_x.is_some()))
+            .collect();
+        // Rows for the batches after fewer than 3 rows, and b3's own (no statistics).
+        let want: Vec<(&str, bool)> = expected
+            .iter()
+            .map(|&b| (b, matches!(b, "b1" | "b2" | "b3")))
+            .collect();
+        assert_eq!(
+            got, want,
+            "whole within {whole_within}, bytes within {bytes_within}"
+        );
+    }
     lock.commit().await.unwrap();
 }

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use crate::domain::ModelSpec;
 
 use super::{
-    DEFAULT_FULL_STATE_EVERY, KeptRows, NewVersion, QueuedBatch, StateBlob, StoreError,
+    DEFAULT_FULL_STATE_EVERY, KeptRows, NewVersion, QueueRead, QueuedBatch, StateBlob, StoreError,
     StoredState, VersionOrigin,
 };
 
@@ -33,12 +33,8 @@ pub trait ModelTransaction: Send {
     /// The raw rows of every batch the model has folded, in the order they were folded, each
     /// that follows fewer than `rows` folded rows (`None` for the others).
     async fn kept_rows(&mut self, rows: i64) -> Result<Vec<KeptRows>, StoreError>;
-    /// The model's queued batches, oldest first; with `first_fit_rows`, each batch that follows
-    /// fewer queued rows than that with its raw rows, stored with statistics or not.
-    async fn queued_batches(
-        &mut self,
-        first_fit_rows: Option<i64>,
-    ) -> Result<Vec<QueuedBatch>, StoreError>;
+    /// The model's queued batches that `read` names, oldest first, with the raw rows it asks.
+    async fn queued_batches(&mut self, read: QueueRead) -> Result<Vec<QueuedBatch>, StoreError>;
     /// Writes `version` (the current one plus one) and makes it current, thinning the one it
     /// replaces where asked ([`NewVersion::thin_previous`]) and marking the queued batches it
     /// folds in ([`NewVersion::folds`]) as folded into it; returns its time.
@@ -133,18 +129,25 @@ impl ModelLock {
 
     /// The model's queued batches, oldest first.
     pub async fn queued_batches(&mut self) -> Result<Vec<QueuedBatch>, StoreError> {
-        self.tx.queued_batches(None).await
+        self.tx.queued_batches(QueueRead::whole(0)).await
     }
 
     /// [`Self::queued_batches`], each batch that follows fewer than `rows` queued rows with its
-    /// raw rows where they are kept, whether or not it was stored with statistics: with a first
-    /// fit's `first_fit_rows`, what that first fit reads; with more, what a fold whose refits
-    /// may check their rows reads.
+    /// raw rows where they are kept, whether or not it was stored with statistics.
     pub async fn queued_batches_with_rows(
         &mut self,
         rows: i64,
     ) -> Result<Vec<QueuedBatch>, StoreError> {
-        self.tx.queued_batches(Some(rows)).await
+        self.tx.queued_batches(QueueRead::whole(rows)).await
+    }
+
+    /// The oldest of the model's queued batches that `read` names, those it asks with their raw
+    /// rows: what one fold reads (a first fit's prefix, then as many bytes as a fold may hold).
+    pub async fn queued_for_fold(
+        &mut self,
+        read: QueueRead,
+    ) -> Result<Vec<QueuedBatch>, StoreError> {
+        self.tx.queued_batches(read).await
     }
 
     /// Writes the next version and makes it current; returns its number and time.

@@ -116,6 +116,36 @@ pub struct QueuedBatch {
     pub released: bool,
 }
 
+/// Which of a model's queued batches a fold reads, oldest first, and which of them with their raw
+/// rows ([`ModelLock::queued_for_fold`](crate::store::ModelLock::queued_for_fold)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueRead {
+    /// Each batch that follows fewer queued rows than this comes with its raw rows where they
+    /// are kept (a batch stored without statistics always does).
+    pub rows_within: i64,
+    /// Every batch that follows fewer queued rows than this is read, whatever its size: the
+    /// prefix a first fit needs.
+    pub whole_within: i64,
+    /// Past that prefix, a batch is read while the bytes queued before it are fewer than this
+    /// (its statistics, or `row_bytes` a row where it was stored without them): the first
+    /// batch always is.
+    pub bytes_within: i64,
+    /// The bytes of one raw row (features and outputs, 8 bytes each).
+    pub row_bytes: i64,
+}
+
+impl QueueRead {
+    /// The whole queue, with the raw rows of each batch that follows fewer than `rows` rows.
+    pub fn whole(rows: i64) -> Self {
+        QueueRead {
+            rows_within: rows,
+            whole_within: i64::MAX,
+            bytes_within: i64::MAX,
+            row_bytes: 0,
+        }
+    }
+}
+
 /// What an admin decides of a batch held for review.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Review {

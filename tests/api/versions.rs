@@ -670,3 +670,41 @@ async fn post_numbered(app: &TestApp, model: &str, i: usize, (x, y): &RowsXY) {
     let response = app.post_batch(model, &body).await;
     assert_eq!(response.status(), StatusCode::ACCEPTED);
 }
+
+/// A backlog is folded a bounded piece at a time (`folder.max_fold_bytes`): the first fit's
+/// batches together, whatever their size, then as many as the bytes allow, one at least; and
+/// the model learns what one fold of the whole queue would teach it.
+#[tokio::test]
+async fn a_backlog_is_folded_a_bounded_piece_at_a_time() {
+    let (d, m, first) = (3, 2, 40);
+    let config = ModelConfig::new(Basis::new(d, true, Transform::Identity), m);
+    let (x, y) = random_rows(23, 100, d, m);
+    let batches: Vec<RowsXY> = [0..20, 20..40, 40..70, 70..100]
+        .into_iter()
+        .map(|r| (x[r.clone()].to_vec(), y[r].to_vec()))
+        .collect();
+    let database = fresh_database().await;
+    let mut settings = test_settings(&database.url);
+    settings.folder.enabled = false;
+    let app = spawn_with(settings.clone()).await;
+    let mut spec = spec("backlog", d, m);
+    spec["first_fit_rows"] = json!(first);
+    app.create_model(&spec).await;
+    for (i, batch) in batches.iter().enumerate() {
+        post_numbered(&app, "backlog", i, batch).await;
+    }
+    app.stop().await;
+
+    settings.folder.enabled = true;
+    settings.folder.max_fold_bytes = 1;
+    let app = spawn_with(settings).await;
+    app.wait_for_batch("backlog", "b3").await;
+    let history = fold_history(&app.client, &app.address, "backlog").await;
+    let folds: Vec<(i64, &str)> = history.iter().map(|(v, b)| (*v, b.as_str())).collect();
+    assert_eq!(folds, [(1, "b0"), (1, "b1"), (2, "b2"), (3, "b3")]);
+    let expected = direct_state(&config, &batches, first);
+    let (probe, _) = random_rows(24, 5, d, m);
+    let api = app.predict_at("backlog", &json!(probe), 3).await;
+    assert_same_predictions(&api, &expected.predict(mat(&probe).as_ref()).unwrap());
+    app.stop().await;
+}

@@ -15,8 +15,8 @@ use crate::domain::{ModelName, ModelSpec};
 use crate::store::lock::LockedModel;
 use crate::store::sql;
 use crate::store::{
-    BatchSurprise, KeptRows, ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError,
-    StoredState, Topic,
+    BatchSurprise, KeptRows, ModelLock, ModelTransaction, NewVersion, QueueRead, QueuedBatch,
+    StoreError, StoredState, Topic,
 };
 
 /// The transaction of a [`ModelLock`], holding the model's row lock.
@@ -96,30 +96,15 @@ impl ModelTransaction for PgModelTransaction {
         Ok(rows)
     }
 
-    async fn queued_batches(
-        &mut self,
-        first_fit_rows: Option<i64>,
-    ) -> Result<Vec<QueuedBatch>, StoreError> {
-        let rows = match first_fit_rows {
-            Some(limit) => {
-                sqlx::query_as(sql::QUEUED_FIRST_FIT)
-                    .bind(self.model_id)
-                    .bind(limit)
-                    .fetch_all(&mut *self.tx)
-                    .await?
-            }
-            None => {
-                sqlx::query_as(&format!(
-                    "SELECT {} FROM batches \
-                     WHERE model_id = $1 AND status = 'queued' ORDER BY arrival",
-                    sql::BATCH_SOURCE
-                ))
-                .bind(self.model_id)
-                .fetch_all(&mut *self.tx)
-                .await?
-            }
-        };
-        Ok(rows)
+    async fn queued_batches(&mut self, read: QueueRead) -> Result<Vec<QueuedBatch>, StoreError> {
+        Ok(sqlx::query_as(sql::QUEUED)
+            .bind(self.model_id)
+            .bind(read.rows_within)
+            .bind(read.whole_within)
+            .bind(read.bytes_within)
+            .bind(read.row_bytes)
+            .fetch_all(&mut *self.tx)
+            .await?)
     }
 
     async fn write_version(&mut self, v: &NewVersion<'_>) -> Result<DateTime<Utc>, StoreError> {

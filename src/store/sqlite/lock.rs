@@ -18,8 +18,8 @@ use crate::store::columns::List;
 use crate::store::lock::LockedModel;
 use crate::store::sql;
 use crate::store::{
-    BatchSurprise, KeptRows, ModelLock, ModelTransaction, NewVersion, QueuedBatch, StoreError,
-    StoredState, Topic, VersionOrigin,
+    BatchSurprise, KeptRows, ModelLock, ModelTransaction, NewVersion, QueueRead, QueuedBatch,
+    StoreError, StoredState, Topic, VersionOrigin,
 };
 
 /// The lock on `model_id`, already held: the model as it is now, `None` if it was deleted.
@@ -136,30 +136,15 @@ impl ModelTransaction for SqliteModelTransaction {
         Ok(rows)
     }
 
-    async fn queued_batches(
-        &mut self,
-        first_fit_rows: Option<i64>,
-    ) -> Result<Vec<QueuedBatch>, StoreError> {
-        let rows = match first_fit_rows {
-            Some(limit) => {
-                sqlx::query_as(sql::SQLITE_QUEUED_FIRST_FIT)
-                    .bind(self.model_id)
-                    .bind(limit)
-                    .fetch_all(&self.store.inner.readers)
-                    .await?
-            }
-            None => {
-                sqlx::query_as(&format!(
-                    "SELECT {} FROM batches \
-                     WHERE model_id = ?1 AND status = 'queued' ORDER BY seq",
-                    sql::SQLITE_BATCH_SOURCE
-                ))
-                .bind(self.model_id)
-                .fetch_all(&self.store.inner.readers)
-                .await?
-            }
-        };
-        Ok(rows)
+    async fn queued_batches(&mut self, read: QueueRead) -> Result<Vec<QueuedBatch>, StoreError> {
+        Ok(sqlx::query_as(sql::SQLITE_QUEUED)
+            .bind(self.model_id)
+            .bind(read.rows_within)
+            .bind(read.whole_within)
+            .bind(read.bytes_within)
+            .bind(read.row_bytes)
+            .fetch_all(&self.store.inner.readers)
+            .await?)
     }
 
     async fn write_version(&mut self, v: &NewVersion<'_>) -> Result<DateTime<Utc>, StoreError> {
