@@ -211,8 +211,9 @@ fn rows_left(config: &ModelConfig, rows: f64) -> i64 {
 /// The oldest batches of `queued` that start within its first `left` rows: those the store read
 /// with their rows. A batch after them could not refit on its rows within the budget unless one
 /// before it is held or rejected, so it is left to the next fold, which reads it behind the state
-/// this one writes: the rows a fold holds stay bounded by the budget and one batch, and which
-/// refits read rows does not depend on how the queue is grouped into folds.
+/// this one writes: the queued rows a fold holds stay within the budget and one batch (beside
+/// the folded rows it reads back, within the budget too), and which refits read rows does not
+/// depend on how the queue is grouped into folds.
 fn starting_within(mut queued: Vec<QueuedBatch>, left: i64) -> Vec<QueuedBatch> {
     let mut before = 0_i64;
     let within = queued
@@ -538,9 +539,9 @@ pub struct FoldError {
 }
 
 /// Claims one model with work (other than those in `skip`) and folds its queue's oldest batches:
-/// a first fit's prefix, then as many as `max_bytes` of queued statistics (or raw rows, where a
-/// batch was stored without them) hold, at least one; the rest is the next fold's. `Ok(None)`
-/// when there is no work.
+/// a first fit's prefix whole, and every batch that starts within `max_bytes` of queued
+/// statistics (or raw rows, where a batch was stored without them), at least one; the rest is
+/// the next fold's. `Ok(None)` when there is no work.
 pub async fn fold_once(
     store: &Store,
     cache: &PosteriorCache,
@@ -589,7 +590,7 @@ async fn fold_claimed(
     let read = |rows_within: i64, whole_within: i64| QueueRead {
         rows_within,
         whole_within,
-        bytes_within: i64::try_from(max_bytes).unwrap_or(i64::MAX),
+        bytes_within: i64::try_from(max_bytes.max(1)).unwrap_or(i64::MAX),
         row_bytes: 8 * (config.basis.features + config.outputs) as i64,
     };
     // A first fit reads its batches' raw rows, to set its noise shapes on them; where a later
@@ -619,6 +620,8 @@ async fn fold_claimed(
                     queued.iter().map(|b| f64::from(b.rows)).sum(),
                 ) =>
         {
+            // Read again with the rows: the first read's blobs are not held beside them.
+            drop(queued);
             let budget = max_check_rows(&config) as i64;
             let left = rows_left(&config, state.totals().rows());
             (

@@ -1461,7 +1461,7 @@ async fn a_first_fit_reads_the_raw_rows_of_the_batches_it_learns_from_and_no_mor
         ingest(store, id, &batch(&spec, b, rows, i as f64)).await;
     }
     let mut lock = store.claim_fold(&[]).await.unwrap().expect("work");
-    let first = lock.queued_batches_with_rows(5).await.unwrap();
+    let first = lock.queued_for_fold(QueueRead::whole(5)).await.unwrap();
     let with_rows: Vec<(&str, bool)> = first
         .iter()
         .map(|b| {

@@ -132,15 +132,6 @@ impl ModelLock {
         self.tx.queued_batches(QueueRead::whole(0)).await
     }
 
-    /// [`Self::queued_batches`], each batch that follows fewer than `rows` queued rows with its
-    /// raw rows where they are kept, whether or not it was stored with statistics.
-    pub async fn queued_batches_with_rows(
-        &mut self,
-        rows: i64,
-    ) -> Result<Vec<QueuedBatch>, StoreError> {
-        self.tx.queued_batches(QueueRead::whole(rows)).await
-    }
-
     /// The oldest of the model's queued batches that `read` names, those it asks with their raw
     /// rows: what one fold reads (a first fit's prefix, then as many bytes as a fold may hold).
     pub async fn queued_for_fold(

@@ -104,24 +104,28 @@ pub(super) const BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, received
 /// A batch's raw rows on SQLite, right after the batch (`last_insert_rowid()` is its `seq`).
 pub(super) const SQLITE_INSERT_ROWS: &str =
     "INSERT INTO batch_rows (seq, x, y) VALUES (last_insert_rowid(), $1, $2)";
-/// [`BATCH_SOURCE`] of the queued batches a fold reads, in arrival order
-/// ([`QueueRead`](super::QueueRead)): with the raw rows (stored with statistics or not, NULL
-/// where they are no longer kept) of each batch that follows fewer than `$2` queued rows; every
-/// batch that follows fewer than `$3` rows, then each that follows fewer than `$4` bytes (its
-/// statistics, or `$5` a row where it was stored without them). The queue's running sums read
-/// no blob, only lengths; the batches themselves are read for those kept.
-pub(super) const QUEUED: &str = "SELECT b.seq, b.batch_id, b.rows, b.statistics, b.received_at, \
-     b.released, \
-     CASE WHEN length(b.statistics) = 0 OR q.before < $2 THEN b.x END AS rows_x, \
-     CASE WHEN length(b.statistics) = 0 OR q.before < $2 THEN b.y END AS rows_y \
+/// The queued batches a fold reads, in arrival order ([`QueueRead`](super::QueueRead)): each
+/// batch's `seq`, and whether it comes with its raw rows (it follows fewer than `$2` queued rows);
+/// every batch that follows fewer than `$3` rows, then each that follows fewer than `$4` bytes
+/// (its statistics, or `$5` a row where it was stored without them). The running sums read no
+/// blob, only lengths; [`QUEUED_BY_SEQ`] then reads the batches by their keys (a join on `seq`
+/// here could be planned as a scan of every model's batches where the statistics are stale).
+pub(super) const QUEUED: &str = "SELECT seq, before < $2 AS with_rows \
      FROM (SELECT seq, arrival, coalesce(sum(rows) OVER earlier, 0) AS before, \
      coalesce(sum(CASE WHEN length(statistics) = 0 THEN rows * $5 \
      ELSE length(statistics) END) OVER earlier, 0) AS bytes_before \
      FROM batches WHERE model_id = $1 AND status = 'queued' \
      WINDOW earlier AS (ORDER BY arrival ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) q \
-     JOIN batches b ON b.seq = q.seq \
-     WHERE q.before < $3 OR q.bytes_before < $4 ORDER BY q.arrival";
-/// [`QUEUED`] on SQLite, which keeps the raw rows in `batch_rows` and the queue in `seq` order.
+     WHERE before < $3 OR bytes_before < $4 ORDER BY arrival";
+/// [`BATCH_SOURCE`] of the batches `$1` in arrival order, with the raw rows (stored with
+/// statistics or not, NULL where they are no longer kept) of those in `$2`.
+pub(super) const QUEUED_BY_SEQ: &str = "SELECT seq, batch_id, rows, statistics, received_at, \
+     released, \
+     CASE WHEN length(statistics) = 0 OR seq = ANY($2) THEN x END AS rows_x, \
+     CASE WHEN length(statistics) = 0 OR seq = ANY($2) THEN y END AS rows_y \
+     FROM batches WHERE seq = ANY($1) ORDER BY arrival";
+/// [`QUEUED`] and [`QUEUED_BY_SEQ`] in one statement on SQLite, which keeps the raw rows in
+/// `batch_rows` and the queue in `seq` order (its join on `seq`, the rowid, is a lookup by key).
 pub(super) const SQLITE_QUEUED: &str = "SELECT b.seq, b.batch_id, b.rows, b.statistics, \
      b.received_at, b.released, \
      CASE WHEN length(b.statistics) = 0 OR q.before < ?2 \

@@ -97,12 +97,21 @@ impl ModelTransaction for PgModelTransaction {
     }
 
     async fn queued_batches(&mut self, read: QueueRead) -> Result<Vec<QueuedBatch>, StoreError> {
-        Ok(sqlx::query_as(sql::QUEUED)
+        let piece: Vec<(i64, bool)> = sqlx::query_as(sql::QUEUED)
             .bind(self.model_id)
             .bind(read.rows_within)
             .bind(read.whole_within)
             .bind(read.bytes_within)
             .bind(read.row_bytes)
+            .fetch_all(&mut *self.tx)
+            .await?;
+        let seqs: Vec<i64> = piece.iter().map(|&(seq, _)| seq).collect();
+        let with_rows: Vec<i64> = piece.iter().filter(|p| p.1).map(|&(seq, _)| seq).collect();
+        // The model's lock keeps them queued: only ingestion writes its queue meanwhile, and it
+        // adds batches after these.
+        Ok(sqlx::query_as(sql::QUEUED_BY_SEQ)
+            .bind(&seqs)
+            .bind(&with_rows)
             .fetch_all(&mut *self.tx)
             .await?)
     }
