@@ -602,7 +602,9 @@ async fn a_folded_refit_checks_its_shrinkage_on_every_row_and_keeps_its_version_
 /// A fold reads the raw rows its refits may check only as far as the rows' budget reaches
 /// (`folder::CHECK_VALUES`): a queue that runs past it is folded in two, the batches that start
 /// within the budget first, the rest by the next fold, and the model learns what one batch at a
-/// time teaches it. Both ways in: a queue that starts with the first fit, and one behind it.
+/// time teaches it. Three ways in: a queue that starts with the first fit, one behind it, and one
+/// behind it whose first batch is held for review, which leaves the batch past the cut within
+/// the budget (the next fold hands it every row behind it).
 #[tokio::test]
 async fn a_fold_reads_rows_only_within_their_budget_and_leaves_the_rest_to_the_next() {
     // 30 features and 2 outputs: 32 values a row, 8,192 rows within the budget.
@@ -614,16 +616,32 @@ async fn a_fold_reads_rows_only_within_their_budget_and_leaves_the_rest_to_the_n
         .chain((0..4).map(|i| first + 3_000 * i..first + 3_000 * (i + 1)))
         .map(|r| (x[r.clone()].to_vec(), y[r].to_vec()))
         .collect();
+    // Behind b0: b1 far off the law (held), then 3,000, 2,000 and 2,000 rows of it.
+    let rows = |r: std::ops::Range<usize>| (x[r.clone()].to_vec(), y[r].to_vec());
+    let mut off = batches[1].clone();
+    off.1.iter_mut().flatten().for_each(|v| *v += 100.0);
+    let held = [
+        batches[0].clone(),
+        off,
+        batches[2].clone(),
+        rows(6_200..8_200),
+        rows(8_200..10_200),
+    ];
     let database = fresh_database().await;
     let mut settings = test_settings(&database.url);
     let app = spawn_with(settings.clone()).await;
-    for model in ["queued", "behind"] {
+    for model in ["queued", "behind", "held"] {
         let mut spec = spec(model, d, m);
         spec["first_fit_rows"] = json!(first);
+        if model == "held" {
+            spec["drift_threshold"] = json!(30);
+        }
         app.create_model(&spec).await;
     }
     post_numbered(&app, "behind", 0, &batches[0]).await;
+    post_numbered(&app, "held", 0, &held[0]).await;
     assert_eq!(app.wait_for_batch("behind", "b0").await["version"], 1);
+    assert_eq!(app.wait_for_batch("held", "b0").await["version"], 1);
     app.stop().await;
 
     settings.folder.enabled = false;
@@ -634,13 +652,17 @@ async fn a_fold_reads_rows_only_within_their_budget_and_leaves_the_rest_to_the_n
     for (i, batch) in batches.iter().enumerate().skip(1) {
         post_numbered(&app, "behind", i, batch).await;
     }
+    for (i, batch) in held.iter().enumerate().skip(1) {
+        post_numbered(&app, "held", i, batch).await;
+    }
     app.stop().await;
 
     settings.folder.enabled = true;
     let app = spawn_with(settings).await;
-    for model in ["queued", "behind"] {
+    for model in ["queued", "behind", "held"] {
         app.wait_for_batch(model, "b4").await;
     }
+    assert_eq!(app.wait_for_batch("held", "b1").await["status"], "held");
     let versions = |model: &'static str| fold_history(&app.client, &app.address, model);
     let numbered = |history: &[(i64, &str)]| -> Vec<(i64, String)> {
         history.iter().map(|&(v, b)| (v, b.to_owned())).collect()
@@ -655,11 +677,24 @@ async fn a_fold_reads_rows_only_within_their_budget_and_leaves_the_rest_to_the_n
         versions("behind").await,
         numbered(&[(1, "b0"), (2, "b1"), (2, "b2"), (2, "b3"), (3, "b4")])
     );
+    // b1 held: b4 starts 8,000 rows into the queue, past the 7,992 left, but 5,200 rows into
+    // the state, and refits on all 7,200 (its 2,000 are more than a quarter of 5,200).
+    assert_eq!(
+        versions("held").await,
+        numbered(&[(1, "b0"), (2, "b2"), (2, "b3"), (3, "b4")])
+    );
     let expected = direct_state(&config, &batches, first);
+    let learnt: Vec<RowsXY> = [0, 2, 3, 4].iter().map(|&i| held[i].clone()).collect();
+    let without_held = direct_state(&config, &learnt, first);
+    assert_eq!(without_held.fitted_rows(), &[7_200.0, 7_200.0], "b4 refits");
     let (probe, _) = random_rows(18, 5, d, m);
-    for (model, version) in [("queued", 2), ("behind", 3)] {
+    for (model, version, state) in [
+        ("queued", 2, &expected),
+        ("behind", 3, &expected),
+        ("held", 3, &without_held),
+    ] {
         let api = app.predict_at(model, &json!(probe), version).await;
-        assert_same_predictions(&api, &expected.predict(mat(&probe).as_ref()).unwrap());
+        assert_same_predictions(&api, &state.predict(mat(&probe).as_ref()).unwrap());
     }
     app.stop().await;
 }
