@@ -133,9 +133,10 @@ pub struct FolderSettings {
     pub poll_interval_ms: u64,
     pub max_backoff_secs: u64,
     pub max_concurrent_folds: usize,
-    /// The most bytes of queued batches (their statistics, or raw rows where a batch was stored
-    /// without them) one fold reads, past a first fit's prefix and one batch: a backlog is
-    /// folded a bounded piece at a time, each committed as its own version.
+    /// A fold reads the queued batches that start within these bytes of stored statistics (raw
+    /// rows where a batch was stored without them), counted from the queue's head, and a first
+    /// fit's batches and one batch whatever their size: a backlog is folded a bounded piece at a
+    /// time, each committed as its own version.
     pub max_fold_bytes: u64,
     /// How long a stopping service lets a fold in progress finish before it abandons it (its
     /// transaction rolls back, and its batches stay queued for the next start).
