@@ -1014,6 +1014,20 @@ pub struct Shape {
     projection: Mat<f64>,
 }
 
+/// `P b` for a shape's projection `P` (r × p, column-major), each `Σ_j P_ij b_j` summed over `j`
+/// in order as a row's sum would be, but read a column at a time, in `P`'s storage order: a row
+/// of a 700-band projection strides across its whole matrix.
+pub(crate) fn project(projection: MatRef<'_, f64>, b: &[f64]) -> Vec<f64> {
+    // `-0.0`, where `Iterator::sum` starts: the same bits as a row's sum in every case.
+    let mut t = vec![-0.0; projection.nrows()];
+    for (j, &b_j) in b.iter().enumerate().take(projection.ncols()) {
+        for (t, p) in t.iter_mut().zip(projection.col(j).iter()) {
+            *t += p * b_j;
+        }
+    }
+    t
+}
+
 /// `G_c = Zᵀ Z` (`Z` is rank × p), with the directions the rows never moved in dropped: formed
 /// once and shared by every shape. With fewer rows than basis functions (a wide spectrum) `Z` has
 /// fewer rows than columns, and each shape's eigenproblem is only as large as the data's rank.
@@ -1475,14 +1489,11 @@ impl Shape {
 
     /// `t_i² = (Uᵀ R̃ᵀ b_c)_i²` of one output's centred statistics.
     fn projected_squares(&self, data: &Centred) -> Vec<f64> {
-        (0..self.eigenvalues.len())
-            .map(|i| {
-                let t: f64 = (0..data.b.len())
-                    .map(|j| self.projection[(i, j)] * data.b[j])
-                    .sum();
-                t * t
-            })
-            .collect()
+        let mut t = project(self.projection.as_ref(), &data.b);
+        for t in &mut t {
+            *t *= *t;
+        }
+        t
     }
 
     /// `(−2 log of evidence × noise prior, ŝ, −2 log evidence)` at `α = e^log_alpha` for the

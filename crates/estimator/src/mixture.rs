@@ -43,7 +43,7 @@ use rayon::prelude::*;
 use super::EstimatorError;
 use super::evidence::{
     Alternate, Centred, FittedShapes, OutputData, Shape, centred_gram, data_factor,
-    neg2_log_evidence as neg2_from_parts, sum_ln_1p,
+    neg2_log_evidence as neg2_from_parts, project, sum_ln_1p,
 };
 use super::model::{ModelState, OutputState, Predictive};
 use super::posterior::{OutputPosterior, cholesky_lower};
@@ -452,9 +452,7 @@ impl<'a> ShapeMember<'a> {
             Some(shape) => (shape.eigenvalues(), shape.projection()),
             None => (&[][..], MatRef::from_column_major_slice(&[], 0, p)),
         };
-        let tau: Vec<f64> = (0..lambda.len())
-            .map(|i| (0..p).map(|j| projection[(i, j)] * centred.b[j]).sum())
-            .collect();
+        let tau = project(projection, &centred.b);
         let coefficient: Vec<f64> = lambda
             .iter()
             .zip(&tau)
@@ -464,10 +462,11 @@ impl<'a> ShapeMember<'a> {
         let log_det = sum_ln_1p(lambda.iter().map(|l| l / alpha));
         let determined: Vec<f64> = lambda.iter().map(|l| l / (l + alpha)).collect();
         let gamma: f64 = determined.iter().sum();
+        // `Σ_i P_ij c_i` for each `j`, over `i` in order, a column of `P` at a time.
         let mut mean = vec![0.0; p];
-        for (i, c) in coefficient.iter().enumerate() {
-            for (j, m) in mean.iter_mut().enumerate() {
-                *m += projection[(i, j)] * c;
+        for (j, m) in mean.iter_mut().enumerate() {
+            for (x, c) in projection.col(j).iter().zip(&coefficient) {
+                *m += x * c;
             }
         }
         if let Some(f) = flat {

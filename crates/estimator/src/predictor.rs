@@ -112,6 +112,10 @@ const ROW_BY_ROW: usize = 8;
 /// Rows computed side by side when rows are predicted together (`Predictor::rows_together`).
 const BLOCK: usize = 16;
 
+/// Rows of one task when a wide model's rows are spread over the pool
+/// (`Predictor::predict_spread`): whole blocks, a few to a task.
+const SPREAD: usize = 2 * BLOCK;
+
 /// What predicting needs of a [`ModelState`], built once per version.
 #[derive(Clone, Debug)]
 pub struct Predictor {
@@ -361,7 +365,7 @@ impl Predictor {
                 found: y.ncols(),
             });
         }
-        let answers = self.predict(x)?;
+        let answers = self.predict_spread(x)?;
         let residuals: Vec<Vec<f64>> = (0..self.outputs.len())
             .filter(|&k| matches!(self.outputs[k], Term::Trained { .. }))
             .map(|k| {
@@ -459,6 +463,38 @@ impl Predictor {
     pub fn predict_each_row(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         self.check_columns(x)?;
         Ok(self.rows_together(x))
+    }
+
+    /// [`Self::predict`] of a wide model's many rows (a fit's own, to read its tail) across
+    /// rayon's pool, [`SPREAD`] rows a task: each row's answer is the same bits in any block
+    /// ([`Self::predict_each_row`]), so this is [`Self::predict`]'s answer, in less time.
+    pub(crate) fn predict_spread(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
+        use rayon::prelude::*;
+        let rows = x.nrows();
+        if self.basis.dim() < super::PARALLEL_FROM || rows <= SPREAD {
+            return self.predict(x);
+        }
+        self.check_columns(x)?;
+        let parts: Vec<Predictions> = (0..rows.div_ceil(SPREAD))
+            .into_par_iter()
+            .map(|c| {
+                let start = c * SPREAD;
+                self.rows_together(x.subrows(start, SPREAD.min(rows - start)))
+            })
+            .collect();
+        let mut mean = Mat::zeros(rows, self.outputs.len());
+        let mut variance = Mat::zeros(rows, self.outputs.len());
+        for (c, part) in parts.iter().enumerate() {
+            let n = part.mean.nrows();
+            mean.as_mut()
+                .subrows_mut(c * SPREAD, n)
+                .copy_from(part.mean.as_ref());
+            variance
+                .as_mut()
+                .subrows_mut(c * SPREAD, n)
+                .copy_from(part.variance.as_ref());
+        }
+        Ok(Predictions { mean, variance })
     }
 
     /// Multiply-adds of one row's prediction: `Σ_k r_k·|W_k|` for the variances (half of it for
@@ -1409,6 +1445,55 @@ mod tests {
                 assert_eq!(scalar.to_bits(), block[0].to_bits(), "{k} x {w}");
             }
         }
+    }
+
+    /// A wide model's rows spread over the pool answer what [`Predictor::predict`] answers, bit
+    /// for bit, however the rows fall into tasks (fewer than a task's, a task's and a part).
+    #[test]
+    fn a_wide_models_rows_spread_over_the_pool_answer_as_predict_does() {
+        let bands = super::super::PARALLEL_FROM + 6;
+        let mut next = uniform(29);
+        let spectrum = |next: &mut dyn FnMut() -> f64, n: usize| {
+            Mat::from_fn(n, bands, |_, j| {
+                0.4 + 0.3 * (j as f64 / 9.0).sin() * next() + 0.05 * next()
+            })
+        };
+        let x = spectrum(&mut next, 60);
+        let y = Mat::from_fn(60, 2, |i, k| {
+            (0..bands)
+                .map(|j| x[(i, j)] * ((j + k) as f64 / 11.0).cos())
+                .sum::<f64>()
+                + 0.01 * next()
+        });
+        let basis = Basis::spectral(
+            bands,
+            crate::ReflectanceScale::Fraction,
+            bands,
+            true,
+            Transform::Identity,
+        );
+        let config = ModelConfig::new(basis, 2);
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let state = ModelState::fit(&config, stats).unwrap();
+        let predictor = Predictor::new(&state);
+        for n in [SPREAD - 3, SPREAD, 3 * SPREAD + 5] {
+            let probe = spectrum(&mut next, n);
+            let spread = predictor.predict_spread(probe.as_ref()).unwrap();
+            let whole = predictor.predict(probe.as_ref()).unwrap();
+            for i in 0..n {
+                for k in 0..2 {
+                    assert_eq!(spread.mean[(i, k)].to_bits(), whole.mean[(i, k)].to_bits());
+                    assert_eq!(
+                        spread.variance[(i, k)].to_bits(),
+                        whole.variance[(i, k)].to_bits(),
+                        "{n} rows, row {i}, output {k}"
+                    );
+                }
+            }
+            assert!((0..n).all(|i| spread.variance[(i, 0)] > 0.0));
+        }
+        let narrow = Mat::from_fn(3, bands + 1, |_, _| 0.5);
+        assert!(predictor.predict_spread(narrow.as_ref()).is_err());
     }
 
     /// An output that is 0 in every row (a dye no recipe has used yet) predicts 0 with the rule
