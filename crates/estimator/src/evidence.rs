@@ -1018,9 +1018,11 @@ pub struct Shape {
 /// in order as a row's sum would be, but read a column at a time, in `P`'s storage order: a row
 /// of a 700-band projection strides across its whole matrix.
 pub(crate) fn project(projection: MatRef<'_, f64>, b: &[f64]) -> Vec<f64> {
-    // `-0.0`, where `Iterator::sum` starts: the same bits as a row's sum in every case.
+    debug_assert_eq!(b.len(), projection.ncols());
+    // `-0.0`, where `Iterator::sum` starts, so that every element that is not NaN has the bits
+    // a row's sum gives it.
     let mut t = vec![-0.0; projection.nrows()];
-    for (j, &b_j) in b.iter().enumerate().take(projection.ncols()) {
+    for (j, &b_j) in b.iter().enumerate() {
         for (t, p) in t.iter_mut().zip(projection.col(j).iter()) {
             *t += p * b_j;
         }

@@ -462,7 +462,8 @@ impl<'a> ShapeMember<'a> {
         let log_det = sum_ln_1p(lambda.iter().map(|l| l / alpha));
         let determined: Vec<f64> = lambda.iter().map(|l| l / (l + alpha)).collect();
         let gamma: f64 = determined.iter().sum();
-        // `Σ_i P_ij c_i` for each `j`, over `i` in order, a column of `P` at a time.
+        // `Σ_i P_ij c_i` for each `j`, over `i` in order as before, a column of `P` at a time:
+        // `P` is stored by columns, and a 700-band row strides across all of it.
         let mut mean = vec![0.0; p];
         for (j, m) in mean.iter_mut().enumerate() {
             for (x, c) in projection.col(j).iter().zip(&coefficient) {
@@ -648,10 +649,21 @@ fn average_of(
                 .map(|d| w * member.c * matern32(d as f64, smooth.length))
                 .collect();
             let columns: Vec<usize> = (0..bands).map(column).collect();
-            for (b, &cb) in columns.iter().enumerate() {
-                let mut to = others_part.col_mut(cb);
-                for (a, &ca) in columns.iter().enumerate().skip(b) {
-                    to[ca] += by_distance[a - b];
+            if columns.iter().enumerate().all(|(a, &c)| a == c) {
+                // The bands lead U, as they lead the basis: each column's part below the
+                // diagonal is a slice, added to as the loop below adds to it.
+                for b in 0..bands {
+                    let to = &mut others_part.col_as_slice_mut(b)[b..bands];
+                    for (t, v) in to.iter_mut().zip(&by_distance) {
+                        *t += v;
+                    }
+                }
+            } else {
+                for (b, &cb) in columns.iter().enumerate() {
+                    let mut to = others_part.col_mut(cb);
+                    for (a, &ca) in columns.iter().enumerate().skip(b) {
+                        to[ca] += by_distance[a - b];
+                    }
                 }
             }
         }

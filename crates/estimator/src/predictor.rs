@@ -113,8 +113,10 @@ const ROW_BY_ROW: usize = 8;
 const BLOCK: usize = 16;
 
 /// Rows of one task when a wide model's rows are spread over the pool
-/// (`Predictor::predict_spread`): whole blocks, a few to a task.
+/// (`Predictor::predict_spread`): two whole blocks, so that the tasks' blocks are
+/// [`Predictor::predict`]'s.
 const SPREAD: usize = 2 * BLOCK;
+const _: () = assert!(SPREAD % BLOCK == 0);
 
 /// What predicting needs of a [`ModelState`], built once per version.
 #[derive(Clone, Debug)]
@@ -350,7 +352,7 @@ impl Predictor {
     }
 
     /// The tail ([`super::tail::choose`]) that the rows `x`, `y` (raw inputs and outputs, as a
-    /// batch holds them) choose: the standardised residuals `(y − μ)/√v` of this predictor's
+    /// batch holds them; a wide model's predicted on rayon's pool) choose: the standardised residuals `(y − μ)/√v` of this predictor's
     /// answers for each trained output where neither the value nor the mean is 0 (a dose, not
     /// the exact 0 of a dye a recipe does not use).
     pub fn tail_of_rows(
@@ -466,8 +468,9 @@ impl Predictor {
     }
 
     /// [`Self::predict`] of a wide model's many rows (a fit's own, to read its tail) across
-    /// rayon's pool, [`SPREAD`] rows a task: each row's answer is the same bits in any block
-    /// ([`Self::predict_each_row`]), so this is [`Self::predict`]'s answer, in less time.
+    /// rayon's pool, [`SPREAD`] rows a task: the tasks' blocks of rows are `predict`'s, and each
+    /// row's answer is the same bits in any block ([`Self::predict_each_row`]), so the answer is
+    /// `predict`'s; the tail is read on the fold's thread, with both cores free.
     pub(crate) fn predict_spread(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         use rayon::prelude::*;
         let rows = x.nrows();
@@ -1447,18 +1450,19 @@ mod tests {
         }
     }
 
-    /// A wide model's rows spread over the pool answer what [`Predictor::predict`] answers, bit
-    /// for bit, however the rows fall into tasks (fewer than a task's, a task's and a part).
+    /// A wide model's rows spread over the pool answer what [`Predictor::predict`] answers, and
+    /// what each row alone answers, bit for bit, however the rows fall into tasks (one task and a
+    /// row, two whole tasks, three and a part); a row of the wrong width is refused.
     #[test]
     fn a_wide_models_rows_spread_over_the_pool_answer_as_predict_does() {
         let bands = super::super::PARALLEL_FROM + 6;
         let mut next = uniform(29);
-        let spectrum = |next: &mut dyn FnMut() -> f64, n: usize| {
+        let spectrum = |next: &mut dyn FnMut() -> f64, n: usize, bands: usize| {
             Mat::from_fn(n, bands, |_, j| {
                 0.4 + 0.3 * (j as f64 / 9.0).sin() * next() + 0.05 * next()
             })
         };
-        let x = spectrum(&mut next, 60);
+        let x = spectrum(&mut next, 60, bands);
         let y = Mat::from_fn(60, 2, |i, k| {
             (0..bands)
                 .map(|j| x[(i, j)] * ((j + k) as f64 / 11.0).cos())
@@ -1476,24 +1480,34 @@ mod tests {
         let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
         let state = ModelState::fit(&config, stats).unwrap();
         let predictor = Predictor::new(&state);
-        for n in [SPREAD - 3, SPREAD, 3 * SPREAD + 5] {
-            let probe = spectrum(&mut next, n);
+        for n in [SPREAD + 1, 2 * SPREAD, 3 * SPREAD + 5] {
+            let probe = spectrum(&mut next, n, bands);
             let spread = predictor.predict_spread(probe.as_ref()).unwrap();
             let whole = predictor.predict(probe.as_ref()).unwrap();
             for i in 0..n {
+                let alone = predictor.predict(probe.subrows(i, 1)).unwrap();
                 for k in 0..2 {
-                    assert_eq!(spread.mean[(i, k)].to_bits(), whole.mean[(i, k)].to_bits());
+                    let bits = |p: &Predictions, r: usize| {
+                        (p.mean[(r, k)].to_bits(), p.variance[(r, k)].to_bits())
+                    };
+                    let (ours, context) = (bits(&spread, i), format!("{n} rows, row {i}, {k}"));
                     assert_eq!(
-                        spread.variance[(i, k)].to_bits(),
-                        whole.variance[(i, k)].to_bits(),
-                        "{n} rows, row {i}, output {k}"
+                        ours,
+                        bits(&whole, i),
+                        "{context}: against the rows together"
                     );
+                    assert_eq!(ours, bits(&alone, 0), "{context}: against the row alone");
                 }
             }
             assert!((0..n).all(|i| spread.variance[(i, 0)] > 0.0));
         }
-        let narrow = Mat::from_fn(3, bands + 1, |_, _| 0.5);
-        assert!(predictor.predict_spread(narrow.as_ref()).is_err());
+        for wrong in [bands - 1, bands + 1] {
+            let probe = spectrum(&mut next, 3 * SPREAD + 5, wrong);
+            assert!(
+                predictor.predict_spread(probe.as_ref()).is_err(),
+                "{wrong} columns"
+            );
+        }
     }
 
     /// An output that is 0 in every row (a dye no recipe has used yet) predicts 0 with the rule
