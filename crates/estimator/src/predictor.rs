@@ -116,7 +116,7 @@ const BLOCK: usize = 16;
 /// (`Predictor::predict_spread`): two whole blocks, so that the tasks' blocks are
 /// [`Predictor::predict`]'s.
 const SPREAD: usize = 2 * BLOCK;
-const _: () = assert!(SPREAD % BLOCK == 0);
+const _: () = assert!(SPREAD.is_multiple_of(BLOCK));
 
 /// What predicting needs of a [`ModelState`], built once per version.
 #[derive(Clone, Debug)]
