@@ -354,8 +354,8 @@ pub struct NextVersion<'a> {
     pub predictor: PredictorTask,
     /// The successor instrument's state, for a model that declares one.
     pub successor: Option<Arc<Serving>>,
-    /// The state's encoding ([`encode_version`]: what the store keeps, or digests for a thin
-    /// version).
+    /// The state's encoding ([`encode_version`](crate::successor::encode_version): what the
+    /// store keeps, or digests for a thin version).
     pub blob: &'a StateBlob,
     /// The queued batches this version folds in (a fold's; none for a restore or a refit).
     pub folds: &'a [i64],

@@ -141,7 +141,7 @@ pub fn row_fields(spec: &ModelSpec) -> [RowField; 4] {
 }
 
 /// A predict request's inputs for a model with a spectrum, read by the fast path
-/// ([`fast_spectra_object`]), with the warnings ([`spectral_inputs`]); `None` for a body the
+/// ([`fast_spectra_object`]), with the warnings (`spectral_inputs`); `None` for a body the
 /// full parse must read.
 pub fn fast_inputs(bytes: &[u8], spec: &ModelSpec, max_rows: usize) -> Option<(Rows, Vec<Detail>)> {
     // Not scanned at all for a model without a spectrum.
@@ -558,7 +558,7 @@ const NARROW_SPREAD: f64 = 1e-5;
 
 impl NewBatch {
     /// Flags the named features and outputs whose values in this batch lie within
-    /// [`NARROW_SPREAD`] of their size of one another (`c + δ`, `δ ≪ |c|`), as warnings at `/x`
+    /// `NARROW_SPREAD` of their size of one another (`c + δ`, `δ ≪ |c|`), as warnings at `/x`
     /// and `/y`. The model keeps sums of squares of the raw values and centres them only when it
     /// forms a posterior, so of such a column's variation about `16 − 2 log₁₀(|c|/δ)` of a
     /// double's digits survive: at `|c|/δ = 10⁵` the noise variance comes out visibly wrong, at

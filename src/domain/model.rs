@@ -620,7 +620,7 @@ impl ModelSpec {
 
     /// Names of the basis functions: the inputs, then `"intercept"` if there is one. A model
     /// stored before a feature could no longer be named so beside the intercept
-    /// ([`intercept_name`]) calls its own `"(intercept)"`, so that no two share a name.
+    /// (`intercept_name`) calls its own `"(intercept)"`, so that no two share a name.
     pub fn basis_names(&self) -> Vec<String> {
         let mut names = self.input_names();
         if self.intercept {

@@ -15,7 +15,7 @@
 //! often all wake the same one: a load generator's 32 keep-alive connections could all land on
 //! one thread and leave the other core idle for the whole run. So a thread that accepts a
 //! connection serves it only if no thread has fewer open connections, and otherwise hands it to
-//! the one with the fewest ([`Threads`]). A thread held by a long request takes nothing from its
+//! the one with the fewest (`Threads`). A thread held by a long request takes nothing from its
 //! inbox meanwhile, so a connection handed to it waits; it is handed no other until it takes that
 //! one.
 //!

@@ -169,7 +169,8 @@ pub struct KeyRecord {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
-/// A version's state as stored: in full, or thin (see [`ModelLock::write_version`]).
+/// A version's state as stored: in full, or thin (see
+/// [`ModelLock::write_version`](super::ModelLock::write_version)).
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct StoredState {
     pub origin: VersionOrigin,

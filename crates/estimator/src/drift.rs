@@ -42,7 +42,7 @@
 //! factorisation drops is below `p ε` of `G′`'s largest diagonal: round-off. The root is formed
 //! only where the batch has fewer rows than some output's support, and then each output takes
 //! the cheaper way (the root where `k < |J|`); [`crate::ModelState::surprise`] runs the outputs
-//! in parallel where the basis is wide enough to pay for it ([`super::map_outputs`]).
+//! in parallel where the basis is wide enough to pay for it (`map_outputs`).
 //!
 //! A batch whose `z` lies three standard deviations or more above what the model expects
 //! ([`surprise_deviate`]) contradicts the hyperparameters as well as the weights: a one-step

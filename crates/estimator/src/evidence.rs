@@ -3,13 +3,13 @@
 //! ARD ([`evidence`]) runs MacKay's fixed-point updates, one prior variance per basis function,
 //! and moves a variance they would not settle within the iterations left straight to its
 //! optimum (Tipping & Faul's, the others held); where its variances spend more than
-//! [`residual_cap`] allows, they are scaled down together to it ([`capped_scale`]).
+//! `residual_cap` allows, they are scaled down together to it (`capped_scale`).
 //! Ridge and smooth ([`SharedScale`]) have one prior scale over a fixed prior shape (and, for
 //! smooth, a length scale among candidates): there the evidence is maximised directly, in the
 //! eigenbasis of the shape's data precision, which finds the same fixed point in one
 //! eigendecomposition per shape (as small as the data's rank: `data_factor`) instead of one
 //! Cholesky factorisation per iteration, keeping three residual degrees of freedom where the rows
-//! allow ([`residual_cap`]).
+//! allow (`residual_cap`).
 //!
 //! A flat intercept (`v_f = ∞`) takes no part in either: both run on statistics centred by it
 //! ([`Centred`]), which is exactly integrating the intercept out under its flat prior, and the
@@ -887,7 +887,7 @@ const LENGTH_SCALES: [f64; 17] = [
 /// The prior shapes a fit's evidence formed ([`SharedScale`]) on the statistics of the state
 /// the fit made, kept for that state's predictor: [`super::mixture::AlternateShapes::with_fitted`] takes the
 /// shapes its alternates need from here instead of forming them again (an eigenproblem of the
-/// data's rank and products of `rank² p` each). A shape is taken only where [`Shape::new`] would
+/// data's rank and products of `rank² p` each). A shape is taken only where `Shape::new` would
 /// have been given the very same inputs (the same statistics, by a digest of their rows and Gram
 /// matrix; the same centring; the same unit variances to the bit), so the predictor is the one
 /// [`super::mixture::AlternateShapes::new`] would make, bit for bit, as any other replica forms it.

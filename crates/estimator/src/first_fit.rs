@@ -5,7 +5,7 @@
 //! kept through the updates and refits after it:
 //!
 //! 1. whether leave-one-out asks for more shrinkage than the evidence took
-//!    ([`ModelState::fit_on_rows`], [`super::leave_one_out`]), which the fit itself reads, so
+//!    ([`ModelState::fit_on_rows`], the crate's `leave_one_out`), which the fit itself reads, so
 //!    that each posterior is formed once, at the shrinkage it keeps;
 //! 2. how each output's noise grows with its answer ([`ModelState::with_noise_shapes_from_rows`]);
 //! 3. whether the residuals are heavy-tailed ([`Predictor::tail_of_rows`]).

@@ -192,7 +192,7 @@ pub fn forward_statistics_with(
 /// so the likelihoods compare as they are. Coordinate ascent from the linear map: each dye in
 /// turn tries every rung, then a golden-section search between the rungs either side of its
 /// best, and moves only when that is better by more than rounding; sweeps repeat until one
-/// changes nothing (at most [`MAX_SWEEPS`]). `None` without build-up statistics (states folded
+/// changes nothing (at most `MAX_SWEEPS`). `None` without build-up statistics (states folded
 /// before them): the linear map.
 pub fn choose(stats: &BatchStatistics, basis: &Basis) -> Result<Option<Vec<f64>>, EstimatorError> {
     let Some(build_up) = stats.build_up() else {

@@ -194,7 +194,7 @@ fn same_unit(known: &[f64], unit: &[f64]) -> bool {
 }
 
 /// The prior shapes of a model's alternates (and of the own posteriors that join the average
-/// by their shape, [`own_shape`]) on its current statistics, each formed once for every output
+/// by their shape, `own_shape`) on its current statistics, each formed once for every output
 /// that averages over it ([`Shape`]: the non-zero eigenvalues `λ` of
 /// `R̃ᵀ G_c R̃` and `P = R̃ U`, at the data's rank, from one factor `G_c = ZᵀZ`). The outputs of a
 /// model choose their alternates among the same candidates, so m outputs with n alternates each
@@ -209,7 +209,7 @@ pub struct AlternateShapes {
 
 impl AlternateShapes {
     /// The shapes of `state`'s alternates, and of the outputs' own posteriors that are members
-    /// of their shape ([`own_shape`]) where the shape costs no more than the dense route it
+    /// of their shape (`own_shape`) where the shape costs no more than the dense route it
     /// replaces; none, and no factorisation, without alternates.
     pub fn new(state: &ModelState) -> Result<Self, EstimatorError> {
         Self::with_fitted(state, FittedShapes::none())

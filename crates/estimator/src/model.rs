@@ -561,7 +561,7 @@ impl ModelState {
     /// [`Self::fit_with_shapes`] on the statistics of the rows `x`, `y` (raw inputs and outputs,
     /// as a batch holds them), each dense output fitted under ridge or smooth (and each
     /// alternate of its model average) taking the larger `α` that leave-one-out on those rows
-    /// asks for, if any ([`super::leave_one_out`]). With the state and its shapes, how many
+    /// asks for, if any (the crate's `leave_one_out`). With the state and its shapes, how many
     /// members took one, or why the rows could not be read (they are not the statistics' rows,
     /// or not of their shape): then the fit is the evidence's alone.
     pub fn fit_on_rows(

@@ -82,7 +82,7 @@
 //! lab-dip dose, which is all one row can say), and is 0 wherever that marker is 0. With
 //! several markers (a row that used two rare dyes marks both with both doses) the evidence of
 //! a single-coefficient model picks the one, under a coefficient's prior variance learnt from
-//! the trained outputs' own markers ([`follow_markers`], [`marker_scale`]); a least-squares fit
+//! the trained outputs' own markers (`follow_markers`, `marker_scale`); a least-squares fit
 //! on all of them would put a small shading dye on its row's large dose. Its variance stays
 //! `v_k`, or the mean's square where that is larger: one row says nothing of how far the
 //! proportion holds.
@@ -448,7 +448,7 @@ impl Predictor {
     }
 
     /// Predictions for the raw input rows `x` (rows × d), each row's bit for bit what it gets
-    /// alone: a few rows one after the other, more [`BLOCK`] at a time ([`Self::rows_together`]).
+    /// alone: a few rows one after the other, more `BLOCK` at a time (`rows_together`).
     pub fn predict(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         self.check_columns(x)?;
         if x.nrows() <= ROW_BY_ROW {

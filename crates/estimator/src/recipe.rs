@@ -95,8 +95,9 @@ pub fn forward_fit_options() -> FitOptions {
 
 impl ModelState {
     /// The forward map of this model (a model with a declared spectrum whose statistics keep
-    /// `YᵀY`): Algorithm 2 on [`forward_statistics`] of everything folded so far, forgetting
-    /// included. Costs O(s · p_f³) per evidence iteration whatever the number of rows.
+    /// `YᵀY`): Algorithm 2 on [`forward_statistics`](super::forward::forward_statistics) of
+    /// everything folded so far, forgetting included. Costs O(s · p_f³) per evidence iteration
+    /// whatever the number of rows.
     pub fn forward_map(&self) -> Result<ForwardMap, EstimatorError> {
         let positions = choose(self.totals(), self.basis())?;
         let stats = forward_statistics_with(self.totals(), self.basis(), positions.as_deref())?;

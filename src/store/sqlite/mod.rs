@@ -9,10 +9,10 @@
 //! * **One writer.** Writes go through a pool of one connection (`BEGIN IMMEDIATE`), so
 //!   batches are committed in the order of their `seq`; reads use a pool of their own and,
 //!   thanks to WAL, never wait for a write. Concurrent batches are committed together, one
-//!   `fsync` for all of them (see [`ingest`]).
+//!   `fsync` for all of them (see the `ingest` module).
 //! * **Model locks** are in-process mutexes: a fold, restore or refit holds its model's mutex
 //!   while it reads and computes, and writes everything in one short write transaction when it
-//!   commits (see [`lock`]). Ingestion never waits for a fold's computation.
+//!   commits (see the `lock` module). Ingestion never waits for a fold's computation.
 //! * **Notifications** are in-process, sent once the change they announce is committed.
 
 mod copy;
