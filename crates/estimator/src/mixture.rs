@@ -462,8 +462,8 @@ impl<'a> ShapeMember<'a> {
         let log_det = sum_ln_1p(lambda.iter().map(|l| l / alpha));
         let determined: Vec<f64> = lambda.iter().map(|l| l / (l + alpha)).collect();
         let gamma: f64 = determined.iter().sum();
-        // `Σ_i P_ij c_i` for each `j`, over `i` in order as before, a column of `P` at a time:
-        // `P` is stored by columns, and a 700-band row strides across all of it.
+        // `Σ_i P_ij c_i` for each `j`, summed over `i` in order, a column of `P` at a time: `P` is
+        // stored by columns, and a 700-band row strides across all of it.
         let mut mean = vec![0.0; p];
         for (j, m) in mean.iter_mut().enumerate() {
             for (x, c) in projection.col(j).iter().zip(&coefficient) {

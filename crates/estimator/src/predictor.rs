@@ -352,9 +352,9 @@ impl Predictor {
     }
 
     /// The tail ([`super::tail::choose`]) that the rows `x`, `y` (raw inputs and outputs, as a
-    /// batch holds them; a wide model's predicted on rayon's pool) choose: the standardised residuals `(y − μ)/√v` of this predictor's
-    /// answers for each trained output where neither the value nor the mean is 0 (a dose, not
-    /// the exact 0 of a dye a recipe does not use).
+    /// batch holds them; a wide model's predicted on rayon's pool) choose: the standardised
+    /// residuals `(y − μ)/√v` of this predictor's answers for each trained output where neither
+    /// the value nor the mean is 0 (a dose, not the exact 0 of a dye a recipe does not use).
     pub fn tail_of_rows(
         &self,
         x: MatRef<'_, f64>,
@@ -470,7 +470,7 @@ impl Predictor {
     /// [`Self::predict`] of a wide model's many rows (a fit's own, to read its tail) across
     /// rayon's pool, [`SPREAD`] rows a task: the tasks' blocks of rows are `predict`'s, and each
     /// row's answer is the same bits in any block ([`Self::predict_each_row`]), so the answer is
-    /// `predict`'s; the tail is read on the fold's thread, with both cores free.
+    /// `predict`'s, from every thread of the pool where one thread would leave the rest idle.
     pub(crate) fn predict_spread(&self, x: MatRef<'_, f64>) -> Result<Predictions, EstimatorError> {
         use rayon::prelude::*;
         let rows = x.nrows();
