@@ -502,7 +502,8 @@ mod tests {
     use chrono::Utc;
 
     use super::*;
-    use crate::folder::tests::{le_bytes, wide_batches, wide_spec};
+    use crate::domain::ModelSpec;
+    use crate::folder::tests::{le_bytes, uniform, wide_batches, wide_spec};
     use crate::folder::{Pending, plan_fold};
 
     /// A history's version records: `(origin, restored_from, batches)` for versions 1, 2, ….
@@ -744,6 +745,62 @@ mod tests {
         let from_blob = decode_batch(Source::Statistics(&blob), &config, &earlier).unwrap();
         assert!(close(&from_blob, &expected));
         assert!(decode_batch(Source::Statistics(&blob), &config, &[]).is_err());
+    }
+
+    /// A thin version folded on a machine with one number of cores replays to its very bits on
+    /// machines with others. The batch refits a 480-band spectrum (a third more rows than its
+    /// first fit), whose prior shapes are eigendecompositions of the data's rank and whose
+    /// data factor is a pivoted Cholesky factor: sizes at which faer splits its work into as
+    /// many parts as it is told, and sums them part by part.
+    #[test]
+    fn a_thin_version_replays_on_a_machine_with_another_number_of_cores() {
+        const BANDS: usize = 480;
+        let spec = ModelSpec::parse(&serde_json::json!({
+            "name": "cores",
+            "spectrum": {"start_nm": 400, "interval_nm": 1, "count": BANDS, "scale": "fraction"},
+            "outputs": ["a"],
+        }))
+        .expect("spec");
+        let config = spec.config();
+        let mut next = uniform(5);
+        let mut batch = |seq: i64, n: usize| {
+            let mut x = Vec::with_capacity(n * BANDS);
+            let mut y = Vec::with_capacity(n);
+            for _ in 0..n {
+                let (centre, width) = (BANDS as f64 * next(), 20.0 + 60.0 * next());
+                let row: Vec<f64> = (0..BANDS)
+                    .map(|j| {
+                        let t = (j as f64 - centre) / width;
+                        0.2 + 0.5 * (-t * t / 2.0).exp() + 0.02 * next()
+                    })
+                    .collect();
+                let signal: f64 = row.iter().step_by(40).sum();
+                y.push(1.0 + signal + 0.05 * (next() - 0.5));
+                x.extend(row);
+            }
+            stored(&config, seq, n, &x, &y, false)
+        };
+        let groups = vec![vec![batch(0, 470)], vec![batch(1, 160)]];
+        let pool = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a thread pool")
+        };
+        let states = pool(2).install(|| fold_versions(&config, &groups));
+        let fold = thin(2, &groups, &states);
+        for threads in [1, 3] {
+            let folds = [Fold {
+                version: fold.version,
+                digest: fold.digest,
+                batches: fold.batches.clone(),
+            }];
+            let (state, blob) = pool(threads)
+                .install(|| replay(&config, &[], states[0].clone(), &folds))
+                .unwrap_or_else(|e| panic!("{threads} threads: {e}"));
+            assert_eq!(blob.bytes, codec::encode(&states[1]), "{threads} threads");
+            assert_eq!(state, states[1], "{threads} threads");
+        }
     }
 
     #[test]

@@ -1048,7 +1048,7 @@ pub(crate) fn data_factor(g_c: MatRef<'_, f64>) -> Result<Mat<f64>, EstimatorErr
     }
     let mut l = g_c.to_owned();
     let (mut forward, mut inverse) = (vec![0usize; p], vec![0usize; p]);
-    let par = Par::rayon(0);
+    let par = crate::decomposition_par();
     let mut scratch = MemBuffer::new(pivoted::cholesky_in_place_scratch::<usize, f64>(
         p,
         par,
@@ -1634,6 +1634,42 @@ mod tests {
         let (values, _) = kept_eigen(g.as_ref(), RANK_TOLERANCE).unwrap();
         assert_eq!(z.nrows(), values.len());
         assert!(z.nrows() < rows.min(p));
+    }
+
+    /// The parallel decompositions a fit makes give the same bits on any number of threads
+    /// (`crate::DECOMPOSITION_SPLIT`), at sizes where faer splits its work: a state folded on
+    /// one machine replays to its digest on another.
+    #[test]
+    fn the_decompositions_give_the_same_bits_on_any_number_of_threads() {
+        let (rows, p) = (690, 700);
+        let mut state = 11;
+        let x = Mat::from_fn(rows, p, |_, _| uniform(&mut state));
+        let g = x.transpose() * &x;
+        let bits = |m: &Mat<f64>| -> Vec<u64> {
+            (0..m.ncols())
+                .flat_map(|c| m.col(c).iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+                .collect()
+        };
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let (values, vectors) = crate::prior::symmetric_eigen(g.as_ref()).unwrap();
+                let values: Vec<u64> = values.iter().map(|v| v.to_bits()).collect();
+                let z = data_factor(g.as_ref()).unwrap();
+                (values, bits(&vectors), bits(&z))
+            })
+        };
+        let one = on(1);
+        assert_eq!(one.2.len(), rows * p, "the factor has the rows' rank");
+        for threads in [2, 3] {
+            let other = on(threads);
+            assert!(one.0 == other.0, "eigenvalues on {threads} threads");
+            assert!(one.1 == other.1, "eigenvectors on {threads} threads");
+            assert!(one.2 == other.2, "data factor on {threads} threads");
+        }
     }
 
     /// `2 [log(p + 1) + log C(p, k)]`, symmetric in `k` and `p − k`, and growing with the

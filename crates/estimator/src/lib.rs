@@ -141,6 +141,20 @@ pub use statistics::BatchStatistics;
 /// use it the same way: below it, a one-step update is not worth a hop to another thread.
 pub const PARALLEL_FROM: usize = 64;
 
+/// How many parts the estimator's parallel decompositions (faer's symmetric eigensolver and its
+/// pivoted Cholesky factor) split their work into. They sum their reductions part by part, so
+/// their bits depend on that count: at the machine's own (every core) a state folded on one
+/// machine would replay to other bits on a machine with another number of cores, and a thin
+/// version's digest would refuse it. A fixed count gives every machine the same bits; two keeps
+/// those of the two-core machines that stored states before it was fixed.
+pub const DECOMPOSITION_SPLIT: usize = 2;
+
+/// [`DECOMPOSITION_SPLIT`] as faer's parallelism, for every decomposition that is not
+/// sequential.
+pub(crate) fn decomposition_par() -> faer::Par {
+    faer::Par::rayon(DECOMPOSITION_SPLIT)
+}
+
 /// `f(k)` for every output `k < outputs`, in order: one rayon task each where `parallel`, else
 /// on the calling thread. A rayon call from outside its pool hands the work to the pool's
 /// threads and sleeps until they are done; for a narrow output's few microseconds of work those

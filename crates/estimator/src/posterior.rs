@@ -7,7 +7,7 @@ use faer::linalg::triangular_solve::{
 use faer::{Accum, Mat, MatRef, Par};
 
 use super::EstimatorError;
-use super::prior::{Factor, Prior};
+use super::prior::{Factor, Prior, symmetric_eigen};
 use super::statistics::mirror_lower;
 
 /// The posterior `N(μ, Σ)` of one output's weights `w` for a fixed prior (see [`Prior`]: prior
@@ -711,11 +711,8 @@ fn unit_plus_psd_part(mut p: Mat<f64>) -> Result<Mat<f64>, EstimatorError> {
             p[(k, i)] = mean;
         }
     }
-    let eig = p
-        .self_adjoint_eigen(faer::Side::Lower)
-        .map_err(|_| EstimatorError::NotPositiveDefinite)?;
-    let values = eig.S().column_vector();
-    let u = eig.U();
+    let (values, u) =
+        symmetric_eigen(p.as_ref()).map_err(|_| EstimatorError::NotPositiveDefinite)?;
     let scaled = Mat::from_fn(n, n, |i, c| u[(i, c)] * values[c].max(0.0));
     let mut m = &scaled * u.transpose();
     for i in 0..n {

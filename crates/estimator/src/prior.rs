@@ -22,7 +22,7 @@
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use faer::linalg::matmul::triangular::{self, BlockStructure};
-use faer::{Accum, Mat, MatMut, MatRef, Side};
+use faer::{Accum, Mat, MatMut, MatRef};
 
 use super::EstimatorError;
 
@@ -659,16 +659,32 @@ impl std::ops::Deref for KernelRoot {
 
 /// Every eigenpair of a symmetric matrix, eigenvectors as columns (none for an empty matrix).
 fn half_eigen(a: MatRef<'_, f64>) -> Result<(Vec<f64>, Mat<f64>), EstimatorError> {
-    if a.nrows() == 0 {
-        return Ok((Vec::new(), Mat::zeros(0, 0)));
-    }
-    let eig = a
-        .self_adjoint_eigen(Side::Lower)
-        .map_err(|_| EstimatorError::NotPositiveDefinite)?;
-    Ok((
-        eig.S().column_vector().iter().copied().collect(),
-        eig.U().to_owned(),
-    ))
+    symmetric_eigen(a).map_err(|_| EstimatorError::NotPositiveDefinite)
+}
+
+/// Every eigenpair `A = U diag(λ) Uᵀ` of a symmetric matrix (its lower triangle read),
+/// eigenvalues ascending and eigenvectors as columns, the same bits on every machine
+/// ([`crate::DECOMPOSITION_SPLIT`]).
+pub fn symmetric_eigen(
+    a: MatRef<'_, f64>,
+) -> Result<(Vec<f64>, Mat<f64>), faer::linalg::evd::EvdError> {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::evd::{self, ComputeEigenvectors};
+    let n = a.nrows();
+    let par = crate::decomposition_par();
+    let mut vectors = Mat::zeros(n, n);
+    let mut values = faer::diag::Diag::zeros(n);
+    let scratch =
+        evd::self_adjoint_evd_scratch::<f64>(n, ComputeEigenvectors::Yes, par, Default::default());
+    evd::self_adjoint_evd(
+        a,
+        values.as_mut(),
+        Some(vectors.as_mut()),
+        par,
+        MemStack::new(&mut MemBuffer::new(scratch)),
+        Default::default(),
+    )?;
+    Ok((values.column_vector().iter().copied().collect(), vectors))
 }
 
 /// The eigenpairs of a symmetric positive semidefinite `a` whose eigenvalues exceed `tolerance`
@@ -681,15 +697,11 @@ pub(crate) fn kept_eigen(
     if n == 0 {
         return Ok((Vec::new(), Mat::zeros(0, 0)));
     }
-    let eig = a
-        .self_adjoint_eigen(Side::Lower)
-        .map_err(|_| EstimatorError::NotPositiveDefinite)?;
-    let values = eig.S().column_vector();
+    let (values, u) = symmetric_eigen(a).map_err(|_| EstimatorError::NotPositiveDefinite)?;
     let largest = values.iter().fold(0.0_f64, |a, v| a.max(*v));
     let keep: Vec<usize> = (0..n)
         .filter(|&i| values[i] > tolerance * largest)
         .collect();
-    let u = eig.U();
     Ok((
         keep.iter().map(|&i| values[i]).collect(),
         Mat::from_fn(n, keep.len(), |i, c| u[(i, keep[c])]),

@@ -44,12 +44,13 @@
 //! variance of a linear functional `βᵀx̂`, which a regression on the old bands is, takes the
 //! correlation `C` of the pairs' residuals: `Var(βᵀx̂) = uᵀ C u` with `u_j = β_j √v_j`.
 
-use faer::{Accum, Mat, MatRef, Par, Side};
+use faer::{Accum, Mat, MatRef, Par};
 
 use crate::EstimatorError;
 use crate::evidence::residual_cap;
 use crate::grid::Grid;
 use crate::predictor::Predictor;
+use crate::prior::symmetric_eigen;
 
 /// Fewest pairs a map is learnt from: the Student-t variance of a band needs `N − 1 > 2`.
 pub const MIN_TRANSFER_ROWS: usize = 4;
@@ -536,11 +537,9 @@ fn band_problem(
     let m_c = c_all[(low, j)] * (1.0 - t) + c_all[(low + 1, j)] * t;
     let m_g_m = gm(low) * (1.0 - t) + gm(low + 1) * t;
     let residual = (stats.old_old[(j, j)] - 2.0 * m_c + m_g_m).max(0.0);
-    let eig = gram
-        .self_adjoint_eigen(Side::Lower)
+    let (values, vectors) = symmetric_eigen(gram.as_ref())
         .map_err(|_| EstimatorError::NonFinite("the transfer pairs' co-moments"))?;
-    let vectors = eig.U().to_owned();
-    let values: Vec<f64> = eig.S().column_vector().iter().map(|l| l.max(0.0)).collect();
+    let values: Vec<f64> = values.iter().map(|l| l.max(0.0)).collect();
     let rotated = (0..width)
         .map(|k| (0..width).map(|i| vectors[(i, k)] * cross[i]).sum())
         .collect();
