@@ -671,6 +671,10 @@ pub fn symmetric_eigen(
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::linalg::evd::{self, ComputeEigenvectors};
     let n = a.nrows();
+    if n == 0 {
+        // faer's scratch for eigenvectors counts `n − 1` reflections.
+        return Ok((Vec::new(), Mat::zeros(0, 0)));
+    }
     let par = crate::decomposition_par();
     let mut vectors = Mat::zeros(n, n);
     let mut values = faer::diag::Diag::zeros(n);
