@@ -143,16 +143,34 @@ pub const PARALLEL_FROM: usize = 64;
 
 /// How many parts the estimator's parallel decompositions (faer's symmetric eigensolver and its
 /// pivoted Cholesky factor) split their work into. They sum their reductions part by part, so
-/// their bits depend on that count: at the machine's own (every core) a state folded on one
-/// machine would replay to other bits on a machine with another number of cores, and a thin
-/// version's digest would refuse it. A fixed count gives every machine the same bits; two keeps
-/// those of the two-core machines that stored states before it was fixed.
-pub const DECOMPOSITION_SPLIT: usize = 2;
+/// their bits depend on that count: left to faer, one part per thread of the pool, a state
+/// folded on one machine would replay to other bits on a machine with another number of cores,
+/// and a thin version's digest would refuse it. A fixed count gives the same bits on any number
+/// of threads; two keeps those of the two-core machines that stored states before it was fixed.
+/// A decomposition then keeps at most two cores busy; a fit keeps the rest busy with its other
+/// shapes and outputs.
+pub(crate) const DECOMPOSITION_SPLIT: usize = 2;
 
 /// [`DECOMPOSITION_SPLIT`] as faer's parallelism, for every decomposition that is not
 /// sequential.
 pub(crate) fn decomposition_par() -> faer::Par {
     faer::Par::rayon(DECOMPOSITION_SPLIT)
+}
+
+/// `A B` on the calling thread. faer splits the sum of a product that has one column (or one
+/// row) across the pool's threads, so its bits would depend on their number; the estimator's
+/// products of that shape are small, and a state's bits must not.
+pub(crate) fn product(a: faer::MatRef<'_, f64>, b: faer::MatRef<'_, f64>) -> faer::Mat<f64> {
+    let mut out = faer::Mat::zeros(a.nrows(), b.ncols());
+    faer::linalg::matmul::matmul(
+        out.as_mut(),
+        faer::Accum::Replace,
+        a,
+        b,
+        1.0,
+        faer::Par::Seq,
+    );
+    out
 }
 
 /// `f(k)` for every output `k < outputs`, in order: one rayon task each where `parallel`, else

@@ -384,7 +384,8 @@ impl ModelState {
             });
         }
         let design = self.basis.design(x)?;
-        let means = &design * self.coefficients();
+        // One column for a model of one output.
+        let means = crate::product(design.as_ref(), self.coefficients().as_ref());
         let rows = self.totals.rows();
         Ok((0..self.outputs.len())
             .map(|k| {
@@ -1290,6 +1291,48 @@ mod tests {
     /// power 1 on the first fit's rows: an answer near 0 is then given a small fraction of the
     /// output's one noise variance and a large one more than all of it, every prediction path
     /// agrees, and the shape stays through a one-step update, a refit, and an encoding.
+    /// The rows' noise shapes, read from the means of a one-output model whose rows and basis
+    /// functions are many (a product faer would split across threads), are the same on any
+    /// number of threads.
+    #[test]
+    fn noise_shapes_from_many_rows_are_the_same_on_any_number_of_threads() {
+        let (n, p) = (300, 260);
+        let x = Mat::from_fn(n, p, |i, j| ((i * 31 + j * 17) % 97) as f64 / 97.0);
+        let y = Mat::from_fn(n, 1, |i, _| {
+            let truth = 0.1 + (0..p).step_by(20).map(|j| x[(i, j)]).sum::<f64>();
+            truth * (1.0 + 0.05 * ((i as f64 * 0.754_877_666).fract() - 0.5))
+        });
+        let basis = Basis::new(p, true, Transform::Identity);
+        let config = ModelConfig {
+            prior: PriorFamily::Ridge,
+            ..ModelConfig::new(basis, 1)
+        };
+        let stats = BatchStatistics::from_rows(&basis, x.as_ref(), y.as_ref()).unwrap();
+        let state = ModelState::fit(&config, stats).unwrap();
+        let on = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| {
+                    state
+                        .noise_shapes_from_rows(x.as_ref(), y.as_ref())
+                        .unwrap()
+                })
+        };
+        let one = on(1);
+        let shape = one[0].expect("a shape");
+        for threads in [2, 3] {
+            let other = on(threads)[0].expect("a shape");
+            assert_eq!(
+                shape.level().to_bits(),
+                other.level().to_bits(),
+                "{threads} threads"
+            );
+            assert_eq!(shape, other, "{threads} threads");
+        }
+    }
+
     #[test]
     fn a_noise_that_grows_with_the_answer_narrows_small_answers_and_widens_large_ones() {
         let n = 300;

@@ -447,8 +447,9 @@ fn split_congruence(
     );
     let ks = h_k.transpose() * (a_sk.transpose() * &h_s);
     out.as_mut().submatrix_mut(s, 0, rb - s, s).copy_from(&ks);
-    let rs = a_sr.transpose() * &h_s;
-    let rk = a_kr.transpose() * &h_k;
+    // One row each where one feature follows the bands.
+    let rs = crate::product(a_sr.transpose(), h_s.as_ref());
+    let rk = crate::product(a_kr.transpose(), h_k.as_ref());
     for t in 0..nr {
         for c in 0..s {
             out[(rb + t, c)] = rest[t] * rs[(t, c)];
@@ -663,9 +664,9 @@ fn half_eigen(a: MatRef<'_, f64>) -> Result<(Vec<f64>, Mat<f64>), EstimatorError
 }
 
 /// Every eigenpair `A = U diag(λ) Uᵀ` of a symmetric matrix (its lower triangle read),
-/// eigenvalues ascending and eigenvectors as columns, the same bits on every machine
+/// eigenvalues ascending and eigenvectors as columns, the same bits on any number of threads
 /// ([`crate::DECOMPOSITION_SPLIT`]).
-pub fn symmetric_eigen(
+pub(crate) fn symmetric_eigen(
     a: MatRef<'_, f64>,
 ) -> Result<(Vec<f64>, Mat<f64>), faer::linalg::evd::EvdError> {
     use faer::dyn_stack::{MemBuffer, MemStack};
@@ -698,9 +699,6 @@ pub(crate) fn kept_eigen(
     tolerance: f64,
 ) -> Result<(Vec<f64>, Mat<f64>), EstimatorError> {
     let n = a.nrows();
-    if n == 0 {
-        return Ok((Vec::new(), Mat::zeros(0, 0)));
-    }
     let (values, u) = symmetric_eigen(a).map_err(|_| EstimatorError::NotPositiveDefinite)?;
     let largest = values.iter().fold(0.0_f64, |a, v| a.max(*v));
     let keep: Vec<usize> = (0..n)
