@@ -205,7 +205,8 @@ pub(crate) fn eigenvectors(
     projection: MatRef<'_, f64>,
     design: MatRef<'_, f64>,
 ) -> Mat<f64> {
-    let mut w = design * projection.transpose();
+    // One column where the shape keeps one eigenvalue.
+    let mut w = crate::product(design, projection.transpose());
     for (c, &l) in eigenvalues.iter().enumerate() {
         let root = l.sqrt();
         w.col_mut(c).iter_mut().for_each(|x| *x /= root);

@@ -143,7 +143,7 @@ pub const PARALLEL_FROM: usize = 64;
 
 /// How many parts the estimator's parallel decompositions (faer's symmetric eigensolver and its
 /// pivoted Cholesky factor) split their work into. They sum their reductions part by part, so
-/// their bits depend on that count: left to faer, one part per thread of the pool, a state
+/// their bits depend on that count: at `Par::rayon(0)`, one part per thread of the pool, a state
 /// folded on one machine would replay to other bits on a machine with another number of cores,
 /// and a thin version's digest would refuse it. A fixed count gives the same bits on any number
 /// of threads; two keeps those of the two-core machines that stored states before it was fixed.
@@ -157,9 +157,10 @@ pub(crate) fn decomposition_par() -> faer::Par {
     faer::Par::rayon(DECOMPOSITION_SPLIT)
 }
 
-/// `A B` on the calling thread. faer splits the sum of a product that has one column (or one
-/// row) across the pool's threads, so its bits would depend on their number; the estimator's
-/// products of that shape are small, and a state's bits must not.
+/// `A B` in [`DECOMPOSITION_SPLIT`] parts. Where the product has one column and `A` is stored
+/// by columns, faer sums it in one part per thread it is given (from 65,536 entries of `A` on),
+/// so at `Par::rayon(0)` its bits would depend on the pool's size; a fixed count gives the bits
+/// that a two-thread pool gave before.
 pub(crate) fn product(a: faer::MatRef<'_, f64>, b: faer::MatRef<'_, f64>) -> faer::Mat<f64> {
     let mut out = faer::Mat::zeros(a.nrows(), b.ncols());
     faer::linalg::matmul::matmul(
@@ -168,7 +169,7 @@ pub(crate) fn product(a: faer::MatRef<'_, f64>, b: faer::MatRef<'_, f64>) -> fae
         a,
         b,
         1.0,
-        faer::Par::Seq,
+        decomposition_par(),
     );
     out
 }

@@ -384,7 +384,7 @@ impl ModelState {
             });
         }
         let design = self.basis.design(x)?;
-        // One column for a model of one output.
+        // One column for a model of one output: a sum faer would split by the pool's threads.
         let means = crate::product(design.as_ref(), self.coefficients().as_ref());
         let rows = self.totals.rows();
         Ok((0..self.outputs.len())
@@ -1287,13 +1287,9 @@ mod tests {
         );
     }
 
-    /// Rows whose error grows in proportion to the answer (5 % of it) set a noise shape of
-    /// power 1 on the first fit's rows: an answer near 0 is then given a small fraction of the
-    /// output's one noise variance and a large one more than all of it, every prediction path
-    /// agrees, and the shape stays through a one-step update, a refit, and an encoding.
     /// The rows' noise shapes, read from the means of a one-output model whose rows and basis
-    /// functions are many (a product faer would split across threads), are the same on any
-    /// number of threads.
+    /// functions are many (a product whose sum faer would split by the pool's threads), are the
+    /// same on any number of threads.
     #[test]
     fn noise_shapes_from_many_rows_are_the_same_on_any_number_of_threads() {
         let (n, p) = (300, 260);
@@ -1333,6 +1329,10 @@ mod tests {
         }
     }
 
+    /// Rows whose error grows in proportion to the answer (5 % of it) set a noise shape of
+    /// power 1 on the first fit's rows: an answer near 0 is then given a small fraction of the
+    /// output's one noise variance and a large one more than all of it, every prediction path
+    /// agrees, and the shape stays through a one-step update, a refit, and an encoding.
     #[test]
     fn a_noise_that_grows_with_the_answer_narrows_small_answers_and_widens_large_ones() {
         let n = 300;

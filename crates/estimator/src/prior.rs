@@ -447,9 +447,8 @@ fn split_congruence(
     );
     let ks = h_k.transpose() * (a_sk.transpose() * &h_s);
     out.as_mut().submatrix_mut(s, 0, rb - s, s).copy_from(&ks);
-    // One row each where one feature follows the bands.
-    let rs = crate::product(a_sr.transpose(), h_s.as_ref());
-    let rk = crate::product(a_kr.transpose(), h_k.as_ref());
+    let rs = a_sr.transpose() * &h_s;
+    let rk = a_kr.transpose() * &h_k;
     for t in 0..nr {
         for c in 0..s {
             out[(rb + t, c)] = rest[t] * rs[(t, c)];

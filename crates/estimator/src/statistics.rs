@@ -210,11 +210,7 @@ impl Relative {
         let psi_w = Mat::from_fn(psi.nrows(), psi.ncols(), |r, j| root[r] * psi[(r, j)]);
         let mut design = Mat::zeros(phi.ncols(), psi.ncols());
         targets_product(design.as_mut(), phi_w.as_ref(), psi_w.as_ref());
-        // One row where one fabric feature follows the bands.
-        let fabric = crate::product(
-            phi_w.subcols(bands, phi.ncols() - bands).transpose(),
-            phi_w.as_ref(),
-        );
+        let fabric = phi_w.subcols(bands, phi.ncols() - bands).transpose() * phi_w.as_ref();
         let squares = (0..bands)
             .map(|l| (0..phi.nrows()).map(|r| phi_w[(r, l)].powi(2)).sum())
             .collect();
