@@ -226,15 +226,27 @@ impl SqliteStore {
     /// it cannot write) read-only, without a word: a service on it reported ready and answered
     /// every write 500. The header's user version written to itself and rolled back says whether
     /// it can. Only stores that will be written are migrated: `copy` reads its source as it is.
-    async fn check_writable(&self) -> Result<(), sqlx::Error> {
-        let mut tx = self.inner.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let version: i64 = sqlx::query_scalar("PRAGMA user_version")
-            .fetch_one(&mut *tx)
-            .await?;
-        sqlx::query(&format!("PRAGMA user_version = {version}"))
-            .execute(&mut *tx)
-            .await?;
-        tx.rollback().await
+    ///
+    /// The kernel is asked first (access(2), which an immutable file, a read-only mount and the
+    /// permissions answer): while this process still has a connection to the file, SQLite hands
+    /// a new connection a descriptor an earlier one opened for writing, and the header's write
+    /// then succeeds on a file nobody may write now. Not by opening the file: closing any
+    /// descriptor of it drops the locks SQLite's connections hold on it.
+    async fn check_writable(&self) -> Result<(), String> {
+        #[cfg(unix)]
+        rustix::fs::access(&self.inner.path, rustix::fs::Access::WRITE_OK)
+            .map_err(|e| std::io::Error::from(e).to_string())?;
+        let header = async {
+            let mut tx = self.inner.writer.begin_with("BEGIN IMMEDIATE").await?;
+            let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+                .fetch_one(&mut *tx)
+                .await?;
+            sqlx::query(&format!("PRAGMA user_version = {version}"))
+                .execute(&mut *tx)
+                .await?;
+            tx.rollback().await
+        };
+        header.await.map_err(|e: sqlx::Error| e.to_string())
     }
 
     /// A write transaction (the only one at a time).
@@ -965,12 +977,28 @@ mod tests {
     /// answered 500 while `/readyz` said ready. Made
     /// unwritable with `chattr +i` (which binds root too); where that is not possible, the test
     /// says so and passes.
+    ///
+    /// The process keeps a connection to the file meanwhile, and closes another one that could
+    /// write it: SQLite gives that one's descriptor to the store's writer, as it did when a
+    /// closed store's connection outlived its `close` on a loaded machine.
     #[tokio::test]
     async fn a_database_file_that_cannot_be_written_is_refused() {
+        use sqlx::Connection as _;
         let (dir, store, _, _) = lab_store().await;
         store.close().await;
         drop(store);
         let path = dir.join("m.db");
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal);
+        let kept = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .unwrap();
+        let closed = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .unwrap();
+        closed.close().await.unwrap();
         let chattr = |flag: &str| {
             std::process::Command::new("chattr")
                 .arg(flag)
@@ -990,6 +1018,7 @@ mod tests {
         store.close().await;
         drop(store);
         chattr("-i");
+        kept.close().await.unwrap();
         assert_eq!(ready, Ok(()), "an unwritable file is read");
         let Err(error) = migrated else {
             panic!("an unwritable file was migrated");
