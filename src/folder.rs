@@ -256,15 +256,15 @@ fn may_read_rows_after_first_fit(config: &ModelConfig, first_fit_rows: f64) -> b
 /// is, on its surprise to the model (the overlap) or to the successor's own model (its
 /// readings alone).
 ///
-/// `kept`: the raw rows of every batch folded before, where the fold read them back. A batch
+/// `kept`: the raw rows of every batch the state holds, where the fold read them back. A batch
 /// that fits an output again then hands its update every row behind the statistics (those,
 /// its own and the queue's before it), and the refit checks its shrinkage on them and reads
 /// its noise shapes and tail off them as a first fit does ([`first_fit::update_on_rows`]): a
 /// model fed its rows in batches answers as one fed them at once. A row missing from them
-/// (purged, past the budget, or not the state's after a restore) leaves the refit the
-/// evidence's alone, with the shapes and tail it had; the fold reads the rows for every batch
-/// of it that may refit within the budget, and leaves the queue past the budget to the next
-/// fold, so the rows a refit reads do not depend on the batches a fold holds together.
+/// (purged, or past the budget) leaves the refit the evidence's alone, with the shapes and tail
+/// it had; the fold reads the rows for every batch of it that may refit within the budget, and
+/// leaves the queue past the budget to the next fold, so the rows a refit reads do not depend
+/// on the batches a fold holds together.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_fold(
     config: &ModelConfig,
@@ -389,7 +389,7 @@ pub fn plan_fold(
             let rows = every.as_ref().map(|(x, y)| (x.as_mat(), y.as_mat()));
             let done = first_fit::update_on_rows(base, config, &stats, &z, rows)
                 .map_err(|e| format!("update failed: {e}"))?;
-            // Rows that are not the statistics' (purged, or past a restore) leave the refit the
+            // Rows that are not the statistics' (purged, or past the budget) leave the refit the
             // evidence's alone, and the shapes and tail kept; any other reason is a fault.
             for (step, e) in &done.skipped {
                 if matches!(e, EstimatorError::NotTheRows) {
@@ -609,8 +609,8 @@ async fn fold_claimed(
     // noise shapes and tail as a first fit does (no forgetting, within `CHECK_VALUES`, some
     // output's rows grown enough or an untrained output's within reach): the queue with its
     // rows as far as the budget reaches, the rest left to the next fold ([`starting_within`]);
-    // the folded batches' rows only as far as the budget reaches (past a restore, batches of
-    // later versions stay folded, and their rows would not be the state's).
+    // the rows of the batches the state holds only as far as the budget reaches (past a
+    // restore, not those folded after the version it restored: `ModelLock::kept_rows`).
     let (queued, kept) = match current.as_deref() {
         Some(state)
             if grids.is_none()

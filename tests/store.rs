@@ -827,6 +827,44 @@ async fn a_fold_that_cannot_be_replayed_keeps_its_state_and_folded_rows_read_bac
         .collect();
     let folded: Vec<f64> = (1..=5).flat_map(|v| [v as f64, v as f64 + 0.5]).collect();
     assert_eq!(first_inputs, folded);
+    drop(lock);
+    // Version 2 restored as 6: the batches of versions 3 to 5 are not its state's. Version 7
+    // folds the queued batch and two more after it.
+    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    lock.write_version(
+        VersionOrigin::Restore,
+        Some(2),
+        8.0,
+        &[Some(1.0)],
+        &blob(b"state 2"),
+        &[],
+        true,
+    )
+    .await
+    .unwrap();
+    lock.commit().await.unwrap();
+    fold_two_as(store, id, &spec, 7, true).await;
+    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    let first_inputs: Vec<f64> = lock
+        .kept_rows(i64::MAX)
+        .await
+        .unwrap()
+        .iter()
+        .map(|k| {
+            f64::from_le_bytes(
+                k.rows_x.as_deref().expect("rows kept")[..8]
+                    .try_into()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(first_inputs, [1.0, 1.5, 2.0, 2.5, 9.0, 7.0, 7.5]);
+    // The budget counts the state's rows only: the fourth of its batches follows 6.
+    let bounded = lock.kept_rows(7).await.unwrap();
+    assert_eq!(
+        bounded.iter().map(kept_of).collect::<Vec<_>>(),
+        [true, true, true, true, false, false, false]
+    );
 }
 
 /// A purge takes the rows of batches received before its cutoff that are folded or rejected

@@ -30,9 +30,9 @@ pub trait ModelTransaction: Send {
     async fn stored_state(&mut self, version: i64) -> Result<Option<StoredState>, StoreError>;
     /// The batches folded into `version`, in the order they were folded.
     async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError>;
-    /// The raw rows of every batch the model has folded, in the order they were folded, each
-    /// that follows fewer than `rows` folded rows (`None` for the others).
-    async fn kept_rows(&mut self, rows: i64) -> Result<Vec<KeptRows>, StoreError>;
+    /// The raw rows of every batch `version`'s state holds, in the order they were folded, each
+    /// that follows fewer than `rows` of their rows (`None` for the others).
+    async fn kept_rows(&mut self, version: i64, rows: i64) -> Result<Vec<KeptRows>, StoreError>;
     /// The model's queued batches that `read` names, oldest first, with the raw rows it asks.
     async fn queued_batches(&mut self, read: QueueRead) -> Result<Vec<QueuedBatch>, StoreError>;
     /// Writes `version` (the current one plus one) and makes it current, thinning the one it
@@ -120,11 +120,12 @@ impl ModelLock {
         self.tx.folded_batches(version).await
     }
 
-    /// The raw rows of every batch this model has folded, in the order they were folded, as far
-    /// as `rows` rows reach (each batch that follows fewer folded rows than that): what a refit
-    /// checks its shrinkage on.
+    /// The raw rows of every batch the current version's state holds, in the order they were
+    /// folded, as far as `rows` rows reach (each batch that follows fewer of their rows than
+    /// that): what a refit checks its shrinkage on. Past a restore, the batches folded after the
+    /// version it restored are not the state's, and are left out.
     pub async fn kept_rows(&mut self, rows: i64) -> Result<Vec<KeptRows>, StoreError> {
-        self.tx.kept_rows(rows).await
+        self.tx.kept_rows(self.version, rows).await
     }
 
     /// The model's queued batches, oldest first.

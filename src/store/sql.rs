@@ -146,23 +146,50 @@ pub(super) const SQLITE_BATCH_SOURCE: &str = "seq, batch_id, rows, statistics, r
      END AS rows_x, \
      CASE WHEN length(statistics) = 0 THEN (SELECT r.y FROM batch_rows r WHERE r.seq = batches.seq) \
      END AS rows_y";
-/// The raw rows of every batch a model has folded, in the order they were folded, of each batch
-/// that follows fewer than `$2` folded rows (NULL for the others).
-pub(super) const KEPT_ROWS: &str = "SELECT rows, \
+/// The versions whose folds a version's state holds, as `chain(at)`: walking back from the
+/// version (the placeholder `$version`), each was made from the one before it, but a restore,
+/// which copies the version it names ([`crate::history::batches_learnt`]). A restore's own
+/// number is in the chain too; it folded no batch.
+macro_rules! chain_of_folds {
+    ($model:literal, $version:literal) => {
+        concat!(
+            "WITH RECURSIVE chain(at) AS (SELECT CAST(",
+            $version,
+            " AS BIGINT) UNION ALL SELECT CASE WHEN v.origin = 'restore' AND v.restored_from < \
+             v.version THEN v.restored_from ELSE v.version - 1 END FROM chain JOIN versions v \
+             ON v.model_id = ",
+            $model,
+            " AND v.version = chain.at) "
+        )
+    };
+}
+
+/// The raw rows of every batch a model's version `$3` holds (past a restore, not the batches
+/// folded after the version it restored), in the order they were folded, of each batch that
+/// follows fewer than `$2` of those rows (NULL for the others).
+pub(super) const KEPT_ROWS: &str = concat!(
+    chain_of_folds!("$1", "$3"),
+    "SELECT rows, \
      CASE WHEN before < $2 THEN x END AS rows_x, CASE WHEN before < $2 THEN y END AS rows_y \
      FROM (SELECT *, coalesce(sum(rows) OVER (ORDER BY version, COALESCE(arrival, seq), seq \
      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before \
-     FROM batches WHERE model_id = $1 AND status = 'folded') folded \
-     ORDER BY version, COALESCE(arrival, seq), seq";
+     FROM batches WHERE model_id = $1 AND status = 'folded' \
+     AND version IN (SELECT at FROM chain)) folded \
+     ORDER BY version, COALESCE(arrival, seq), seq"
+);
 /// [`KEPT_ROWS`] on SQLite, which keeps the raw rows in `batch_rows`.
-pub(super) const SQLITE_KEPT_ROWS: &str = "SELECT rows, \
+pub(super) const SQLITE_KEPT_ROWS: &str = concat!(
+    chain_of_folds!("?1", "?3"),
+    "SELECT rows, \
      CASE WHEN before < ?2 THEN (SELECT r.x FROM batch_rows r WHERE r.seq = folded.seq) END \
      AS rows_x, \
      CASE WHEN before < ?2 THEN (SELECT r.y FROM batch_rows r WHERE r.seq = folded.seq) END \
      AS rows_y \
      FROM (SELECT *, coalesce(sum(rows) OVER (ORDER BY version, seq \
      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before \
-     FROM batches WHERE model_id = ?1 AND status = 'folded') folded ORDER BY version, seq";
+     FROM batches WHERE model_id = ?1 AND status = 'folded' \
+     AND version IN (SELECT at FROM chain)) folded ORDER BY version, seq"
+);
 /// The models and keys a store holds, which a copy's target must not.
 pub(super) const COUNTS: &str =
     "SELECT (SELECT count(*) FROM models), (SELECT count(*) FROM api_keys)";

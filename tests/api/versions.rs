@@ -188,6 +188,63 @@ async fn a_restore_names_the_batches_it_leaves_out_and_brings_back() {
     assert_eq!(again["brought_back"]["count"], 0, "{again}");
 }
 
+/// A refit after a restore reads back the rows of the batches the restored state holds, and
+/// only those, whether a fold makes it or an operator asks for it: a model restored past a batch
+/// answers as one that never had that batch.
+#[tokio::test]
+async fn a_refit_after_a_restore_reads_the_rows_the_restored_state_holds() {
+    let app = spawn_app().await;
+    let post = |model: &'static str, id: &'static str, seed: u64| {
+        let app = &app;
+        async move {
+            let (x, y) = random_rows(seed, 12, 3, 2);
+            let response = app
+                .post_batch(model, &json!({"batch_id": id, "x": x, "y": y}))
+                .await;
+            assert_eq!(response.status(), StatusCode::ACCEPTED);
+            app.wait_for_batch(model, id).await["version"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    let refit = |model: &'static str| {
+        let app = &app;
+        async move {
+            let response = app
+                .post(&format!("/v1/models/{model}/refit"), &json!({}))
+                .await;
+            assert_eq!(response.status(), StatusCode::CREATED, "refit {model}");
+            let body: Value = response.json().await.unwrap();
+            body["version"].as_i64().unwrap()
+        }
+    };
+    // `left` learns b0 and b1, and is restored to b0 alone; `never` learns b0 alone. Each then
+    // learns b2 (as many rows again as it has: a refit on every row) and is refitted.
+    for model in ["left", "never"] {
+        app.create_model(&spec(model, 3, 2)).await;
+        assert_eq!(post(model, "b0", 60).await, 1);
+    }
+    assert_eq!(post("left", "b1", 61).await, 2);
+    assert_eq!(app.restore("left", 1).await["version"], 3);
+    let (probe, _) = random_rows(7, 4, 3, 2);
+    let answers = |model: &'static str, version: i64| {
+        let (app, probe) = (&app, &probe);
+        async move { app.predict_at(model, &json!(probe), version).await["predictions"].clone() }
+    };
+    let (folded, alone) = (post("left", "b2", 62).await, post("never", "b2", 62).await);
+    assert_eq!(
+        answers("left", folded).await,
+        answers("never", alone).await,
+        "the fold after the restore"
+    );
+    let (left, never) = (refit("left").await, refit("never").await);
+    assert_eq!(
+        answers("left", left).await,
+        answers("never", never).await,
+        "the refit after the restore"
+    );
+}
+
 #[tokio::test]
 async fn refit_runs_the_evidence_approximation_on_the_accumulated_statistics() {
     let app = spawn_app().await;

@@ -87,10 +87,11 @@ impl ModelTransaction for PgModelTransaction {
         Ok(rows)
     }
 
-    async fn kept_rows(&mut self, rows: i64) -> Result<Vec<KeptRows>, StoreError> {
+    async fn kept_rows(&mut self, version: i64, rows: i64) -> Result<Vec<KeptRows>, StoreError> {
         let rows = sqlx::query_as(sql::KEPT_ROWS)
             .bind(self.model_id)
             .bind(rows)
+            .bind(version)
             .fetch_all(&mut *self.tx)
             .await?;
         Ok(rows)

@@ -127,10 +127,11 @@ impl ModelTransaction for SqliteModelTransaction {
         Ok(rows)
     }
 
-    async fn kept_rows(&mut self, rows: i64) -> Result<Vec<KeptRows>, StoreError> {
+    async fn kept_rows(&mut self, version: i64, rows: i64) -> Result<Vec<KeptRows>, StoreError> {
         let rows = sqlx::query_as(sql::SQLITE_KEPT_ROWS)
             .bind(self.model_id)
             .bind(rows)
+            .bind(version)
             .fetch_all(&self.store.inner.readers)
             .await?;
         Ok(rows)
