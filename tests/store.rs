@@ -731,6 +731,33 @@ async fn fold_two_as(store: &Store, id: i64, spec: &ModelSpec, v: i64, replayabl
     lock.commit().await.unwrap();
 }
 
+/// Writes version `from` of `lab` restored as its next version, with `state`.
+async fn restore_lab(store: &Store, from: i64, state: &[u8]) {
+    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
+    lock.write_version(
+        VersionOrigin::Restore,
+        Some(from),
+        8.0,
+        &[Some(1.0)],
+        &blob(state),
+        &[],
+        true,
+    )
+    .await
+    .unwrap();
+    lock.commit().await.unwrap();
+}
+
+/// The first input of each kept batch's first row (its seed in [`batch`]).
+fn first_inputs(kept: &[mordant::store::KeptRows]) -> Vec<f64> {
+    kept.iter()
+        .map(|k| {
+            let x = k.rows_x.as_deref().expect("rows kept");
+            f64::from_le_bytes(x[..8].try_into().unwrap())
+        })
+        .collect()
+}
+
 /// The suite's stores keep a full state every 3 versions: once a later version is written, a
 /// fold drops its state unless it is the first or its number is a multiple of 3; restores and
 /// refits keep theirs, and so does the current version. Every version keeps its digest and
@@ -741,19 +768,7 @@ async fn folds_between_full_states_keep_their_digest_and_batches(store: &Store) 
     for v in 1..=7 {
         fold_two(store, id, &spec, v).await;
     }
-    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
-    lock.write_version(
-        VersionOrigin::Restore,
-        Some(2),
-        8.0,
-        &[Some(1.0)],
-        &blob(b"state 8"),
-        &[],
-        true,
-    )
-    .await
-    .unwrap();
-    lock.commit().await.unwrap();
+    restore_lab(store, 2, b"state 8").await;
     fold_two(store, id, &spec, 9).await;
     fold_two(store, id, &spec, 10).await;
 
@@ -817,48 +832,17 @@ async fn a_fold_that_cannot_be_replayed_keeps_its_state_and_folded_rows_read_bac
         ]
     );
     let kept = lock.kept_rows(i64::MAX).await.unwrap();
-    let first_inputs: Vec<f64> = kept
-        .iter()
-        .map(|k| {
-            assert_eq!(k.rows, 2);
-            let x = k.rows_x.as_deref().expect("rows kept");
-            f64::from_le_bytes(x[..8].try_into().unwrap())
-        })
-        .collect();
+    assert!(kept.iter().all(|k| k.rows == 2));
     let folded: Vec<f64> = (1..=5).flat_map(|v| [v as f64, v as f64 + 0.5]).collect();
-    assert_eq!(first_inputs, folded);
+    assert_eq!(first_inputs(&kept), folded);
     drop(lock);
     // Version 2 restored as 6: the batches of versions 3 to 5 are not its state's. Version 7
     // folds the queued batch and two more after it.
-    let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
-    lock.write_version(
-        VersionOrigin::Restore,
-        Some(2),
-        8.0,
-        &[Some(1.0)],
-        &blob(b"state 2"),
-        &[],
-        true,
-    )
-    .await
-    .unwrap();
-    lock.commit().await.unwrap();
+    restore_lab(store, 2, b"state 2").await;
     fold_two_as(store, id, &spec, 7, true).await;
     let mut lock = store.lock_model(&name("lab")).await.unwrap().unwrap();
-    let first_inputs: Vec<f64> = lock
-        .kept_rows(i64::MAX)
-        .await
-        .unwrap()
-        .iter()
-        .map(|k| {
-            f64::from_le_bytes(
-                k.rows_x.as_deref().expect("rows kept")[..8]
-                    .try_into()
-                    .unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(first_inputs, [1.0, 1.5, 2.0, 2.5, 9.0, 7.0, 7.5]);
+    let kept = lock.kept_rows(i64::MAX).await.unwrap();
+    assert_eq!(first_inputs(&kept), [1.0, 1.5, 2.0, 2.5, 9.0, 7.0, 7.5]);
     // The budget counts the state's rows only: the fourth of its batches follows 6.
     let bounded = lock.kept_rows(7).await.unwrap();
     assert_eq!(
