@@ -261,10 +261,10 @@ fn may_read_rows_after_first_fit(config: &ModelConfig, first_fit_rows: f64) -> b
 /// its own and the queue's before it), and the refit checks its shrinkage on them and reads
 /// its noise shapes and tail off them as a first fit does ([`first_fit::update_on_rows`]): a
 /// model fed its rows in batches answers as one fed them at once. A row missing from them
-/// (purged, or past the budget) leaves the refit the evidence's alone, with the shapes and tail
-/// it had; the fold reads the rows for every batch of it that may refit within the budget, and
-/// leaves the queue past the budget to the next fold, so the rows a refit reads do not depend
-/// on the batches a fold holds together.
+/// (purged, say) leaves the refit the evidence's alone, with the shapes and tail it had; the
+/// fold reads the rows for every batch of it that may refit within the budget, and leaves the
+/// queue past the budget to the next fold, so the rows a refit reads do not depend on the
+/// batches a fold holds together.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_fold(
     config: &ModelConfig,
@@ -389,8 +389,8 @@ pub fn plan_fold(
             let rows = every.as_ref().map(|(x, y)| (x.as_mat(), y.as_mat()));
             let done = first_fit::update_on_rows(base, config, &stats, &z, rows)
                 .map_err(|e| format!("update failed: {e}"))?;
-            // Rows that are not the statistics' (purged, or past the budget) leave the refit the
-            // evidence's alone, and the shapes and tail kept; any other reason is a fault.
+            // Rows that are not the statistics' (purged, say) leave the refit the evidence's
+            // alone, and the shapes and tail kept; any other reason is a fault.
             for (step, e) in &done.skipped {
                 if matches!(e, EstimatorError::NotTheRows) {
                     tracing::debug!(seq, error = %e, step, "a refit's rows did not set this");

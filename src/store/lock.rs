@@ -31,7 +31,8 @@ pub trait ModelTransaction: Send {
     /// The batches folded into `version`, in the order they were folded.
     async fn folded_batches(&mut self, version: i64) -> Result<Vec<QueuedBatch>, StoreError>;
     /// The raw rows of every batch `version`'s state holds, in the order they were folded, each
-    /// that follows fewer than `rows` of their rows (`None` for the others).
+    /// that follows fewer than `rows` of their rows (`None` for the others). Read before this
+    /// transaction writes a version: the embedded store reads outside it.
     async fn kept_rows(&mut self, version: i64, rows: i64) -> Result<Vec<KeptRows>, StoreError>;
     /// The model's queued batches that `read` names, oldest first, with the raw rows it asks.
     async fn queued_batches(&mut self, read: QueueRead) -> Result<Vec<QueuedBatch>, StoreError>;

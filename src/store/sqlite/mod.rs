@@ -227,15 +227,21 @@ impl SqliteStore {
     /// every write 500. The header's user version written to itself and rolled back says whether
     /// it can. Only stores that will be written are migrated: `copy` reads its source as it is.
     ///
-    /// The kernel is asked first (access(2), which an immutable file, a read-only mount and the
-    /// permissions answer): while this process still has a connection to the file, SQLite hands
-    /// a new connection a descriptor an earlier one opened for writing, and the header's write
-    /// then succeeds on a file nobody may write now. Not by opening the file: closing any
+    /// The kernel is asked first (faccessat(2) with the effective credentials and their
+    /// capabilities, as SQLite opens the file; an immutable file, a read-only mount and the
+    /// permissions answer it): while this process still has a connection to the file, SQLite
+    /// hands a new connection a descriptor an earlier one opened for writing, and the header's
+    /// write then succeeds on a file nobody may write now. Not by opening the file: closing any
     /// descriptor of it drops the locks SQLite's connections hold on it.
     async fn check_writable(&self) -> Result<(), String> {
         #[cfg(unix)]
-        rustix::fs::access(&self.inner.path, rustix::fs::Access::WRITE_OK)
-            .map_err(|e| std::io::Error::from(e).to_string())?;
+        rustix::fs::accessat(
+            rustix::fs::CWD,
+            &self.inner.path,
+            rustix::fs::Access::WRITE_OK,
+            rustix::fs::AtFlags::EACCESS,
+        )
+        .map_err(|e| std::io::Error::from(e).to_string())?;
         let header = async {
             let mut tx = self.inner.writer.begin_with("BEGIN IMMEDIATE").await?;
             let version: i64 = sqlx::query_scalar("PRAGMA user_version")
@@ -316,7 +322,7 @@ impl Backend for SqliteStore {
             sqlx::migrate::MigrateError::Source(
                 format!(
                     "the embedded database {} cannot be written by this process ({e}): its \
-                     owner, its permissions, a read-only mount?",
+                     owner, its permissions, an immutable flag, a read-only mount?",
                     self.inner.path.display()
                 )
                 .into(),
@@ -979,8 +985,8 @@ mod tests {
     /// says so and passes.
     ///
     /// The process keeps a connection to the file meanwhile, and closes another one that could
-    /// write it: SQLite gives that one's descriptor to the store's writer, as it did when a
-    /// closed store's connection outlived its `close` on a loaded machine.
+    /// write it: SQLite gives that one's descriptor to the store's writer. That is likely what
+    /// let a CI run migrate the file: a closed store's connection outliving its `close`.
     #[tokio::test]
     async fn a_database_file_that_cannot_be_written_is_refused() {
         use sqlx::Connection as _;
