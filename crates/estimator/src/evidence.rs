@@ -224,7 +224,8 @@ const CONSTANT_FEATURE: f64 = 1e-12;
 /// repeat
 ///     M = I + D^½ G_c,JJ D^½ / s = L Lᵀ        J = {j : 0 < v_j < ∞}, D = diag(v_J)
 ///     Σ = D^½ M⁻¹ D^½,  μ = Σ b_c,J / s,  γ_j = 1 − (M⁻¹)_jj
-///     v_j ← μ_j² / γ_j             (v_j ← 0, pruned for good, when γ_j < prune_gamma)
+///     v_j ← μ_j² / γ_j             (v_j ← 0, pruned for good, when γ_j < prune_gamma and
+///                                   the update would not grow v_j: see `keeps_growing`)
 ///     v_j ← v_j + (v′_j − v_j)/γ_j, or 0 (pruned for good) where v′_j ≤ v_j (1 − γ_j), for the
 ///           one j whose MacKay update v′_j < v_j would not settle within the iterations left
 ///           (settle_slow_weights; see slowest_to_settle)
@@ -624,8 +625,9 @@ fn iterate(
     for (c, &j) in active.iter().enumerate() {
         gamma_sum += gamma[c].max(0.0);
         gamma_full[j] = gamma[c];
-        if gamma[c] >= options.prune_gamma {
-            v_new[j] = mu[c] * mu[c] / gamma[c];
+        let update = mu[c] * mu[c] / gamma[c];
+        if gamma[c] >= options.prune_gamma || keeps_growing(gamma[c], v[j], update) {
+            v_new[j] = update;
         }
     }
     // RSS = μᵀ G μ − 2 μᵀ b + q on the active set
@@ -646,6 +648,21 @@ fn iterate(
         gamma_sum,
     })
 }
+
+/// Whether a variance whose `γ_j` is below `prune_gamma` is kept because MacKay's update grows
+/// it (`v′_j = μ_j²/γ_j > v_j`, which holding the others is Tipping & Faul's `Q_j² > S_j`: the
+/// evidence wants it larger). A small `γ_j ≈ v_j S_j` says the start is small for the input's
+/// units (a concentration in mol/L from the configured prior variance), not that the rows disown
+/// it: pruned, it stayed pruned for good and the output lost an input that explained it. Only
+/// where `γ_j = 1 − (M⁻¹)_jj` is resolved above the round-off of that difference
+/// ([`RESOLVED_GAMMA`]); below it, pruned as before.
+fn keeps_growing(gamma: f64, v: f64, update: f64) -> bool {
+    gamma > RESOLVED_GAMMA && update > v && update.is_finite()
+}
+
+/// The smallest `γ_j` that `1 − (M⁻¹)_jj`, a difference of numbers near 1, resolves to a few
+/// digits: the column's squared norm is summed to within about `p ε` of 1.
+const RESOLVED_GAMMA: f64 = 1e-12;
 
 /// What one ARD run factors and inverts at every iteration, allocated once for all `p` basis
 /// functions (the active set only shrinks): the factor `L` of `M = I + D^½ G_c,JJ D^½ / s`, its

@@ -1643,6 +1643,59 @@ mod tests {
         }
     }
 
+    /// ARD keeps an input that explains the output whatever its units: a concentration posted in
+    /// mol/L (about 10⁻⁴) starts at the configured prior variance with a `γ_j` of about 10⁻⁸,
+    /// where MacKay's update grows its variance tenfold a step; it is not pruned on the way
+    /// (it was, for good, and the model answered a constant), and the fit answers as with the
+    /// same input in units of 10⁻⁴ mol/L.
+    #[test]
+    fn ard_keeps_an_input_that_explains_the_output_in_any_units() {
+        let rows = 30;
+        let a = |i: usize| (i as f64 * 0.618_033_988_749_895).fract();
+        let c = |i: usize| ((i as f64 + 0.5) * 0.754_877_666_246_692_7).fract();
+        let noise = |i: usize| 0.01 * ((i * 13) as f64 * 2.3).sin();
+        let y = Mat::from_fn(rows, 1, |i, _| 1.0 + 2.0 * a(i) + 3.0 * c(i) + noise(i));
+        let config = ModelConfig {
+            prior: PriorFamily::Ard,
+            ..ModelConfig::new(Basis::new(2, true, Transform::Identity), 1)
+        };
+        let fit = |unit: f64| {
+            let x = Mat::from_fn(rows, 2, |i, j| if j == 0 { a(i) } else { c(i) * unit });
+            let stats = BatchStatistics::from_rows(&config.basis, x.as_ref(), y.as_ref()).unwrap();
+            let state = ModelState::fit(&config, stats).unwrap();
+            let probe = Mat::from_fn(2, 2, |i, j| match (i, j) {
+                (_, 0) => 0.5,
+                (0, _) => 0.9 * unit,
+                _ => 0.1 * unit,
+            });
+            (state.clone(), state.predict(probe.as_ref()).unwrap())
+        };
+        let (reference, expected) = fit(1.0);
+        assert!(reference.outputs()[0].posterior().unwrap().prior_variance()[1] > 0.0);
+        for unit in [1e-4, 1e-6, 1e4] {
+            let (state, got) = fit(unit);
+            let post = state.outputs()[0].posterior().unwrap();
+            assert!(
+                post.prior_variance()[1] > 0.0,
+                "units of {unit}: the input was pruned"
+            );
+            let slope = state.coefficients()[(1, 0)] * unit;
+            assert!((slope - 3.0).abs() < 0.05, "units of {unit}: slope {slope}");
+            for r in 0..2 {
+                let (m, e) = (got.mean[(r, 0)], expected.mean[(r, 0)]);
+                assert!(
+                    (m - e).abs() < 1e-6 * e.abs(),
+                    "units of {unit}: mean {m} against {e}"
+                );
+                let (v, e) = (got.variance[(r, 0)], expected.variance[(r, 0)]);
+                assert!(
+                    (v - e).abs() < 1e-4 * e,
+                    "units of {unit}: variance {v} against {e}"
+                );
+            }
+        }
+    }
+
     /// The shared shapes are prepared only when an output that may use them is fitted, and an
     /// output fitted by ARD alone gets the same bits either way.
     #[test]
