@@ -68,6 +68,27 @@ async fn a_second_process_on_the_same_file_is_refused_and_the_first_is_untouched
         );
     }
 
+    // Nor under another name for the same file: a hard link (in another directory, as a
+    // container's bind mount of the file would be) has a lock file of its own beside it, but
+    // the file itself is locked.
+    let file = Path::new(database.url.strip_prefix("sqlite://").unwrap());
+    let elsewhere = file.with_file_name("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::hard_link(file, elsewhere.join("linked.db")).unwrap();
+    let linked = format!("sqlite://{}", elsewhere.join("linked.db").display());
+    let output = run_mordant(&["serve"], Some(&linked), &here).await;
+    assert!(
+        !output.status.success(),
+        "serve started on a hard link to a taken file"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("in use by another mordant process")
+            && stderr.contains("under another name")
+            && stderr.contains("linked.db"),
+        "{stderr}"
+    );
+
     // The first process did not notice: it still learns and answers.
     let (x, y) = random_rows(2, 6, 2, 1);
     let r = app

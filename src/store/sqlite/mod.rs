@@ -81,6 +81,9 @@ struct Inner {
     model_locks: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
     /// Holds the `flock` on `<file>.lock` for as long as the store lives.
     _owner: File,
+    /// Holds the `flock` on the database file itself ([`lock_the_file`]); declared last, so
+    /// that it is closed after the pools.
+    _file: File,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -176,6 +179,41 @@ fn take_ownership(path: &Path) -> anyhow::Result<File> {
     Ok(file)
 }
 
+/// Takes an exclusive `flock` on the database file itself, which a name cannot dodge: a hard
+/// link (or a container's bind mount of the file) has a lock file of its own beside it, and two
+/// processes on one file through two names kept two write-ahead logs of one database, lost
+/// acknowledged batches and corrupted its indexes. Opened before SQLite opens the file (and
+/// created empty where it does not exist yet, which SQLite takes for a new database), read-only
+/// (an immutable file is refused later, by [`SqliteStore::check_writable`]), and kept open for
+/// the store's life. `flock` locks are apart from the POSIX locks SQLite takes, but closing any
+/// descriptor of the file drops those of this process: this one closes after the pools, and on
+/// a refusal, when this process has the file open under another name, it drops that store's.
+fn lock_the_file(path: &Path) -> anyhow::Result<File> {
+    let opened = match OpenOptions::new().read(true).open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path),
+        opened => opened,
+    };
+    let file = opened.with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => anyhow::bail!(
+            "the embedded database {} is in use by another mordant process under another name \
+             for the same file (a hard link, or the file mounted in another place). The \
+             embedded store serves one process only: stop the other process, give this one its \
+             own file (database.path), or use PostgreSQL (DATABASE_URL) to run several replicas",
+            path.display()
+        ),
+        Err(TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database file and its directory, and takes ownership of
     /// it; fails when another process holds it.
@@ -185,6 +223,7 @@ impl SqliteStore {
                 .with_context(|| format!("cannot create the directory {}", dir.display()))?;
         }
         let owner = take_ownership(path)?;
+        let file = lock_the_file(path)?;
         let wait = Duration::from_secs(settings.acquire_timeout_secs.max(1));
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -218,6 +257,7 @@ impl SqliteStore {
                 events,
                 model_locks: Mutex::new(HashMap::new()),
                 _owner: owner,
+                _file: file,
             }),
         })
     }
@@ -1213,6 +1253,27 @@ mod tests {
         drop(first);
         later.close().await;
         drop(later);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A hard link is another name for the same file, with a lock file of its own beside it:
+    /// the file's own lock refuses it, and is released with the store.
+    #[tokio::test]
+    async fn a_hard_link_to_an_owned_file_is_refused() {
+        let dir = scratch();
+        std::fs::create_dir_all(dir.join("a")).unwrap();
+        let file = dir.join("a").join("m.db");
+        let first = SqliteStore::open(&file, &settings()).await.unwrap();
+        let linked = dir.join("linked.db");
+        std::fs::hard_link(&file, &linked).unwrap();
+        let error = SqliteStore::open(&linked, &settings()).await.unwrap_err();
+        let message = format!("{error:#}");
+        assert!(message.contains("under another name"), "{message}");
+        first.close().await;
+        drop(first);
+        let second = SqliteStore::open(&linked, &settings()).await.unwrap();
+        second.close().await;
+        drop(second);
         let _ = std::fs::remove_dir_all(dir);
     }
 
