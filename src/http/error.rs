@@ -26,6 +26,9 @@ pub enum ApiError {
     Invalid(#[from] Invalid),
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// The body comes in a content coding (gzip, say): `415` with `Accept-Encoding: identity`.
+    #[error("{0}")]
+    UnsupportedEncoding(String),
     #[error("{0}")]
     NotFound(String),
     #[error("this method is not allowed on this path")]
@@ -94,7 +97,9 @@ impl ApiError {
                 StatusCode::BAD_REQUEST
             }
             Self::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::UnsupportedMediaType(_) | Self::UnsupportedEncoding(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict(_) | Self::NotTrained(_) => StatusCode::CONFLICT,
@@ -113,7 +118,9 @@ impl ApiError {
             Self::MalformedCsv(_) => "malformed_csv",
             Self::InvalidQuery(_) => "invalid_query",
             Self::Invalid(_) => "invalid_input",
-            Self::UnsupportedMediaType(_) => "unsupported_media_type",
+            Self::UnsupportedMediaType(_) | Self::UnsupportedEncoding(_) => {
+                "unsupported_media_type"
+            }
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Conflict(_) => "conflict",
@@ -197,6 +204,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if matches!(self, Self::UnsupportedEncoding(_)) {
+            response
+                .headers_mut()
+                .insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response

@@ -89,6 +89,7 @@ impl<S: Send + Sync> FromRequest<S> for RawJson {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        identity_coding(&req)?;
         match media_type(&req)? {
             mime if mime.eq_ignore_ascii_case("application/json") => {}
             mime => {
@@ -111,6 +112,7 @@ impl<S: Send + Sync> FromRequest<S> for BatchBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        identity_coding(&req)?;
         let json = match media_type(&req)? {
             mime if mime.eq_ignore_ascii_case("application/json") => true,
             mime if mime.eq_ignore_ascii_case("text/csv") => false,
@@ -127,6 +129,27 @@ impl<S: Send + Sync> FromRequest<S> for BatchBody {
             BatchBody::Csv(body)
         })
     }
+}
+
+/// Refuses a body in a content coding (`Content-Encoding: gzip`, say; `415`, answered with
+/// `Accept-Encoding: identity`): bodies are read as sent, so a compressed one was misread as
+/// malformed JSON, and one labelled so but sent plain was stored.
+fn identity_coding(req: &Request) -> Result<(), ApiError> {
+    for value in req.headers().get_all(header::CONTENT_ENCODING) {
+        let text = String::from_utf8_lossy(value.as_bytes());
+        let coded = text
+            .split(',')
+            .map(str::trim)
+            .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"));
+        if coded {
+            return Err(ApiError::UnsupportedEncoding(format!(
+                "request bodies are read as sent: Content-Encoding {:?} is not supported; send \
+                 the body uncompressed, without the header",
+                text.trim()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The media type of the request, without parameters. A `charset` other than UTF-8 is

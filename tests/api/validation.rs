@@ -120,6 +120,59 @@ async fn malformed_json_is_400() {
     assert_untouched(&app).await;
 }
 
+/// A body sent with a content coding (gzip, say) is refused with `415`, naming the coding and
+/// answering `Accept-Encoding: identity`: bodies are read as sent, so a compressed one was
+/// answered `400 malformed_json`, and an uncompressed one labelled gzip was stored.
+#[tokio::test]
+async fn a_body_in_a_content_coding_is_415_and_says_so() {
+    let app = spawn_app().await;
+    app.create_model(&spec("lab", 2, 1)).await;
+    let gzip_magic: &[u8] = &[0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03];
+    let json = br#"{"x": [[1, 2]], "y": [[1]]}"#.to_vec();
+    for (path, content_type, coding, body) in [
+        ("/v1/models/lab/batches", "application/json", "gzip", json.clone()),
+        ("/v1/models/lab/batches", "application/json", "gzip", gzip_magic.to_vec()),
+        ("/v1/models/lab/batches", "text/csv", "br", b"a,b,y\n1,2,1\n".to_vec()),
+        ("/v1/models/lab/batches", "application/json", "identity, gzip", json.clone()),
+        ("/v1/models/lab/predict", "application/json", "deflate", json.clone()),
+        ("/v1/models", "application/json", "GZIP", json.clone()),
+    ] {
+        let response = app
+            .client
+            .post(app.url(path))
+            .header("content-type", content_type)
+            .header("content-encoding", coding)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.headers().get("accept-encoding").map(|v| v.as_bytes()),
+            Some(&b"identity"[..]),
+            "{path} {coding}"
+        );
+        let error = error_of(response, StatusCode::UNSUPPORTED_MEDIA_TYPE).await;
+        assert_eq!(error["code"], "unsupported_media_type");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("Content-Encoding") && message.contains(&format!("{coding:?}")),
+            "{path} {coding}: {message}"
+        );
+    }
+    assert_untouched(&app).await;
+    // `identity` is no coding at all: read as it is.
+    let response = app
+        .client
+        .post(app.url("/v1/models/lab/batches"))
+        .header("content-type", "application/json")
+        .header("content-encoding", "identity")
+        .body(json)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+}
+
 /// A path segment that is not UTF-8 names nothing: a `404` in the error shape, on every kind of
 /// route.
 #[tokio::test]
