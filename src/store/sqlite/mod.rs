@@ -16,6 +16,7 @@
 //! * **Notifications** are in-process, sent once the change they announce is committed.
 
 mod copy;
+mod file_lock;
 mod ingest;
 mod keys;
 mod lock;
@@ -81,9 +82,10 @@ struct Inner {
     model_locks: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
     /// Holds the `flock` on `<file>.lock` for as long as the store lives.
     _owner: File,
-    /// Holds the `flock` on the database file itself ([`lock_the_file`]); declared last, so
-    /// that it is closed after the pools.
-    _file: File,
+    /// Holds the database file's own lock ([`file_lock`]). Declared last: dropped after the
+    /// pools' handles (the service closes the pools first; a store dropped unclosed, on a
+    /// start-up that fails, may release it before SQLite's threads have closed the file).
+    _file: file_lock::FileLock,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -179,41 +181,6 @@ fn take_ownership(path: &Path) -> anyhow::Result<File> {
     Ok(file)
 }
 
-/// Takes an exclusive `flock` on the database file itself, which a name cannot dodge: a hard
-/// link (or a container's bind mount of the file) has a lock file of its own beside it, and two
-/// processes on one file through two names kept two write-ahead logs of one database, lost
-/// acknowledged batches and corrupted its indexes. Opened before SQLite opens the file (and
-/// created empty where it does not exist yet, which SQLite takes for a new database), read-only
-/// (an immutable file is refused later, by [`SqliteStore::check_writable`]), and kept open for
-/// the store's life. `flock` locks are apart from the POSIX locks SQLite takes, but closing any
-/// descriptor of the file drops those of this process: this one closes after the pools, and on
-/// a refusal, when this process has the file open under another name, it drops that store's.
-fn lock_the_file(path: &Path) -> anyhow::Result<File> {
-    let opened = match OpenOptions::new().read(true).open(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path),
-        opened => opened,
-    };
-    let file = opened.with_context(|| format!("cannot open {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => anyhow::bail!(
-            "the embedded database {} is in use by another mordant process under another name \
-             for the same file (a hard link, or the file mounted in another place). The \
-             embedded store serves one process only: stop the other process, give this one its \
-             own file (database.path), or use PostgreSQL (DATABASE_URL) to run several replicas",
-            path.display()
-        ),
-        Err(TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("cannot lock {}", path.display()))
-        }
-    }
-}
-
 impl SqliteStore {
     /// Opens (creating if needed) the database file and its directory, and takes ownership of
     /// it; fails when another process holds it.
@@ -223,7 +190,7 @@ impl SqliteStore {
                 .with_context(|| format!("cannot create the directory {}", dir.display()))?;
         }
         let owner = take_ownership(path)?;
-        let file = lock_the_file(path)?;
+        let file = file_lock::lock(path)?;
         let wait = Duration::from_secs(settings.acquire_timeout_secs.max(1));
         let options = SqliteConnectOptions::new()
             .filename(path)
