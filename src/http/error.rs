@@ -206,9 +206,10 @@ impl IntoResponse for ApiError {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         if matches!(self, Self::UnsupportedEncoding(_)) {
-            response
-                .headers_mut()
-                .insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+            response.headers_mut().insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
         }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response
