@@ -217,6 +217,36 @@ fn constant(g: MatRef<'_, f64>, f: usize, j: usize) -> bool {
 /// over the rows (up to round-off): it carries nothing a flat intercept does not, and is pruned.
 const CONSTANT_FEATURE: f64 = 1e-12;
 
+/// Algorithm 2's start in no unit of the inputs: each finite `v_j` (the configured prior
+/// variance) or, where the rows would determine a coefficient of that variance less than half
+/// way on their own (`v_j G_c,jj / s₀ < 1`), the variance at which they would:
+///
+/// ```text
+/// v_j ← max(v_j, s₀ / G_c,jj)       (γ_j = ½ for basis function j alone at noise s₀)
+/// ```
+///
+/// An input in small units (a concentration in mol/L, about 10⁻⁴) started at the configured
+/// variance with a `γ_j` of about 10⁻⁸: MacKay's update, at the first iteration's noise (the
+/// output's variance), shrank one that explains a modest share of the output, and pruned it for
+/// good. From here its path is the same in any units. Inputs that the configured variance
+/// already lets the rows determine start where they did; `v_f = ∞` marks a flat intercept and
+/// is left as it is.
+pub fn unit_free_start(
+    data: OutputData<'_>,
+    mut v: Vec<f64>,
+    s0: f64,
+) -> Result<Vec<f64>, EstimatorError> {
+    let flat = v.iter().position(|x| *x == f64::INFINITY);
+    let centred = Centred::new(data, flat)?;
+    for (j, vj) in v.iter_mut().enumerate() {
+        let g = centred.g[(j, j)];
+        if vj.is_finite() && g > 0.0 && *vj * g < s0 {
+            *vj = s0 / g;
+        }
+    }
+    Ok(v)
+}
+
 /// Algorithm 2 of Song & Zhang for the ARD prior (MacKay's fixed-point updates), from `(v, s)`;
 /// `v_f = ∞` marks a flat intercept, integrated out by centring ([`Centred`]):
 ///
