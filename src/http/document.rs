@@ -64,7 +64,8 @@ fn shared_answers(operation: &mut Operation) {
         );
         add(
             "415",
-            "The body is not of a media type the operation reads, or not UTF-8",
+            "The body is not of a media type the operation reads, not UTF-8, or in a content \
+             coding (`Content-Encoding`; answered with `Accept-Encoding: identity`)",
         );
     }
     add(

@@ -228,9 +228,9 @@ const CONSTANT_FEATURE: f64 = 1e-12;
 /// An input in small units (a concentration in mol/L, about 10⁻⁴) started at the configured
 /// variance with a `γ_j` of about 10⁻⁸: MacKay's update, at the first iteration's noise (the
 /// output's variance), shrank one that explains a modest share of the output, and pruned it for
-/// good. From here its path is the same in any units. Inputs that the configured variance
-/// already lets the rows determine start where they did; `v_f = ∞` marks a flat intercept and
-/// is left as it is.
+/// good. Where the start is `s₀ / G_c,jj`, its path is the same in any units. Inputs that the
+/// configured variance already lets the rows determine start where they did; `v_f = ∞` marks a
+/// flat intercept and is left as it is.
 pub fn unit_free_start(
     data: OutputData<'_>,
     mut v: Vec<f64>,
@@ -240,7 +240,8 @@ pub fn unit_free_start(
     let centred = Centred::new(data, flat)?;
     for (j, vj) in v.iter_mut().enumerate() {
         let g = centred.g[(j, j)];
-        if vj.is_finite() && g > 0.0 && *vj * g < s0 {
+        // A subnormal `g` would give ∞, which marks a flat intercept: left at its start.
+        if vj.is_finite() && g > 0.0 && *vj * g < s0 && (s0 / g).is_finite() {
             *vj = s0 / g;
         }
     }
