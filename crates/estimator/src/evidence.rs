@@ -681,10 +681,11 @@ fn iterate(
 }
 
 /// Whether a variance whose `γ_j` is below `prune_gamma` is kept because MacKay's update grows
-/// it (`v′_j = μ_j²/γ_j > v_j`, which holding the others is Tipping & Faul's `Q_j² > S_j`: the
-/// evidence wants it larger). A small `γ_j ≈ v_j S_j` says the start is small for the input's
-/// units (a concentration in mol/L from the configured prior variance), not that the rows disown
-/// it: pruned, it stayed pruned for good and the output lost an input that explained it. Only
+/// it (`v′_j = μ_j²/γ_j > v_j`, which holding the others is `Q_j² > S_j (1 + v_j S_j)`, Tipping &
+/// Faul's `Q_j² > S_j` at the small `v_j S_j ≈ γ_j` where this applies: the evidence wants it
+/// larger). A small `γ_j` then says the start is small for the input's units (a concentration in
+/// mol/L), not that the rows disown it: pruned, it stayed pruned for good and the output lost an
+/// input that explained it. Only
 /// where `γ_j = 1 − (M⁻¹)_jj` is resolved above the round-off of that difference
 /// ([`RESOLVED_GAMMA`]); below it, pruned as before.
 fn keeps_growing(gamma: f64, v: f64, update: f64) -> bool {
