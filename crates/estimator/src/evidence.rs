@@ -1141,9 +1141,13 @@ pub(crate) fn sum_ln_1p(xs: impl Iterator<Item = f64>) -> f64 {
     sum + product.ln()
 }
 
-/// Eigenvalues of a shape's `Z R̃ R̃ᵀ Zᵀ` below this fraction of the largest are round-off: the
-/// direction carries none of the prior.
-const RANK_TOLERANCE: f64 = 1e-12;
+/// Eigenvalues of a shape's `Z R̃ R̃ᵀ Zᵀ` (n × n) below `n ε` of the largest are round-off, the
+/// eigensolver's own error (LAPACK's and numpy's rule for a numerical rank): the direction
+/// carries none of the prior. A fixed fraction (10⁻¹² once) dropped real directions where the
+/// inputs' units differ by 10⁶: the evidence then counted what they explain as noise.
+fn rank_tolerance(n: usize) -> f64 {
+    n as f64 * f64::EPSILON
+}
 
 /// The ridge and smooth families: one prior scale per output over candidate shapes, chosen with
 /// it by the evidence.
@@ -1477,7 +1481,7 @@ impl Shape {
         let (eigenvalues, projection) = if rows == 0 || weighted.is_empty() {
             (Vec::new(), Mat::zeros(0, p))
         } else {
-            let (values, w) = kept_eigen(s.as_ref(), RANK_TOLERANCE)?;
+            let (values, w) = kept_eigen(s.as_ref(), rank_tolerance(rows))?;
             let scaled = Mat::from_fn(rows, values.len(), |i, c| w[(i, c)] / values[c].sqrt());
             let projected = scaled.transpose() * &zc;
             let mut projection = Mat::zeros(values.len(), p);
@@ -1590,7 +1594,9 @@ impl Shape {
         let t2 = self.projected_squares(data);
         let (mut explained, mut gamma) = (0.0, 0.0);
         for (l, t) in self.eigenvalues.iter().zip(&t2) {
-            explained += t * (l + 2.0 * alpha) / ((l + alpha) * (l + alpha));
+            // Two quotients, not `(λ + α)²`: that square overflows (or underflows) for inputs
+            // whose squares' squares leave the doubles' range, where each quotient does not.
+            explained += t / (l + alpha) * ((l + 2.0 * alpha) / (l + alpha));
             gamma += l / (l + alpha);
         }
         let rss = (data.q - explained).max(0.0);
@@ -1680,7 +1686,7 @@ mod tests {
                 assert!((rebuilt[(i, j)] - g[(i, j)]).abs() <= 1e-10 * largest);
             }
         }
-        let (values, _) = kept_eigen(g.as_ref(), RANK_TOLERANCE).unwrap();
+        let (values, _) = kept_eigen(g.as_ref(), rank_tolerance(p)).unwrap();
         assert_eq!(z.nrows(), values.len());
         assert!(z.nrows() < rows.min(p));
     }
@@ -1937,6 +1943,48 @@ mod tests {
             let nu = rows as f64 - 1.0 - gamma;
             assert!((inflation - nu / (nu - 2.0)).abs() < 1e-9, "ν {nu}");
             assert!(s > 1e-12, "ŝ {s} ({:?})", shape.smooth);
+        }
+    }
+
+    /// `(v, s)` at a given `α` ([`Shape::at_alpha`], where the leave-one-out check takes a
+    /// larger `α` than the evidence's) are the same in any units the inputs share, `v` in their
+    /// squares' and `α` with it. With `(λ + α)²` formed, inputs of 10¹⁰⁰ overflowed it (10⁻¹⁰⁰
+    /// underflowed it) and `s` fell to the noise floor.
+    #[test]
+    fn a_given_alpha_reads_alike_in_any_units_the_inputs_share() {
+        let (rows, d) = (30, 6);
+        let x = design(rows, d);
+        let mut state = 7_u64;
+        let y: Vec<f64> = (0..rows)
+            .map(|i| 1.0 + 2.0 * x[(i, 1)] - x[(i, 4)] + 0.1 * uniform(&mut state))
+            .collect();
+        let noise = NoisePrior {
+            rows: 0.0,
+            scale: 0.0,
+            floor: 1e-300,
+        };
+        let at = |unit: f64, alpha: f64| {
+            let x = Mat::from_fn(rows, d, |i, j| x[(i, j)] * unit);
+            let statistics = WithIntercept::new(&x, &y);
+            let data = statistics.data();
+            let shared = SharedScale::prepare(
+                super::super::PriorFamily::Ridge,
+                0,
+                data.g,
+                rows as f64,
+                Some(d),
+            )
+            .unwrap();
+            let centred = Centred::new(data, Some(d)).unwrap();
+            shared.shapes[0].at_alpha(&centred, noise, alpha)
+        };
+        let (v0, s0) = at(1.0, 0.3);
+        assert!(s0 > 1e-6 && v0 > 0.0, "({v0}, {s0})");
+        for unit in [1e-100, 1e-60, 1e60, 1e100, 1e140] {
+            let (v, s) = at(unit, 0.3 * unit * unit);
+            assert!((s - s0).abs() <= 1e-9 * s0, "units of {unit}: s {s} against {s0}");
+            let v = v * unit * unit;
+            assert!((v - v0).abs() <= 1e-9 * v0, "units of {unit}: v {v} against {v0}");
         }
     }
 

@@ -1712,6 +1712,84 @@ mod tests {
         }
     }
 
+    /// Rows for the ridge tests below: three inputs about N(0, 1) (sums of uniforms), `y = x₀ +
+    /// 2x₁ − x₂ + ½` and noise of 0.1.
+    fn ridge_rows(rows: usize) -> (Mat<f64>, Mat<f64>) {
+        let uniform = |i: usize, k: usize| ((i * 7 + k) as f64 * 0.618_033_988_749_895).fract();
+        let normal = |i: usize, j: usize| (0..6).map(|k| uniform(i, 6 * j + k)).sum::<f64>() - 3.0;
+        let x = Mat::from_fn(rows, 3, normal);
+        let y = Mat::from_fn(rows, 1, |i, _| {
+            x[(i, 0)] + 2.0 * x[(i, 1)] - x[(i, 2)] + 0.5 + 0.1 * normal(i, 3)
+        });
+        (x, y)
+    }
+
+    /// A ridge fit of [`ridge_rows`] with input `j` (every input for `None`) times `unit`, and
+    /// its predictions at three probes in the same units.
+    fn ridge_in_units(j: Option<usize>, unit: f64) -> (ModelState, Predictions) {
+        let rows = 30;
+        let config = ModelConfig {
+            prior: PriorFamily::Ridge,
+            ..ModelConfig::new(Basis::new(3, true, Transform::Identity), 1)
+        };
+        let (mut x, y) = ridge_rows(rows);
+        let mut probe = Mat::from_fn(3, 3, |i, c| [0.3, -1.1, 0.7][(i + c) % 3]);
+        for c in (0..3).filter(|&c| j.is_none_or(|j| j == c)) {
+            x.col_mut(c).iter_mut().for_each(|v| *v *= unit);
+            probe.col_mut(c).iter_mut().for_each(|v| *v *= unit);
+        }
+        let stats = BatchStatistics::from_rows(&config.basis, x.as_ref(), y.as_ref()).unwrap();
+        let state = ModelState::fit(&config, stats).unwrap();
+        let predictions = state.predict(probe.as_ref()).unwrap();
+        (state, predictions)
+    }
+
+    /// A shape's eigenvalues are dropped as round-off below the eigensolver's own error, not
+    /// below 10⁻¹² of the largest: with one input in units 10⁶ times the others, the others'
+    /// directions fell under 10⁻¹², the evidence counted what they explain as noise (σ² 45
+    /// times the residuals') while the posterior used them, and the intervals were as wide.
+    #[test]
+    fn ridge_keeps_the_directions_of_inputs_in_smaller_units() {
+        let (reference, expected) = ridge_in_units(None, 1.0);
+        let s0 = reference.outputs()[0].posterior().unwrap().noise_variance();
+        for unit in [1e6, 3e6, 1e-6] {
+            let (state, got) = ridge_in_units(Some(1), unit);
+            let s = state.outputs()[0].posterior().unwrap().noise_variance();
+            assert!(s < 1.5 * s0 && s > s0 / 1.5, "units of {unit}: σ² {s} against {s0}");
+            for r in 0..3 {
+                let (m, e, v) = (got.mean[(r, 0)], expected.mean[(r, 0)], expected.variance[(r, 0)]);
+                assert!(
+                    (m - e).abs() < 0.2 * v.sqrt(),
+                    "units of {unit}: mean {m} against {e} (sd {})",
+                    v.sqrt()
+                );
+                let w = got.variance[(r, 0)];
+                assert!(w < 2.0 * v, "units of {unit}: variance {w} against {v}");
+            }
+        }
+    }
+
+    /// Ridge's answer does not depend on the units all inputs share, from 10⁻¹⁰⁰ to 10¹⁴⁰: its
+    /// prior scale takes them (the evidence's part; `Shape::at_alpha`'s, where leave-one-out
+    /// moves `α`, is `evidence::tests::a_given_alpha_reads_alike_in_any_units_the_inputs_share`).
+    #[test]
+    fn ridge_answers_alike_in_the_units_all_inputs_share() {
+        let (reference, expected) = ridge_in_units(None, 1.0);
+        let s0 = reference.outputs()[0].posterior().unwrap().noise_variance();
+        for unit in [1e-100, 1e-60, 1e60, 1e100, 1e140] {
+            let (state, got) = ridge_in_units(None, unit);
+            let s = state.outputs()[0].posterior().unwrap().noise_variance();
+            // The evidence's search for `α` stops at a relative tolerance: the same to 10⁻⁶.
+            assert!((s - s0).abs() < 1e-6 * s0, "units of {unit}: σ² {s} against {s0}");
+            for r in 0..3 {
+                let (m, e) = (got.mean[(r, 0)], expected.mean[(r, 0)]);
+                assert!((m - e).abs() < 1e-6 * e.abs().max(1.0), "units of {unit}: mean {m} against {e}");
+                let (w, v) = (got.variance[(r, 0)], expected.variance[(r, 0)]);
+                assert!((w - v).abs() < 1e-6 * v, "units of {unit}: variance {w} against {v}");
+            }
+        }
+    }
+
     /// The shared shapes are prepared only when an output that may use them is fitted, and an
     /// output fitted by ARD alone gets the same bits either way.
     #[test]
