@@ -12,8 +12,8 @@ use mordant::domain::{
     Body, ContentHash, EncodedBatch, ModelName, ModelSpec, NewBatch, row_fields,
 };
 use mordant::store::{
-    BatchStatus, BatchSurprise, ModelLock, Notification, QueueRead, StateBlob, Store, StoreError,
-    Subscription, Topic, VersionOrigin,
+    BatchStatus, BatchSurprise, ModelLock, Notification, QueueRead, Review, StateBlob, Store,
+    StoreError, Subscription, Topic, VersionOrigin,
 };
 use serde_json::json;
 use sqlx::Connection;
@@ -97,6 +97,7 @@ conformance!(
     retention_purges_the_rows_of_settled_batches_only,
     a_first_fit_reads_the_raw_rows_of_the_batches_it_learns_from_and_no_more,
     a_fold_reads_a_first_fits_prefix_whole_then_as_many_bytes_as_it_may,
+    a_released_batch_is_queued_behind_the_batches_already_queued,
 );
 
 fn spec(name: &str, first_fit_rows: u64) -> ModelSpec {
@@ -679,6 +680,57 @@ async fn a_folds_surprises_are_written_together_and_hold_only_queued_batches(sto
         surprise(store, other, "o1").await,
         (BatchStatus::Queued, None)
     );
+}
+
+/// A released batch joins the queue behind the batches queued before its release (README,
+/// "Drift"), with its rows: it kept its place of arrival, and the next fold learnt it first,
+/// against the surprise its reviewer had not seen the queued batches add to, and listed it
+/// first, where a replay read it.
+async fn a_released_batch_is_queued_behind_the_batches_already_queued(store: &Store) {
+    let spec = spec("review", 1);
+    let id = create(store, &spec).await;
+    ingest(store, id, &batch(&spec, "h", 2, 1.0)).await;
+    let mut lock = store.claim_fold(&[]).await.unwrap().expect("work");
+    let h = lock.queued_batches().await.unwrap()[0].seq;
+    lock.record_surprises(&[BatchSurprise {
+        seq: h,
+        surprise: &[Some(9.0)],
+        hold: true,
+    }])
+    .await
+    .unwrap();
+    lock.commit().await.unwrap();
+    ingest(store, id, &batch(&spec, "q1", 2, 2.0)).await;
+    ingest(store, id, &batch(&spec, "q2", 2, 3.0)).await;
+
+    let released = store.review_batch(id, "h", Review::Release).await.unwrap();
+    assert_eq!(released.map(|b| b.status), Some(BatchStatus::Queued));
+    let mut lock = store.lock_model(&name("review")).await.unwrap().unwrap();
+    let queued = lock
+        .queued_for_fold(QueueRead::whole(i64::MAX))
+        .await
+        .unwrap();
+    let ids: Vec<&str> = queued.iter().map(|b| b.batch_id.as_str()).collect();
+    assert_eq!(ids, ["q1", "q2", "h"]);
+    assert!(queued[2].released && !queued[0].released);
+    assert!(queued.iter().all(|b| b.rows_x.is_some() && b.rows_y.is_some()));
+    let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
+    write_fold(&mut lock, 6.0, &seqs).await;
+    lock.commit().await.unwrap();
+
+    let versions = store.versions_after(id, 0, None).await.unwrap();
+    assert_eq!(versions.len(), 1);
+    assert_eq!(versions[0].batches, ["q1", "q2", "h"]);
+    let mut lock = store.lock_model(&name("review")).await.unwrap().unwrap();
+    let kept = lock.kept_rows(i64::MAX).await.unwrap();
+    assert_eq!(first_inputs(&kept), [2.0, 3.0, 1.0]);
+    let folded = lock.folded_batches(1).await.unwrap();
+    let ids: Vec<&str> = folded.iter().map(|b| b.batch_id.as_str()).collect();
+    assert_eq!(ids, ["q1", "q2", "h"]);
+    drop(lock);
+    let h = store.batch(id, "h").await.unwrap().unwrap();
+    assert_eq!(h.status, BatchStatus::Folded);
+    assert_eq!(h.version, Some(1));
 }
 
 /// Ingests two batches and folds them into the next version, whose state is `state {v}`.

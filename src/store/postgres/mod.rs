@@ -250,9 +250,14 @@ impl Backend for PgStore {
     ) -> Result<Option<BatchRecord>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let sql = match review {
+            // Behind the batches queued before it (README, "Drift"): a new `arrival`, taken
+            // under the ingestion lock as an ingested batch's is, so that the queue becomes
+            // visible in its order.
             Review::Release => format!(
-                "UPDATE batches SET status = 'queued', released = true \
-                 WHERE model_id = $1 AND batch_id = $2 AND status = 'held' \
+                "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($3, $4)) \
+                 UPDATE batches SET status = 'queued', released = true, \
+                        arrival = nextval('batch_arrival') \
+                 FROM lock WHERE model_id = $1 AND batch_id = $2 AND status = 'held' \
                  RETURNING {BATCH_COLUMNS}"
             ),
             Review::Reject => format!(
@@ -265,6 +270,8 @@ impl Backend for PgStore {
         let row = sqlx::query(&sql)
             .bind(model_id)
             .bind(batch_id)
+            .bind(INGEST_LOCK_CLASS)
+            .bind(model_id as i32)
             .fetch_optional(&mut *tx)
             .await?;
         let Some(row) = row else {

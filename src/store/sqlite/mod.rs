@@ -471,6 +471,9 @@ impl Backend for SqliteStore {
         review: Review,
     ) -> Result<Option<BatchRecord>, StoreError> {
         let mut tx = self.write().await?;
+        if review == Review::Release {
+            behind_the_queue(&mut tx, model_id, batch_id).await?;
+        }
         let sql = match review {
             Review::Release => format!(
                 "UPDATE batches SET status = 'queued', released = 1 \
@@ -708,6 +711,48 @@ pub(super) async fn begin_write(
         }
         begun => Ok(begun?),
     }
+}
+
+/// Moves a held batch behind the batches queued before its release (README, "Drift"): the queue
+/// is in `seq` order, so its row takes the next `seq`, and its raw rows with it. `seq` is the
+/// key `batch_rows` refers to, so the check of that reference waits for the commit; the
+/// counter takes the number, which is never given again.
+async fn behind_the_queue(
+    tx: &mut Transaction<'static, Sqlite>,
+    model_id: i64,
+    batch_id: &str,
+) -> Result<(), StoreError> {
+    let held: Option<i64> = sqlx::query_scalar(
+        "SELECT seq FROM batches WHERE model_id = ?1 AND batch_id = ?2 AND status = 'held'",
+    )
+    .bind(model_id)
+    .bind(batch_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(held) = held else {
+        return Ok(());
+    };
+    let next: i64 = sqlx::query_scalar(
+        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0), \
+                    (SELECT coalesce(max(seq), 0) FROM batches)) + 1",
+    )
+    .fetch_one(&mut **tx)
+    .await?;
+    sqlx::query("PRAGMA defer_foreign_keys = ON")
+        .execute(&mut **tx)
+        .await?;
+    for statement in [
+        "UPDATE batch_rows SET seq = ?2 WHERE seq = ?1",
+        "UPDATE batches SET seq = ?2 WHERE seq = ?1",
+        "UPDATE sqlite_sequence SET seq = ?2 WHERE name = 'batches'",
+    ] {
+        sqlx::query(statement)
+            .bind(held)
+            .bind(next)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
 }
 
 fn batch_record(row: &SqliteRow) -> Result<BatchRecord, StoreError> {
