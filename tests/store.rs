@@ -713,7 +713,11 @@ async fn a_released_batch_is_queued_behind_the_batches_already_queued(store: &St
     let ids: Vec<&str> = queued.iter().map(|b| b.batch_id.as_str()).collect();
     assert_eq!(ids, ["q1", "q2", "h"]);
     assert!(queued[2].released && !queued[0].released);
-    assert!(queued.iter().all(|b| b.rows_x.is_some() && b.rows_y.is_some()));
+    assert!(
+        queued
+            .iter()
+            .all(|b| b.rows_x.is_some() && b.rows_y.is_some())
+    );
     let seqs: Vec<i64> = queued.iter().map(|b| b.seq).collect();
     write_fold(&mut lock, 6.0, &seqs).await;
     lock.commit().await.unwrap();

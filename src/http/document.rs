@@ -1,6 +1,6 @@
 //! What every operation of the OpenAPI document shares, written once: the answers any request
-//! may get from the layers in front of the handlers (`413`, `415`, `431`, `503`, and `400` for
-//! an undocumented query parameter of the API), and the headers on every answer.
+//! may get from the layers in front of the handlers (`413`, `415`, `431`, `501`, `503`, and
+//! `400` for an undocumented query parameter of the API), and the headers on every answer.
 
 use axum::http::Method;
 use utoipa::openapi::header::{Header, HeaderBuilder};
@@ -68,6 +68,11 @@ fn shared_answers(operation: &mut Operation) {
              coding (`Content-Encoding`; answered with `Accept-Encoding: identity`)",
         );
     }
+    add(
+        "501",
+        "`not_implemented`: the body comes in a transfer coding other than `chunked` \
+         (`Transfer-Encoding`)",
+    );
     add(
         "431",
         "The request line and headers are over `limits.max_header_bytes`, or there are more \

@@ -29,6 +29,9 @@ pub enum ApiError {
     /// The body comes in a content coding (gzip, say): `415` with `Accept-Encoding: identity`.
     #[error("{0}")]
     UnsupportedEncoding(String),
+    /// The body comes in a transfer coding other than `chunked` (`501`, RFC 9112 6.1).
+    #[error("{0}")]
+    NotImplemented(String),
     #[error("{0}")]
     NotFound(String),
     #[error("this method is not allowed on this path")]
@@ -100,6 +103,7 @@ impl ApiError {
             Self::UnsupportedMediaType(_) | Self::UnsupportedEncoding(_) => {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE
             }
+            Self::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict(_) | Self::NotTrained(_) => StatusCode::CONFLICT,
@@ -121,6 +125,7 @@ impl ApiError {
             Self::UnsupportedMediaType(_) | Self::UnsupportedEncoding(_) => {
                 "unsupported_media_type"
             }
+            Self::NotImplemented(_) => "not_implemented",
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Conflict(_) => "conflict",

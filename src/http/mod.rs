@@ -274,6 +274,26 @@ impl From<&Limits> for HeadLimits {
     }
 }
 
+/// A transfer coding other than `chunked` (`Transfer-Encoding: gzip, chunked`), refused with
+/// `501` (RFC 9112, 6.1): hyper undoes the chunking only, so such a body reached the handlers
+/// still coded, misread as malformed JSON, or stored as sent where it was not coded at all.
+fn transfer_coding(headers: &axum::http::HeaderMap) -> Option<ApiError> {
+    let coded = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .find(|value| {
+            String::from_utf8_lossy(value.as_bytes())
+                .split(',')
+                .map(str::trim)
+                .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("chunked"))
+        })?;
+    Some(ApiError::NotImplemented(format!(
+        "request bodies are read as sent: Transfer-Encoding {:?} is not supported; send the body \
+         uncoded, with Content-Length or chunked alone",
+        String::from_utf8_lossy(coded.as_bytes()).trim()
+    )))
+}
+
 /// Refuses, in the error shape, a request whose headers are over the limits (`431`) or whose
 /// announced `Content-Length` is (`413`, before a byte of the body is waited for).
 async fn check_head(
@@ -308,6 +328,9 @@ async fn check_head(
             limits.max_header_bytes
         ))
         .into_response();
+    }
+    if let Some(refused) = transfer_coding(headers) {
+        return refused.into_response();
     }
     // hyper has refused a malformed length before the request gets here.
     let announced = headers

@@ -1982,9 +1982,15 @@ mod tests {
         assert!(s0 > 1e-6 && v0 > 0.0, "({v0}, {s0})");
         for unit in [1e-100, 1e-60, 1e60, 1e100, 1e140] {
             let (v, s) = at(unit, 0.3 * unit * unit);
-            assert!((s - s0).abs() <= 1e-9 * s0, "units of {unit}: s {s} against {s0}");
+            assert!(
+                (s - s0).abs() <= 1e-9 * s0,
+                "units of {unit}: s {s} against {s0}"
+            );
             let v = v * unit * unit;
-            assert!((v - v0).abs() <= 1e-9 * v0, "units of {unit}: v {v} against {v0}");
+            assert!(
+                (v - v0).abs() <= 1e-9 * v0,
+                "units of {unit}: v {v} against {v0}"
+            );
         }
     }
 

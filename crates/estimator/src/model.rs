@@ -1755,9 +1755,16 @@ mod tests {
         for unit in [1e6, 3e6, 1e-6] {
             let (state, got) = ridge_in_units(Some(1), unit);
             let s = state.outputs()[0].posterior().unwrap().noise_variance();
-            assert!(s < 1.5 * s0 && s > s0 / 1.5, "units of {unit}: σ² {s} against {s0}");
+            assert!(
+                s < 1.5 * s0 && s > s0 / 1.5,
+                "units of {unit}: σ² {s} against {s0}"
+            );
             for r in 0..3 {
-                let (m, e, v) = (got.mean[(r, 0)], expected.mean[(r, 0)], expected.variance[(r, 0)]);
+                let (m, e, v) = (
+                    got.mean[(r, 0)],
+                    expected.mean[(r, 0)],
+                    expected.variance[(r, 0)],
+                );
                 assert!(
                     (m - e).abs() < 0.2 * v.sqrt(),
                     "units of {unit}: mean {m} against {e} (sd {})",
@@ -1780,12 +1787,21 @@ mod tests {
             let (state, got) = ridge_in_units(None, unit);
             let s = state.outputs()[0].posterior().unwrap().noise_variance();
             // The evidence's search for `α` stops at a relative tolerance: the same to 10⁻⁶.
-            assert!((s - s0).abs() < 1e-6 * s0, "units of {unit}: σ² {s} against {s0}");
+            assert!(
+                (s - s0).abs() < 1e-6 * s0,
+                "units of {unit}: σ² {s} against {s0}"
+            );
             for r in 0..3 {
                 let (m, e) = (got.mean[(r, 0)], expected.mean[(r, 0)]);
-                assert!((m - e).abs() < 1e-6 * e.abs().max(1.0), "units of {unit}: mean {m} against {e}");
+                assert!(
+                    (m - e).abs() < 1e-6 * e.abs().max(1.0),
+                    "units of {unit}: mean {m} against {e}"
+                );
                 let (w, v) = (got.variance[(r, 0)], expected.variance[(r, 0)]);
-                assert!((w - v).abs() < 1e-6 * v, "units of {unit}: variance {w} against {v}");
+                assert!(
+                    (w - v).abs() < 1e-6 * v,
+                    "units of {unit}: variance {w} against {v}"
+                );
             }
         }
     }
