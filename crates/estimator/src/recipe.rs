@@ -614,7 +614,17 @@ impl MatchProblem<'_> {
                 "recipe amounts (finite, at least 0)",
             ));
         }
-        self.recipe(self.map.built_up(c), free)
+        let mut answer = self.recipe(self.map.built_up(c), free)?;
+        // The amounts as given, not `h⁻¹(h(c))`, which may round a hair past a caller's bound;
+        // a dye with a build-up curve at most at its cap, as `recipe` answers it.
+        for ((amount, &given), h) in answer.concentration.iter_mut().zip(c).zip(&self.map.curves) {
+            *amount = if h.is_linear() {
+                given
+            } else {
+                given.min(MAX_CONCENTRATION)
+            };
+        }
+        Ok(answer)
     }
 
     /// The solution `u = h_i(c)` as an answer: the recipe `c`, its variances with `free` the
@@ -1447,6 +1457,15 @@ mod tests {
                 "{:?}: {answered:?}",
                 map.curves()
             );
+        }
+        // Any other recipe given as an answer is answered as given, to the bit: its amounts are
+        // the caller's (a correction's bounds, a dose kept as dyed), which `h⁻¹(h(c))` rounded a
+        // hair past.
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        for _ in 0..200 {
+            let given: Vec<f64> = (0..3).map(|_| rng.random_range(0.0..4.0)).collect();
+            let answered = problem.answer(&given, &[0, 1, 2]).unwrap().concentration;
+            assert_eq!(answered, given, "{:?}", map.curves());
         }
     }
 
