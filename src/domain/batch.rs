@@ -331,7 +331,15 @@ impl NewBatch {
         if let (Some(x), Some(y)) = (&x, &y)
             && x.rows() != y.rows()
         {
-            let inputs = if spec.spectrum.is_some() {
+            // The rows `x` was read from: the successor's readings, where the batch holds
+            // nothing else; `x` beside them.
+            let inputs = if has_successor && !has_spectra {
+                if spec.features.is_empty() {
+                    "successor"
+                } else {
+                    "x"
+                }
+            } else if spec.spectrum.is_some() {
                 "spectra"
             } else {
                 "x"

@@ -312,9 +312,11 @@ pub(super) fn own_instrument(
 }
 
 /// Whether a body may name the instrument that read its spectra: only such a body pays for
-/// reading the field before its rows.
+/// reading the field before its rows. A `\u` escape anywhere may spell the name (JSON's
+/// `"\u0069nstrument"` is `"instrument"`), so such a body pays too.
 fn names_an_instrument(bytes: &[u8]) -> bool {
-    bytes.windows(12).any(|w| w == b"\"instrument\"")
+    memchr::memmem::find(bytes, b"\"instrument\"").is_some()
+        || memchr::memmem::find(bytes, b"\\u").is_some()
 }
 
 /// A request's spectra read by the model's successor instrument: the specification they are

@@ -358,6 +358,20 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
         "a model with a successor keeps its versions in full"
     );
 
+    // The field's name written with an escape is the same field: the successor answers (the
+    // model's own instrument was assumed, and the request refused as naming no successor).
+    let plain = json!({"instrument": "successor", "spectra": successor_readings(&probe[..2], 10)})
+        .to_string();
+    let escaped = plain.replacen("\"instrument\"", "\"\\u0069nstrument\"", 1);
+    assert!(escaped.contains("\\u0069nstrument"), "{escaped}");
+    let mut answers = Vec::new();
+    for body in [plain, escaped] {
+        let response = app.post_raw("/v1/models/swap/predict", "application/json", body).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        answers.push(response.json::<Value>().await.unwrap());
+    }
+    assert_eq!(answers[0], answers[1]);
+
     // Requests that cannot be answered say why.
     let unknown = predict(&app, &json!({"instrument": "other", "spectra": old_readings(&probe, 1)})).await;
     assert_eq!(unknown.status(), StatusCode::UNPROCESSABLE_ENTITY);
@@ -368,6 +382,12 @@ async fn an_instrument_is_replaced_with_an_overlap_and_answers_through_the_trans
         )
         .await;
     assert_eq!(mismatched.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // The rows that disagree with `y` are the successor's: the message names them, not the
+    // `spectra` the batch does not hold.
+    let error: Value = mismatched.json().await.unwrap();
+    let detail = &error["error"]["details"][0];
+    assert_eq!(detail["path"], "/y", "{error}");
+    assert_eq!(detail["message"], "has 3 rows but successor has 2", "{error}");
     app.stop().await;
 }
 
