@@ -112,10 +112,14 @@ impl Backend for PgStore {
             )));
         };
         notify(&mut tx, Topic::Models, id).await?;
+        // Read in the transaction: a delete that commits first would leave nothing to read
+        // after it, and the created model answered as not found.
+        let record = sqlx::query_as(sql::MODEL_BY_ID)
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
         tx.commit().await?;
-        self.model_by_id(id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("model {:?}", spec.name.as_str())))
+        Ok(record)
     }
 
     async fn list_models(&self) -> Result<Vec<ModelRecord>, StoreError> {

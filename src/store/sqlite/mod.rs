@@ -42,7 +42,7 @@ use tokio::sync::broadcast;
 use super::{
     BATCH_COLUMNS, Backend, BatchRecord, BatchStatus, Ingested, KeyRecord, ModelHead, ModelLock,
     ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription, Topic, VersionRecord,
-    check_migrations, not_held,
+    check_migrations, not_held, sql,
 };
 use crate::domain::Scope;
 use crate::domain::{ContentHash, EncodedBatch, ModelName, ModelSpec, NewBatch};
@@ -375,11 +375,15 @@ impl Backend for SqliteStore {
                 spec.name.as_str()
             )));
         };
+        // Read in the transaction: a delete that commits first would leave nothing to read
+        // after it, and the created model answered as not found.
+        let record = sqlx::query_as(sql::MODEL_BY_ID)
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
         tx.commit().await?;
         self.notify(Topic::Models, Some(id));
-        self.model_by_id(id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("model {:?}", spec.name.as_str())))
+        Ok(record)
     }
 
     async fn list_models(&self) -> Result<Vec<ModelRecord>, StoreError> {
