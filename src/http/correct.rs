@@ -247,7 +247,9 @@ pub async fn correct_recipe(
     let Some(corrected) = correction.recipe else {
         return Err(ApiError::Conflict(format!(
             "model {name:?} cannot correct the recipe: its dyes cannot be solved for within \
-             their bounds (a dye the model has never seen used, or bounds no recipe meets)"
+             their bounds (a dye the model has never seen used, a dye that absorbs only in \
+             bands where the target reads at or above full scale, which do not count, or \
+             bounds no recipe meets)"
         )));
     };
     let recipe = candidate(corrected, &spec.outputs);

@@ -81,9 +81,10 @@ pub struct CandidateRecipe {
     /// `s² (J_FᵀWJ_F)⁻¹` on the dyes the fit set (strictly between their bounds); `s² /
     /// (JᵀWJ)_ii` for a dye at a bound or not used (how much of it the fit could take), with
     /// `s²` the residual over the bands below full scale less the dyes the fit set; `null` for a
-    /// dye the model has never seen used, and for every dye when those bands are no more than
-    /// the dyes the fit set (it reproduces them exactly, so its residual says nothing of the
-    /// noise).
+    /// dye the model has never seen used or that absorbs only where the target is at or above
+    /// full scale (the bands that count do not see it), and for every dye when those bands are
+    /// no more than the dyes the fit set (it reproduces them exactly, so its residual says
+    /// nothing of the noise).
     pub variance: Vec<Option<f64>>,
     /// Root mean square of the difference between the target's reflectance and the recipe's, as
     /// the forward map predicts it, over the bands below full scale (in a correction, in the dip
@@ -453,7 +454,9 @@ fn recipe(
     let Some(best) = best else {
         return Err(ApiError::Conflict(format!(
             "model {name:?} cannot match row {row}: no combination of the allowed dyes has a \
-             solution (dyes the model has never seen used, or bounds no recipe meets)"
+             solution (dyes the model has never seen used, dyes that absorb only in bands \
+             where the target reads at or above full scale, which do not count, or bounds no \
+             recipe meets)"
         )));
     };
     Ok(Recipe { best, candidates })
