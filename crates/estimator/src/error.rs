@@ -12,11 +12,12 @@ pub enum EstimatorError {
     #[error("{0} would not be finite")]
     NonFinite(&'static str),
     /// Inputs are finite by the time they reach the estimator: what breaks the factorisation is
-    /// the rows' sums of squares running out of a double's digits.
+    /// the rows' sums of squares running out of a double's digits, or out of its range below
+    /// (values of about 10⁻¹⁵⁵, whose squares are subnormal).
     #[error(
         "the scaled posterior precision is not positive definite: the rows' sums of squares \
-         exceed double precision (values far from zero that vary very little, or of very \
-         different sizes?)"
+         are beyond double precision (values far from zero that vary very little, of very \
+         different sizes, or so small that their squares fall below a double's range?)"
     )]
     NotPositiveDefinite,
     #[error("the model has no posterior yet")]
