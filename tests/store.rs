@@ -742,44 +742,51 @@ async fn a_released_batch_is_queued_behind_the_batches_already_queued(store: &St
 /// does after the commit: the record was read after the commit, and a delete in between made
 /// the create answer "not found" (about one create in twenty through two replicas).
 async fn a_model_created_while_another_request_deletes_it_is_answered_as_created(store: &Store) {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let spec = spec("raced", 1);
-    let creating = (0..2).map(|_| {
-        let (store, spec) = (store.clone(), spec.clone());
-        tokio::spawn(async move {
-            let mut created = 0;
-            for _ in 0..300 {
-                match store.create_model(&spec).await {
-                    Ok(record) => {
-                        assert_eq!(record.spec.name.as_str(), "raced");
-                        created += 1;
-                    }
-                    Err(StoreError::Conflict(_)) => {}
-                    Err(e) => panic!("a create answered {e:?}"),
-                }
-            }
-            created
-        })
-    });
-    let creating: Vec<_> = creating.collect();
+    let creating_done = Arc::new(AtomicBool::new(false));
+    // Deleters run until the creators are done; each creator until 25 of its creates commit.
     let deleting: Vec<_> = (0..2)
         .map(|_| {
-            let store = store.clone();
+            let (store, done) = (store.clone(), creating_done.clone());
             tokio::spawn(async move {
-                for _ in 0..300 {
+                while !done.load(Ordering::Relaxed) {
                     store.delete_model(&name("raced")).await.unwrap();
                     tokio::task::yield_now().await;
                 }
             })
         })
         .collect();
-    let mut created = 0;
+    let creating: Vec<_> = (0..2)
+        .map(|_| {
+            let (store, spec) = (store.clone(), spec.clone());
+            tokio::spawn(async move {
+                let mut created = 0;
+                for _ in 0..100_000 {
+                    match store.create_model(&spec).await {
+                        Ok(record) => {
+                            assert_eq!(record.spec.name.as_str(), "raced");
+                            created += 1;
+                            if created == 25 {
+                                break;
+                            }
+                        }
+                        Err(StoreError::Conflict(_)) => {}
+                        Err(e) => panic!("a create answered {e:?}"),
+                    }
+                    tokio::task::yield_now().await;
+                }
+                created
+            })
+        })
+        .collect();
     for task in creating {
-        created += task.await.unwrap();
+        assert_eq!(task.await.unwrap(), 25);
     }
+    creating_done.store(true, Ordering::Relaxed);
     for task in deleting {
         task.await.unwrap();
     }
-    assert!(created > 1, "{created} creates");
 }
 
 /// Ingests two batches and folds them into the next version, whose state is `state {v}`.

@@ -329,9 +329,6 @@ async fn check_head(
         ))
         .into_response();
     }
-    if let Some(refused) = transfer_coding(headers) {
-        return refused.into_response();
-    }
     // hyper has refused a malformed length before the request gets here.
     let announced = headers
         .get(header::CONTENT_LENGTH)
@@ -388,7 +385,12 @@ async fn reserve_body(
     let bytes = match hint.exact() {
         Some(0) => return next.run(request).await,
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        None => budget.max_body_bytes,
+        // Only a body without a length (chunked) comes in a transfer coding; refused here,
+        // inside the request id's layers, so that the answer carries its id like the others.
+        None => match transfer_coding(request.headers()) {
+            Some(refused) => return refused.into_response(),
+            None => budget.max_body_bytes,
+        },
     }
     .min(budget.max_body_bytes);
     let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);

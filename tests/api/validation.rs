@@ -216,6 +216,7 @@ async fn a_transfer_coding_other_than_chunked_is_501_and_says_so() {
             response.starts_with("HTTP/1.1 501 "),
             "{path} {coding}: {response}"
         );
+        assert!(response.contains("\r\nx-request-id: "), "{response}");
         let body = &response[response.find("\r\n\r\n").unwrap() + 4..];
         let error: Value = serde_json::from_str(body).unwrap();
         assert_eq!(error["error"]["code"], "not_implemented", "{body}");

@@ -1777,8 +1777,9 @@ mod tests {
     }
 
     /// Ridge's answer does not depend on the units all inputs share, from 10⁻¹⁰⁰ to 10¹⁴⁰: its
-    /// prior scale takes them (the evidence's part; `Shape::at_alpha`'s, where leave-one-out
-    /// moves `α`, is `evidence::tests::a_given_alpha_reads_alike_in_any_units_the_inputs_share`).
+    /// prior scale takes them. A guard of the whole fit (it passed before the fixes above too:
+    /// these rows never move `α` by leave-one-out; `Shape::at_alpha`'s overflow is
+    /// `evidence::tests::a_given_alpha_reads_alike_in_any_units_the_inputs_share`).
     #[test]
     fn ridge_answers_alike_in_the_units_all_inputs_share() {
         let (reference, expected) = ridge_in_units(None, 1.0);
