@@ -1946,6 +1946,24 @@ mod tests {
         }
     }
 
+    /// The ridge family prepared on rows `x` (an intercept appended) and output `y`, and the
+    /// centred statistics.
+    fn ridge_on(x: &Mat<f64>, y: &[f64]) -> (SharedScale, Centred) {
+        let statistics = WithIntercept::new(x, y);
+        let data = statistics.data();
+        let d = x.ncols();
+        let shared = SharedScale::prepare(
+            super::super::PriorFamily::Ridge,
+            0,
+            data.g,
+            x.nrows() as f64,
+            Some(d),
+        )
+        .unwrap();
+        let centred = Centred::new(data, Some(d)).unwrap();
+        (shared, centred)
+    }
+
     /// `(v, s)` at a given `α` ([`Shape::at_alpha`], where the leave-one-out check takes a
     /// larger `α` than the evidence's) are the same in any units the inputs share, `v` in their
     /// squares' and `α` with it. With `(λ + α)²` formed, inputs of 10¹⁰⁰ overflowed it (10⁻¹⁰⁰
@@ -1964,18 +1982,7 @@ mod tests {
             floor: 1e-300,
         };
         let at = |unit: f64, alpha: f64| {
-            let x = Mat::from_fn(rows, d, |i, j| x[(i, j)] * unit);
-            let statistics = WithIntercept::new(&x, &y);
-            let data = statistics.data();
-            let shared = SharedScale::prepare(
-                super::super::PriorFamily::Ridge,
-                0,
-                data.g,
-                rows as f64,
-                Some(d),
-            )
-            .unwrap();
-            let centred = Centred::new(data, Some(d)).unwrap();
+            let (shared, centred) = ridge_on(&Mat::from_fn(rows, d, |i, j| x[(i, j)] * unit), &y);
             shared.shapes[0].at_alpha(&centred, noise, alpha)
         };
         let (v0, s0) = at(1.0, 0.3);
@@ -2006,17 +2013,7 @@ mod tests {
         let y: Vec<f64> = (0..rows)
             .map(|i| 1.0 + 2.0 * x[(i, 1)] - x[(i, 4)] + 0.1 * uniform(&mut state))
             .collect();
-        let statistics = WithIntercept::new(&x, &y);
-        let data = statistics.data();
-        let shared = SharedScale::prepare(
-            super::super::PriorFamily::Ridge,
-            0,
-            data.g,
-            rows as f64,
-            Some(d),
-        )
-        .unwrap();
-        let centred = Centred::new(data, Some(d)).unwrap();
+        let (shared, centred) = ridge_on(&x, &y);
         let noise = NoisePrior {
             rows: nu0,
             scale: s_p,
