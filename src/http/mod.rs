@@ -274,6 +274,20 @@ impl From<&Limits> for HeadLimits {
     }
 }
 
+impl ApiError {
+    /// The answer to a request refused before the request-id layers: with its id all the same,
+    /// the one the client sent or a new one, as every other answer has.
+    fn refused(self, headers: &axum::http::HeaderMap) -> Response {
+        let mut response = self.into_response();
+        let id = headers.get(&REQUEST_ID).cloned().unwrap_or_else(|| {
+            HeaderValue::try_from(uuid::Uuid::new_v4().to_string())
+                .unwrap_or(HeaderValue::from_static("-"))
+        });
+        response.headers_mut().insert(REQUEST_ID, id);
+        response
+    }
+}
+
 /// A transfer coding other than `chunked` (`Transfer-Encoding: gzip, chunked`), refused with
 /// `501` (RFC 9112, 6.1): hyper undoes the chunking only, so such a body reached the handlers
 /// still coded, misread as malformed JSON, or stored as sent where it was not coded at all.
@@ -295,7 +309,8 @@ fn transfer_coding(headers: &axum::http::HeaderMap) -> Option<ApiError> {
 }
 
 /// Refuses, in the error shape, a request whose headers are over the limits (`431`) or whose
-/// announced `Content-Length` is (`413`, before a byte of the body is waited for).
+/// announced `Content-Length` is (`413`, before a byte of the body is waited for). Outside the
+/// request-id layers (it counts the headers as sent), so its answers take their id here.
 async fn check_head(
     State(limits): State<HeadLimits>,
     request: Request<Body>,
@@ -308,7 +323,7 @@ async fn check_head(
             headers.len(),
             limits.max_headers
         ))
-        .into_response();
+        .refused(headers);
     }
     // The request line: method, target, version and their separators.
     let line = request.method().as_str().len()
@@ -327,7 +342,7 @@ async fn check_head(
             "the request line and headers hold {bytes} bytes, the limit is {}",
             limits.max_header_bytes
         ))
-        .into_response();
+        .refused(headers);
     }
     // hyper has refused a malformed length before the request gets here.
     let announced = headers
@@ -341,7 +356,7 @@ async fn check_head(
             "the body announces {n} bytes, the limit is {}",
             limits.max_body_bytes
         ))
-        .into_response();
+        .refused(headers);
     }
     next.run(request).await
 }

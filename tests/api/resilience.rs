@@ -373,4 +373,29 @@ async fn every_answer_carries_a_request_id() {
         .await
         .unwrap();
     assert_eq!(echoed.headers()["x-request-id"], "mes-7f3a-0042");
+
+    // So do the answers of the head's check, outside the request-id layers: too many header
+    // fields (`431`), and a body announced over the limit (`413`), which had none.
+    let mut crowded = reqwest::Client::new().get(app.url("/healthz"));
+    for i in 0..120 {
+        crowded = crowded.header(format!("x-extra-{i}"), "1");
+    }
+    let crowded = crowded.send().await.unwrap();
+    assert_eq!(crowded.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    let id = crowded.headers()["x-request-id"].to_str().unwrap();
+    assert!(uuid::Uuid::parse_str(id).is_ok() && seen.insert(id.to_owned()), "{id:?}");
+    let address = app.address.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /v1/models HTTP/1.1\r\nhost: {address}\r\nx-request-id: mes-announced\r\n\
+         content-type: application/json\r\ncontent-length: 999999999999\r\n\
+         connection: close\r\n\r\n"
+    );
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert!(answer.contains("\r\nx-request-id: mes-announced\r\n"), "{answer}");
 }
