@@ -23,6 +23,7 @@
 use faer::MatRef;
 
 use crate::estimator::succession::{Succession, SuccessorRows, own_config};
+use crate::estimator::transfer::TransferStatistics;
 use crate::estimator::{
     BatchStatistics, DecodeError, EstimatorError, ModelConfig, ModelState, codec, grid::Grid,
 };
@@ -193,33 +194,59 @@ impl SuccessorBatch {
         &self,
         config: &ModelConfig,
     ) -> Result<Option<BatchStatistics>, String> {
-        let Some(old) = &self.old else {
-            return Ok(None);
-        };
-        let n = self.rows;
-        let (p, f) = (old.len() / n.max(1), self.features.len() / n.max(1));
-        let mut x = Vec::with_capacity(n * (p + f));
-        for i in 0..n {
-            x.extend_from_slice(&old[i * p..(i + 1) * p]);
-            x.extend_from_slice(&self.features[i * f..(i + 1) * f]);
-        }
-        BatchStatistics::from_row_major(&config.basis, n, &x, &self.outputs)
-            .map(Some)
+        self.old_statistics(config)
             .map_err(|e| format!("stored successor readings: {e}"))
     }
 
     /// The statistics the successor's own model learns from these rows (`[new, features]` per
     /// row, on [`own_config`] of `config`).
     pub fn own_statistics(&self, config: &ModelConfig) -> Result<BatchStatistics, String> {
-        let n = self.rows;
-        let (q, f) = (self.new.len() / n.max(1), self.features.len() / n.max(1));
-        let mut x = Vec::with_capacity(n * (q + f));
-        for i in 0..n {
-            x.extend_from_slice(&self.new[i * q..(i + 1) * q]);
+        self.new_statistics(config)
+            .map_err(|e| format!("stored successor readings: {e}"))
+    }
+
+    /// Checks that a fold can learn these rows: that the statistics the model learns of the old
+    /// instrument's readings, those of the successor's own model and those of the transfer's
+    /// pairs are finite. Ingest asks before it stores the batch, so that a batch whose squares
+    /// overflow is refused at once, as a batch of the model's readings alone is, rather than
+    /// rejected by the folder (or, for the pairs, stored where no version could read them).
+    pub fn learnable(&self, config: &ModelConfig) -> Result<(), EstimatorError> {
+        self.old_statistics(config)?;
+        self.new_statistics(config)?;
+        let rows = self.as_rows();
+        if let Some(old) = rows.old {
+            TransferStatistics::from_rows(rows.new, old)?;
+        }
+        Ok(())
+    }
+
+    fn old_statistics(
+        &self,
+        config: &ModelConfig,
+    ) -> Result<Option<BatchStatistics>, EstimatorError> {
+        let Some(old) = &self.old else {
+            return Ok(None);
+        };
+        let x = self.beside_features(old);
+        BatchStatistics::from_row_major(&config.basis, self.rows, &x, &self.outputs).map(Some)
+    }
+
+    fn new_statistics(&self, config: &ModelConfig) -> Result<BatchStatistics, EstimatorError> {
+        let q = self.new.len() / self.rows.max(1);
+        let x = self.beside_features(&self.new);
+        BatchStatistics::from_row_major(&own_config(config, q).basis, self.rows, &x, &self.outputs)
+    }
+
+    /// Rows of `readings` (row-major, `rows` of them) each followed by the row's named features.
+    fn beside_features(&self, readings: &[f64]) -> Vec<f64> {
+        let n = self.rows.max(1);
+        let (w, f) = (readings.len() / n, self.features.len() / n);
+        let mut x = Vec::with_capacity(readings.len() + self.features.len());
+        for i in 0..self.rows {
+            x.extend_from_slice(&readings[i * w..(i + 1) * w]);
             x.extend_from_slice(&self.features[i * f..(i + 1) * f]);
         }
-        BatchStatistics::from_row_major(&own_config(config, q).basis, n, &x, &self.outputs)
-            .map_err(|e| format!("stored successor readings: {e}"))
+        x
     }
 
     /// The rows as the succession learns them.

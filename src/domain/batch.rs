@@ -735,71 +735,183 @@ impl NewBatch {
 
     /// Says where a batch whose statistics overflow is at fault: its value of largest magnitude
     /// (the model keeps sums of squares of the raw values: one past about `10¹⁵⁴`, or many near
-    /// it, overflow). At the column's path in a JSON body (`/spectra/values`, `/x`, `/y`, as the
-    /// batch's warnings), at the cell's in a CSV one (`/rows/{i}/{column}`, as its other cells'
-    /// errors), naming the column and the row. A colour model's bands are left out: its
-    /// transform reads a reflectance past full scale as full scale.
+    /// it, overflow). At the column's path in a JSON body (`/spectra/values`, `/x`, `/y`,
+    /// `/successor/values`, as the batch's warnings), at the cell's in a CSV one
+    /// (`/rows/{i}/{column}`, as its other cells' errors), naming the column and the row.
     pub fn overflow(&self, spec: &ModelSpec, csv: bool) -> Invalid {
-        let bands = spec.spectrum.map_or(0, |s| s.count);
-        let clamped = spec.transform != TransformName::None;
-        let (mut at, mut largest) = (None, -1.0_f64);
-        for (rows, is_x) in [(&self.x, true), (&self.y, false)] {
-            let width = rows.width().max(1);
-            for (i, v) in rows.values().iter().enumerate() {
-                if is_x && clamped && i % width < bands {
-                    continue;
-                }
-                // NaN compares false: the batch's parse has refused it anyway.
-                if v.abs() > largest {
-                    largest = v.abs();
-                    at = Some((is_x, i / width, i % width, *v));
-                }
+        let mut largest: Option<(Cell, f64)> = None;
+        for (cell, v) in self.cells(spec) {
+            // NaN compares false: the batch's parse has refused it anyway.
+            if largest.is_none_or(|(_, l)| v.abs() > l.abs()) {
+                largest = Some((cell, v));
             }
         }
-        let Some((is_x, row, column, value)) = at else {
+        let Some((cell, value)) = largest else {
             return Invalid::one(
                 "",
                 "the batch cannot be learnt: its statistics would not be finite",
             );
         };
-        let (path, header, name) = match (is_x, column.checked_sub(bands)) {
-            (false, _) => {
-                let output = &spec.outputs[column];
-                ("/y", output.clone(), format!("{output:?}"))
-            }
-            (true, Some(j)) => {
-                let feature = &spec.features[j];
-                ("/x", feature.clone(), format!("{feature:?}"))
-            }
-            // Below `bands`, so the model has a spectrum.
-            (true, None) => {
-                let band = spec.spectrum.map_or_else(String::new, |s| {
-                    nm_name(s.start_nm + s.interval_nm * column as f64)
-                });
-                (
-                    "/spectra/values",
-                    band.clone(),
-                    format!("the band at {band}"),
-                )
-            }
-        };
-        let path = match (csv, is_x && column < bands) {
-            // A band read from another grid is not a column of the body: its row.
-            (true, true) => format!("/rows/{row}"),
-            (true, false) => format!("/rows/{row}/{}", pointer_token(&header)),
-            (false, _) => path.to_owned(),
-        };
+        let (path, name) = self.locate(spec, csv, cell);
         Invalid::one(
             path,
             format!(
                 "the batch cannot be learnt: its sums of squares would overflow. Its largest \
-                 value is {} of {name} in row {row} (counting from 0); squares of values past \
+                 value is {} of {name} in row {} (counting from 0); squares of values past \
                  about 1e154, or sums of many near it, pass the largest number double \
                  precision holds: send them in other units",
-                quote(value)
+                quote(value),
+                cell.row
             ),
         )
     }
+
+    /// Refuses a batch with a column whose values are all so small (below [`TINY`] in
+    /// magnitude, but not all 0) that the statistics cannot hold them: the model keeps sums of
+    /// squares of the raw values, and below `√(f64::MIN_POSITIVE)/ε ≈ 6.7·10⁻¹³⁹` the squares
+    /// of the differences double precision resolves between such values fall under the
+    /// smallest normal double. The fit would then read the column as constant (an input) or
+    /// its noise as none (an output). Where the column's largest value is, as
+    /// [`Self::overflow`] says.
+    pub fn underflow(&self, spec: &ModelSpec, csv: bool) -> Result<(), Invalid> {
+        let first = [0, self.x.width(), self.x.width() + self.y.width()];
+        let width = first[2] + self.successor.as_ref().map_or(0, |s| s.readings.width());
+        let mut largest: Vec<Option<(Cell, f64)>> = vec![None; width];
+        for (cell, v) in self.cells(spec) {
+            let at = &mut largest[first[cell.part as usize] + cell.column];
+            if at.is_none_or(|(_, l)| v.abs() > l.abs()) {
+                *at = Some((cell, v));
+            }
+        }
+        let Some((cell, value)) = largest
+            .into_iter()
+            .flatten()
+            .find(|(_, v)| *v != 0.0 && v.abs() < TINY)
+        else {
+            return Ok(());
+        };
+        let (path, name) = self.locate(spec, csv, cell);
+        Err(Invalid::one(
+            path,
+            format!(
+                "the batch cannot be learnt: {name} is at most {} in magnitude in this batch \
+                 (row {}, counting from 0); below about 1e-138 the squares the model keeps of \
+                 such values, and of their differences, fall under the smallest number double \
+                 precision holds in full: send it in other units (exact zeros are fine)",
+                quote(value),
+                cell.row
+            ),
+        ))
+    }
+
+    /// Every value the statistics read, with where it is: the inputs, the outputs and the
+    /// successor's readings, but a colour model's bands where nothing else reads them (its
+    /// transform reads a reflectance past full scale as full scale, and one below its
+    /// smallest as that), which is everywhere but in an overlap: a transfer's pairs read both
+    /// instruments' bands as sent.
+    fn cells<'a>(&'a self, spec: &ModelSpec) -> impl Iterator<Item = (Cell, f64)> + 'a {
+        let pairs = self.successor.as_ref().is_some_and(|s| s.old_read);
+        let clamped = spec.transform != TransformName::None && !pairs;
+        // A successor-only batch's inputs are the named features alone.
+        let bands = match &self.successor {
+            Some(s) if !s.old_read => 0,
+            _ => spec.spectrum.map_or(0, |s| s.count),
+        };
+        let parts = [(Part::X, &self.x), (Part::Y, &self.y)].into_iter().chain(
+            self.successor
+                .as_ref()
+                .map(|s| (Part::Successor, &s.readings)),
+        );
+        parts.flat_map(move |(part, rows)| {
+            let width = rows.width().max(1);
+            rows.values().iter().enumerate().filter_map(move |(i, &v)| {
+                let (row, column) = (i / width, i % width);
+                let band = match part {
+                    Part::X => column < bands,
+                    Part::Y => false,
+                    Part::Successor => true,
+                };
+                (!(clamped && band)).then_some((Cell { part, row, column }, v))
+            })
+        })
+    }
+
+    /// The path of `cell` in the body (the column's in JSON, the cell's in CSV, a band's row
+    /// there when the CSV may hold it on another grid) and the name of its column.
+    fn locate(&self, spec: &ModelSpec, csv: bool, cell: Cell) -> (String, String) {
+        let Cell { part, row, column } = cell;
+        // A successor-only batch's inputs are the named features alone.
+        let bands = match &self.successor {
+            Some(s) if !s.old_read => 0,
+            _ => spec.spectrum.map_or(0, |s| s.count),
+        };
+        let band_at = |grid: Option<crate::domain::SpectrumSpec>, column: usize| {
+            grid.map_or_else(String::new, |s| {
+                nm_name(s.start_nm + s.interval_nm * column as f64)
+            })
+        };
+        let (path, header, name) = match (part, column.checked_sub(bands)) {
+            (Part::Y, _) => {
+                let output = &spec.outputs[column];
+                ("/y", Some(output.clone()), format!("{output:?}"))
+            }
+            (Part::X, Some(j)) => {
+                let feature = &spec.features[j];
+                ("/x", Some(feature.clone()), format!("{feature:?}"))
+            }
+            (Part::X, None) => (
+                "/spectra/values",
+                None,
+                format!("the band at {}", band_at(spec.spectrum, column)),
+            ),
+            (Part::Successor, _) => {
+                // Its readings are kept on the model's scale, which may not be the one sent.
+                let rescaled = spec
+                    .successor
+                    .zip(spec.spectrum)
+                    .is_some_and(|(from, to)| handover::scale_factor(&from, &to) != 1.0);
+                let scale = if rescaled {
+                    " (on the model's scale)"
+                } else {
+                    ""
+                };
+                (
+                    "/successor/values",
+                    None,
+                    format!(
+                        "the successor's band at {}{scale}",
+                        band_at(spec.successor, column)
+                    ),
+                )
+            }
+        };
+        let path = match (csv, header) {
+            (true, Some(header)) => format!("/rows/{row}/{}", pointer_token(&header)),
+            // A band read from another grid is not a column of the body: its row.
+            (true, None) => format!("/rows/{row}"),
+            (false, _) => path.to_owned(),
+        };
+        (path, name)
+    }
+}
+
+/// Below this magnitude a column of a batch is refused ([`NewBatch::underflow`]).
+const TINY: f64 = 1e-138;
+
+/// Which rows of a batch a value is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    X = 0,
+    Y = 1,
+    Successor = 2,
+}
+
+/// Where a value of a batch is.
+#[derive(Clone, Copy, Debug)]
+struct Cell {
+    part: Part,
+    row: usize,
+    column: usize,
 }
 
 /// For a model with a spectrum: the grid of a CSV's band columns (named `<λ>nm`, e.g. `400nm`)
@@ -1473,6 +1585,48 @@ mod tests {
             "{:?}",
             invalid.details
         );
+    }
+
+    /// A column too small to square is refused at its largest value, but not a colour model's
+    /// band, which its transform reads as its smallest reflectance; nor a column of zeros.
+    #[test]
+    fn a_column_too_small_to_square_is_refused_where_it_is_largest() {
+        let plain = test_spec("fraction", &["mass"]);
+        let colour = ModelSpec {
+            transform: TransformName::KubelkaMunk,
+            ..plain.clone()
+        };
+        let batch = |x: Vec<f64>| {
+            rows_batch(
+                Rows::from_row_major(2, 5, x),
+                Rows::from_row_major(2, 2, vec![0.5, 0.0, 0.25, 0.0]),
+            )
+        };
+        let band = batch(vec![
+            0.1, 1e-150, 0.3, 0.4, 1.0, 0.1, -2e-150, 0.3, 0.4, 2.0,
+        ]);
+        assert!(band.underflow(&colour, false).is_ok());
+        for (csv, path) in [(false, "/spectra/values"), (true, "/rows/1")] {
+            let invalid = band.underflow(&plain, csv).expect_err("a band too small");
+            assert_eq!(invalid.details[0].path, path, "{:?}", invalid.details);
+            assert!(
+                invalid.details[0]
+                    .message
+                    .contains("the band at 410nm is at most -2e-150 in magnitude"),
+                "{:?}",
+                invalid.details
+            );
+        }
+        let mass = batch(vec![0.1, 0.2, 0.3, 0.4, 3e-139, 0.1, 0.2, 0.3, 0.4, 0.0]);
+        let invalid = mass
+            .underflow(&colour, true)
+            .expect_err("a feature too small");
+        assert_eq!(invalid.details[0].path, "/rows/0/mass");
+        let normal = batch(vec![0.1, 0.2, 0.3, 0.4, 1e-138, 0.1, 0.2, 0.3, 0.4, 0.0]);
+        assert!(normal.underflow(&colour, false).is_ok());
+        // The smallest value whose differences at double precision's resolution square to a
+        // normal double is below the line.
+        assert!(TINY >= f64::MIN_POSITIVE.sqrt() / f64::EPSILON);
     }
 
     /// `-0` is stored and hashed as `0` (a retry that prints the other is the same batch),

@@ -213,8 +213,9 @@ pub async fn ingest(
     Ok(response)
 }
 
-/// What a batch of successor readings keeps in place of statistics ([`SuccessorBatch`]).
-fn successor_blob(batch: &NewBatch, successor: &Successor, spec: &ModelSpec) -> Vec<u8> {
+/// The rows of a batch of successor readings as the folder learns them, kept in place of
+/// statistics ([`SuccessorBatch`]).
+fn successor_rows(batch: &NewBatch, successor: &Successor, spec: &ModelSpec) -> SuccessorBatch {
     let (n, width) = (batch.x.rows(), batch.x.width());
     let bands = if successor.old_read {
         spec.spectrum.map_or(0, |s| s.count)
@@ -233,7 +234,6 @@ fn successor_blob(batch: &NewBatch, successor: &Successor, spec: &ModelSpec) -> 
         old: successor.old_read.then_some(old),
         outputs: batch.y.values().to_vec(),
     }
-    .encode()
 }
 
 /// Reads a batch for model `name` (its `Idempotency-Key` header, if any, as `key`), stores it
@@ -318,23 +318,27 @@ fn read_batch(
     limit: usize,
 ) -> Result<(NewBatch, EncodedBatch, Vec<u8>), ApiError> {
     let batch = parse_batch(body, spec, key, limit)?;
+    let csv = matches!(body, BatchBody::Csv(_));
+    batch.underflow(spec, csv)?;
     let encoded = batch.encode();
+    let unlearnable = |e| match e {
+        EstimatorError::NonFinite(_) => batch.overflow(spec, csv),
+        e => Invalid::one("", format!("the batch cannot be learnt: {e}")),
+    };
+    let config = spec.config();
     if let Some(successor) = &batch.successor {
         // Kept whole for the folder, which learns it with the model's state then.
-        let statistics = successor_blob(&batch, successor, spec);
-        return Ok((batch, encoded, statistics));
+        let rows = successor_rows(&batch, successor, spec);
+        rows.learnable(&config).map_err(unlearnable)?;
+        return Ok((batch, encoded, rows.encode()));
     }
-    let config = spec.config();
     let stats = BatchStatistics::from_row_major(
         &config.basis,
         batch.rows(),
         batch.x.values(),
         batch.y.values(),
     )
-    .map_err(|e| match e {
-        EstimatorError::NonFinite(_) => batch.overflow(spec, matches!(body, BatchBody::Csv(_))),
-        e => Invalid::one("", format!("the batch cannot be learnt: {e}")),
-    })?;
+    .map_err(unlearnable)?;
     // Statistics have p² entries whatever the rows: a batch of fewer rows than that keeps
     // only its rows, and the folder forms its statistics from them (the same bits:
     // `from_row_major` on the same values).

@@ -312,6 +312,43 @@ async fn a_batch_whose_statistics_overflow_names_its_largest_value() {
     assert!(message.contains("1e160 of \"red\" in row 1"), "{message}");
 }
 
+/// A batch with a column whose values are all too small for the statistics to hold (their
+/// squares, and those of their differences, below the smallest normal double) is refused at
+/// the column's largest value, as an overflow is; a column of exact zeros, or a tiny value
+/// beside ordinary ones, is learnt.
+#[tokio::test]
+async fn a_batch_whose_column_is_too_small_to_square_names_it() {
+    let app = spawn_app().await;
+    app.create_model(&json!({"name": "units", "features": ["temperature", "mass"], "outputs": ["dye"]}))
+        .await;
+    let refused = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body: Value = response.json().await.unwrap();
+        let detail = body["error"]["details"][0].clone();
+        (detail["path"].as_str().unwrap().to_owned(), detail["message"].as_str().unwrap().to_owned())
+    };
+    let batch = json!({"batch_id": "moles", "x": [[20.0, 1e-150], [21.0, -3e-150], [22.0, 2e-150]],
+                       "y": [[0.1], [0.2], [0.3]]});
+    let (path, message) = refused(app.post_batch("units", &batch).await).await;
+    assert_eq!(path, "/x");
+    assert!(message.contains("\"mass\" is at most -3e-150 in magnitude in this batch (row 1"), "{message}");
+    let csv = "temperature,mass,dye\n20,1,1e-160\n21,2,0\n22,3,-4e-145\n".to_owned();
+    let (path, message) = refused(app.post_csv("units", Some("csv"), csv).await).await;
+    assert_eq!(path, "/rows/2/dye");
+    assert!(message.contains("\"dye\" is at most -4e-145"), "{message}");
+    let listed: Value = app.get("/v1/models/units/batches").await.json().await.unwrap();
+    assert_eq!(listed["batches"], json!([]), "{listed}");
+
+    // Zeros, and a tiny value where the column holds ordinary ones, are data like any other.
+    for (id, x) in [
+        ("zeros", json!([[20.0, 0.0], [21.0, 0.0], [22.0, 0.0]])),
+        ("beside", json!([[20.0, 1e-200], [21.0, 2.0], [22.0, 3.0]])),
+    ] {
+        let batch = json!({"batch_id": id, "x": x, "y": [[0.1], [0.2], [0.3]]});
+        assert_eq!(app.post_batch("units", &batch).await.status(), StatusCode::ACCEPTED, "{id}");
+    }
+}
+
 /// A feature on a large offset (a serial number, a timestamp) whose values in the batch differ
 /// by less than 1e-5 of their size is accepted and flagged by name at `/x`, whether the batch
 /// comes as JSON or as CSV, and again when it is replayed; a feature that varies enough is not.

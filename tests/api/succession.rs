@@ -684,6 +684,82 @@ async fn successor_readings_short_of_the_declared_grid_are_refused_there_alone()
     app.stop().await;
 }
 
+/// Readings the statistics cannot hold are refused at ingest wherever a batch holds them, as a
+/// batch of the model's own readings is: squares past the largest double in the successor's
+/// readings, and in the old instrument's in an overlap even where a colour model's transform
+/// reads them as full scale (the transfer's pairs read them as sent: stored, such pairs made
+/// every later version unreadable); columns too small to square. Nothing is stored, and the
+/// model learns the overlap sent right.
+#[tokio::test]
+async fn readings_the_statistics_cannot_hold_are_refused_at_ingest() {
+    let app = spawn_app().await;
+    create_swap(&app, json!({"transform": "kubelka_munk"})).await;
+    let c = samples(60, 1);
+    learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
+    let declared = app.post("/v1/models/swap/successor", &declaration()).await;
+    assert_eq!(declared.status(), StatusCode::OK);
+
+    let both = samples(6, 4);
+    let old = old_readings(&both, 5);
+    // On the declared grid, so that the values refused are the values sent.
+    let new: Vec<Vec<f64>> = read(&both, (400.0, 10.0, 31), 3.0, 0.95, 6)
+        .into_iter()
+        .map(|row| row.into_iter().map(|v| v / 100.0).collect())
+        .collect();
+    let successor = |values: &Vec<Vec<f64>>| json!({"start_nm": 400, "interval_nm": 10, "values": values});
+    let mut huge_old = old.clone();
+    huge_old["values"][1][3] = json!(1e200);
+    let mut huge_new = new.clone();
+    huge_new[2][5] = 3e200;
+    let mut tiny_new = new.clone();
+    for row in &mut tiny_new {
+        row[7] = 1e-150;
+    }
+    for (id, spectra, readings, path, says) in [
+        ("old-huge", Some(&huge_old), &new, "/spectra/values", "1e200 of the band at 460nm in row 1"),
+        // Put on the model's scale, in percent.
+        ("new-huge", Some(&old), &huge_new, "/successor/values",
+         "e202 of the successor's band at 450nm (on the model's scale) in row 2"),
+        ("new-tiny", Some(&old), &tiny_new, "/successor/values",
+         "the successor's band at 470nm (on the model's scale) is at most 1e-148"),
+    ] {
+        let mut batch = json!({"batch_id": id, "successor": successor(readings), "y": both});
+        if let Some(spectra) = spectra {
+            batch["spectra"] = spectra.clone();
+        }
+        let response = app.post_batch("swap", &batch).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{id}");
+        let answer: Value = response.json().await.unwrap();
+        let detail = &answer["error"]["details"][0];
+        assert_eq!(detail["path"], path, "{id}: {answer}");
+        let message = detail["message"].as_str().unwrap();
+        assert!(message.contains(says), "{id}: {message}");
+    }
+    // In CSV, at the row (the successor's columns may be on another grid than the declared).
+    let mut huge_csv: Vec<String> = (0..OLD.2).map(|j| format!("{}nm", OLD.0 + OLD.1 * j as f64)).collect();
+    huge_csv.extend((0..31).map(|j| format!("successor:{}nm", 400 + 10 * j)));
+    huge_csv.extend(["red", "yellow", "blue"].map(String::from));
+    let mut huge_csv = huge_csv.join(",") + "\n";
+    for (i, (readings, c)) in huge_new.iter().zip(&both).enumerate() {
+        let old = old["values"][i].as_array().unwrap().iter().map(|v| v.as_f64().unwrap());
+        let cells: Vec<String> = old.chain(readings.iter().chain(c).copied()).map(|v| v.to_string()).collect();
+        huge_csv += &(cells.join(",") + "\n");
+    }
+    let response = app.post_csv("swap", Some("huge-csv"), huge_csv).await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["error"]["details"][0]["path"], "/rows/2", "{answer}");
+
+    let listed: Value = app.get("/v1/models/swap/batches").await.json().await.unwrap();
+    let ids: Vec<&str> = listed["batches"].as_array().unwrap().iter()
+        .map(|b| b["batch_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["old"], "{listed}");
+    learn(&app, json!({"batch_id": "overlap", "spectra": old, "successor": successor(&new), "y": both})).await;
+    // The successor's readings alone: the transform reads them, past full scale as full scale.
+    learn(&app, json!({"batch_id": "alone", "successor": successor(&huge_new), "y": both})).await;
+    app.stop().await;
+}
+
 /// The successor's readings alone are held for review as any batch is: their surprise is to
 /// the successor's own model.
 #[tokio::test]

@@ -113,14 +113,33 @@ impl TransferStatistics {
         }
         let (new_mean, new_c) = centred(new);
         let (old_mean, old_c) = centred(old);
-        Ok(Self {
+        Self {
             rows: n as f64,
             new_mean,
             old_mean,
             new_new: new_c.transpose() * &new_c,
             new_old: new_c.transpose() * &old_c,
             old_old: old_c.transpose() * &old_c,
-        })
+        }
+        .finite()
+    }
+
+    /// `self` when its means and co-moments are finite: readings past about `10¹⁵⁴` square
+    /// past the largest double, and [`Self::from_parts`] would refuse what was stored.
+    fn finite(self) -> Result<Self, EstimatorError> {
+        let finite = self
+            .new_mean
+            .iter()
+            .chain(&self.old_mean)
+            .all(|v| v.is_finite())
+            && self.new_new.is_all_finite()
+            && self.new_old.is_all_finite()
+            && self.old_old.is_all_finite();
+        if finite {
+            Ok(self)
+        } else {
+            Err(EstimatorError::NonFinite("transfer statistics"))
+        }
     }
 
     /// Adds `other`'s pairs: with `δ` the difference of the means and `n = n_a + n_b`,
@@ -156,16 +175,18 @@ impl TransferStatistics {
             .map(|i| other.old_mean[i] - self.old_mean[i])
             .collect();
         let w = na * nb / n;
-        self.new_new = &self.new_new + &other.new_new + outer(&dz, &dz, w);
-        self.new_old = &self.new_old + &other.new_old + outer(&dz, &dx, w);
-        self.old_old = &self.old_old + &other.old_old + outer(&dx, &dx, w);
-        for (m, d) in self.new_mean.iter_mut().zip(&dz) {
-            *m += d * nb / n;
+        let shift = |mean: &[f64], d: &[f64]| -> Vec<f64> {
+            mean.iter().zip(d).map(|(m, d)| m + d * nb / n).collect()
+        };
+        *self = Self {
+            rows: n,
+            new_mean: shift(&self.new_mean, &dz),
+            old_mean: shift(&self.old_mean, &dx),
+            new_new: &self.new_new + &other.new_new + outer(&dz, &dz, w),
+            new_old: &self.new_old + &other.new_old + outer(&dz, &dx, w),
+            old_old: &self.old_old + &other.old_old + outer(&dx, &dx, w),
         }
-        for (m, d) in self.old_mean.iter_mut().zip(&dx) {
-            *m += d * nb / n;
-        }
-        self.rows = n;
+        .finite()?;
         Ok(())
     }
 
@@ -970,6 +991,34 @@ mod tests {
         let spread = 0.1;
         assert!(err < 0.02 * spread, "error {err}");
         assert!((0.85..=1.0).contains(&inside), "95 % bands cover {inside}");
+    }
+
+    /// Pairs whose co-moments overflow are refused, by themselves and when merged, and a merge
+    /// refused leaves the statistics as they were: statistics the codec would refuse to read
+    /// back are never formed.
+    #[test]
+    fn pairs_whose_co_moments_overflow_are_refused() {
+        let ordinary = Mat::from_fn(4, 2, |i, j| 0.5 + 0.1 * (i + j) as f64);
+        let mut huge = ordinary.clone();
+        huge[(1, 0)] = 1e200;
+        for (new, old) in [(&huge, &ordinary), (&ordinary, &huge)] {
+            let refused = TransferStatistics::from_rows(new.as_ref(), old.as_ref());
+            assert!(
+                matches!(refused, Err(EstimatorError::NonFinite(_))),
+                "{refused:?}"
+            );
+        }
+        // Each finite alone (1.2e154² is 1.44e308), their sum is not.
+        let mut near = ordinary.clone();
+        near[(0, 0)] = 1.2e154;
+        let one = TransferStatistics::from_rows(near.as_ref(), ordinary.as_ref()).unwrap();
+        let mut merged = one.clone();
+        let refused = merged.merge(&one);
+        assert!(
+            matches!(refused, Err(EstimatorError::NonFinite(_))),
+            "{refused:?}"
+        );
+        assert_eq!(merged, one);
     }
 
     #[test]
