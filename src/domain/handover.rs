@@ -73,9 +73,13 @@ pub(super) struct CsvSplit {
 
 /// Whether a CSV's header names a successor column.
 pub(super) fn has_csv_columns(body: &[u8]) -> bool {
-    // A first line without quotes holds the whole header: without the prefix in it, no column
-    // can start with it, and no reader need be built for every batch.
-    let first = body.split(|&b| b == b'\n').next().unwrap_or(body);
+    // The header's line without quotes holds the whole header: without the prefix in it, no
+    // column can start with it, and no reader need be built for every batch. The reader skips
+    // blank lines before it.
+    let first = body
+        .split(|&b| b == b'\n')
+        .find(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .unwrap_or(body);
     if !first.contains(&b'"')
         && !first
             .windows(CSV_PREFIX.len())
@@ -160,6 +164,20 @@ pub(super) fn split_csv(
         if rows == max_rows {
             return Err(CsvError::TooManyRows(max_rows));
         }
+        // As a batch without a successor is read: a cell too many or too few has shifted the
+        // row (a decimal comma, say), so no cell of it can be trusted to its column.
+        if record.len() != header.len() {
+            details.push(
+                format!("/rows/{rows}"),
+                format!(
+                    "has {} values, the header has {}",
+                    record.len(),
+                    header.len()
+                ),
+            );
+            rows += 1;
+            continue;
+        }
         for &(i, _) in &bands {
             let cell = record.get(i).unwrap_or("").trim();
             match cell.parse::<f64>() {
@@ -231,6 +249,9 @@ mod tests {
             "\"successor:500nm\",red\n0.1,1\n",
             "\"a\nb\",successor:500nm\n1,2\n",
             "\u{feff}successor:500nm\n1\n",
+            // The reader skips blank lines before the header.
+            "\nsuccessor:500nm,red\n0.1,1\n",
+            "\r\n\r\nsuccessor:500nm,red\n0.1,1\n",
         ];
         for body in found {
             assert!(has_csv_columns(body.as_bytes()), "{body:?}");
@@ -241,6 +262,7 @@ mod tests {
             "\"500nm\",red\n0.1,1\n",
             "a,xsuccessor:500nm\n1,2\n",
             "",
+            "\n\n500nm,red\nsuccessor:500nm,1\n",
         ];
         for body in not_found {
             assert!(!has_csv_columns(body.as_bytes()), "{body:?}");

@@ -760,6 +760,46 @@ async fn readings_the_statistics_cannot_hold_are_refused_at_ingest() {
     app.stop().await;
 }
 
+/// A CSV with the successor's columns is read as any CSV batch: a row with a cell too many (a
+/// decimal comma) or too few is refused at the row, not read shifted; blank lines before the
+/// header are skipped.
+#[tokio::test]
+async fn a_successor_csv_row_of_the_wrong_length_is_refused_at_it() {
+    let app = spawn_app().await;
+    create_swap(&app, json!({})).await;
+    let c = samples(60, 1);
+    learn(&app, json!({"batch_id": "old", "spectra": old_readings(&c, 2), "y": c})).await;
+    let declared = app.post("/v1/models/swap/successor", &declaration()).await;
+    assert_eq!(declared.status(), StatusCode::OK);
+    let both = samples(6, 4);
+    let body = csv(&both, Some(&old_readings(&both, 5)), &successor_readings(&both, 6));
+    let columns = body.lines().next().unwrap().split(',').count();
+    let mut lines: Vec<String> = body.lines().map(String::from).collect();
+    // Row 1 (counting from 0): a decimal comma in its last reading; row 3: its last cell lost.
+    let at = lines[2].rfind(",0.").unwrap();
+    lines[2].replace_range(at..at + 3, ",0,");
+    let cut = lines[4].rfind(',').unwrap();
+    lines[4].truncate(cut);
+    let broken = lines.join("\n") + "\n";
+    let response = app.post_csv("swap", Some("broken"), broken).await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let answer: Value = response.json().await.unwrap();
+    let details: Vec<(&str, &str)> = answer["error"]["details"].as_array().unwrap().iter()
+        .map(|d| (d["path"].as_str().unwrap(), d["message"].as_str().unwrap())).collect();
+    let (more, fewer) = (
+        format!("has {} values, the header has {columns}", columns + 1),
+        format!("has {} values, the header has {columns}", columns - 1),
+    );
+    assert_eq!(details, [("/rows/1", more.as_str()), ("/rows/3", fewer.as_str())], "{answer}");
+
+    let response = app.post_csv("swap", Some("blank-first"), format!("\r\n\n{body}")).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let status = app.wait_for_batch("swap", "blank-first").await;
+    assert_eq!(status["status"], "folded", "{status}");
+    assert_eq!(model(&app, "swap").await["successor"]["pairs"], 6.0);
+    app.stop().await;
+}
+
 /// The successor's readings alone are held for review as any batch is: their surprise is to
 /// the successor's own model.
 #[tokio::test]
