@@ -13,6 +13,14 @@ pub use crate::store::DatabaseSettings;
 
 const DEFAULTS: &str = include_str!("../config/default.toml");
 
+/// What settings are loaded for: only a process that serves the API needs the admin key
+/// production requires (`migrate` and `healthcheck` never read it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    Serve,
+    Maintain,
+}
+
 /// Which environment the service runs in (`MORDANT_ENV`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Environment {
@@ -208,6 +216,65 @@ fn plain_admin_key() -> anyhow::Result<Option<String>> {
     Ok(plain)
 }
 
+/// The `MORDANT__SECTION__KEY` variables of text settings (those whose default is text), as
+/// `(section.key, value)`.
+fn text_variables(defaults: &config::Config) -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let key = name.to_str()?.strip_prefix("MORDANT__")?;
+            let key = key.to_lowercase().replace("__", ".");
+            let default = defaults.get::<config::Value>(&key).ok()?;
+            let text = matches!(default.kind, config::ValueKind::String(_));
+            text.then(|| Some((key, value.into_string().ok()?)))?
+        })
+        .collect()
+}
+
+/// Refuses a setting whose value is not of its default's kind where the configuration crate
+/// would convert it silently: a whole-number setting given `1.5` (rounded), `true` (read as 1)
+/// or a number past `i64::MAX` (read as a float, then clamped); a switch given anything but
+/// `true` or `false`.
+fn check_kinds(defaults: &config::Config, loaded: &config::Config) -> anyhow::Result<()> {
+    use config::ValueKind as K;
+    type Sections = std::collections::BTreeMap<String, config::Map<String, config::Value>>;
+    for (section, keys) in defaults.clone().try_deserialize::<Sections>()? {
+        for (key, default) in keys {
+            let name = format!("{section}.{key}");
+            let Ok(value) = loaded.get::<config::Value>(&name) else {
+                continue;
+            };
+            let whole = |v: &K| match v {
+                K::I64(n) => *n >= 0,
+                K::I128(n) => *n >= 0,
+                K::U64(_) | K::U128(_) => true,
+                K::String(s) => s.parse::<u64>().is_ok(),
+                _ => false,
+            };
+            match default.kind {
+                K::I64(_) | K::I128(_) | K::U64(_) | K::U128(_) => anyhow::ensure!(
+                    whole(&value.kind),
+                    "{name} must be a whole number from 0 to {}, found {}",
+                    i64::MAX,
+                    value.kind
+                ),
+                K::Boolean(_) => anyhow::ensure!(
+                    matches!(value.kind, K::Boolean(_)),
+                    "{name} must be true or false, found {}",
+                    value.kind
+                ),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Seconds in a day: the longest timeout, backoff or poll a setting may ask for.
+const DAY_SECS: u64 = 86_400;
+
+/// Most header fields `limits.max_headers` may allow.
+const MAX_HEADERS: usize = 1000;
+
 /// The shortest poll of the folder and the cache follower, in milliseconds.
 const MIN_POLL_MS: u64 = 10;
 
@@ -222,8 +289,14 @@ impl Settings {
     /// Loads the settings for `MORDANT_ENV` from the configuration directory (`MORDANT_CONFIG_DIR`,
     /// default `./config`; a missing directory leaves the compiled-in defaults).
     pub fn load() -> anyhow::Result<(Environment, Self)> {
+        Self::load_for(Purpose::Serve)
+    }
+
+    /// [`Self::load`] for `purpose`.
+    pub fn load_for(purpose: Purpose) -> anyhow::Result<(Environment, Self)> {
         let environment = Environment::from_env()?;
-        let settings = Self::load_from(&config_dir(), environment)?;
+        let settings = Self::read(&config_dir(), environment)?;
+        settings.validate_for(purpose)?;
         Ok((environment, settings))
     }
 
@@ -235,8 +308,19 @@ impl Settings {
         (environment != Environment::Development && !overlay.is_file()).then_some(overlay)
     }
 
+    /// The settings to serve with from the directory `dir` for `environment`, checked.
     pub fn load_from(dir: &Path, environment: Environment) -> anyhow::Result<Self> {
+        let settings = Self::read(dir, environment)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn read(dir: &Path, environment: Environment) -> anyhow::Result<Self> {
         let overlay = dir.join(format!("{}.toml", environment.as_str()));
+        let defaults = config::Config::builder()
+            .add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml))
+            .build()
+            .context("the compiled-in defaults")?;
         let mut builder = config::Config::builder()
             .add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml))
             .add_source(config::File::from(dir.join("default.toml")).required(false))
@@ -249,6 +333,11 @@ impl Settings {
                     .list_separator(",")
                     .with_list_parse_key("server.cors_origins"),
             );
+        // The environment source reads a variable that looks like a number as one: a text
+        // setting (a key of digits, a path such as `007`) keeps the text as set.
+        for (key, value) in text_variables(&defaults) {
+            builder = builder.set_override(key, value)?;
+        }
         if let Ok(url) = std::env::var("DATABASE_URL") {
             builder = builder.set_override("database.url", url)?;
         }
@@ -258,19 +347,24 @@ impl Settings {
         if let Some(key) = plain_admin_key()? {
             builder = builder.set_override("auth.admin_key", key)?;
         }
-        let mut settings: Self = builder
-            .build()
-            .and_then(|c| c.try_deserialize())
-            .with_context(|| format!("invalid configuration (directory {})", dir.display()))?;
+        let invalid = || format!("invalid configuration (directory {})", dir.display());
+        let loaded = builder.build().with_context(invalid)?;
+        check_kinds(&defaults, &loaded).with_context(invalid)?;
+        let mut settings: Self = loaded.try_deserialize().with_context(invalid)?;
         settings.environment = environment;
-        settings.validate()?;
         Ok(settings)
     }
 
     /// Refuses settings the service cannot run with, naming the setting.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.validate_for(Purpose::Serve)
+    }
+
+    /// Refuses settings that cannot serve `purpose`, naming the setting.
+    pub fn validate_for(&self, purpose: Purpose) -> anyhow::Result<()> {
+        let serves = purpose == Purpose::Serve;
         match self.auth.admin_key() {
-            None if self.environment == Environment::Production => anyhow::bail!(
+            None if serves && self.environment == Environment::Production => anyhow::bail!(
                 "MORDANT_ENV=production needs a bootstrap admin key: set MORDANT_ADMIN_KEY (or \
                  auth.admin_key; at least {} characters, e.g. from `openssl rand -hex 32`)",
                 crate::auth::MIN_CONFIGURED_KEY_LEN
@@ -291,10 +385,12 @@ impl Settings {
         }
         // Each fold worker holds a listening connection and, while folding, one more; leave
         // the API at least two.
+        let connections = self.folder.max_concurrent_folds.checked_mul(2);
         anyhow::ensure!(
             self.folder.max_concurrent_folds >= 1
-                && 2 * self.folder.max_concurrent_folds + 2
-                    <= self.database.max_connections as usize,
+                && connections
+                    .and_then(|c| c.checked_add(2))
+                    .is_some_and(|c| c <= self.database.max_connections as usize),
             "folder.max_concurrent_folds must be at least 1 and at most \
              (database.max_connections - 2) / 2 = {}",
             (self.database.max_connections as usize).saturating_sub(2) / 2
@@ -344,6 +440,60 @@ impl Settings {
         anyhow::ensure!(
             self.limits.request_timeout_secs >= 1,
             "limits.request_timeout_secs must be at least 1"
+        );
+        // A deadline is an instant plus the setting: past the clock's range it cannot be formed.
+        let (day, month) = ((DAY_SECS, "a day"), (30 * DAY_SECS, "30 days"));
+        let in_ms = |(secs, said)| (secs * 1000, said);
+        for (name, value, (most, said)) in [
+            (
+                "limits.request_timeout_secs",
+                self.limits.request_timeout_secs,
+                day,
+            ),
+            (
+                "limits.header_read_timeout_secs",
+                self.limits.header_read_timeout_secs,
+                day,
+            ),
+            (
+                "database.acquire_timeout_secs",
+                self.database.acquire_timeout_secs,
+                day,
+            ),
+            (
+                "database.startup_timeout_secs",
+                self.database.startup_timeout_secs,
+                day,
+            ),
+            ("folder.max_backoff_secs", self.folder.max_backoff_secs, day),
+            (
+                "folder.poll_interval_ms",
+                self.folder.poll_interval_ms,
+                in_ms(day),
+            ),
+            (
+                "cache.poll_interval_ms",
+                self.cache.poll_interval_ms,
+                in_ms(day),
+            ),
+            (
+                "retention.purge_interval_secs",
+                self.retention.purge_interval_secs,
+                month,
+            ),
+        ] {
+            anyhow::ensure!(value <= most, "{name} must be at most {most} ({said})");
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log.filter).map_err(|e| {
+            anyhow::anyhow!(
+                "log.filter {:?} is not a filter such as \"info,sqlx=warn\": {e}",
+                self.log.filter
+            )
+        })?;
+        anyhow::ensure!(
+            self.limits.max_headers <= MAX_HEADERS,
+            "limits.max_headers must be at most {MAX_HEADERS}: each request reserves room for \
+             twice as many fields"
         );
         anyhow::ensure!(
             self.limits.max_rows_per_request >= 1 && self.limits.max_body_bytes >= 1,

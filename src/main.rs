@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use mordant::config::Settings;
+use mordant::config::{Purpose, Settings};
 use mordant::estimator::{FitOptions, ReflectanceScale, Saunderson, Transform};
 use mordant::startup::{Application, shutdown_on_signal};
 use mordant::store::Store;
@@ -378,7 +378,7 @@ async fn serve() -> anyhow::Result<()> {
 }
 
 async fn migrate() -> anyhow::Result<()> {
-    let (_, settings) = Settings::load()?;
+    let (_, settings) = Settings::load_for(Purpose::Maintain)?;
     telemetry::init(&settings.log);
     let store = Store::open(&settings.database).await?;
     if let Err(e) = store.migrate().await {
@@ -451,7 +451,7 @@ async fn copy(from: String, to: String) -> anyhow::Result<()> {
 /// A plain HTTP/1.0 GET with a 3 s timeout: the runtime image has no curl.
 /// `/healthz` at the address `serve` would listen on with the same environment and files.
 fn own_health_url() -> anyhow::Result<String> {
-    let (_, settings) = Settings::load()?;
+    let (_, settings) = Settings::load_for(Purpose::Maintain)?;
     let addr = &settings.server.addr;
     let authority = match addr.parse::<std::net::SocketAddr>() {
         // A service bound to every interface answers on loopback.

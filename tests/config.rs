@@ -197,6 +197,91 @@ fn layers_apply_in_order() {
     let settings = Settings::load_from(&overlay, Environment::Production).unwrap();
     assert_eq!(settings.folder.max_concurrent_folds, 4);
 
+    // A value of the wrong kind is refused and named, where the configuration crate would
+    // round it (1.5), read it as 1 (`true`), or clamp a number past `i64::MAX`: a retention of
+    // `true` days purged rows after one day.
+    for (variable, value, says) in [
+        (
+            "MORDANT__LIMITS__MAX_ROWS_PER_REQUEST",
+            "1.5",
+            "limits.max_rows_per_request must be a whole number",
+        ),
+        (
+            "MORDANT__RETENTION__RAW_ROWS_DAYS",
+            "true",
+            "retention.raw_rows_days must be a whole number",
+        ),
+        ("MORDANT__RETENTION__RAW_ROWS_DAYS", "0.4", "found 0.4"),
+        (
+            "MORDANT__FOLDER__ENABLED",
+            "1",
+            "folder.enabled must be true or false",
+        ),
+        (
+            "MORDANT__LIMITS__HEADER_READ_TIMEOUT_SECS",
+            "18446744073709551615",
+            "limits.header_read_timeout_secs",
+        ),
+        // Past what a deadline can be formed with, or what a request may reserve.
+        (
+            "MORDANT__LIMITS__HEADER_READ_TIMEOUT_SECS",
+            "10000000",
+            "limits.header_read_timeout_secs must be at most 86400",
+        ),
+        (
+            "MORDANT__DATABASE__ACQUIRE_TIMEOUT_SECS",
+            "9223372036854775807",
+            "database.acquire_timeout_secs",
+        ),
+        (
+            "MORDANT__FOLDER__MAX_CONCURRENT_FOLDS",
+            "9223372036854775807",
+            "folder.max_concurrent_folds",
+        ),
+        (
+            "MORDANT__LIMITS__MAX_HEADERS",
+            "100000000",
+            "limits.max_headers must be at most",
+        ),
+        (
+            "MORDANT__LOG__FILTER",
+            "info,sqlx=loud",
+            "log.filter \"info,sqlx=loud\" is not a filter",
+        ),
+    ] {
+        unsafe { std::env::set_var(variable, value) };
+        let error = format!(
+            "{:#}",
+            Settings::load_from(&dir, Environment::Production).unwrap_err()
+        );
+        assert!(error.contains(says), "{variable}={value}: {error}");
+        unsafe { std::env::remove_var(variable) };
+    }
+    std::fs::write(
+        overlay.join("production.toml"),
+        "[limits]\nmax_rows_per_request = 2.5\n",
+    )
+    .unwrap();
+    let error = format!(
+        "{:#}",
+        Settings::load_from(&overlay, Environment::Production).unwrap_err()
+    );
+    assert!(
+        error.contains("limits.max_rows_per_request must be a whole number"),
+        "{error}"
+    );
+    std::fs::remove_file(overlay.join("production.toml")).unwrap();
+    // A text setting keeps the text set, though it looks like a number.
+    let digits = "1234567890123456789012345678901234567890";
+    unsafe {
+        std::env::set_var("MORDANT__AUTH__ADMIN_KEY", digits);
+        std::env::set_var("MORDANT__DATABASE__PATH", "007");
+    }
+    let settings = Settings::load_from(&dir, Environment::Production).unwrap();
+    assert_eq!(settings.auth.admin_key(), Some(digits));
+    assert_eq!(settings.database.path, "007");
+    unsafe { std::env::remove_var("MORDANT__DATABASE__PATH") };
+
     // The binary itself refuses to serve in production without a key, before touching the
     // database, and names the setting.
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
@@ -210,4 +295,23 @@ fn layers_apply_in_order() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("MORDANT_ADMIN_KEY"), "{stderr}");
+
+    // Migrating needs no key: a migration job runs without the service's secret.
+    let store = Path::new(env!("CARGO_TARGET_TMPDIR")).join("config-migrate");
+    let _ = std::fs::remove_dir_all(&store);
+    std::fs::create_dir_all(&store).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mordant"))
+        .arg("migrate")
+        .env_clear()
+        .env("MORDANT_ENV", "production")
+        .env("MORDANT_CONFIG_DIR", &dir)
+        .env("DATABASE_URL", format!("sqlite://{}/m.db", store.display()))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(store.join("m.db").is_file());
 }
