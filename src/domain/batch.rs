@@ -14,7 +14,7 @@ use super::spectrum::{
 };
 use super::{
     Detail, Details, Invalid, ModelSpec, Rows, TransformName, describe, parse_rows, pointer_token,
-    quote,
+    quote, quote_cell,
 };
 
 /// Longest batch id.
@@ -1030,10 +1030,12 @@ pub(super) fn read_csv(
                     Column::Feature(j) => x[xr + j] = v,
                     Column::Output(k) => y[yr + k] = v,
                 },
-                _ => details.push(
-                    format!("/rows/{rows}/{}", pointer_token(name)),
-                    format!("must be a finite number, found {cell:?}"),
-                ),
+                _ => details.push_with(|| {
+                    (
+                        format!("/rows/{rows}/{}", pointer_token(name)),
+                        format!("must be a finite number, found {}", quote_cell(cell)),
+                    )
+                }),
             }
         }
         rows += 1;

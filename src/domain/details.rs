@@ -61,6 +61,16 @@ impl Details {
         }
     }
 
+    /// [`Self::push`] of a detail formed only when it is kept: a body with millions of bad
+    /// cells costs a count for each past the first [`MAX_DETAILS`], not a message.
+    pub fn push_with(&mut self, detail: impl FnOnce() -> (String, String)) {
+        self.total += 1;
+        if self.list.len() < MAX_DETAILS {
+            let (path, message) = detail();
+            self.list.push(Detail::new(path, message));
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }
@@ -118,6 +128,20 @@ pub(crate) fn quote(v: f64) -> String {
     }
 }
 
+/// A cell a client sent, quoted for a message: whole up to 64 bytes, else its start and its
+/// length (a megabyte cell is not echoed back).
+pub(crate) fn quote_cell(cell: &str) -> String {
+    const SHOWN: usize = 64;
+    if cell.len() <= SHOWN {
+        return format!("{cell:?}");
+    }
+    let mut end = 40;
+    while !cell.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}… ({} bytes)", &cell[..end], cell.len())
+}
+
 /// A short description of a JSON value's type, for error messages.
 pub(crate) fn describe(value: &serde_json::Value) -> String {
     use serde_json::Value;
@@ -134,7 +158,33 @@ pub(crate) fn describe(value: &serde_json::Value) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::quote;
+    use super::{Details, MAX_DETAILS, quote, quote_cell};
+
+    /// A cell is echoed whole up to 64 bytes; a longer one by its start (cut at a character)
+    /// and its length; details past the first hundred are counted, never formed.
+    #[test]
+    fn long_cells_are_quoted_by_their_start_and_details_past_the_list_are_not_formed() {
+        assert_eq!(quote_cell("1,5"), "\"1,5\"");
+        let long = "é".repeat(1_000_000);
+        let quoted = quote_cell(&long);
+        assert_eq!(quoted, format!("{:?}… (2000000 bytes)", "é".repeat(20)));
+        let mut details = Details::default();
+        let mut formed = 0;
+        for i in 0..1000 {
+            details.push_with(|| {
+                formed += 1;
+                (format!("/rows/{i}"), "bad".to_owned())
+            });
+        }
+        assert_eq!(formed, MAX_DETAILS);
+        let invalid = details.finish("invalid").unwrap_err();
+        assert_eq!(invalid.details.len(), MAX_DETAILS);
+        assert!(
+            invalid.message.contains("1000 invalid values"),
+            "{}",
+            invalid.message
+        );
+    }
 
     #[test]
     fn numbers_are_quoted_shortest_and_far_out_ones_in_exponent_form() {

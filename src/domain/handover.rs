@@ -9,7 +9,7 @@ use super::header::CsvError;
 use super::spectrum::{
     Grid, Instrument, SpectrumSpec, band_wavelength, nm_name, onto_spec_grid, parse_spectra,
 };
-use super::{Details, Invalid, ModelSpec, Rows};
+use super::{Details, Invalid, ModelSpec, Rows, quote_cell};
 
 /// The prefix of a CSV column holding a successor's reading.
 pub const CSV_PREFIX: &str = "successor:";
@@ -183,10 +183,12 @@ pub(super) fn split_csv(
             match cell.parse::<f64>() {
                 Ok(v) if v.is_finite() => values.push(v),
                 _ => {
-                    details.push(
-                        format!("/rows/{rows}/{}", &header[i]),
-                        format!("must be a finite number, found {cell:?}"),
-                    );
+                    details.push_with(|| {
+                        (
+                            format!("/rows/{rows}/{}", &header[i]),
+                            format!("must be a finite number, found {}", quote_cell(cell)),
+                        )
+                    });
                     values.push(0.0);
                 }
             }

@@ -2,7 +2,7 @@
 //! full CSV reader and its fast path), and why a CSV batch is refused.
 
 use super::spectrum::{band_wavelength, nm_name};
-use super::{Details, Invalid, ModelSpec};
+use super::{Details, Invalid, ModelSpec, quote_cell};
 
 /// Why a CSV batch was refused.
 #[derive(Debug, thiserror::Error)]
@@ -53,14 +53,21 @@ pub(super) fn csv_columns(header: &[&str], spec: &ModelSpec) -> Result<Vec<Colum
             None => name,
         };
         match column {
-            None => details.push(
-                format!("/header/{c}"),
-                format!("column {name:?} is neither a feature nor an output of the model"),
-            ),
-            Some(_) if !seen.insert(target) => details.push(
-                format!("/header/{c}"),
-                format!("column {name:?} appears twice"),
-            ),
+            None => details.push_with(|| {
+                (
+                    format!("/header/{c}"),
+                    format!(
+                        "column {} is neither a feature nor an output of the model",
+                        quote_cell(name)
+                    ),
+                )
+            }),
+            Some(_) if !seen.insert(target) => details.push_with(|| {
+                (
+                    format!("/header/{c}"),
+                    format!("column {} appears twice", quote_cell(name)),
+                )
+            }),
             Some(column) => columns.push(column),
         }
     }

@@ -24,7 +24,7 @@ pub use batch::{
 };
 pub use body::{Body, BodyError, RowArray, RowField, Width, check_json};
 pub use details::{Detail, Details, Invalid, MAX_DETAILS, pointer_token};
-pub(crate) use details::{describe, quote};
+pub(crate) use details::{describe, quote, quote_cell};
 pub use extension::{Extension, Growth, extend};
 pub use fast::{FastObject, FastSpectra, fast_rows_object, fast_spectra_object};
 pub use handover::{scale_factor, to_model_scale};

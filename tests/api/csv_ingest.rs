@@ -92,6 +92,13 @@ async fn csv_errors_name_the_column_or_cell() {
             "{body:?}: {path} missing from {paths:?}"
         );
     }
+    // A cell of a megabyte is quoted by its start and length, not echoed back whole.
+    let huge = format!("R400,R410,dye_0\n1,{},3\n", "7x".repeat(500_000));
+    let r = app.post_csv("lab", None, huge).await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let answer = r.text().await.unwrap();
+    assert!(answer.len() < 1000, "{} bytes", answer.len());
+    assert!(answer.contains("(1000000 bytes)"), "{answer}");
     let not_utf8 = b"R400,R410,dye_0\n1,\xff,3\n".to_vec();
     let r = app
         .post_raw("/v1/models/lab/batches", "text/csv", not_utf8)
