@@ -945,10 +945,14 @@ fn csv_spectrum_grid(body: &[u8], spec: &ModelSpec) -> Result<Option<Grid>, Inva
     {
         return Ok(None);
     }
-    let grid = grid_of(&wavelengths)
-        .map_err(|e| Invalid::one("/header", format!("the spectrum's columns: {e}")))?;
-    if !grid.covers(&model) {
-        return Err(Invalid::one(
+    // Bands of the model's own grid that are no other grid the model could be read from: some
+    // of its columns are missing, which the header's check names.
+    let names = spectrum.band_names();
+    let on_the_model_s = || wavelengths.iter().all(|&nm| names.contains(&nm_name(nm)));
+    match grid_of(&wavelengths) {
+        Ok(grid) if grid.covers(&model) => Ok(Some(grid)),
+        _ if on_the_model_s() => Ok(None),
+        Ok(grid) => Err(Invalid::one(
             "/header",
             format!(
                 "the spectrum's columns cover {}–{} nm but the model reads {}–{} nm: mordant \
@@ -958,9 +962,12 @@ fn csv_spectrum_grid(body: &[u8], spec: &ModelSpec) -> Result<Option<Grid>, Inva
                 model.wavelength(0),
                 model.end_nm()
             ),
-        ));
+        )),
+        Err(e) => Err(Invalid::one(
+            "/header",
+            format!("the spectrum's columns: {e}"),
+        )),
     }
-    Ok(Some(grid))
 }
 
 /// Reads a CSV batch with the csv crate (quoted fields, any line ending), reporting every

@@ -217,6 +217,30 @@ async fn a_csv_batch_on_another_grid_is_the_json_batch() {
     );
 }
 
+/// A CSV on the model's own grid with bands left out names the missing columns (it is no
+/// other grid the model could be read from), and so does one without the last band.
+#[tokio::test]
+async fn a_csv_missing_bands_of_the_model_s_grid_names_them() {
+    let app = spawn_app().await;
+    app.create_model(&spectral_spec("dips")).await;
+    for missing in [vec![550], vec![550, 560, 600], vec![700]] {
+        let bands: Vec<String> = (0..31)
+            .map(|j| 400 + 10 * j)
+            .filter(|nm| !missing.contains(nm))
+            .map(|nm| format!("{nm}nm"))
+            .collect();
+        let mut csv = format!("fabric,yellow,red,blue,{}\n", bands.join(","));
+        csv += &format!("1,0.1,0.2,0.3{}\n", ",50".repeat(bands.len()));
+        let response = app.post_raw("/v1/models/dips/batches", "text/csv", csv).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body: Value = response.json().await.unwrap();
+        let said: Vec<&str> = body["error"]["details"].as_array().unwrap().iter()
+            .map(|d| d["message"].as_str().unwrap()).collect();
+        let expected: Vec<String> = missing.iter().map(|nm| format!("column \"{nm}nm\" is missing")).collect();
+        assert_eq!(said, expected, "{body}");
+    }
+}
+
 #[tokio::test]
 async fn short_spectra_are_refused_and_brighteners_flagged() {
     let app = spawn_app().await;
