@@ -937,7 +937,7 @@ def versions_text(services):
     binaries = "; ".join(f"{label}: {s.binary} ({s.version()}, built {binary_time(s.binary)})"
                          for label, s in services.items())
     return (f"Python {platform.python_version()}, numpy {version('numpy')}, scikit-learn {version('scikit-learn')}, "
-            f"pandas {version('pandas')}, chemotools {version('chemotools')}, {r_versions}; BLAS threads "
+            f"scipy {version('scipy')}, pandas {version('pandas')}, chemotools {version('chemotools')}, {r_versions}; BLAS threads "
             f"{os.environ.get('OPENBLAS_NUM_THREADS')}. {binaries}")
 
 
