@@ -272,6 +272,14 @@ async fn a_batch_that_cannot_be_folded_is_rejected_and_the_model_keeps_its_last_
     assert_same_predictions(&api, &expected);
 }
 
+/// The path and message of the first detail of a `422`.
+async fn refused(response: reqwest::Response) -> (String, String) {
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = response.json().await.unwrap();
+    let detail = &body["error"]["details"][0];
+    (detail["path"].as_str().unwrap().to_owned(), detail["message"].as_str().unwrap().to_owned())
+}
+
 /// A batch whose own sums of squares overflow is refused at the column of its largest value,
 /// named with its row, as JSON and as CSV (there at the cell): among thousands of rows the
 /// client can find it.
@@ -280,12 +288,6 @@ async fn a_batch_whose_statistics_overflow_names_its_largest_value() {
     let app = spawn_app().await;
     app.create_model(&json!({"name": "units", "features": ["temperature", "mass"], "outputs": ["dye"]}))
         .await;
-    let refused = |response: reqwest::Response| async move {
-        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        let body: Value = response.json().await.unwrap();
-        let detail = body["error"]["details"][0].clone();
-        (detail["path"].as_str().unwrap().to_owned(), detail["message"].as_str().unwrap().to_owned())
-    };
     let batch = json!({"batch_id": "grams", "x": [[20.0, 1.0], [21.0, 2e154], [22.0, 3.0]],
                        "y": [[0.1], [0.2], [0.3]]});
     let (path, message) = refused(app.post_batch("units", &batch).await).await;
@@ -321,12 +323,6 @@ async fn a_batch_whose_column_is_too_small_to_square_names_it() {
     let app = spawn_app().await;
     app.create_model(&json!({"name": "units", "features": ["temperature", "mass"], "outputs": ["dye"]}))
         .await;
-    let refused = |response: reqwest::Response| async move {
-        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        let body: Value = response.json().await.unwrap();
-        let detail = body["error"]["details"][0].clone();
-        (detail["path"].as_str().unwrap().to_owned(), detail["message"].as_str().unwrap().to_owned())
-    };
     let batch = json!({"batch_id": "moles", "x": [[20.0, 1e-150], [21.0, -3e-150], [22.0, 2e-150]],
                        "y": [[0.1], [0.2], [0.3]]});
     let (path, message) = refused(app.post_batch("units", &batch).await).await;
