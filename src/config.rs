@@ -221,8 +221,13 @@ fn plain_admin_key() -> anyhow::Result<Option<String>> {
 fn text_variables(defaults: &config::Config) -> Vec<(String, String)> {
     std::env::vars_os()
         .filter_map(|(name, value)| {
-            let key = name.to_str()?.strip_prefix("MORDANT__")?;
-            let key = key.to_lowercase().replace("__", ".");
+            // The environment source matches its prefix in any case.
+            let name = name.to_str()?;
+            let prefix = name.get(..9)?;
+            if !prefix.eq_ignore_ascii_case("MORDANT__") {
+                return None;
+            }
+            let key = name[9..].to_lowercase().replace("__", ".");
             let default = defaults.get::<config::Value>(&key).ok()?;
             let text = matches!(default.kind, config::ValueKind::String(_));
             text.then(|| Some((key, value.into_string().ok()?)))?
@@ -243,25 +248,29 @@ fn check_kinds(defaults: &config::Config, loaded: &config::Config) -> anyhow::Re
             let Ok(value) = loaded.get::<config::Value>(&name) else {
                 continue;
             };
-            let whole = |v: &K| match v {
+            let whole = match &value.kind {
                 K::I64(n) => *n >= 0,
-                K::I128(n) => *n >= 0,
-                K::U64(_) | K::U128(_) => true,
-                K::String(s) => s.parse::<u64>().is_ok(),
+                K::I128(n) => (0..=i128::from(i64::MAX)).contains(n),
+                K::U64(n) => i64::try_from(*n).is_ok(),
+                K::U128(n) => i64::try_from(*n).is_ok(),
+                K::String(s) => s.parse::<i64>().is_ok_and(|n| n >= 0),
                 _ => false,
             };
+            let switch = match &value.kind {
+                K::Boolean(_) => true,
+                K::String(s) => s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false"),
+                _ => false,
+            };
+            let found = value.kind.to_string();
             match default.kind {
                 K::I64(_) | K::I128(_) | K::U64(_) | K::U128(_) => anyhow::ensure!(
-                    whole(&value.kind),
-                    "{name} must be a whole number from 0 to {}, found {}",
-                    i64::MAX,
-                    value.kind
+                    whole,
+                    "{name} must be a whole number from 0 to {}, found {found:?}",
+                    i64::MAX
                 ),
-                K::Boolean(_) => anyhow::ensure!(
-                    matches!(value.kind, K::Boolean(_)),
-                    "{name} must be true or false, found {}",
-                    value.kind
-                ),
+                K::Boolean(_) => {
+                    anyhow::ensure!(switch, "{name} must be true or false, found {found:?}")
+                }
                 _ => {}
             }
         }

@@ -211,7 +211,7 @@ fn layers_apply_in_order() {
             "true",
             "retention.raw_rows_days must be a whole number",
         ),
-        ("MORDANT__RETENTION__RAW_ROWS_DAYS", "0.4", "found 0.4"),
+        ("MORDANT__RETENTION__RAW_ROWS_DAYS", "0.4", "found \"0.4\""),
         (
             "MORDANT__FOLDER__ENABLED",
             "1",
@@ -281,6 +281,17 @@ fn layers_apply_in_order() {
     assert_eq!(settings.auth.admin_key(), Some(digits));
     assert_eq!(settings.database.path, "007");
     unsafe { std::env::remove_var("MORDANT__DATABASE__PATH") };
+    // The environment source takes its prefix in any case, and so does the text.
+    unsafe {
+        std::env::remove_var("MORDANT__AUTH__ADMIN_KEY");
+        std::env::set_var("mordant__auth__admin_key", digits);
+    }
+    let settings = Settings::load_from(&dir, Environment::Production).unwrap();
+    assert_eq!(settings.auth.admin_key(), Some(digits));
+    unsafe {
+        std::env::remove_var("mordant__auth__admin_key");
+        std::env::set_var("MORDANT__AUTH__ADMIN_KEY", digits);
+    }
 
     // The binary itself refuses to serve in production without a key, before touching the
     // database, and names the setting.

@@ -774,42 +774,49 @@ impl NewBatch {
     /// its noise as none (an output). Where the column's largest value is, as
     /// [`Self::overflow`] says.
     pub fn underflow(&self, spec: &ModelSpec, csv: bool) -> Result<(), Invalid> {
-        let first = [0, self.x.width(), self.x.width() + self.y.width()];
-        let width = first[2] + self.successor.as_ref().map_or(0, |s| s.readings.width());
-        let mut largest: Vec<Option<(Cell, f64)>> = vec![None; width];
-        for (cell, v) in self.cells(spec) {
-            let at = &mut largest[first[cell.part as usize] + cell.column];
-            if at.is_none_or(|(_, l)| v.abs() > l.abs()) {
-                *at = Some((cell, v));
+        for (part, rows, skipped) in self.parts(spec) {
+            let width = rows.width();
+            if width <= skipped {
+                continue;
             }
+            // Each column's largest magnitude first; a row is looked for only if one fails.
+            let mut largest = vec![0.0_f64; width];
+            for row in rows.values().chunks_exact(width) {
+                for (l, v) in largest.iter_mut().zip(row) {
+                    *l = l.max(v.abs());
+                }
+            }
+            let Some(column) = (skipped..width).find(|&j| largest[j] != 0.0 && largest[j] < TINY)
+            else {
+                continue;
+            };
+            let row = rows
+                .values()
+                .chunks_exact(width)
+                .position(|r| r[column].abs() == largest[column])
+                .unwrap_or(0);
+            let value = rows.values()[row * width + column];
+            let (path, name) = self.locate(spec, csv, Cell { part, row, column });
+            return Err(Invalid::one(
+                path,
+                format!(
+                    "the batch cannot be learnt: {name} is at most {} in magnitude in this \
+                     batch (row {row}, counting from 0); below about 1e-138 the squares of the \
+                     differences double precision resolves between such values fall under the \
+                     smallest number it holds in full: send it in other units (exact zeros are \
+                     fine)",
+                    quote(value)
+                ),
+            ));
         }
-        let Some((cell, value)) = largest
-            .into_iter()
-            .flatten()
-            .find(|(_, v)| *v != 0.0 && v.abs() < TINY)
-        else {
-            return Ok(());
-        };
-        let (path, name) = self.locate(spec, csv, cell);
-        Err(Invalid::one(
-            path,
-            format!(
-                "the batch cannot be learnt: {name} is at most {} in magnitude in this batch \
-                 (row {}, counting from 0); below about 1e-138 the squares the model keeps of \
-                 such values, and of their differences, fall under the smallest number double \
-                 precision holds in full: send it in other units (exact zeros are fine)",
-                quote(value),
-                cell.row
-            ),
-        ))
+        Ok(())
     }
 
-    /// Every value the statistics read, with where it is: the inputs, the outputs and the
-    /// successor's readings, but a colour model's bands where nothing else reads them (its
-    /// transform reads a reflectance past full scale as full scale, and one below its
-    /// smallest as that), which is everywhere but in an overlap: a transfer's pairs read both
-    /// instruments' bands as sent.
-    fn cells<'a>(&'a self, spec: &ModelSpec) -> impl Iterator<Item = (Cell, f64)> + 'a {
+    /// The rows of a batch the statistics read, each with how many of its first columns they
+    /// do not: a colour model's bands where nothing else reads them (its transform reads a
+    /// reflectance past full scale as full scale, and one below its smallest as that), which
+    /// is everywhere but in an overlap, whose transfer reads both instruments' bands as sent.
+    fn parts(&self, spec: &ModelSpec) -> Vec<(Part, &Rows, usize)> {
         let pairs = self.successor.as_ref().is_some_and(|s| s.old_read);
         let clamped = spec.transform != TransformName::None && !pairs;
         // A successor-only batch's inputs are the named features alone.
@@ -817,23 +824,28 @@ impl NewBatch {
             Some(s) if !s.old_read => 0,
             _ => spec.spectrum.map_or(0, |s| s.count),
         };
-        let parts = [(Part::X, &self.x), (Part::Y, &self.y)].into_iter().chain(
-            self.successor
-                .as_ref()
-                .map(|s| (Part::Successor, &s.readings)),
-        );
-        parts.flat_map(move |(part, rows)| {
-            let width = rows.width().max(1);
-            rows.values().iter().enumerate().filter_map(move |(i, &v)| {
-                let (row, column) = (i / width, i % width);
-                let band = match part {
-                    Part::X => column < bands,
-                    Part::Y => false,
-                    Part::Successor => true,
-                };
-                (!(clamped && band)).then_some((Cell { part, row, column }, v))
+        let skipped = |all: usize| if clamped { all } else { 0 };
+        [(Part::X, &self.x, skipped(bands)), (Part::Y, &self.y, 0)]
+            .into_iter()
+            .chain(
+                self.successor
+                    .as_ref()
+                    .map(|s| (Part::Successor, &s.readings, skipped(s.readings.width()))),
+            )
+            .collect()
+    }
+
+    /// Every value the statistics read ([`Self::parts`]), with where it is.
+    fn cells<'a>(&'a self, spec: &ModelSpec) -> impl Iterator<Item = (Cell, f64)> + 'a {
+        self.parts(spec)
+            .into_iter()
+            .flat_map(|(part, rows, skipped)| {
+                let width = rows.width().max(1);
+                rows.values().iter().enumerate().filter_map(move |(i, &v)| {
+                    let (row, column) = (i / width, i % width);
+                    (column >= skipped).then_some((Cell { part, row, column }, v))
+                })
             })
-        })
     }
 
     /// The path of `cell` in the body (the column's in JSON, the cell's in CSV, a band's row

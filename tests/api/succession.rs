@@ -735,6 +735,13 @@ async fn readings_the_statistics_cannot_hold_are_refused_at_ingest() {
         let message = detail["message"].as_str().unwrap();
         assert!(message.contains(says), "{id}: {message}");
     }
+    // One row: its centred pairs are 0, but any later overlap's would not be finite.
+    let mut one_old = json!({"start_nm": OLD.0, "interval_nm": OLD.1, "values": [old["values"][0].clone()]});
+    one_old["values"][0][3] = json!(1e200);
+    let one = json!({"batch_id": "one-row", "spectra": one_old, "successor": successor(&vec![new[0].clone()]),
+                     "y": [both[0].clone()]});
+    let response = app.post_batch("swap", &one).await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
     // In CSV, at the row (the successor's columns may be on another grid than the declared).
     let mut huge_csv: Vec<String> = (0..OLD.2).map(|j| format!("{}nm", OLD.0 + OLD.1 * j as f64)).collect();
     huge_csv.extend((0..31).map(|j| format!("successor:{}nm", 400 + 10 * j)));

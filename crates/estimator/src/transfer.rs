@@ -104,7 +104,12 @@ impl TransferStatistics {
                 found: old.nrows(),
             });
         }
-        if !new.is_all_finite() || !old.is_all_finite() {
+        // A reading whose square overflows would overflow the co-moments of any merge that
+        // moves the mean (`δ²`), however few rows hold it: refused here, not at a later batch.
+        let squares = |m: MatRef<'_, f64>| {
+            (0..m.nrows()).all(|i| (0..m.ncols()).all(|j| (m[(i, j)] * m[(i, j)]).is_finite()))
+        };
+        if !squares(new) || !squares(old) {
             return Err(EstimatorError::NonFinite("a transfer pair"));
         }
         let n = new.nrows();
@@ -163,7 +168,7 @@ impl TransferStatistics {
             return Ok(());
         }
         if self.rows == 0.0 {
-            *self = other.clone();
+            *self = other.clone().finite()?;
             return Ok(());
         }
         let (na, nb) = (self.rows, other.rows);
@@ -1008,6 +1013,13 @@ mod tests {
                 "{refused:?}"
             );
         }
+        // One row alone: its centred co-moments are 0, its square is not finite.
+        let one_row = Mat::from_fn(1, 2, |_, j| if j == 0 { 1e200 } else { 0.5 });
+        let refused = TransferStatistics::from_rows(one_row.as_ref(), one_row.as_ref());
+        assert!(
+            matches!(refused, Err(EstimatorError::NonFinite(_))),
+            "{refused:?}"
+        );
         // Each finite alone (1.2e154² is 1.44e308), their sum is not.
         let mut near = ordinary.clone();
         near[(0, 0)] = 1.2e154;
