@@ -272,6 +272,22 @@ macro_rules! emitln {
     };
 }
 
+/// An error and its causes on one line, each said once: sqlx's errors, among others, end their
+/// own message with their source's, which `{:#}` would then print again.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -294,7 +310,7 @@ fn main() -> ExitCode {
         Err(err) => {
             // eprintln! would panic on a closed standard error; the exit code says it anyway.
             use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "error: {err:#}");
+            let _ = writeln!(std::io::stderr(), "error: {}", one_line(&err));
             ExitCode::FAILURE
         }
     }
@@ -394,6 +410,18 @@ async fn migrate() -> anyhow::Result<()> {
 /// target, brought to this release's schema and empty, gets everything in one transaction.
 async fn copy(from: String, to: String) -> anyhow::Result<()> {
     anyhow::ensure!(from != to, "--from and --to name the same store");
+    let location = |url: &str, flag: &str| {
+        mordant::store::Location::of_url(
+            url,
+            flag,
+            &format!(
+                "{flag} must be a PostgreSQL URL (postgres://…) or the embedded store's file as \
+                 sqlite://FILE"
+            ),
+        )
+    };
+    let from_location = location(&from, "--from")?;
+    let to_location = location(&to, "--to")?;
     let settings = |url: String| mordant::config::DatabaseSettings {
         url,
         path: String::new(),
@@ -404,35 +432,39 @@ async fn copy(from: String, to: String) -> anyhow::Result<()> {
     };
     // The source is read as it is: never created (a mistyped file would copy nothing) nor
     // migrated (an older release would then refuse it).
-    let source = settings(from);
-    if let mordant::store::Location::Sqlite(path) = mordant::store::Location::of(&source)? {
-        anyhow::ensure!(
+    match &from_location {
+        mordant::store::Location::Sqlite(path) => anyhow::ensure!(
             path.is_file(),
             "the source store {} does not exist",
             path.display()
-        );
+        ),
+        mordant::store::Location::Postgres(url) => {
+            reach_postgres(url, false)
+                .await
+                .context("cannot open the source store")?;
+        }
     }
-    let source = Store::open(&source)
+    let source = Store::open(&settings(from))
         .await
         .context("cannot open the source store")?;
-    source.ready().await.map_err(|reason| {
-        anyhow::anyhow!(
-            "the source store is not at this release's schema ({reason}): run `mordant \
-             migrate` against it with this release first"
-        )
+    source.check_schema().await.map_err(|reason| {
+        anyhow::anyhow!("the source store is not at this release's schema: {reason}")
     })?;
-    let open = |url: String, what: &'static str| async move {
-        let store = Store::open(&settings(url))
+    if let mordant::store::Location::Postgres(url) = &to_location
+        && reach_postgres(url, true)
             .await
-            .with_context(|| format!("cannot open the {what} store"))?;
-        if let Err(e) = store.migrate().await {
-            let meaning = mordant::store::lasting_migration_error(&e)
-                .map_or_else(String::new, |m| format!(": {m}"));
-            return Err(e).context(format!("cannot migrate the {what} store{meaning}"));
-        }
-        anyhow::Ok(store)
-    };
-    let target = open(to, "target").await?;
+            .context("cannot open the target store")?
+    {
+        emitln!("created the target database");
+    }
+    let target = Store::open(&settings(to))
+        .await
+        .context("cannot open the target store")?;
+    if let Err(e) = target.migrate().await {
+        let meaning = mordant::store::lasting_migration_error(&e)
+            .map_or_else(String::new, |m| format!(": {m}"));
+        return Err(e).context(format!("cannot migrate the target store{meaning}"));
+    }
     let copied = mordant::store::copy::copy(&source, &target)
         .await
         .context("copy failed; the target is unchanged")?;
@@ -446,6 +478,28 @@ async fn copy(from: String, to: String) -> anyhow::Result<()> {
         copied.keys
     );
     Ok(())
+}
+
+/// Connects once to the PostgreSQL database `url` names, so that a server that is down says so
+/// at once rather than after a pool's wait; where the server has no such database, creates it
+/// when `create` is set (as the embedded store's file is created). Whether it created it.
+async fn reach_postgres(url: &str, create: bool) -> anyhow::Result<bool> {
+    use sqlx::Connection as _;
+    use sqlx::migrate::MigrateDatabase as _;
+    match sqlx::PgConnection::connect(url).await {
+        Ok(connection) => {
+            connection.close().await?;
+            Ok(false)
+        }
+        // invalid_catalog_name: the server answered, and has no database of that name.
+        Err(sqlx::Error::Database(e)) if create && e.code().as_deref() == Some("3D000") => {
+            sqlx::Postgres::create_database(url)
+                .await
+                .context("the database does not exist, and could not be created")?;
+            Ok(true)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// A plain HTTP/1.0 GET with a 3 s timeout: the runtime image has no curl.

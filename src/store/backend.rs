@@ -53,6 +53,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError>;
     /// The database answers and every embedded migration has been applied.
     async fn ready(&self) -> Result<(), String>;
+    /// The database's migrations are this release's, every one unaltered and no other: what
+    /// `mordant copy` asks of a source it reads without migrating (see [`check_schema`]).
+    async fn check_schema(&self) -> Result<(), String>;
     /// Closes the connections (waiting for those in use to be returned).
     async fn close(&self);
 
@@ -206,6 +209,44 @@ pub(super) async fn check_migrations(
         .count();
     if missing > 0 {
         return Err(format!("{missing} migrations not applied"));
+    }
+    Ok(())
+}
+
+/// One row of a database's record of its migrations: version, checksum, applied in full.
+pub(super) type AppliedMigration = (i64, Vec<u8>, bool);
+
+/// [`Backend::check_schema`]: every applied migration is one of this release's, with its
+/// checksum, applied in full, and none is missing. `/readyz` allows a newer release's
+/// migrations (an old replica keeps serving during a rolling upgrade); a copy may not, for it
+/// would leave behind, unsaid, whatever those migrations added.
+pub(super) async fn check_schema(
+    migrator: &sqlx::migrate::Migrator,
+    applied: impl Future<Output = Result<Vec<AppliedMigration>, sqlx::Error>>,
+) -> Result<(), String> {
+    use sqlx::migrate::MigrateError as E;
+    let applied = applied.await.map_err(|e| format!("database: {e}"))?;
+    let lasting = |error: E| lasting_migration_error(&error).unwrap_or_else(|| error.to_string());
+    for (version, checksum, success) in &applied {
+        let Some(known) = migrator.iter().find(|m| m.version == *version) else {
+            return Err(lasting(E::VersionMissing(*version)));
+        };
+        if !success {
+            return Err(lasting(E::Dirty(*version)));
+        }
+        if *known.checksum != checksum[..] {
+            return Err(lasting(E::VersionMismatch(*version)));
+        }
+    }
+    let missing = migrator
+        .iter()
+        .filter(|m| !applied.iter().any(|(version, ..)| *version == m.version))
+        .count();
+    if missing > 0 {
+        return Err(format!(
+            "{missing} migrations not applied: run `mordant migrate` against it with this \
+             release first"
+        ));
     }
     Ok(())
 }

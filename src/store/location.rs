@@ -35,6 +35,18 @@ impl Location {
             );
             return Self::file(settings.path.trim(), "database.path");
         }
+        Self::of_url(
+            url,
+            "DATABASE_URL",
+            "DATABASE_URL (database.url) must be a PostgreSQL URL (postgres://…), a sqlite: URL, \
+             or empty for the embedded database at database.path",
+        )
+    }
+
+    /// The store a URL given as `what` names (`DATABASE_URL`, or `--from` of `mordant copy`);
+    /// `expected` says what else it may be.
+    pub fn of_url(url: &str, what: &str, expected: &str) -> anyhow::Result<Self> {
+        let url = url.trim();
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Ok(Self::Postgres(url.to_owned()));
         }
@@ -44,16 +56,16 @@ impl Location {
         {
             anyhow::ensure!(
                 !path.is_empty() && !path.contains('?'),
-                "DATABASE_URL {url:?}: a sqlite URL names a file, as in sqlite://data/mordant.db \
+                "{what} {url:?}: a sqlite URL names a file, as in sqlite://data/mordant.db \
                  (no options)"
             );
-            return Self::file(path, "DATABASE_URL");
+            return Self::file(path, what);
         }
-        let scheme = url.split(':').next().unwrap_or_default();
-        anyhow::bail!(
-            "DATABASE_URL (database.url) must be a PostgreSQL URL (postgres://…), a sqlite: URL, \
-             or empty for the embedded database at database.path; found scheme {scheme:?}"
-        )
+        let scheme = match url.split_once(':') {
+            Some((scheme, _)) => format!("found scheme {scheme:?}"),
+            None => "found no scheme".to_owned(),
+        };
+        anyhow::bail!("{expected}; {scheme}")
     }
 }
 
@@ -115,6 +127,15 @@ mod tests {
             "{error}"
         );
         assert!(at("", " ").is_err(), "no URL and no path");
+        // `mordant copy` names its own flags, and a path without a scheme says it has none.
+        let error = Location::of_url("data/mordant.db", "--from", "--from must be a URL")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(error, "--from must be a URL; found no scheme");
+        let error = Location::of_url("sqlite://", "--to", "--to must be a URL")
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("--to \"sqlite://\""), "{error}");
         assert!(at("sqlite://m.db?mode=ro", "").is_err());
         for (url, path) in [
             ("sqlite::memory:", ""),

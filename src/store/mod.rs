@@ -34,8 +34,8 @@ pub use settings::{DEFAULT_FULL_STATE_EVERY, DatabaseSettings};
 
 pub use status::{BatchStatus, VersionOrigin};
 
-use backend::check_migrations;
 pub use backend::{Backend, Notification, Subscription, Topic, lasting_migration_error};
+use backend::{check_migrations, check_schema};
 pub use error::StoreError;
 pub use handle::Store;
 pub use location::Location;

@@ -283,3 +283,102 @@ async fn a_copied_store_answers_as_the_original_did() {
         );
     }
 }
+
+/// A source a newer release migrated holds what this release does not know (tables, columns,
+/// a migration's data): the copy is refused and says why, where it copied what it knew and
+/// dropped the rest with exit 0. The target is not touched, not even created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_a_newer_release_migrated_is_refused() {
+    for source in [fresh_sqlite_database(), fresh_postgres_database().await] {
+        let app = spawn_keyed(&source.url).await;
+        app.create_model(&spec("lab", 3, 2)).await;
+        app.stop().await;
+        let row = |checksum: &str| {
+            format!(
+                "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
+                 execution_time) VALUES (99991231000000, 'a later release', TRUE, {checksum}, 0)"
+            )
+        };
+        source
+            .execute(&row("'\\x00'::bytea"), &row("X'00'"))
+            .await;
+        let target = fresh_sqlite_database();
+        let output = copy_command(&source.url, &target.url)
+            .output()
+            .await
+            .expect("run copy");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("newer release") && stderr.contains("99991231000000"),
+            "{stderr}"
+        );
+        let file = target.url.trim_start_matches("sqlite://");
+        assert!(!std::path::Path::new(file).exists(), "{file} was created");
+
+        // A migration of this release's whose text differs is refused too.
+        source
+            .execute(
+                "DELETE FROM _sqlx_migrations WHERE version = 99991231000000",
+                "DELETE FROM _sqlx_migrations WHERE version = 99991231000000",
+            )
+            .await;
+        let altered = "UPDATE _sqlx_migrations SET checksum = X'00' \
+                       WHERE version = (SELECT max(version) FROM _sqlx_migrations)";
+        source
+            .execute(&altered.replace("X'00'", "'\\x00'::bytea"), altered)
+            .await;
+        let output = copy_command(&source.url, &target.url)
+            .output()
+            .await
+            .expect("run copy");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(stderr.contains("differs from this release's"), "{stderr}");
+        assert!(!std::path::Path::new(file).exists(), "{file} was created");
+    }
+}
+
+/// `copy --to` a PostgreSQL database the server does not have creates it, as it creates the
+/// embedded store's file (`copy --help` says so). A server that does not answer is said at once
+/// and each cause once, where the pool waited 30 s and said "pool timed out" twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_database_the_server_lacks_is_created() {
+    let embedded = fresh_sqlite_database();
+    let app = spawn_keyed(&embedded.url).await;
+    app.create_model(&spec("lab", 3, 2)).await;
+    app.stop().await;
+    let target = crate::test_database::unmade_postgres_database();
+    let output = copy_command(&embedded.url, &target.url)
+        .output()
+        .await
+        .expect("run copy");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("created the target database"), "{stdout}");
+    assert!(stdout.contains("copied 1 models"), "{stdout}");
+    assert_eq!(target.strings("SELECT name FROM models").await, ["lab"]);
+
+    // Nothing listens on port 9 (discard) here.
+    let down = "postgres://postgres@127.0.0.1:9/mordant";
+    for (from, to, which) in [
+        (embedded.url.as_str(), down, "target"),
+        (down, embedded.url.as_str(), "source"),
+    ] {
+        let output = copy_command(from, to).output().await.expect("run copy");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("cannot open the {which} store")),
+            "{stderr}"
+        );
+        let causes: Vec<&str> = stderr.trim().split(": ").collect();
+        for (i, cause) in causes.iter().enumerate() {
+            assert!(!causes[i + 1..].contains(cause), "{cause:?} twice: {stderr}");
+        }
+    }
+}

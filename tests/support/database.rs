@@ -66,6 +66,17 @@ pub async fn fresh_postgres_database() -> TestDatabase {
     }
 }
 
+/// A PostgreSQL database's name and URL on the test server, not created (the code under test
+/// creates it); dropped with the guard if it was.
+pub fn unmade_postgres_database() -> TestDatabase {
+    let name = format!("mordant_test_{}", uuid::Uuid::new_v4().simple());
+    TestDatabase {
+        url: with_database(&server_url(), &name),
+        name,
+        dir: None,
+    }
+}
+
 impl TestDatabase {
     /// Runs a statement on the database behind the application's back (to corrupt it, say);
     /// the rows it changed.

@@ -42,7 +42,7 @@ use tokio::sync::broadcast;
 use super::{
     BATCH_COLUMNS, Backend, BatchRecord, BatchStatus, Ingested, KeyRecord, ModelHead, ModelLock,
     ModelRecord, Notification, QueueDepth, Review, StoreError, Subscription, Topic, VersionRecord,
-    check_migrations, not_held, sql,
+    check_migrations, check_schema, not_held, sql,
 };
 use crate::domain::Scope;
 use crate::domain::{ContentHash, EncodedBatch, ModelName, ModelSpec, NewBatch};
@@ -348,6 +348,14 @@ impl Backend for SqliteStore {
         let applied = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
             .fetch_all(&self.inner.readers);
         check_migrations(&MIGRATOR, applied).await
+    }
+
+    async fn check_schema(&self) -> Result<(), String> {
+        let applied = sqlx::query_as(
+            "SELECT version, checksum, success FROM _sqlx_migrations ORDER BY version",
+        )
+        .fetch_all(&self.inner.readers);
+        check_schema(&MIGRATOR, applied).await
     }
 
     async fn close(&self) {
