@@ -429,6 +429,7 @@ impl NewBatch {
             Some(key) => BatchId::parse(key)
                 .map_err(|e| Invalid::one("", format!("Idempotency-Key header {e}")))?,
         };
+        check_header_width(body, spec)?;
         if handover::has_csv_columns(body) {
             return Self::parse_csv_with_successor(body, spec, idempotency_key, max_rows);
         }
@@ -982,6 +983,31 @@ fn csv_spectrum_grid(body: &[u8], spec: &ModelSpec) -> Result<Option<Grid>, Inva
     }
 }
 
+/// Refuses a CSV header of more columns than any batch for `spec` could hold, counted as the
+/// commas of its first line, before a reader parses them. A batch names each of the model's
+/// columns once; a spectrum on a finer grid than the model's takes more, hence the wide margin.
+fn check_header_width(body: &[u8], spec: &ModelSpec) -> Result<(), Invalid> {
+    const FLOOR: usize = 1 << 16;
+    let known =
+        spec.input_width() + spec.outputs.len() + spec.successor.as_ref().map_or(0, |s| s.count);
+    let cap = FLOOR.max(16 * known);
+    let header = body
+        .split(|&b| b == b'\n')
+        .find(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .unwrap_or(body);
+    let columns = memchr::memchr_iter(b',', header).count() + 1;
+    if columns > cap {
+        return Err(Invalid::one(
+            "/header",
+            format!(
+                "the header has {columns} columns; a batch for this model has at most {cap} (its \
+                 {known} features, bands and outputs, and room for a spectrum on a finer grid)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Reads a CSV batch with the csv crate (quoted fields, any line ending), reporting every
 /// problem: [`NewBatch::parse_csv`] without its fast path.
 pub(super) fn read_csv(
@@ -1108,6 +1134,37 @@ mod tests {
             assert_eq!(batch.x.values()[4], 1.0, "{header}");
             assert_eq!(batch.y.values(), [0.5, 0.6], "{header}");
         }
+    }
+
+    /// A header far wider than the model could read is refused by its count, before any reader
+    /// parses its cells (a 30 MB header of empty columns took seconds of CPU, each cell read
+    /// twice), and a finer grid of many times the model's bands is still read.
+    #[test]
+    fn a_header_far_wider_than_the_model_is_refused_by_its_count() {
+        let spec = test_spec("fraction", &[]);
+        let body = format!(
+            "400nm,410nm,420nm,430nm,red,blue{}\n1,2,3,4,5,6\n",
+            ",".repeat(200_000)
+        );
+        let Err(CsvError::Invalid(invalid)) = NewBatch::parse_csv(body.as_bytes(), &spec, None, 10)
+        else {
+            panic!("a header of 200,006 columns was read");
+        };
+        assert_eq!(invalid.details.len(), 1, "{:?}", invalid.details);
+        assert_eq!(invalid.details[0].path, "/header");
+        assert!(
+            invalid.details[0].message.contains("200006 columns"),
+            "{:?}",
+            invalid.details
+        );
+        // A grid 20 times finer than the model's.
+        let bands: Vec<String> = (0..=60)
+            .map(|k| format!("{}nm", 400.0 + k as f64 * 0.5))
+            .collect();
+        let cells = vec!["0.5"; bands.len()].join(",");
+        let body = format!("{},red,blue\n{cells},1,2\n", bands.join(","));
+        let batch = NewBatch::parse_csv(body.as_bytes(), &spec, None, 10).expect("a finer grid");
+        assert_eq!(batch.x.values(), [0.5; 4]);
     }
 
     /// A band named twice in a CSV header is said to be, at its second column, not taken for an
