@@ -626,6 +626,19 @@ async fn console_shows_models_reviews_batches_and_matches_in_chromium() {
         "every swatch the same colour: {colours:?}"
     );
     browser.screenshot(&shots.join("match.png")).await;
+    // The same target as a spreadsheet writes it where the comma is the decimal mark (cells
+    // separated by semicolons) gives the same candidates.
+    let european = target.replace(',', ";").replace('.', ",");
+    assert_ne!(european, target);
+    client
+        .execute(
+            "document.getElementById('target').value = arguments[0];",
+            vec![json!(european)],
+        )
+        .await
+        .unwrap();
+    click(&browser, "#match-form button[type=submit]").await;
+    shows_recipe(&browser, "#match-result", first).await;
 
     // 8. Correct: the first candidate dyed on a production lot comes out off; its dip pasted
     //    beside the recipe gives the correction the API gives for the same body.

@@ -32,7 +32,8 @@ function swatch(lab, title) {
 }
 
 /** A target: its `spectra` and any named features it gives, from JSON ({start_nm, interval_nm,
- * values} or a whole match body) or CSV: rows of `wavelength,value` (under an optional header
+ * values} or a whole match body) or CSV (cells separated by commas, or by semicolons or tabs with
+ * decimal commas allowed): rows of `wavelength,value` (under an optional header
  * row), or a header row over one row of values, where `…nm` (or plain number) columns are the
  * spectrum, columns named as the model's features are those, and any other column, such as a
  * recipe, is left out. The wavelengths must be evenly spaced; they may come in either order. */
@@ -52,7 +53,11 @@ function parseTarget(text, featureNames) {
     }
     return { spectra: body, features };
   }
-  const lines = trimmed.split(/\r?\n/).map((l) => l.split(/[,;\t]/).map((c) => c.trim()))
+  // Spreadsheets where the comma is the decimal mark separate cells by semicolons (or tabs, when
+  // copied): there a comma inside a cell is a decimal point, never a separator.
+  const separator = trimmed.includes(";") ? ";" : trimmed.includes("\t") ? "\t" : ",";
+  const decimal = (c) => (separator !== "," && /^[^.,]*,[^.,]*$/.test(c) ? c.replace(",", ".") : c);
+  const lines = trimmed.split(/\r?\n/).map((l) => l.split(separator).map((c) => decimal(c.trim())))
     .filter((l) => l.some((c) => c !== ""));
   const wavelength = (c) => (/^\d+(\.\d+)?\s*(nm)?$/i.test(c) ? Number.parseFloat(c) : NaN);
   const value = (c) => (c === "" ? NaN : Number(c));
