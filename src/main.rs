@@ -450,24 +450,37 @@ async fn copy(from: String, to: String) -> anyhow::Result<()> {
     source.check_schema().await.map_err(|reason| {
         anyhow::anyhow!("the source store is not at this release's schema: {reason}")
     })?;
-    if let mordant::store::Location::Postgres(url) = &to_location
-        && reach_postgres(url, true)
+    let created = match &to_location {
+        mordant::store::Location::Postgres(url) => reach_postgres(url, true)
             .await
-            .context("cannot open the target store")?
-    {
-        emitln!("created the target database");
-    }
+            .context("cannot open the target store")?,
+        mordant::store::Location::Sqlite(_) => false,
+    };
+    let left = if created {
+        "; the target database created for it is left empty"
+    } else {
+        ""
+    };
     let target = Store::open(&settings(to))
         .await
-        .context("cannot open the target store")?;
+        .with_context(|| format!("cannot open the target store{left}"))?;
     if let Err(e) = target.migrate().await {
         let meaning = mordant::store::lasting_migration_error(&e)
             .map_or_else(String::new, |m| format!(": {m}"));
-        return Err(e).context(format!("cannot migrate the target store{meaning}"));
+        return Err(e).context(format!("cannot migrate the target store{meaning}{left}"));
     }
     let copied = mordant::store::copy::copy(&source, &target)
         .await
-        .context("copy failed; the target is unchanged")?;
+        .with_context(|| {
+            if created {
+                format!("copy failed{left}")
+            } else {
+                "copy failed; the target is unchanged".to_owned()
+            }
+        })?;
+    if created {
+        emitln!("created the target database");
+    }
     source.close().await;
     target.close().await;
     emitln!(
@@ -486,7 +499,12 @@ async fn copy(from: String, to: String) -> anyhow::Result<()> {
 async fn reach_postgres(url: &str, create: bool) -> anyhow::Result<bool> {
     use sqlx::Connection as _;
     use sqlx::migrate::MigrateDatabase as _;
-    match sqlx::PgConnection::connect(url).await {
+    // What the pools that follow would wait for a connection.
+    let wait = std::time::Duration::from_secs(30);
+    let connected = tokio::time::timeout(wait, sqlx::PgConnection::connect(url))
+        .await
+        .map_err(|_| anyhow::anyhow!("the server did not answer within {wait:?}"))?;
+    match connected {
         Ok(connection) => {
             connection.close().await?;
             Ok(false)

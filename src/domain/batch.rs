@@ -983,29 +983,47 @@ fn csv_spectrum_grid(body: &[u8], spec: &ModelSpec) -> Result<Option<Grid>, Inva
     }
 }
 
-/// Refuses a CSV header of more columns than any batch for `spec` could hold, counted as the
-/// commas of its first line, before a reader parses them. A batch names each of the model's
-/// columns once; a spectrum on a finer grid than the model's takes more, hence the wide margin.
+/// Refuses a CSV header of more columns than any batch for `spec` could hold, before a reader
+/// parses them. A batch names each of the model's columns once; a spectrum on a finer grid than
+/// the model's takes more, hence the wide margin.
 fn check_header_width(body: &[u8], spec: &ModelSpec) -> Result<(), Invalid> {
     const FLOOR: usize = 1 << 16;
     let known =
         spec.input_width() + spec.outputs.len() + spec.successor.as_ref().map_or(0, |s| s.count);
     let cap = FLOOR.max(16 * known);
-    let header = body
-        .split(|&b| b == b'\n')
-        .find(|line| !line.iter().all(u8::is_ascii_whitespace))
-        .unwrap_or(body);
-    let columns = memchr::memchr_iter(b',', header).count() + 1;
+    let columns = header_columns(body, cap);
     if columns > cap {
         return Err(Invalid::one(
             "/header",
             format!(
-                "the header has {columns} columns; a batch for this model has at most {cap} (its \
-                 {known} features, bands and outputs, and room for a spectrum on a finer grid)"
+                "the header has {columns} columns or more; a batch for this model has at most \
+                 {cap} (its {known} features, bands and outputs, and room for a spectrum on a \
+                 finer grid)"
             ),
         ));
     }
     Ok(())
+}
+
+/// The columns of a CSV's header, counted up to `cap + 1` as the csv reader would split it: after
+/// a byte-order mark and any blank lines, up to the first line end outside quotes (`\n` or `\r`).
+fn header_columns(body: &[u8], cap: usize) -> usize {
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    let (mut columns, mut quoted, mut started) = (1, false, false);
+    for &b in body {
+        match b {
+            b'"' => (quoted, started) = (!quoted, true),
+            b'\n' | b'\r' if !quoted && started => break,
+            b',' if !quoted => {
+                (columns, started) = (columns + 1, true);
+                if columns > cap {
+                    break;
+                }
+            }
+            _ => started |= !b.is_ascii_whitespace(),
+        }
+    }
+    columns
 }
 
 /// Reads a CSV batch with the csv crate (quoted fields, any line ending), reporting every
@@ -1153,10 +1171,30 @@ mod tests {
         assert_eq!(invalid.details.len(), 1, "{:?}", invalid.details);
         assert_eq!(invalid.details[0].path, "/header");
         assert!(
-            invalid.details[0].message.contains("200006 columns"),
+            invalid.details[0].message.contains("65537 columns or more"),
             "{:?}",
             invalid.details
         );
+        // Counted as the reader splits the header: past a byte-order mark and a blank line, and
+        // across a quoted line end.
+        let wide = ",".repeat(200_000);
+        for body in [
+            format!("\u{feff}\n\n400nm,410nm,420nm,430nm,red,blue{wide}\n1,2,3,4,5,6\n"),
+            format!("\"4\n00nm\",410nm,420nm,430nm,red,blue{wide}\n1,2,3,4,5,6\n"),
+        ] {
+            let Err(CsvError::Invalid(invalid)) =
+                NewBatch::parse_csv(body.as_bytes(), &spec, None, 10)
+            else {
+                panic!("{:?}…: a header of 200,006 columns was read", &body[..12]);
+            };
+            assert_eq!(invalid.details.len(), 1, "{:?}", invalid.details);
+            assert_eq!(invalid.details[0].path, "/header");
+        }
+        // Rows ended by a lone `\r` (as old spreadsheets wrote them) are rows, not one header.
+        let mut body = "400nm,410nm,420nm,430nm,red,blue\r".to_owned();
+        body.push_str(&"0.1,0.2,0.3,0.4,1,2\r".repeat(20_000));
+        let batch = NewBatch::parse_csv(body.as_bytes(), &spec, None, 20_000).expect("\\r rows");
+        assert_eq!(batch.y.values().len(), 40_000);
         // A grid 20 times finer than the model's.
         let bands: Vec<String> = (0..=60)
             .map(|k| format!("{}nm", 400.0 + k as f64 * 0.5))

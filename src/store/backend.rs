@@ -225,7 +225,17 @@ pub(super) async fn check_schema(
     applied: impl Future<Output = Result<Vec<AppliedMigration>, sqlx::Error>>,
 ) -> Result<(), String> {
     use sqlx::migrate::MigrateError as E;
-    let applied = applied.await.map_err(|e| format!("database: {e}"))?;
+    let applied = applied.await.map_err(|e| match &e {
+        // PostgreSQL's undefined_table; SQLite says it in words.
+        sqlx::Error::Database(d)
+            if d.code().as_deref() == Some("42P01") || d.message().contains("no such table") =>
+        {
+            "the database holds no migrations: run `mordant migrate` against it with this \
+             release first"
+                .to_owned()
+        }
+        _ => format!("database: {e}"),
+    })?;
     let lasting = |error: E| lasting_migration_error(&error).unwrap_or_else(|| error.to_string());
     for (version, checksum, success) in &applied {
         let Some(known) = migrator.iter().find(|m| m.version == *version) else {

@@ -337,6 +337,21 @@ async fn a_source_a_newer_release_migrated_is_refused() {
         assert!(stderr.contains("differs from this release's"), "{stderr}");
         assert!(!std::path::Path::new(file).exists(), "{file} was created");
     }
+    // A file no release migrated says what to run.
+    let blank = fresh_sqlite_database();
+    let path = blank.url.trim_start_matches("sqlite://");
+    std::fs::File::create(path).expect("an empty file");
+    let target = fresh_sqlite_database();
+    let output = copy_command(&blank.url, &target.url)
+        .output()
+        .await
+        .expect("run copy");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("holds no migrations: run `mordant migrate`"),
+        "{stderr}"
+    );
 }
 
 /// `copy --to` a PostgreSQL database the server does not have creates it, as it creates the
@@ -381,4 +396,22 @@ async fn a_target_database_the_server_lacks_is_created() {
             assert!(!causes[i + 1..].contains(cause), "{cause:?} twice: {stderr}");
         }
     }
+    // A server that takes the connection and never answers is given up on, not waited on for
+    // ever.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent_url = format!(
+        "postgres://postgres@{}/mordant",
+        silent.local_addr().expect("address")
+    );
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        copy_command(&embedded.url, &silent_url).output(),
+    )
+    .await
+    .expect("copy gave up on a silent server")
+    .expect("run copy");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("did not answer"), "{stderr}");
+    drop(silent);
 }

@@ -54,11 +54,17 @@ function parseTarget(text, featureNames) {
     return { spectra: body, features };
   }
   // Spreadsheets where the comma is the decimal mark separate cells by semicolons (or tabs, when
-  // copied): there a comma inside a cell is a decimal point, never a separator.
-  const separator = trimmed.includes(";") ? ";" : trimmed.includes("\t") ? "\t" : ",";
-  const decimal = (c) => (separator !== "," && /^[^.,]*,[^.,]*$/.test(c) ? c.replace(",", ".") : c);
-  const lines = trimmed.split(/\r?\n/).map((l) => l.split(separator).map((c) => decimal(c.trim())))
-    .filter((l) => l.some((c) => c !== ""));
+  // copied): on such a line a number's one comma is its decimal point (on a tab-separated line
+  // only where no number of the text has a decimal point), never a separator.
+  const separatorOf = (line) => (line.includes(";") ? ";" : line.includes("\t") ? "\t" : /[,;\t]/);
+  const commaNumber = /^[-+]?\d*,\d+(e[-+]?\d+)?$/i;
+  const pointsUsed = /(^|[^\w.])[-+]?\d*\.\d/.test(trimmed);
+  const lines = trimmed.split(/\r?\n/).map((line) => {
+    const separator = separatorOf(line);
+    const decimalComma = separator === ";" || (separator === "\t" && !pointsUsed);
+    return line.split(separator).map((c) => c.trim())
+      .map((c) => (decimalComma && commaNumber.test(c) ? c.replace(",", ".") : c));
+  }).filter((l) => l.some((c) => c !== ""));
   const wavelength = (c) => (/^\d+(\.\d+)?\s*(nm)?$/i.test(c) ? Number.parseFloat(c) : NaN);
   const value = (c) => (c === "" ? NaN : Number(c));
   const isPair = (l) => l.length === 2 && Number.isFinite(wavelength(l[0]));
