@@ -17,8 +17,8 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::Path;
 use super::extract::{BatchBody, BodyBytes, RawJson, check_malformed};
 use super::matching::{
-    CandidateRecipe, DyeBoundsSpec, NonNegative, RecipeColour, candidate, check_finite, matching,
-    recipe_colour,
+    CandidateRecipe, DyeBoundsSpec, NonNegative, RecipeColour, candidate, check_finite,
+    judging_fields, matching, recipe_colour, unjudged,
 };
 use super::predict::{Spectra, parse_request_with};
 use super::routes::Routes;
@@ -56,7 +56,8 @@ pub struct CorrectRequest {
     /// Per dye: its price per unit of concentration (every dye of the recipe), for the
     /// corrected recipe's cost.
     pub prices: Option<std::collections::BTreeMap<String, NonNegative>>,
-    /// The colour difference the verdicts are judged on (default `{"de00": 1.0}`).
+    /// The colour difference the verdicts are judged on (default `{"de00": 1.0}`). Ignored,
+    /// with a warning, by a model whose bands do not cover 400–700 nm (no colour to judge).
     pub tolerance: Option<ToleranceSpec>,
     /// The weights of CMC(l:c) (default `{"l": 2, "c": 1}`).
     pub cmc: Option<CmcSpec>,
@@ -177,7 +178,8 @@ pub async fn correct_recipe(
             };
             let mut fields = vec!["tolerance", "cmc"];
             fields.extend(CORRECTION_FIELDS);
-            let (x, warnings, request) = parse_request_with(
+            let mut judging = Vec::new();
+            let (x, mut warnings, request) = parse_request_with(
                 &bytes,
                 &model.spec,
                 Instrument::Model,
@@ -185,6 +187,7 @@ pub async fn correct_recipe(
                 "correction",
                 &fields,
                 |fields, details, warnings| {
+                    judging = judging_fields(fields);
                     let judgement = read_judgement(fields, details);
                     let outputs = &model.spec.outputs;
                     read_correction(fields, &spectrum, outputs, judgement, details, warnings)
@@ -223,6 +226,9 @@ pub async fn correct_recipe(
                 outputs,
             )?;
             let colorimeter = matching.colorimeter.as_ref();
+            if colorimeter.is_none() {
+                unjudged(&judging, &mut warnings);
+            }
             let colour = colorimeter
                 .map(|c| c.labs(&target).map(|labs| (c, labs)))
                 .transpose()

@@ -122,7 +122,8 @@ pub struct MatchRequest {
     /// the map reconstructs it; the reconstruction's own uncertainty is not in the recipe's
     /// variances), else by the successor's own model.
     pub instrument: Option<Instrument>,
-    /// The colour difference a recipe's verdict is judged on (default `{"de00": 1.0}`).
+    /// The colour difference a recipe's verdict is judged on (default `{"de00": 1.0}`). Ignored,
+    /// with a warning, by a model whose bands do not cover 400–700 nm (no colour to judge).
     pub tolerance: Option<ToleranceSpec>,
     /// The weights of CMC(l:c) (default `{"l": 2, "c": 1}`).
     pub cmc: Option<CmcSpec>,
@@ -239,6 +240,7 @@ pub async fn match_recipes(
             let (spec, instrument) = read.as_ref().map_or((&model.spec, Instrument::Model), |r| {
                 (&r.spec, Instrument::Successor)
             });
+            let mut judging = Vec::new();
             let (x, mut warnings, options) = parse_request_with(
                 &bytes,
                 spec,
@@ -250,6 +252,7 @@ pub async fn match_recipes(
                     if read.is_none() {
                         own_instrument(fields, details, warnings);
                     }
+                    judging = judging_fields(fields);
                     let listing = read_listing(fields, details);
                     let judgement = read_judgement(fields, details);
                     let search = read_search(fields, outputs, None, judgement, details);
@@ -264,6 +267,9 @@ pub async fn match_recipes(
             };
             reach::check_bounds(&matching.map, &search.bounds, &search.allowed, outputs)?;
             let colorimeter = matching.colorimeter.as_ref();
+            if colorimeter.is_none() {
+                unjudged(&judging, &mut warnings);
+            }
             if colorimeter.is_none() && search.ranking != Ranking::ColourDifference {
                 return Err(Invalid::one(
                     "/sort",
@@ -339,6 +345,28 @@ pub async fn match_recipes(
         recipes,
         warnings,
     }))
+}
+
+/// The fields of a body that say how a recipe's colour is judged, where it gave them.
+pub(super) fn judging_fields(
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> Vec<&'static str> {
+    ["tolerance", "cmc"]
+        .into_iter()
+        .filter(|f| fields.contains_key(*f))
+        .collect()
+}
+
+/// A warning for each judging field given for a model whose bands do not cover 400–700 nm: its
+/// recipes have no colour, so the field changes nothing.
+pub(super) fn unjudged(given: &[&str], warnings: &mut Vec<Detail>) {
+    warnings.extend(given.iter().map(|field| {
+        Detail::new(
+            format!("/{field}"),
+            "ignored: the model's bands do not cover 400–700 nm, so its recipes have no colour \
+             to judge",
+        )
+    }));
 }
 
 /// The version's forward map and colorimeter, formed at its first match.

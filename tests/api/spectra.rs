@@ -936,6 +936,43 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
     let recipe = &narrow["recipes"][0];
     assert!(recipe["concentration"].is_array(), "{narrow}");
     assert!(recipe.get("colour").is_none(), "{narrow}");
+    // A tolerance it cannot judge by is said to be ignored, not silently dropped.
+    let paths = |answer: &Value| -> Vec<String> {
+        // Left out when there is none.
+        answer["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|w| w["path"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(!paths(&narrow).contains(&"/tolerance".to_owned()), "{narrow}");
+    let mut tolerant = body.clone();
+    tolerant["tolerance"] = json!({"de00": 0.5});
+    tolerant["cmc"] = json!({"l": 1, "c": 1});
+    let answer: Value = app
+        .post("/v1/models/narrow/match", &tolerant)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["recipes"], narrow["recipes"], "{answer}");
+    let said = paths(&answer);
+    assert!(
+        said.contains(&"/tolerance".to_owned()) && said.contains(&"/cmc".to_owned()),
+        "{answer}"
+    );
+    let correction = json!({
+        "spectra": {"start_nm": 360, "interval_nm": 5, "values": [target(&[0.5, 0.0, 1.2])]},
+        "x": [[0.0]],
+        "recipe": {"yellow": 0.5, "blue": 1.2},
+        "measured": {"start_nm": 360, "interval_nm": 5, "values": target(&[0.6, 0.0, 1.1])},
+        "tolerance": {"de00": 0.5},
+    });
+    let corrected = app.post("/v1/models/narrow/correct", &correction).await;
+    assert_eq!(corrected.status(), StatusCode::OK);
+    let corrected: Value = corrected.json().await.unwrap();
+    assert_eq!(paths(&corrected), ["/tolerance"], "{corrected}");
     // Without colour there is no pass or fail to rank by cost or metamerism.
     let mut by_metamerism = body.clone();
     by_metamerism["sort"] = json!("metamerism");
