@@ -263,11 +263,19 @@ fn check_kinds(defaults: &config::Config, loaded: &config::Config) -> anyhow::Re
             };
             let found = value.kind.to_string();
             match default.kind {
-                K::I64(_) | K::I128(_) | K::U64(_) | K::U128(_) => anyhow::ensure!(
-                    whole,
-                    "{name} must be a whole number from 0 to {}, found {found:?}",
-                    i64::MAX
-                ),
+                // The setting's own type may bound it further (a u32 says so when it is read).
+                K::I64(_) | K::I128(_) | K::U64(_) | K::U128(_) => {
+                    let digits = !found.is_empty() && found.bytes().all(|b| b.is_ascii_digit());
+                    anyhow::ensure!(
+                        whole || !digits,
+                        "{name} is too large: at most {}, found {found:?}",
+                        i64::MAX
+                    );
+                    anyhow::ensure!(
+                        whole,
+                        "{name} must be a whole number, 0 or more, found {found:?}"
+                    );
+                }
                 K::Boolean(_) => {
                     anyhow::ensure!(switch, "{name} must be true or false, found {found:?}")
                 }

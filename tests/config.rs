@@ -212,6 +212,12 @@ fn layers_apply_in_order() {
             "retention.raw_rows_days must be a whole number",
         ),
         ("MORDANT__RETENTION__RAW_ROWS_DAYS", "0.4", "found \"0.4\""),
+        // Not "from 0 to i64::MAX": the setting is a u32 of at least 1.
+        (
+            "MORDANT__DATABASE__FULL_STATE_EVERY",
+            "-1",
+            "database.full_state_every must be a whole number, 0 or more, found \"-1\"",
+        ),
         (
             "MORDANT__FOLDER__ENABLED",
             "1",
