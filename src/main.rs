@@ -456,28 +456,24 @@ async fn copy(from: String, to: String) -> anyhow::Result<()> {
             .context("cannot open the target store")?,
         mordant::store::Location::Sqlite(_) => false,
     };
+    // The copy is one transaction; the schema is migrated before it.
     let left = if created {
-        "; the target database created for it is left empty"
+        "; the target database created for it holds the schema and no data"
     } else {
-        ""
+        "; nothing was copied into the target (its schema may have been created or migrated)"
     };
     let target = Store::open(&settings(to))
         .await
-        .with_context(|| format!("cannot open the target store{left}"))?;
+        .context("cannot open the target store")?;
     if let Err(e) = target.migrate().await {
         let meaning = mordant::store::lasting_migration_error(&e)
             .map_or_else(String::new, |m| format!(": {m}"));
+        let left = if created { left } else { "" };
         return Err(e).context(format!("cannot migrate the target store{meaning}{left}"));
     }
     let copied = mordant::store::copy::copy(&source, &target)
         .await
-        .with_context(|| {
-            if created {
-                format!("copy failed{left}")
-            } else {
-                "copy failed; the target is unchanged".to_owned()
-            }
-        })?;
+        .with_context(|| format!("copy failed{left}"))?;
     if created {
         emitln!("created the target database");
     }

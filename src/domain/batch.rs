@@ -1005,22 +1005,34 @@ fn check_header_width(body: &[u8], spec: &ModelSpec) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// The columns of a CSV's header, counted up to `cap + 1` as the csv reader would split it: after
-/// a byte-order mark and any blank lines, up to the first line end outside quotes (`\n` or `\r`).
+/// The columns of a CSV's header, counted up to `cap + 1` as the csv reader splits it: after a
+/// byte-order mark and any blank lines, up to the first line end (`\n` or `\r`) outside quotes.
+/// A quote opens a quoted cell only as the cell's first byte; inside one, `""` is a quote.
 fn header_columns(body: &[u8], cap: usize) -> usize {
     let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
-    let (mut columns, mut quoted, mut started) = (1, false, false);
-    for &b in body {
+    let (mut columns, mut quoted, mut at_start, mut started) = (1, false, true, false);
+    let mut bytes = body.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        if quoted {
+            if b == b'"' && bytes.next_if_eq(&b'"').is_none() {
+                quoted = false;
+            }
+            continue;
+        }
         match b {
-            b'"' => (quoted, started) = (!quoted, true),
-            b'\n' | b'\r' if !quoted && started => break,
-            b',' if !quoted => {
-                (columns, started) = (columns + 1, true);
+            b'"' if at_start => (quoted, at_start, started) = (true, false, true),
+            b'\n' | b'\r' if started => break,
+            b'\n' | b'\r' => at_start = true,
+            b',' => {
+                (columns, at_start, started) = (columns + 1, true, true);
                 if columns > cap {
                     break;
                 }
             }
-            _ => started |= !b.is_ascii_whitespace(),
+            _ => {
+                at_start = false;
+                started |= !b.is_ascii_whitespace();
+            }
         }
     }
     columns
@@ -1181,6 +1193,9 @@ mod tests {
         for body in [
             format!("\u{feff}\n\n400nm,410nm,420nm,430nm,red,blue{wide}\n1,2,3,4,5,6\n"),
             format!("\"4\n00nm\",410nm,420nm,430nm,red,blue{wide}\n1,2,3,4,5,6\n"),
+            // A quote inside a cell is a character, not the start of a quoted cell.
+            format!("a\"b,400nm,410nm,420nm,430nm,red,blue{wide}\n1,2,3,4,5,6,7\n"),
+            format!("\"a\"\"b\",400nm,410nm,420nm,430nm,red,blue{wide}\n1,2,3,4,5,6,7\n"),
         ] {
             let Err(CsvError::Invalid(invalid)) =
                 NewBatch::parse_csv(body.as_bytes(), &spec, None, 10)

@@ -273,8 +273,9 @@ pub async fn match_recipes(
             if colorimeter.is_none() && search.ranking != Ranking::ColourDifference {
                 return Err(Invalid::one(
                     "/sort",
-                    "the model's bands do not cover 400–700 nm, so its candidates have no \
-                     colour to pass or fail: only \"de00\" (by reflectance residual) applies",
+                    "the bands the targets are matched on do not cover 400–700 nm, so the \
+                     candidates have no colour to pass or fail: only \"de00\" (by reflectance \
+                     residual) applies",
                 )
                 .into());
             }
@@ -347,24 +348,26 @@ pub async fn match_recipes(
     }))
 }
 
-/// The fields of a body that say how a recipe's colour is judged, where it gave them.
+/// The fields of a body that say how a recipe's colour is judged, where it gave them (`null`
+/// asks for the default).
 pub(super) fn judging_fields(
     fields: &serde_json::Map<String, serde_json::Value>,
 ) -> Vec<&'static str> {
     ["tolerance", "cmc"]
         .into_iter()
-        .filter(|f| fields.contains_key(*f))
+        .filter(|f| fields.get(*f).is_some_and(|v| !v.is_null()))
         .collect()
 }
 
-/// A warning for each judging field given for a model whose bands do not cover 400–700 nm: its
-/// recipes have no colour, so the field changes nothing.
+/// A warning for each judging field given where the bands the targets are matched on (the
+/// model's, or a successor's that answers on its own) do not cover 400–700 nm: the recipes have
+/// no colour, so the field changes nothing.
 pub(super) fn unjudged(given: &[&str], warnings: &mut Vec<Detail>) {
     warnings.extend(given.iter().map(|field| {
         Detail::new(
             format!("/{field}"),
-            "ignored: the model's bands do not cover 400–700 nm, so its recipes have no colour \
-             to judge",
+            "ignored: the bands the targets are matched on do not cover 400–700 nm, so the \
+             recipes have no colour to judge",
         )
     }));
 }

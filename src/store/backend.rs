@@ -230,9 +230,7 @@ pub(super) async fn check_schema(
         sqlx::Error::Database(d)
             if d.code().as_deref() == Some("42P01") || d.message().contains("no such table") =>
         {
-            "the database holds no migrations: run `mordant migrate` against it with this \
-             release first"
-                .to_owned()
+            "the database holds no mordant store (no migration was ever applied to it)".to_owned()
         }
         _ => format!("database: {e}"),
     })?;
@@ -254,8 +252,8 @@ pub(super) async fn check_schema(
         .count();
     if missing > 0 {
         return Err(format!(
-            "{missing} migrations not applied: run `mordant migrate` against it with this \
-             release first"
+            "{missing} migrations not applied: migrate it with this release first \
+             (`DATABASE_URL=<its URL> mordant migrate`)"
         ));
     }
     Ok(())

@@ -50,6 +50,14 @@ fn copy_command(from: &str, to: &str) -> tokio::process::Command {
     command
 }
 
+/// Runs a copy that must fail; what it said on standard error.
+async fn refused(from: &str, to: &str) -> String {
+    let output = copy_command(from, to).output().await.expect("run copy");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "copied: {stderr}");
+    stderr
+}
+
 /// Timestamps to the microsecond (PostgreSQL's precision); everything else as it is.
 fn to_micros(value: &Value) -> Value {
     match value {
@@ -166,21 +174,13 @@ async fn a_copied_store_answers_as_the_original_did() {
 
     // A source that does not exist is refused, not created and copied as nothing.
     let missing = std::env::temp_dir().join(format!("mordant-missing-{}.db", uuid::Uuid::new_v4()));
-    let typo = copy_command(&format!("sqlite://{}", missing.display()), &postgres.url)
-        .output()
-        .await
-        .expect("run copy");
-    assert!(!typo.status.success());
-    assert!(String::from_utf8_lossy(&typo.stderr).contains("does not exist"));
+    let typo = refused(&format!("sqlite://{}", missing.display()), &postgres.url).await;
+    assert!(typo.contains("does not exist"), "{typo}");
     assert!(!missing.exists());
 
     // Into a store that holds something: refused, and nothing changes.
-    let again = copy_command(&embedded.url, &postgres.url)
-        .output()
-        .await
-        .expect("run copy");
-    assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+    let again = refused(&embedded.url, &postgres.url).await;
+    assert!(again.contains("not empty"), "{again}");
 
     let app = spawn_keyed(&postgres.url).await;
     assert_eq!(observe(&app, &probe).await, before_after_restore);
@@ -293,22 +293,9 @@ async fn a_source_a_newer_release_migrated_is_refused() {
         let app = spawn_keyed(&source.url).await;
         app.create_model(&spec("lab", 3, 2)).await;
         app.stop().await;
-        let row = |checksum: &str| {
-            format!(
-                "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
-                 execution_time) VALUES (99991231000000, 'a later release', TRUE, {checksum}, 0)"
-            )
-        };
-        source
-            .execute(&row("'\\x00'::bytea"), &row("X'00'"))
-            .await;
+        source.mark_migrated_by_a_later_release().await;
         let target = fresh_sqlite_database();
-        let output = copy_command(&source.url, &target.url)
-            .output()
-            .await
-            .expect("run copy");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{stderr}");
+        let stderr = refused(&source.url, &target.url).await;
         assert!(
             stderr.contains("newer release") && stderr.contains("99991231000000"),
             "{stderr}"
@@ -328,28 +315,18 @@ async fn a_source_a_newer_release_migrated_is_refused() {
         source
             .execute(&altered.replace("X'00'", "'\\x00'::bytea"), altered)
             .await;
-        let output = copy_command(&source.url, &target.url)
-            .output()
-            .await
-            .expect("run copy");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{stderr}");
+        let stderr = refused(&source.url, &target.url).await;
         assert!(stderr.contains("differs from this release's"), "{stderr}");
         assert!(!std::path::Path::new(file).exists(), "{file} was created");
     }
-    // A file no release migrated says what to run.
+    // A file no release migrated is not a store.
     let blank = fresh_sqlite_database();
     let path = blank.url.trim_start_matches("sqlite://");
     std::fs::File::create(path).expect("an empty file");
     let target = fresh_sqlite_database();
-    let output = copy_command(&blank.url, &target.url)
-        .output()
-        .await
-        .expect("run copy");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{stderr}");
+    let stderr = refused(&blank.url, &target.url).await;
     assert!(
-        stderr.contains("holds no migrations: run `mordant migrate`"),
+        stderr.contains("the database holds no mordant store"),
         "{stderr}"
     );
 }
@@ -384,9 +361,7 @@ async fn a_target_database_the_server_lacks_is_created() {
         (embedded.url.as_str(), down, "target"),
         (down, embedded.url.as_str(), "source"),
     ] {
-        let output = copy_command(from, to).output().await.expect("run copy");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{stderr}");
+        let stderr = refused(from, to).await;
         assert!(
             stderr.contains(&format!("cannot open the {which} store")),
             "{stderr}"
@@ -403,15 +378,12 @@ async fn a_target_database_the_server_lacks_is_created() {
         "postgres://postgres@{}/mordant",
         silent.local_addr().expect("address")
     );
-    let output = tokio::time::timeout(
+    let stderr = tokio::time::timeout(
         Duration::from_secs(120),
-        copy_command(&embedded.url, &silent_url).output(),
+        refused(&embedded.url, &silent_url),
     )
     .await
-    .expect("copy gave up on a silent server")
-    .expect("run copy");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{stderr}");
+    .expect("copy gave up on a silent server");
     assert!(stderr.contains("did not answer"), "{stderr}");
     drop(silent);
 }

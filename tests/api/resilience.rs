@@ -100,15 +100,7 @@ async fn a_database_a_newer_release_migrated_is_refused_at_once() {
     let database = fresh_database().await;
     let mut settings = test_settings(&database.url);
     spawn_with(settings.clone()).await.stop().await;
-    let row = |checksum: &str| {
-        format!(
-            "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
-             execution_time) VALUES (99991231000000, 'a later release', TRUE, {checksum}, 0)"
-        )
-    };
-    database
-        .execute(&row("'\\x00'::bytea"), &row("X'00'"))
-        .await;
+    database.mark_migrated_by_a_later_release().await;
     settings.database.startup_timeout_secs = 30;
     let started = std::time::Instant::now();
     let Err(error) = mordant::startup::Application::build(settings).await else {

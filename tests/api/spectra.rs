@@ -947,6 +947,15 @@ async fn recipes_are_matched_to_target_spectra_from_the_learnt_forward_map() {
             .collect()
     };
     assert!(!paths(&narrow).contains(&"/tolerance".to_owned()), "{narrow}");
+    let mut defaults = body.clone();
+    defaults["tolerance"] = Value::Null;
+    let answer: Value = app
+        .post("/v1/models/narrow/match", &defaults)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(paths(&answer).is_empty(), "null asks for the default: {answer}");
     let mut tolerant = body.clone();
     tolerant["tolerance"] = json!({"de00": 0.5});
     tolerant["cmc"] = json!({"l": 1, "c": 1});

@@ -94,6 +94,18 @@ impl TestDatabase {
         }
     }
 
+    /// Records a migration this release does not know, as a newer release would have applied
+    /// it (version 99991231000000).
+    pub async fn mark_migrated_by_a_later_release(&self) {
+        let row = |checksum: &str| {
+            format!(
+                "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
+                 execution_time) VALUES (99991231000000, 'a later release', TRUE, {checksum}, 0)"
+            )
+        };
+        self.execute(&row("'\\x00'::bytea"), &row("X'00'")).await;
+    }
+
     /// The first column of a query's rows, as text (the same SQL on both backends).
     pub async fn strings(&self, sql: &str) -> Vec<String> {
         self.strings_each(sql, sql).await

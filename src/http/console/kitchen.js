@@ -55,15 +55,18 @@ function parseTarget(text, featureNames) {
   }
   // Spreadsheets where the comma is the decimal mark separate cells by semicolons (or tabs, when
   // copied): on such a line a number's one comma is its decimal point (on a tab-separated line
-  // only where no number of the text has a decimal point), never a separator.
+  // only where no number cell of the text has a decimal point), never a separator.
   const separatorOf = (line) => (line.includes(";") ? ";" : line.includes("\t") ? "\t" : /[,;\t]/);
-  const commaNumber = /^[-+]?\d*,\d+(e[-+]?\d+)?$/i;
-  const pointsUsed = /(^|[^\w.])[-+]?\d*\.\d/.test(trimmed);
-  const lines = trimmed.split(/\r?\n/).map((line) => {
+  const commaNumber = /^[-+]?(\d+,\d*|,\d+)(e[-+]?\d+)?(\s*nm)?$/i;
+  const pointNumber = /^[-+]?(\d+\.\d*|\.\d+)(e[-+]?\d+)?(\s*nm)?$/i;
+  const split = trimmed.split(/\r?\n/).map((line) => {
     const separator = separatorOf(line);
+    return { separator, cells: line.split(separator).map((c) => c.trim()) };
+  });
+  const pointsUsed = split.some(({ cells }) => cells.some((c) => pointNumber.test(c)));
+  const lines = split.map(({ separator, cells }) => {
     const decimalComma = separator === ";" || (separator === "\t" && !pointsUsed);
-    return line.split(separator).map((c) => c.trim())
-      .map((c) => (decimalComma && commaNumber.test(c) ? c.replace(",", ".") : c));
+    return cells.map((c) => (decimalComma && commaNumber.test(c) ? c.replace(",", ".") : c));
   }).filter((l) => l.some((c) => c !== ""));
   const wavelength = (c) => (/^\d+(\.\d+)?\s*(nm)?$/i.test(c) ? Number.parseFloat(c) : NaN);
   const value = (c) => (c === "" ? NaN : Number(c));
