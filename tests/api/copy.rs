@@ -50,6 +50,15 @@ fn copy_command(from: &str, to: &str) -> tokio::process::Command {
     command
 }
 
+/// Runs a copy that must succeed; what it said on standard output.
+async fn copied(from: &str, to: &str) -> String {
+    let output = copy_command(from, to).output().await.expect("run copy");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    stdout
+}
+
 /// Runs a copy that must fail; what it said on standard error.
 async fn refused(from: &str, to: &str) -> String {
     let output = copy_command(from, to).output().await.expect("run copy");
@@ -157,16 +166,7 @@ async fn a_copied_store_answers_as_the_original_did() {
     app.stop().await;
 
     let postgres = fresh_postgres_database().await;
-    let output = copy_command(&embedded.url, &postgres.url)
-        .output()
-        .await
-        .expect("run copy");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = copied(&embedded.url, &postgres.url).await;
     assert!(
         stdout.contains("copied 2 models, 8 versions, 8 batches and 2 API keys"),
         "{stdout}"
@@ -235,15 +235,7 @@ async fn a_copied_store_answers_as_the_original_did() {
 
     // And back: PostgreSQL into a new embedded store answers as PostgreSQL did.
     let back = fresh_sqlite_database();
-    let output = copy_command(&postgres.url, &back.url)
-        .output()
-        .await
-        .expect("run copy");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    copied(&postgres.url, &back.url).await;
     let app = spawn_keyed(&back.url).await;
     assert_eq!(observe(&app, &probe).await, on_postgres);
     let newest = create_key(&app, "newest", &["predict"]).await;
@@ -341,16 +333,7 @@ async fn a_target_database_the_server_lacks_is_created() {
     app.create_model(&spec("lab", 3, 2)).await;
     app.stop().await;
     let target = crate::test_database::unmade_postgres_database();
-    let output = copy_command(&embedded.url, &target.url)
-        .output()
-        .await
-        .expect("run copy");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = copied(&embedded.url, &target.url).await;
     assert!(stdout.contains("created the target database"), "{stdout}");
     assert!(stdout.contains("copied 1 models"), "{stdout}");
     assert_eq!(target.strings("SELECT name FROM models").await, ["lab"]);
